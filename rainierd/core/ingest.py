@@ -1,0 +1,192 @@
+"""Admission of decoded frames into the fleet state: identity checks, sequence
+accounting, and a batched, vectorised scatter once per analysis tick.
+
+``accept`` runs once per frame and does only O(1) bookkeeping (node range,
+topic match, sequence gaps); ``flush`` validates every record id of the whole
+batch at once and scatters the batch into the state arrays.  A frame with one
+bad record is rejected whole, and never touches the state of other frames.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rainierd.core.state import FleetState, concat_records
+from rainierd.wire.records import (
+    CHIP_DTYPE,
+    COOLING_DTYPE,
+    EFA_DTYPE,
+    FACILITY_DTYPE,
+    LINK_DTYPE,
+    FacilityFrame,
+    Frame,
+    NodeFrame,
+)
+from rainierd.wire.topics import TopicAddress
+
+__all__ = ["FlushResult", "Ingest", "IngestStats"]
+
+
+@dataclass(eq=False)
+class IngestStats:
+    """Cumulative ingest counters, exported as rainier_ingest_* metrics."""
+
+    frames: Counter[str] = field(default_factory=Counter)  # by encoding
+    bytes: Counter[str] = field(default_factory=Counter)  # by encoding
+    rejected: Counter[str] = field(default_factory=Counter)  # by reason
+    frames_lost: int = 0  # sequence gaps
+    publisher_changes: int = 0
+    frames_applied: int = 0
+
+    def reject(self, reason: str) -> None:
+        """Count one rejected frame."""
+        self.rejected[reason] += 1
+
+
+@dataclass(frozen=True, slots=True)
+class FlushResult:
+    """What one flush applied and rejected."""
+
+    applied: int
+    rejected: int
+    latest_tick: int
+
+
+@dataclass(slots=True)
+class _Stream:
+    publisher: str
+    seq: int
+
+
+class Ingest:
+    """Turns a stream of decoded frames into in-place updates of a FleetState."""
+
+    def __init__(self, state: FleetState, stats: IngestStats) -> None:
+        self.state = state
+        self.stats = stats
+        self._streams: dict[tuple[str, int], _Stream] = {}
+        # Generation g holds the (g+1)-th pending frame of each entity, so a
+        # flush that finds two frames of one node applies them in order.
+        self._pending: list[list[Frame]] = []
+        self._pending_count: dict[tuple[str, int], int] = {}
+
+    def accept(self, frame: Frame, address: TopicAddress | None = None) -> str | None:
+        """Queue a frame for the next flush; return the rejection reason or None."""
+        topo = self.state.topology
+        if isinstance(frame, NodeFrame):
+            key = ("node", frame.node)
+            if frame.node >= topo.n_nodes:
+                return self._rejected("unknown_node")
+            if address is not None and (
+                address.is_facility or topo.node_path(frame.node) != (
+                    address.site, address.ultraserver, address.node_in_ultraserver,
+                )
+            ):
+                return self._rejected("topic_mismatch")
+        else:
+            key = ("site", frame.site)
+            if frame.site >= topo.n_sites:
+                return self._rejected("unknown_node")
+            if address is not None and (not address.is_facility or address.site != frame.site):
+                return self._rejected("topic_mismatch")
+        if (reason := self._sequence(key, frame)) is not None:
+            return self._rejected(reason)
+        generation = self._pending_count.get(key, 0)
+        self._pending_count[key] = generation + 1
+        if generation == len(self._pending):
+            self._pending.append([])
+        self._pending[generation].append(frame)
+        return None
+
+    def _rejected(self, reason: str) -> str:
+        self.stats.reject(reason)
+        return reason
+
+    def _sequence(self, key: tuple[str, int], frame: Frame) -> str | None:
+        stream = self._streams.get(key)
+        if stream is None:
+            self._streams[key] = _Stream(frame.publisher, frame.seq)
+            return None
+        if stream.publisher != frame.publisher:
+            # A restarted or replaced publisher starts its own sequence.
+            self.stats.publisher_changes += 1
+            stream.publisher, stream.seq = frame.publisher, frame.seq
+            return None
+        if frame.seq <= stream.seq:
+            return "stale_seq"
+        self.stats.frames_lost += frame.seq - stream.seq - 1
+        stream.seq = frame.seq
+        return None
+
+    def flush(self) -> FlushResult:
+        """Apply every queued frame to the state, oldest generation first."""
+        applied = rejected = 0
+        for frames in self._pending:
+            nodes = [f for f in frames if isinstance(f, NodeFrame)]
+            sites = [f for f in frames if isinstance(f, FacilityFrame)]
+            ok = self._apply_nodes(nodes)
+            self._apply_sites(sites)
+            applied += ok + len(sites)
+            rejected += len(nodes) - ok
+        self._pending.clear()
+        self._pending_count.clear()
+        self.stats.frames_applied += applied
+        return FlushResult(applied, rejected, self.state.latest_tick)
+
+    def _apply_nodes(self, frames: list[NodeFrame]) -> int:
+        if not frames:
+            return 0
+        topo, state = self.state.topology, self.state
+        node = np.fromiter((f.node for f in frames), np.int64, len(frames))
+        bad = np.zeros(len(frames), dtype=bool)
+        duplicated = np.zeros(len(frames), dtype=bool)
+        parts = []
+        for attr, id_field, owner, dtype in (
+            ("chips", "chip", topo.chip_node, CHIP_DTYPE),
+            ("links", "link", topo.link_node, LINK_DTYPE),
+            ("efa", "port", topo.efa_node, EFA_DTYPE),
+        ):
+            records = concat_records([getattr(f, attr) for f in frames], dtype)
+            frame_of = np.repeat(np.arange(len(frames)), [len(getattr(f, attr)) for f in frames])
+            ids = records[id_field].astype(np.int64)
+            known = ids < owner.size
+            wrong = ~known
+            wrong[known] = owner[ids[known]] != node[frame_of[known]]
+            bad[frame_of[wrong]] = True
+            # Each node appears once per generation, so an id counted twice
+            # means one frame listed it twice: reject it rather than guess.
+            twice = np.bincount(ids[known], minlength=owner.size)[ids[known]] > 1
+            duplicated[frame_of[known][twice]] = True
+            parts.append((records, frame_of, ids))
+        duplicated &= ~bad
+        self.stats.rejected["unknown_id"] += int(bad.sum())
+        self.stats.rejected["duplicate_id"] += int(duplicated.sum())
+        good = ~(bad | duplicated)
+        t_s = np.fromiter((f.t_s for f in frames), np.float64, len(frames))
+        tick = np.fromiter((f.tick for f in frames), np.int64, len(frames))
+        tables = (state.chips, state.links, state.efa)
+        for table, (records, frame_of, ids) in zip(tables, parts, strict=True):
+            keep = good[frame_of]
+            table.scatter(ids[keep], records[keep], t_s[frame_of[keep]], tick[frame_of[keep]])
+        cooling = [f.cooling for f, g in zip(frames, good, strict=True) if g and len(f.cooling)]
+        if cooling:
+            has = np.array([bool(g and len(f.cooling)) for f, g in zip(frames, good, strict=True)])
+            state.cooling.scatter(node[has], concat_records(cooling, COOLING_DTYPE), t_s[has], tick[has])
+        if good.any():
+            state.latest_tick = max(state.latest_tick, int(tick[good].max()))
+        return int(good.sum())
+
+    def _apply_sites(self, frames: list[FacilityFrame]) -> None:
+        if not frames:
+            return
+        site = np.fromiter((f.site for f in frames), np.int64, len(frames))
+        has = np.array([len(f.facility) > 0 for f in frames])
+        if has.any():
+            records = concat_records([f.facility for f in frames if len(f.facility)], FACILITY_DTYPE)
+            t_s = np.fromiter((f.t_s for f in frames), np.float64, len(frames))
+            tick = np.fromiter((f.tick for f in frames), np.int64, len(frames))
+            self.state.facility.scatter(site[has], records, t_s[has], tick[has])
+

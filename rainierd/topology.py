@@ -1,0 +1,197 @@
+"""Numbering of a Trainium2 fleet: every site, UltraServer, node, chip, NeuronLink
+and EFA port gets a stable integer id, and the relations between them are numpy
+index arrays.
+
+Ids are dense and hierarchical, so a node's chips, links and ports are
+contiguous ranges: chip ``c`` of node ``n`` is ``n * 16 + c``; the 48 NeuronLinks
+a node reports (32 torus links inside it and the 16 ring links to the next node
+of its UltraServer) are ``n * 48 .. n * 48 + 47``; its EFA ports are
+``n * P .. n * P + P - 1``.  The same preset always yields the same ids.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from rainierd.errors import ConfigError
+from rainierd.hardware import TRN2
+
+__all__ = [
+    "LINK_KIND_NAMES",
+    "LINK_KIND_RING",
+    "LINK_KIND_TORUS",
+    "PRESETS",
+    "PresetName",
+    "Topology",
+    "build_topology",
+]
+
+IntArray = npt.NDArray[np.int64]
+
+PresetName = Literal["demo", "ultraserver", "rainier", "rainier-1m"]
+
+# (sites, UltraServers per site).  rainier: 3 x 2,600 = 7,800 UltraServers =
+# 499,200 chips ("nearly 500,000"); rainier-1m: 5 x 3,125 = 1,000,000 chips.
+PRESETS: Final[dict[str, tuple[int, int]]] = {
+    "demo": (1, 2),
+    "ultraserver": (1, 1),
+    "rainier": (3, 2_600),
+    "rainier-1m": (5, 3_125),
+}
+
+LINK_KIND_TORUS: Final = 0
+LINK_KIND_RING: Final = 1
+LINK_KIND_NAMES: Final = ("torus", "ring")
+
+
+def _node_link_template() -> tuple[IntArray, IntArray, IntArray]:
+    """Return (a, b, kind) of the links one node owns, as local chip numbers.
+
+    ``b`` of a ring link is a chip number in the *next* node of the ring.
+    """
+    nx, ny = TRN2.node_torus_x, TRN2.node_torus_y
+    x, y = np.meshgrid(np.arange(nx), np.arange(ny), indexing="ij")
+    local = (x * ny + y).ravel()
+    along_x = (((x + 1) % nx) * ny + y).ravel()
+    along_y = (x * ny + (y + 1) % ny).ravel()
+    a = np.concatenate([local, local, local]).astype(np.int64)
+    b = np.concatenate([along_x, along_y, local]).astype(np.int64)
+    kind = np.repeat(
+        np.array([LINK_KIND_TORUS, LINK_KIND_TORUS, LINK_KIND_RING], dtype=np.int64),
+        local.size,
+    )
+    return a, b, kind
+
+
+@dataclass(frozen=True, eq=False)
+class Topology:
+    """A fleet's numbering; arrays are read-only and indexed by global id."""
+
+    name: str
+    n_sites: int
+    ultraservers_per_site: int
+    efa_ports_per_node: int
+    ultraserver_site: IntArray = field(repr=False)
+    node_ultraserver: IntArray = field(repr=False)
+    chip_node: IntArray = field(repr=False)
+    link_a: IntArray = field(repr=False)
+    link_b: IntArray = field(repr=False)
+    link_kind: IntArray = field(repr=False)
+    link_node: IntArray = field(repr=False)
+    efa_chip: IntArray = field(repr=False)
+    efa_node: IntArray = field(repr=False)
+
+    chips_per_node: int = TRN2.chips_per_node
+    nodes_per_ultraserver: int = TRN2.nodes_per_ultraserver
+    links_per_node: int = 3 * TRN2.chips_per_node
+
+    @property
+    def n_ultraservers(self) -> int:
+        """Return the number of UltraServers."""
+        return int(self.ultraserver_site.size)
+
+    @property
+    def n_nodes(self) -> int:
+        """Return the number of trn2.48xlarge nodes."""
+        return int(self.node_ultraserver.size)
+
+    @property
+    def n_chips(self) -> int:
+        """Return the number of Trainium2 chips."""
+        return int(self.chip_node.size)
+
+    @property
+    def n_links(self) -> int:
+        """Return the number of NeuronLinks (3 a chip)."""
+        return int(self.link_a.size)
+
+    @property
+    def n_efa(self) -> int:
+        """Return the number of EFA ports."""
+        return int(self.efa_chip.size)
+
+    @property
+    def chip_ultraserver(self) -> IntArray:
+        """Return the UltraServer of every chip."""
+        return self.node_ultraserver[self.chip_node]
+
+    @property
+    def chip_site(self) -> IntArray:
+        """Return the site of every chip."""
+        return self.ultraserver_site[self.chip_ultraserver]
+
+    @property
+    def node_site(self) -> IntArray:
+        """Return the site of every node."""
+        return self.ultraserver_site[self.node_ultraserver]
+
+    def node_chips(self, node: int) -> range:
+        """Return the chip ids of ``node``."""
+        base = node * self.chips_per_node
+        return range(base, base + self.chips_per_node)
+
+    def node_links(self, node: int) -> range:
+        """Return the ids of the NeuronLinks ``node`` reports."""
+        base = node * self.links_per_node
+        return range(base, base + self.links_per_node)
+
+    def node_efa(self, node: int) -> range:
+        """Return the EFA port ids of ``node``."""
+        base = node * self.efa_ports_per_node
+        return range(base, base + self.efa_ports_per_node)
+
+    def node_path(self, node: int) -> tuple[int, int, int]:
+        """Return (site, UltraServer, node index within it) of ``node``."""
+        us = int(self.node_ultraserver[node])
+        return int(self.ultraserver_site[us]), us, node % self.nodes_per_ultraserver
+
+
+def build_topology(
+    preset: str,
+    *,
+    efa_ports_per_node: int = TRN2.efa_ports_per_node,
+) -> Topology:
+    """Return the topology of a preset, built with vectorised numpy only.
+
+    Raises ConfigError for an unknown preset or a bad EFA port count.
+    """
+    if preset not in PRESETS:
+        known = ", ".join(PRESETS)
+        raise ConfigError(f"unknown topology preset {preset!r} (known: {known})")
+    if not 1 <= efa_ports_per_node <= 64:
+        raise ConfigError(f"efa_ports_per_node must be 1..64, got {efa_ports_per_node}")
+    n_sites, per_site = PRESETS[preset]
+    cpn, npu = TRN2.chips_per_node, TRN2.nodes_per_ultraserver
+
+    n_us = n_sites * per_site
+    ultraserver_site = np.repeat(np.arange(n_sites, dtype=np.int64), per_site)
+    n_nodes = n_us * npu
+    node_ultraserver = np.repeat(np.arange(n_us, dtype=np.int64), npu)
+    chip_node = np.repeat(np.arange(n_nodes, dtype=np.int64), cpn)
+
+    ta, tb, tkind = _node_link_template()
+    nodes = np.arange(n_nodes, dtype=np.int64)[:, None]
+    ring_next = node_ultraserver[:, None] * npu + (nodes % npu + 1) % npu
+    is_ring = (tkind == LINK_KIND_RING)[None, :]
+    link_a = (nodes * cpn + ta[None, :]).ravel()
+    link_b = np.where(is_ring, ring_next * cpn + tb[None, :], nodes * cpn + tb[None, :]).ravel()
+    link_kind = np.broadcast_to(tkind, (n_nodes, tkind.size)).ravel().copy()
+    link_node = np.repeat(nodes.ravel(), tkind.size)
+
+    port_local = (np.arange(efa_ports_per_node, dtype=np.int64) * cpn) // efa_ports_per_node
+    efa_node = np.repeat(nodes.ravel(), efa_ports_per_node)
+    efa_chip = (nodes * cpn + port_local[None, :]).ravel()
+
+    arrays = (
+        ultraserver_site, node_ultraserver, chip_node, link_a, link_b,
+        link_kind, link_node, efa_chip, efa_node,
+    )
+    for array in arrays:
+        array.setflags(write=False)
+    return Topology(
+        preset, n_sites, per_site, efa_ports_per_node, *arrays,
+    )

@@ -1,0 +1,55 @@
+"""Topics and frame encodings of rainierd's telemetry: the one contract between
+publishers and monitors.  ``decode_frame`` tells the encodings apart by their
+first byte: a JSON frame is an object (``{``), a binary frame starts ``RNRW``.
+"""
+
+from __future__ import annotations
+
+from rainierd.errors import FrameError
+from rainierd.wire.binary import MAGIC, decode_binary, encode_binary
+from rainierd.wire.jsonform import decode_json, encode_json, json_schema
+from rainierd.wire.records import (
+    CHIP_DTYPE,
+    COOLING_DTYPE,
+    EFA_DTYPE,
+    FACILITY_DTYPE,
+    LINK_DTYPE,
+    WIRE_VERSION,
+    FacilityFrame,
+    Frame,
+    NodeFrame,
+)
+
+__all__ = [
+    "CHIP_DTYPE",
+    "COOLING_DTYPE",
+    "EFA_DTYPE",
+    "FACILITY_DTYPE",
+    "LINK_DTYPE",
+    "WIRE_VERSION",
+    "FacilityFrame",
+    "Frame",
+    "NodeFrame",
+    "decode_binary",
+    "decode_frame",
+    "decode_json",
+    "encode_binary",
+    "encode_json",
+    "json_schema",
+]
+
+
+def decode_frame(payload: bytes, *, max_bytes: int) -> tuple[Frame, str]:
+    """Return the frame and its encoding name ("binary" or "json").
+
+    Raises FrameError: oversize, empty, unknown_encoding, or the decoder's reason.
+    """
+    if len(payload) > max_bytes:
+        raise FrameError("oversize", f"{len(payload)} bytes exceeds the {max_bytes}-byte limit")
+    if not payload:
+        raise FrameError("empty", "empty payload")
+    if payload[:1] == b"{":
+        return decode_json(payload), "json"
+    if payload[:1] == MAGIC[:1]:
+        return decode_binary(payload), "binary"
+    raise FrameError("unknown_encoding", f"first byte {payload[:1]!r} is neither '{{' nor 'R'")

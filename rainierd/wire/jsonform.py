@@ -1,0 +1,212 @@
+"""The JSON form of a frame, validated by pydantic, for publishers other than
+rainierd's own simulator.
+
+It carries the same samples as the binary frame, one object per record, with
+the same field names and units.  ``docs/wire-format.schema.json`` is generated
+from these models (``rainierd schema``) and a test keeps it in step.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Final, Literal
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from rainierd.errors import FrameError
+from rainierd.wire.records import (
+    CHIP_DTYPE,
+    COOLING_DTYPE,
+    EFA_DTYPE,
+    FACILITY_DTYPE,
+    LINK_DTYPE,
+    WIRE_VERSION,
+    FacilityFrame,
+    Frame,
+    NodeFrame,
+)
+
+__all__ = ["FRAME_ADAPTER", "decode_json", "encode_json", "json_schema"]
+
+Counter = Annotated[int, Field(ge=0, lt=2**64)]
+Id = Annotated[int, Field(ge=0, lt=2**32)]
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+Ratio = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+NonNeg = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ChipSample(_Strict):
+    """One chip's sample for a tick."""
+
+    chip: Id
+    util: Ratio = Field(description="mean NeuronCore utilisation over the tick")
+    clock_ratio: Ratio = Field(description="clock / nominal clock")
+    throttled: bool
+    temp_c: Finite
+    power_w: NonNeg
+    hbm_used_bytes: Counter
+    fp8_flop_total: NonNeg = Field(description="FP8 FLOP executed since publisher start")
+    ecc_corrected_total: Counter
+    ecc_uncorrected_total: Counter
+
+
+class LinkSample(_Strict):
+    """One NeuronLink's sample for a tick."""
+
+    link: Id
+    tx_bytes_total: Counter
+    bw_bytes_s: NonNeg
+    lanes_up: Annotated[int, Field(ge=0, le=255)]
+    crc_errors_total: Counter
+    replay_total: Counter
+    latency_us: NonNeg
+
+
+class EfaSample(_Strict):
+    """One EFA port's sample for a tick (counter names as in the Linux driver)."""
+
+    port: Id
+    tx_bytes_total: Counter
+    rx_bytes_total: Counter
+    retrans_bytes_total: Counter
+    retrans_pkts_total: Counter
+    retrans_timeout_events_total: Counter
+    unresponsive_remote_events_total: Counter
+    impaired_remote_conn_events_total: Counter
+    latency_us: NonNeg
+
+
+class CoolingSample(_Strict):
+    """One node's air cooling sample for a tick."""
+
+    inlet_c: Finite
+    outlet_c: Finite
+    fan_rpm: NonNeg
+    power_w: NonNeg
+
+
+class FacilitySample(_Strict):
+    """One site's cooling plant sample for a tick."""
+
+    outside_c: Finite
+    cooling_mode: Literal[0, 1] = Field(description="0 outside air, 1 evaporative water assist")
+    water_l_total: NonNeg
+    it_energy_j_total: NonNeg
+
+
+class _FrameBase(_Strict):
+    v: Literal[1] = Field(description="wire format version")
+    publisher: Annotated[str, Field(min_length=1, max_length=128)]
+    seq: Counter = Field(description="per publisher and topic, +1 a frame")
+    tick: Counter
+    t_s: Finite = Field(description="sample time, Unix seconds")
+
+
+class NodeFrameModel(_FrameBase):
+    """A node's frame: its chips, the NeuronLinks it reports, its EFA ports, its cooling."""
+
+    kind: Literal["node"]
+    node: Id
+    chips: Annotated[list[ChipSample], Field(max_length=64)]
+    links: Annotated[list[LinkSample], Field(max_length=256)]
+    efa: Annotated[list[EfaSample], Field(max_length=64)]
+    cooling: CoolingSample | None = None
+
+
+class FacilityFrameModel(_FrameBase):
+    """A site's facility frame."""
+
+    kind: Literal["facility"]
+    site: Id
+    facility: FacilitySample
+
+
+FRAME_ADAPTER: Final[TypeAdapter[NodeFrameModel | FacilityFrameModel]] = TypeAdapter(
+    Annotated[NodeFrameModel | FacilityFrameModel, Field(discriminator="kind")]
+)
+
+
+def _records(items: list[Any], dtype: np.dtype[np.void]) -> npt.NDArray[np.void]:
+    assert dtype.names is not None
+    out = np.zeros(len(items), dtype=dtype)
+    for name in dtype.names:
+        out[name] = [getattr(item, name) for item in items]
+    return out
+
+
+def _dicts(records: npt.NDArray[np.void], bools: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    assert records.dtype.names is not None
+    names = records.dtype.names
+    columns = [records[n].tolist() for n in names]
+    rows = [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
+    for row in rows:
+        for name in bools:
+            row[name] = bool(row[name])
+    return rows
+
+
+def json_schema() -> dict[str, Any]:
+    """Return the JSON Schema of the JSON frame form."""
+    schema = FRAME_ADAPTER.json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = f"rainierd telemetry frame, wire version {WIRE_VERSION}"
+    return schema
+
+
+def encode_json(frame: Frame) -> bytes:
+    """Return the JSON encoding of a frame."""
+    base: dict[str, Any] = {
+        "v": WIRE_VERSION, "publisher": frame.publisher, "seq": frame.seq,
+        "tick": frame.tick, "t_s": frame.t_s,
+    }
+    if isinstance(frame, NodeFrame):
+        cooling = _dicts(frame.cooling)
+        base |= {
+            "kind": "node", "node": frame.node,
+            "chips": _dicts(frame.chips, ("throttled",)),
+            "links": _dicts(frame.links), "efa": _dicts(frame.efa),
+            "cooling": cooling[0] if cooling else None,
+        }
+    else:
+        base |= {"kind": "facility", "site": frame.site, "facility": _dicts(frame.facility)[0]}
+    return json.dumps(base, separators=(",", ":"), allow_nan=False).encode()
+
+
+def decode_json(payload: bytes) -> Frame:
+    """Return the frame a JSON payload encodes.
+
+    Raises FrameError with reason bad_json, bad_version, non_finite or schema.
+    """
+    try:
+        document = json.loads(payload)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise FrameError("bad_json", str(exc)[:200]) from None
+    if not isinstance(document, dict):
+        raise FrameError("bad_json", "a frame must be a JSON object")
+    if document.get("v") != WIRE_VERSION:
+        raise FrameError("bad_version", f"wire version {document.get('v')!r} is not {WIRE_VERSION}")
+    try:
+        model = FRAME_ADAPTER.validate_python(document)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False)
+        reason = "non_finite" if any(e["type"] == "finite_number" for e in errors) else "schema"
+        first = errors[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise FrameError(reason, f"{where}: {first['msg']}") from None
+    if isinstance(model, NodeFrameModel):
+        cooling = [model.cooling] if model.cooling is not None else []
+        return NodeFrame(
+            model.publisher, model.seq, model.tick, model.t_s, model.node,
+            _records(model.chips, CHIP_DTYPE), _records(model.links, LINK_DTYPE),
+            _records(model.efa, EFA_DTYPE), _records(cooling, COOLING_DTYPE),
+        )
+    return FacilityFrame(
+        model.publisher, model.seq, model.tick, model.t_s, model.site,
+        _records([model.facility], FACILITY_DTYPE),
+    )

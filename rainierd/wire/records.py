@@ -1,0 +1,130 @@
+"""The samples a frame carries, as little-endian numpy record dtypes, and the
+decoded frame types both encodings produce.
+
+One dtype per kind of sample keeps the binary frame a plain concatenation of
+record arrays, and lets the monitor scatter a whole batch of frames into its
+state arrays by id without a Python loop over records.  Counters (``*_total``)
+are monotone from the publisher's start; gauges are the value at the sample.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "CHIP_DTYPE",
+    "COOLING_DTYPE",
+    "EFA_DTYPE",
+    "FACILITY_DTYPE",
+    "LINK_DTYPE",
+    "WIRE_VERSION",
+    "FacilityFrame",
+    "Frame",
+    "NodeFrame",
+    "float_fields",
+]
+
+WIRE_VERSION: Final = 1
+
+CHIP_DTYPE: Final = np.dtype(
+    [
+        ("chip", "<u4"),
+        ("util", "<f4"),  # mean NeuronCore utilisation over the tick, 0..1
+        ("clock_ratio", "<f4"),  # clock / nominal clock, 0..1
+        ("throttled", "u1"),  # 1 while the chip's firmware throttles it
+        ("temp_c", "<f4"),
+        ("power_w", "<f4"),
+        ("hbm_used_bytes", "<u8"),
+        ("fp8_flop_total", "<f8"),  # FLOP executed since publisher start
+        ("ecc_corrected_total", "<u8"),
+        ("ecc_uncorrected_total", "<u8"),
+    ]
+)
+
+LINK_DTYPE: Final = np.dtype(
+    [
+        ("link", "<u4"),
+        ("tx_bytes_total", "<u8"),
+        ("bw_bytes_s", "<f4"),  # bandwidth measured over the tick's transfers
+        ("lanes_up", "u1"),
+        ("crc_errors_total", "<u8"),
+        ("replay_total", "<u8"),
+        ("latency_us", "<f4"),
+    ]
+)
+
+EFA_DTYPE: Final = np.dtype(
+    [
+        ("port", "<u4"),
+        ("tx_bytes_total", "<u8"),
+        ("rx_bytes_total", "<u8"),
+        ("retrans_bytes_total", "<u8"),
+        ("retrans_pkts_total", "<u8"),
+        ("retrans_timeout_events_total", "<u8"),
+        ("unresponsive_remote_events_total", "<u8"),
+        ("impaired_remote_conn_events_total", "<u8"),
+        ("latency_us", "<f4"),
+    ]
+)
+
+COOLING_DTYPE: Final = np.dtype(
+    [
+        ("inlet_c", "<f4"),
+        ("outlet_c", "<f4"),
+        ("fan_rpm", "<f4"),
+        ("power_w", "<f4"),  # whole node, chips and host
+    ]
+)
+
+FACILITY_DTYPE: Final = np.dtype(
+    [
+        ("outside_c", "<f4"),
+        ("cooling_mode", "u1"),  # 0 outside air, 1 evaporative (water) assist
+        ("water_l_total", "<f8"),
+        ("it_energy_j_total", "<f8"),
+    ]
+)
+
+
+def float_fields(dtype: np.dtype[np.void]) -> tuple[str, ...]:
+    """Return the names of the floating-point fields of a record dtype."""
+    assert dtype.names is not None
+    return tuple(n for n in dtype.names if dtype.fields is not None and dtype.fields[n][0].kind == "f")
+
+
+def _empty(dtype: np.dtype[np.void]) -> npt.NDArray[np.void]:
+    return np.zeros(0, dtype=dtype)
+
+
+@dataclass(frozen=True, eq=False)
+class NodeFrame:
+    """One node's samples for one tick."""
+
+    publisher: str
+    seq: int
+    tick: int
+    t_s: float
+    node: int
+    chips: npt.NDArray[np.void] = field(default_factory=lambda: _empty(CHIP_DTYPE))
+    links: npt.NDArray[np.void] = field(default_factory=lambda: _empty(LINK_DTYPE))
+    efa: npt.NDArray[np.void] = field(default_factory=lambda: _empty(EFA_DTYPE))
+    cooling: npt.NDArray[np.void] = field(default_factory=lambda: _empty(COOLING_DTYPE))
+
+
+@dataclass(frozen=True, eq=False)
+class FacilityFrame:
+    """One site's facility (cooling plant) sample for one tick."""
+
+    publisher: str
+    seq: int
+    tick: int
+    t_s: float
+    site: int
+    facility: npt.NDArray[np.void] = field(default_factory=lambda: _empty(FACILITY_DTYPE))
+
+
+Frame = NodeFrame | FacilityFrame
