@@ -48,10 +48,10 @@ class IngestStats:
 
 @dataclass(frozen=True, slots=True)
 class FlushResult:
-    """What one flush applied and rejected."""
+    """What one flush applied and rejected (by reason)."""
 
     applied: int
-    rejected: int
+    rejected: Counter[str]
     latest_tick: int
 
 
@@ -121,22 +121,39 @@ class Ingest:
         stream.seq = frame.seq
         return None
 
-    def flush(self) -> FlushResult:
-        """Apply every queued frame to the state, oldest generation first."""
-        applied = rejected = 0
-        for frames in self._pending:
+    def take_batch(self) -> list[list[Frame]]:
+        """Return the queued frames, by generation, and start a new queue."""
+        batch, self._pending = self._pending, []
+        self._pending_count.clear()
+        return batch
+
+    def apply(self, batch: list[list[Frame]]) -> FlushResult:
+        """Scatter a batch into the state; safe to run off the event loop.
+
+        It touches the state and nothing else, so ``accept`` may queue the next
+        batch meanwhile; ``record`` then adds the result to the stats.
+        """
+        applied = 0
+        rejected: Counter[str] = Counter()
+        for frames in batch:
             nodes = [f for f in frames if isinstance(f, NodeFrame)]
             sites = [f for f in frames if isinstance(f, FacilityFrame)]
-            ok = self._apply_nodes(nodes)
+            applied += self._apply_nodes(nodes, rejected) + len(sites)
             self._apply_sites(sites)
-            applied += ok + len(sites)
-            rejected += len(nodes) - ok
-        self._pending.clear()
-        self._pending_count.clear()
-        self.stats.frames_applied += applied
         return FlushResult(applied, rejected, self.state.latest_tick)
 
-    def _apply_nodes(self, frames: list[NodeFrame]) -> int:
+    def record(self, result: FlushResult) -> None:
+        """Add a flush result to the cumulative stats."""
+        self.stats.frames_applied += result.applied
+        self.stats.rejected.update(result.rejected)
+
+    def flush(self) -> FlushResult:
+        """Apply every queued frame now (take_batch, apply and record)."""
+        result = self.apply(self.take_batch())
+        self.record(result)
+        return result
+
+    def _apply_nodes(self, frames: list[NodeFrame], rejected: Counter[str]) -> int:
         if not frames:
             return 0
         topo, state = self.state.topology, self.state
@@ -156,14 +173,18 @@ class Ingest:
             wrong = ~known
             wrong[known] = owner[ids[known]] != node[frame_of[known]]
             bad[frame_of[wrong]] = True
-            # Each node appears once per generation, so an id counted twice
-            # means one frame listed it twice: reject it rather than guess.
-            twice = np.bincount(ids[known], minlength=owner.size)[ids[known]] > 1
-            duplicated[frame_of[known][twice]] = True
+            # Records that passed the owner check belong to their frame's node,
+            # and a node appears once per generation, so an id counted twice
+            # means one frame listed it twice: reject that frame, not a neighbour.
+            owned = ~wrong
+            twice = np.bincount(ids[owned], minlength=owner.size)[ids[owned]] > 1
+            duplicated[frame_of[owned][twice]] = True
             parts.append((records, frame_of, ids))
         duplicated &= ~bad
-        self.stats.rejected["unknown_id"] += int(bad.sum())
-        self.stats.rejected["duplicate_id"] += int(duplicated.sum())
+        if bad.any():
+            rejected["unknown_id"] += int(bad.sum())
+        if duplicated.any():
+            rejected["duplicate_id"] += int(duplicated.sum())
         good = ~(bad | duplicated)
         t_s = np.fromiter((f.t_s for f in frames), np.float64, len(frames))
         tick = np.fromiter((f.tick for f in frames), np.int64, len(frames))

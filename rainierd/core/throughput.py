@@ -62,6 +62,10 @@ class Throughput:
         return int(self.chip_fresh.sum())
 
 
+def _sum_by(group: npt.NDArray[np.int64], values: F64, n: int) -> F64:
+    return np.bincount(group, weights=values, minlength=n).astype(np.float64, copy=False)
+
+
 def compute_throughput(
     state: FleetState,
     *,
@@ -86,11 +90,11 @@ def compute_throughput(
     chip_us = topo.chip_ultraserver
     n_us = topo.n_ultraservers
     us_peak = np.full(n_us, peak_flops_per_chip * topo.chips_per_node * topo.nodes_per_ultraserver)
-    us_delivered = np.bincount(chip_us, weights=delivered, minlength=n_us)
-    us_effective = np.bincount(chip_us, weights=effective, minlength=n_us)
+    us_delivered = _sum_by(chip_us, delivered, n_us)
+    us_effective = _sum_by(chip_us, effective, n_us)
 
     def per_site(values: F64) -> F64:
-        return np.bincount(topo.ultraserver_site, weights=values, minlength=topo.n_sites)
+        return _sum_by(topo.ultraserver_site, values, topo.n_sites)
 
     return Throughput(
         tick=state.latest_tick,

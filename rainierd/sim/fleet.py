@@ -142,7 +142,8 @@ class FleetModel:
     def _outside_c(self, sim_s: float) -> F64:
         p = self.params
         day_phase = 2.0 * np.pi * ((sim_s / 86_400.0) - 0.375)  # coolest ~03:00, warmest ~15:00
-        return p.outside_mean_c + self._site_outside_offset_c + p.outside_diurnal_amp_c * np.sin(day_phase)
+        swing = p.outside_diurnal_amp_c * np.sin(day_phase)
+        return np.asarray(p.outside_mean_c + self._site_outside_offset_c + swing, dtype=np.float64)
 
     def _inlet_c(self, sim_s: float) -> F64:
         site_inlet = np.clip(self._outside_c(sim_s) + 4.0, 18.0, 27.0)
@@ -160,14 +161,27 @@ class FleetModel:
         if tick != self._last_tick + 1:
             raise ValueError(f"tick {tick} follows {self._last_tick}; the model steps one tick at a time")
         self._last_tick = tick
-        topo, p, hw, rng, dt = self.topology, self.params, self.hw, self.rng, self.tick_s
         t_s = self.t_of(tick)
-        sim_s = tick * dt * p.time_scale
+        sim_s = tick * self.tick_s * self.params.time_scale
+        inlet_node = self._inlet_c(sim_s)
+        flops, power = self._step_chips(tick, inlet_node)
+        self._step_links()
+        self._step_efa()
+        node_power = self._step_cooling(inlet_node, power)
+        self._step_facility(sim_s, node_power)
+        truth = TickTruth(
+            tick=tick, t_s=t_s, chips=self.topology.n_chips,
+            peak_flops=self.topology.n_chips * self.hw.fp8_dense_flops,
+            delivered_flops=float(flops.sum()),
+            effective_flops=float(flops.sum()),
+        )
+        return TickSample(tick, t_s, self.chips, self.links, self.efa, self.cooling, self.facility, truth)
 
-        # Chips: utilisation follows the step cycle; power, heat and clock follow.
+    def _step_chips(self, tick: int, inlet_node: F64) -> tuple[F64, F64]:
+        """Utilisation follows the step cycle; power, heat and clock follow it."""
+        topo, p, hw, rng, dt = self.topology, self.params, self.hw, self.rng, self.tick_s
         cycle = np.sin(2.0 * np.pi * (tick * dt / p.step_s + self._chip_phase))
         util = np.clip(p.util_mean + p.util_cycle_amp * cycle + rng.normal(0, p.util_noise, topo.n_chips), 0, 1)
-        inlet_node = self._inlet_c(sim_s)
         clock = np.clip(
             1.0 - p.throttle_per_c * np.maximum(self._temp_c - p.throttle_start_c, 0.0), p.throttle_floor, 1.0
         )
@@ -176,7 +190,6 @@ class FleetModel:
         self._temp_c += (target - self._temp_c) * (1.0 - np.exp(-dt / p.thermal_tau_s))
         flops = hw.fp8_dense_flops * util * clock
         self._flop += flops * dt
-
         c = self.chips
         c["util"] = util
         c["clock_ratio"] = clock
@@ -185,8 +198,11 @@ class FleetModel:
         c["power_w"] = power
         c["fp8_flop_total"] = self._flop
         c["ecc_corrected_total"] += self._poisson(p.ecc_corrected_per_s, topo.n_chips).astype(np.uint64)
+        return flops, power
 
-        # NeuronLinks: healthy links run near nominal with small jitter.
+    def _step_links(self) -> None:
+        """Healthy NeuronLinks run near nominal with small jitter."""
+        topo, p, hw, rng, dt = self.topology, self.params, self.hw, self.rng, self.tick_s
         links = self.links
         lane_share = links["lanes_up"] / hw.neuronlink_lanes
         bw = self._link_nominal * lane_share * (p.link_bw_efficiency + rng.normal(0, p.link_bw_noise, topo.n_links))
@@ -196,7 +212,9 @@ class FleetModel:
         links["replay_total"] += self._poisson(p.link_replay_per_s, topo.n_links).astype(np.uint64)
         links["latency_us"] = self._link_latency_us * (1.0 + rng.normal(0, 0.03, topo.n_links))
 
-        # EFA ports: steady load, a trickle of retransmits.
+    def _step_efa(self) -> None:
+        """EFA ports carry a steady load with a trickle of retransmits."""
+        topo, p, hw, rng, dt = self.topology, self.params, self.hw, self.rng, self.tick_s
         efa = self.efa
         moved = (hw.efa_port_bytes_s * p.efa_load * dt * (1.0 + rng.normal(0, 0.02, topo.n_efa))).astype(np.uint64)
         efa["tx_bytes_total"] += moved
@@ -204,17 +222,22 @@ class FleetModel:
         pkts = self._poisson(p.efa_retrans_pkts_per_s, topo.n_efa).astype(np.uint64)
         efa["retrans_pkts_total"] += pkts
         efa["retrans_bytes_total"] += pkts * np.uint64(8192)
-        efa["latency_us"] = p.efa_latency_us * (1.0 + rng.normal(0, 0.04, topo.n_efa))
+        efa["latency_us"] = p.efa_latency_us * (1.0 + self.rng.normal(0, 0.04, topo.n_efa))
 
-        # Node air cooling: outlet rises with the node's power, fans with inlet.
-        node_power = np.bincount(topo.chip_node, weights=power, minlength=topo.n_nodes) + hw.node_host_power_w
+    def _step_cooling(self, inlet_node: F64, chip_power: F64) -> F64:
+        """Node outlet air rises with the node's power, fans with inlet air."""
+        topo, hw = self.topology, self.hw
+        node_power = np.bincount(topo.chip_node, weights=chip_power, minlength=topo.n_nodes) + hw.node_host_power_w
         cool = self.cooling
-        cool["inlet_c"] = inlet_node + rng.normal(0, 0.1, topo.n_nodes)
+        cool["inlet_c"] = inlet_node + self.rng.normal(0, 0.1, topo.n_nodes)
         cool["outlet_c"] = inlet_node + node_power / 1_200.0  # ~1 m^3/s of air: 1.2 kW per degree
         cool["fan_rpm"] = np.clip(6_000.0 + 250.0 * (inlet_node - 20.0), 4_000.0, 12_000.0)
         cool["power_w"] = node_power
+        return np.asarray(node_power, dtype=np.float64)
 
-        # Facility: outside air most of the time, water assist in the heat.
+    def _step_facility(self, sim_s: float, node_power: F64) -> None:
+        """Outside air cools most of the time; water assist runs in the heat."""
+        topo, p, dt = self.topology, self.params, self.tick_s
         outside = self._outside_c(sim_s)
         site_power = np.bincount(topo.node_site, weights=node_power, minlength=topo.n_sites)
         assist = outside > p.evaporative_above_c
@@ -223,11 +246,3 @@ class FleetModel:
         fac["cooling_mode"] = assist
         fac["it_energy_j_total"] += site_power * dt
         fac["water_l_total"] += np.where(assist, site_power * dt / 3.6e6 * p.evaporative_l_per_kwh, 0.0)
-
-        truth = TickTruth(
-            tick=tick, t_s=t_s, chips=topo.n_chips,
-            peak_flops=topo.n_chips * hw.fp8_dense_flops,
-            delivered_flops=float(flops.sum()),
-            effective_flops=float(flops.sum()),
-        )
-        return TickSample(tick, t_s, c, links, efa, cool, fac, truth)

@@ -1,0 +1,18 @@
+"""Benchmarks, run as ``rainierd bench <kind>``; each prints a table or, with
+``--json``, one JSON document (benchmarks/README.md describes the fields).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from rainierd.bench import core
+
+__all__ = ["run_bench"]
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    """Run the benchmark ``args.bench``; return the exit code."""
+    if args.bench == "core":
+        return core.main(args)
+    raise AssertionError(f"unknown benchmark {args.bench!r}")  # argparse restricts the choices

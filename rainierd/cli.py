@@ -1,0 +1,123 @@
+"""The ``rainierd`` command line: parses flags, loads settings, configures
+logging and hands over to a role, a benchmark or a small utility.
+
+Exit codes: 0 success or a clean stop, 1 a runtime failure, 2 bad usage or an
+invalid setting (one line on stderr naming it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from rainierd import __version__
+from rainierd.bench import run_bench
+from rainierd.daemon import run_role
+from rainierd.errors import ConfigError, RainierdError
+from rainierd.logs import configure_logging
+from rainierd.settings import DEFAULT_METRICS_ADDR, Settings, load_settings
+from rainierd.topology import PRESETS
+from rainierd.wire import json_schema
+
+__all__ = ["main"]
+
+# Flags of the daemon roles, as (flag, settings field, argparse keywords).
+_ROLE_FLAGS: list[tuple[str, str, dict[str, Any]]] = [
+    ("--mqtt-url", "mqtt_url", {"help": "mqtt://host:port or mqtts://host:port (run: embedded broker if unset)"}),
+    ("--mqtt-username", "mqtt_username", {}),
+    ("--mqtt-ca-file", "mqtt_ca_file", {"type": Path, "help": "CA bundle for mqtts://"}),
+    ("--mqtt-cert-file", "mqtt_cert_file", {"type": Path, "help": "client certificate for mqtts://"}),
+    ("--mqtt-key-file", "mqtt_key_file", {"type": Path}),
+    ("--mqtt-client-id", "mqtt_client_id", {}),
+    ("--mqtt-qos", "mqtt_qos", {"type": int, "choices": [0, 1]}),
+    ("--topology", "topology", {"help": f"preset: {', '.join(PRESETS)} (default demo)"}),
+    ("--tick", "tick_s", {"type": float, "help": "seconds per telemetry tick (default 1)"}),
+    ("--ticks", "ticks", {"type": int, "help": "simulator: stop after N ticks (default 0: run for ever)"}),
+    ("--seed", "seed", {"type": int}),
+    ("--encoding", "encoding", {"help": "simulator frame encoding: binary (default) or json"}),
+    ("--metrics-addr", "metrics_addr", {"help": f"exporter listen address (default {DEFAULT_METRICS_ADDR})"}),
+    ("--stale-after-ticks", "stale_after_ticks", {"type": int}),
+    ("--log-format", "log_format", {"help": "json, console or auto (console on a terminal)"}),
+    ("--log-level", "log_level", {}),
+]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"rainierd: error: {message}\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="rainierd", description="Trainium2 fleet telemetry and reliability monitoring.")
+    parser.add_argument("--config", type=Path, help="TOML settings file (RAINIERD_CONFIG)")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for name, text in (
+        ("run", "simulate, monitor and export in one process (embedded broker unless --mqtt-url)"),
+        ("simulate", "publish a simulated fleet's telemetry to MQTT"),
+        ("monitor", "subscribe to telemetry, analyse it and serve /metrics"),
+    ):
+        role = commands.add_parser(name, help=text, description=text)
+        role.add_argument("--config", type=Path, default=argparse.SUPPRESS, help="TOML settings file")
+        for flag, dest, kwargs in _ROLE_FLAGS:
+            role.add_argument(flag, dest=dest, default=None, **kwargs)
+    commands.add_parser("version", help="print the version")
+    commands.add_parser("schema", help="print the JSON Schema of the JSON frame form")
+    bench = commands.add_parser("bench", help="benchmarks (see benchmarks/README.md)")
+    kinds = bench.add_subparsers(dest="bench", required=True, parser_class=_Parser)
+    core = kinds.add_parser("core", help="per-tick cost of the numpy core")
+    core.add_argument("--topology", default="rainier", choices=list(PRESETS))
+    core.add_argument("--repeat", type=int, default=5)
+    core.add_argument("--seed", type=int, default=0)
+    core.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    return parser
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    flags = {dest: getattr(args, dest) for _flag, dest, _kw in _ROLE_FLAGS}
+    config = args.config
+    if config is None and (env := os.environ.get("RAINIERD_CONFIG")):
+        config = Path(env)
+    return load_settings(flags, config)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the process exit code."""
+    args = _parser().parse_args(argv)
+    if args.command == "version":
+        print(f"rainierd {__version__}")
+        return 0
+    if args.command == "schema":
+        print(json.dumps(json_schema(), indent=2))
+        return 0
+    if args.command == "bench":
+        return run_bench(args)
+    try:
+        settings = _settings(args)
+    except ConfigError as exc:
+        print(f"rainierd: {exc}", file=sys.stderr)
+        return 2
+    configure_logging(log_format=settings.log_format, level=settings.log_level)
+    log = structlog.get_logger("rainierd")
+    try:
+        asyncio.run(run_role(args.command, settings))
+    except (RainierdError, OSError) as exc:
+        # The message says it all (a port in use, a broker that cannot start).
+        log.error("rainierd failed to start", error=str(exc))  # noqa: TRY400
+        return 1
+    except ExceptionGroup as group:
+        for failure in group.exceptions:
+            log.error("rainierd task failed", error=repr(failure), exc_info=failure)  # noqa: TRY400
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""Wiring of the roles into one process: one TaskGroup, named tasks, and a
+clean stop on SIGINT/SIGTERM (or when a bounded simulation ends) with exit 0.
+
+``run`` = embedded broker (unless --mqtt-url) + simulator + monitor;
+``simulate`` = simulator only; ``monitor`` = monitor and exporter only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import signal
+from typing import Final, Literal
+
+import structlog
+
+from rainierd.broker import EmbeddedBroker
+from rainierd.exporter import FleetCollector, MetricsServer, MonitorCollector, build_registry
+from rainierd.monitor import Monitor
+from rainierd.mqtt import ConnectionState, mqtt_config, supervise
+from rainierd.settings import Settings
+from rainierd.sim import Simulator
+from rainierd.topology import build_topology
+
+__all__ = ["Role", "run_role"]
+
+log = structlog.get_logger("rainierd")
+
+Role = Literal["run", "simulate", "monitor"]
+_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
+
+
+async def run_role(role: Role, settings: Settings) -> None:
+    """Run ``role`` until a signal (or the end of a bounded simulation).
+
+    Raises OSError if a listening socket cannot be bound, BrokerError if the
+    embedded broker cannot start; task failures propagate as an ExceptionGroup.
+    """
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in _SIGNALS:
+        loop.add_signal_handler(sig, stop.set)
+    topology = build_topology(settings.topology, efa_ports_per_node=settings.efa_ports_per_node)
+    nonce = secrets.token_hex(4)
+    async with contextlib.AsyncExitStack() as stack:
+        url = settings.mqtt_url
+        if role == "run" and url is None:
+            broker = await stack.enter_async_context(EmbeddedBroker())
+            url = f"mqtt://127.0.0.1:{broker.port}"
+        coroutines = {}
+        if role in ("run", "simulate"):
+            sim_mqtt = mqtt_config(settings, client_id=f"rainierd-sim-{nonce}", url=url)
+            sim = Simulator(
+                topology, publisher_id=sim_mqtt.client_id, seed=settings.seed, tick_s=settings.tick_s,
+                ticks=settings.ticks, encoding=settings.encoding, qos=settings.mqtt_qos,
+            )
+            coroutines["sim-ticks"] = sim.produce(stop)
+            coroutines["sim-mqtt-publish"] = supervise(sim_mqtt, sim.publish, state=ConnectionState())
+        if role in ("run", "monitor"):
+            mon_mqtt = mqtt_config(settings, client_id=f"rainierd-monitor-{nonce}", url=url)
+            monitor = Monitor(
+                topology, tick_s=settings.tick_s, stale_after_ticks=settings.stale_after_ticks,
+                max_frame_bytes=settings.max_frame_bytes, qos=settings.mqtt_qos,
+            )
+            registry = build_registry({
+                "fleet": FleetCollector(topology, lambda: monitor.snapshot),
+                "monitor": MonitorCollector(monitor.stats, lambda: monitor.snapshot, monitor.connection),
+            })
+            host, port = settings.metrics_host_port
+            server = MetricsServer(
+                registry, host=host, port=port, generation=lambda: monitor.generation,
+                healthy=monitor.healthy, ready=monitor.ready,
+            )
+            await server.start()
+            coroutines["monitor-mqtt-subscribe"] = supervise(
+                mon_mqtt, monitor.consume, state=monitor.connection,
+            )
+            coroutines["monitor-analyse"] = monitor.analyse()
+            coroutines["exporter-http"] = server.serve_forever()
+        log.info("rainierd started", role=role, topology=topology.name, chips=topology.n_chips, broker=url)
+        async with asyncio.TaskGroup() as tg:
+            tasks = [tg.create_task(coro, name=name) for name, coro in coroutines.items()]
+            await stop.wait()
+            log.info("rainierd stopping", role=role)
+            for task in tasks:
+                task.cancel()
+    for sig in _SIGNALS:
+        loop.remove_signal_handler(sig)
+    log.info("rainierd stopped", role=role)

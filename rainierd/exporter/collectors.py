@@ -1,0 +1,231 @@
+"""Prometheus collectors of the monitor: each takes its data source as a
+callable, so a test hands it a fixture and reads it back from a registry.
+
+Collectors are registered in one place (``build_registry``).  Every collector
+is timed, node_exporter style: ``rainier_exporter_collector_duration_seconds``
+and ``rainier_exporter_collector_success`` per collector, so one failing
+source drops only its own metric group and says so.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+import structlog
+from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from rainierd import __version__
+from rainierd.core.ingest import IngestStats
+from rainierd.core.throughput import Throughput
+from rainierd.mqtt import ConnectionState
+from rainierd.topology import Topology
+from rainierd.wire.records import WIRE_VERSION
+
+__all__ = ["DECODE_REASONS", "MonitorSnapshot", "build_registry"]
+
+log = structlog.get_logger("rainierd.exporter")
+
+# Every reason a frame can be rejected for, so each series exists from start.
+DECODE_REASONS = (
+    "oversize", "empty", "unknown_encoding", "truncated", "bad_magic", "bad_version",
+    "bad_kind", "bad_header", "trailing_bytes", "non_finite", "bad_json", "schema",
+    "unknown_node", "unknown_id", "duplicate_id", "topic_mismatch", "stale_seq", "bad_topic",
+)
+
+
+@dataclass(frozen=True, eq=False)
+class MonitorSnapshot:
+    """What one analysis tick concluded; collectors read only this."""
+
+    generation: int
+    throughput: Throughput
+    chips_total: int
+    analysis_s: float
+    analysed_ticks: int
+
+
+class FleetCollector(Collector):
+    """FP8 throughput of the fleet, its sites and UltraServers."""
+
+    def __init__(self, topology: Topology, snapshot: Callable[[], MonitorSnapshot | None]) -> None:
+        self._snapshot = snapshot
+        self._site_labels = [[f"s{s}"] for s in range(topology.n_sites)]
+        self._us_labels = [
+            [f"s{site}", f"u{us}"] for us, site in enumerate(topology.ultraserver_site.tolist())
+        ]
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self._snapshot()
+        if snap is None:
+            return
+        tp = snap.throughput
+        for level in ("peak", "delivered", "effective"):
+            yield GaugeMetricFamily(
+                f"rainier_fleet_fp8_{level}_flops",
+                f"Fleet FP8 {level} throughput, dense FLOP/s.",
+                value=getattr(tp, f"fleet_{level}"),
+            )
+            site = GaugeMetricFamily(
+                f"rainier_site_fp8_{level}_flops", f"Site FP8 {level} throughput, dense FLOP/s.",
+                labels=["site"],
+            )
+            for labels, value in zip(self._site_labels, getattr(tp, f"site_{level}").tolist(), strict=True):
+                site.add_metric(labels, value)
+            yield site
+            us = GaugeMetricFamily(
+                f"rainier_ultraserver_fp8_{level}_flops",
+                f"UltraServer FP8 {level} throughput, dense FLOP/s.",
+                labels=["site", "ultraserver"],
+            )
+            for labels, value in zip(self._us_labels, getattr(tp, f"ultraserver_{level}").tolist(), strict=True):
+                us.add_metric(labels, value)
+            yield us
+        yield GaugeMetricFamily("rainier_fleet_chips", "Chips in the topology.", value=snap.chips_total)
+        yield GaugeMetricFamily(
+            "rainier_fleet_chips_reporting",
+            "Chips whose telemetry is fresh (within stale_after_ticks of the latest tick).",
+            value=tp.chips_fresh,
+        )
+
+
+class MonitorCollector(Collector):
+    """The monitor's own progress: last tick, analysis time, ingest counters."""
+
+    def __init__(
+        self,
+        stats: IngestStats,
+        snapshot: Callable[[], MonitorSnapshot | None],
+        connection: ConnectionState,
+    ) -> None:
+        self._stats, self._snapshot, self._connection = stats, snapshot, connection
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self._stats
+        frames = CounterMetricFamily(
+            "rainier_ingest_frames", "Telemetry frames received, by encoding.", labels=["encoding"],
+        )
+        received = CounterMetricFamily(
+            "rainier_ingest_bytes", "Telemetry payload bytes received, by encoding.", labels=["encoding"],
+        )
+        for encoding in ("binary", "json"):
+            frames.add_metric([encoding], stats.frames[encoding])
+            received.add_metric([encoding], stats.bytes[encoding])
+        yield frames
+        yield received
+        errors = CounterMetricFamily(
+            "rainier_ingest_decode_errors",
+            "Frames rejected, by reason (decode, identity, sequence).", labels=["reason"],
+        )
+        for reason in sorted(set(DECODE_REASONS) | set(stats.rejected)):
+            errors.add_metric([reason], stats.rejected[reason])
+        yield errors
+        yield CounterMetricFamily(
+            "rainier_ingest_frames_lost", "Frames missing from sequence gaps.", value=stats.frames_lost,
+        )
+        yield CounterMetricFamily(
+            "rainier_ingest_frames_applied", "Frames applied to the fleet state.", value=stats.frames_applied,
+        )
+        yield CounterMetricFamily(
+            "rainier_ingest_publisher_changes",
+            "Times a node's frames came from a new publisher (restart or failover).",
+            value=stats.publisher_changes,
+        )
+        yield GaugeMetricFamily(
+            "rainier_mqtt_connected", "1 while the monitor's MQTT session is up.",
+            value=float(self._connection.connected),
+        )
+        yield CounterMetricFamily(
+            "rainier_mqtt_connection_failures", "Failed or lost MQTT connections.",
+            value=self._connection.failures,
+        )
+        snap = self._snapshot()
+        if snap is not None:
+            yield GaugeMetricFamily(
+                "rainier_monitor_last_tick", "Latest telemetry tick applied.", value=snap.throughput.tick,
+            )
+            yield GaugeMetricFamily(
+                "rainier_monitor_analysis_duration_seconds",
+                "Time the last analysis tick took (ingest scatter and throughput model).",
+                value=snap.analysis_s,
+            )
+            yield CounterMetricFamily(
+                "rainier_monitor_analyses", "Analysis ticks run.", value=snap.analysed_ticks,
+            )
+
+
+class BuildInfoCollector(Collector):
+    """rainier_build_info: version labels, value 1."""
+
+    def collect(self) -> Iterator[Metric]:
+        info = InfoMetricFamily("rainier_build", "rainierd build information.")
+        info.add_metric([], {"version": __version__, "wire_version": str(WIRE_VERSION)})
+        yield info
+
+
+@dataclass(eq=False)
+class _Timings:
+    duration_s: dict[str, float] = field(default_factory=dict)
+    success: dict[str, bool] = field(default_factory=dict)
+
+
+class _Timed(Collector):
+    """Runs one collector, recording its duration and success for this scrape."""
+
+    def __init__(self, name: str, inner: Collector, timings: _Timings) -> None:
+        self._name, self._inner, self._timings = name, inner, timings
+
+    def collect(self) -> Iterable[Metric]:
+        started = time.perf_counter()
+        try:
+            metrics = list(self._inner.collect())
+        except Exception:
+            # One broken source drops its own group, never the whole scrape.
+            log.exception("collector failed", collector=self._name)
+            self._timings.success[self._name] = False
+            metrics = []
+        else:
+            self._timings.success[self._name] = True
+        self._timings.duration_s[self._name] = time.perf_counter() - started
+        return metrics
+
+
+class _ScrapeCollector(Collector):
+    def __init__(self, timings: _Timings) -> None:
+        self._timings = timings
+
+    def collect(self) -> Iterator[Metric]:
+        duration = GaugeMetricFamily(
+            "rainier_exporter_collector_duration_seconds", "Time each collector took in this scrape.",
+            labels=["collector"],
+        )
+        success = GaugeMetricFamily(
+            "rainier_exporter_collector_success", "1 if the collector succeeded in this scrape.",
+            labels=["collector"],
+        )
+        for name, seconds in self._timings.duration_s.items():
+            duration.add_metric([name], seconds)
+            success.add_metric([name], float(self._timings.success[name]))
+        yield duration
+        yield success
+
+
+def build_registry(collectors: dict[str, Collector], *, process_metrics: bool = True) -> CollectorRegistry:
+    """Return a registry of the named collectors, each timed, plus process metrics."""
+    registry = CollectorRegistry(auto_describe=False)
+    timings = _Timings()
+    for name, collector in collectors.items():
+        registry.register(_Timed(name, collector, timings))
+    registry.register(_Timed("build_info", BuildInfoCollector(), timings))
+    if process_metrics:
+        ProcessCollector(registry=registry)
+        PlatformCollector(registry=registry)
+    # Registered last: the registry collects in order, so it sees this scrape's timings.
+    registry.register(_ScrapeCollector(timings))
+    return registry
+
+
+__all__ += ["BuildInfoCollector", "FleetCollector", "MonitorCollector"]

@@ -1,0 +1,50 @@
+"""Structured logging: JSON lines in containers and pipes, readable colour on a
+terminal, and secrets redacted before anything is rendered.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import MutableMapping
+from typing import Any, Final
+
+import structlog
+
+__all__ = ["configure_logging", "redact_secrets"]
+
+_SECRET_WORDS: Final = ("password", "secret", "token", "passwd", "credential")
+_LEVELS: Final = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+
+
+def redact_secrets(
+    _logger: Any, _method: str, event: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
+    """Replace the value of every key that names a secret with ``***``."""
+    for key in event:
+        if any(word in key.lower() for word in _SECRET_WORDS):
+            event[key] = "***"
+    return event
+
+
+def configure_logging(*, log_format: str, level: str) -> None:
+    """Configure structlog for the process; ``auto`` means console on a TTY."""
+    use_json = log_format == "json" or (log_format == "auto" and not sys.stderr.isatty())
+    renderer: structlog.typing.Processor = (
+        structlog.processors.JSONRenderer() if use_json else structlog.dev.ConsoleRenderer()
+    )
+    processors: list[structlog.typing.Processor] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        redact_secrets,
+    ]
+    if use_json:
+        processors.append(structlog.processors.format_exc_info)
+    processors.append(renderer)
+    structlog.configure(
+        processors=processors,
+        wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        cache_logger_on_first_use=False,
+    )

@@ -1,0 +1,148 @@
+"""The monitor role: subscribes to telemetry, admits frames into the numpy
+state, and once a tick runs the core's analysis off the event loop, leaving a
+snapshot for the exporter.
+
+Every payload is either admitted or rejected with a counted reason; nothing a
+publisher sends can raise out of ``on_message`` or touch another frame's state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from typing import Final
+
+import aiomqtt
+import structlog
+
+from rainierd.core import FleetState, Ingest, IngestStats, Throughput, compute_throughput
+from rainierd.core.ingest import FlushResult
+from rainierd.errors import FrameError
+from rainierd.exporter import Health, MonitorSnapshot
+from rainierd.hardware import TRN2
+from rainierd.mqtt import ConnectionState
+from rainierd.topology import Topology
+from rainierd.wire import Frame, decode_frame
+from rainierd.wire.topics import parse_topic, telemetry_filters
+
+__all__ = ["Monitor"]
+
+log = structlog.get_logger("rainierd.monitor")
+
+_LOG_FIRST: Final = 5  # rejections of a reason logged in full before sampling
+_LOG_EVERY: Final = 1_000
+
+
+class Monitor:
+    """Holds the fleet state and turns MQTT messages into snapshots."""
+
+    def __init__(
+        self,
+        topology: Topology,
+        *,
+        tick_s: float,
+        stale_after_ticks: int,
+        max_frame_bytes: int,
+        qos: int = 0,
+    ) -> None:
+        self.topology = topology
+        self.tick_s = tick_s
+        self.stale_after_ticks = stale_after_ticks
+        self.max_frame_bytes = max_frame_bytes
+        self.qos = qos
+        self.state = FleetState(topology)
+        self.stats = IngestStats()
+        self.ingest = Ingest(self.state, self.stats)
+        self.connection = ConnectionState()
+        self.snapshot: MonitorSnapshot | None = None
+        self.generation = 0
+        self._logged: Counter[str] = Counter()
+        self._last_analysis: float | None = None
+
+    def on_message(self, topic: str, payload: bytes) -> None:
+        """Admit one MQTT message, or count and log why it was rejected."""
+        encoding = "json" if payload[:1] == b"{" else "binary"
+        self.stats.frames[encoding] += 1
+        self.stats.bytes[encoding] += len(payload)
+        address = parse_topic(topic)
+        if address is None:
+            self._reject("bad_topic", topic, "not a telemetry topic")
+            return
+        try:
+            frame, _ = decode_frame(payload, max_bytes=self.max_frame_bytes)
+        except FrameError as exc:
+            self._reject(exc.reason, topic, exc.detail)
+            return
+        if (reason := self.ingest.accept(frame, address)) is not None:
+            self._note(reason, topic, f"frame from {frame.publisher!r} seq {frame.seq}")
+
+    def _reject(self, reason: str, topic: str, detail: str) -> None:
+        self.stats.reject(reason)
+        self._note(reason, topic, detail)
+
+    def _note(self, reason: str, topic: str, detail: str) -> None:
+        self._logged[reason] += 1
+        n = self._logged[reason]
+        if n <= _LOG_FIRST or n % _LOG_EVERY == 0:
+            log.warning("frame rejected", reason=reason, topic=topic[:200], detail=detail[:200],
+                        occurrences=n)
+
+    async def consume(self, client: aiomqtt.Client) -> None:
+        """Subscribe to telemetry and admit messages until cancelled."""
+        for topic_filter in telemetry_filters():
+            await client.subscribe(topic_filter, qos=self.qos)
+        async for message in client.messages:
+            payload = message.payload
+            if not isinstance(payload, bytes | bytearray):
+                payload = str(payload).encode()
+            self.on_message(message.topic.value, bytes(payload))
+
+    def _analyse(self, batch: list[list[Frame]]) -> tuple[FlushResult, Throughput]:
+        result = self.ingest.apply(batch)
+        throughput = compute_throughput(
+            self.state, peak_flops_per_chip=TRN2.fp8_dense_flops, stale_after_ticks=self.stale_after_ticks,
+        )
+        return result, throughput
+
+    async def analyse_once(self) -> MonitorSnapshot:
+        """Apply what arrived since the last call and publish a new snapshot."""
+        started = time.perf_counter()
+        result, throughput = await asyncio.to_thread(self._analyse, self.ingest.take_batch())
+        self.ingest.record(result)
+        analysed = self.snapshot.analysed_ticks + 1 if self.snapshot else 1
+        self.generation += 1
+        self.snapshot = MonitorSnapshot(
+            generation=self.generation, throughput=throughput, chips_total=self.topology.n_chips,
+            analysis_s=time.perf_counter() - started, analysed_ticks=analysed,
+        )
+        self._last_analysis = time.monotonic()
+        return self.snapshot
+
+    async def analyse(self) -> None:
+        """Run ``analyse_once`` every tick, on a drift-free schedule, until cancelled."""
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        tick = 1
+        while True:
+            delay = start + tick * self.tick_s - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            else:
+                tick += int(-delay // self.tick_s)  # skip the ticks we overran
+            await self.analyse_once()
+            tick += 1
+
+    def healthy(self) -> Health:
+        """Return healthy unless analysis has stalled for 10 ticks."""
+        if self._last_analysis is not None and time.monotonic() - self._last_analysis > 10 * self.tick_s + 5:
+            return Health(False, "analysis stalled")
+        return Health(True, "ok")
+
+    def ready(self) -> Health:
+        """Return ready once connected to MQTT and a tick has been analysed."""
+        if not self.connection.connected:
+            return Health(False, "mqtt not connected")
+        if self.snapshot is None or self.snapshot.throughput.tick < 0:
+            return Health(False, "no telemetry analysed yet")
+        return Health(True, "ready")

@@ -1,0 +1,154 @@
+"""The MQTT edge: connection settings, and a supervisor that keeps one aiomqtt
+session alive with jittered exponential backoff.
+
+The supervisor is the only place that catches ``aiomqtt.MqttError``.  Each
+client connects with a retained will on ``rainier/v1/status/<client-id>``
+saying ``offline``, and says ``online`` there once connected, so a publisher
+that dies is marked offline by the broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import ssl
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+from urllib.parse import urlsplit
+
+import aiomqtt
+import structlog
+
+from rainierd.settings import Settings
+from rainierd.wire.topics import status_topic
+
+__all__ = ["ConnectionState", "MqttConfig", "mqtt_config", "supervise"]
+
+log = structlog.get_logger("rainierd.mqtt")
+
+_BACKOFF_BASE_S: Final = 0.2
+_BACKOFF_CAP_S: Final = 15.0
+_STABLE_AFTER_S: Final = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class MqttConfig:
+    """Where and how to connect; ``password`` never appears in repr or logs."""
+
+    host: str
+    port: int
+    client_id: str
+    tls: bool = False
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    ca_file: Path | None = None
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    keepalive_s: int = 30
+    qos: int = 0
+
+    @property
+    def url(self) -> str:
+        """Return the broker URL, without credentials."""
+        return f"{'mqtts' if self.tls else 'mqtt'}://{self.host}:{self.port}"
+
+
+def mqtt_config(settings: Settings, *, client_id: str, url: str | None = None) -> MqttConfig:
+    """Return the connection config for ``url`` (default: the settings' URL)."""
+    parts = urlsplit(url or settings.mqtt_url or "mqtt://127.0.0.1:1883")
+    tls = parts.scheme == "mqtts"
+    return MqttConfig(
+        host=parts.hostname or "127.0.0.1",
+        port=parts.port or (8883 if tls else 1883),
+        client_id=settings.mqtt_client_id or client_id,
+        tls=tls,
+        username=settings.mqtt_username,
+        password=settings.mqtt_password.get_secret_value() if settings.mqtt_password else None,
+        ca_file=settings.mqtt_ca_file,
+        cert_file=settings.mqtt_cert_file,
+        key_file=settings.mqtt_key_file,
+        keepalive_s=settings.mqtt_keepalive_s,
+        qos=settings.mqtt_qos,
+    )
+
+
+def _tls_context(config: MqttConfig) -> ssl.SSLContext | None:
+    if not config.tls:
+        return None
+    context = ssl.create_default_context(cafile=str(config.ca_file) if config.ca_file else None)
+    if config.cert_file is not None:
+        context.load_cert_chain(str(config.cert_file), str(config.key_file) if config.key_file else None)
+    return context
+
+
+@dataclass(slots=True)
+class ConnectionState:
+    """Whether a supervised session is connected, for /readyz and metrics."""
+
+    connected: bool = False
+    connects: int = 0
+    failures: int = 0
+
+
+def _client(config: MqttConfig) -> aiomqtt.Client:
+    status = status_topic(config.client_id)
+    return aiomqtt.Client(
+        config.host,
+        config.port,
+        identifier=config.client_id,
+        username=config.username,
+        password=config.password,
+        will=aiomqtt.Will(status, b"offline", qos=1, retain=True),
+        keepalive=config.keepalive_s,
+        tls_context=_tls_context(config),
+        timeout=10.0,
+        # Telemetry arrives in bursts of one frame per node every tick.
+        max_queued_incoming_messages=200_000,
+    )
+
+
+async def supervise(
+    config: MqttConfig,
+    session: Callable[[aiomqtt.Client], Awaitable[None]],
+    *,
+    state: ConnectionState,
+    rng: random.Random | None = None,
+) -> None:
+    """Run ``session`` on a connected client for ever, reconnecting on failure.
+
+    Returns when ``session`` returns; cancellation propagates.
+    """
+    rng = rng or random.Random()
+    attempt = 0
+    loop = asyncio.get_running_loop()
+    while True:
+        started = loop.time()
+        try:
+            async with _client(config) as client:
+                state.connected, state.connects = True, state.connects + 1
+                log.info("mqtt connected", broker=config.url, client_id=config.client_id)
+                await client.publish(status_topic(config.client_id), b"online", qos=1, retain=True)
+                try:
+                    await session(client)
+                    return
+                finally:
+                    state.connected = False
+                    # Say offline ourselves: a clean DISCONNECT does not fire the will.
+                    with contextlib.suppress(aiomqtt.MqttError, TimeoutError):
+                        async with asyncio.timeout(0.5):
+                            await client.publish(
+                                status_topic(config.client_id), b"offline", qos=1, retain=True,
+                            )
+        except aiomqtt.MqttError as exc:
+            state.connected = False
+            state.failures += 1
+            if loop.time() - started > _STABLE_AFTER_S:
+                attempt = 0
+            delay = min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2**attempt) * rng.uniform(0.5, 1.0)
+            attempt += 1
+            log.warning("mqtt connection failed; retrying", broker=config.url, error=str(exc),
+                        retry_in_s=round(delay, 2))
+            await asyncio.sleep(delay)

@@ -1,0 +1,11 @@
+"""The fleet simulator: a vectorised model of a healthy Trainium2 fleet, the
+cutting of its ticks into frames, and the role that publishes them.
+"""
+
+from __future__ import annotations
+
+from rainierd.sim.fleet import FleetModel, FleetParams, TickSample, TickTruth
+from rainierd.sim.frames import tick_frames
+from rainierd.sim.publisher import Simulator, truth_payload
+
+__all__ = ["FleetModel", "FleetParams", "Simulator", "TickSample", "TickTruth", "tick_frames", "truth_payload"]

@@ -1,0 +1,242 @@
+"""Specification of the wire format: topics, the binary and JSON frame forms."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rainierd.errors import FrameError
+from rainierd.wire import (
+    CHIP_DTYPE,
+    COOLING_DTYPE,
+    EFA_DTYPE,
+    FACILITY_DTYPE,
+    LINK_DTYPE,
+    FacilityFrame,
+    NodeFrame,
+    decode_binary,
+    decode_frame,
+    decode_json,
+    encode_binary,
+    encode_json,
+    json_schema,
+)
+from rainierd.wire.binary import HEADER
+from rainierd.wire.topics import TopicAddress, facility_topic, node_topic, parse_topic
+
+ROOT = Path(__file__).parents[1]
+MAX = 1 << 20
+
+
+def random_records(rng: np.random.Generator, dtype: np.dtype[np.void], n: int) -> np.ndarray:
+    """Records with valid values for every field (ratios in 0..1, finite, non-negative)."""
+    out = np.zeros(n, dtype)
+    assert dtype.names is not None
+    for name in dtype.names:
+        kind = dtype.fields[name][0].kind  # type: ignore[index]
+        if name in ("util", "clock_ratio"):
+            out[name] = rng.uniform(0, 1, n)
+        elif name in {"throttled", "cooling_mode"}:
+            out[name] = rng.integers(0, 2, n)
+        elif kind == "u":
+            top = np.iinfo(dtype.fields[name][0]).max  # type: ignore[index]
+            out[name] = rng.integers(0, top, n, dtype=dtype.fields[name][0], endpoint=True)  # type: ignore[index]
+        else:
+            out[name] = rng.uniform(0, 1e6, n)
+    return out
+
+
+@st.composite
+def node_frames(draw: st.DrawFn) -> NodeFrame:
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    return NodeFrame(
+        publisher=draw(st.text(min_size=1, max_size=30).filter(lambda s: len(s.encode()) <= 128)),
+        seq=draw(st.integers(0, 2**64 - 1)),
+        tick=draw(st.integers(0, 2**64 - 1)),
+        t_s=draw(st.floats(allow_nan=False, allow_infinity=False)),
+        node=draw(st.integers(0, 2**32 - 1)),
+        chips=random_records(rng, CHIP_DTYPE, draw(st.integers(0, 64))),
+        links=random_records(rng, LINK_DTYPE, draw(st.integers(0, 256))),
+        efa=random_records(rng, EFA_DTYPE, draw(st.integers(0, 64))),
+        cooling=random_records(rng, COOLING_DTYPE, draw(st.integers(0, 1))),
+    )
+
+
+def same_node_frame(a: NodeFrame, b: NodeFrame) -> bool:
+    return (a.publisher, a.seq, a.tick, a.t_s, a.node) == (b.publisher, b.seq, b.tick, b.t_s, b.node) and all(
+        getattr(a, k).tobytes() == getattr(b, k).tobytes() for k in ("chips", "links", "efa", "cooling")
+    )
+
+
+def a_node_frame() -> NodeFrame:
+    rng = np.random.default_rng(7)
+    return NodeFrame("sim-1", 3, 3, 1.7e9, 2, random_records(rng, CHIP_DTYPE, 16),
+                     random_records(rng, LINK_DTYPE, 48), random_records(rng, EFA_DTYPE, 16),
+                     random_records(rng, COOLING_DTYPE, 1))
+
+
+class TestRoundTrip:
+    @given(node_frames())
+    @settings(max_examples=60, deadline=None)
+    def test_binary_node_frame(self, frame: NodeFrame) -> None:
+        """Any valid node frame survives binary encoding bit for bit."""
+        decoded = decode_binary(encode_binary(frame))
+        assert isinstance(decoded, NodeFrame)
+        assert same_node_frame(frame, decoded)
+
+    @given(node_frames())
+    @settings(max_examples=40, deadline=None)
+    def test_json_node_frame(self, frame: NodeFrame) -> None:
+        """Any valid node frame survives JSON encoding bit for bit."""
+        decoded = decode_json(encode_json(frame))
+        assert isinstance(decoded, NodeFrame)
+        assert same_node_frame(frame, decoded)
+
+    @given(st.integers(0, 2**32 - 1), st.integers(0, 2**32 - 1))
+    @settings(max_examples=30, deadline=None)
+    def test_facility_frame_both_encodings(self, site: int, seed: int) -> None:
+        """A facility frame survives both encodings."""
+        records = random_records(np.random.default_rng(seed), FACILITY_DTYPE, 1)
+        frame = FacilityFrame("sim", 1, 2, 3.5, site, records)
+        for encode in (encode_binary, encode_json):
+            decoded, _ = decode_frame(encode(frame), max_bytes=MAX)
+            assert isinstance(decoded, FacilityFrame)
+            assert (decoded.site, decoded.facility.tobytes()) == (site, records.tobytes())
+
+    def test_decode_frame_names_the_encoding(self) -> None:
+        """decode_frame tells binary from JSON by the first byte."""
+        frame = a_node_frame()
+        assert decode_frame(encode_binary(frame), max_bytes=MAX)[1] == "binary"
+        assert decode_frame(encode_json(frame), max_bytes=MAX)[1] == "json"
+
+
+def reason(payload: bytes, max_bytes: int = MAX) -> str:
+    with pytest.raises(FrameError) as info:
+        decode_frame(payload, max_bytes=max_bytes)
+    return info.value.reason
+
+
+class TestMalformedBinary:
+    def test_every_truncation_is_rejected(self) -> None:
+        """Every proper prefix of a frame is rejected as truncated (or empty)."""
+        payload = encode_binary(a_node_frame())
+        reasons = {reason(payload[:n]) for n in range(len(payload))}
+        assert reasons == {"empty", "truncated"}
+
+    def test_wrong_magic(self) -> None:
+        """A frame that starts R but not RNRW is rejected as bad_magic."""
+        payload = encode_binary(a_node_frame())
+        assert reason(b"RXRW" + payload[4:]) == "bad_magic"
+
+    def test_wrong_version(self) -> None:
+        """A frame of another wire version is rejected as bad_version."""
+        payload = bytearray(encode_binary(a_node_frame()))
+        payload[4] = 2
+        assert reason(bytes(payload)) == "bad_version"
+
+    def test_unknown_kind(self) -> None:
+        """A frame kind other than node or facility is rejected."""
+        payload = bytearray(encode_binary(a_node_frame()))
+        payload[5] = 9
+        assert reason(bytes(payload)) == "bad_kind"
+
+    def test_trailing_bytes(self) -> None:
+        """Bytes after the last announced record are rejected."""
+        assert reason(encode_binary(a_node_frame()) + b"\0") == "trailing_bytes"
+
+    def test_absurd_counts(self) -> None:
+        """A header announcing more records than any node has is rejected before reading them."""
+        payload = bytearray(encode_binary(a_node_frame()))
+        struct.pack_into("<H", payload, HEADER.size - 10, 60_000)
+        assert reason(bytes(payload)) == "bad_header"
+
+    @pytest.mark.parametrize("field", ["util", "temp_c", "fp8_flop_total"])
+    def test_nan_in_a_chip_record(self, field: str) -> None:
+        """NaN in any float field of any record is rejected as non_finite."""
+        frame = a_node_frame()
+        chips = frame.chips.copy()
+        chips[5][field] = np.nan
+        bad = NodeFrame(frame.publisher, 1, 1, 1.0, 2, chips, frame.links, frame.efa, frame.cooling)
+        assert reason(encode_binary(bad)) == "non_finite"
+
+    def test_oversize_is_rejected_before_decoding(self) -> None:
+        """A payload over max_bytes is rejected as oversize."""
+        assert reason(encode_binary(a_node_frame()), max_bytes=1_000) == "oversize"
+
+    @given(st.binary(max_size=600))
+    @settings(max_examples=300, deadline=None)
+    def test_arbitrary_bytes_raise_only_frame_error(self, payload: bytes) -> None:
+        """No payload makes the decoder raise anything but FrameError."""
+        try:
+            decode_frame(b"RNRW" + payload, max_bytes=MAX)
+            decode_frame(payload, max_bytes=MAX)
+        except FrameError:
+            pass
+
+
+class TestMalformedJson:
+    def document(self) -> dict[str, object]:
+        return dict(json.loads(encode_json(a_node_frame())))
+
+    def test_not_json(self) -> None:
+        """A payload starting { that is not JSON is rejected as bad_json."""
+        assert reason(b"{not json") == "bad_json"
+
+    def test_wrong_version(self) -> None:
+        """v other than 1 is rejected as bad_version."""
+        doc = self.document() | {"v": 2}
+        assert reason(json.dumps(doc).encode()) == "bad_version"
+
+    def test_nan(self) -> None:
+        """NaN (which Python's json accepts) is rejected as non_finite."""
+        doc = self.document()
+        doc["chips"][0]["temp_c"] = float("nan")  # type: ignore[index]
+        assert reason(json.dumps(doc).encode()) == "non_finite"
+
+    def test_missing_and_extra_fields(self) -> None:
+        """A record missing a field, or with an unknown one, is rejected as schema."""
+        doc = self.document()
+        del doc["chips"][0]["util"]  # type: ignore[index]
+        assert reason(json.dumps(doc).encode()) == "schema"
+        doc = self.document()
+        doc["links"][0]["colour"] = "blue"  # type: ignore[index]
+        assert reason(json.dumps(doc).encode()) == "schema"
+
+    def test_out_of_range(self) -> None:
+        """A utilisation above 1 or a negative counter is rejected as schema."""
+        doc = self.document()
+        doc["chips"][0]["util"] = 1.5  # type: ignore[index]
+        assert reason(json.dumps(doc).encode()) == "schema"
+        doc = self.document()
+        doc["efa"][0]["retrans_pkts_total"] = -1  # type: ignore[index]
+        assert reason(json.dumps(doc).encode()) == "schema"
+
+    def test_unknown_first_byte(self) -> None:
+        """A payload that is neither JSON nor binary is rejected as unknown_encoding."""
+        assert reason(b"hello") == "unknown_encoding"
+
+
+class TestTopics:
+    def test_node_and_facility_topics_parse_back(self) -> None:
+        """Topics built for a node and a site parse back to their address."""
+        assert node_topic(2, 5_000, 3) == "rainier/v1/s2/u5000/n3"
+        assert parse_topic(node_topic(2, 5_000, 3)) == TopicAddress(2, 5_000, 3)
+        assert parse_topic(facility_topic(1)) == TopicAddress(1)
+
+    @pytest.mark.parametrize("topic", ["rainier/v2/s0/u0/n0", "rainier/v1/s0/u0", "rainier/v1/events/x", "x"])
+    def test_other_topics_are_not_telemetry(self, topic: str) -> None:
+        """Topics outside the v1 telemetry tree parse to None."""
+        assert parse_topic(topic) is None
+
+
+class TestSchema:
+    def test_checked_in_schema_is_current(self) -> None:
+        """docs/wire-format.schema.json is what `rainierd schema` generates from the models."""
+        checked_in = json.loads((ROOT / "docs" / "wire-format.schema.json").read_text())
+        assert checked_in == json_schema()
