@@ -4,7 +4,8 @@ FLOP/s per chip, summed per UltraServer, site and fleet.
 * peak: the chip's dense FP8 figure, for every chip in the topology;
 * delivered: peak x utilisation x clock ratio, what the chip says it is doing;
 * effective: the FP8 FLOP the chip actually executed per second, from the
-  difference of its last two FLOP counter samples.
+  difference of its last two FLOP counter samples (its delivered figure until
+  it has two samples, or when its counter restarted).
 
 A chip whose last sample is older than ``stale_after_ticks`` ticks counts in
 peak but delivers nothing.  The synchronous-group model (a group runs at its
@@ -83,9 +84,11 @@ def compute_throughput(
     dflop = cur["fp8_flop_total"] - prev["fp8_flop_total"]
     with np.errstate(invalid="ignore", divide="ignore"):
         rate = dflop / dt
-    # A counter that went backwards (publisher restart) gives no rate this tick.
+    # Until a chip has two samples, or after its counter went backwards (a
+    # publisher restart), it has no measured rate: its delivered figure stands
+    # in, so a monitor that just started does not report a fleet at 7 %.
     countable = fresh & (dt > 0) & (dflop >= 0)
-    effective = np.where(countable, rate, 0.0)
+    effective = np.where(countable, rate, delivered)
 
     chip_us = topo.chip_ultraserver
     n_us = topo.n_ultraservers

@@ -1,0 +1,81 @@
+"""End to end over a real Mosquitto: ``rainierd simulate`` publishes, ``rainierd
+monitor`` analyses and exports, and the scrape must equal the simulator's own
+ground truth with no frame lost."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import aiomqtt
+import pytest
+
+from tests.helpers import Broker, free_port, sample_values, scrape
+
+TICK_S = 0.5
+TICKS = 8
+
+
+async def wait_for(condition: object, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if await asyncio.to_thread(condition):  # type: ignore[arg-type]
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def metrics_or_empty(port: int) -> dict[str, float]:
+    try:
+        return sample_values(scrape(port))
+    except OSError:
+        return {}
+
+
+@pytest.mark.broker
+@pytest.mark.parametrize("encoding", ["binary", "json"])
+async def test_simulate_to_monitor_matches_ground_truth(
+    mosquitto: Broker, start_rainierd: object, encoding: str,
+) -> None:
+    """Every tick's frames reach the monitor, and its fleet FP8 figures equal the simulator's truth."""
+    metrics_port = free_port()
+    monitor = start_rainierd(  # type: ignore[operator]
+        "monitor", "--mqtt-url", mosquitto.url, "--metrics-addr", f"127.0.0.1:{metrics_port}",
+        "--tick", str(TICK_S), name="monitor",
+    )
+    await wait_for(lambda: metrics_or_empty(metrics_port).get("rainier_mqtt_connected") == 1, 10,
+                   "the monitor to connect")
+
+    truths: dict[int, dict[str, float]] = {}
+    async with aiomqtt.Client("127.0.0.1", mosquitto.port, identifier="truth-reader") as client:
+        await client.subscribe("rainier/v1/truth/#")
+        sim = start_rainierd(  # type: ignore[operator]
+            "simulate", "--mqtt-url", mosquitto.url, "--tick", str(TICK_S), "--ticks", str(TICKS),
+            "--seed", "3", "--encoding", encoding, name="simulate",
+        )
+        async with asyncio.timeout(TICKS * TICK_S + 10):
+            async for message in client.messages:
+                truth = json.loads(bytes(message.payload))  # type: ignore[arg-type]
+                truths[truth["tick"]] = truth
+                if len(truths) == TICKS:
+                    break
+        assert await asyncio.to_thread(sim.proc.wait, 10) == 0, sim.log()
+
+    last = TICKS - 1
+    await wait_for(lambda: metrics_or_empty(metrics_port).get("rainier_monitor_last_tick") == last, 10,
+                   f"the monitor to analyse tick {last}")
+    await asyncio.sleep(2 * TICK_S)  # one more analysis after the last frame arrived
+    values = sample_values(scrape(metrics_port))
+    truth = truths[last]
+    assert values["rainier_fleet_fp8_peak_flops"] == truth["peak_flops"] == 128 * 1.299e15
+    assert values["rainier_fleet_fp8_delivered_flops"] == pytest.approx(truth["delivered_flops"], rel=1e-6)
+    assert values["rainier_fleet_fp8_effective_flops"] == pytest.approx(truth["effective_flops"], rel=1e-9)
+    assert values["rainier_fleet_chips_reporting"] == 128
+    assert values["rainier_ingest_frames_lost_total"] == 0
+    assert values[f'rainier_ingest_frames_total{{encoding="{encoding}"}}'] == TICKS * 9
+    assert values["rainier_ingest_frames_applied_total"] == TICKS * 9
+    rejected = {k: v for k, v in values.items() if k.startswith("rainier_ingest_decode_errors_total") and v}
+    assert rejected == {}
+    code, seconds = monitor.interrupt()
+    assert (code, seconds < 2.0) == (0, True), monitor.log()

@@ -1,0 +1,130 @@
+"""Specification of the exporter: collectors read back from a registry, and the
+HTTP endpoint's routes, probes and per-generation render cache."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+from prometheus_client.registry import Collector
+
+from rainierd.core import FleetState, Ingest, IngestStats, compute_throughput
+from rainierd.exporter import FleetCollector, Health, MetricsServer, MonitorCollector, MonitorSnapshot, build_registry
+from rainierd.hardware import TRN2
+from rainierd.mqtt import ConnectionState
+from rainierd.sim.fleet import FleetModel
+from rainierd.sim.frames import tick_frames
+from rainierd.topology import build_topology
+from rainierd.wire import decode_binary, encode_binary
+
+
+def demo_snapshot(ticks: int = 2) -> MonitorSnapshot:
+    topo = build_topology("demo")
+    model = FleetModel(topo, np.random.default_rng(0), tick_s=1.0, start_s=0.0)
+    state = FleetState(topo)
+    ingest = Ingest(state, IngestStats())
+    for k in range(ticks):
+        for _t, frame in tick_frames(topo, model.step(k), publisher="sim"):
+            ingest.accept(decode_binary(encode_binary(frame)))
+        ingest.flush()
+    tp = compute_throughput(state, peak_flops_per_chip=TRN2.fp8_dense_flops, stale_after_ticks=3)
+    return MonitorSnapshot(generation=1, throughput=tp, chips_total=topo.n_chips, analysis_s=0.01, analysed_ticks=2)
+
+
+class Broken(Collector):
+    def collect(self) -> Iterator[object]:  # type: ignore[override]
+        raise RuntimeError("source unavailable")
+
+
+class TestCollectors:
+    def test_fleet_values(self) -> None:
+        """Fleet, site and UltraServer FP8 series carry the snapshot's sums."""
+        snap = demo_snapshot()
+        registry = build_registry({"fleet": FleetCollector(build_topology("demo"), lambda: snap)},
+                                  process_metrics=False)
+        get = registry.get_sample_value
+        assert get("rainier_fleet_fp8_peak_flops") == pytest.approx(128 * 1.299e15)
+        assert get("rainier_fleet_fp8_effective_flops") == pytest.approx(snap.throughput.fleet_effective)
+        us = [get("rainier_ultraserver_fp8_effective_flops", {"site": "s0", "ultraserver": f"u{i}"}) for i in (0, 1)]
+        assert sum(us) == pytest.approx(snap.throughput.fleet_effective)  # type: ignore[arg-type]
+        assert get("rainier_fleet_chips_reporting") == 128
+
+    def test_no_snapshot_no_fleet_series(self) -> None:
+        """Before the first analysis the fleet collector exports nothing rather than zeros."""
+        registry = build_registry({"fleet": FleetCollector(build_topology("demo"), lambda: None)},
+                                  process_metrics=False)
+        assert registry.get_sample_value("rainier_fleet_fp8_peak_flops") is None
+
+    def test_ingest_counters(self) -> None:
+        """Ingest counters are exported with every known reason present from the start."""
+        stats = IngestStats()
+        stats.frames["binary"] += 5
+        stats.reject("truncated")
+        stats.frames_lost = 2
+        registry = build_registry({"monitor": MonitorCollector(stats, lambda: None, ConnectionState())},
+                                  process_metrics=False)
+        get = registry.get_sample_value
+        assert get("rainier_ingest_frames_total", {"encoding": "binary"}) == 5
+        assert get("rainier_ingest_decode_errors_total", {"reason": "truncated"}) == 1
+        assert get("rainier_ingest_decode_errors_total", {"reason": "non_finite"}) == 0
+        assert get("rainier_ingest_frames_lost_total") == 2
+        assert get("rainier_mqtt_connected") == 0
+
+    def test_a_failing_collector_drops_only_its_group(self) -> None:
+        """A collector that raises reports success 0; the others still export."""
+        registry = build_registry({"broken": Broken(), "monitor": MonitorCollector(
+            IngestStats(), lambda: None, ConnectionState())}, process_metrics=False)
+        get = registry.get_sample_value
+        assert get("rainier_exporter_collector_success", {"collector": "broken"}) == 0
+        assert get("rainier_exporter_collector_success", {"collector": "monitor"}) == 1
+        assert get("rainier_ingest_frames_lost_total") == 0
+        assert get("rainier_build_info", {"version": "0.1.0", "wire_version": "1"}) == 1
+
+
+async def http_get(port: int, request: bytes) -> tuple[int, bytes]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(request)
+    response = await reader.read()
+    writer.close()
+    status = int(response.split(b" ", 2)[1])
+    return status, response.split(b"\r\n\r\n", 1)[1]
+
+
+class TestHttp:
+    @pytest.fixture
+    async def server(self) -> MetricsServer:
+        self.generation = 1
+        self.ready = Health(False, "mqtt not connected")
+        snap = demo_snapshot()
+        registry = build_registry({"fleet": FleetCollector(build_topology("demo"), lambda: snap)})
+        server = MetricsServer(registry, host="127.0.0.1", port=0, generation=lambda: self.generation,
+                               healthy=lambda: Health(True, "ok"), ready=lambda: self.ready)
+        await server.start()
+        self.task = asyncio.create_task(server.serve_forever())
+        return server
+
+    async def test_routes(self, server: MetricsServer) -> None:
+        """/metrics serves exposition text; probes say why; unknown paths 404; other methods 405."""
+        status, body = await http_get(server.port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert status == 200
+        assert b"rainier_fleet_fp8_peak_flops 1.66272e+17" in body
+        assert await http_get(server.port, b"GET /healthz HTTP/1.1\r\n\r\n") == (200, b"ok\n")
+        assert await http_get(server.port, b"GET /readyz HTTP/1.1\r\n\r\n") == (503, b"mqtt not connected\n")
+        self.ready = Health(True, "ready")
+        assert await http_get(server.port, b"GET /readyz HTTP/1.1\r\n\r\n") == (200, b"ready\n")
+        assert (await http_get(server.port, b"GET /nope HTTP/1.1\r\n\r\n"))[0] == 404
+        assert (await http_get(server.port, b"POST /metrics HTTP/1.1\r\n\r\n"))[0] == 405
+        assert (await http_get(server.port, b"garbage\r\n\r\n"))[0] == 400
+        assert await http_get(server.port, b"HEAD /healthz HTTP/1.1\r\n\r\n") == (200, b"")
+        self.task.cancel()
+
+    async def test_renders_once_per_generation(self, server: MetricsServer) -> None:
+        """Scrapes within one analysis generation share one render; a new generation renders again."""
+        await asyncio.gather(*(server.metrics_body() for _ in range(5)))
+        assert server.renders == 1
+        self.generation = 2
+        await server.metrics_body()
+        assert server.renders == 2
+        self.task.cancel()

@@ -1,0 +1,98 @@
+"""Specification of the monitor's message handling: every payload is admitted
+or rejected with a counted reason, and a bad one never disturbs the state."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from rainierd.monitor import Monitor
+from rainierd.sim.fleet import FleetModel
+from rainierd.sim.frames import tick_frames
+from rainierd.topology import build_topology
+from rainierd.wire import encode_binary, encode_json
+
+
+@pytest.fixture
+def monitor() -> Monitor:
+    return Monitor(build_topology("demo"), tick_s=1.0, stale_after_ticks=3, max_frame_bytes=65_536)
+
+
+def tick_messages(ticks: int, encode: object = encode_binary) -> list[list[tuple[str, bytes]]]:
+    topo = build_topology("demo")
+    model = FleetModel(topo, np.random.default_rng(0), tick_s=1.0, start_s=0.0)
+    return [
+        [(t, encode(f)) for t, f in tick_frames(topo, model.step(k), publisher="sim")]  # type: ignore[operator]
+        for k in range(ticks)
+    ]
+
+
+class TestOnMessage:
+    async def test_good_frames_are_admitted_and_analysed(self, monitor: Monitor) -> None:
+        """Two ticks of binary frames yield a snapshot with every chip fresh and effective FLOP/s."""
+        for messages in tick_messages(2):
+            for topic, payload in messages:
+                monitor.on_message(topic, payload)
+        snap = await monitor.analyse_once()
+        assert (snap.throughput.tick, snap.throughput.chips_fresh) == (1, 128)
+        assert snap.throughput.fleet_effective > 0.5 * snap.throughput.fleet_peak
+        assert sum(monitor.stats.rejected.values()) == 0
+        assert monitor.stats.frames["binary"] == 18
+
+    async def test_json_frames_are_admitted_too(self, monitor: Monitor) -> None:
+        """The JSON form feeds the same state as the binary form."""
+        for messages in tick_messages(2, encode_json):
+            for topic, payload in messages:
+                monitor.on_message(topic, payload)
+        snap = await monitor.analyse_once()
+        assert snap.throughput.chips_fresh == 128
+        assert monitor.stats.frames["json"] == 18
+
+    @pytest.mark.parametrize(
+        ("topic", "payload", "reason"),
+        [
+            ("rainier/v1/s0/u0/n0", b"", "empty"),
+            ("rainier/v1/s0/u0/n0", b"RNRW\x01", "truncated"),
+            ("rainier/v1/s0/u0/n0", b"\x00" * 100, "unknown_encoding"),
+            ("rainier/v1/s0/u0/n0", b"{]", "bad_json"),
+            ("rainier/v1/s0/u0/n0", json.dumps({"v": 9}).encode(), "bad_version"),
+            ("rainier/v1/s0/u0/n0", b"R" * 70_000, "oversize"),
+            ("not/telemetry", b"{}", "bad_topic"),
+        ],
+    )
+    def test_bad_payloads_are_counted_by_reason(
+        self, monitor: Monitor, topic: str, payload: bytes, reason: str,
+    ) -> None:
+        """Each malformed payload is rejected under its own reason, without raising."""
+        monitor.on_message(topic, payload)
+        assert dict(monitor.stats.rejected) == {reason: 1}
+
+    async def test_bad_frames_leave_good_state_alone(self, monitor: Monitor) -> None:
+        """Interleaving garbage and misaddressed frames with a good tick changes nothing of it."""
+        good = tick_messages(2)
+        for topic, payload in good[0]:
+            monitor.on_message(topic, payload)
+        await monitor.analyse_once()
+        before = monitor.state.chips.cur.copy()
+        node0_topic, node0_payload = good[1][0]
+        monitor.on_message("rainier/v1/s0/u1/n3", node0_payload)  # node 0's frame on node 7's topic
+        monitor.on_message(node0_topic, node0_payload[:-1])
+        monitor.on_message(node0_topic, b"RNRW" + b"\xff" * 60)
+        await monitor.analyse_once()
+        assert monitor.state.chips.cur.tobytes() == before.tobytes()
+        assert monitor.stats.rejected["topic_mismatch"] == 1
+        assert sum(monitor.stats.rejected.values()) == 3
+
+
+class TestProbes:
+    async def test_ready_needs_mqtt_and_a_tick(self, monitor: Monitor) -> None:
+        """/readyz says not ready until connected and a tick has been analysed."""
+        assert monitor.ready().reason == "mqtt not connected"
+        monitor.connection.connected = True
+        assert monitor.ready().reason == "no telemetry analysed yet"
+        for topic, payload in tick_messages(1)[0]:
+            monitor.on_message(topic, payload)
+        await monitor.analyse_once()
+        assert monitor.ready().ok

@@ -1,0 +1,97 @@
+"""Specification of settings and the command line's handling of them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rainierd.cli import main
+from rainierd.errors import ConfigError
+from rainierd.settings import load_settings
+
+
+class TestPrecedence:
+    def test_defaults(self) -> None:
+        """With nothing set: demo topology, 1 s ticks, metrics on loopback, no MQTT URL."""
+        s = load_settings({})
+        assert (s.topology, s.tick_s, s.metrics_addr, s.mqtt_url) == ("demo", 1.0, "127.0.0.1:9780", None)
+
+    def test_flag_beats_env_beats_file(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A flag overrides RAINIERD_*, which overrides the TOML file, which overrides the default."""
+        config = tmp_path / "rainierd.toml"
+        config.write_text('tick_s = 2.0\nseed = 7\ntopology = "ultraserver"\n')
+        monkeypatch.setenv("RAINIERD_SEED", "8")
+        monkeypatch.setenv("RAINIERD_TICK_S", "3.0")
+        s = load_settings({"tick_s": 4.0}, config)
+        assert (s.tick_s, s.seed, s.topology) == (4.0, 8, "ultraserver")
+
+    def test_password_is_never_shown(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """The MQTT password does not appear in the settings' repr."""
+        monkeypatch.setenv("RAINIERD_MQTT_PASSWORD", "hunter2")
+        s = load_settings({})
+        assert "hunter2" not in repr(s)
+        assert s.mqtt_password is not None
+        assert s.mqtt_password.get_secret_value() == "hunter2"
+
+
+class TestInvalid:
+    @pytest.mark.parametrize(
+        ("flags", "named"),
+        [
+            ({"tick_s": 0}, "tick_s (--tick / RAINIERD_TICK_S)"),
+            ({"topology": "mars"}, "topology"),
+            ({"mqtt_url": "http://broker:1883"}, "mqtt_url"),
+            ({"mqtt_url": "mqtt://broker:99999"}, "mqtt_url"),
+            ({"mqtt_url": "mqtt://user:pw@broker:1883"}, "mqtt_url"),
+            ({"metrics_addr": "localhost"}, "metrics_addr"),
+            ({"log_format": "xml"}, "log_format"),
+        ],
+    )
+    def test_bad_value_names_the_setting(self, flags: dict[str, object], named: str) -> None:
+        """A bad value raises ConfigError whose message names the setting."""
+        with pytest.raises(ConfigError, match=named.replace("(", r"\(").replace(")", r"\)")):
+            load_settings(flags)
+
+    def test_unknown_key_in_file(self, tmp_path: Path) -> None:
+        """An unknown key in the config file is an error, not silently ignored."""
+        config = tmp_path / "c.toml"
+        config.write_text("tick_seconds = 1\n")
+        with pytest.raises(ConfigError, match="tick_seconds"):
+            load_settings({}, config)
+
+    def test_unreadable_file(self, tmp_path: Path) -> None:
+        """A missing or malformed config file is a ConfigError naming the file."""
+        with pytest.raises(ConfigError, match=r"missing\.toml"):
+            load_settings({}, tmp_path / "missing.toml")
+        bad = tmp_path / "bad.toml"
+        bad.write_text("tick_s = = 1")
+        with pytest.raises(ConfigError, match=r"bad\.toml"):
+            load_settings({}, bad)
+
+
+class TestCommandLine:
+    def test_bad_setting_exits_2_with_one_line(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """`rainierd run --tick -1` exits 2 and prints one line naming the setting."""
+        assert main(["run", "--tick", "-1"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1
+        assert "tick_s (--tick / RAINIERD_TICK_S)" in err[0]
+
+    def test_bad_env_exits_2(self, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+        """A bad RAINIERD_* variable exits 2 too."""
+        monkeypatch.setenv("RAINIERD_TOPOLOGY", "nope")
+        assert main(["monitor"]) == 2
+        assert "RAINIERD_TOPOLOGY" in capsys.readouterr().err
+
+    def test_unknown_flag_exits_2(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """An unknown flag is a usage error, exit 2."""
+        with pytest.raises(SystemExit) as info:
+            main(["run", "--frobnicate"])
+        assert info.value.code == 2
+        assert "frobnicate" in capsys.readouterr().err
+
+    def test_version(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """`rainierd version` prints the package version."""
+        assert main(["version"]) == 0
+        assert capsys.readouterr().out.strip() == "rainierd 0.1.0"
