@@ -240,3 +240,20 @@ class TestSchema:
         """docs/wire-format.schema.json is what `rainierd schema` generates from the models."""
         checked_in = json.loads((ROOT / "docs" / "wire-format.schema.json").read_text())
         assert checked_in == json_schema()
+
+
+class TestDocumentation:
+    def test_every_record_field_is_documented(self) -> None:
+        """docs/wire-format.md names every field of every record dtype."""
+        doc = (ROOT / "docs" / "wire-format.md").read_text()
+        for dtype in (CHIP_DTYPE, LINK_DTYPE, EFA_DTYPE, COOLING_DTYPE, FACILITY_DTYPE):
+            assert dtype.names is not None
+            missing = [name for name in dtype.names if f"`{name}`" not in doc]
+            assert missing == []
+
+    def test_documented_node_frame_size(self) -> None:
+        """The worked frame size in the doc is what the encoder produces."""
+        frame = a_node_frame()
+        frame = NodeFrame("rainierd-sim-ffe68dde", 1, 1, 1.0, 0, frame.chips, frame.links, frame.efa, frame.cooling)
+        assert len(encode_binary(frame)) == 3_731
+        assert "3,731 bytes" in (ROOT / "docs" / "wire-format.md").read_text()
