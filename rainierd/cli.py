@@ -77,6 +77,11 @@ def _parser() -> argparse.ArgumentParser:
     core.add_argument("--repeat", type=int, default=5)
     core.add_argument("--seed", type=int, default=0)
     core.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    run = kinds.add_parser("run", help="CPU and memory of a whole `rainierd run` process")
+    run.add_argument("--topology", default="demo", choices=list(PRESETS))
+    run.add_argument("--seconds", type=float, default=60.0, help="measurement window")
+    run.add_argument("--warmup", type=float, default=5.0)
+    run.add_argument("--json", action="store_true")
     return parser
 
 

@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -64,9 +65,9 @@ def start_rainierd(tmp_path: Path) -> Iterator[object]:
     """Return a function that starts ``python -m rainierd ARGS``; all are stopped after the test."""
     started: list[Daemon] = []
 
-    def start(*args: str, name: str = "rainierd") -> Daemon:
+    def start(*args: str, name: str = "rainierd", env: dict[str, str] | None = None) -> Daemon:
         log_path = tmp_path / f"{name}-{len(started)}.log"
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         proc = subprocess.Popen(
             [sys.executable, "-m", "rainierd", *args, "--log-format", "json"],
             stdout=log_path.open("w"), stderr=subprocess.STDOUT, env=env,
@@ -80,3 +81,62 @@ def start_rainierd(tmp_path: Path) -> Iterator[object]:
         if daemon.proc.poll() is None:
             daemon.proc.kill()
             daemon.proc.wait()
+
+
+@dataclass(frozen=True)
+class SecureBroker:
+    """A running Mosquitto that wants TLS and a username and password."""
+
+    port: int
+    ca_file: Path
+    username: str
+    password: str
+
+    @property
+    def url(self) -> str:
+        return f"mqtts://127.0.0.1:{self.port}"
+
+
+@pytest.fixture
+def secure_mosquitto(tmp_path: Path) -> Iterator[SecureBroker]:
+    """Start a real Mosquitto with TLS (a throwaway CA) and password authentication."""
+    for tool in ("openssl", "mosquitto_passwd"):
+        if shutil.which(tool) is None:
+            pytest.fail(f"{tool} is missing: apt-get install openssl mosquitto (scripts/test does)")
+    # Mosquitto started as root drops to its own user before reading the
+    # password file, and pytest's tmp_path sits under a 0700 directory.
+    d = Path(tempfile.mkdtemp(prefix="rainierd-tls-"))
+    d.chmod(0o755)
+
+    def run(*cmd: str) -> None:
+        subprocess.run(cmd, check=True, cwd=d, capture_output=True)
+
+    run("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=rainierd test CA",
+        "-keyout", "ca.key", "-out", "ca.crt")
+    run("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1",
+        "-keyout", "server.key", "-out", "server.csr")
+    (d / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    run("openssl", "x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+        "-days", "1", "-extfile", "san.ext", "-out", "server.crt")
+    password = "s3cret-" + os.urandom(6).hex()
+    run("mosquitto_passwd", "-b", "-c", "passwd", "rainier", password)
+    for f in d.iterdir():
+        f.chmod(0o644)
+    port = free_port()
+    config = d / "mosquitto.conf"
+    config.write_text(
+        f"listener {port} 127.0.0.1\n"
+        f"cafile {d / 'ca.crt'}\ncertfile {d / 'server.crt'}\nkeyfile {d / 'server.key'}\n"
+        f"allow_anonymous false\npassword_file {d / 'passwd'}\npersistence false\n"
+    )
+    binary = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+    log = (tmp_path / "mosquitto-tls.log").open("w")
+    proc = subprocess.Popen([binary, "-c", str(config)], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_for_port(port)
+        yield SecureBroker(port, d / "ca.crt", "rainier", password)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=5)
+        log.close()
+        shutil.rmtree(d, ignore_errors=True)

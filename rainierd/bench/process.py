@@ -1,0 +1,80 @@
+"""``rainierd bench run``: the cost of a whole ``rainierd run`` process, from
+outside: CPU share and resident memory over a steady-state window, and how
+long SIGINT takes to stop it.  Linux only (reads /proc).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["bench_process", "main"]
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def bench_process(topology: str, *, warmup_s: float, window_s: float) -> dict[str, Any]:
+    """Run ``rainierd run`` and return its CPU share, RSS and stop time."""
+    cmd = [sys.executable, "-m", "rainierd", "run", "--topology", topology,
+           "--metrics-addr", f"127.0.0.1:{_free_port()}", "--log-format", "json"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(warmup_s)
+        cpu0, t0 = _cpu_s(proc.pid), time.monotonic()
+        time.sleep(window_s)
+        cpu1, t1 = _cpu_s(proc.pid), time.monotonic()
+        rss = _rss_bytes(proc.pid)
+        stop_started = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=30)
+        stop_s = time.monotonic() - stop_started
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return {
+        "benchmark": "run",
+        "topology": topology,
+        "window_s": round(t1 - t0, 2),
+        "cpu_share_of_one_core": (cpu1 - cpu0) / (t1 - t0),
+        "rss_bytes": rss,
+        "sigint_exit_code": code,
+        "sigint_stop_s": stop_s,
+    }
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the benchmark and print JSON or a line of text."""
+    result = bench_process(args.topology, warmup_s=args.warmup, window_s=args.seconds)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"rainierd run --topology {result['topology']}: "
+              f"{100 * result['cpu_share_of_one_core']:.2f} % of one core over {result['window_s']} s, "
+              f"RSS {result['rss_bytes'] / 2**20:.0f} MiB, SIGINT -> exit {result['sigint_exit_code']} "
+              f"in {result['sigint_stop_s']:.2f} s")
+    return 0 if result["sigint_exit_code"] == 0 else 1
