@@ -70,7 +70,8 @@ class Monitor:
             self._reject("bad_topic", topic, "not a telemetry topic")
             return
         try:
-            frame, _ = decode_frame(payload, max_bytes=self.max_frame_bytes)
+            # NaN checks run once per batch in Ingest.apply, not per frame.
+            frame, _ = decode_frame(payload, max_bytes=self.max_frame_bytes, check_finite=False)
         except FrameError as exc:
             self._reject(exc.reason, topic, exc.detail)
             return

@@ -12,7 +12,7 @@ from rainierd.monitor import Monitor
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
 from rainierd.topology import build_topology
-from rainierd.wire import encode_binary, encode_json
+from rainierd.wire import FacilityFrame, NodeFrame, encode_binary, encode_json
 
 
 @pytest.fixture
@@ -84,6 +84,30 @@ class TestOnMessage:
         assert monitor.state.chips.cur.tobytes() == before.tobytes()
         assert monitor.stats.rejected["topic_mismatch"] == 1
         assert sum(monitor.stats.rejected.values()) == 3
+
+
+    async def test_nan_in_a_binary_frame_is_rejected_at_admission(self, monitor: Monitor) -> None:
+        """A binary frame with NaN (checked per batch, not per frame) is rejected whole as non_finite."""
+        topo = build_topology("demo")
+        model = FleetModel(topo, np.random.default_rng(0), tick_s=1.0, start_s=0.0)
+        frames = list(tick_frames(topo, model.step(0), publisher="sim"))
+        topic, frame = frames[0]
+        chips = frame.chips.copy()  # type: ignore[union-attr]
+        chips["power_w"][2] = np.inf
+        bad = NodeFrame(frame.publisher, 0, 0, 0.0, 0, chips, frame.links, frame.efa, frame.cooling)  # type: ignore[union-attr]
+        site_topic, site_frame = frames[-1]
+        facility = site_frame.facility.copy()  # type: ignore[union-attr]
+        facility["outside_c"] = np.nan
+        bad_site = FacilityFrame("sim", 0, 0, 0.0, 0, facility)
+        monitor.on_message(topic, encode_binary(bad))
+        monitor.on_message(site_topic, encode_binary(bad_site))
+        for good_topic, good in frames[1:-1]:
+            monitor.on_message(good_topic, encode_binary(good))
+        await monitor.analyse_once()
+        assert dict(monitor.stats.rejected) == {"non_finite": 2}
+        assert (monitor.state.chips.tick[:16] == -1).all()
+        assert (monitor.state.chips.tick[16:] == 0).all()
+        assert monitor.state.facility.tick[0] == -1
 
 
 class TestProbes:

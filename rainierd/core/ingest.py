@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rainierd.core.state import FleetState, concat_records
+from rainierd.wire.binary import finite_mask
 from rainierd.wire.records import (
     CHIP_DTYPE,
     COOLING_DTYPE,
@@ -138,8 +139,7 @@ class Ingest:
         for frames in batch:
             nodes = [f for f in frames if isinstance(f, NodeFrame)]
             sites = [f for f in frames if isinstance(f, FacilityFrame)]
-            applied += self._apply_nodes(nodes, rejected) + len(sites)
-            self._apply_sites(sites)
+            applied += self._apply_nodes(nodes, rejected) + self._apply_sites(sites, rejected)
         return FlushResult(applied, rejected, self.state.latest_tick)
 
     def record(self, result: FlushResult) -> None:
@@ -154,60 +154,72 @@ class Ingest:
         return result
 
     def _apply_nodes(self, frames: list[NodeFrame], rejected: Counter[str]) -> int:
+        """Validate one generation of node frames as a whole and scatter the good ones.
+
+        A frame is rejected whole if any record holds NaN or infinity
+        (non_finite), names an entity of another node (unknown_id) or names one
+        twice (duplicate_id); other frames of the batch are unaffected.
+        """
         if not frames:
             return 0
         topo, state = self.state.topology, self.state
-        node = np.fromiter((f.node for f in frames), np.int64, len(frames))
-        bad = np.zeros(len(frames), dtype=bool)
-        duplicated = np.zeros(len(frames), dtype=bool)
+        n = len(frames)
+        node = np.fromiter((f.node for f in frames), np.int64, n)
+        reasons = {r: np.zeros(n, dtype=bool) for r in ("non_finite", "unknown_id", "duplicate_id")}
         parts = []
         for attr, id_field, owner, dtype in (
             ("chips", "chip", topo.chip_node, CHIP_DTYPE),
             ("links", "link", topo.link_node, LINK_DTYPE),
             ("efa", "port", topo.efa_node, EFA_DTYPE),
+            ("cooling", None, None, COOLING_DTYPE),
         ):
-            records = concat_records([getattr(f, attr) for f in frames], dtype)
-            frame_of = np.repeat(np.arange(len(frames)), [len(getattr(f, attr)) for f in frames])
+            arrays = [getattr(f, attr) for f in frames]
+            records = concat_records(arrays, dtype)
+            frame_of = np.repeat(np.arange(n), np.fromiter(map(len, arrays), np.int64, n))
+            reasons["non_finite"][frame_of[~finite_mask(records)]] = True
+            if id_field is None or owner is None:  # a cooling record belongs to its frame's node
+                parts.append((records, frame_of, node[frame_of]))
+                continue
             ids = records[id_field].astype(np.int64)
             known = ids < owner.size
             wrong = ~known
             wrong[known] = owner[ids[known]] != node[frame_of[known]]
-            bad[frame_of[wrong]] = True
+            reasons["unknown_id"][frame_of[wrong]] = True
             # Records that passed the owner check belong to their frame's node,
             # and a node appears once per generation, so an id counted twice
             # means one frame listed it twice: reject that frame, not a neighbour.
             owned = ~wrong
             twice = np.bincount(ids[owned], minlength=owner.size)[ids[owned]] > 1
-            duplicated[frame_of[owned][twice]] = True
+            reasons["duplicate_id"][frame_of[owned][twice]] = True
             parts.append((records, frame_of, ids))
-        duplicated &= ~bad
-        if bad.any():
-            rejected["unknown_id"] += int(bad.sum())
-        if duplicated.any():
-            rejected["duplicate_id"] += int(duplicated.sum())
-        good = ~(bad | duplicated)
-        t_s = np.fromiter((f.t_s for f in frames), np.float64, len(frames))
-        tick = np.fromiter((f.tick for f in frames), np.int64, len(frames))
-        tables = (state.chips, state.links, state.efa)
+        bad = np.zeros(n, dtype=bool)
+        for reason, flagged in reasons.items():  # one reason per frame, in this order
+            newly = flagged & ~bad
+            if newly.any():
+                rejected[reason] += int(newly.sum())
+                bad |= newly
+        t_s = np.fromiter((f.t_s for f in frames), np.float64, n)
+        tick = np.fromiter((f.tick for f in frames), np.int64, n)
+        tables = (state.chips, state.links, state.efa, state.cooling)
         for table, (records, frame_of, ids) in zip(tables, parts, strict=True):
-            keep = good[frame_of]
+            keep = ~bad[frame_of] if bad.any() else slice(None)
             table.scatter(ids[keep], records[keep], t_s[frame_of[keep]], tick[frame_of[keep]])
-        cooling = [f.cooling for f, g in zip(frames, good, strict=True) if g and len(f.cooling)]
-        if cooling:
-            has = np.array([bool(g and len(f.cooling)) for f, g in zip(frames, good, strict=True)])
-            state.cooling.scatter(node[has], concat_records(cooling, COOLING_DTYPE), t_s[has], tick[has])
-        if good.any():
-            state.latest_tick = max(state.latest_tick, int(tick[good].max()))
-        return int(good.sum())
+        if not bad.all():
+            state.latest_tick = max(state.latest_tick, int(tick[~bad].max()))
+        return int(n - bad.sum())
 
-    def _apply_sites(self, frames: list[FacilityFrame]) -> None:
+    def _apply_sites(self, frames: list[FacilityFrame], rejected: Counter[str]) -> int:
+        """Scatter facility frames; one with a non-finite value is rejected whole."""
+        frames = [f for f in frames if len(f.facility)]
         if not frames:
-            return
-        site = np.fromiter((f.site for f in frames), np.int64, len(frames))
-        has = np.array([len(f.facility) > 0 for f in frames])
-        if has.any():
-            records = concat_records([f.facility for f in frames if len(f.facility)], FACILITY_DTYPE)
-            t_s = np.fromiter((f.t_s for f in frames), np.float64, len(frames))
-            tick = np.fromiter((f.tick for f in frames), np.int64, len(frames))
-            self.state.facility.scatter(site[has], records, t_s[has], tick[has])
-
+            return 0
+        n = len(frames)
+        records = concat_records([f.facility for f in frames], FACILITY_DTYPE)
+        good = finite_mask(records)  # one record per frame
+        if not good.all():
+            rejected["non_finite"] += int((~good).sum())
+        site = np.fromiter((f.site for f in frames), np.int64, n)
+        t_s = np.fromiter((f.t_s for f in frames), np.float64, n)
+        tick = np.fromiter((f.tick for f in frames), np.int64, n)
+        self.state.facility.scatter(site[good], records[good], t_s[good], tick[good])
+        return int(good.sum())

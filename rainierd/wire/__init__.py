@@ -6,7 +6,7 @@ first byte: a JSON frame is an object (``{``), a binary frame starts ``RNRW``.
 from __future__ import annotations
 
 from rainierd.errors import FrameError
-from rainierd.wire.binary import MAGIC, decode_binary, encode_binary
+from rainierd.wire.binary import MAGIC, decode_binary, encode_binary, finite_mask
 from rainierd.wire.jsonform import decode_json, encode_json, json_schema
 from rainierd.wire.records import (
     CHIP_DTYPE,
@@ -35,12 +35,16 @@ __all__ = [
     "decode_json",
     "encode_binary",
     "encode_json",
+    "finite_mask",
     "json_schema",
 ]
 
 
-def decode_frame(payload: bytes, *, max_bytes: int) -> tuple[Frame, str]:
+def decode_frame(payload: bytes, *, max_bytes: int, check_finite: bool = True) -> tuple[Frame, str]:
     """Return the frame and its encoding name ("binary" or "json").
+
+    ``check_finite=False`` defers the binary form's NaN check to the caller
+    (see ``decode_binary``); the JSON form always checks.
 
     Raises FrameError: oversize, empty, unknown_encoding, or the decoder's reason.
     """
@@ -51,5 +55,5 @@ def decode_frame(payload: bytes, *, max_bytes: int) -> tuple[Frame, str]:
     if payload[:1] == b"{":
         return decode_json(payload), "json"
     if payload[:1] == MAGIC[:1]:
-        return decode_binary(payload), "binary"
+        return decode_binary(payload, check_finite=check_finite), "binary"
     raise FrameError("unknown_encoding", f"first byte {payload[:1]!r} is neither '{{' nor 'R'")
