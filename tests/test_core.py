@@ -148,14 +148,14 @@ class TestThroughput:
         assert tp.fleet_peak == pytest.approx(128 * 1.299e15)  # type: ignore[attr-defined]
 
     def test_matches_the_simulators_ground_truth(self) -> None:
-        """Delivered and effective FLOP/s equal the simulator's truth for the same tick."""
+        """Effective FLOP/s equals the simulator's truth; delivered matches it within the utilisation sensor noise."""
         fleet = Fleet()
         for _ in range(4):
             sample, frames = fleet.frames()
             fleet.feed(frames)
             fleet.ingest.flush()
         tp = fleet.throughput()
-        assert tp.fleet_delivered == pytest.approx(sample.truth.delivered_flops, rel=1e-6)  # type: ignore[attr-defined]
+        assert tp.fleet_delivered == pytest.approx(sample.truth.delivered_flops, rel=1e-3)  # type: ignore[attr-defined]
         assert tp.fleet_effective == pytest.approx(sample.truth.effective_flops, rel=1e-9)  # type: ignore[attr-defined]
         assert tp.ultraserver_effective.sum() == pytest.approx(tp.fleet_effective)  # type: ignore[attr-defined]
 

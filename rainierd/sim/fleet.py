@@ -1,22 +1,29 @@
-"""A healthy Trainium2 fleet as vectorised numpy state, stepped one tick at a time.
+"""A Trainium2 fleet as vectorised numpy state, stepped one tick at a time, with
+the faults of ``sim/faults.py`` applied and the ground truth they imply.
 
-The model is plausible rather than precise (the figures it assumes are named
-in ``FleetParams`` and say so): utilisation follows each UltraServer's
-training-step cycle, power follows utilisation, chip temperature relaxes
-towards inlet air plus a thermal resistance times power, inlet air follows the
-site's outside air, and every counter is monotone.  It holds no I/O and no
-clock: tick ``k`` is at ``start_s + k * tick_s``, and all randomness comes
-from the injected generator, so a seed fixes every value.
+The model is plausible rather than precise (``FleetParams`` names every figure
+it assumes): each synchronous group (an UltraServer by default) runs at the
+pace of its slowest member and its collectives at the pace of its slowest
+path, as docs/throughput-model.md describes; utilisation is the busy share
+that pace leaves each chip; power follows utilisation, chip temperature relaxes
+towards inlet air plus thermal resistance times power, and firmware throttles
+the clock above ``throttle_start_c``.  Telemetry carries sensor noise and the
+occasional burst (contention, error bursts) at a level scaled by ``noise``.
+
+It holds no I/O and no clock: tick ``k`` is at ``start_s + k * tick_s``, and
+all randomness comes from the injected generator, so a seed fixes every value.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
 
 from rainierd.hardware import TRN2, Trainium2
+from rainierd.sim.faults import Effects, Fault, FaultKind, effects
 from rainierd.topology import LINK_KIND_RING, Topology
 from rainierd.wire.records import (
     CHIP_DTYPE,
@@ -26,28 +33,39 @@ from rainierd.wire.records import (
     LINK_DTYPE,
 )
 
-__all__ = ["FleetModel", "FleetParams", "TickSample", "TickTruth"]
+__all__ = ["CAUSES", "FleetModel", "FleetParams", "TickSample", "TickTruth"]
 
 F64 = npt.NDArray[np.float64]
+B = npt.NDArray[np.bool_]
+
+# Why FP8 FLOP/s are lost, in the order docs/throughput-model.md gives them.
+CAUSES: Final = (
+    "failed_chip", "thermal_throttle", "straggler", "degraded_neuronlink", "degraded_efa", "stale_telemetry",
+)
+_EFA_PACKET_BYTES: Final = 8192
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FleetParams:
-    """Behaviour of the healthy fleet; every default here is an assumption."""
+    """Behaviour of the fleet; every default here is an assumption."""
 
     step_s: float = 6.0  # one training step (forward, backward, collectives)
-    util_mean: float = 0.62
-    util_cycle_amp: float = 0.04
-    util_noise: float = 0.01
-    comm_share: float = 0.25  # share of a step the links are busy
-    thermal_resistance_c_per_w: float = 0.075
+    util_mean: float = 0.62  # busy share of a healthy chip
+    util_cycle_amp: float = 0.03
+    comm_nl_share: float = 0.15  # share of a healthy step in NeuronLink collectives, not overlapped
+    comm_efa_share: float = 0.10  # share in EFA collectives, not overlapped
+    group_ultraservers: int = 1  # UltraServers per synchronous group
+    noise: float = 1.0  # scales every noise term below
+    util_noise: float = 0.003  # the utilisation counter averages 8 cores over the tick
+    link_bw_noise: float = 0.02
+    burst_prob: float = 1e-3  # a contention dip or error burst, per entity and tick
+    thermal_resistance_c_per_w: float = 0.12
     thermal_tau_s: float = 20.0
     temp_noise_c: float = 0.3
     throttle_start_c: float = 95.0
     throttle_per_c: float = 0.05  # clock lost per degree above throttle_start_c
     throttle_floor: float = 0.5
     link_bw_efficiency: float = 0.96
-    link_bw_noise: float = 0.008
     link_crc_per_s: float = 1e-3
     link_replay_per_s: float = 5e-4
     torus_latency_us: float = 1.5
@@ -61,12 +79,17 @@ class FleetParams:
     evaporative_above_c: float = 29.0  # water assist switches on above this
     # AWS: 0.15 L/kWh site-wide WUE; while assist runs it evaporates more.
     evaporative_l_per_kwh: float = 1.8
-    time_scale: float = 1.0  # simulated seconds per wall second (demos)
+    time_scale: float = 1.0  # simulated seconds per tick second (demos, diurnal tests)
+
+    @property
+    def comm_share(self) -> float:
+        """Return the share of a healthy step spent in collectives."""
+        return self.comm_nl_share + self.comm_efa_share
 
 
 @dataclass(frozen=True, eq=False)
 class TickTruth:
-    """What the simulator knows to be true for one tick, fleet-wide."""
+    """What the simulator knows to be true for one tick."""
 
     tick: int
     t_s: float
@@ -74,6 +97,8 @@ class TickTruth:
     peak_flops: float
     delivered_flops: float
     effective_flops: float
+    lost_flops: dict[str, float] = field(default_factory=dict)  # by cause, fleet-wide
+    active_faults: tuple[Fault, ...] = ()
 
 
 @dataclass(frozen=True, eq=False)
@@ -88,6 +113,8 @@ class TickSample:
     cooling: npt.NDArray[np.void]
     facility: npt.NDArray[np.void]
     truth: TickTruth
+    chip_silent: B
+    node_silent: B
 
 
 class FleetModel:
@@ -101,6 +128,7 @@ class FleetModel:
         tick_s: float,
         start_s: float,
         params: FleetParams | None = None,
+        faults: list[Fault] | None = None,
         hardware: Trainium2 = TRN2,
     ) -> None:
         self.topology = topology
@@ -108,10 +136,13 @@ class FleetModel:
         self.tick_s = tick_s
         self.start_s = start_s
         self.params = params or FleetParams()
+        self.faults = list(faults or [])
         self.hw = hardware
         topo, p = topology, self.params
 
-        self._chip_phase = rng.uniform(0.0, 1.0, topo.n_ultraservers)[topo.chip_ultraserver]
+        self.n_groups = -(-topo.n_ultraservers // p.group_ultraservers)
+        self._chip_group = topo.chip_ultraserver // p.group_ultraservers
+        self._group_phase = rng.uniform(0.0, 1.0, self.n_groups)
         self._node_inlet_offset_c = rng.normal(0.0, 0.5, topo.n_nodes)
         self._site_outside_offset_c = rng.normal(0.0, 2.0, topo.n_sites)
         ring = topo.link_kind == LINK_KIND_RING
@@ -120,11 +151,9 @@ class FleetModel:
 
         self.chips = np.zeros(topo.n_chips, CHIP_DTYPE)
         self.chips["chip"] = np.arange(topo.n_chips)
-        self.chips["clock_ratio"] = 1.0
         self.chips["hbm_used_bytes"] = rng.uniform(0.70, 0.90, topo.n_chips) * self.hw.hbm_bytes
         self.links = np.zeros(topo.n_links, LINK_DTYPE)
         self.links["link"] = np.arange(topo.n_links)
-        self.links["lanes_up"] = self.hw.neuronlink_lanes
         self.efa = np.zeros(topo.n_efa, EFA_DTYPE)
         self.efa["port"] = np.arange(topo.n_efa)
         self.cooling = np.zeros(topo.n_nodes, COOLING_DTYPE)
@@ -132,26 +161,37 @@ class FleetModel:
 
         # Counters accumulate in float64 and are published rounded.
         self._flop = np.zeros(topo.n_chips)
-        self._temp_c = self._inlet_c(0.0)[topo.chip_node] + 20.0
+        power0 = self.hw.chip_idle_power_w + (self.hw.chip_power_w - self.hw.chip_idle_power_w) * p.util_mean
+        self._temp_c = self._inlet_c(0.0)[topo.chip_node] + p.thermal_resistance_c_per_w * power0
         self._last_tick = -1
 
     def t_of(self, tick: int) -> float:
         """Return the sample time of ``tick`` (Unix seconds)."""
         return self.start_s + tick * self.tick_s
 
+    def _day_phase(self, sim_s: float) -> float:
+        # Coolest about 03:00, warmest about 15:00.
+        return float(np.sin(2.0 * np.pi * ((sim_s / 86_400.0) - 0.375)))
+
     def _outside_c(self, sim_s: float) -> F64:
         p = self.params
-        day_phase = 2.0 * np.pi * ((sim_s / 86_400.0) - 0.375)  # coolest ~03:00, warmest ~15:00
-        swing = p.outside_diurnal_amp_c * np.sin(day_phase)
+        swing = p.outside_diurnal_amp_c * self._day_phase(sim_s)
         return np.asarray(p.outside_mean_c + self._site_outside_offset_c + swing, dtype=np.float64)
 
     def _inlet_c(self, sim_s: float) -> F64:
         site_inlet = np.clip(self._outside_c(sim_s) + 4.0, 18.0, 27.0)
-        node_site = self.topology.node_site
-        return np.asarray(site_inlet[node_site] + self._node_inlet_offset_c, dtype=np.float64)
+        return np.asarray(site_inlet[self.topology.node_site] + self._node_inlet_offset_c, dtype=np.float64)
 
-    def _poisson(self, rate_per_s: float, n: int) -> npt.NDArray[np.int64]:
-        return self.rng.poisson(rate_per_s * self.tick_s, n)
+    def _poisson(self, rate_per_s: float | F64, n: int) -> npt.NDArray[np.uint64]:
+        return self.rng.poisson(rate_per_s * self.tick_s, n).astype(np.uint64)
+
+    def _bursts(self, n: int) -> B:
+        return self.rng.random(n) < self.params.burst_prob * self.params.noise
+
+    def _by_group(self, values: F64, per_group: int, reduce: str) -> F64:
+        padded = np.resize(values, self.n_groups * per_group) if values.size % per_group else values
+        shaped = padded.reshape(self.n_groups, per_group)
+        return np.asarray(shaped.min(axis=1) if reduce == "min" else shaped.max(axis=1), dtype=np.float64)
 
     def step(self, tick: int) -> TickSample:
         """Advance to ``tick`` (the next one) and return its records and truth.
@@ -161,77 +201,134 @@ class FleetModel:
         if tick != self._last_tick + 1:
             raise ValueError(f"tick {tick} follows {self._last_tick}; the model steps one tick at a time")
         self._last_tick = tick
-        t_s = self.t_of(tick)
-        sim_s = tick * self.tick_s * self.params.time_scale
-        inlet_node = self._inlet_c(sim_s)
-        flops, power = self._step_chips(tick, inlet_node)
-        self._step_links()
-        self._step_efa()
-        node_power = self._step_cooling(inlet_node, power)
-        self._step_facility(sim_s, node_power)
-        truth = TickTruth(
-            tick=tick, t_s=t_s, chips=self.topology.n_chips,
-            peak_flops=self.topology.n_chips * self.hw.fp8_dense_flops,
-            delivered_flops=float(flops.sum()),
-            effective_flops=float(flops.sum()),
-        )
-        return TickSample(tick, t_s, self.chips, self.links, self.efa, self.cooling, self.facility, truth)
+        topo, p = self.topology, self.params
+        sim_s = tick * self.tick_s * p.time_scale
+        e = effects(topo, self.faults, tick, diurnal_phase=self._day_phase(sim_s))
+        inlet_node = self._inlet_c(sim_s) + e.node_inlet_rise_c
 
-    def _step_chips(self, tick: int, inlet_node: F64) -> tuple[F64, F64]:
-        """Utilisation follows the step cycle; power, heat and clock follow it."""
-        topo, p, hw, rng, dt = self.topology, self.params, self.hw, self.rng, self.tick_s
-        cycle = np.sin(2.0 * np.pi * (tick * dt / p.step_s + self._chip_phase))
-        util = np.clip(p.util_mean + p.util_cycle_amp * cycle + rng.normal(0, p.util_noise, topo.n_chips), 0, 1)
-        clock = np.clip(
-            1.0 - p.throttle_per_c * np.maximum(self._temp_c - p.throttle_start_c, 0.0), p.throttle_floor, 1.0
+        group = self._pace(e)
+        flops, power, clock, util_true = self._step_chips(tick, e, group, inlet_node)
+        self._step_links(e, group["pace"])
+        self._step_efa(e, group["pace"])
+        node_power = self._step_cooling(e, inlet_node, power)
+        self._step_facility(sim_s, node_power)
+
+        chip_silent = (e.chip_failed & ~e.chip_fail_onset) | e.node_silent[topo.chip_node]
+        truth = TickTruth(
+            tick=tick, t_s=self.t_of(tick), chips=topo.n_chips,
+            peak_flops=topo.n_chips * self.hw.fp8_dense_flops,
+            delivered_flops=float((self.hw.fp8_dense_flops * util_true * clock).sum()),
+            effective_flops=float(flops.sum()),
+            lost_flops=self._lost_by_cause(e, group),
+            active_faults=tuple(f for f in self.faults if f.active(tick)),
         )
-        power = hw.chip_idle_power_w + (hw.chip_power_w - hw.chip_idle_power_w) * util * clock
-        target = inlet_node[topo.chip_node] + p.thermal_resistance_c_per_w * power
+        return TickSample(
+            tick, truth.t_s, self.chips, self.links, self.efa, self.cooling, self.facility, truth,
+            chip_silent, e.node_silent.copy(),
+        )
+
+    def _pace(self, e: Effects) -> dict[str, F64]:
+        """Per synchronous group: slowest member, slowest paths, and the pace they allow."""
+        topo, p = self.topology, self.params
+        chips_per_us = topo.chips_per_node * topo.nodes_per_ultraserver
+        per_group = p.group_ultraservers
+        self._thermal_clock = np.clip(
+            1.0 - p.throttle_per_c * np.maximum(self._temp_c - p.throttle_start_c, 0.0), p.throttle_floor, 1.0,
+        )
+        clock = np.minimum(self._thermal_clock, e.chip_clock_cap) * e.site_dvfs[topo.chip_site]
+        speed = clock * (1.0 - e.chip_slowdown)
+        dead = e.chip_failed | e.node_silent[topo.chip_node]
+        s_min = self._by_group(speed, chips_per_us * per_group, "min")
+        f_nl = self._by_group(e.link_path_frac, topo.links_per_node * topo.nodes_per_ultraserver * per_group, "min")
+        f_efa = self._by_group(e.efa_frac, topo.efa_ports_per_node * topo.nodes_per_ultraserver * per_group, "min")
+        group_dead = self._by_group(dead.astype(np.float64), chips_per_us * per_group, "max") > 0
+        compute = (1.0 - p.comm_share) / s_min
+        step = compute + p.comm_nl_share / f_nl + p.comm_efa_share / f_efa
+        pace = np.where(group_dead, 0.0, 1.0 / step)
+        return {"clock": clock, "speed": speed, "s_min": s_min, "f_nl": f_nl, "f_efa": f_efa,
+                "dead": group_dead.astype(np.float64), "pace": pace, "step": step}
+
+    def _step_chips(
+        self, tick: int, e: Effects, group: dict[str, F64], inlet_node: F64,
+    ) -> tuple[F64, F64, F64, F64]:
+        """FLOP at the group's pace; utilisation is the busy share that leaves each chip."""
+        topo, p, hw, rng, dt = self.topology, self.params, self.hw, self.rng, self.tick_s
+        g = self._chip_group
+        base_util = p.util_mean + p.util_cycle_amp * np.sin(2.0 * np.pi * (tick * dt / p.step_s + self._group_phase))
+        flops = hw.fp8_dense_flops * base_util[g] * group["pace"][g]
+        clock, speed = group["clock"], group["speed"]
+        stalled = group["dead"][g] > 0
+        util_true = np.where(stalled, 0.01, flops / (hw.fp8_dense_flops * speed))
+        util_true = np.where(e.chip_failed, 0.0, util_true)
+        power = hw.chip_idle_power_w + (hw.chip_power_w - hw.chip_idle_power_w) * util_true * clock
+        fan_frac = e.node_fan_frac[topo.chip_node]
+        resistance = p.thermal_resistance_c_per_w * fan_frac ** -0.6
+        target = inlet_node[topo.chip_node] + resistance * power
         self._temp_c += (target - self._temp_c) * (1.0 - np.exp(-dt / p.thermal_tau_s))
-        flops = hw.fp8_dense_flops * util * clock
         self._flop += flops * dt
+
         c = self.chips
-        c["util"] = util
+        c["util"] = np.clip(util_true + rng.normal(0, p.util_noise * p.noise, topo.n_chips), 0.0, 1.0)
         c["clock_ratio"] = clock
-        c["throttled"] = clock < 1.0
-        c["temp_c"] = self._temp_c + rng.normal(0, p.temp_noise_c, topo.n_chips)
+        c["throttled"] = (self._thermal_clock < 1.0) | (e.chip_clock_cap < 1.0)
+        c["temp_c"] = np.where(e.chip_clock_cap < 1.0, np.maximum(self._temp_c, p.throttle_start_c), self._temp_c)
+        c["temp_c"] += rng.normal(0, p.temp_noise_c * p.noise, topo.n_chips)
         c["power_w"] = power
         c["fp8_flop_total"] = self._flop
-        c["ecc_corrected_total"] += self._poisson(p.ecc_corrected_per_s, topo.n_chips).astype(np.uint64)
-        return flops, power
+        c["ecc_corrected_total"] += self._poisson(p.ecc_corrected_per_s, topo.n_chips)
+        c["ecc_uncorrected_total"] += e.chip_fail_onset.astype(np.uint64)
+        return flops, power, clock, util_true
 
-    def _step_links(self) -> None:
-        """Healthy NeuronLinks run near nominal with small jitter."""
-        topo, p, hw, rng, dt = self.topology, self.params, self.hw, self.rng, self.tick_s
+    def _step_links(self, e: Effects, pace: F64) -> None:
+        """NeuronLinks: bandwidth near nominal with jitter and contention dips; errors at a trickle."""
+        topo, p, rng, dt = self.topology, self.params, self.rng, self.tick_s
+        n = topo.n_links
+        jitter = p.link_bw_efficiency + rng.normal(0, p.link_bw_noise * p.noise, n)
+        jitter = np.where(self._bursts(n), jitter * rng.uniform(0.7, 0.95, n), jitter)
+        bw = np.maximum(self._link_nominal * e.link_bw_frac * jitter, 0.0)
         links = self.links
-        lane_share = links["lanes_up"] / hw.neuronlink_lanes
-        bw = self._link_nominal * lane_share * (p.link_bw_efficiency + rng.normal(0, p.link_bw_noise, topo.n_links))
         links["bw_bytes_s"] = bw
-        links["tx_bytes_total"] += (bw * p.comm_share * dt).astype(np.uint64)
-        links["crc_errors_total"] += self._poisson(p.link_crc_per_s, topo.n_links).astype(np.uint64)
-        links["replay_total"] += self._poisson(p.link_replay_per_s, topo.n_links).astype(np.uint64)
-        links["latency_us"] = self._link_latency_us * (1.0 + rng.normal(0, 0.03, topo.n_links))
+        links["lanes_up"] = e.link_lanes
+        link_pace = pace[topo.link_node // (topo.nodes_per_ultraserver * p.group_ultraservers)]
+        links["tx_bytes_total"] += (bw * p.comm_share * link_pace * dt).astype(np.uint64)
+        crc_burst = np.where(self._bursts(n), rng.poisson(20.0 * p.noise, n), 0).astype(np.uint64)
+        links["crc_errors_total"] += self._poisson(p.link_crc_per_s + e.link_crc_per_s, n) + crc_burst
+        links["replay_total"] += self._poisson(p.link_replay_per_s + e.link_replay_per_s, n) + crc_burst // 4
+        latency = self._link_latency_us * (1.0 + rng.normal(0, 0.03 * p.noise, n))
+        latency = np.where(self._bursts(n), latency * rng.uniform(1.5, 3.0, n), latency)
+        links["latency_us"] = np.where(e.link_lanes == 0, 0.0, latency)
 
-    def _step_efa(self) -> None:
-        """EFA ports carry a steady load with a trickle of retransmits."""
+    def _step_efa(self, e: Effects, pace: F64) -> None:
+        """EFA ports: traffic at the group's pace; retransmits at a trickle, with bursts."""
         topo, p, hw, rng, dt = self.topology, self.params, self.hw, self.rng, self.tick_s
+        n = topo.n_efa
+        port_pace = pace[topo.efa_node // (topo.nodes_per_ultraserver * p.group_ultraservers)]
+        rate = hw.efa_port_bytes_s * p.efa_load * port_pace * e.efa_frac * (1.0 + rng.normal(0, 0.02 * p.noise, n))
+        rate = np.where(e.efa_down, 0.0, np.maximum(rate, 0.0))
+        moved = (rate * dt).astype(np.uint64)
         efa = self.efa
-        moved = (hw.efa_port_bytes_s * p.efa_load * dt * (1.0 + rng.normal(0, 0.02, topo.n_efa))).astype(np.uint64)
         efa["tx_bytes_total"] += moved
         efa["rx_bytes_total"] += moved
-        pkts = self._poisson(p.efa_retrans_pkts_per_s, topo.n_efa).astype(np.uint64)
+        lost_pkts_per_s = e.efa_loss * rate / _EFA_PACKET_BYTES
+        burst = np.where(self._bursts(n), rng.poisson(50.0 * p.noise, n), 0).astype(np.uint64)
+        pkts = self._poisson(p.efa_retrans_pkts_per_s + e.efa_retrans_per_s + lost_pkts_per_s, n) + burst
         efa["retrans_pkts_total"] += pkts
-        efa["retrans_bytes_total"] += pkts * np.uint64(8192)
-        efa["latency_us"] = p.efa_latency_us * (1.0 + self.rng.normal(0, 0.04, topo.n_efa))
+        efa["retrans_bytes_total"] += pkts * np.uint64(_EFA_PACKET_BYTES)
+        efa["retrans_timeout_events_total"] += self._poisson(np.where(e.efa_down, 5.0, 1e-4), n)
+        efa["unresponsive_remote_events_total"] += self._poisson(np.where(e.efa_down, 2.0, 0.0), n)
+        efa["impaired_remote_conn_events_total"] += self._poisson(np.where(e.efa_loss > 1e-4, 0.5, 0.0), n)
+        latency = p.efa_latency_us * e.efa_latency_mult * (1.0 + rng.normal(0, 0.04 * p.noise, n))
+        efa["latency_us"] = np.where(self._bursts(n), latency * rng.uniform(1.5, 3.0, n), latency)
 
-    def _step_cooling(self, inlet_node: F64, chip_power: F64) -> F64:
-        """Node outlet air rises with the node's power, fans with inlet air."""
-        topo, hw = self.topology, self.hw
+    def _step_cooling(self, e: Effects, inlet_node: F64, chip_power: F64) -> F64:
+        """Node air path: outlet rises with power over airflow; fans follow inlet air."""
+        topo, hw, rng = self.topology, self.hw, self.rng
         node_power = np.bincount(topo.chip_node, weights=chip_power, minlength=topo.n_nodes) + hw.node_host_power_w
+        airflow = e.node_fan_frac
         cool = self.cooling
-        cool["inlet_c"] = inlet_node + self.rng.normal(0, 0.1, topo.n_nodes)
-        cool["outlet_c"] = inlet_node + node_power / 1_200.0  # ~1 m^3/s of air: 1.2 kW per degree
-        cool["fan_rpm"] = np.clip(6_000.0 + 250.0 * (inlet_node - 20.0), 4_000.0, 12_000.0)
+        cool["inlet_c"] = inlet_node + rng.normal(0, 0.1 * self.params.noise, topo.n_nodes)
+        cool["outlet_c"] = inlet_node + node_power / (1_200.0 * airflow)  # ~1 m^3/s of air: 1.2 kW per degree
+        cool["fan_rpm"] = np.clip(6_000.0 + 250.0 * (inlet_node - 20.0), 4_000.0, 12_000.0) * airflow
         cool["power_w"] = node_power
         return np.asarray(node_power, dtype=np.float64)
 
@@ -246,3 +343,36 @@ class FleetModel:
         fac["cooling_mode"] = assist
         fac["it_energy_j_total"] += site_power * dt
         fac["water_l_total"] += np.where(assist, site_power * dt / 3.6e6 * p.evaporative_l_per_kwh, 0.0)
+
+    def _lost_by_cause(self, e: Effects, group: dict[str, F64]) -> dict[str, float]:
+        """Split each group's lost FLOP/s over the terms of its step time."""
+        topo, p = self.topology, self.params
+        chips_per_group = topo.chips_per_node * topo.nodes_per_ultraserver * p.group_ultraservers
+        healthy = self.hw.fp8_dense_flops * p.util_mean * chips_per_group  # cycle-averaged
+        lost = {cause: 0.0 for cause in CAUSES}
+        dead = group["dead"] > 0
+        failed_group = self._by_group(e.chip_failed.astype(np.float64), chips_per_group, "max") > 0
+        lost["failed_chip"] = float(healthy * (dead & failed_group).sum())
+        lost["stale_telemetry"] = float(healthy * (dead & ~failed_group).sum())
+        compute = (1.0 - p.comm_share) * (1.0 / group["s_min"] - 1.0)
+        nl = p.comm_nl_share * (1.0 / group["f_nl"] - 1.0)
+        efa = p.comm_efa_share * (1.0 / group["f_efa"] - 1.0)
+        excess = compute + nl + efa
+        with np.errstate(invalid="ignore", divide="ignore"):
+            share_lost = np.where(dead | (excess <= 0), 0.0, healthy * (1.0 - 1.0 / group["step"]) / excess)
+        # The compute term is the slowest member's: a straggler if its slowdown
+        # outweighs its clock loss, thermal throttling (DVFS included) otherwise.
+        speed = group["speed"].reshape(self.n_groups, -1) if topo.n_chips % chips_per_group == 0 else None
+        straggler = np.zeros(self.n_groups, dtype=bool)
+        if speed is not None:
+            slowest = speed.argmin(axis=1) + np.arange(self.n_groups) * chips_per_group
+            straggler = e.chip_slowdown[slowest] > (1.0 - group["clock"][slowest])
+        lost["straggler"] = float((share_lost * compute * straggler).sum())
+        lost["thermal_throttle"] = float((share_lost * compute * ~straggler).sum())
+        lost["degraded_neuronlink"] = float((share_lost * nl).sum())
+        lost["degraded_efa"] = float((share_lost * efa).sum())
+        return lost
+
+    def ground_truth(self) -> list[Fault]:
+        """Return every injected fault except the diurnal swing, which is not a fault to find."""
+        return [f for f in self.faults if f.kind is not FaultKind.DIURNAL]

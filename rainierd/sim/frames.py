@@ -27,14 +27,19 @@ def tick_frames(
     """Yield (topic, frame) for every node and site of one tick.
 
     A frame's sequence number is its tick: each topic gets one frame a tick,
-    so consecutive frames on a topic differ by exactly one.
+    so consecutive frames on a topic differ by exactly one.  A lost node
+    yields nothing; a failed chip is left out of its node's frame.
     """
     topo = topology
     for node in nodes if nodes is not None else range(topo.n_nodes):
+        if sample.node_silent[node]:
+            continue  # a lost node publishes nothing
         chips, links, efa = topo.node_chips(node), topo.node_links(node), topo.node_efa(node)
+        chip_records = sample.chips[chips.start:chips.stop]
+        silent = sample.chip_silent[chips.start:chips.stop]
         yield node_topic(*topo.node_path(node)), NodeFrame(
             publisher, sample.tick, sample.tick, sample.t_s, node,
-            sample.chips[chips.start:chips.stop],
+            chip_records[~silent] if silent.any() else chip_records,
             sample.links[links.start:links.stop],
             sample.efa[efa.start:efa.stop],
             sample.cooling[node:node + 1],

@@ -1,0 +1,363 @@
+"""Faults the simulator can inject, from a scenario file or at calibrated random
+rates, and what each does to the telemetry this tick.
+
+A ``Fault`` names its kind, its target (an id in the target's own id space:
+link, EFA port, chip, node, UltraServer or site), a severity whose meaning
+depends on the kind, and its window ``[start_tick, end_tick)``.  ``effects``
+turns the active faults of one tick into an ``Effects`` of per-entity arrays
+the fleet model applies; the loop there is over active faults (a handful),
+never over chips or links.  Every choice of a fault's shape that is not a
+published figure is an assumption and says so.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+
+from rainierd.errors import ConfigError
+from rainierd.hardware import TRN2
+from rainierd.topology import Topology
+
+__all__ = [
+    "SEVERITIES",
+    "TARGETS",
+    "Effects",
+    "Fault",
+    "FaultKind",
+    "effects",
+    "load_scenario",
+    "random_faults",
+]
+
+
+class FaultKind(StrEnum):
+    """Every kind of fault; the value is its name in scenario files and truth."""
+
+    NL_DEGRADED = "nl_degraded"  # severity: bandwidth fraction left (lanes down)
+    NL_DOWN = "nl_down"
+    NL_FLAPPING = "nl_flapping"  # severity: number of down/up cycles
+    NL_CRC_STORM = "nl_crc_storm"  # severity: CRC errors a second, bandwidth unchanged
+    EFA_DEGRADED = "efa_degraded"  # severity: throughput fraction left
+    EFA_LOSS = "efa_loss"  # severity: silent packet loss rate
+    EFA_DOWN = "efa_down"
+    CHIP_FAILED = "chip_failed"  # uncorrectable HBM ECC, then silence
+    CHIP_THROTTLE = "chip_throttle"  # severity: clock ratio
+    STRAGGLER = "straggler"  # severity: fraction slower, no counter moves
+    COOLING_FAN = "cooling_fan"  # severity: fan speed fraction left (node or UltraServer)
+    COOLING_INLET = "cooling_inlet"  # severity: inlet air rise, degrees C (node or UltraServer)
+    NODE_LOST = "node_lost"  # stops publishing
+    DIURNAL = "diurnal"  # severity: clock lost at mid-day heat; must NOT alarm
+
+
+# What each kind targets (the id space of Fault.target).
+TARGETS: Final[dict[FaultKind, tuple[str, ...]]] = {
+    FaultKind.NL_DEGRADED: ("link",),
+    FaultKind.NL_DOWN: ("link",),
+    FaultKind.NL_FLAPPING: ("link",),
+    FaultKind.NL_CRC_STORM: ("link",),
+    FaultKind.EFA_DEGRADED: ("efa",),
+    FaultKind.EFA_LOSS: ("efa",),
+    FaultKind.EFA_DOWN: ("efa",),
+    FaultKind.CHIP_FAILED: ("chip",),
+    FaultKind.CHIP_THROTTLE: ("chip",),
+    FaultKind.STRAGGLER: ("chip",),
+    FaultKind.COOLING_FAN: ("node", "ultraserver"),
+    FaultKind.COOLING_INLET: ("node", "ultraserver"),
+    FaultKind.NODE_LOST: ("node",),
+    FaultKind.DIURNAL: ("site",),
+}
+
+# The graded severities of each kind.  efa_loss takes one representative rate
+# per band of the CorrOpt loss-rate spread (calibration.md).
+SEVERITIES: Final[dict[FaultKind, tuple[float, ...]]] = {
+    FaultKind.NL_DEGRADED: (0.875, 0.75, 0.5, 0.25),
+    FaultKind.NL_DOWN: (0.0,),
+    FaultKind.NL_FLAPPING: (3.0, 6.0, 10.0),
+    FaultKind.NL_CRC_STORM: (20.0, 100.0, 500.0),
+    FaultKind.EFA_DEGRADED: (0.875, 0.75, 0.5, 0.25),
+    FaultKind.EFA_LOSS: (3e-7, 3e-5, 3e-4, 3e-3),
+    FaultKind.EFA_DOWN: (0.0,),
+    FaultKind.CHIP_FAILED: (0.0,),
+    FaultKind.CHIP_THROTTLE: (0.85, 0.7, 0.5),
+    FaultKind.STRAGGLER: (0.02, 0.05, 0.10),
+    FaultKind.COOLING_FAN: (0.6, 0.3),
+    FaultKind.COOLING_INLET: (8.0, 20.0),
+    FaultKind.NODE_LOST: (0.0,),
+    FaultKind.DIURNAL: (0.01, 0.02),
+}
+
+_ONE_S_TICK: Final = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """One injected fault: ground truth for grading detection."""
+
+    kind: FaultKind
+    target: int
+    severity: float
+    start_tick: int
+    end_tick: int
+    scope: str = ""  # "" means the kind's first target kind
+    # Flapping: (down ticks, up ticks) per cycle, drawn when the fault is made.
+    flaps: tuple[tuple[float, float], ...] = field(default=(), repr=False)
+
+    @property
+    def target_kind(self) -> str:
+        """Return the id space of ``target``: link, efa, chip, node, ultraserver or site."""
+        return self.scope or TARGETS[self.kind][0]
+
+    def active(self, tick: int) -> bool:
+        """Return True while the fault is in effect."""
+        return self.start_tick <= tick < self.end_tick
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the fault as plain data (ground-truth files and messages)."""
+        return {"kind": str(self.kind), "target_kind": self.target_kind, "target": self.target,
+                "severity": self.severity, "start_tick": self.start_tick, "end_tick": self.end_tick}
+
+
+def flap_schedule(rng: np.random.Generator, cycles: int, tick_s: float) -> tuple[tuple[float, float], ...]:
+    """Return (down, up) durations in ticks: down 0.5-3 s, up 5-30 s (MegaScale, Alibaba HPN)."""
+    down = rng.uniform(0.5, 3.0, cycles) / tick_s
+    up = rng.uniform(5.0, 30.0, cycles) / tick_s
+    return tuple(zip(down.tolist(), up.tolist(), strict=True))
+
+
+def flapping_fault(rng: np.random.Generator, link: int, cycles: int, start_tick: int, tick_s: float) -> Fault:
+    """Return a flapping fault whose window covers its whole schedule."""
+    flaps = flap_schedule(rng, cycles, tick_s)
+    length = math.ceil(sum(d + u for d, u in flaps))
+    return Fault(FaultKind.NL_FLAPPING, link, float(cycles), start_tick, start_tick + length, flaps=flaps)
+
+
+def _down_fraction(fault: Fault, tick: int) -> tuple[float, bool]:
+    """Return (share of the tick the flapping link was down, down at the tick's end)."""
+    t0, t1 = float(tick - fault.start_tick), float(tick - fault.start_tick + 1)
+    down_s, at_end, cursor = 0.0, False, 0.0
+    for down, up in fault.flaps:
+        a, b = cursor, cursor + down
+        down_s += max(0.0, min(b, t1) - max(a, t0))
+        at_end = at_end or (a < t1 <= b)
+        cursor = b + up
+    return down_s, at_end
+
+
+@dataclass(eq=False)
+class Effects:
+    """What the active faults do this tick, per entity; neutral values by default."""
+
+    link_bw_frac: npt.NDArray[np.float64]
+    link_lanes: npt.NDArray[np.int64]
+    link_path_frac: npt.NDArray[np.float64]  # collective bandwidth share left (reroute)
+    link_crc_per_s: npt.NDArray[np.float64]
+    link_replay_per_s: npt.NDArray[np.float64]
+    efa_frac: npt.NDArray[np.float64]
+    efa_down: npt.NDArray[np.bool_]
+    efa_loss: npt.NDArray[np.float64]
+    efa_retrans_per_s: npt.NDArray[np.float64]
+    efa_latency_mult: npt.NDArray[np.float64]
+    chip_clock_cap: npt.NDArray[np.float64]
+    chip_slowdown: npt.NDArray[np.float64]
+    chip_failed: npt.NDArray[np.bool_]
+    chip_fail_onset: npt.NDArray[np.bool_]
+    node_silent: npt.NDArray[np.bool_]
+    node_fan_frac: npt.NDArray[np.float64]
+    node_inlet_rise_c: npt.NDArray[np.float64]
+    site_dvfs: npt.NDArray[np.float64]
+
+    @classmethod
+    def neutral(cls, topo: Topology) -> Effects:
+        """Return the effects of no fault at all."""
+        ones, zeros = np.ones, np.zeros
+        return cls(
+            ones(topo.n_links), np.full(topo.n_links, TRN2.neuronlink_lanes), ones(topo.n_links),
+            zeros(topo.n_links), zeros(topo.n_links),
+            ones(topo.n_efa), zeros(topo.n_efa, bool), zeros(topo.n_efa), zeros(topo.n_efa), ones(topo.n_efa),
+            ones(topo.n_chips), zeros(topo.n_chips), zeros(topo.n_chips, bool), zeros(topo.n_chips, bool),
+            zeros(topo.n_nodes, bool), ones(topo.n_nodes), zeros(topo.n_nodes), ones(topo.n_sites),
+        )
+
+
+# Assumptions (no public figure): a NeuronLink that is down costs its
+# collectives half their bandwidth (the torus routes around it over a
+# neighbour); a down EFA port fails over to the node's other 15 ports.
+_REROUTE_FRAC: Final = 0.5
+_EFA_FAILOVER_FRAC: Final = 1.0 - 1.0 / TRN2.efa_ports_per_node
+_INLET_RAMP_TICKS: Final = 20.0
+
+
+def _nodes_of(topo: Topology, fault: Fault) -> npt.NDArray[np.int64]:
+    if fault.target_kind == "ultraserver":
+        return np.arange(topo.nodes_per_ultraserver) + fault.target * topo.nodes_per_ultraserver
+    return np.array([fault.target])
+
+
+def effects(topo: Topology, faults: list[Fault], tick: int, *, diurnal_phase: float) -> Effects:
+    """Return the combined effects of the faults active at ``tick``.
+
+    ``diurnal_phase`` is the sine of the site's time of day, used by diurnal
+    faults (clock loss only while it is positive: the mid-day heat).
+    """
+    e = Effects.neutral(topo)
+    for f in faults:
+        if not f.active(tick):
+            continue
+        t, sev = f.target, f.severity
+        if f.kind is FaultKind.NL_DEGRADED:
+            e.link_lanes[t] = round(TRN2.neuronlink_lanes * sev)
+            e.link_bw_frac[t] = e.link_path_frac[t] = sev
+        elif f.kind is FaultKind.NL_DOWN:
+            e.link_lanes[t], e.link_bw_frac[t], e.link_path_frac[t] = 0, 0.0, _REROUTE_FRAC
+        elif f.kind is FaultKind.NL_FLAPPING:
+            down, at_end = _down_fraction(f, tick)
+            e.link_bw_frac[t] = 1.0 - min(1.0, down)
+            e.link_path_frac[t] = 1.0 - min(1.0, down) * (1.0 - _REROUTE_FRAC)
+            e.link_lanes[t] = 0 if at_end else TRN2.neuronlink_lanes
+            e.link_replay_per_s[t] = 30.0 * math.ceil(down)  # retraining replays after each drop
+        elif f.kind is FaultKind.NL_CRC_STORM:
+            e.link_crc_per_s[t] = sev
+            e.link_replay_per_s[t] = sev / 4.0
+        elif f.kind is FaultKind.EFA_DEGRADED:
+            e.efa_frac[t] = sev
+            e.efa_retrans_per_s[t] = 400.0 * (1.0 - sev) / 0.125
+            e.efa_latency_mult[t] = 1.0 / sev
+        elif f.kind is FaultKind.EFA_LOSS:
+            e.efa_loss[t] = sev
+            e.efa_frac[t] = 1.0 / (1.0 + 200.0 * sev)  # assumption: SRD recovers, at a cost
+        elif f.kind is FaultKind.EFA_DOWN:
+            e.efa_down[t] = True
+            e.efa_frac[t] = _EFA_FAILOVER_FRAC
+        elif f.kind is FaultKind.CHIP_FAILED:
+            e.chip_failed[t] = True
+            e.chip_fail_onset[t] = tick == f.start_tick
+        elif f.kind is FaultKind.CHIP_THROTTLE:
+            e.chip_clock_cap[t] = min(e.chip_clock_cap[t], sev)
+        elif f.kind is FaultKind.STRAGGLER:
+            e.chip_slowdown[t] = max(e.chip_slowdown[t], sev)
+        elif f.kind is FaultKind.COOLING_FAN:
+            e.node_fan_frac[_nodes_of(topo, f)] = sev
+        elif f.kind is FaultKind.COOLING_INLET:
+            ramp = min(1.0, (tick - f.start_tick + 1) / _INLET_RAMP_TICKS)
+            e.node_inlet_rise_c[_nodes_of(topo, f)] = sev * ramp
+        elif f.kind is FaultKind.NODE_LOST:
+            e.node_silent[t] = True
+        elif f.kind is FaultKind.DIURNAL:
+            e.site_dvfs[t] = 1.0 - sev * max(0.0, diurnal_phase)
+    return e
+
+
+def _target_count(topo: Topology, target_kind: str) -> int:
+    return {
+        "link": topo.n_links, "efa": topo.n_efa, "chip": topo.n_chips, "node": topo.n_nodes,
+        "ultraserver": topo.n_ultraservers, "site": topo.n_sites,
+    }[target_kind]
+
+
+def load_scenario(path: Path, topo: Topology, *, tick_s: float, rng: np.random.Generator) -> list[Fault]:
+    """Return the faults of a TOML scenario file (docs/scenarios.md).
+
+    Raises ConfigError naming the file, the fault and what is wrong.
+    """
+    try:
+        document = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"scenario {path}: {exc}") from None
+    faults = []
+    for i, entry in enumerate(document.get("fault", [])):
+        where = f"scenario {path}, fault {i + 1}"
+        try:
+            kind = FaultKind(entry["kind"])
+            scope = entry.get("scope", TARGETS[kind][0])
+            if scope not in TARGETS[kind]:
+                raise ConfigError(f"{where}: {kind} targets {' or '.join(TARGETS[kind])}, not {scope}")
+            target = int(entry["target"])
+            if not 0 <= target < _target_count(topo, scope):
+                raise ConfigError(f"{where}: {scope} {target} is not in topology {topo.name}")
+            start = round(float(entry["at_s"]) / tick_s)
+            severity = float(entry.get("severity", SEVERITIES[kind][0]))
+            if kind is FaultKind.NL_FLAPPING:
+                faults.append(flapping_fault(rng, target, int(severity), start, tick_s))
+                continue
+            end = start + max(1, round(float(entry["for_s"]) / tick_s))
+        except KeyError as exc:
+            raise ConfigError(f"{where}: missing {exc.args[0]!r}") from None
+        except ValueError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+        faults.append(Fault(kind, target, severity, start, end, scope=scope))
+    return faults
+
+
+# Random fault rates, per entity per day, derived from calibration.md.  Each
+# line cites its row; the per-kind split of "faulty accelerator" is ours.
+_PER_DAY: Final[dict[FaultKind, tuple[str, float]]] = {
+    # Llama 3: 148 faulty-accelerator + 72 HBM of 419 interruptions at 4.7e-4
+    # per accelerator-day -> (148 + 72) / 419 * 4.7e-4.
+    FaultKind.CHIP_FAILED: ("chip", 220 / 419 * 4.7e-4),
+    # Llama 3: thermal interface / sensor, 6 of 419.
+    FaultKind.CHIP_THROTTLE: ("chip", 6 / 419 * 4.7e-4),
+    # MegaScale: ~0.5 % of machines straggle; episodes last seconds to ~10 h
+    # (Falcon): one new episode a machine every ~100 days.
+    FaultKind.STRAGGLER: ("chip", 0.005 / 100),
+    # Meta RSC: 2.3-6.5 node failures per 1,000 node-days (midpoint 4.4).
+    FaultKind.NODE_LOST: ("node", 4.4e-3),
+    # Alibaba HPN: 0.057 % of links per month fail hard.
+    FaultKind.NL_DOWN: ("link", 0.00057 / 30),
+    FaultKind.EFA_DOWN: ("efa", 0.00057 / 30),
+    # Alibaba HPN / MegaScale: thousands of flaps a day in a large cluster;
+    # taken as 1 flapping episode per 10,000 links a day.
+    FaultKind.NL_FLAPPING: ("link", 1e-4),
+    # Llama 3: network switch / cable, 35 of 419, split over degraded and
+    # corrupting links; NIC 7 of 419.
+    FaultKind.NL_DEGRADED: ("link", 35 / 419 * 4.7e-4 / 16),
+    FaultKind.NL_CRC_STORM: ("link", 35 / 419 * 4.7e-4 / 16),
+    FaultKind.EFA_DEGRADED: ("efa", 7 / 419 * 4.7e-4),
+    FaultKind.EFA_LOSS: ("efa", 35 / 419 * 4.7e-4),
+    # No public figure for cooling faults: assumed 1e-3 per node-day.
+    FaultKind.COOLING_FAN: ("node", 1e-3),
+    FaultKind.COOLING_INLET: ("node", 1e-3),
+}
+# CorrOpt: share of corrupting links per loss-rate band.
+_LOSS_BANDS: Final = ((1e-8, 1e-5, 0.47), (1e-5, 1e-4, 0.18), (1e-4, 1e-3, 0.22), (1e-3, 1e-2, 0.13))
+
+
+def random_faults(
+    topo: Topology,
+    rng: np.random.Generator,
+    *,
+    ticks: int,
+    tick_s: float,
+    acceleration: float = 1.0,
+    mean_duration_s: float = 600.0,
+) -> list[Fault]:
+    """Return faults drawn at the calibrated rates over ``ticks`` ticks.
+
+    ``acceleration`` multiplies every rate (a demo wants faults within
+    minutes, not years); durations are exponential with ``mean_duration_s``.
+    """
+    days = ticks * tick_s / 86_400.0
+    faults: list[Fault] = []
+    for kind, (target_kind, per_day) in _PER_DAY.items():
+        count = int(rng.poisson(per_day * _target_count(topo, target_kind) * days * acceleration))
+        for _ in range(count):
+            target = int(rng.integers(_target_count(topo, target_kind)))
+            start = int(rng.integers(ticks))
+            if kind is FaultKind.NL_FLAPPING:
+                faults.append(flapping_fault(rng, target, int(rng.integers(3, 11)), start, tick_s))
+                continue
+            length = max(1, round(rng.exponential(mean_duration_s) / tick_s))
+            if kind is FaultKind.EFA_LOSS:
+                lo, hi, _share = _LOSS_BANDS[rng.choice(4, p=[b[2] for b in _LOSS_BANDS])]
+                severity = float(np.exp(rng.uniform(np.log(lo), np.log(hi))))
+            else:
+                severity = float(rng.choice(SEVERITIES[kind]))
+            faults.append(Fault(kind, target, severity, start, start + length))
+    return sorted(faults, key=lambda f: f.start_tick)
