@@ -16,7 +16,7 @@ from typing import Final, Literal
 import structlog
 
 from rainierd.broker import EmbeddedBroker
-from rainierd.exporter import FleetCollector, MetricsServer, MonitorCollector, build_registry
+from rainierd.exporter import FleetCollector, HealthCollector, MetricsServer, MonitorCollector, build_registry
 from rainierd.monitor import Monitor
 from rainierd.mqtt import ConnectionState, mqtt_config, supervise
 from rainierd.settings import Settings
@@ -66,6 +66,7 @@ async def run_role(role: Role, settings: Settings) -> None:
             registry = build_registry({
                 "fleet": FleetCollector(topology, lambda: monitor.snapshot),
                 "monitor": MonitorCollector(monitor.stats, lambda: monitor.snapshot, monitor.connection),
+                "health": HealthCollector(topology, lambda: monitor.snapshot),
             })
             host, port = settings.metrics_host_port
             server = MetricsServer(

@@ -9,6 +9,7 @@ publisher sends can raise out of ``on_message`` or touch another frame's state.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections import Counter
 from typing import Final
@@ -17,14 +18,16 @@ import aiomqtt
 import structlog
 
 from rainierd.core import FleetState, Ingest, IngestStats, Throughput, compute_throughput
+from rainierd.core.detect import DetectionParams, Event, FleetDetector
 from rainierd.core.ingest import FlushResult
+from rainierd.core.model import LostByCause, ModelParams, lost_by_cause
 from rainierd.errors import FrameError
-from rainierd.exporter import Health, MonitorSnapshot
+from rainierd.exporter import Health, HealthView, MonitorSnapshot
 from rainierd.hardware import TRN2
 from rainierd.mqtt import ConnectionState
 from rainierd.topology import Topology
 from rainierd.wire import Frame, decode_frame
-from rainierd.wire.topics import parse_topic, telemetry_filters
+from rainierd.wire.topics import EVENTS_ROOT, parse_topic, telemetry_filters
 
 __all__ = ["Monitor"]
 
@@ -45,6 +48,8 @@ class Monitor:
         stale_after_ticks: int,
         max_frame_bytes: int,
         qos: int = 0,
+        detection: DetectionParams | None = None,
+        model: ModelParams | None = None,
     ) -> None:
         self.topology = topology
         self.tick_s = tick_s
@@ -57,8 +62,16 @@ class Monitor:
         self.connection = ConnectionState()
         self.snapshot: MonitorSnapshot | None = None
         self.generation = 0
+        self.detector = FleetDetector(self.state, peak_flops=TRN2.fp8_dense_flops, params=detection)
+        self.model = model or ModelParams()
+        self.events: Counter[tuple[str, str]] = Counter()
+        # Events wait here for the MQTT session; when it is down the oldest go.
+        self.event_outbox: asyncio.Queue[Event] = asyncio.Queue(10_000)
+        self.events_dropped = 0
         self._logged: Counter[str] = Counter()
         self._last_analysis: float | None = None
+        self._latest_seen = -1
+        self._latest_at = 0.0
 
     def on_message(self, topic: str, payload: bytes) -> None:
         """Admit one MQTT message, or count and log why it was rejected."""
@@ -90,35 +103,77 @@ class Monitor:
                         occurrences=n)
 
     async def consume(self, client: aiomqtt.Client) -> None:
-        """Subscribe to telemetry and admit messages until cancelled."""
+        """Subscribe to telemetry, admit messages and publish events until cancelled."""
         for topic_filter in telemetry_filters():
             await client.subscribe(topic_filter, qos=self.qos)
-        async for message in client.messages:
-            payload = message.payload
-            if not isinstance(payload, bytes | bytearray):
-                payload = str(payload).encode()
-            self.on_message(message.topic.value, bytes(payload))
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(self._publish_events(client), name="monitor-publish-events")
+            async for message in client.messages:
+                payload = message.payload
+                if not isinstance(payload, bytes | bytearray):
+                    payload = str(payload).encode()
+                self.on_message(message.topic.value, bytes(payload))
 
-    def _analyse(self, batch: list[list[Frame]]) -> tuple[FlushResult, Throughput]:
+    async def _publish_events(self, client: aiomqtt.Client) -> None:
+        while True:
+            event = await self.event_outbox.get()
+            # Retained: a subscriber that connects later sees each entity's last change.
+            await client.publish(
+                f"{EVENTS_ROOT}/{event.entity}/{event.id}", json.dumps(event.as_dict()).encode(),
+                qos=max(self.qos, 1), retain=True,
+            )
+
+    def _analyse(
+        self, batch: list[list[Frame]],
+    ) -> tuple[FlushResult, Throughput, list[Event], LostByCause, HealthView]:
         result = self.ingest.apply(batch)
+        events = self.detector.update(self.state.now_tick)
         throughput = compute_throughput(
             self.state, peak_flops_per_chip=TRN2.fp8_dense_flops, stale_after_ticks=self.stale_after_ticks,
         )
-        return result, throughput
+        lost = lost_by_cause(throughput, self.detector, params=self.model)
+        return result, throughput, events, lost, HealthView.of(self.detector)
+
+    def _advance_clock(self) -> None:
+        # Without new telemetry the monitor's idea of "now" keeps moving, so a
+        # feed that stops altogether still turns chips stale.
+        now = time.monotonic()
+        if self.state.latest_tick > self._latest_seen:
+            self._latest_seen, self._latest_at = self.state.latest_tick, now
+        elif self._latest_seen >= 0:
+            self.state.clock_tick = self._latest_seen + int((now - self._latest_at) / self.tick_s)
 
     async def analyse_once(self) -> MonitorSnapshot:
-        """Apply what arrived since the last call and publish a new snapshot."""
+        """Apply what arrived since the last call, detect, and publish a new snapshot."""
         started = time.perf_counter()
-        result, throughput = await asyncio.to_thread(self._analyse, self.ingest.take_batch())
+        batch = self.ingest.take_batch()
+        self._advance_clock()
+        result, throughput, events, lost, health = await asyncio.to_thread(self._analyse, batch)
+        self._advance_clock()
         self.ingest.record(result)
+        for event in events:
+            self._announce(event)
         analysed = self.snapshot.analysed_ticks + 1 if self.snapshot else 1
         self.generation += 1
         self.snapshot = MonitorSnapshot(
             generation=self.generation, throughput=throughput, chips_total=self.topology.n_chips,
-            analysis_s=time.perf_counter() - started, analysed_ticks=analysed,
+            analysis_s=time.perf_counter() - started, analysed_ticks=analysed, lost=lost, health=health,
+            events=self.events.copy(),
         )
         self._last_analysis = time.monotonic()
         return self.snapshot
+
+    def _announce(self, event: Event) -> None:
+        self.events[event.entity, event.after] += 1
+        fields = event.as_dict()
+        if event.after == "healthy":
+            log.info("health recovered", **fields)
+        else:
+            log.warning("health degraded", **fields)
+        if self.event_outbox.full():
+            self.event_outbox.get_nowait()
+            self.events_dropped += 1
+        self.event_outbox.put_nowait(event)
 
     async def analyse(self) -> None:
         """Run ``analyse_once`` every tick, on a drift-free schedule, until cancelled."""

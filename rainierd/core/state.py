@@ -83,7 +83,20 @@ class FleetState:
     efa: EntityTable = field(init=False)
     cooling: EntityTable = field(init=False)
     facility: EntityTable = field(init=False)
-    latest_tick: int = -1
+    latest_tick: int = -1  # newest telemetry tick applied
+    # The tick the monitor believes it is: it runs ahead of latest_tick when
+    # telemetry stops arriving, so silence still makes chips stale.
+    clock_tick: int = -1
+
+    @property
+    def now_tick(self) -> int:
+        """Return the tick staleness is judged against."""
+        return max(self.latest_tick, self.clock_tick)
+
+    def stale_chips(self, stale_after_ticks: int) -> npt.NDArray[np.bool_]:
+        """Return chips that reported once but not in the last ``stale_after_ticks`` ticks."""
+        ticks = self.chips.tick
+        return (ticks >= 0) & (self.now_tick - ticks >= stale_after_ticks)
 
     def __post_init__(self) -> None:
         topo = self.topology

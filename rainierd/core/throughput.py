@@ -75,7 +75,7 @@ def compute_throughput(
 ) -> Throughput:
     """Return the FP8 throughput implied by the state at its latest tick."""
     topo, chips = state.topology, state.chips
-    fresh = (chips.tick >= 0) & (chips.tick >= state.latest_tick - stale_after_ticks)
+    fresh = (chips.tick >= 0) & ~state.stale_chips(stale_after_ticks)
     cur, prev = chips.cur, chips.prev
     delivered = np.where(
         fresh, peak_flops_per_chip * cur["util"].astype(np.float64) * cur["clock_ratio"], 0.0

@@ -8,15 +8,18 @@ from rainierd.exporter.collectors import (
     BuildInfoCollector,
     FleetCollector,
     MonitorCollector,
-    MonitorSnapshot,
     build_registry,
 )
+from rainierd.exporter.health import HealthCollector
 from rainierd.exporter.http import Health, MetricsServer
+from rainierd.exporter.snapshot import HealthView, MonitorSnapshot
 
 __all__ = [
     "BuildInfoCollector",
     "FleetCollector",
     "Health",
+    "HealthCollector",
+    "HealthView",
     "MetricsServer",
     "MonitorCollector",
     "MonitorSnapshot",

@@ -20,12 +20,12 @@ from prometheus_client.registry import Collector
 
 from rainierd import __version__
 from rainierd.core.ingest import IngestStats
-from rainierd.core.throughput import Throughput
+from rainierd.exporter.snapshot import MonitorSnapshot
 from rainierd.mqtt import ConnectionState
 from rainierd.topology import Topology
 from rainierd.wire.records import WIRE_VERSION
 
-__all__ = ["DECODE_REASONS", "MonitorSnapshot", "build_registry"]
+__all__ = ["DECODE_REASONS", "build_registry"]
 
 log = structlog.get_logger("rainierd.exporter")
 
@@ -35,17 +35,6 @@ DECODE_REASONS = (
     "bad_kind", "bad_header", "trailing_bytes", "non_finite", "bad_json", "schema",
     "unknown_node", "unknown_id", "duplicate_id", "topic_mismatch", "stale_seq", "bad_topic",
 )
-
-
-@dataclass(frozen=True, eq=False)
-class MonitorSnapshot:
-    """What one analysis tick concluded; collectors read only this."""
-
-    generation: int
-    throughput: Throughput
-    chips_total: int
-    analysis_s: float
-    analysed_ticks: int
 
 
 class FleetCollector(Collector):

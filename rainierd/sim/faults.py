@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -93,9 +94,6 @@ SEVERITIES: Final[dict[FaultKind, tuple[float, ...]]] = {
     FaultKind.NODE_LOST: (0.0,),
     FaultKind.DIURNAL: (0.01, 0.02),
 }
-
-_ONE_S_TICK: Final = 1.0
-
 
 @dataclass(frozen=True, slots=True)
 class Fault:
@@ -201,6 +199,92 @@ def _nodes_of(topo: Topology, fault: Fault) -> npt.NDArray[np.int64]:
     return np.array([fault.target])
 
 
+def _nl_degraded(e: Effects, f: Fault, tick: int, topo: Topology, phase: float) -> None:
+    e.link_lanes[f.target] = round(TRN2.neuronlink_lanes * f.severity)
+    e.link_bw_frac[f.target] = e.link_path_frac[f.target] = f.severity
+
+
+def _nl_down(e: Effects, f: Fault, tick: int, topo: Topology, phase: float) -> None:
+    e.link_lanes[f.target], e.link_bw_frac[f.target], e.link_path_frac[f.target] = 0, 0.0, _REROUTE_FRAC
+
+
+def _nl_flapping(e: Effects, f: Fault, tick: int, topo: Topology, phase: float) -> None:
+    down, at_end = _down_fraction(f, tick)
+    e.link_bw_frac[f.target] = 1.0 - min(1.0, down)
+    e.link_path_frac[f.target] = 1.0 - min(1.0, down) * (1.0 - _REROUTE_FRAC)
+    e.link_lanes[f.target] = 0 if at_end else TRN2.neuronlink_lanes
+    e.link_replay_per_s[f.target] = 30.0 * math.ceil(down)  # retraining replays after each drop
+
+
+def _nl_crc_storm(e: Effects, f: Fault, tick: int, topo: Topology, phase: float) -> None:
+    e.link_crc_per_s[f.target] = f.severity
+    e.link_replay_per_s[f.target] = f.severity / 4.0
+
+
+def _efa_degraded(e: Effects, f: Fault, tick: int, topo: Topology, phase: float) -> None:
+    e.efa_frac[f.target] = f.severity
+    e.efa_retrans_per_s[f.target] = 400.0 * (1.0 - f.severity) / 0.125
+    e.efa_latency_mult[f.target] = 1.0 / f.severity
+
+
+def _efa_loss(e: Effects, f: Fault, tick: int, topo: Topology, phase: float) -> None:
+    e.efa_loss[f.target] = f.severity
+    e.efa_frac[f.target] = 1.0 / (1.0 + 200.0 * f.severity)  # assumption: SRD recovers, at a cost
+
+
+def _efa_down(e: Effects, f: Fault, tick: int, topo: Topology, phase: float) -> None:
+    e.efa_down[f.target] = True
+    e.efa_frac[f.target] = _EFA_FAILOVER_FRAC
+
+
+def _chip_failed(e: Effects, f: Fault, tick: int, topo: Topology, phase: float) -> None:
+    e.chip_failed[f.target] = True
+    e.chip_fail_onset[f.target] = tick == f.start_tick
+
+
+def _chip_throttle(e: Effects, f: Fault, tick: int, topo: Topology, phase: float) -> None:
+    e.chip_clock_cap[f.target] = min(e.chip_clock_cap[f.target], f.severity)
+
+
+def _straggler(e: Effects, f: Fault, tick: int, topo: Topology, phase: float) -> None:
+    e.chip_slowdown[f.target] = max(e.chip_slowdown[f.target], f.severity)
+
+
+def _cooling_fan(e: Effects, f: Fault, tick: int, topo: Topology, phase: float) -> None:
+    e.node_fan_frac[_nodes_of(topo, f)] = f.severity
+
+
+def _cooling_inlet(e: Effects, f: Fault, tick: int, topo: Topology, phase: float) -> None:
+    ramp = min(1.0, (tick - f.start_tick + 1) / _INLET_RAMP_TICKS)
+    e.node_inlet_rise_c[_nodes_of(topo, f)] = f.severity * ramp
+
+
+def _node_lost(e: Effects, f: Fault, tick: int, topo: Topology, phase: float) -> None:
+    e.node_silent[f.target] = True
+
+
+def _diurnal(e: Effects, f: Fault, tick: int, topo: Topology, phase: float) -> None:
+    e.site_dvfs[f.target] = 1.0 - f.severity * max(0.0, phase)
+
+
+_APPLY: Final[dict[FaultKind, Callable[[Effects, Fault, int, Topology, float], None]]] = {
+    FaultKind.NL_DEGRADED: _nl_degraded,
+    FaultKind.NL_DOWN: _nl_down,
+    FaultKind.NL_FLAPPING: _nl_flapping,
+    FaultKind.NL_CRC_STORM: _nl_crc_storm,
+    FaultKind.EFA_DEGRADED: _efa_degraded,
+    FaultKind.EFA_LOSS: _efa_loss,
+    FaultKind.EFA_DOWN: _efa_down,
+    FaultKind.CHIP_FAILED: _chip_failed,
+    FaultKind.CHIP_THROTTLE: _chip_throttle,
+    FaultKind.STRAGGLER: _straggler,
+    FaultKind.COOLING_FAN: _cooling_fan,
+    FaultKind.COOLING_INLET: _cooling_inlet,
+    FaultKind.NODE_LOST: _node_lost,
+    FaultKind.DIURNAL: _diurnal,
+}
+
+
 def effects(topo: Topology, faults: list[Fault], tick: int, *, diurnal_phase: float) -> Effects:
     """Return the combined effects of the faults active at ``tick``.
 
@@ -208,50 +292,9 @@ def effects(topo: Topology, faults: list[Fault], tick: int, *, diurnal_phase: fl
     faults (clock loss only while it is positive: the mid-day heat).
     """
     e = Effects.neutral(topo)
-    for f in faults:
-        if not f.active(tick):
-            continue
-        t, sev = f.target, f.severity
-        if f.kind is FaultKind.NL_DEGRADED:
-            e.link_lanes[t] = round(TRN2.neuronlink_lanes * sev)
-            e.link_bw_frac[t] = e.link_path_frac[t] = sev
-        elif f.kind is FaultKind.NL_DOWN:
-            e.link_lanes[t], e.link_bw_frac[t], e.link_path_frac[t] = 0, 0.0, _REROUTE_FRAC
-        elif f.kind is FaultKind.NL_FLAPPING:
-            down, at_end = _down_fraction(f, tick)
-            e.link_bw_frac[t] = 1.0 - min(1.0, down)
-            e.link_path_frac[t] = 1.0 - min(1.0, down) * (1.0 - _REROUTE_FRAC)
-            e.link_lanes[t] = 0 if at_end else TRN2.neuronlink_lanes
-            e.link_replay_per_s[t] = 30.0 * math.ceil(down)  # retraining replays after each drop
-        elif f.kind is FaultKind.NL_CRC_STORM:
-            e.link_crc_per_s[t] = sev
-            e.link_replay_per_s[t] = sev / 4.0
-        elif f.kind is FaultKind.EFA_DEGRADED:
-            e.efa_frac[t] = sev
-            e.efa_retrans_per_s[t] = 400.0 * (1.0 - sev) / 0.125
-            e.efa_latency_mult[t] = 1.0 / sev
-        elif f.kind is FaultKind.EFA_LOSS:
-            e.efa_loss[t] = sev
-            e.efa_frac[t] = 1.0 / (1.0 + 200.0 * sev)  # assumption: SRD recovers, at a cost
-        elif f.kind is FaultKind.EFA_DOWN:
-            e.efa_down[t] = True
-            e.efa_frac[t] = _EFA_FAILOVER_FRAC
-        elif f.kind is FaultKind.CHIP_FAILED:
-            e.chip_failed[t] = True
-            e.chip_fail_onset[t] = tick == f.start_tick
-        elif f.kind is FaultKind.CHIP_THROTTLE:
-            e.chip_clock_cap[t] = min(e.chip_clock_cap[t], sev)
-        elif f.kind is FaultKind.STRAGGLER:
-            e.chip_slowdown[t] = max(e.chip_slowdown[t], sev)
-        elif f.kind is FaultKind.COOLING_FAN:
-            e.node_fan_frac[_nodes_of(topo, f)] = sev
-        elif f.kind is FaultKind.COOLING_INLET:
-            ramp = min(1.0, (tick - f.start_tick + 1) / _INLET_RAMP_TICKS)
-            e.node_inlet_rise_c[_nodes_of(topo, f)] = sev * ramp
-        elif f.kind is FaultKind.NODE_LOST:
-            e.node_silent[t] = True
-        elif f.kind is FaultKind.DIURNAL:
-            e.site_dvfs[t] = 1.0 - sev * max(0.0, diurnal_phase)
+    for fault in faults:
+        if fault.active(tick):
+            _APPLY[fault.kind](e, fault, tick, topo, diurnal_phase)
     return e
 
 

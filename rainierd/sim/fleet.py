@@ -22,6 +22,7 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
+from rainierd.core.model import CAUSES
 from rainierd.hardware import TRN2, Trainium2
 from rainierd.sim.faults import Effects, Fault, FaultKind, effects
 from rainierd.topology import LINK_KIND_RING, Topology
@@ -38,10 +39,6 @@ __all__ = ["CAUSES", "FleetModel", "FleetParams", "TickSample", "TickTruth"]
 F64 = npt.NDArray[np.float64]
 B = npt.NDArray[np.bool_]
 
-# Why FP8 FLOP/s are lost, in the order docs/throughput-model.md gives them.
-CAUSES: Final = (
-    "failed_chip", "thermal_throttle", "straggler", "degraded_neuronlink", "degraded_efa", "stale_telemetry",
-)
 _EFA_PACKET_BYTES: Final = 8192
 
 
@@ -349,7 +346,7 @@ class FleetModel:
         topo, p = self.topology, self.params
         chips_per_group = topo.chips_per_node * topo.nodes_per_ultraserver * p.group_ultraservers
         healthy = self.hw.fp8_dense_flops * p.util_mean * chips_per_group  # cycle-averaged
-        lost = {cause: 0.0 for cause in CAUSES}
+        lost = dict.fromkeys(CAUSES, 0.0)
         dead = group["dead"] > 0
         failed_group = self._by_group(e.chip_failed.astype(np.float64), chips_per_group, "max") > 0
         lost["failed_chip"] = float(healthy * (dead & failed_group).sum())

@@ -1,0 +1,121 @@
+"""Detection over the fleet state: NeuronLinks, EFA ports, chips, node cooling
+and presence, UltraServer cooling.  Pure numpy; one ``update`` per analysis
+tick returns the state changes as events.
+
+Each change of state is an ``Event``; the monitor logs it, publishes it under
+``rainier/v1/events/<entity>/<id>`` and exports the current unhealthy set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import numpy as np
+
+from rainierd.core.detect._common import Reason, reason_names
+from rainierd.core.detect._tracker import StateTracker, Transitions
+from rainierd.core.detect.chips import ChipDetector, ChipParams
+from rainierd.core.detect.cooling import CoolingDetector, CoolingParams
+from rainierd.core.detect.links import EfaDetector, LinkDetector, PathParams
+from rainierd.core.state import FleetState
+
+__all__ = [
+    "STATE_NAMES",
+    "ChipParams",
+    "CoolingParams",
+    "DetectionParams",
+    "Event",
+    "FleetDetector",
+    "PathParams",
+    "Reason",
+]
+
+STATE_NAMES: Final[dict[str, tuple[str, ...]]] = {
+    "neuronlink": ("healthy", "degraded", "down"),
+    "efa": ("healthy", "degraded", "down"),
+    "chip": ("healthy", "straggler", "throttled", "stale", "failed"),
+    "node": ("healthy", "cooling_degraded", "lost"),
+    "ultraserver": ("healthy", "cooling_degraded"),
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DetectionParams:
+    """Every detector's thresholds."""
+
+    paths: PathParams = field(default_factory=PathParams)
+    chips: ChipParams = field(default_factory=ChipParams)
+    cooling: CoolingParams = field(default_factory=CoolingParams)
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One change of an entity's health state."""
+
+    tick: int
+    entity: str
+    id: int
+    before: str
+    after: str
+    reasons: tuple[str, ...]
+    onset_tick: int
+
+    @property
+    def raised(self) -> bool:
+        """Return True for a new detection (from healthy), not an escalation or a clear."""
+        return self.before == "healthy"
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the event as plain data (log fields, MQTT payload)."""
+        return {"tick": self.tick, "entity": self.entity, "id": self.id, "before": self.before,
+                "after": self.after, "reasons": list(self.reasons), "onset_tick": self.onset_tick}
+
+
+class FleetDetector:
+    """All detectors over one fleet state."""
+
+    def __init__(self, state: FleetState, *, peak_flops: float, params: DetectionParams | None = None) -> None:
+        self.state = state
+        self.params = params or DetectionParams()
+        self.links = LinkDetector(state, self.params.paths)
+        self.efa = EfaDetector(state, self.params.paths)
+        self.chips = ChipDetector(state, peak_flops, self.params.chips)
+        self.cooling = CoolingDetector(state, self.params.cooling)
+
+    def trackers(self) -> dict[str, StateTracker]:
+        """Return the state tracker of every entity kind."""
+        return {"neuronlink": self.links.tracker, "efa": self.efa.tracker, "chip": self.chips.tracker,
+                "node": self.cooling.nodes, "ultraserver": self.cooling.ultraservers}
+
+    def update(self, tick: int) -> list[Event]:
+        """Run every detector on the state as it is now; return the events, worst last."""
+        stale = self.state.stale_chips(self.params.chips.stale_after_ticks)
+        nodes, ultraservers = self.cooling.update(tick, chip_stale=stale)
+        lost_chips = self.cooling.lost_nodes()[self.state.topology.chip_node]
+        changes = {
+            "neuronlink": self.links.update(tick),
+            "efa": self.efa.update(tick),
+            "chip": self.chips.update(tick, suppress_stale=lost_chips),
+            "node": nodes,
+            "ultraserver": ultraservers,
+        }
+        events = []
+        trackers = self.trackers()
+        for entity, change in changes.items():
+            events.extend(self._events(entity, change, trackers[entity], tick))
+        return events
+
+    @staticmethod
+    def _events(entity: str, change: Transitions, tracker: StateTracker, tick: int) -> list[Event]:
+        names = STATE_NAMES[entity]
+        out = []
+        for i, before, after in zip(change.ids.tolist(), change.before.tolist(), change.after.tolist(), strict=True):
+            reasons = tuple(reason_names(int(tracker.reason[i]))) if after else ()
+            onset = int(tracker.onset[i]) if after else tick
+            out.append(Event(tick, entity, i, names[before], names[after], reasons, onset))
+        return out
+
+    def unhealthy(self) -> dict[str, np.ndarray]:
+        """Return, per entity kind, the ids that are not healthy now."""
+        return {entity: np.flatnonzero(t.state) for entity, t in self.trackers().items()}

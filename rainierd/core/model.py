@@ -1,0 +1,117 @@
+"""The effective-FP8 throughput model: lost FP8 FLOP/s by cause, per
+UltraServer, site and fleet (docs/throughput-model.md has the derivation and a
+worked example, which tests/test_model.py checks).
+
+Each synchronous group runs at the pace of its slowest member and its
+collectives at the pace of its slowest path.  With c_nl and c_efa the shares
+of a healthy step spent in NeuronLink and EFA collectives (not overlapped),
+s the slowest member's speed, f_nl and f_efa the bandwidth shares its slowest
+NeuronLink and EFA paths keep::
+
+    step = (1 - c) / s + c_nl / f_nl + c_efa / f_efa        (healthy: 1)
+
+The group delivers ``effective = healthy / step``, so what it loses is
+``effective * (step - 1)``, split over the three terms in proportion to each
+term's excess over its healthy value.  A group with a failed or lost member
+stalls: it loses all it would deliver healthy (the fleet's median healthy
+share of peak), to ``failed_chip`` or ``stale_telemetry``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+
+from rainierd.core.detect import FleetDetector
+from rainierd.core.detect.chips import FAILED, STALE, STRAGGLER
+from rainierd.core.throughput import Throughput
+
+__all__ = ["CAUSES", "LostByCause", "ModelParams", "group_loss", "lost_by_cause"]
+
+F64 = npt.NDArray[np.float64]
+B = npt.NDArray[np.bool_]
+
+CAUSES: Final = (
+    "failed_chip", "thermal_throttle", "straggler", "degraded_neuronlink", "degraded_efa", "stale_telemetry",
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelParams:
+    """Shares of a healthy step in collectives that compute does not hide (assumed; configurable)."""
+
+    comm_nl_share: float = 0.15
+    comm_efa_share: float = 0.10
+
+
+@dataclass(frozen=True, eq=False)
+class LostByCause:
+    """Lost FP8 FLOP/s per cause, per UltraServer (arrays) and summed per site and fleet."""
+
+    ultraserver: dict[str, F64]
+    site: dict[str, F64]
+
+    def fleet(self) -> dict[str, float]:
+        """Return the fleet's lost FLOP/s per cause."""
+        return {cause: float(values.sum()) for cause, values in self.site.items()}
+
+
+def group_loss(
+    effective: F64, *, s_min: F64, f_nl: F64, f_efa: F64, params: ModelParams,
+) -> dict[str, F64]:
+    """Return lost FLOP/s per term (compute, neuronlink, efa) of groups that still run."""
+    c_nl, c_efa = params.comm_nl_share, params.comm_efa_share
+    compute = (1.0 - c_nl - c_efa) * (1.0 / s_min - 1.0)
+    nl = c_nl * (1.0 / f_nl - 1.0)
+    efa = c_efa * (1.0 / f_efa - 1.0)
+    # lost = effective * (step - 1), and step - 1 = compute + nl + efa: each
+    # term's share of the loss is effective times that term.
+    return {"compute": effective * compute, "neuronlink": effective * nl, "efa": effective * efa}
+
+
+def lost_by_cause(
+    throughput: Throughput, detector: FleetDetector, *, params: ModelParams | None = None,
+) -> LostByCause:
+    """Return lost FP8 FLOP/s by cause from the throughput and the detectors' verdicts."""
+    params = params or ModelParams()
+    topo = detector.state.topology
+    n_us = topo.n_ultraservers
+    per_us = topo.chips_per_node * topo.nodes_per_ultraserver
+    chip_state = detector.chips.tracker.state
+    lost_node_chips = detector.cooling.lost_nodes()[topo.chip_node]
+
+    speed = detector.chips.speed().reshape(n_us, per_us)
+    slowest = speed.argmin(axis=1)
+    s_min = np.clip(speed[np.arange(n_us), slowest], 0.05, 1.0)
+    slowest_is_straggler = (chip_state.reshape(n_us, per_us)[np.arange(n_us), slowest] == STRAGGLER)
+    f_nl = np.clip(detector.links.path_fraction().reshape(n_us, -1).min(axis=1), 0.05, 1.0)
+    f_efa = np.clip(detector.efa.path_fraction().reshape(n_us, -1).min(axis=1), 0.05, 1.0)
+
+    failed = (chip_state == FAILED).reshape(n_us, per_us).any(axis=1)
+    silent = ((chip_state == STALE) | lost_node_chips).reshape(n_us, per_us).any(axis=1)
+    stalled = failed | silent
+    effective = throughput.ultraserver_effective
+    peak = throughput.ultraserver_peak
+    running = ~stalled & (effective > 0)
+    share = effective[running] / peak[running] if running.any() else np.array([0.0])
+    healthy_share = float(np.median(share)) if share.size else 0.0
+
+    terms = group_loss(effective, s_min=s_min, f_nl=f_nl, f_efa=f_efa, params=params)
+    stall_loss = np.maximum(healthy_share * peak - effective, 0.0)
+    zero = np.zeros(n_us)
+    per_us_lost = {
+        "failed_chip": np.where(failed, stall_loss, zero),
+        "stale_telemetry": np.where(silent & ~failed, stall_loss, zero),
+        "straggler": np.where(stalled | ~slowest_is_straggler, zero, terms["compute"]),
+        "thermal_throttle": np.where(stalled | slowest_is_straggler, zero, terms["compute"]),
+        "degraded_neuronlink": np.where(stalled, zero, terms["neuronlink"]),
+        "degraded_efa": np.where(stalled, zero, terms["efa"]),
+    }
+    site = {
+        cause: np.bincount(topo.ultraserver_site, weights=v, minlength=topo.n_sites).astype(np.float64)
+        for cause, v in per_us_lost.items()
+    }
+    return LostByCause({c: per_us_lost[c] for c in CAUSES}, {c: site[c] for c in CAUSES})
