@@ -43,6 +43,12 @@ _ROLE_FLAGS: list[tuple[str, str, dict[str, Any]]] = [
     ("--ticks", "ticks", {"type": int, "help": "simulator: stop after N ticks (default 0: run for ever)"}),
     ("--seed", "seed", {"type": int}),
     ("--encoding", "encoding", {"help": "simulator frame encoding: binary (default) or json"}),
+    ("--scenario", "scenario", {"type": Path, "help": "simulator: TOML fault scenario (docs/scenarios.md)"}),
+    ("--fault-acceleration", "fault_acceleration",
+     {"type": float, "help": "simulator: random faults at calibrated rates times this (default 0: none)"}),
+    ("--noise", "noise", {"type": float, "help": "simulator: telemetry noise level (default 1)"}),
+    ("--time-scale", "time_scale", {"type": float, "help": "simulator: simulated seconds per second"}),
+    ("--truth-file", "truth_file", {"type": Path, "help": "simulator: write ground truth as JSON lines"}),
     ("--metrics-addr", "metrics_addr", {"help": f"exporter listen address (default {DEFAULT_METRICS_ADDR})"}),
     ("--stale-after-ticks", "stale_after_ticks", {"type": int}),
     ("--log-format", "log_format", {"help": "json, console or auto (console on a terminal)"}),
@@ -113,6 +119,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     log = structlog.get_logger("rainierd")
     try:
         asyncio.run(run_role(args.command, settings))
+    except ConfigError as exc:  # a scenario file is read only once the role starts
+        print(f"rainierd: {exc}", file=sys.stderr)
+        return 2
     except (RainierdError, OSError) as exc:
         # The message says it all (a port in use, a broker that cannot start).
         log.error("rainierd failed to start", error=str(exc))  # noqa: TRY400

@@ -13,6 +13,7 @@ import secrets
 import signal
 from typing import Final, Literal
 
+import numpy as np
 import structlog
 
 from rainierd.broker import EmbeddedBroker
@@ -20,7 +21,8 @@ from rainierd.exporter import FleetCollector, HealthCollector, MetricsServer, Mo
 from rainierd.monitor import Monitor
 from rainierd.mqtt import ConnectionState, mqtt_config, supervise
 from rainierd.settings import Settings
-from rainierd.sim import Simulator
+from rainierd.sim import FleetParams, Simulator
+from rainierd.sim.faults import load_scenario
 from rainierd.topology import build_topology
 
 __all__ = ["Role", "run_role"]
@@ -51,9 +53,15 @@ async def run_role(role: Role, settings: Settings) -> None:
         coroutines = {}
         if role in ("run", "simulate"):
             sim_mqtt = mqtt_config(settings, client_id=f"rainierd-sim-{nonce}", url=url)
+            faults = []
+            if settings.scenario is not None:
+                faults = load_scenario(settings.scenario, topology, tick_s=settings.tick_s,
+                                       rng=np.random.default_rng(settings.seed))
             sim = Simulator(
                 topology, publisher_id=sim_mqtt.client_id, seed=settings.seed, tick_s=settings.tick_s,
-                ticks=settings.ticks, encoding=settings.encoding, qos=settings.mqtt_qos,
+                ticks=settings.ticks, encoding=settings.encoding, qos=settings.mqtt_qos, faults=faults,
+                fault_acceleration=settings.fault_acceleration, truth_file=settings.truth_file,
+                params=FleetParams(noise=settings.noise, time_scale=settings.time_scale),
             )
             coroutines["sim-ticks"] = sim.produce(stop)
             coroutines["sim-mqtt-publish"] = supervise(sim_mqtt, sim.publish, state=ConnectionState())

@@ -61,6 +61,13 @@ class Settings(BaseSettings):
     ticks: int = Field(0, ge=0, description="stop the simulator after this many ticks; 0 runs forever")
     seed: int = Field(0, ge=0)
     encoding: Literal["binary", "json"] = "binary"
+    scenario: Path | None = Field(None, description="TOML fault scenario for the simulator (docs/scenarios.md)")
+    fault_acceleration: float = Field(
+        0.0, ge=0.0, le=1e9, description="random faults at the calibrated rates times this; 0 injects none",
+    )
+    noise: float = Field(1.0, ge=0.0, le=10.0, description="simulator telemetry noise, 1 = default")
+    time_scale: float = Field(1.0, gt=0.0, le=1e6, description="simulated seconds per tick second (diurnal cycle)")
+    truth_file: Path | None = Field(None, description="simulator: write ground truth here (JSON lines)")
     metrics_addr: str = DEFAULT_METRICS_ADDR
     stale_after_ticks: int = Field(3, ge=1, le=1000)
     max_frame_bytes: int = Field(65_536, ge=1_024, le=16 * 2**20)

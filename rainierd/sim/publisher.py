@@ -13,25 +13,28 @@ import asyncio
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Final
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Final, TextIO
 
 import aiomqtt
 import numpy as np
 import structlog
 
-from rainierd.sim.fleet import FleetModel, TickTruth
+from rainierd.sim.faults import Fault, random_faults
+from rainierd.sim.fleet import FleetModel, FleetParams, TickTruth
 from rainierd.sim.frames import tick_frames
 from rainierd.topology import Topology
 from rainierd.wire import encode_binary, encode_json
 from rainierd.wire.records import Frame
 from rainierd.wire.topics import truth_topic
 
-__all__ = ["Outgoing", "Simulator", "truth_payload"]
+__all__ = ["Outgoing", "Simulator", "truth_document", "truth_payload"]
 
 log = structlog.get_logger("rainierd.sim")
 
 _OUTBOX_TICKS: Final = 4  # ticks of frames the outbox holds before dropping
+_RANDOM_CHUNK_TICKS: Final = 3_600  # random faults are drawn an hour of ticks at a time
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,13 +46,19 @@ class Outgoing:
     retain: bool = False
 
 
-def truth_payload(truth: TickTruth, publisher: str) -> bytes:
-    """Return the JSON ground-truth message of one tick."""
-    return json.dumps({
+def truth_document(truth: TickTruth, publisher: str) -> dict[str, Any]:
+    """Return the ground truth of one tick as plain data."""
+    return {
         "publisher": publisher, "tick": truth.tick, "t_s": truth.t_s, "chips": truth.chips,
         "peak_flops": truth.peak_flops, "delivered_flops": truth.delivered_flops,
-        "effective_flops": truth.effective_flops,
-    }).encode()
+        "effective_flops": truth.effective_flops, "lost_flops": truth.lost_flops,
+        "active_faults": [f.as_dict() for f in truth.active_faults],
+    }
+
+
+def truth_payload(truth: TickTruth, publisher: str) -> bytes:
+    """Return the JSON ground-truth message of one tick."""
+    return json.dumps(truth_document(truth, publisher)).encode()
 
 
 class Simulator:
@@ -65,20 +74,39 @@ class Simulator:
         ticks: int,
         encoding: str,
         qos: int,
+        faults: list[Fault] | None = None,
+        fault_acceleration: float = 0.0,
+        params: FleetParams | None = None,
+        truth_file: Path | None = None,
     ) -> None:
         self.topology = topology
         self.publisher_id = publisher_id
         self.tick_s, self.ticks, self.qos = tick_s, ticks, qos
         self._encode: Callable[[Frame], bytes] = encode_json if encoding == "json" else encode_binary
         self._seed = seed
+        self._faults = list(faults or [])
+        self._acceleration = fault_acceleration
+        self._params = params
+        self._truth_file = truth_file
+        self._truth_out: TextIO | None = None
         per_tick = topology.n_nodes + topology.n_sites + 1
         self.outbox: asyncio.Queue[Outgoing] = asyncio.Queue(max(1_000, _OUTBOX_TICKS * per_tick))
         self.dropped = 0
         self.published = 0
         self.ticks_produced = 0
 
-    def _produce_tick(self, model: FleetModel, tick: int) -> list[Outgoing]:
+    def _produce_tick(self, model: FleetModel, tick: int, rng: np.random.Generator) -> list[Outgoing]:
+        if self._acceleration > 0 and tick % _RANDOM_CHUNK_TICKS == 0:
+            fresh = random_faults(self.topology, rng, ticks=_RANDOM_CHUNK_TICKS, tick_s=self.tick_s,
+                                  acceleration=self._acceleration)
+            model.faults = [f for f in model.faults if f.end_tick > tick]
+            model.faults += [replace(f, start_tick=f.start_tick + tick, end_tick=f.end_tick + tick) for f in fresh]
         sample = model.step(tick)
+        for fault in model.faults:
+            if fault.start_tick == tick:
+                log.info("fault injected", **fault.as_dict())
+        if self._truth_out is not None:
+            self._truth_out.write(json.dumps(truth_document(sample.truth, self.publisher_id)) + "\n")
         out = [
             Outgoing(topic, self._encode(frame))
             for topic, frame in tick_frames(self.topology, sample, publisher=self.publisher_id)
@@ -98,9 +126,14 @@ class Simulator:
     async def produce(self, done: asyncio.Event) -> None:
         """Produce ticks on schedule; after ``ticks`` ticks, drain and set ``done``."""
         loop = asyncio.get_running_loop()
+        seeds = np.random.SeedSequence(self._seed).spawn(2)
         model = FleetModel(
-            self.topology, np.random.default_rng(self._seed), tick_s=self.tick_s, start_s=time.time(),
+            self.topology, np.random.default_rng(seeds[0]), tick_s=self.tick_s, start_s=time.time(),
+            params=self._params, faults=self._faults,
         )
+        fault_rng = np.random.default_rng(seeds[1])
+        if self._truth_file is not None:
+            self._truth_out = self._truth_file.open("w", buffering=1)
         start = loop.time()
         log.info("simulating fleet", topology=self.topology.name, chips=self.topology.n_chips,
                  tick_s=self.tick_s, publisher=self.publisher_id)
@@ -109,7 +142,7 @@ class Simulator:
             delay = start + tick * self.tick_s - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
-            for message in await asyncio.to_thread(self._produce_tick, model, tick):
+            for message in await asyncio.to_thread(self._produce_tick, model, tick, fault_rng):
                 self._enqueue(message)
             self.ticks_produced = tick + 1
             tick += 1
@@ -119,6 +152,8 @@ class Simulator:
         except TimeoutError:
             log.warning("simulator stopped with frames unpublished", pending=self.outbox.qsize())
         log.info("simulation finished", ticks=tick, published=self.published, dropped=self.dropped)
+        if self._truth_out is not None:
+            self._truth_out.close()
         done.set()
 
     async def publish(self, client: aiomqtt.Client) -> None:
