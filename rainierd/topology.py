@@ -27,6 +27,7 @@ __all__ = [
     "PRESETS",
     "PresetName",
     "Topology",
+    "build_fleet",
     "build_topology",
 ]
 
@@ -162,9 +163,26 @@ def build_topology(
     if preset not in PRESETS:
         known = ", ".join(PRESETS)
         raise ConfigError(f"unknown topology preset {preset!r} (known: {known})")
+    n_sites, per_site = PRESETS[preset]
+    return build_fleet(n_sites, per_site, name=preset, efa_ports_per_node=efa_ports_per_node)
+
+
+def build_fleet(
+    n_sites: int,
+    ultraservers_per_site: int,
+    *,
+    name: str = "custom",
+    efa_ports_per_node: int = TRN2.efa_ports_per_node,
+) -> Topology:
+    """Return a fleet of ``n_sites`` sites of ``ultraservers_per_site`` UltraServers each.
+
+    Raises ConfigError for a non-positive size or a bad EFA port count.
+    """
+    if n_sites < 1 or ultraservers_per_site < 1:
+        raise ConfigError(f"a fleet needs at least 1 site and 1 UltraServer, got {n_sites} x {ultraservers_per_site}")
     if not 1 <= efa_ports_per_node <= 64:
         raise ConfigError(f"efa_ports_per_node must be 1..64, got {efa_ports_per_node}")
-    n_sites, per_site = PRESETS[preset]
+    per_site = ultraservers_per_site
     cpn, npu = TRN2.chips_per_node, TRN2.nodes_per_ultraserver
 
     n_us = n_sites * per_site
@@ -192,6 +210,4 @@ def build_topology(
     )
     for array in arrays:
         array.setflags(write=False)
-    return Topology(
-        preset, n_sites, per_site, efa_ports_per_node, *arrays,
-    )
+    return Topology(name, n_sites, per_site, efa_ports_per_node, *arrays)

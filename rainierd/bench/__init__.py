@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from rainierd.bench import core, process
+from rainierd.bench import core, detect, process
 
 __all__ = ["run_bench"]
 
@@ -15,6 +15,8 @@ def run_bench(args: argparse.Namespace) -> int:
     """Run the benchmark ``args.bench``; return the exit code."""
     if args.bench == "core":
         return core.main(args)
+    if args.bench == "detect":
+        return detect.main(args)
     if args.bench == "run":
         return process.main(args)
     raise AssertionError(f"unknown benchmark {args.bench!r}")  # argparse restricts the choices

@@ -46,7 +46,8 @@ class PathParams:
     drop_below: float = 0.6  # a tick this low counts as a drop, for flapping
     flap_window_ticks: float = 60.0  # decay time of the drop count
     flap_drops: float = 1.8  # ~2 drops within the window is flapping
-    flap_hold_ticks: int = 60  # clean ticks a flapping link needs to clear
+    flap_hold_ticks: int = 60  # clean ticks a link that dropped needs to clear
+    recent_drop: float = 0.3  # drop count above which a drop was recent (~70 ticks)
     raise_after: int = 2
     clear_after: int = 10
     ewma_alpha: float = 0.2
@@ -69,8 +70,8 @@ class LinkDetector:
         self.drops = np.zeros(n)
         self.was_dropped = np.zeros(n, dtype=bool)
         self.bw_ratio = np.full(n, np.nan)  # EWMA of bandwidth / its kind's median
-        self.tracker = StateTracker.create(n, raise_after=[0, p.raise_after, p.raise_after],
-                                           clear_after=p.clear_after)
+        # A drop (lanes gone, or bandwidth far below any noise) raises at once.
+        self.tracker = StateTracker.create(n, raise_after=[0, p.raise_after, 1], clear_after=p.clear_after)
         kind = self.state.topology.link_kind
         self.nominal = np.where(kind == 1, TRN2.neuronlink_ring_bytes_s, TRN2.neuronlink_intra_bytes_s)
 
@@ -97,12 +98,16 @@ class LinkDetector:
         self.bw_ratio = ewma(self.bw_ratio, ratio / med, fresh, alpha=p.ewma_alpha)
         errors = counter_delta(table, "crc_errors_total") + counter_delta(table, "replay_total")
 
+        # Healthy noise never takes a link with all lanes up below drop_below
+        # (contention dips bottom out near 0.67), so such a tick, or a tick
+        # ending with no lane up, is the link going down, if only briefly.
         down = (lanes == 0) | (ratio < p.down_below)
-        dropped = down | (ratio < p.drop_below)
+        dropped = fresh & (down | ((ratio < p.drop_below) & (lanes == TRN2.neuronlink_lanes)))
         decay = np.exp(-1.0 / p.flap_window_ticks)
         self.drops = np.where(fresh, self.drops * decay + (dropped & ~self.was_dropped), self.drops)
         self.was_dropped = np.where(fresh, dropped, self.was_dropped)
         flapping = self.drops >= p.flap_drops
+        recently_dropped = self.drops > p.recent_drop
 
         reasons = np.zeros(ratio.shape, dtype=np.int64)
         reasons |= np.where((lanes > 0) & (lanes < TRN2.neuronlink_lanes), int(Reason.LANES), 0)
@@ -110,11 +115,12 @@ class LinkDetector:
         reasons |= np.where(self.latency.update(lat_dev, fresh & ~down), int(Reason.LATENCY), 0)
         reasons |= np.where(self.errors.update(np.maximum(errors, 0.0), fresh), int(Reason.ERRORS), 0)
         reasons |= np.where(flapping, int(Reason.FLAPPING), 0)
-        reasons |= np.where(down, int(Reason.DOWN), 0)
-        # A flapping link is one degraded event for its whole episode, never a
-        # string of downs; a steadily down link is down.
-        candidate = np.where(down & ~flapping, DOWN, np.where(reasons != 0, DEGRADED, HEALTHY))
-        self.tracker.hold = np.where(flapping, p.flap_hold_ticks, self.tracker.hold)
+        reasons |= np.where(dropped, int(Reason.DOWN), 0)
+        # A drop raises at once; a link that dropped recently must stay clean
+        # for flap_hold_ticks before it clears, so a flapping link is one
+        # event for its whole episode, never a string of downs.
+        candidate = np.where(dropped, DOWN, np.where(reasons != 0, DEGRADED, HEALTHY))
+        self.tracker.hold = np.where(recently_dropped, p.flap_hold_ticks, self.tracker.hold)
         return self.tracker.update(candidate, reasons, fresh, tick)
 
     def path_fraction(self) -> F64:

@@ -1,0 +1,228 @@
+"""Specification of the detectors: change detection primitives on crafted
+arrays, each detector on crafted telemetry, and noise alone never alarming."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rainierd.core import FleetState, Ingest, IngestStats
+from rainierd.core.detect import FleetDetector
+from rainierd.core.detect._stats import ClippedCusum, robust_center_scale
+from rainierd.core.detect._tracker import StateTracker
+from rainierd.hardware import TRN2
+from rainierd.sim.faults import Fault, FaultKind
+from rainierd.sim.fleet import FleetModel, FleetParams
+from rainierd.sim.frames import tick_frames
+from rainierd.topology import build_fleet, build_topology
+from rainierd.wire import LINK_DTYPE
+
+
+def first_alarm(cusum: ClippedCusum, series: list[float]) -> int | None:
+    for tick, x in enumerate(series):
+        if cusum.update(np.array([x]), np.array([True]))[0]:
+            return tick
+    return None
+
+
+class TestClippedCusum:
+    def test_step_raises_after_persistence(self) -> None:
+        """A 6-sigma step raises on its 5th tick (cap 6, k 2, h 20), not before."""
+        cusum = ClippedCusum.zeros(1, k=2, h=20, cap=6)
+        assert first_alarm(cusum, [0.0] * 10 + [6.0] * 10) == 14
+
+    def test_single_burst_never_raises(self) -> None:
+        """A burst of any size adds at most cap - k: isolated bursts never raise."""
+        cusum = ClippedCusum.zeros(1, k=2, h=20, cap=6)
+        assert first_alarm(cusum, ([1e9] + [0.0] * 5) * 50) is None
+
+    def test_ramp_raises_once_it_exceeds_k(self) -> None:
+        """A ramp of 0.1 a tick raises at tick 40: the sum of (0.1 t - 2) over ticks 21..40 is 21 >= 20."""
+        cusum = ClippedCusum.zeros(1, k=2, h=20, cap=6)
+        assert first_alarm(cusum, [0.1 * t for t in range(100)]) == 40
+
+    def test_ceiling_bounds_recovery(self) -> None:
+        """After a long fault the sum sits at the ceiling, so it falls below h within (ceiling - h) / k ticks."""
+        cusum = ClippedCusum.zeros(1, k=2, h=20, cap=6)
+        for _ in range(500):
+            cusum.update(np.array([6.0]), np.array([True]))
+        assert cusum.s[0] == 40.0  # the ceiling, 2 h
+        quiet = [bool(cusum.update(np.array([0.0]), np.array([True]))[0]) for _ in range(20)]
+        assert quiet.index(False) == 10  # 40 - 2 * 11 < 20
+
+    def test_masked_entities_keep_their_sum(self) -> None:
+        """Entities without a new sample are left as they are."""
+        cusum = ClippedCusum.zeros(2, k=2, h=20, cap=6)
+        cusum.update(np.array([6.0, 6.0]), np.array([True, False]))
+        assert cusum.s.tolist() == [4.0, 0.0]
+
+
+class TestRobustStats:
+    def test_outliers_do_not_move_median_or_scale(self) -> None:
+        """Median and MAD ignore a minority of wild values."""
+        values = np.concatenate([np.random.default_rng(0).normal(1.0, 0.01, 1000), np.full(50, 0.2)])
+        center, scale = robust_center_scale(values, np.ones(values.size, bool), floor=1e-6)
+        assert center == pytest.approx(1.0, abs=0.003)
+        assert scale == pytest.approx(0.01, rel=0.15)
+
+    def test_floor(self) -> None:
+        """Identical values give the floor as scale, never zero."""
+        assert robust_center_scale(np.ones(10), np.ones(10, bool), floor=0.01) == (1.0, 0.01)
+
+
+class TestStateTracker:
+    def make(self) -> StateTracker:
+        return StateTracker.create(1, raise_after=[0, 3, 1], clear_after=5)
+
+    def run(self, tracker: StateTracker, candidates: list[int]) -> list[int]:
+        states = []
+        for tick, c in enumerate(candidates):
+            tracker.update(np.array([c]), np.array([1]), np.array([True]), tick)
+            states.append(int(tracker.state[0]))
+        return states
+
+    def test_raise_after_persistence_and_clear_after_clean_period(self) -> None:
+        """Degraded needs 3 bad ticks; clearing needs 5 clean ones."""
+        states = self.run(self.make(), [1, 1, 1, 1, 0, 0, 0, 0, 0, 0])
+        assert states == [0, 0, 1, 1, 1, 1, 1, 1, 0, 0]
+
+    def test_alternating_noise_never_raises(self) -> None:
+        """Bad, good, bad, good never builds persistence."""
+        assert set(self.run(self.make(), [1, 0] * 20)) == {0}
+
+    def test_escalates_but_never_de_escalates(self) -> None:
+        """Degraded escalates to down at once; down stays down until it clears."""
+        states = self.run(self.make(), [1, 1, 1, 2, 1, 1, 0, 0, 0, 0, 0])
+        assert states == [0, 0, 1, 2, 2, 2, 2, 2, 2, 2, 0]
+
+    def test_onset_is_the_first_bad_tick(self) -> None:
+        """The onset of a raised state is where its persistence began."""
+        tracker = self.make()
+        self.run(tracker, [0, 0, 1, 1, 1])
+        assert tracker.onset[0] == 2
+
+
+class Crafted:
+    """An UltraServer whose link telemetry the test writes by hand each tick."""
+
+    def __init__(self) -> None:
+        self.topo = build_topology("ultraserver")
+        self.state = FleetState(self.topo)
+        self.detector = FleetDetector(self.state, peak_flops=TRN2.fp8_dense_flops)
+        self.rng = np.random.default_rng(0)
+        self.tick = 0
+        self.tx = np.zeros(self.topo.n_links, dtype=np.uint64)
+
+    def links(self, ratio_of_link_7: float, lanes_of_link_7: int = 8) -> list[tuple[str, int, str]]:
+        n = self.topo.n_links
+        records = np.zeros(n, LINK_DTYPE)
+        records["link"] = np.arange(n)
+        nominal = np.where(self.topo.link_kind == 1, 128e9, 256e9)
+        ratio = 0.96 + self.rng.normal(0, 0.02, n)
+        ratio[7] = ratio_of_link_7
+        records["bw_bytes_s"] = nominal * ratio
+        records["lanes_up"] = 8
+        records["lanes_up"][7] = lanes_of_link_7
+        records["latency_us"] = 1.5
+        self.tx += np.uint64(1000)
+        records["tx_bytes_total"] = self.tx
+        ids = np.arange(n)
+        self.state.links.scatter(ids, records, np.full(n, float(self.tick)), np.full(n, self.tick))
+        self.state.latest_tick = self.tick
+        events = self.detector.links.update(self.tick)
+        self.tick += 1
+        states = ("healthy", "degraded", "down")
+        return [(int(i), int(self.tick - 1), states[a]) for i, a in zip(events.ids, events.after, strict=True)]
+
+
+class TestLinkDetector:
+    def test_step_in_bandwidth_is_found(self) -> None:
+        """A link that drops to 84 % of nominal with all lanes up is degraded within 6 ticks, alone."""
+        crafted = Crafted()
+        changes = [c for t in range(40) for c in crafted.links(0.96 if t < 20 else 0.84)]
+        assert changes[0][0] == 7
+        assert changes[0][2] == "degraded"
+        assert 20 < changes[0][1] <= 26
+        assert {c[0] for c in changes} == {7}
+
+    def test_lanes_down_is_found_in_two_ticks(self) -> None:
+        """Losing lanes is direct evidence: degraded after 2 ticks."""
+        crafted = Crafted()
+        changes = []
+        for t in range(30):
+            ratio, lanes = (0.96, 8) if t < 20 else (0.72, 6)
+            changes += crafted.links(ratio, lanes)
+        assert changes == [(7, 21, "degraded")]
+
+    def test_a_flapping_link_is_one_event(self) -> None:
+        """Five short drops 15 ticks apart give one raise and one clear, not five of each."""
+        crafted = Crafted()
+        changes = []
+        for t in range(200):
+            dropped = 20 <= t < 95 and (t - 20) % 15 == 0
+            changes += crafted.links(0.4 if dropped else 0.96)
+        assert [c[2] for c in changes] == ["down", "healthy"]
+        assert changes[0][1] == 20
+        assert changes[1][1] >= 80 + 60  # held for the flap window after the last drop
+
+    def test_noise_only(self) -> None:
+        """Jitter and contention dips alone raise nothing over 500 ticks."""
+        crafted = Crafted()
+        changes = []
+        for _ in range(500):
+            dip = crafted.rng.random() < 0.01
+            changes += crafted.links(0.96 * (crafted.rng.uniform(0.7, 0.95) if dip else 1.0))
+        assert changes == []
+
+
+def run_sim(preset_or_us: str | int, faults: list[Fault], ticks: int, *, seed: int = 0, noise: float = 1.0) -> list:
+    topo = build_fleet(1, preset_or_us) if isinstance(preset_or_us, int) else build_topology(preset_or_us)
+    model = FleetModel(topo, np.random.default_rng(seed), tick_s=1.0, start_s=0.0,
+                       params=FleetParams(noise=noise, time_scale=86_400 / ticks), faults=faults)
+    state = FleetState(topo)
+    ingest = Ingest(state, IngestStats())
+    detector = FleetDetector(state, peak_flops=TRN2.fp8_dense_flops)
+    events = []
+    for tick in range(ticks):
+        for _t, frame in tick_frames(topo, model.step(tick), publisher="t"):
+            ingest.accept(frame)
+        ingest.flush()
+        events += detector.update(tick)
+    return events
+
+
+class TestDetectorsOnSimulatedFaults:
+    @pytest.mark.parametrize(
+        ("fault", "entity", "state", "within"),
+        [
+            (Fault(FaultKind.STRAGGLER, 70, 0.05, 30, 90), "chip", "straggler", 10),
+            (Fault(FaultKind.CHIP_THROTTLE, 70, 0.85, 30, 90), "chip", "throttled", 3),
+            (Fault(FaultKind.CHIP_FAILED, 70, 0.0, 30, 90), "chip", "failed", 3),
+            (Fault(FaultKind.NODE_LOST, 5, 0.0, 30, 90), "node", "lost", 3),
+            (Fault(FaultKind.EFA_DEGRADED, 70, 0.75, 30, 90), "efa", "degraded", 10),
+            (Fault(FaultKind.EFA_DOWN, 70, 0.0, 30, 90), "efa", "down", 3),
+            (Fault(FaultKind.NL_CRC_STORM, 70, 100.0, 30, 90), "neuronlink", "degraded", 10),
+            (Fault(FaultKind.COOLING_FAN, 5, 0.3, 30, 90), "node", "cooling_degraded", 10),
+        ],
+    )
+    def test_each_kind_names_its_component(self, fault: Fault, entity: str, state: str, within: int) -> None:
+        """Each fault raises its own component, in time, and nothing else raises outside its blast radius."""
+        events = [e for e in run_sim(4, [fault], 120) if e.raised]
+        first = events[0]
+        assert (first.entity, first.id, first.after) == (entity, fault.target, state)
+        assert fault.start_tick <= first.tick <= fault.start_tick + within
+        others = [e for e in events[1:] if not (e.entity == "chip" and fault.kind is FaultKind.COOLING_FAN)]
+        assert others == []
+
+    def test_diurnal_swing_raises_nothing(self) -> None:
+        """A site-wide 2 % mid-day clock loss and outside-air swing over a simulated day raise nothing."""
+        assert run_sim(4, [Fault(FaultKind.DIURNAL, 0, 0.02, 0, 600)], 600) == []
+
+
+@given(seed=st.integers(0, 2**32 - 1), noise=st.floats(0.0, 1.0))
+@settings(max_examples=8, deadline=None)
+def test_noise_alone_never_alarms(seed: int, noise: float) -> None:
+    """At or below the default noise level, a fault-free fleet raises no detection in 300 ticks."""
+    assert run_sim(2, [], 300, seed=seed, noise=noise) == []

@@ -1,0 +1,73 @@
+"""Specification of the throughput model: the worked example of
+docs/throughput-model.md, and the split of loss by cause from detections."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rainierd.core import FleetState, Ingest, IngestStats, compute_throughput
+from rainierd.core.detect import FleetDetector
+from rainierd.core.model import ModelParams, group_loss, lost_by_cause
+from rainierd.hardware import TRN2
+from rainierd.sim.faults import Fault, FaultKind
+from rainierd.sim.fleet import FleetModel
+from rainierd.sim.frames import tick_frames
+from rainierd.topology import build_fleet
+
+
+class TestWorkedExample:
+    def test_numbers_in_the_doc(self) -> None:
+        """A throttled chip at clock 0.8 and a half-speed NeuronLink cost the figures docs/throughput-model.md gives."""
+        healthy = 64 * 1.299e15 * 0.62
+        assert healthy == pytest.approx(5.154432e16)
+        step = 0.75 / 0.8 + 0.15 / 0.5 + 0.10 / 1.0
+        effective = np.array([healthy / step])
+        assert effective[0] == pytest.approx(3.853781e16, rel=1e-6)
+        lost = group_loss(effective, s_min=np.array([0.8]), f_nl=np.array([0.5]), f_efa=np.array([1.0]),
+                          params=ModelParams(comm_nl_share=0.15, comm_efa_share=0.10))
+        assert lost["compute"][0] == pytest.approx(7.225839e15, rel=1e-6)
+        assert lost["neuronlink"][0] == pytest.approx(5.780671e15, rel=1e-6)
+        assert lost["efa"][0] == 0.0
+        assert sum(v[0] for v in lost.values()) == pytest.approx(healthy - effective[0])
+
+
+def estimate_vs_truth(faults: list[Fault], ticks: int = 90) -> tuple[dict[str, float], dict[str, float]]:
+    topo = build_fleet(1, 4)
+    model = FleetModel(topo, np.random.default_rng(0), tick_s=1.0, start_s=0.0, faults=faults)
+    state = FleetState(topo)
+    ingest = Ingest(state, IngestStats())
+    detector = FleetDetector(state, peak_flops=TRN2.fp8_dense_flops)
+    for tick in range(ticks):
+        sample = model.step(tick)
+        for _t, frame in tick_frames(topo, sample, publisher="t"):
+            ingest.accept(frame)
+        ingest.flush()
+        detector.update(tick)
+    tp = compute_throughput(state, peak_flops_per_chip=TRN2.fp8_dense_flops, stale_after_ticks=3)
+    return lost_by_cause(tp, detector).fleet(), sample.truth.lost_flops
+
+
+class TestLossByCause:
+    @pytest.mark.parametrize(
+        ("fault", "cause"),
+        [
+            (Fault(FaultKind.CHIP_THROTTLE, 10, 0.7, 20, 200), "thermal_throttle"),
+            (Fault(FaultKind.STRAGGLER, 10, 0.10, 20, 200), "straggler"),
+            (Fault(FaultKind.NL_DEGRADED, 10, 0.5, 20, 200), "degraded_neuronlink"),
+            (Fault(FaultKind.EFA_DEGRADED, 10, 0.5, 20, 200), "degraded_efa"),
+            (Fault(FaultKind.CHIP_FAILED, 10, 0.0, 20, 200), "failed_chip"),
+            (Fault(FaultKind.NODE_LOST, 1, 0.0, 20, 200), "stale_telemetry"),
+        ],
+    )
+    def test_one_cause_within_10_percent_of_truth(self, fault: Fault, cause: str) -> None:
+        """One fault's loss lands on its cause alone, within 10 % of the simulator's truth."""
+        estimate, truth = estimate_vs_truth([fault])
+        assert {c for c, v in estimate.items() if v > 0} == {cause}
+        assert estimate[cause] == pytest.approx(truth[cause], rel=0.10)
+
+    def test_healthy_fleet_loses_nothing(self) -> None:
+        """Without faults every cause is exactly zero."""
+        estimate, truth = estimate_vs_truth([])
+        assert set(estimate.values()) == {0.0}
+        assert set(truth.values()) == {0.0}
