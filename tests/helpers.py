@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -51,3 +53,13 @@ def sample_values(text: str) -> dict[str, float]:
             series, value = line.rsplit(" ", 1)
             values[series] = float(value)
     return values
+
+
+async def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    """Poll a blocking ``condition`` (off the loop) until true; fail naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if await asyncio.to_thread(condition):
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")

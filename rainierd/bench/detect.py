@@ -59,7 +59,7 @@ class Cell:
 
 def cells() -> list[Cell]:
     """Return every kind x severity x scope x placement the benchmark grades."""
-    out = []
+    out: list[Cell] = []
     for kind, severities in SEVERITIES.items():
         if kind is FaultKind.DIURNAL:
             continue
@@ -272,7 +272,9 @@ def bench_detect(
     started = time.perf_counter()
     ticks = WARMUP_TICKS + 20 + FAULT_TICKS + TAIL_TICKS
     fault_jobs = [(us, faults, seed, ticks, noise) for us, faults, seed in _fault_runs(seeds, ultraservers, ticks)]
-    control_jobs = [(control_ultraservers, [], 500_000 + s, control_ticks, noise) for s in range(control_seeds)]
+    control_jobs: list[tuple[int, list[Fault], int, int, float]] = [
+        (control_ultraservers, [], 500_000 + s, control_ticks, noise) for s in range(control_seeds)
+    ]
     with ProcessPoolExecutor(max_workers=jobs) as pool:
         fault_results = list(pool.map(_run, fault_jobs))
         control_results = list(pool.map(_run, control_jobs))
@@ -312,7 +314,7 @@ def print_table(report: dict[str, Any]) -> None:
     cfg = report["config"]
     print(f"detection benchmark: {cfg['faults']} faults in {cfg['fault_runs']} runs of {cfg['chips']} chips, "
           f"{cfg['seeds']} seeds, 1 s ticks, noise {cfg['noise']}, grace {cfg['grace_ticks']} ticks")
-    print(f"| kind | severity | faults | recall | precision | F1 | TTD median | TTD p95 | duplicates |")
+    print("| kind | severity | faults | recall | precision | F1 | TTD median | TTD p95 | duplicates |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in report["rows"]:
         print(f"| {r['kind']} | {r['severity']:g} | {r['faults']} | {r['recall']:.3f} | {r['precision']:.3f} | "

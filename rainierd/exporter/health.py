@@ -63,12 +63,13 @@ class HealthCollector(Collector):
             return ["ultraserver", "site"], labels
         us = topo.node_ultraserver[node]
         site = topo.ultraserver_site[us]
+        with_node = entity != "node"  # a node's own id is its node label
         rows = []
         for i, (entity_id, n, u, s) in enumerate(zip(ids.tolist(), node.tolist(), us.tolist(), site.tolist(),
                                                      strict=True)):
-            row = [str(entity_id)] + ([extra[i]] if extra is not None else [])
-            rows.append([*row, f"s{s}", f"u{u}", f"n{n}"])
-        return [*names, "site", "ultraserver", "node"], rows
+            row = [str(entity_id) if with_node else f"n{entity_id}"] + ([extra[i]] if extra is not None else [])
+            rows.append([*row, f"s{s}", f"u{u}"] + ([f"n{n}"] if with_node else []))
+        return [*names, "site", "ultraserver"] + (["node"] if with_node else []), rows
 
     def collect(self) -> Iterator[Metric]:
         snap = self._snapshot()

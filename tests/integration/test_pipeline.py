@@ -6,24 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 
 import aiomqtt
 import pytest
 
-from tests.helpers import Broker, free_port, sample_values, scrape
+from tests.helpers import Broker, free_port, sample_values, scrape, wait_until
 
 TICK_S = 0.5
 TICKS = 8
-
-
-async def wait_for(condition: object, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if await asyncio.to_thread(condition):  # type: ignore[arg-type]
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 def metrics_or_empty(port: int) -> dict[str, float]:
@@ -44,7 +34,7 @@ async def test_simulate_to_monitor_matches_ground_truth(
         "monitor", "--mqtt-url", mosquitto.url, "--metrics-addr", f"127.0.0.1:{metrics_port}",
         "--tick", str(TICK_S), name="monitor",
     )
-    await wait_for(lambda: metrics_or_empty(metrics_port).get("rainier_mqtt_connected") == 1, 10,
+    await wait_until(lambda: metrics_or_empty(metrics_port).get("rainier_mqtt_connected") == 1, 10,
                    "the monitor to connect")
 
     truths: dict[int, dict[str, float]] = {}
@@ -63,7 +53,7 @@ async def test_simulate_to_monitor_matches_ground_truth(
         assert await asyncio.to_thread(sim.proc.wait, 10) == 0, sim.log()
 
     last = TICKS - 1
-    await wait_for(lambda: metrics_or_empty(metrics_port).get("rainier_monitor_last_tick") == last, 10,
+    await wait_until(lambda: metrics_or_empty(metrics_port).get("rainier_monitor_last_tick") == last, 10,
                    f"the monitor to analyse tick {last}")
     await asyncio.sleep(2 * TICK_S)  # one more analysis after the last frame arrived
     values = sample_values(scrape(metrics_port))

@@ -70,6 +70,7 @@ class LinkDetector:
         self.drops = np.zeros(n)
         self.was_dropped = np.zeros(n, dtype=bool)
         self.bw_ratio = np.full(n, np.nan)  # EWMA of bandwidth / its kind's median
+        self.now_ratio = np.ones(n)  # the latest bandwidth / its kind's median
         # A drop (lanes gone, or bandwidth far below any noise) raises at once.
         self.tracker = StateTracker.create(n, raise_after=[0, p.raise_after, 1], clear_after=p.clear_after)
         kind = self.state.topology.link_kind
@@ -96,6 +97,7 @@ class LinkDetector:
             _, lat_scale = robust_center_scale(lat_ratio, up, floor=p.latency_floor)
             lat_dev = np.where(up, (lat_ratio - 1.0) / lat_scale, lat_dev)
         self.bw_ratio = ewma(self.bw_ratio, ratio / med, fresh, alpha=p.ewma_alpha)
+        self.now_ratio = np.where(fresh, ratio / med, self.now_ratio)
         errors = counter_delta(table, "crc_errors_total") + counter_delta(table, "replay_total")
 
         # Healthy noise never takes a link with all lanes up below drop_below
@@ -124,10 +126,16 @@ class LinkDetector:
         return self.tracker.update(candidate, reasons, fresh, tick)
 
     def path_fraction(self) -> F64:
-        """Return, per link, the share of its bandwidth a collective can count on (1 if healthy)."""
-        state = self.tracker.state
-        measured = np.clip(np.nan_to_num(self.bw_ratio, nan=1.0), 0.0, 1.0)
-        return np.where(state == DOWN, 0.5, np.where(state == DEGRADED, np.maximum(measured, 0.05), 1.0))
+        """Return, per unhealthy link, the bandwidth share its collectives get now (1 if healthy).
+
+        From the latest sample, not the smoothed one: a flapping link held
+        unhealthy between drops costs only while it is actually down.  A link
+        that is down now costs half (its traffic reroutes over a neighbour).
+        """
+        lanes = self.state.links.cur["lanes_up"]
+        down_now = (lanes == 0) | (self.now_ratio < self.params.down_below)
+        measured = np.clip(self.now_ratio, 0.05, 1.0)
+        return np.where(self.tracker.state == HEALTHY, 1.0, np.where(down_now, 0.5, measured))
 
 
 @dataclass(eq=False)

@@ -1,0 +1,83 @@
+"""Detection end to end over a real Mosquitto: a scenario degrades one
+NeuronLink and one EFA port; the monitor reports exactly those two, in time,
+publishes the events, and exports lost FP8 only for those two causes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import aiomqtt
+import pytest
+
+from tests.helpers import Broker, free_port, sample_values, scrape, wait_until
+
+TICK_S = 0.5
+FAULT_AT_TICK = 16
+SCENARIO = f"""
+[[fault]]
+kind = "nl_degraded"
+target = 5
+severity = 0.75
+at_s = {FAULT_AT_TICK * TICK_S}
+for_s = 60
+
+[[fault]]
+kind = "efa_degraded"
+target = 70
+severity = 0.75
+at_s = {FAULT_AT_TICK * TICK_S}
+for_s = 60
+"""
+
+
+def metrics(port: int) -> dict[str, float]:
+    try:
+        return sample_values(scrape(port))
+    except OSError:
+        return {}
+
+
+@pytest.mark.broker
+async def test_scenario_degrades_exactly_one_link_and_one_port(
+    mosquitto: Broker, start_rainierd: object, tmp_path: Path,
+) -> None:
+    """Link 5 and EFA port 70 are reported degraded within 10 ticks of onset; nothing else is."""
+    scenario = tmp_path / "scenario.toml"
+    scenario.write_text(SCENARIO)
+    port = free_port()
+    start_rainierd(  # type: ignore[operator]
+        "monitor", "--mqtt-url", mosquitto.url, "--metrics-addr", f"127.0.0.1:{port}", "--tick", str(TICK_S),
+        name="monitor",
+    )
+    events: list[dict[str, object]] = []
+    async with aiomqtt.Client("127.0.0.1", mosquitto.port, identifier="event-reader") as client:
+        await client.subscribe("rainier/v1/events/#", qos=1)
+        await wait_until(lambda: metrics(port).get("rainier_mqtt_connected") == 1, 10, "the monitor to connect")
+        start_rainierd(  # type: ignore[operator]
+            "simulate", "--mqtt-url", mosquitto.url, "--tick", str(TICK_S), "--scenario", str(scenario),
+            "--seed", "5", name="simulate",
+        )
+        async with asyncio.timeout((FAULT_AT_TICK + 10) * TICK_S + 15):
+            async for message in client.messages:
+                events.append(json.loads(bytes(message.payload)))  # type: ignore[arg-type]
+                if {(e["entity"], e["id"]) for e in events} >= {("neuronlink", 5), ("efa", 70)}:
+                    break
+    for event in events:
+        assert event["tick"] <= FAULT_AT_TICK + 10, event  # type: ignore[operator]
+    assert {(e["entity"], e["id"], e["after"]) for e in events} == {
+        ("neuronlink", 5, "degraded"), ("efa", 70, "degraded"),
+    }
+    await asyncio.sleep(3 * TICK_S)
+    values = metrics(port)
+    unhealthy = {k: v for k, v in values.items() if k.startswith("rainier_unhealthy{") and v}
+    assert unhealthy == {
+        'rainier_unhealthy{entity="efa",state="degraded"}': 1.0,
+        'rainier_unhealthy{entity="neuronlink",state="degraded"}': 1.0,
+    }
+    assert values['rainier_neuronlink_unhealthy{kind="torus",link="5",node="n0",site="s0",'
+                  'state="degraded",ultraserver="u0"}'] == 1.0
+    assert values['rainier_efa_port_unhealthy{node="n4",port="70",site="s0",state="degraded",ultraserver="u1"}'] == 1.0
+    lost = {k.split('"')[1]: v for k, v in values.items() if k.startswith("rainier_fleet_fp8_lost_flops{")}
+    assert {cause for cause, v in lost.items() if v > 0} == {"degraded_neuronlink", "degraded_efa"}
