@@ -3,7 +3,8 @@ stage, measured in process with no MQTT.
 
 Stages: building the topology; the simulator's model step; encoding every
 node's frame; decoding and admitting them (the monitor's per-message work);
-and the monitor core proper, the batched scatter plus the throughput model.
+the monitor core proper, the batched scatter plus the throughput model; and
+detection, every detector plus the lost-by-cause model.
 Medians over ``--repeat`` ticks, after one warm-up tick.
 """
 
@@ -20,6 +21,8 @@ from typing import Any
 import numpy as np
 
 from rainierd.core import FleetState, Ingest, IngestStats, compute_throughput
+from rainierd.core.detect import FleetDetector
+from rainierd.core.model import lost_by_cause
 from rainierd.hardware import TRN2
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
@@ -42,7 +45,8 @@ def bench_core(preset: str, *, repeat: int, seed: int) -> dict[str, Any]:
     model = FleetModel(topo, np.random.default_rng(seed), tick_s=1.0, start_s=1.7e9)
     state = FleetState(topo)
     ingest = Ingest(state, IngestStats())
-    stages: dict[str, list[float]] = {k: [] for k in ("sim_step", "encode", "decode_accept", "core")}
+    detector = FleetDetector(state, peak_flops=TRN2.fp8_dense_flops)
+    stages: dict[str, list[float]] = {k: [] for k in ("sim_step", "encode", "decode_accept", "core", "detect")}
     frame_bytes = 0
     for tick in range(repeat + 1):
         step_s, sample = _timed(lambda tick=tick: model.step(tick))  # type: ignore[misc]
@@ -58,15 +62,21 @@ def bench_core(preset: str, *, repeat: int, seed: int) -> dict[str, Any]:
 
         decode_s, _ = _timed(admit)
 
-        def core() -> None:
+        def core() -> Any:
             ingest.flush()
-            compute_throughput(state, peak_flops_per_chip=TRN2.fp8_dense_flops, stale_after_ticks=3)
+            return compute_throughput(state, peak_flops_per_chip=TRN2.fp8_dense_flops, stale_after_ticks=3)
 
-        core_s, _ = _timed(core)
+        core_s, throughput = _timed(core)
+
+        def detect(throughput: Any = throughput, tick: int = tick) -> None:
+            detector.update(tick)
+            lost_by_cause(throughput, detector)
+
+        detect_s, _ = _timed(detect)
         frame_bytes = sum(len(p) for p in payloads)
         if tick == 0:
             continue  # warm-up: first-touch page faults, caches
-        for name, value in zip(stages, (step_s, encode_s, decode_s, core_s), strict=True):
+        for name, value in zip(stages, (step_s, encode_s, decode_s, core_s, detect_s), strict=True):
             stages[name].append(value)
     return {
         "benchmark": "core",

@@ -96,6 +96,7 @@ class TickTruth:
     effective_flops: float
     lost_flops: dict[str, float] = field(default_factory=dict)  # by cause, fleet-wide
     active_faults: tuple[Fault, ...] = ()
+    fault_lost_flops: tuple[float, ...] = ()  # per active fault: its synchronous group's loss
 
 
 @dataclass(frozen=True, eq=False)
@@ -161,6 +162,7 @@ class FleetModel:
         power0 = self.hw.chip_idle_power_w + (self.hw.chip_power_w - self.hw.chip_idle_power_w) * p.util_mean
         self._temp_c = self._inlet_c(0.0)[topo.chip_node] + p.thermal_resistance_c_per_w * power0
         self._last_tick = -1
+        self._group_lost = np.zeros(self.n_groups)
 
     def t_of(self, tick: int) -> float:
         """Return the sample time of ``tick`` (Unix seconds)."""
@@ -211,13 +213,17 @@ class FleetModel:
         self._step_facility(sim_s, node_power)
 
         chip_silent = (e.chip_failed & ~e.chip_fail_onset) | e.node_silent[topo.chip_node]
+        lost_flops = self._lost_by_cause(e, group)
+        active = tuple(f for f in self.faults if f.active(tick))
         truth = TickTruth(
             tick=tick, t_s=self.t_of(tick), chips=topo.n_chips,
             peak_flops=topo.n_chips * self.hw.fp8_dense_flops,
             delivered_flops=float((self.hw.fp8_dense_flops * util_true * clock).sum()),
             effective_flops=float(flops.sum()),
-            lost_flops=self._lost_by_cause(e, group),
-            active_faults=tuple(f for f in self.faults if f.active(tick)),
+            lost_flops=lost_flops,
+            active_faults=active,
+            # A fault's true loss is its group's; faults sharing a group share it.
+            fault_lost_flops=tuple(float(self._group_lost[self._group_of(f)].sum()) for f in active),
         )
         return TickSample(
             tick, truth.t_s, self.chips, self.links, self.efa, self.cooling, self.facility, truth,
@@ -368,7 +374,26 @@ class FleetModel:
         lost["thermal_throttle"] = float((share_lost * compute * ~straggler).sum())
         lost["degraded_neuronlink"] = float((share_lost * nl).sum())
         lost["degraded_efa"] = float((share_lost * efa).sum())
+        self._group_lost = np.where(dead, healthy, share_lost * excess)
         return lost
+
+    def _group_of(self, fault: Fault) -> npt.NDArray[np.int64]:
+        """Return the synchronous groups a fault's target belongs to."""
+        topo, per = self.topology, self.params.group_ultraservers
+        kind, t = fault.target_kind, fault.target
+        if kind == "link":
+            us: object = topo.node_ultraserver[topo.link_node[t]]
+        elif kind == "efa":
+            us = topo.node_ultraserver[topo.efa_node[t]]
+        elif kind == "chip":
+            us = topo.chip_ultraserver[t]
+        elif kind == "node":
+            us = topo.node_ultraserver[t]
+        elif kind == "ultraserver":
+            us = t
+        else:  # a site: all its groups
+            us = np.flatnonzero(topo.ultraserver_site == t)
+        return np.unique(np.atleast_1d(np.asarray(us, dtype=np.int64)) // per)
 
     def ground_truth(self) -> list[Fault]:
         """Return every injected fault except the diurnal swing, which is not a fault to find."""

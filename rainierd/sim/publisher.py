@@ -52,7 +52,10 @@ def truth_document(truth: TickTruth, publisher: str) -> dict[str, Any]:
         "publisher": publisher, "tick": truth.tick, "t_s": truth.t_s, "chips": truth.chips,
         "peak_flops": truth.peak_flops, "delivered_flops": truth.delivered_flops,
         "effective_flops": truth.effective_flops, "lost_flops": truth.lost_flops,
-        "active_faults": [f.as_dict() for f in truth.active_faults],
+        "active_faults": [
+            f.as_dict() | {"lost_flops": lost}
+            for f, lost in zip(truth.active_faults, truth.fault_lost_flops, strict=True)
+        ],
     }
 
 
