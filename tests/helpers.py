@@ -55,6 +55,14 @@ def sample_values(text: str) -> dict[str, float]:
     return values
 
 
+def current_values(port: int) -> dict[str, float]:
+    """Return the samples of a scrape of 127.0.0.1:port, or {} while nothing answers."""
+    try:
+        return sample_values(scrape(port))
+    except OSError:
+        return {}
+
+
 async def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
     """Poll a blocking ``condition`` (off the loop) until true; fail naming ``what`` after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s

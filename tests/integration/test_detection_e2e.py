@@ -11,7 +11,7 @@ from pathlib import Path
 import aiomqtt
 import pytest
 
-from tests.helpers import Broker, free_port, sample_values, scrape, wait_until
+from tests.helpers import Broker, current_values, free_port, wait_until
 
 TICK_S = 0.5
 FAULT_AT_TICK = 16
@@ -32,13 +32,6 @@ for_s = 60
 """
 
 
-def metrics(port: int) -> dict[str, float]:
-    try:
-        return sample_values(scrape(port))
-    except OSError:
-        return {}
-
-
 @pytest.mark.broker
 async def test_scenario_degrades_exactly_one_link_and_one_port(
     mosquitto: Broker, start_rainierd: object, tmp_path: Path,
@@ -54,7 +47,7 @@ async def test_scenario_degrades_exactly_one_link_and_one_port(
     events: list[dict[str, object]] = []
     async with aiomqtt.Client("127.0.0.1", mosquitto.port, identifier="event-reader") as client:
         await client.subscribe("rainier/v1/events/#", qos=1)
-        await wait_until(lambda: metrics(port).get("rainier_mqtt_connected") == 1, 10, "the monitor to connect")
+        await wait_until(lambda: current_values(port).get("rainier_mqtt_connected") == 1, 10, "the monitor to connect")
         start_rainierd(  # type: ignore[operator]
             "simulate", "--mqtt-url", mosquitto.url, "--tick", str(TICK_S), "--scenario", str(scenario),
             "--seed", "5", name="simulate",
@@ -70,7 +63,7 @@ async def test_scenario_degrades_exactly_one_link_and_one_port(
         ("neuronlink", 5, "degraded"), ("efa", 70, "degraded"),
     }
     await asyncio.sleep(3 * TICK_S)
-    values = metrics(port)
+    values = current_values(port)
     unhealthy = {k: v for k, v in values.items() if k.startswith("rainier_unhealthy{") and v}
     assert unhealthy == {
         'rainier_unhealthy{entity="efa",state="degraded"}': 1.0,

@@ -10,17 +10,10 @@ import json
 import aiomqtt
 import pytest
 
-from tests.helpers import Broker, free_port, sample_values, scrape, wait_until
+from tests.helpers import Broker, current_values, free_port, sample_values, scrape, wait_until
 
 TICK_S = 0.5
 TICKS = 8
-
-
-def metrics_or_empty(port: int) -> dict[str, float]:
-    try:
-        return sample_values(scrape(port))
-    except OSError:
-        return {}
 
 
 @pytest.mark.broker
@@ -34,7 +27,7 @@ async def test_simulate_to_monitor_matches_ground_truth(
         "monitor", "--mqtt-url", mosquitto.url, "--metrics-addr", f"127.0.0.1:{metrics_port}",
         "--tick", str(TICK_S), name="monitor",
     )
-    await wait_until(lambda: metrics_or_empty(metrics_port).get("rainier_mqtt_connected") == 1, 10,
+    await wait_until(lambda: current_values(metrics_port).get("rainier_mqtt_connected") == 1, 10,
                    "the monitor to connect")
 
     truths: dict[int, dict[str, float]] = {}
@@ -53,7 +46,7 @@ async def test_simulate_to_monitor_matches_ground_truth(
         assert await asyncio.to_thread(sim.proc.wait, 10) == 0, sim.log()
 
     last = TICKS - 1
-    await wait_until(lambda: metrics_or_empty(metrics_port).get("rainier_monitor_last_tick") == last, 10,
+    await wait_until(lambda: current_values(metrics_port).get("rainier_monitor_last_tick") == last, 10,
                    f"the monitor to analyse tick {last}")
     await asyncio.sleep(2 * TICK_S)  # one more analysis after the last frame arrived
     values = sample_values(scrape(metrics_port))

@@ -6,14 +6,7 @@ from __future__ import annotations
 import time
 
 from tests.conftest import SecureBroker
-from tests.helpers import free_port, sample_values, scrape
-
-
-def metrics(port: int) -> dict[str, float]:
-    try:
-        return sample_values(scrape(port))
-    except OSError:
-        return {}
+from tests.helpers import current_values, free_port
 
 
 def test_tls_and_password_authentication(secure_mosquitto: SecureBroker, start_rainierd: object) -> None:
@@ -29,10 +22,10 @@ def test_tls_and_password_authentication(secure_mosquitto: SecureBroker, start_r
                          env=env, name="simulate")
     assert sim.proc.wait(timeout=20) == 0, sim.log()
     deadline = time.monotonic() + 10
-    while metrics(port).get("rainier_monitor_last_tick") != 5 and time.monotonic() < deadline:
+    while current_values(port).get("rainier_monitor_last_tick") != 5 and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert metrics(port)["rainier_monitor_last_tick"] == 5
-    assert metrics(port)["rainier_ingest_frames_lost_total"] == 0
+    assert current_values(port)["rainier_monitor_last_tick"] == 5
+    assert current_values(port)["rainier_ingest_frames_lost_total"] == 0
     assert monitor.interrupt()[0] == 0
     for daemon in (monitor, sim):
         assert broker.password not in daemon.log()
@@ -49,9 +42,9 @@ def test_wrong_password_is_retried_not_fatal(secure_mosquitto: SecureBroker, sta
         env={"RAINIERD_MQTT_PASSWORD": "wrong-password-123"}, name="monitor",
     )
     deadline = time.monotonic() + 10
-    while metrics(port).get("rainier_mqtt_connection_failures_total", 0) < 2 and time.monotonic() < deadline:
+    while current_values(port).get("rainier_mqtt_connection_failures_total", 0) < 2 and time.monotonic() < deadline:
         time.sleep(0.2)
-    values = metrics(port)
+    values = current_values(port)
     assert values["rainier_mqtt_connection_failures_total"] >= 2
     assert values["rainier_mqtt_connected"] == 0
     assert monitor.proc.poll() is None
