@@ -23,6 +23,7 @@ from rainierd.bench import run_bench
 from rainierd.daemon import run_role
 from rainierd.errors import ConfigError, RainierdError
 from rainierd.logs import configure_logging
+from rainierd.promrules import write_overridden
 from rainierd.settings import DEFAULT_METRICS_ADDR, Settings, load_settings
 from rainierd.topology import PRESETS
 from rainierd.wire import json_schema
@@ -76,6 +77,10 @@ def _parser() -> argparse.ArgumentParser:
             role.add_argument(flag, dest=dest, default=None, **kwargs)
     commands.add_parser("version", help="print the version")
     commands.add_parser("schema", help="print the JSON Schema of the JSON frame form")
+    rules = commands.add_parser("rules", help="write test-sized copies of the Prometheus rules")
+    rules.add_argument("output", type=Path, help="directory to write the copies to")
+    rules.add_argument("--for", dest="for_", required=True, help="the `for:` of every alert, e.g. 5s")
+    rules.add_argument("--source", type=Path, default=Path("deploy/prometheus/rules"))
     bench = commands.add_parser("bench", help="benchmarks (see benchmarks/README.md)")
     kinds = bench.add_subparsers(dest="bench", required=True, parser_class=_Parser)
     core = kinds.add_parser("core", help="per-tick cost of the numpy core")
@@ -117,6 +122,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "schema":
         print(json.dumps(json_schema(), indent=2))
+        return 0
+    if args.command == "rules":
+        try:
+            for path in write_overridden(args.source, args.output, args.for_):
+                print(path)
+        except ConfigError as exc:
+            print(f"rainierd: {exc}", file=sys.stderr)
+            return 2
         return 0
     if args.command == "bench":
         return run_bench(args)
