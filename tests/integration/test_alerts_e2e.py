@@ -1,0 +1,121 @@
+"""Alerts end to end: a real Mosquitto, ``rainierd simulate`` with a scenario
+that degrades one NeuronLink, ``rainierd monitor``, and a real Prometheus
+(1 s scrapes, the project's rules with test-sized ``for:``), asked through its
+HTTP API which alerts fire."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rainierd.promrules import write_overridden
+from tests.helpers import Broker, current_values, free_port, wait_for_port
+
+ROOT = Path(__file__).parents[2]
+TICK_S = 0.5
+FAULT_AT_S = 8.0
+FAULT_FOR_S = 15.0
+
+
+@pytest.fixture
+def prometheus(tmp_path: Path) -> Iterator[object]:
+    """Return a function that starts Prometheus scraping a given port; stopped after the test."""
+    binary = shutil.which("prometheus")
+    if binary is None:
+        pytest.fail("the prometheus binary is missing: apt-get install prometheus (scripts/test does)")
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(target_port: int) -> int:
+        rules = write_overridden(ROOT / "deploy" / "prometheus" / "rules", tmp_path / "rules", "2s")
+        config = tmp_path / "prometheus.yml"
+        config.write_text(json.dumps({
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "rule_files": [str(p) for p in rules],
+            "scrape_configs": [{"job_name": "rainierd",
+                                "static_configs": [{"targets": [f"127.0.0.1:{target_port}"]}]}],
+        }))
+        port = free_port()
+        log = (tmp_path / "prometheus.log").open("w")
+        procs.append(subprocess.Popen(
+            [binary, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+             f"--web.listen-address=127.0.0.1:{port}"],
+            stdout=log, stderr=subprocess.STDOUT,
+        ))
+        wait_for_port(port, 20)
+        deadline = time.monotonic() + 30
+        while True:  # the port answers before the rules are loaded
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/-/ready", timeout=2):
+                    return port
+            except OSError:
+                assert time.monotonic() < deadline, "prometheus did not become ready"
+                time.sleep(0.2)
+
+    yield start
+    for proc in procs:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def alerts(port: int) -> list[dict[str, object]]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/alerts", timeout=5) as response:
+        return list(json.load(response)["data"]["alerts"])
+
+
+def firing(port: int) -> dict[str, dict[str, str]]:
+    return {str(a["labels"]["alertname"]): a["labels"] for a in alerts(port)  # type: ignore[index]
+            if a["state"] == "firing"}
+
+
+@pytest.mark.broker
+def test_neuronlink_alert_fires_alone_and_resolves(
+    mosquitto: Broker, start_rainierd: object, prometheus: object, tmp_path: Path,
+) -> None:
+    """The NeuronLink alert fires with the link's labels within bounded time, no other alert fires, and it resolves."""
+    scenario = tmp_path / "scenario.toml"
+    scenario.write_text(f'[[fault]]\nkind = "nl_degraded"\ntarget = 224\nseverity = 0.75\n'
+                        f"at_s = {FAULT_AT_S}\nfor_s = {FAULT_FOR_S}\n")
+    metrics_port = free_port()
+    start_rainierd(  # type: ignore[operator]
+        "monitor", "--mqtt-url", mosquitto.url, "--metrics-addr", f"127.0.0.1:{metrics_port}",
+        "--tick", str(TICK_S), name="monitor",
+    )
+    deadline = time.monotonic() + 10
+    while current_values(metrics_port).get("rainier_mqtt_connected") != 1:
+        assert time.monotonic() < deadline, "monitor did not connect"
+        time.sleep(0.1)
+    prom_port = prometheus(metrics_port)  # type: ignore[operator]
+    started = time.monotonic()
+    start_rainierd(  # type: ignore[operator]
+        "simulate", "--mqtt-url", mosquitto.url, "--tick", str(TICK_S), "--scenario", str(scenario), name="simulate",
+    )
+
+    seen: dict[str, dict[str, str]] = {}
+    fired_at = resolved_at = None
+    while time.monotonic() - started < FAULT_AT_S + FAULT_FOR_S + 45:
+        now = firing(prom_port)
+        seen.update(now)
+        if fired_at is None and "RainierNeuronLinkDegraded" in now:
+            fired_at = time.monotonic() - started
+        if fired_at is not None and not now:
+            resolved_at = time.monotonic() - started
+            break
+        time.sleep(0.5)
+    assert set(seen) == {"RainierNeuronLinkDegraded"}
+    assert seen["RainierNeuronLinkDegraded"] == {
+        "alertname": "RainierNeuronLinkDegraded", "instance": f"127.0.0.1:{metrics_port}", "job": "rainierd",
+        "link": "224", "kind": "ring", "site": "s0", "ultraserver": "u1", "node": "n4", "state": "degraded",
+        "severity": "warning",
+    }
+    # Detection in ~1 tick, 1 s scrapes, 1 s evaluation, for: 2s: well within 10 s of onset.
+    assert fired_at is not None
+    assert fired_at < FAULT_AT_S + 10
+    assert resolved_at is not None
+    assert resolved_at > FAULT_AT_S + FAULT_FOR_S
