@@ -17,16 +17,14 @@ from typing import Final
 import aiomqtt
 import structlog
 
-from rainierd.core import FleetState, Ingest, IngestStats, Throughput, compute_throughput
-from rainierd.core.detect import DetectionParams, Event, FleetDetector
-from rainierd.core.ingest import FlushResult
-from rainierd.core.model import LostByCause, ModelParams, lost_by_cause
+from rainierd.core.analysis import MonitorCore
+from rainierd.core.detect import DetectionParams, Event
+from rainierd.core.model import ModelParams
 from rainierd.errors import FrameError
-from rainierd.exporter import Health, HealthView, MonitorSnapshot
-from rainierd.hardware import TRN2
+from rainierd.exporter import Health, MonitorSnapshot
 from rainierd.mqtt import ConnectionState
 from rainierd.topology import Topology
-from rainierd.wire import Frame, decode_frame
+from rainierd.wire import decode_frame
 from rainierd.wire.topics import EVENTS_ROOT, parse_topic, telemetry_filters
 
 __all__ = ["Monitor"]
@@ -56,14 +54,12 @@ class Monitor:
         self.stale_after_ticks = stale_after_ticks
         self.max_frame_bytes = max_frame_bytes
         self.qos = qos
-        self.state = FleetState(topology)
-        self.stats = IngestStats()
-        self.ingest = Ingest(self.state, self.stats)
+        self.core = MonitorCore(topology, stale_after_ticks=stale_after_ticks, detection=detection, model=model)
+        self.state, self.stats, self.ingest = self.core.state, self.core.stats, self.core.ingest
         self.connection = ConnectionState()
         self.snapshot: MonitorSnapshot | None = None
         self.generation = 0
-        self.detector = FleetDetector(self.state, peak_flops=TRN2.fp8_dense_flops, params=detection)
-        self.model = model or ModelParams()
+        self.detector = self.core.detector
         self.events: Counter[tuple[str, str]] = Counter()
         # Events wait here for the MQTT session; when it is down the oldest go.
         self.event_outbox: asyncio.Queue[Event] = asyncio.Queue(10_000)
@@ -123,17 +119,6 @@ class Monitor:
                 qos=max(self.qos, 1), retain=True,
             )
 
-    def _analyse(
-        self, batch: list[list[Frame]],
-    ) -> tuple[FlushResult, Throughput, list[Event], LostByCause, HealthView]:
-        result = self.ingest.apply(batch)
-        events = self.detector.update(self.state.now_tick)
-        throughput = compute_throughput(
-            self.state, peak_flops_per_chip=TRN2.fp8_dense_flops, stale_after_ticks=self.stale_after_ticks,
-        )
-        lost = lost_by_cause(throughput, self.detector, params=self.model)
-        return result, throughput, events, lost, HealthView.of(self.detector)
-
     def _advance_clock(self) -> None:
         # Without new telemetry the monitor's idea of "now" keeps moving, so a
         # feed that stops altogether still turns chips stale.
@@ -148,17 +133,17 @@ class Monitor:
         started = time.perf_counter()
         batch = self.ingest.take_batch()
         self._advance_clock()
-        result, throughput, events, lost, health = await asyncio.to_thread(self._analyse, batch)
+        analysis = await asyncio.to_thread(self.core.analyse, batch)
         self._advance_clock()
-        self.ingest.record(result)
-        for event in events:
+        self.ingest.record(analysis.flush)
+        for event in analysis.events:
             self._announce(event)
         analysed = self.snapshot.analysed_ticks + 1 if self.snapshot else 1
         self.generation += 1
         self.snapshot = MonitorSnapshot(
-            generation=self.generation, throughput=throughput, chips_total=self.topology.n_chips,
-            analysis_s=time.perf_counter() - started, analysed_ticks=analysed, lost=lost, health=health,
-            events=self.events.copy(),
+            generation=self.generation, throughput=analysis.throughput, chips_total=self.topology.n_chips,
+            analysis_s=time.perf_counter() - started, analysed_ticks=analysed, lost=analysis.lost,
+            health=analysis.health, events=self.events.copy(),
         )
         self._last_analysis = time.monotonic()
         return self.snapshot

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rainierd.core import FleetState, Ingest, IngestStats
+from rainierd.core import FleetState
+from rainierd.core.analysis import MonitorCore
 from rainierd.core.detect import FleetDetector
 from rainierd.core.detect._stats import ClippedCusum, robust_center_scale
 from rainierd.core.detect._tracker import StateTracker
@@ -181,15 +182,10 @@ def run_sim(preset_or_us: str | int, faults: list[Fault], ticks: int, *, seed: i
     topo = build_fleet(1, preset_or_us) if isinstance(preset_or_us, int) else build_topology(preset_or_us)
     model = FleetModel(topo, np.random.default_rng(seed), tick_s=1.0, start_s=0.0,
                        params=FleetParams(noise=noise, time_scale=86_400 / ticks), faults=faults)
-    state = FleetState(topo)
-    ingest = Ingest(state, IngestStats())
-    detector = FleetDetector(state, peak_flops=TRN2.fp8_dense_flops)
+    core = MonitorCore(topo)
     events = []
     for tick in range(ticks):
-        for _t, frame in tick_frames(topo, model.step(tick), publisher="t"):
-            ingest.accept(frame)
-        ingest.flush()
-        events += detector.update(tick)
+        events += core.step([f for _t, f in tick_frames(topo, model.step(tick), publisher="t")]).events
     return events
 
 

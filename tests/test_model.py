@@ -6,10 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rainierd.core import FleetState, Ingest, IngestStats, compute_throughput
-from rainierd.core.detect import FleetDetector
-from rainierd.core.model import ModelParams, group_loss, lost_by_cause
-from rainierd.hardware import TRN2
+from rainierd.core.analysis import MonitorCore
+from rainierd.core.model import ModelParams, group_loss
 from rainierd.sim.faults import Fault, FaultKind
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
@@ -35,18 +33,11 @@ class TestWorkedExample:
 def estimate_vs_truth(faults: list[Fault], ticks: int = 90) -> tuple[dict[str, float], dict[str, float]]:
     topo = build_fleet(1, 4)
     model = FleetModel(topo, np.random.default_rng(0), tick_s=1.0, start_s=0.0, faults=faults)
-    state = FleetState(topo)
-    ingest = Ingest(state, IngestStats())
-    detector = FleetDetector(state, peak_flops=TRN2.fp8_dense_flops)
+    core = MonitorCore(topo)
     for tick in range(ticks):
         sample = model.step(tick)
-        for _t, frame in tick_frames(topo, sample, publisher="t"):
-            ingest.accept(frame)
-        ingest.flush()
-        detector.update(tick)
-    tp = compute_throughput(state, peak_flops_per_chip=TRN2.fp8_dense_flops, stale_after_ticks=3)
-    return lost_by_cause(tp, detector).fleet(), sample.truth.lost_flops
-
+        analysis = core.step([f for _t, f in tick_frames(topo, sample, publisher="t")])
+    return analysis.lost.fleet(), sample.truth.lost_flops
 
 class TestLossByCause:
     @pytest.mark.parametrize(

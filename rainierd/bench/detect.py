@@ -26,10 +26,9 @@ from typing import Any, Final
 
 import numpy as np
 
-from rainierd.core import FleetState, Ingest, IngestStats, compute_throughput
-from rainierd.core.detect import Event, FleetDetector
-from rainierd.core.model import CAUSES, lost_by_cause
-from rainierd.hardware import TRN2
+from rainierd.core.analysis import MonitorCore
+from rainierd.core.detect import Event
+from rainierd.core.model import CAUSES
 from rainierd.sim.faults import SEVERITIES, TARGETS, Fault, FaultKind, flapping_fault
 from rainierd.sim.fleet import FleetModel, FleetParams
 from rainierd.sim.frames import tick_frames
@@ -117,23 +116,19 @@ def run_fleet(
     diurnal = Fault(FaultKind.DIURNAL, 0, 0.02, 0, ticks)
     model = FleetModel(topo, np.random.default_rng(seed), tick_s=1.0, start_s=0.0, params=params,
                        faults=[*faults, diurnal])
-    state = FleetState(topo)
-    ingest = Ingest(state, IngestStats())
-    detector = FleetDetector(state, peak_flops=TRN2.fp8_dense_flops)
+    core = MonitorCore(topo)
     result = RunResult(faults, [], topo.n_chips, ticks,
                        lost_truth=dict.fromkeys(CAUSES, 0.0), lost_estimate=dict.fromkeys(CAUSES, 0.0))
     for tick in range(ticks):
         sample = model.step(tick)
-        for _topic, frame in tick_frames(topo, sample, publisher="bench"):
-            ingest.accept(frame)
-        ingest.flush()
-        result.events.extend(detector.update(tick))
+        analysis = core.step([frame for _topic, frame in tick_frames(topo, sample, publisher="bench")])
+        result.events.extend(analysis.events)
         if tick < WARMUP_TICKS // 2:
             continue
-        tp = compute_throughput(state, peak_flops_per_chip=TRN2.fp8_dense_flops, stale_after_ticks=3)
         truth = sample.truth.effective_flops
-        result.effective_error.append(abs(tp.fleet_effective - truth) / truth if truth else 0.0)
-        estimate = lost_by_cause(tp, detector).fleet()
+        measured = analysis.throughput.fleet_effective
+        result.effective_error.append(abs(measured - truth) / truth if truth else 0.0)
+        estimate = analysis.lost.fleet()
         for cause in CAUSES:
             result.lost_truth[cause] += sample.truth.lost_flops[cause]
             result.lost_estimate[cause] += estimate[cause]

@@ -12,14 +12,13 @@ from rainierd.exporter.collectors import (
 )
 from rainierd.exporter.health import HealthCollector
 from rainierd.exporter.http import Health, MetricsServer
-from rainierd.exporter.snapshot import HealthView, MonitorSnapshot
+from rainierd.exporter.snapshot import MonitorSnapshot
 
 __all__ = [
     "BuildInfoCollector",
     "FleetCollector",
     "Health",
     "HealthCollector",
-    "HealthView",
     "MetricsServer",
     "MonitorCollector",
     "MonitorSnapshot",

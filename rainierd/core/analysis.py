@@ -1,0 +1,107 @@
+"""The monitor's whole analysis of one tick, with no I/O: apply the queued
+frames, run the detectors, compute throughput and lost FP8 by cause, and copy
+out what the exporter needs.  The daemon, the benchmarks and the tests all
+drive this one object, so they measure and test the same thing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from rainierd.core.detect import STATE_NAMES, DetectionParams, Event, FleetDetector
+from rainierd.core.ingest import FlushResult, Ingest, IngestStats
+from rainierd.core.model import LostByCause, ModelParams, lost_by_cause
+from rainierd.core.state import FleetState
+from rainierd.core.throughput import Throughput, compute_throughput
+from rainierd.hardware import TRN2
+from rainierd.topology import Topology
+from rainierd.wire.records import Frame
+
+__all__ = ["Analysis", "HealthView", "MonitorCore"]
+
+I64 = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True, eq=False)
+class HealthView:
+    """The unhealthy entities of every kind: ids, states, reason masks (copies)."""
+
+    ids: dict[str, I64]
+    states: dict[str, I64]
+    reasons: dict[str, I64]
+
+    @classmethod
+    def of(cls, detector: FleetDetector) -> HealthView:
+        """Return a copy of the detectors' current unhealthy sets."""
+        ids, states, reasons = {}, {}, {}
+        for entity, tracker in detector.trackers().items():
+            bad = np.flatnonzero(tracker.state)
+            ids[entity], states[entity], reasons[entity] = bad, tracker.state[bad], tracker.reason[bad]
+        return cls(ids, states, reasons)
+
+    def counts(self) -> dict[tuple[str, str], int]:
+        """Return how many entities of each kind are in each unhealthy state."""
+        out = {}
+        for entity, names in STATE_NAMES.items():
+            states = self.states.get(entity, np.zeros(0, dtype=np.int64))
+            for value, name in enumerate(names[1:], start=1):
+                out[entity, name] = int((states == value).sum())
+        return out
+
+
+@dataclass(frozen=True, eq=False)
+class Analysis:
+    """What one analysis tick produced."""
+
+    flush: FlushResult
+    events: list[Event]
+    throughput: Throughput
+    lost: LostByCause
+    health: HealthView
+
+
+class MonitorCore:
+    """Fleet state, ingest and detectors over one topology."""
+
+    def __init__(
+        self,
+        topology: Topology,
+        *,
+        stale_after_ticks: int = 3,
+        detection: DetectionParams | None = None,
+        model: ModelParams | None = None,
+        peak_flops_per_chip: float = TRN2.fp8_dense_flops,
+    ) -> None:
+        self.topology = topology
+        self.stale_after_ticks = stale_after_ticks
+        self.peak_flops_per_chip = peak_flops_per_chip
+        self.model = model or ModelParams()
+        self.state = FleetState(topology)
+        self.stats = IngestStats()
+        self.ingest = Ingest(self.state, self.stats)
+        self.detector = FleetDetector(self.state, peak_flops=peak_flops_per_chip, params=detection)
+
+    def analyse(self, batch: list[list[Frame]]) -> Analysis:
+        """Apply ``batch`` (from ``ingest.take_batch``) and analyse; safe off the event loop.
+
+        The flush result is not yet in the stats: ``ingest.record`` it on the
+        thread that owns them.
+        """
+        flush = self.ingest.apply(batch)
+        events = self.detector.update(self.state.now_tick)
+        throughput = compute_throughput(
+            self.state, peak_flops_per_chip=self.peak_flops_per_chip, stale_after_ticks=self.stale_after_ticks,
+        )
+        lost = lost_by_cause(throughput, self.detector, params=self.model)
+        return Analysis(flush, events, throughput, lost, HealthView.of(self.detector))
+
+    def step(self, frames: list[Frame]) -> Analysis:
+        """Admit ``frames`` and analyse at once (benchmarks and tests, on one thread)."""
+        for frame in frames:
+            self.ingest.accept(frame)
+        analysis = self.analyse(self.ingest.take_batch())
+        self.ingest.record(analysis.flush)
+        return analysis
