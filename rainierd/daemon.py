@@ -18,6 +18,7 @@ import structlog
 
 from rainierd.broker import EmbeddedBroker
 from rainierd.exporter import FleetCollector, HealthCollector, MetricsServer, MonitorCollector, build_registry
+from rainierd.looplag import LoopLag
 from rainierd.monitor import Monitor
 from rainierd.mqtt import ConnectionState, mqtt_config, supervise
 from rainierd.settings import Settings
@@ -71,9 +72,12 @@ async def run_role(role: Role, settings: Settings) -> None:
                 topology, tick_s=settings.tick_s, stale_after_ticks=settings.stale_after_ticks,
                 max_frame_bytes=settings.max_frame_bytes, qos=settings.mqtt_qos,
             )
+            loop_lag = LoopLag()
             registry = build_registry({
                 "fleet": FleetCollector(topology, lambda: monitor.snapshot),
-                "monitor": MonitorCollector(monitor.stats, lambda: monitor.snapshot, monitor.connection),
+                "monitor": MonitorCollector(
+                    monitor.stats, lambda: monitor.snapshot, monitor.connection, lambda: loop_lag.worst_s,
+                ),
                 "health": HealthCollector(topology, lambda: monitor.snapshot),
             })
             host, port = settings.metrics_host_port
@@ -87,6 +91,7 @@ async def run_role(role: Role, settings: Settings) -> None:
             )
             coroutines["monitor-analyse"] = monitor.analyse()
             coroutines["exporter-http"] = server.serve_forever()
+            coroutines["loop-lag"] = loop_lag.run()
         log.info("rainierd started", role=role, topology=topology.name, chips=topology.n_chips, broker=url)
         async with asyncio.TaskGroup() as tg:
             tasks = [tg.create_task(coro, name=name) for name, coro in coroutines.items()]

@@ -143,7 +143,7 @@ class Monitor:
         self.snapshot = MonitorSnapshot(
             generation=self.generation, throughput=analysis.throughput, chips_total=self.topology.n_chips,
             analysis_s=time.perf_counter() - started, analysed_ticks=analysed, lost=analysis.lost,
-            health=analysis.health, events=self.events.copy(),
+            health=analysis.health, events=self.events.copy(), lag_s=time.time() - self.state.latest_t_s,
         )
         self._last_analysis = time.monotonic()
         return self.snapshot

@@ -205,7 +205,9 @@ class Ingest:
             keep = ~bad[frame_of] if bad.any() else slice(None)
             table.scatter(ids[keep], records[keep], t_s[frame_of[keep]], tick[frame_of[keep]])
         if not bad.all():
-            state.latest_tick = max(state.latest_tick, int(tick[~bad].max()))
+            newest = int(np.argmax(np.where(bad, -1, tick)))
+            if tick[newest] >= state.latest_tick:
+                state.latest_tick, state.latest_t_s = int(tick[newest]), float(t_s[newest])
         return int(n - bad.sum())
 
     def _apply_sites(self, frames: list[FacilityFrame], rejected: Counter[str]) -> int:

@@ -84,6 +84,7 @@ class FleetState:
     cooling: EntityTable = field(init=False)
     facility: EntityTable = field(init=False)
     latest_tick: int = -1  # newest telemetry tick applied
+    latest_t_s: float = float("nan")  # its sample time
     # The tick the monitor believes it is: it runs ahead of latest_tick when
     # telemetry stops arriving, so silence still makes chips stale.
     clock_tick: int = -1

@@ -89,8 +89,10 @@ class MonitorCollector(Collector):
         stats: IngestStats,
         snapshot: Callable[[], MonitorSnapshot | None],
         connection: ConnectionState,
+        loop_lag: Callable[[], float] | None = None,
     ) -> None:
         self._stats, self._snapshot, self._connection = stats, snapshot, connection
+        self._loop_lag = loop_lag
 
     def collect(self) -> Iterator[Metric]:
         stats = self._stats
@@ -131,11 +133,21 @@ class MonitorCollector(Collector):
             "rainier_mqtt_connection_failures", "Failed or lost MQTT connections.",
             value=self._connection.failures,
         )
+        if self._loop_lag is not None:
+            yield GaugeMetricFamily(
+                "rainier_event_loop_lag_seconds", "Worst event-loop lag over the last 10 s.", value=self._loop_lag(),
+            )
         snap = self._snapshot()
         if snap is not None:
             yield GaugeMetricFamily(
                 "rainier_monitor_last_tick", "Latest telemetry tick applied.", value=snap.throughput.tick,
             )
+            if snap.lag_s == snap.lag_s:  # not NaN: some telemetry has been applied
+                yield GaugeMetricFamily(
+                    "rainier_monitor_lag_seconds",
+                    "Wall time at the last analysis minus the sample time of the newest telemetry applied.",
+                    value=snap.lag_s,
+                )
             yield GaugeMetricFamily(
                 "rainier_monitor_analysis_duration_seconds",
                 "Time the last analysis tick took (ingest scatter and throughput model).",

@@ -26,3 +26,4 @@ class MonitorSnapshot:
     lost: LostByCause | None = None
     health: HealthView | None = None
     events: Counter[tuple[str, str]] = field(default_factory=Counter)  # cumulative, by (entity, new state)
+    lag_s: float = float("nan")  # wall time at analysis minus the newest sample's time

@@ -1,0 +1,85 @@
+"""The exporter's output pinned by a golden scrape of a fixed-seed scenario,
+node_exporter style: the golden file passes ``promtool check metrics``, and
+today's scrape must equal it.  After a deliberate change to the metrics,
+regenerate it with ``RAINIERD_UPDATE_GOLDEN=1 scripts/test tests/test_golden_scrape.py``
+and review the diff.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+from prometheus_client import generate_latest
+
+from rainierd.core.analysis import MonitorCore
+from rainierd.exporter import FleetCollector, HealthCollector, MonitorCollector, MonitorSnapshot, build_registry
+from rainierd.mqtt import ConnectionState
+from rainierd.sim.faults import Fault, FaultKind
+from rainierd.sim.fleet import FleetModel
+from rainierd.sim.frames import tick_frames
+from rainierd.topology import build_topology
+
+GOLDEN = Path(__file__).parent / "golden" / "scrape-demo.prom"
+
+
+def scrape_of_fixed_scenario() -> str:
+    """Render the registry after 40 ticks of the demo fleet with three faults, seed 7."""
+    topo = build_topology("demo")
+    faults = [
+        Fault(FaultKind.NL_DEGRADED, 5, 0.5, 10, 100),
+        Fault(FaultKind.STRAGGLER, 100, 0.10, 10, 100),
+        Fault(FaultKind.EFA_DOWN, 70, 0.0, 20, 100),
+    ]
+    model = FleetModel(topo, np.random.default_rng(7), tick_s=1.0, start_s=1.8e9, faults=faults)
+    core = MonitorCore(topo)
+    events: Counter[tuple[str, str]] = Counter()
+    for tick in range(40):
+        analysis = core.step([f for _t, f in tick_frames(topo, model.step(tick), publisher="golden")])
+        events.update((e.entity, e.after) for e in analysis.events)
+    snapshot = MonitorSnapshot(
+        generation=40, throughput=analysis.throughput, chips_total=topo.n_chips, analysis_s=0.002,
+        analysed_ticks=40, lost=analysis.lost, health=analysis.health, events=events, lag_s=0.25,
+    )
+    connection = ConnectionState(connected=True, connects=1)
+    registry = build_registry({
+        "fleet": FleetCollector(topo, lambda: snapshot),
+        "monitor": MonitorCollector(core.stats, lambda: snapshot, connection, lambda: 0.001),
+        "health": HealthCollector(topo, lambda: snapshot),
+    }, process_metrics=False)
+    text = generate_latest(registry).decode()
+    # Collector durations are wall-clock: the only values that differ run to run.
+    return re.sub(r"^(rainier_exporter_collector_duration_seconds\{[^}]*\}) \S+$", r"\1 0.0", text, flags=re.M)
+
+
+def test_scrape_matches_golden() -> None:
+    """The exporter renders exactly the golden scrape (metric names, labels, values)."""
+    text = scrape_of_fixed_scenario()
+    if os.environ.get("RAINIERD_UPDATE_GOLDEN") == "1":
+        GOLDEN.write_text(text)
+    assert text == GOLDEN.read_text()
+
+
+def test_golden_passes_promtool_check_metrics() -> None:
+    """promtool check metrics finds no problem in the golden scrape."""
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.fail("promtool is missing: apt-get install prometheus (scripts/test does)")
+    result = subprocess.run([promtool, "check", "metrics"], input=GOLDEN.read_text(), capture_output=True,
+                            text=True, check=False, timeout=60)
+    assert (result.returncode, result.stdout + result.stderr) == (0, "")
+
+
+def test_golden_shows_the_faults() -> None:
+    """The golden scrape is a meaningful one: it holds the three faulty components and their losses."""
+    text = GOLDEN.read_text()
+    assert 'rainier_neuronlink_unhealthy{kind="torus",link="5"' in text
+    assert 'rainier_efa_port_unhealthy{node="n4",port="70",site="s0",state="down",ultraserver="u1"} 1.0' in text
+    assert 'rainier_chip_unhealthy{chip="100",node="n6",site="s0",state="straggler",ultraserver="u1"} 1.0' in text
+    assert re.search(r'rainier_fleet_fp8_lost_flops\{cause="straggler"\} [1-9]', text)
