@@ -18,6 +18,7 @@ import structlog
 
 from rainierd.broker import EmbeddedBroker
 from rainierd.exporter import FleetCollector, HealthCollector, MetricsServer, MonitorCollector, build_registry
+from rainierd.exporter.fast import UltraServerFamilies
 from rainierd.looplag import LoopLag
 from rainierd.monitor import Monitor
 from rainierd.mqtt import ConnectionState, mqtt_config, supervise
@@ -84,12 +85,13 @@ async def run_role(role: Role, settings: Settings) -> None:
             server = MetricsServer(
                 registry, host=host, port=port, generation=lambda: monitor.generation,
                 healthy=monitor.healthy, ready=monitor.ready,
+                extra=UltraServerFamilies(topology, lambda: monitor.snapshot).render,
             )
             await server.start()
             coroutines["monitor-mqtt-subscribe"] = supervise(
                 mon_mqtt, monitor.consume, state=monitor.connection,
             )
-            coroutines["monitor-analyse"] = monitor.analyse()
+            coroutines["monitor-analyse"] = monitor.analyse(after=server.refresh)
             coroutines["exporter-http"] = server.serve_forever()
             coroutines["loop-lag"] = loop_lag.run()
         log.info("rainierd started", role=role, topology=topology.name, chips=topology.n_chips, broker=url)

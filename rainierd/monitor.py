@@ -12,6 +12,7 @@ import asyncio
 import json
 import time
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from typing import Final
 
 import aiomqtt
@@ -160,8 +161,8 @@ class Monitor:
             self.events_dropped += 1
         self.event_outbox.put_nowait(event)
 
-    async def analyse(self) -> None:
-        """Run ``analyse_once`` every tick, on a drift-free schedule, until cancelled."""
+    async def analyse(self, after: Callable[[], Awaitable[None]] | None = None) -> None:
+        """Run ``analyse_once`` (then ``after``) every tick, on a drift-free schedule, until cancelled."""
         loop = asyncio.get_running_loop()
         start = loop.time()
         tick = 1
@@ -172,6 +173,8 @@ class Monitor:
             else:
                 tick += int(-delay // self.tick_s)  # skip the ticks we overran
             await self.analyse_once()
+            if after is not None:
+                await after()
             tick += 1
 
     def healthy(self) -> Health:

@@ -8,10 +8,12 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from rainierd.core import FleetState, Ingest, IngestStats, compute_throughput
 from rainierd.exporter import FleetCollector, Health, MetricsServer, MonitorCollector, MonitorSnapshot, build_registry
+from rainierd.exporter.fast import UltraServerFamilies
 from rainierd.hardware import TRN2
 from rainierd.mqtt import ConnectionState
 from rainierd.sim.fleet import FleetModel
@@ -47,9 +49,23 @@ class TestCollectors:
         get = registry.get_sample_value
         assert get("rainier_fleet_fp8_peak_flops") == pytest.approx(128 * 1.299e15)
         assert get("rainier_fleet_fp8_effective_flops") == pytest.approx(snap.throughput.fleet_effective)
-        us = [get("rainier_ultraserver_fp8_effective_flops", {"site": "s0", "ultraserver": f"u{i}"}) for i in (0, 1)]
-        assert sum(us) == pytest.approx(snap.throughput.fleet_effective)  # type: ignore[arg-type]
+        assert get("rainier_site_fp8_effective_flops", {"site": "s0"}) == pytest.approx(snap.throughput.fleet_effective)
         assert get("rainier_fleet_chips_reporting") == 128
+
+    def test_ultraserver_families_render_as_text(self) -> None:
+        """The per-UltraServer families render as valid exposition text with one series per UltraServer."""
+        snap = demo_snapshot()
+        text = UltraServerFamilies(build_topology("demo"), lambda: snap).render().decode()
+        families = list(text_string_to_metric_families(text))
+        assert [f.name for f in families] == [f"rainier_ultraserver_fp8_{x}_flops" for x in
+                                              ("peak", "delivered", "effective")]
+        effective = {s.labels["ultraserver"]: s.value for s in families[2].samples}
+        assert effective == {"u0": snap.throughput.ultraserver_effective[0],
+                             "u1": snap.throughput.ultraserver_effective[1]}
+
+    def test_ultraserver_families_empty_before_a_snapshot(self) -> None:
+        """Before the first analysis the per-UltraServer families render nothing."""
+        assert UltraServerFamilies(build_topology("demo"), lambda: None).render() == b""
 
     def test_no_snapshot_no_fleet_series(self) -> None:
         """Before the first analysis the fleet collector exports nothing rather than zeros."""
@@ -120,11 +136,14 @@ class TestHttp:
         assert await http_get(server.port, b"HEAD /healthz HTTP/1.1\r\n\r\n") == (200, b"")
         self.task.cancel()
 
-    async def test_renders_once_per_generation(self, server: MetricsServer) -> None:
-        """Scrapes within one analysis generation share one render; a new generation renders again."""
+    async def test_scrapes_never_render_after_the_first(self, server: MetricsServer) -> None:
+        """Concurrent first scrapes share one render; later scrapes serve the last refresh, however old."""
         await asyncio.gather(*(server.metrics_body() for _ in range(5)))
         assert server.renders == 1
         self.generation = 2
         await server.metrics_body()
+        assert server.renders == 1
+        await server.refresh()
+        await server.refresh()
         assert server.renders == 2
         self.task.cancel()

@@ -20,6 +20,7 @@ from prometheus_client import generate_latest
 
 from rainierd.core.analysis import MonitorCore
 from rainierd.exporter import FleetCollector, HealthCollector, MonitorCollector, MonitorSnapshot, build_registry
+from rainierd.exporter.fast import UltraServerFamilies
 from rainierd.mqtt import ConnectionState
 from rainierd.sim.faults import Fault, FaultKind
 from rainierd.sim.fleet import FleetModel
@@ -53,7 +54,7 @@ def scrape_of_fixed_scenario() -> str:
         "monitor": MonitorCollector(core.stats, lambda: snapshot, connection, lambda: 0.001),
         "health": HealthCollector(topo, lambda: snapshot),
     }, process_metrics=False)
-    text = generate_latest(registry).decode()
+    text = (generate_latest(registry) + UltraServerFamilies(topo, lambda: snapshot).render()).decode()
     # Collector durations are wall-clock: the only values that differ run to run.
     return re.sub(r"^(rainier_exporter_collector_duration_seconds\{[^}]*\}) \S+$", r"\1 0.0", text, flags=re.M)
 

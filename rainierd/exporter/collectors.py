@@ -38,14 +38,11 @@ DECODE_REASONS = (
 
 
 class FleetCollector(Collector):
-    """FP8 throughput of the fleet, its sites and UltraServers."""
+    """FP8 throughput of the fleet and its sites (UltraServers: exporter/fast.py)."""
 
     def __init__(self, topology: Topology, snapshot: Callable[[], MonitorSnapshot | None]) -> None:
         self._snapshot = snapshot
         self._site_labels = [[f"s{s}"] for s in range(topology.n_sites)]
-        self._us_labels = [
-            [f"s{site}", f"u{us}"] for us, site in enumerate(topology.ultraserver_site.tolist())
-        ]
 
     def collect(self) -> Iterator[Metric]:
         snap = self._snapshot()
@@ -65,14 +62,6 @@ class FleetCollector(Collector):
             for labels, value in zip(self._site_labels, getattr(tp, f"site_{level}").tolist(), strict=True):
                 site.add_metric(labels, value)
             yield site
-            us = GaugeMetricFamily(
-                f"rainier_ultraserver_fp8_{level}_flops",
-                f"UltraServer FP8 {level} throughput, dense FLOP/s.",
-                labels=["site", "ultraserver"],
-            )
-            for labels, value in zip(self._us_labels, getattr(tp, f"ultraserver_{level}").tolist(), strict=True):
-                us.add_metric(labels, value)
-            yield us
         yield GaugeMetricFamily("rainier_fleet_chips", "Chips in the topology.", value=snap.chips_total)
         yield GaugeMetricFamily(
             "rainier_fleet_chips_reporting",

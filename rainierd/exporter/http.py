@@ -1,9 +1,11 @@
 """The exporter's HTTP endpoint: ``/metrics``, ``/healthz`` and ``/readyz`` on
 a small asyncio server.
 
-The scrape body is rendered in a worker thread, at most once per analysis
-generation, and shared by every scrape of that generation: a slow render never
-blocks the event loop, and concurrent scrapes never render twice.
+The scrape body is rendered in a worker thread once per analysis tick
+(``refresh``, called by the monitor after each analysis) and every scrape
+is served the latest finished render: a scrape never waits for a render, so
+its latency is the time to write the bytes, and the body is at most one tick
+old.  Before the first refresh a scrape renders on demand.
 """
 
 from __future__ import annotations
@@ -44,24 +46,35 @@ class MetricsServer:
         generation: Callable[[], int],
         healthy: Callable[[], Health],
         ready: Callable[[], Health],
+        extra: Callable[[], bytes] | None = None,
     ) -> None:
         self.registry = registry
         self.host, self.port = host, port
         self._generation, self._healthy, self._ready = generation, healthy, ready
+        self._extra = extra
         self._cache: tuple[int, bytes] | None = None
         self._server: asyncio.Server | None = None
         self._render_lock = asyncio.Lock()
         self.renders = 0
 
-    async def metrics_body(self) -> bytes:
-        """Return the exposition text for the current generation."""
+    def _render(self) -> bytes:
+        body = generate_latest(self.registry)
+        return body + self._extra() if self._extra is not None else body
+
+    async def refresh(self) -> None:
+        """Render the current generation in a worker thread, unless it already is."""
         generation = self._generation()
         async with self._render_lock:
             if self._cache is None or self._cache[0] != generation:
-                body = await asyncio.to_thread(generate_latest, self.registry)
-                self._cache = (generation, body)
+                self._cache = (generation, await asyncio.to_thread(self._render))
                 self.renders += 1
-            return self._cache[1]
+
+    async def metrics_body(self) -> bytes:
+        """Return the latest rendered exposition text (rendering now if there is none)."""
+        if self._cache is None:
+            await self.refresh()
+        assert self._cache is not None
+        return self._cache[1]
 
     async def start(self) -> int:
         """Bind the listening socket and return its port.
