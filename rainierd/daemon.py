@@ -17,8 +17,8 @@ import numpy as np
 import structlog
 
 from rainierd.broker import EmbeddedBroker
-from rainierd.exporter import FleetCollector, HealthCollector, MetricsServer, MonitorCollector, build_registry
-from rainierd.exporter.fast import UltraServerFamilies
+from rainierd.exporter import MetricsServer
+from rainierd.exporter.wiring import build_exporter
 from rainierd.looplag import LoopLag
 from rainierd.monitor import Monitor
 from rainierd.mqtt import ConnectionState, mqtt_config, supervise
@@ -74,18 +74,14 @@ async def run_role(role: Role, settings: Settings) -> None:
                 max_frame_bytes=settings.max_frame_bytes, qos=settings.mqtt_qos,
             )
             loop_lag = LoopLag()
-            registry = build_registry({
-                "fleet": FleetCollector(topology, lambda: monitor.snapshot),
-                "monitor": MonitorCollector(
-                    monitor.stats, lambda: monitor.snapshot, monitor.connection, lambda: loop_lag.worst_s,
-                ),
-                "health": HealthCollector(topology, lambda: monitor.snapshot),
-            })
+            exporter = build_exporter(
+                topology, lambda: monitor.snapshot, stats=monitor.stats, connection=monitor.connection,
+                loop_lag=lambda: loop_lag.worst_s, max_entity_series=settings.max_entity_series,
+            )
             host, port = settings.metrics_host_port
             server = MetricsServer(
-                registry, host=host, port=port, generation=lambda: monitor.generation,
-                healthy=monitor.healthy, ready=monitor.ready,
-                extra=UltraServerFamilies(topology, lambda: monitor.snapshot).render,
+                exporter.registry, host=host, port=port, generation=lambda: monitor.generation,
+                healthy=monitor.healthy, ready=monitor.ready, extra=exporter.extra,
             )
             await server.start()
             coroutines["monitor-mqtt-subscribe"] = supervise(

@@ -71,6 +71,9 @@ class Settings(BaseSettings):
     metrics_addr: str = DEFAULT_METRICS_ADDR
     stale_after_ticks: int = Field(3, ge=1, le=1000)
     max_frame_bytes: int = Field(65_536, ge=1_024, le=16 * 2**20)
+    max_entity_series: int = Field(
+        1_000, ge=10, le=1_000_000, description="per-entity series per family (unhealthy links, chips, ...) at most",
+    )
     log_format: Literal["auto", "json", "console"] = "auto"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 

@@ -4,6 +4,7 @@ HTTP endpoint's routes, probes and per-generation render cache."""
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Iterator
 
 import numpy as np
@@ -12,8 +13,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from rainierd.core import FleetState, Ingest, IngestStats, compute_throughput
+from rainierd.core.analysis import HealthView
 from rainierd.exporter import FleetCollector, Health, MetricsServer, MonitorCollector, MonitorSnapshot, build_registry
 from rainierd.exporter.fast import UltraServerFamilies
+from rainierd.exporter.health import EntityFamilies
 from rainierd.hardware import TRN2
 from rainierd.mqtt import ConnectionState
 from rainierd.sim.fleet import FleetModel
@@ -147,3 +150,41 @@ class TestHttp:
         await server.refresh()
         assert server.renders == 2
         self.task.cancel()
+
+
+class TestEntityBudget:
+    def snapshot_with(self, states: list[int], onsets: list[int]) -> MonitorSnapshot:
+        snap = demo_snapshot()
+        ids = np.arange(len(states), dtype=np.int64)
+        empty = np.zeros(0, dtype=np.int64)
+        health = HealthView(
+            ids={"neuronlink": ids, "efa": empty, "chip": empty, "node": empty, "ultraserver": empty},
+            states={"neuronlink": np.array(states), "efa": empty, "chip": empty, "node": empty,
+                    "ultraserver": empty},
+            reasons={"neuronlink": np.full(len(states), 2), "efa": empty, "chip": empty, "node": empty,
+                     "ultraserver": empty},
+            onsets={"neuronlink": np.array(onsets), "efa": empty, "chip": empty, "node": empty, "ultraserver": empty},
+            worst={k: (empty, np.zeros(0)) for k in ("neuronlink", "efa", "chip")},
+        )
+        return MonitorSnapshot(generation=1, throughput=snap.throughput, chips_total=128, analysis_s=0.0,
+                               analysed_ticks=1, health=health)
+
+    def test_keeps_worst_then_longest_and_counts_the_rest(self) -> None:
+        """Over budget, down links come first, then the longest unhealthy; the rest are counted as dropped."""
+        snap = self.snapshot_with(states=[1, 2, 1, 1, 2], onsets=[50, 90, 10, 30, 95])
+        families = EntityFamilies(build_topology("demo"), lambda: snap, max_series=3)
+        text = families.render().decode()
+        kept = re.findall(r'^rainier_neuronlink_unhealthy\{link="(\d+)"', text, re.MULTILINE)
+        assert kept == ["1", "4", "2"]
+        assert families.dropped["neuronlink"] == 2
+        reasons = re.findall(r'^rainier_neuronlink_unhealthy_reason\{link="(\d+)",reason="bandwidth"\}', text,
+                             re.MULTILINE)
+        assert reasons == kept
+
+    def test_render_is_valid_exposition(self) -> None:
+        """The text families parse as Prometheus exposition, one family each."""
+        snap = self.snapshot_with(states=[1, 2], onsets=[1, 2])
+        text = EntityFamilies(build_topology("demo"), lambda: snap).render().decode()
+        names = [f.name for f in text_string_to_metric_families(text)]
+        assert len(names) == len(set(names))
+        assert "rainier_neuronlink_unhealthy" in names

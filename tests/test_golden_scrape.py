@@ -19,8 +19,8 @@ import pytest
 from prometheus_client import generate_latest
 
 from rainierd.core.analysis import MonitorCore
-from rainierd.exporter import FleetCollector, HealthCollector, MonitorCollector, MonitorSnapshot, build_registry
-from rainierd.exporter.fast import UltraServerFamilies
+from rainierd.exporter import MonitorSnapshot
+from rainierd.exporter.wiring import build_exporter
 from rainierd.mqtt import ConnectionState
 from rainierd.sim.faults import Fault, FaultKind
 from rainierd.sim.fleet import FleetModel
@@ -48,13 +48,10 @@ def scrape_of_fixed_scenario() -> str:
         generation=40, throughput=analysis.throughput, chips_total=topo.n_chips, analysis_s=0.002,
         analysed_ticks=40, lost=analysis.lost, health=analysis.health, events=events, lag_s=0.25,
     )
-    connection = ConnectionState(connected=True, connects=1)
-    registry = build_registry({
-        "fleet": FleetCollector(topo, lambda: snapshot),
-        "monitor": MonitorCollector(core.stats, lambda: snapshot, connection, lambda: 0.001),
-        "health": HealthCollector(topo, lambda: snapshot),
-    }, process_metrics=False)
-    text = (generate_latest(registry) + UltraServerFamilies(topo, lambda: snapshot).render()).decode()
+    exporter = build_exporter(topo, lambda: snapshot, stats=core.stats,
+                              connection=ConnectionState(connected=True, connects=1), loop_lag=lambda: 0.001,
+                              process_metrics=False)
+    text = (generate_latest(exporter.registry) + exporter.extra()).decode()
     # Collector durations are wall-clock: the only values that differ run to run.
     return re.sub(r"^(rainier_exporter_collector_duration_seconds\{[^}]*\}) \S+$", r"\1 0.0", text, flags=re.M)
 
@@ -80,7 +77,9 @@ def test_golden_passes_promtool_check_metrics() -> None:
 def test_golden_shows_the_faults() -> None:
     """The golden scrape is a meaningful one: it holds the three faulty components and their losses."""
     text = GOLDEN.read_text()
-    assert 'rainier_neuronlink_unhealthy{kind="torus",link="5"' in text
-    assert 'rainier_efa_port_unhealthy{node="n4",port="70",site="s0",state="down",ultraserver="u1"} 1.0' in text
-    assert 'rainier_chip_unhealthy{chip="100",node="n6",site="s0",state="straggler",ultraserver="u1"} 1.0' in text
+    assert 'rainier_neuronlink_unhealthy{link="5",kind="torus",site="s0",ultraserver="u0",node="n0",' in text
+    assert 'rainier_efa_port_unhealthy{port="70",site="s0",ultraserver="u1",node="n4",state="down"} 1.0' in text
+    assert 'rainier_chip_unhealthy{chip="100",site="s0",ultraserver="u1",node="n6",state="straggler"} 1.0' in text
+    worst_first = text.split("# TYPE rainier_neuronlink_worst_bandwidth_ratio gauge\n")[1].splitlines()[0]
+    assert worst_first.startswith('rainier_neuronlink_worst_bandwidth_ratio{link="5",kind="torus"')
     assert re.search(r'rainier_fleet_fp8_lost_flops\{cause="straggler"\} [1-9]', text)

@@ -25,22 +25,43 @@ __all__ = ["Analysis", "HealthView", "MonitorCore"]
 I64 = npt.NDArray[np.int64]
 
 
+F64 = npt.NDArray[np.float64]
+
+
+def _lowest(values: F64, k: int) -> tuple[I64, F64]:
+    """Return the ids and values of the ``k`` lowest finite values, lowest first."""
+    finite = np.flatnonzero(np.isfinite(values))
+    if finite.size > k:
+        finite = finite[np.argpartition(values[finite], k)[:k]]
+    order = finite[np.argsort(values[finite], kind="stable")]
+    return order.astype(np.int64), values[order].astype(np.float64)
+
+
 @dataclass(frozen=True, eq=False)
 class HealthView:
-    """The unhealthy entities of every kind: ids, states, reason masks (copies)."""
+    """The unhealthy entities of every kind (ids, states, reason masks, onsets), and the
+    ``worst_k`` lowest gray-failure ratios even among healthy entities (copies)."""
 
     ids: dict[str, I64]
     states: dict[str, I64]
     reasons: dict[str, I64]
+    onsets: dict[str, I64]
+    worst: dict[str, tuple[I64, F64]]
 
     @classmethod
-    def of(cls, detector: FleetDetector) -> HealthView:
-        """Return a copy of the detectors' current unhealthy sets."""
-        ids, states, reasons = {}, {}, {}
+    def of(cls, detector: FleetDetector, *, worst_k: int = 10) -> HealthView:
+        """Return a copy of the detectors' current unhealthy sets and worst ratios."""
+        ids, states, reasons, onsets = {}, {}, {}, {}
         for entity, tracker in detector.trackers().items():
             bad = np.flatnonzero(tracker.state)
-            ids[entity], states[entity], reasons[entity] = bad, tracker.state[bad], tracker.reason[bad]
-        return cls(ids, states, reasons)
+            ids[entity], states[entity] = bad, tracker.state[bad]
+            reasons[entity], onsets[entity] = tracker.reason[bad], tracker.onset[bad]
+        worst = {
+            "neuronlink": _lowest(detector.links.now_ratio, worst_k),
+            "efa": _lowest(detector.efa.share, worst_k),
+            "chip": _lowest(detector.chips.efficiency, worst_k),
+        }
+        return cls(ids, states, reasons, onsets, worst)
 
     def counts(self) -> dict[tuple[str, str], int]:
         """Return how many entities of each kind are in each unhealthy state."""

@@ -10,12 +10,13 @@ from rainierd.exporter.collectors import (
     MonitorCollector,
     build_registry,
 )
-from rainierd.exporter.health import HealthCollector
+from rainierd.exporter.health import EntityFamilies, HealthCollector
 from rainierd.exporter.http import Health, MetricsServer
 from rainierd.exporter.snapshot import MonitorSnapshot
 
 __all__ = [
     "BuildInfoCollector",
+    "EntityFamilies",
     "FleetCollector",
     "Health",
     "HealthCollector",

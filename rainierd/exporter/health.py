@@ -1,10 +1,18 @@
-"""Detection results as metrics: how many entities are in each unhealthy
-state, the events so far, lost FP8 by cause, and one series per unhealthy
-entity (never one per healthy entity).
+"""Detection results as metrics.
 
-Per-entity series are bounded by ``max_series`` per family: beyond it the
-worst (longest unhealthy first, so a standing incident keeps its series) are
-kept and the rest are counted in ``rainier_exporter_series_dropped_total``.
+``HealthCollector`` (prometheus-client) carries the small, fixed families: how
+many entities are in each unhealthy state, the events so far, lost FP8 by
+cause for the fleet and each site, and the budget's drop counter.
+``EntityFamilies`` renders the families whose size follows the fleet's health
+straight to text (exporter/fast.py explains why): one series per unhealthy
+NeuronLink, EFA port, chip, node and UltraServer, never one per healthy
+entity, with their reasons, lost FP8 per UltraServer where non-zero, and the
+``worst_k`` lowest gray-failure ratios fleet-wide.
+
+The per-entity families share a budget of ``max_series`` each: beyond it the
+worst states, longest unhealthy first, are kept (so a standing incident keeps
+its series and its alert) and the rest are counted in
+``rainier_exporter_series_dropped_total`` and logged once per family.
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import numpy as np
+import numpy.typing as npt
 import structlog
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -22,62 +31,121 @@ from rainierd.core.model import CAUSES
 from rainierd.exporter.snapshot import MonitorSnapshot
 from rainierd.topology import LINK_KIND_NAMES, Topology
 
-__all__ = ["HealthCollector"]
+__all__ = ["ENTITY_FAMILIES", "EntityFamilies", "HealthCollector"]
 
 log = structlog.get_logger("rainierd.exporter")
 
-_FAMILIES = {
+ENTITY_FAMILIES = {
     "neuronlink": ("rainier_neuronlink_unhealthy", "NeuronLink that is not healthy (1); state and location in labels."),
     "efa": ("rainier_efa_port_unhealthy", "EFA port that is not healthy (1)."),
     "chip": ("rainier_chip_unhealthy", "Chip that is not healthy (1)."),
     "node": ("rainier_node_unhealthy", "Node whose cooling is degraded or which is lost (1)."),
     "ultraserver": ("rainier_ultraserver_cooling_degraded", "UltraServer whose cooling is degraded (1)."),
 }
+WORST_FAMILIES = {
+    "neuronlink": ("rainier_neuronlink_worst_bandwidth_ratio",
+                   "Lowest NeuronLink bandwidth / its kind's median, healthy or not (top K)."),
+    "efa": ("rainier_efa_port_worst_traffic_ratio",
+            "Lowest EFA port traffic / its UltraServer's median (smoothed), healthy or not (top K)."),
+    "chip": ("rainier_chip_worst_efficiency_ratio",
+             "Lowest chip efficiency / its group's median (smoothed), healthy or not (top K)."),
+}
 
 
-class HealthCollector(Collector):
-    """Detection metrics from the latest snapshot."""
+class EntityFamilies:
+    """Renders the per-entity and per-UltraServer health families to exposition text."""
 
     def __init__(
         self, topology: Topology, snapshot: Callable[[], MonitorSnapshot | None], *, max_series: int = 1_000,
     ) -> None:
         self._topo, self._snapshot, self._max = topology, snapshot, max_series
-        self.dropped: dict[str, int] = dict.fromkeys(_FAMILIES, 0)
+        self.dropped: dict[str, int] = dict.fromkeys(ENTITY_FAMILIES, 0)
         self._warned: set[str] = set()
 
-    def _location(self, entity: str, ids: np.ndarray) -> tuple[list[str], list[list[str]]]:
+    def _labels(self, entity: str, ids: npt.NDArray[np.int64]) -> list[str]:
+        """Return each entity's label block (without braces or state), its id label first."""
         topo = self._topo
+        if entity == "ultraserver":
+            return [f'ultraserver="u{u}",site="s{topo.ultraserver_site[u]}"' for u in ids.tolist()]
+        if entity == "node":
+            node = ids
+            us = topo.node_ultraserver[node]
+            return [f'node="n{n}",site="s{topo.ultraserver_site[u]}",ultraserver="u{u}"'
+                    for n, u in zip(node.tolist(), us.tolist(), strict=True)]
         if entity == "neuronlink":
-            node = topo.link_node[ids]
-            extra = [LINK_KIND_NAMES[k] for k in topo.link_kind[ids].tolist()]
-            names = ["link", "kind"]
-        elif entity == "efa":
-            node, extra, names = topo.efa_node[ids], None, ["port"]
-        elif entity == "chip":
-            node, extra, names = topo.chip_node[ids], None, ["chip"]
-        elif entity == "node":
-            node, extra, names = ids, None, ["node"]
+            node, id_label = topo.link_node[ids], "link"
+            kinds = [f',kind="{LINK_KIND_NAMES[k]}"' for k in topo.link_kind[ids].tolist()]
         else:
-            us = ids
-            labels = [[f"u{u}", f"s{topo.ultraserver_site[u]}"] for u in us.tolist()]
-            return ["ultraserver", "site"], labels
+            node, id_label = (topo.efa_node[ids], "port") if entity == "efa" else (topo.chip_node[ids], "chip")
+            kinds = [""] * ids.size
         us = topo.node_ultraserver[node]
         site = topo.ultraserver_site[us]
-        with_node = entity != "node"  # a node's own id is its node label
-        rows = []
-        for i, (entity_id, n, u, s) in enumerate(zip(ids.tolist(), node.tolist(), us.tolist(), site.tolist(),
-                                                     strict=True)):
-            row = [str(entity_id) if with_node else f"n{entity_id}"] + ([extra[i]] if extra is not None else [])
-            rows.append([*row, f"s{s}", f"u{u}"] + ([f"n{n}"] if with_node else []))
-        return [*names, "site", "ultraserver"] + (["node"] if with_node else []), rows
+        return [
+            f'{id_label}="{i}"{k},site="s{s}",ultraserver="u{u}",node="n{n}"'
+            for i, k, s, u, n in zip(ids.tolist(), kinds, site.tolist(), us.tolist(), node.tolist(), strict=True)
+        ]
+
+    def render(self) -> bytes:
+        """Return the families as exposition text (empty before the first analysis)."""
+        snap = self._snapshot()
+        if snap is None or snap.health is None:
+            return b""
+        out: list[str] = []
+        for entity in ENTITY_FAMILIES:
+            self._entities(entity, snap, out)
+        for entity, (name, text) in WORST_FAMILIES.items():
+            ids, values = snap.health.worst[entity]
+            blocks = self._labels(entity, ids)
+            out.append(f"# HELP {name} {text}\n# TYPE {name} gauge\n")
+            out.extend(f"{name}{{{b}}} {v!r}\n" for b, v in zip(blocks, values.tolist(), strict=True))
+        if snap.lost is not None:
+            name = "rainier_ultraserver_fp8_lost_flops"
+            out.append(f"# HELP {name} UltraServer FP8 FLOP/s lost, by cause (only where non-zero).\n"
+                       f"# TYPE {name} gauge\n")
+            for cause in CAUSES:
+                values = snap.lost.ultraserver[cause]
+                for u in np.flatnonzero(values > 0).tolist():
+                    s = self._topo.ultraserver_site[u]
+                    out.append(f'{name}{{cause="{cause}",site="s{s}",ultraserver="u{u}"}} {float(values[u])!r}\n')
+        return "".join(out).encode()
+
+    def _entities(self, entity: str, snap: MonitorSnapshot, out: list[str]) -> None:
+        assert snap.health is not None
+        name, text = ENTITY_FAMILIES[entity]
+        h = snap.health
+        ids, states, reasons, onsets = h.ids[entity], h.states[entity], h.reasons[entity], h.onsets[entity]
+        if ids.size > self._max:
+            keep = np.lexsort((onsets, -states))[: self._max]  # worst state first, then longest unhealthy
+            self.dropped[entity] += int(ids.size - self._max)
+            if entity not in self._warned:
+                self._warned.add(entity)
+                log.warning("per-entity series over budget; keeping the worst", family=name,
+                            unhealthy=int(ids.size), max_series=self._max)
+            ids, states, reasons = ids[keep], states[keep], reasons[keep]
+        blocks = self._labels(entity, ids)
+        names = STATE_NAMES[entity]
+        out.append(f"# HELP {name} {text}\n# TYPE {name} gauge\n")
+        out.extend(f'{name}{{{b},state="{names[st]}"}} 1.0\n' for b, st in zip(blocks, states.tolist(), strict=True))
+        why = f"{name}_reason"
+        out.append(f"# HELP {why} Why ({name}): one series per reason.\n# TYPE {why} gauge\n")
+        for i, mask in zip((b.split(",", 1)[0] for b in blocks), reasons.tolist(), strict=True):
+            out.extend(f'{why}{{{i},reason="{r}"}} 1.0\n' for r in reason_names(mask))
+
+
+class HealthCollector(Collector):
+    """The fixed-size detection metrics from the latest snapshot."""
+
+    def __init__(
+        self, snapshot: Callable[[], MonitorSnapshot | None], *, dropped: Callable[[], dict[str, int]] | None = None,
+    ) -> None:
+        self._snapshot, self._dropped = snapshot, dropped
 
     def collect(self) -> Iterator[Metric]:
         snap = self._snapshot()
         if snap is None or snap.health is None:
             return
-        health = snap.health
         count = GaugeMetricFamily("rainier_unhealthy", "Entities in each unhealthy state.", labels=["entity", "state"])
-        for (entity, state), n in sorted(health.counts().items()):
+        for (entity, state), n in sorted(snap.health.counts().items()):
             count.add_metric([entity, state], n)
         yield count
         events = CounterMetricFamily(
@@ -87,56 +155,22 @@ class HealthCollector(Collector):
             for state in names:
                 events.add_metric([entity, state], snap.events[entity, state])
         yield events
-        yield from self._lost(snap)
-        for entity, (name, text) in _FAMILIES.items():
-            yield from self._entities(entity, name, text, snap)
-        dropped = CounterMetricFamily(
-            "rainier_exporter_series_dropped", "Per-entity series left out to stay within the budget.",
-            labels=["family"],
-        )
-        for entity, (name, _text) in _FAMILIES.items():
-            dropped.add_metric([name], self.dropped[entity])
-        yield dropped
-
-    def _lost(self, snap: MonitorSnapshot) -> Iterator[Metric]:
-        lost = snap.lost
-        if lost is None:
-            return
-        fleet = GaugeMetricFamily("rainier_fleet_fp8_lost_flops", "FP8 FLOP/s lost, by cause.", labels=["cause"])
-        site = GaugeMetricFamily("rainier_site_fp8_lost_flops", "Site FP8 FLOP/s lost, by cause.",
-                                 labels=["site", "cause"])
-        us = GaugeMetricFamily("rainier_ultraserver_fp8_lost_flops",
-                               "UltraServer FP8 FLOP/s lost, by cause (only where non-zero).",
-                               labels=["site", "ultraserver", "cause"])
-        for cause in CAUSES:
-            fleet.add_metric([cause], float(lost.site[cause].sum()))
-            for s, value in enumerate(lost.site[cause].tolist()):
-                site.add_metric([f"s{s}", cause], value)
-            for u in np.flatnonzero(lost.ultraserver[cause] > 0).tolist():
-                us.add_metric([f"s{self._topo.ultraserver_site[u]}", f"u{u}", cause],
-                              float(lost.ultraserver[cause][u]))
-        yield fleet
-        yield site
-        yield us
-
-    def _entities(self, entity: str, name: str, text: str, snap: MonitorSnapshot) -> Iterator[Metric]:
-        assert snap.health is not None
-        ids, states, reasons = snap.health.ids[entity], snap.health.states[entity], snap.health.reasons[entity]
-        if ids.size > self._max:
-            keep = np.argsort(-states, kind="stable")[: self._max]  # worst states first
-            self.dropped[entity] += int(ids.size - self._max)
-            if entity not in self._warned:
-                self._warned.add(entity)
-                log.warning("per-entity series over budget; keeping the worst", family=name,
-                            unhealthy=int(ids.size), max_series=self._max)
-            ids, states, reasons = ids[keep], states[keep], reasons[keep]
-        names, rows = self._location(entity, ids)
-        family = GaugeMetricFamily(name, text, labels=[*names, "state"])
-        why = GaugeMetricFamily(f"{name}_reason", f"Why ({name}): one series per reason.", labels=[names[0], "reason"])
-        state_names = STATE_NAMES[entity]
-        for row, state, mask in zip(rows, states.tolist(), reasons.tolist(), strict=True):
-            family.add_metric([*row, state_names[state]], 1.0)
-            for reason in reason_names(mask):
-                why.add_metric([row[0], reason], 1.0)
-        yield family
-        yield why
+        if snap.lost is not None:
+            fleet = GaugeMetricFamily("rainier_fleet_fp8_lost_flops", "FP8 FLOP/s lost, by cause.", labels=["cause"])
+            site = GaugeMetricFamily("rainier_site_fp8_lost_flops", "Site FP8 FLOP/s lost, by cause.",
+                                     labels=["site", "cause"])
+            for cause in CAUSES:
+                fleet.add_metric([cause], float(snap.lost.site[cause].sum()))
+                for s, value in enumerate(snap.lost.site[cause].tolist()):
+                    site.add_metric([f"s{s}", cause], value)
+            yield fleet
+            yield site
+        if self._dropped is not None:
+            dropped = CounterMetricFamily(
+                "rainier_exporter_series_dropped", "Per-entity series left out to stay within the budget.",
+                labels=["family"],
+            )
+            counts = self._dropped()
+            for entity, (name, _text) in ENTITY_FAMILIES.items():
+                dropped.add_metric([name], counts[entity])
+            yield dropped

@@ -69,8 +69,8 @@ async def test_scenario_degrades_exactly_one_link_and_one_port(
         'rainier_unhealthy{entity="efa",state="degraded"}': 1.0,
         'rainier_unhealthy{entity="neuronlink",state="degraded"}': 1.0,
     }
-    assert values['rainier_neuronlink_unhealthy{kind="torus",link="5",node="n0",site="s0",'
-                  'state="degraded",ultraserver="u0"}'] == 1.0
-    assert values['rainier_efa_port_unhealthy{node="n4",port="70",site="s0",state="degraded",ultraserver="u1"}'] == 1.0
+    assert values['rainier_neuronlink_unhealthy{link="5",kind="torus",site="s0",ultraserver="u0",node="n0",'
+                  'state="degraded"}'] == 1.0
+    assert values['rainier_efa_port_unhealthy{port="70",site="s0",ultraserver="u1",node="n4",state="degraded"}'] == 1.0
     lost = {k.split('"')[1]: v for k, v in values.items() if k.startswith("rainier_fleet_fp8_lost_flops{")}
     assert {cause for cause, v in lost.items() if v > 0} == {"degraded_neuronlink", "degraded_efa"}

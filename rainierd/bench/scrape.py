@@ -1,0 +1,139 @@
+"""``rainierd bench scrape``: what a Prometheus scrape costs, as the daemon
+serves it.  An in-process exporter (the daemon's registry, UltraServer
+families and MetricsServer) holds a snapshot of a simulated fleet with some
+faults, re-renders it once a second as the monitor does after each analysis,
+and a separate client process scrapes it; the event loop's lag is sampled
+throughout.  Reports scrape latency (median, p99), body size, series count,
+render time and the worst loop lag, per preset.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from rainierd.core.analysis import MonitorCore
+from rainierd.exporter import Health, MetricsServer, MonitorSnapshot
+from rainierd.exporter.wiring import build_exporter
+from rainierd.looplag import LoopLag
+from rainierd.mqtt import ConnectionState
+from rainierd.sim.faults import random_faults
+from rainierd.sim.fleet import FleetModel
+from rainierd.sim.frames import tick_frames
+from rainierd.topology import build_topology
+
+__all__ = ["bench_scrape", "main"]
+
+_CLIENT = """
+import json, sys, time, urllib.request
+url, count, interval = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+out = []
+for _ in range(count):
+    started = time.perf_counter()
+    with urllib.request.urlopen(url, timeout=30) as r:
+        body = r.read()
+    out.append(time.perf_counter() - started)
+    time.sleep(interval)
+print(json.dumps({"latency_s": out, "bytes": len(body),
+                  "series": sum(1 for line in body.splitlines() if line and not line.startswith(b"#"))}))
+"""
+
+
+def _snapshot(preset: str, seed: int) -> tuple[MonitorCore, MonitorSnapshot, Any]:
+    topo = build_topology(preset)
+    rng = np.random.default_rng(seed)
+    # Faults at 2e3 x the calibrated rates over 1,000 ticks: a busy fleet's worth of unhealthy entities.
+    faults = [replace(f, start_tick=0, end_tick=100)
+              for f in random_faults(topo, rng, ticks=1_000, tick_s=1.0, acceleration=2e3)]
+    model = FleetModel(topo, rng, tick_s=1.0, start_s=1.8e9, faults=faults)
+    core = MonitorCore(topo)
+    for tick in range(12):
+        analysis = core.step([f for _t, f in tick_frames(topo, model.step(tick), publisher="bench")])
+    snap = MonitorSnapshot(generation=1, throughput=analysis.throughput, chips_total=topo.n_chips, analysis_s=0.0,
+                           analysed_ticks=12, lost=analysis.lost, health=analysis.health, events=Counter(),
+                           lag_s=0.1)
+    return core, snap, topo
+
+
+async def _serve_and_scrape(preset: str, *, scrapes: int, interval_s: float, seed: int) -> dict[str, Any]:
+    core, snap, topo = _snapshot(preset, seed)
+    generation = 1
+    lag = LoopLag(interval_s=0.01, window=1_000_000)
+    exporter = build_exporter(topo, lambda: snap, stats=core.stats, connection=ConnectionState(connected=True),
+                              loop_lag=lambda: lag.worst_s)
+    server = MetricsServer(exporter.registry, host="127.0.0.1", port=0, generation=lambda: generation,
+                           healthy=lambda: Health(True, "ok"), ready=lambda: Health(True, "ready"),
+                           extra=exporter.extra)
+    port = await server.start()
+    render_s: list[float] = []
+
+    async def analysis_ticks() -> None:
+        nonlocal generation
+        while True:
+            generation += 1
+            started = time.perf_counter()
+            await server.refresh()
+            render_s.append(time.perf_counter() - started)
+            await asyncio.sleep(1.0)
+
+    async with asyncio.TaskGroup() as tg:
+        tasks = [tg.create_task(server.serve_forever(), name="exporter-http"),
+                 tg.create_task(lag.run(), name="loop-lag"),
+                 tg.create_task(analysis_ticks(), name="analysis-ticks")]
+        await asyncio.sleep(1.5)
+        lag.samples.clear()
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", _CLIENT, f"http://127.0.0.1:{port}/metrics", str(scrapes), str(interval_s),
+            stdout=subprocess.PIPE,
+        )
+        out, _ = await proc.communicate()
+        for task in tasks:
+            task.cancel()
+    client = json.loads(out)
+    latency = client["latency_s"]
+    lags = list(lag.samples)
+    return {
+        "topology": preset, "chips": topo.n_chips, "series": client["series"], "bytes": client["bytes"],
+        "scrapes": len(latency),
+        "scrape_latency_s": {"median": statistics.median(latency), "p99": float(np.percentile(latency, 99)),
+                             "max": max(latency)},
+        "render_s_median": statistics.median(render_s) if render_s else None,
+        "loop_lag_s": {"median": statistics.median(lags) if lags else None,
+                       "p99": float(np.percentile(lags, 99)) if lags else None, "max": max(lags, default=None)},
+        "unhealthy": {k: int(v.size) for k, v in snap.health.ids.items()} if snap.health else {},
+    }
+
+
+def bench_scrape(presets: list[str], *, scrapes: int, interval_s: float, seed: int) -> dict[str, Any]:
+    """Return the scrape report for each preset."""
+    return {"benchmark": "scrape", "results": [
+        asyncio.run(_serve_and_scrape(p, scrapes=scrapes, interval_s=interval_s, seed=seed)) for p in presets
+    ]}
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the benchmark and print JSON or a table."""
+    report = bench_scrape(args.topology, scrapes=args.scrapes, interval_s=args.interval, seed=args.seed)
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    print("| topology | chips | series | bytes | scrape median | scrape p99 | render median | loop lag p99 | "
+          "loop lag max |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in report["results"]:
+        ms = 1e3
+        print(f"| {r['topology']} | {r['chips']:,} | {r['series']:,} | {r['bytes']:,} | "
+              f"{r['scrape_latency_s']['median'] * ms:.1f} ms | {r['scrape_latency_s']['p99'] * ms:.1f} ms | "
+              f"{r['render_s_median'] * ms:.0f} ms | {r['loop_lag_s']['p99'] * ms:.1f} ms | "
+              f"{r['loop_lag_s']['max'] * ms:.1f} ms |")
+    return 0

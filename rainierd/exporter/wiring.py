@@ -1,0 +1,50 @@
+"""The exporter as the monitor wires it, in one place: the registry of
+collectors and the text-rendered families, so the daemon, the scrape
+benchmark and the golden-scrape test serve the same /metrics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry
+
+from rainierd.core.ingest import IngestStats
+from rainierd.exporter.collectors import FleetCollector, MonitorCollector, build_registry
+from rainierd.exporter.fast import UltraServerFamilies
+from rainierd.exporter.health import EntityFamilies, HealthCollector
+from rainierd.exporter.snapshot import MonitorSnapshot
+from rainierd.mqtt import ConnectionState
+from rainierd.topology import Topology
+
+__all__ = ["Exporter", "build_exporter"]
+
+
+@dataclass(frozen=True, eq=False)
+class Exporter:
+    """A registry plus the families rendered straight to text after it."""
+
+    registry: CollectorRegistry
+    extra: Callable[[], bytes]
+
+
+def build_exporter(
+    topology: Topology,
+    snapshot: Callable[[], MonitorSnapshot | None],
+    *,
+    stats: IngestStats,
+    connection: ConnectionState,
+    loop_lag: Callable[[], float] | None = None,
+    max_entity_series: int = 1_000,
+    process_metrics: bool = True,
+) -> Exporter:
+    """Return the monitor's exporter over ``snapshot``."""
+    entities = EntityFamilies(topology, snapshot, max_series=max_entity_series)
+    ultraservers = UltraServerFamilies(topology, snapshot)
+    registry = build_registry({
+        "fleet": FleetCollector(topology, snapshot),
+        "monitor": MonitorCollector(stats, snapshot, connection, loop_lag),
+        "health": HealthCollector(snapshot, dropped=lambda: entities.dropped),
+    }, process_metrics=process_metrics)
+    return Exporter(registry, lambda: ultraservers.render() + entities.render())
