@@ -61,3 +61,9 @@ def test_runbook_links_resolve() -> None:
     links = set(re.findall(r"runbook_url: docs/runbooks\.md#([\w-]+)", "".join(p.read_text() for p in RULES)))
     assert links
     assert links <= anchors
+
+
+def test_deploy_prometheus_config_is_valid() -> None:
+    """The compose deployment's Prometheus configuration passes promtool check config."""
+    result = run("check", "config", str(ROOT / "deploy" / "prometheus" / "prometheus.yml"))
+    assert result.returncode == 0, result.stdout + result.stderr
