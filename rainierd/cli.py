@@ -138,6 +138,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         return 0
     if args.command == "bench":
+        # Benchmarks print their report on stdout; logs go to stderr only.
+        configure_logging(log_format="auto", level="warning")
         return run_bench(args)
     try:
         settings = _settings(args)
