@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from rainierd.core.analysis import MonitorCore
+from rainierd.daemon import SWITCH_INTERVAL_S
 from rainierd.exporter import Health, MetricsServer, MonitorSnapshot
 from rainierd.exporter.wiring import build_exporter
 from rainierd.looplag import LoopLag
@@ -67,6 +68,7 @@ def _snapshot(preset: str, seed: int) -> tuple[MonitorCore, MonitorSnapshot, Any
 
 async def _serve_and_scrape(preset: str, *, scrapes: int, interval_s: float, seed: int) -> dict[str, Any]:
     core, snap, topo = _snapshot(preset, seed)
+    sys.setswitchinterval(SWITCH_INTERVAL_S)  # as the daemon runs
     generation = 1
     lag = LoopLag(interval_s=0.01, window=1_000_000)
     exporter = build_exporter(topo, lambda: snap, stats=core.stats, connection=ConnectionState(connected=True),
