@@ -43,7 +43,7 @@ class PathParams:
     retrans_k: float = 2.0
     retrans_h: float = 32.0
     down_below: float = 0.05  # bandwidth ratio under which a link is down
-    drop_below: float = 0.6  # a tick this low counts as a drop, for flapping
+    drop_below: float = 0.5  # a tick this low with every lane up counts as a drop (noise x2 dips to 0.56)
     flap_window_ticks: float = 60.0  # decay time of the drop count
     flap_drops: float = 1.8  # ~2 drops within the window is flapping
     flap_hold_ticks: int = 60  # clean ticks a link that dropped needs to clear
@@ -101,8 +101,9 @@ class LinkDetector:
         errors = counter_delta(table, "crc_errors_total") + counter_delta(table, "replay_total")
 
         # Healthy noise never takes a link with all lanes up below drop_below
-        # (contention dips bottom out near 0.67), so such a tick, or a tick
-        # ending with no lane up, is the link going down, if only briefly.
+        # (contention dips bottom out near 0.67 at the default noise, 0.56 at
+        # twice it), so such a tick, or a tick ending with no lane up, is the
+        # link going down, if only briefly.
         down = (lanes == 0) | (ratio < p.down_below)
         dropped = fresh & (down | ((ratio < p.drop_below) & (lanes == TRN2.neuronlink_lanes)))
         decay = np.exp(-1.0 / p.flap_window_ticks)
