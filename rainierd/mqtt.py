@@ -1,7 +1,8 @@
 """The MQTT edge: connection settings, and a supervisor that keeps one aiomqtt
 session alive with jittered exponential backoff.
 
-The supervisor is the only place that catches ``aiomqtt.MqttError``.  Each
+The supervisor is the only place that catches ``aiomqtt.MqttError``, plain or
+inside the ExceptionGroup of a session's own TaskGroup.  Each
 client connects with a retained will on ``rainier/v1/status/<client-id>``
 saying ``offline``, and says ``online`` there once connected, so a publisher
 that dies is marked offline by the broker.
@@ -126,6 +127,7 @@ async def supervise(
     loop = asyncio.get_running_loop()
     while True:
         started = loop.time()
+        failure: BaseException | None = None
         try:
             async with _client(config) as client:
                 state.connected, state.connects = True, state.connects + 1
@@ -142,13 +144,18 @@ async def supervise(
                             await client.publish(
                                 status_topic(config.client_id), b"offline", qos=1, retain=True,
                             )
-        except aiomqtt.MqttError as exc:
-            state.connected = False
-            state.failures += 1
-            if loop.time() - started > _STABLE_AFTER_S:
-                attempt = 0
-            delay = min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2**attempt) * rng.uniform(0.5, 1.0)
-            attempt += 1
-            log.warning("mqtt connection failed; retrying", broker=config.url, error=str(exc),
-                        retry_in_s=round(delay, 2))
-            await asyncio.sleep(delay)
+        # A session that runs tasks of its own (a TaskGroup) raises its
+        # transport errors inside an ExceptionGroup; a plain ``except`` would
+        # miss them and let one broker restart end the process.  ``except*``
+        # takes both forms; anything else in the group still propagates.
+        except* aiomqtt.MqttError as group:
+            failure = group.exceptions[0]
+        state.connected = False
+        state.failures += 1
+        if loop.time() - started > _STABLE_AFTER_S:
+            attempt = 0
+        delay = min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2**attempt) * rng.uniform(0.5, 1.0)
+        attempt += 1
+        log.warning("mqtt connection failed; retrying", broker=config.url, error=str(failure),
+                    retry_in_s=round(delay, 2))
+        await asyncio.sleep(delay)

@@ -22,24 +22,53 @@ from tests.helpers import Broker, free_port, wait_for_port
 HERE = Path(__file__).parent
 
 
+class MosquittoProcess:
+    """A real Mosquitto on a fixed free port that a test may kill and start again."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.binary = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+        if not Path(self.binary).exists():
+            pytest.fail("the mosquitto binary is missing: apt-get install mosquitto (.ci/run does)")
+        self.port = free_port()
+        self.config = tmp_path / "mosquitto.conf"
+        self.config.write_text((HERE / "mosquitto.conf").read_text().replace("@PORT@", str(self.port)))
+        self.log = (tmp_path / "mosquitto.log").open("a")
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen([self.binary, "-c", str(self.config)], stdout=self.log, stderr=subprocess.STDOUT)
+        wait_for_port(self.port)
+
+    def kill(self) -> None:
+        """SIGKILL the broker: no clean disconnect, as when a broker host dies."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait(timeout=5)
+            self.proc = None
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(timeout=5)
+            self.proc = None
+        self.log.close()
+
+
 @pytest.fixture
-def mosquitto(tmp_path: Path) -> Iterator[Broker]:
-    """Start a real Mosquitto on a free loopback port for one test."""
-    binary = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
-    if not Path(binary).exists():
-        pytest.fail("the mosquitto binary is missing: apt-get install mosquitto (.ci/run does)")
-    port = free_port()
-    config = tmp_path / "mosquitto.conf"
-    config.write_text((HERE / "mosquitto.conf").read_text().replace("@PORT@", str(port)))
-    log = (tmp_path / "mosquitto.log").open("w")
-    proc = subprocess.Popen([binary, "-c", str(config)], stdout=log, stderr=subprocess.STDOUT)
+def mosquitto_process(tmp_path: Path) -> Iterator[MosquittoProcess]:
+    """Start a real Mosquitto on a free loopback port; the test may kill and restart it."""
+    broker = MosquittoProcess(tmp_path)
+    broker.start()
     try:
-        wait_for_port(port)
-        yield Broker(port)
+        yield broker
     finally:
-        proc.terminate()
-        proc.wait(timeout=5)
-        log.close()
+        broker.stop()
+
+
+@pytest.fixture
+def mosquitto(mosquitto_process: MosquittoProcess) -> Broker:
+    """A real Mosquitto on a free loopback port for one test."""
+    return Broker(mosquitto_process.port)
 
 
 @dataclass
