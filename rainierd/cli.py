@@ -20,6 +20,7 @@ import structlog
 
 from rainierd import __version__
 from rainierd.bench import run_bench
+from rainierd.bench.core import SWEEP
 from rainierd.daemon import run_role
 from rainierd.errors import ConfigError, RainierdError
 from rainierd.logs import configure_logging
@@ -39,11 +40,16 @@ _ROLE_FLAGS: list[tuple[str, str, dict[str, Any]]] = [
     ("--mqtt-key-file", "mqtt_key_file", {"type": Path}),
     ("--mqtt-client-id", "mqtt_client_id", {}),
     ("--mqtt-qos", "mqtt_qos", {"type": int, "choices": [0, 1]}),
-    ("--topology", "topology", {"help": f"preset: {', '.join(PRESETS)} (default demo)"}),
+    ("--topology", "topology",
+     {"help": f"preset ({', '.join(PRESETS)}; default demo) or sites=S,ultraservers=U"}),
     ("--tick", "tick_s", {"type": float, "help": "seconds per telemetry tick (default 1)"}),
     ("--ticks", "ticks", {"type": int, "help": "simulator: stop after N ticks (default 0: run for ever)"}),
     ("--seed", "seed", {"type": int}),
     ("--encoding", "encoding", {"help": "simulator frame encoding: binary (default) or json"}),
+    ("--batch-nodes", "batch_nodes",
+     {"type": int, "help": "simulator: nodes per batch frame (default 64; 0: one frame per node; binary only)"}),
+    ("--max-backlog-bytes", "max_backlog_bytes",
+     {"type": int, "help": "monitor: bytes queued for analysis at most (default 512 MiB); the oldest drop"}),
     ("--scenario", "scenario", {"type": Path, "help": "simulator: TOML fault scenario (docs/scenarios.md)"}),
     ("--fault-acceleration", "fault_acceleration",
      {"type": float, "help": "simulator: random faults at calibrated rates times this (default 0: none)"}),
@@ -83,10 +89,13 @@ def _parser() -> argparse.ArgumentParser:
     rules.add_argument("--source", type=Path, default=Path("deploy/prometheus/rules"))
     bench = commands.add_parser("bench", help="benchmarks (see benchmarks/README.md)")
     kinds = bench.add_subparsers(dest="bench", required=True, parser_class=_Parser)
-    core = kinds.add_parser("core", help="per-tick cost of the numpy core")
-    core.add_argument("--topology", default="rainier", choices=list(PRESETS))
-    core.add_argument("--repeat", type=int, default=5)
+    core = kinds.add_parser("core", help="per-tick cost of the monitor's core, from 64 to 1,000,000 chips")
+    core.add_argument("--topology", nargs="+", default=list(SWEEP),
+                      help="presets or sites=S,ultraservers=U (default: a sweep from 64 to 1,000,000 chips)")
+    core.add_argument("--repeat", type=int, default=10, help="ticks measured per size (after one warm-up)")
+    core.add_argument("--batch-nodes", type=int, default=64, help="nodes per batch frame (0: one frame per node)")
     core.add_argument("--seed", type=int, default=0)
+    core.add_argument("--plot", help="also draw the scaling curve to this PNG (needs matplotlib)")
     core.add_argument("--json", action="store_true", help="print JSON instead of a table")
     detect = kinds.add_parser("detect", help="detection quality against injected ground truth")
     detect.add_argument("--seeds", type=int, default=30)

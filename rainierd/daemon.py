@@ -22,10 +22,11 @@ from rainierd.exporter import MetricsServer
 from rainierd.exporter.wiring import build_exporter
 from rainierd.looplag import LoopLag
 from rainierd.monitor import Monitor
-from rainierd.mqtt import ConnectionState, mqtt_config, supervise
+from rainierd.mqtt import mqtt_config, supervise
 from rainierd.settings import Settings
 from rainierd.sim import FleetParams, Simulator
 from rainierd.sim.faults import load_scenario
+from rainierd.status import ConnectionState
 from rainierd.topology import build_topology
 
 __all__ = ["Role", "run_role"]
@@ -68,6 +69,7 @@ async def run_role(role: Role, settings: Settings) -> None:
             sim = Simulator(
                 topology, publisher_id=sim_mqtt.client_id, seed=settings.seed, tick_s=settings.tick_s,
                 ticks=settings.ticks, encoding=settings.encoding, qos=settings.mqtt_qos, faults=faults,
+                batch_nodes=settings.batch_nodes,
                 fault_acceleration=settings.fault_acceleration, truth_file=settings.truth_file,
                 params=FleetParams(noise=settings.noise, time_scale=settings.time_scale),
             )
@@ -77,11 +79,13 @@ async def run_role(role: Role, settings: Settings) -> None:
             mon_mqtt = mqtt_config(settings, client_id=f"rainierd-monitor-{nonce}", url=url)
             monitor = Monitor(
                 topology, tick_s=settings.tick_s, stale_after_ticks=settings.stale_after_ticks,
-                max_frame_bytes=settings.max_frame_bytes, qos=settings.mqtt_qos,
+                max_frame_bytes=settings.max_frame_bytes, max_backlog_bytes=settings.max_backlog_bytes,
+                qos=settings.mqtt_qos,
             )
             loop_lag = LoopLag()
             exporter = build_exporter(
                 topology, lambda: monitor.snapshot, stats=monitor.stats, connection=monitor.connection,
+                backlog=monitor.backlog, lag=monitor.lag,
                 loop_lag=lambda: loop_lag.worst_s, max_entity_series=settings.max_entity_series,
             )
             host, port = settings.metrics_host_port

@@ -1,9 +1,14 @@
-"""The monitor role: subscribes to telemetry, admits frames into the numpy
-state, and once a tick runs the core's analysis off the event loop, leaving a
-snapshot for the exporter.
+"""The monitor role: subscribes to telemetry, queues each message in a bounded
+inbox, and once a tick hands the whole window to the core's analysis in a
+worker thread, leaving a snapshot for the exporter.
 
-Every payload is either admitted or rejected with a counted reason; nothing a
-publisher sends can raise out of ``on_message`` or touch another frame's state.
+Receiving does O(1) work a message (no decoding), so the event loop keeps
+draining the socket however large the fleet; decoding, checks and detection
+run over the whole window at once in the analysis thread.  When analysis
+cannot keep up the inbox drops its oldest messages (counted; the frames in
+them show up as sequence gaps), the monitor says it is overloaded (metric,
+one log line per episode, ``/readyz``), and its listening clock stops, so
+its own backlog never makes a healthy fleet look silent.
 """
 
 from __future__ import annotations
@@ -11,29 +16,71 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable
 from typing import Final
 
 import aiomqtt
+import numpy as np
 import structlog
 
-from rainierd.core.analysis import MonitorCore
+from rainierd.core.analysis import Analysis, MonitorCore
 from rainierd.core.detect import DetectionParams, Event
+from rainierd.core.ingest import Message
 from rainierd.core.model import ModelParams
-from rainierd.errors import FrameError
 from rainierd.exporter import Health, MonitorSnapshot
-from rainierd.mqtt import ConnectionState
+from rainierd.status import BacklogState, ConnectionState, LagHistogram
 from rainierd.topology import Topology
-from rainierd.wire import decode_frame
-from rainierd.wire.topics import EVENTS_ROOT, parse_topic, telemetry_filters
+from rainierd.wire.topics import EVENTS_ROOT, telemetry_filters
 
-__all__ = ["Monitor"]
+__all__ = ["ListeningClock", "Monitor"]
 
 log = structlog.get_logger("rainierd.monitor")
 
 _LOG_FIRST: Final = 5  # rejections of a reason logged in full before sampling
 _LOG_EVERY: Final = 1_000
+_CLEAN_WINDOWS_TO_RECOVER: Final = 3  # analyses without a sign of overload before it ends
+_RECEIVE_LAG_HISTORY: Final = 300  # windows over which the receive-lag floor is taken
+
+
+class ListeningClock:
+    """Seconds the monitor has been able to listen.
+
+    It advances with the monotonic clock only while the monitor is connected
+    and keeping up.  Entities' ages are measured on it, so an entity turns
+    silent only after the monitor has truly listened for its whole
+    ``stale_after`` and heard nothing: a broker outage or the monitor's own
+    backlog pauses the clock instead of ageing the fleet.
+    """
+
+    def __init__(self, now: Callable[[], float] = time.monotonic) -> None:
+        self._now = now
+        self._base = 0.0
+        self._since: float | None = None
+        self._deaf: set[str] = {"disconnected"}
+
+    def now(self) -> float:
+        """Return the listening time so far."""
+        if self._since is None:
+            return self._base
+        return self._base + self._now() - self._since
+
+    def deafen(self, why: str) -> None:
+        """Stop the clock for ``why`` (it runs again once every reason is lifted)."""
+        if not self._deaf:
+            self._base, self._since = self.now(), None
+        self._deaf.add(why)
+
+    def hear(self, why: str) -> None:
+        """Lift ``why``; the clock runs again when no reason is left."""
+        self._deaf.discard(why)
+        if not self._deaf and self._since is None:
+            self._since = self._now()
+
+    @property
+    def listening(self) -> bool:
+        """Return True while the clock runs."""
+        return not self._deaf
 
 
 class Monitor:
@@ -46,70 +93,90 @@ class Monitor:
         tick_s: float,
         stale_after_ticks: int,
         max_frame_bytes: int,
+        max_backlog_bytes: int = 512 * 2**20,
         qos: int = 0,
         detection: DetectionParams | None = None,
         model: ModelParams | None = None,
+        clock: ListeningClock | None = None,
     ) -> None:
         self.topology = topology
         self.tick_s = tick_s
-        self.stale_after_ticks = stale_after_ticks
         self.max_frame_bytes = max_frame_bytes
+        self.max_backlog_bytes = max_backlog_bytes
         self.qos = qos
-        self.core = MonitorCore(topology, stale_after_ticks=stale_after_ticks, detection=detection, model=model)
+        self.core = MonitorCore(topology, tick_s=tick_s, stale_after_ticks=stale_after_ticks,
+                                max_frame_bytes=max_frame_bytes, detection=detection, model=model)
         self.state, self.stats, self.ingest = self.core.state, self.core.stats, self.core.ingest
+        self.detector = self.core.detector
         self.connection = ConnectionState()
+        self.backlog = BacklogState()
+        self.lag = LagHistogram()
+        self.clock = clock or ListeningClock()
         self.snapshot: MonitorSnapshot | None = None
         self.generation = 0
-        self.detector = self.core.detector
         self.events: Counter[tuple[str, str]] = Counter()
         # Events wait here for the MQTT session; when it is down the oldest go.
         self.event_outbox: asyncio.Queue[Event] = asyncio.Queue(10_000)
         self.events_dropped = 0
+        self._inbox: deque[Message] = deque()
         self._logged: Counter[str] = Counter()
         self._last_analysis: float | None = None
-        self._latest_seen = -1
-        self._latest_at = 0.0
+        self._dropped_seen = 0
+        self._clean_windows = 0
+        self._receive_lag_floor: deque[float] = deque(maxlen=_RECEIVE_LAG_HISTORY)
+
+    # -- receiving ----------------------------------------------------------------
 
     def on_message(self, topic: str, payload: bytes) -> None:
-        """Admit one MQTT message, or count and log why it was rejected."""
+        """Queue one MQTT message for the next analysis (oversize ones are refused at once)."""
         encoding = "json" if payload[:1] == b"{" else "binary"
-        self.stats.frames[encoding] += 1
+        self.stats.messages[encoding] += 1
         self.stats.bytes[encoding] += len(payload)
-        address = parse_topic(topic)
-        if address is None:
-            self._reject("bad_topic", topic, "not a telemetry topic")
+        if len(payload) > self.max_frame_bytes:
+            self.stats.reject("oversize")
+            self._note("oversize", topic, f"{len(payload)} bytes exceeds the {self.max_frame_bytes}-byte limit")
             return
-        try:
-            # NaN checks run once per batch in Ingest.apply, not per frame.
-            frame, _ = decode_frame(payload, max_bytes=self.max_frame_bytes, check_finite=False)
-        except FrameError as exc:
-            self._reject(exc.reason, topic, exc.detail)
-            return
-        if (reason := self.ingest.accept(frame, address)) is not None:
-            self._note(reason, topic, f"frame from {frame.publisher!r} seq {frame.seq}")
+        self._inbox.append(Message(self.clock.now(), topic, payload, time.time()))
+        backlog = self.backlog
+        backlog.messages += 1
+        backlog.bytes += len(payload)
+        while backlog.bytes > self.max_backlog_bytes and self._inbox:
+            dropped = self._inbox.popleft()
+            backlog.messages -= 1
+            backlog.bytes -= len(dropped.payload)
+            backlog.dropped_messages += 1
+            backlog.dropped_bytes += len(dropped.payload)
 
-    def _reject(self, reason: str, topic: str, detail: str) -> None:
-        self.stats.reject(reason)
-        self._note(reason, topic, detail)
+    def note_rejections(self, rejected: Counter[str]) -> None:
+        """Log rejections of a window, the first few of each reason in full, then sampled."""
+        for reason, count in rejected.items():
+            before = self._logged[reason]
+            self._logged[reason] += count
+            after = self._logged[reason]
+            if before < _LOG_FIRST or after // _LOG_EVERY > before // _LOG_EVERY:
+                log.warning("frames rejected", reason=reason, count=count, occurrences=after)
 
     def _note(self, reason: str, topic: str, detail: str) -> None:
         self._logged[reason] += 1
         n = self._logged[reason]
         if n <= _LOG_FIRST or n % _LOG_EVERY == 0:
-            log.warning("frame rejected", reason=reason, topic=topic[:200], detail=detail[:200],
-                        occurrences=n)
+            log.warning("frame rejected", reason=reason, topic=topic[:200], detail=detail[:200], occurrences=n)
 
     async def consume(self, client: aiomqtt.Client) -> None:
-        """Subscribe to telemetry, admit messages and publish events until cancelled."""
+        """Subscribe to telemetry, queue messages and publish events until cancelled."""
         for topic_filter in telemetry_filters():
             await client.subscribe(topic_filter, qos=self.qos)
-        async with asyncio.TaskGroup() as tg:
-            tg.create_task(self._publish_events(client), name="monitor-publish-events")
-            async for message in client.messages:
-                payload = message.payload
-                if not isinstance(payload, bytes | bytearray):
-                    payload = str(payload).encode()
-                self.on_message(message.topic.value, bytes(payload))
+        self.clock.hear("disconnected")
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(self._publish_events(client), name="monitor-publish-events")
+                async for message in client.messages:
+                    payload = message.payload
+                    if not isinstance(payload, bytes | bytearray):
+                        payload = str(payload).encode()
+                    self.on_message(message.topic.value, bytes(payload))
+        finally:
+            self.clock.deafen("disconnected")
 
     async def _publish_events(self, client: aiomqtt.Client) -> None:
         while True:
@@ -120,34 +187,74 @@ class Monitor:
                 qos=max(self.qos, 1), retain=True,
             )
 
-    def _advance_clock(self) -> None:
-        # Without new telemetry the monitor's idea of "now" keeps moving, so a
-        # feed that stops altogether still turns chips stale.
-        now = time.monotonic()
-        if self.state.latest_tick > self._latest_seen:
-            self._latest_seen, self._latest_at = self.state.latest_tick, now
-        elif self._latest_seen >= 0:
-            self.state.clock_tick = self._latest_seen + int((now - self._latest_at) / self.tick_s)
+    # -- analysing ------------------------------------------------------------------
+
+    def _take_window(self) -> list[Message]:
+        window = list(self._inbox)
+        self._inbox.clear()
+        self.backlog.messages = self.backlog.bytes = 0
+        return window
 
     async def analyse_once(self) -> MonitorSnapshot:
-        """Apply what arrived since the last call, detect, and publish a new snapshot."""
+        """Analyse what arrived since the last call and publish a new snapshot."""
         started = time.perf_counter()
-        batch = self.ingest.take_batch()
-        self._advance_clock()
-        analysis = await asyncio.to_thread(self.core.analyse, batch)
-        self._advance_clock()
+        window = self._take_window()
+        waited_s = time.time() - window[0].rx_wall_s if window else 0.0
+        analysis = await asyncio.to_thread(self.core.analyse, window, now_s=self.clock.now())
+        finished_wall = time.time()
         self.ingest.record(analysis.flush)
+        self.note_rejections(analysis.flush.rejected)
+        self.lag.observe(finished_wall - analysis.flush.applied_t_s)
+        elapsed = time.perf_counter() - started
+        self._judge_load(analysis, waited_s=waited_s, elapsed_s=elapsed)
         for event in analysis.events:
             self._announce(event)
         analysed = self.snapshot.analysed_ticks + 1 if self.snapshot else 1
         self.generation += 1
         self.snapshot = MonitorSnapshot(
             generation=self.generation, throughput=analysis.throughput, chips_total=self.topology.n_chips,
-            analysis_s=time.perf_counter() - started, analysed_ticks=analysed, lost=analysis.lost,
-            health=analysis.health, events=self.events.copy(), lag_s=time.time() - self.state.latest_t_s,
+            analysis_s=elapsed, analysed_ticks=analysed, lost=analysis.lost,
+            health=analysis.health, events=self.events.copy(), lag_s=finished_wall - self.state.latest_t_s,
         )
         self._last_analysis = time.monotonic()
         return self.snapshot
+
+    def _judge_load(self, analysis: Analysis, *, waited_s: float, elapsed_s: float) -> None:
+        """Decide whether the monitor is behind, from what this window shows."""
+        backlog = self.backlog
+        backlog.oldest_s = waited_s
+        reasons = []
+        if backlog.dropped_messages > self._dropped_seen:
+            reasons.append("inbox_full")
+            self._dropped_seen = backlog.dropped_messages
+        if waited_s > 2 * self.tick_s:
+            reasons.append("backlog")
+        if elapsed_s > self.tick_s:
+            reasons.append("analysis_overrun")
+        # Messages that queue before the inbox (socket, broker) show as a
+        # receive lag above its usual floor; the floor absorbs clock skew.
+        receive_lag = analysis.flush.receive_lag_s
+        if receive_lag.size:
+            median = float(np.median(receive_lag))
+            self._receive_lag_floor.append(median)
+            if median - min(self._receive_lag_floor) > max(self.tick_s, 1.0):
+                reasons.append("receive_lag")
+        if reasons:
+            self._clean_windows = 0
+            if not backlog.overloaded:
+                backlog.overloaded = True
+                backlog.overload_episodes += 1
+                self.clock.deafen("overloaded")
+                log.warning("monitor falling behind; silence is not judged until it catches up",
+                            reasons=reasons, waited_s=round(waited_s, 2), analysis_s=round(elapsed_s, 3),
+                            dropped_messages=backlog.dropped_messages)
+            backlog.reasons = tuple(reasons)
+        elif backlog.overloaded:
+            self._clean_windows += 1
+            if self._clean_windows >= _CLEAN_WINDOWS_TO_RECOVER:
+                backlog.overloaded, backlog.reasons = False, ()
+                self.clock.hear("overloaded")
+                log.info("monitor caught up", dropped_messages=backlog.dropped_messages)
 
     def _announce(self, event: Event) -> None:
         self.events[event.entity, event.after] += 1
@@ -177,6 +284,8 @@ class Monitor:
                 await after()
             tick += 1
 
+    # -- probes -------------------------------------------------------------------------
+
     def healthy(self) -> Health:
         """Return healthy unless analysis has stalled for 10 ticks."""
         if self._last_analysis is not None and time.monotonic() - self._last_analysis > 10 * self.tick_s + 5:
@@ -184,9 +293,11 @@ class Monitor:
         return Health(True, "ok")
 
     def ready(self) -> Health:
-        """Return ready once connected to MQTT and a tick has been analysed."""
+        """Return ready once connected, a tick has been analysed, and while keeping up."""
         if not self.connection.connected:
             return Health(False, "mqtt not connected")
         if self.snapshot is None or self.snapshot.throughput.tick < 0:
             return Health(False, "no telemetry analysed yet")
+        if self.backlog.overloaded:
+            return Health(False, f"overloaded: {', '.join(self.backlog.reasons)}")
         return Health(True, "ready")

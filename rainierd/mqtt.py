@@ -24,9 +24,10 @@ import aiomqtt
 import structlog
 
 from rainierd.settings import Settings
+from rainierd.status import ConnectionState
 from rainierd.wire.topics import status_topic
 
-__all__ = ["ConnectionState", "MqttConfig", "mqtt_config", "supervise"]
+__all__ = ["MqttConfig", "mqtt_config", "supervise"]
 
 log = structlog.get_logger("rainierd.mqtt")
 
@@ -83,15 +84,6 @@ def _tls_context(config: MqttConfig) -> ssl.SSLContext | None:
     if config.cert_file is not None:
         context.load_cert_chain(str(config.cert_file), str(config.key_file) if config.key_file else None)
     return context
-
-
-@dataclass(slots=True)
-class ConnectionState:
-    """Whether a supervised session is connected, for /readyz and metrics."""
-
-    connected: bool = False
-    connects: int = 0
-    failures: int = 0
 
 
 def _client(config: MqttConfig) -> aiomqtt.Client:

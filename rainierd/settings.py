@@ -17,7 +17,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from rainierd.errors import ConfigError
-from rainierd.topology import PRESETS
+from rainierd.topology import parse_topology
 
 __all__ = ["DEFAULT_METRICS_ADDR", "Settings", "load_settings", "parse_host_port"]
 
@@ -61,6 +61,10 @@ class Settings(BaseSettings):
     ticks: int = Field(0, ge=0, description="stop the simulator after this many ticks; 0 runs forever")
     seed: int = Field(0, ge=0)
     encoding: Literal["binary", "json"] = "binary"
+    batch_nodes: int = Field(
+        64, ge=0, le=4_096,
+        description="simulator: nodes per batch frame (binary only; 0 publishes one frame per node)",
+    )
     scenario: Path | None = Field(None, description="TOML fault scenario for the simulator (docs/scenarios.md)")
     fault_acceleration: float = Field(
         0.0, ge=0.0, le=1e9, description="random faults at the calibrated rates times this; 0 injects none",
@@ -70,7 +74,11 @@ class Settings(BaseSettings):
     truth_file: Path | None = Field(None, description="simulator: write ground truth here (JSON lines)")
     metrics_addr: str = DEFAULT_METRICS_ADDR
     stale_after_ticks: int = Field(3, ge=1, le=1000)
-    max_frame_bytes: int = Field(65_536, ge=1_024, le=16 * 2**20)
+    max_frame_bytes: int = Field(1_048_576, ge=1_024, le=64 * 2**20)
+    max_backlog_bytes: int = Field(
+        512 * 2**20, ge=2**20, le=64 * 2**30,
+        description="monitor: payload bytes queued for analysis at most; beyond it the oldest are dropped",
+    )
     max_entity_series: int = Field(
         1_000, ge=10, le=1_000_000, description="per-entity series per family (unhealthy links, chips, ...) at most",
     )
@@ -79,9 +87,11 @@ class Settings(BaseSettings):
 
     @field_validator("topology")
     @classmethod
-    def _known_preset(cls, value: str) -> str:
-        if value not in PRESETS:
-            raise ValueError(f"unknown preset {value!r}; one of {', '.join(PRESETS)}")
+    def _known_topology(cls, value: str) -> str:
+        try:
+            parse_topology(value)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
         return value
 
     @field_validator("mqtt_url")

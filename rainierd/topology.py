@@ -11,6 +11,7 @@ of its UltraServer) are ``n * 48 .. n * 48 + 47``; its EFA ports are
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
@@ -29,6 +30,7 @@ __all__ = [
     "Topology",
     "build_fleet",
     "build_topology",
+    "parse_topology",
 ]
 
 IntArray = npt.NDArray[np.int64]
@@ -151,20 +153,40 @@ class Topology:
         return int(self.ultraserver_site[us]), us, node % self.nodes_per_ultraserver
 
 
+_SIZE_RE: Final = re.compile(r"^sites=(\d{1,4}),ultraservers=(\d{1,6})$")
+MAX_CHIPS: Final = 4_000_000  # what a monitor's arrays are sized for at most (about 5 GiB of state)
+
+
+def parse_topology(spec: str) -> tuple[int, int]:
+    """Return (sites, UltraServers per site) of a preset name or ``sites=S,ultraservers=U``.
+
+    Raises ConfigError naming what is wrong.
+    """
+    if spec in PRESETS:
+        return PRESETS[spec]
+    m = _SIZE_RE.match(spec.replace(" ", ""))
+    if m is None:
+        known = ", ".join(PRESETS)
+        raise ConfigError(f"unknown topology {spec!r}: a preset ({known}) or sites=S,ultraservers=U")
+    sites, per_site = int(m[1]), int(m[2])
+    chips = sites * per_site * TRN2.chips_per_ultraserver
+    if sites < 1 or per_site < 1 or chips > MAX_CHIPS:
+        raise ConfigError(f"topology {spec!r}: 1 to {MAX_CHIPS:,} chips, at least 1 site and 1 UltraServer "
+                          f"(this is {chips:,} chips)")
+    return sites, per_site
+
+
 def build_topology(
-    preset: str,
+    spec: str,
     *,
     efa_ports_per_node: int = TRN2.efa_ports_per_node,
 ) -> Topology:
-    """Return the topology of a preset, built with vectorised numpy only.
+    """Return the topology of a preset or of ``sites=S,ultraservers=U``, built with vectorised numpy only.
 
-    Raises ConfigError for an unknown preset or a bad EFA port count.
+    Raises ConfigError for an unknown preset, a bad size or a bad EFA port count.
     """
-    if preset not in PRESETS:
-        known = ", ".join(PRESETS)
-        raise ConfigError(f"unknown topology preset {preset!r} (known: {known})")
-    n_sites, per_site = PRESETS[preset]
-    return build_fleet(n_sites, per_site, name=preset, efa_ports_per_node=efa_ports_per_node)
+    n_sites, per_site = parse_topology(spec)
+    return build_fleet(n_sites, per_site, name=spec, efa_ports_per_node=efa_ports_per_node)
 
 
 def build_fleet(

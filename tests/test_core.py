@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rainierd.core import FleetState, Ingest, IngestStats, compute_throughput
+from rainierd.core import FleetState, FlushResult, Ingest, IngestStats, Received, Table, compute_throughput
 from rainierd.hardware import TRN2
 from rainierd.sim.fleet import FleetModel, TickSample
-from rainierd.sim.frames import tick_frames
+from rainierd.sim.frames import tick_batches, tick_frames
 from rainierd.topology import build_topology
 from rainierd.wire import CHIP_DTYPE, NodeFrame, decode_binary, encode_binary
 from rainierd.wire.topics import parse_topic
@@ -36,11 +36,29 @@ class Fleet:
         frames = [(t, decode_binary(encode_binary(f))) for t, f in tick_frames(self.topo, sample, publisher="sim")]
         return sample, [(t, f) for t, f in frames if isinstance(f, NodeFrame)]
 
-    def feed(self, frames: list[tuple[str, NodeFrame]]) -> list[str | None]:
-        return [self.ingest.accept(f, parse_topic(t)) for t, f in frames]
+    def feed(self, frames: list[tuple[str, NodeFrame]], *, rx_s: float | None = None) -> FlushResult:
+        """Apply frames as one window received at ``rx_s`` (default: their sample time)."""
+        items = [Received(f.t_s if rx_s is None else rx_s, parse_topic(t), f) for t, f in frames]
+        result = self.ingest.apply(items)
+        self.ingest.record(result)
+        if items:
+            self.state.now_s = max(item.rx_s for item in items)
+        return result
 
     def throughput(self) -> object:
-        return compute_throughput(self.state, peak_flops_per_chip=PEAK, stale_after_ticks=3)
+        return compute_throughput(self.state, peak_flops_per_chip=PEAK, stale_after_s=3.0)
+
+
+def column(table: Table, name: str) -> np.ndarray:
+    """Return a table's column of ``name`` (gauge, or counter total)."""
+    return table.gauges[name] if name in table.gauges else table.totals[name]
+
+
+def assert_holds(table: Table, records: np.ndarray) -> None:
+    """Every field of ``records`` (one per entity, id order) is what ``table`` holds."""
+    for name in table.fields:
+        if name in table.gauges or name in table.totals:
+            assert np.array_equal(column(table, name), records[name].astype(column(table, name).dtype)), name
 
 
 def replace(frame: NodeFrame, **changes: object) -> NodeFrame:
@@ -51,28 +69,54 @@ def replace(frame: NodeFrame, **changes: object) -> NodeFrame:
 
 class TestIngest:
     def test_a_tick_lands_in_the_state(self) -> None:
-        """After one flush every chip, link, port and node holds its record from the tick."""
+        """After one window every chip, link, port and node holds its record from the tick."""
         fleet = Fleet()
         sample, frames = fleet.frames()
-        assert set(fleet.feed(frames)) == {None}
-        result = fleet.ingest.flush()
+        result = fleet.feed(frames)
         assert (result.applied, sum(result.rejected.values()), result.latest_tick) == (8, 0, 0)
-        assert fleet.state.chips.cur.tobytes() == sample.chips.tobytes()
-        assert fleet.state.links.cur.tobytes() == sample.links.tobytes()
-        assert fleet.state.efa.cur.tobytes() == sample.efa.tobytes()
-        assert fleet.state.cooling.cur.tobytes() == sample.cooling.tobytes()
+        assert_holds(fleet.state.chips, sample.chips)
+        assert_holds(fleet.state.links, sample.links)
+        assert_holds(fleet.state.efa, sample.efa)
+        assert_holds(fleet.state.cooling, sample.cooling)
 
-    def test_two_frames_of_a_node_in_one_batch_apply_in_order(self) -> None:
-        """When a node's frames for ticks 0 and 1 arrive before one flush, prev holds tick 0 and cur tick 1."""
+    def test_a_batch_frame_lands_like_node_frames(self) -> None:
+        """One tick as batch frames fills the state exactly as the same tick as node frames."""
+        by_node, by_batch = Fleet(seed=4), Fleet(seed=4)
+        _, frames = by_node.frames()
+        by_node.feed(frames)
+        sample = by_batch.model.step(0)
+        batches = [(t, decode_binary(encode_binary(b))) for t, b in
+                   tick_batches(by_batch.topo, sample, publisher="sim", nodes_per_batch=3)]
+        result = by_batch.feed(batches)  # type: ignore[arg-type]
+        assert (result.applied, dict(result.rejected)) == (9, {})
+        for kind, table in by_node.state.tables().items():
+            other = by_batch.state.tables()[kind]
+            for name in (*table.gauges, *table.totals):
+                assert np.array_equal(column(table, name), column(other, name), equal_nan=True), (kind, name)
+
+    def test_counters_become_rates_over_the_interval(self) -> None:
+        """The second sample of a counter gives its per-second rate since the first."""
         fleet = Fleet()
         s0, f0 = fleet.frames()
-        chips0 = s0.chips.copy()  # the model overwrites its arrays on the next step
-        s1, f1 = fleet.frames()
+        flop0 = s0.chips["fp8_flop_total"].copy()  # the model overwrites its arrays on the next step
         fleet.feed(f0)
+        s1, f1 = fleet.frames()
         fleet.feed(f1)
-        fleet.ingest.flush()
-        assert fleet.state.chips.prev.tobytes() == chips0.tobytes()
-        assert fleet.state.chips.cur.tobytes() == s1.chips.tobytes()
+        expected = (s1.chips["fp8_flop_total"] - flop0) / 1.0
+        assert np.allclose(fleet.state.chips.rates["fp8_flop_total"], expected, rtol=1e-12)
+        assert np.isnan(Fleet().state.chips.rates["fp8_flop_total"]).all()
+
+    def test_two_frames_of_a_node_in_one_window_apply_in_order(self) -> None:
+        """When a node's frames for ticks 0 and 1 arrive in one window, the rate is between them."""
+        fleet = Fleet()
+        s0, f0 = fleet.frames()
+        flop0 = s0.chips["fp8_flop_total"].copy()
+        s1, f1 = fleet.frames()
+        result = fleet.feed(f0 + f1)
+        assert result.applied == 16
+        assert np.array_equal(fleet.state.chips.totals["fp8_flop_total"], s1.chips["fp8_flop_total"])
+        assert np.allclose(fleet.state.chips.rates["fp8_flop_total"], s1.chips["fp8_flop_total"] - flop0)
+        assert (fleet.state.chips.samples == 2).all()
 
     def test_sequence_gap_is_counted_as_loss(self) -> None:
         """Skipping two frames of one node counts two lost frames."""
@@ -87,7 +131,7 @@ class TestIngest:
         fleet = Fleet()
         _, frames = fleet.frames()
         fleet.feed(frames)
-        assert fleet.feed(frames[:1]) == ["stale_seq"]
+        assert dict(fleet.feed(frames[:1]).rejected) == {"stale_seq": 1}
 
     def test_new_publisher_restarts_the_sequence(self) -> None:
         """A node whose frames come from a new publisher is not counted as loss."""
@@ -95,29 +139,41 @@ class TestIngest:
         _, frames = fleet.frames()
         fleet.feed(frames)
         topic, frame = frames[0]
-        assert fleet.feed([(topic, replace(frame, publisher="sim-2", seq=0))]) == [None]
-        assert (fleet.stats.frames_lost, fleet.stats.publisher_changes) == (0, 1)
+        result = fleet.feed([(topic, replace(frame, publisher="sim-2", seq=0))])
+        assert (result.applied, fleet.stats.frames_lost, fleet.stats.publisher_changes) == (1, 0, 1)
 
     def test_unknown_node_and_topic_mismatch(self) -> None:
         """A frame for a node the topology lacks, or on another node's topic, is rejected."""
         fleet = Fleet()
         _, frames = fleet.frames()
         topic, frame = frames[0]
-        assert fleet.feed([(topic, replace(frame, node=10_000))]) == ["unknown_node"]
-        assert fleet.feed([(frames[1][0], frame)]) == ["topic_mismatch"]
+        assert dict(fleet.feed([(topic, replace(frame, node=10_000))]).rejected) == {"unknown_node": 1}
+        assert dict(fleet.feed([(frames[1][0], frame)]).rejected) == {"topic_mismatch": 1}
 
     def test_bad_record_ids_reject_only_their_frame(self) -> None:
-        """A frame listing another node's chip is rejected whole; the rest of the batch lands intact."""
+        """A frame listing another node's chip is rejected whole; the rest of the window lands intact."""
         fleet = Fleet()
         sample, frames = fleet.frames()
         topic, frame = frames[0]
         chips = frame.chips.copy()
         chips["chip"][3] = 40  # chip 40 belongs to node 2
-        fleet.feed([(topic, replace(frame, chips=chips)), *frames[1:]])
-        result = fleet.ingest.flush()
+        result = fleet.feed([(topic, replace(frame, chips=chips)), *frames[1:]])
         assert (result.applied, dict(result.rejected)) == (7, {"unknown_id": 1})
-        assert (fleet.state.chips.tick[:16] == -1).all()
-        assert fleet.state.chips.cur[16:].tobytes() == sample.chips[16:].tobytes()
+        assert (fleet.state.chips.samples[:16] == 0).all()
+        assert np.array_equal(fleet.state.chips.gauges["temp_c"][16:], sample.chips["temp_c"][16:])
+
+    def test_a_rejected_frame_moves_no_sequence(self) -> None:
+        """A frame rejected for its records neither counts loss nor makes the next genuine frame stale."""
+        fleet = Fleet()
+        _, f0 = fleet.frames()
+        fleet.feed(f0)
+        _, f1 = fleet.frames()
+        topic, frame = f1[0]
+        chips = frame.chips.copy()
+        chips["temp_c"][0] = np.nan
+        assert dict(fleet.feed([(topic, replace(frame, seq=999_999, chips=chips))]).rejected) == {"non_finite": 1}
+        result = fleet.feed(f1)
+        assert (result.applied, dict(result.rejected), fleet.stats.frames_lost) == (8, {}, 0)
 
     def test_duplicate_record_ids_reject_their_frame(self) -> None:
         """A frame listing the same chip twice is rejected as duplicate_id."""
@@ -126,8 +182,7 @@ class TestIngest:
         topic, frame = frames[0]
         chips = frame.chips.copy()
         chips["chip"][1] = chips["chip"][0]
-        fleet.feed([(topic, replace(frame, chips=chips))])
-        assert dict(fleet.ingest.flush().rejected) == {"duplicate_id": 1}
+        assert dict(fleet.feed([(topic, replace(frame, chips=chips))]).rejected) == {"duplicate_id": 1}
 
     def test_partial_frames_update_only_what_they_carry(self) -> None:
         """A frame with a subset of its node's chips updates just those chips."""
@@ -135,9 +190,8 @@ class TestIngest:
         _, frames = fleet.frames()
         topic, frame = frames[0]
         fleet.feed([(topic, replace(frame, chips=frame.chips[:4], links=frame.links[:0]))])
-        fleet.ingest.flush()
-        assert fleet.state.chips.tick[:16].tolist() == [0] * 4 + [-1] * 12
-        assert (fleet.state.links.tick == -1).all()
+        assert fleet.state.chips.samples[:16].tolist() == [1] * 4 + [0] * 12
+        assert (fleet.state.links.samples == 0).all()
 
 
 class TestThroughput:
@@ -153,7 +207,6 @@ class TestThroughput:
         for _ in range(4):
             sample, frames = fleet.frames()
             fleet.feed(frames)
-            fleet.ingest.flush()
         tp = fleet.throughput()
         assert tp.fleet_delivered == pytest.approx(sample.truth.delivered_flops, rel=1e-3)  # type: ignore[attr-defined]
         assert tp.fleet_effective == pytest.approx(sample.truth.effective_flops, rel=1e-9)  # type: ignore[attr-defined]
@@ -164,17 +217,15 @@ class TestThroughput:
         fleet = Fleet()
         _, frames = fleet.frames()
         fleet.feed(frames)
-        fleet.ingest.flush()
         tp = fleet.throughput()
         assert tp.fleet_effective == tp.fleet_delivered > 0  # type: ignore[attr-defined]
 
     def test_stale_chips_deliver_nothing(self) -> None:
-        """A node silent for more than stale_after_ticks counts in peak but not in delivered."""
+        """A node not heard from for more than stale_after_s counts in peak but not in delivered."""
         fleet = Fleet()
         for tick in range(6):
             _, frames = fleet.frames()
             fleet.feed(frames if tick == 0 else frames[1:])
-            fleet.ingest.flush()
         tp = fleet.throughput()
         assert tp.chips_fresh == 112  # type: ignore[attr-defined]
         assert tp.chip_delivered[:16].sum() == 0.0  # type: ignore[attr-defined]
@@ -186,13 +237,11 @@ class TestThroughput:
         for _ in range(2):
             _, frames = fleet.frames()
             fleet.feed(frames)
-            fleet.ingest.flush()
         _, frames = fleet.frames()
         topic, frame = frames[0]
         chips = frame.chips.copy()
         chips["fp8_flop_total"] = 0.0
         fleet.feed([(topic, replace(frame, publisher="restarted", chips=chips)), *frames[1:]])
-        fleet.ingest.flush()
         tp = fleet.throughput()
         assert (tp.chip_effective >= 0).all()  # type: ignore[attr-defined]
         assert np.array_equal(tp.chip_effective[:16], tp.chip_delivered[:16])  # type: ignore[attr-defined]

@@ -130,8 +130,11 @@ class Crafted:
         self.tx += np.uint64(1000)
         records["tx_bytes_total"] = self.tx
         ids = np.arange(n)
-        self.state.links.scatter(ids, records, np.full(n, float(self.tick)), np.full(n, self.tick))
+        t = np.full(n, float(self.tick))
+        self.state.links.apply(ids, {name: records[name] for name in LINK_DTYPE.names}, t_s=t, rx_s=t,
+                               known=(1 << len(LINK_DTYPE.names)) - 1)
         self.state.latest_tick = self.tick
+        self.state.now_s = float(self.tick)
         events = self.detector.links.update(self.tick)
         self.tick += 1
         states = ("healthy", "degraded", "down")

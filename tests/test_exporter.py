@@ -12,13 +12,13 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-from rainierd.core import FleetState, Ingest, IngestStats, compute_throughput
+from rainierd.core import FleetState, Ingest, IngestStats, Received, compute_throughput
 from rainierd.core.analysis import HealthView
 from rainierd.exporter import FleetCollector, Health, MetricsServer, MonitorCollector, MonitorSnapshot, build_registry
 from rainierd.exporter.fast import UltraServerFamilies
 from rainierd.exporter.health import EntityFamilies
 from rainierd.hardware import TRN2
-from rainierd.mqtt import ConnectionState
+from rainierd.status import ConnectionState
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
 from rainierd.topology import build_topology
@@ -31,10 +31,10 @@ def demo_snapshot(ticks: int = 2) -> MonitorSnapshot:
     state = FleetState(topo)
     ingest = Ingest(state, IngestStats())
     for k in range(ticks):
-        for _t, frame in tick_frames(topo, model.step(k), publisher="sim"):
-            ingest.accept(decode_binary(encode_binary(frame)))
-        ingest.flush()
-    tp = compute_throughput(state, peak_flops_per_chip=TRN2.fp8_dense_flops, stale_after_ticks=3)
+        ingest.apply([Received(float(k), None, decode_binary(encode_binary(frame)))
+                      for _t, frame in tick_frames(topo, model.step(k), publisher="sim")])
+        state.now_s = float(k)
+    tp = compute_throughput(state, peak_flops_per_chip=TRN2.fp8_dense_flops, stale_after_s=3.0)
     return MonitorSnapshot(generation=1, throughput=tp, chips_total=topo.n_chips, analysis_s=0.01, analysed_ticks=2)
 
 

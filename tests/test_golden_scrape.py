@@ -21,7 +21,7 @@ from prometheus_client import generate_latest
 from rainierd.core.analysis import MonitorCore
 from rainierd.exporter import MonitorSnapshot
 from rainierd.exporter.wiring import build_exporter
-from rainierd.mqtt import ConnectionState
+from rainierd.status import BacklogState, ConnectionState, LagHistogram
 from rainierd.sim.faults import Fault, FaultKind
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
@@ -48,9 +48,12 @@ def scrape_of_fixed_scenario() -> str:
         generation=40, throughput=analysis.throughput, chips_total=topo.n_chips, analysis_s=0.002,
         analysed_ticks=40, lost=analysis.lost, health=analysis.health, events=events, lag_s=0.25,
     )
+    lag = LagHistogram()
+    lag.observe(np.array([0.25, 0.5, 0.75, 1.2, 3.5]))
+    backlog = BacklogState(messages=3, bytes=12_000, oldest_s=0.4, dropped_messages=2, dropped_bytes=8_000)
     exporter = build_exporter(topo, lambda: snapshot, stats=core.stats,
-                              connection=ConnectionState(connected=True, connects=1), loop_lag=lambda: 0.001,
-                              process_metrics=False)
+                              connection=ConnectionState(connected=True, connects=1), backlog=backlog, lag=lag,
+                              loop_lag=lambda: 0.001, process_metrics=False)
     text = (generate_latest(exporter.registry) + exporter.extra()).decode()
     # Collector durations are wall-clock: the only values that differ run to run.
     return re.sub(r"^(rainier_exporter_collector_duration_seconds\{[^}]*\}) \S+$", r"\1 0.0", text, flags=re.M)

@@ -20,6 +20,9 @@ def monitor() -> Monitor:
     return Monitor(build_topology("demo"), tick_s=1.0, stale_after_ticks=3, max_frame_bytes=65_536)
 
 
+N0 = "rainier/v1/telemetry/s0/u0/n0"
+
+
 def tick_messages(ticks: int, encode: object = encode_binary) -> list[list[tuple[str, bytes]]]:
     topo = build_topology("demo")
     model = FleetModel(topo, np.random.default_rng(0), tick_s=1.0, start_s=0.0)
@@ -39,7 +42,7 @@ class TestOnMessage:
         assert (snap.throughput.tick, snap.throughput.chips_fresh) == (1, 128)
         assert snap.throughput.fleet_effective > 0.5 * snap.throughput.fleet_peak
         assert sum(monitor.stats.rejected.values()) == 0
-        assert monitor.stats.frames["binary"] == 18
+        assert (monitor.stats.messages["binary"], monitor.stats.frames["binary"]) == (18, 18)
 
     async def test_json_frames_are_admitted_too(self, monitor: Monitor) -> None:
         """The JSON form feeds the same state as the binary form."""
@@ -53,20 +56,22 @@ class TestOnMessage:
     @pytest.mark.parametrize(
         ("topic", "payload", "reason"),
         [
-            ("rainier/v1/s0/u0/n0", b"", "empty"),
-            ("rainier/v1/s0/u0/n0", b"RNRW\x01", "truncated"),
-            ("rainier/v1/s0/u0/n0", b"\x00" * 100, "unknown_encoding"),
-            ("rainier/v1/s0/u0/n0", b"{]", "bad_json"),
-            ("rainier/v1/s0/u0/n0", json.dumps({"v": 9}).encode(), "bad_version"),
-            ("rainier/v1/s0/u0/n0", b"R" * 70_000, "oversize"),
+            (N0, b"", "empty"),
+            (N0, b"RNRW\x01", "truncated"),
+            (N0, b"\x00" * 100, "unknown_encoding"),
+            (N0, b"{]", "bad_json"),
+            (N0, json.dumps({"v": 9}).encode(), "bad_version"),
+            (N0, b"R" * 70_000, "oversize"),
             ("not/telemetry", b"{}", "bad_topic"),
+            ("rainier/v1/events/chip/3", b"{}", "bad_topic"),
         ],
     )
-    def test_bad_payloads_are_counted_by_reason(
+    async def test_bad_payloads_are_counted_by_reason(
         self, monitor: Monitor, topic: str, payload: bytes, reason: str,
     ) -> None:
         """Each malformed payload is rejected under its own reason, without raising."""
         monitor.on_message(topic, payload)
+        await monitor.analyse_once()
         assert dict(monitor.stats.rejected) == {reason: 1}
 
     async def test_bad_frames_leave_good_state_alone(self, monitor: Monitor) -> None:
@@ -75,13 +80,14 @@ class TestOnMessage:
         for topic, payload in good[0]:
             monitor.on_message(topic, payload)
         await monitor.analyse_once()
-        before = monitor.state.chips.cur.copy()
+        before = {name: values.copy() for name, values in monitor.state.chips.gauges.items()}
         node0_topic, node0_payload = good[1][0]
-        monitor.on_message("rainier/v1/s0/u1/n3", node0_payload)  # node 0's frame on node 7's topic
+        monitor.on_message("rainier/v1/telemetry/s0/u1/n3", node0_payload)  # node 0's frame on node 7's topic
         monitor.on_message(node0_topic, node0_payload[:-1])
         monitor.on_message(node0_topic, b"RNRW" + b"\xff" * 60)
         await monitor.analyse_once()
-        assert monitor.state.chips.cur.tobytes() == before.tobytes()
+        after = monitor.state.chips.gauges
+        assert all(np.array_equal(before[name], after[name], equal_nan=True) for name in before)
         assert monitor.stats.rejected["topic_mismatch"] == 1
         assert sum(monitor.stats.rejected.values()) == 3
 
@@ -105,9 +111,9 @@ class TestOnMessage:
             monitor.on_message(good_topic, encode_binary(good))
         await monitor.analyse_once()
         assert dict(monitor.stats.rejected) == {"non_finite": 2}
-        assert (monitor.state.chips.tick[:16] == -1).all()
-        assert (monitor.state.chips.tick[16:] == 0).all()
-        assert monitor.state.facility.tick[0] == -1
+        assert (monitor.state.chips.samples[:16] == 0).all()
+        assert (monitor.state.chips.samples[16:] == 1).all()
+        assert monitor.state.facility.samples[0] == 0
 
 
 class TestProbes:

@@ -19,6 +19,7 @@ from rainierd.wire import (
     FACILITY_DTYPE,
     LINK_DTYPE,
     FacilityFrame,
+    NodeBatch,
     NodeFrame,
     decode_binary,
     decode_frame,
@@ -27,8 +28,18 @@ from rainierd.wire import (
     encode_json,
     json_schema,
 )
-from rainierd.wire.binary import HEADER
-from rainierd.wire.topics import TopicAddress, facility_topic, node_topic, parse_topic
+from rainierd.wire.binary import BATCH_HEADER, HEADER, encode_batch
+from rainierd.wire.records import RECORD_DTYPES, RECORD_KINDS
+from rainierd.wire.topics import (
+    TopicAddress,
+    batch_topic,
+    facility_topic,
+    node_topic,
+    parse_topic,
+    status_topic,
+    telemetry_filters,
+    truth_topic,
+)
 
 ROOT = Path(__file__).parents[1]
 MAX = 1 << 20
@@ -65,6 +76,52 @@ def node_frames(draw: st.DrawFn) -> NodeFrame:
         links=random_records(rng, LINK_DTYPE, draw(st.integers(0, 256))),
         efa=random_records(rng, EFA_DTYPE, draw(st.integers(0, 64))),
         cooling=random_records(rng, COOLING_DTYPE, draw(st.integers(0, 1))),
+    )
+
+
+@st.composite
+def node_batches(draw: st.DrawFn) -> NodeBatch:
+    """Batches of 0-20 nodes with random per-node counts and a random subset of columns."""
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    n = draw(st.integers(0, 20))
+    limits = {"chips": 64, "links": 256, "efa": 64, "cooling": 1}
+    counts = {kind: rng.integers(0, limits[kind] + 1, n).astype(np.uint16) for kind in RECORD_KINDS}
+    columns = {}
+    for kind in RECORD_KINDS:
+        records = random_records(rng, RECORD_DTYPES[kind], int(counts[kind].sum()))
+        names = records.dtype.names or ()
+        # Any subset of fields, but ids always (their column is required).
+        keep = [name for i, name in enumerate(names) if (kind != "cooling" and i == 0) or rng.random() < 0.7]
+        columns[kind] = {name: np.ascontiguousarray(records[name]) for name in keep}
+    return NodeBatch(
+        publisher=draw(st.text(min_size=1, max_size=30).filter(lambda s: len(s.encode()) <= 128)),
+        seq=draw(st.integers(0, 2**64 - 1)), tick=draw(st.integers(0, 2**64 - 1)),
+        t_s=draw(st.floats(allow_nan=False, allow_infinity=False)), site=draw(st.integers(0, 2**32 - 1)),
+        node=rng.integers(0, 2**32, n, dtype=np.uint32), node_seq=rng.integers(0, 2**63, n, dtype=np.uint64),
+        node_tick=rng.integers(0, 2**63, n, dtype=np.uint64), node_t_s=rng.uniform(0, 2e9, n),
+        counts=counts, columns=columns,
+    )
+
+
+def same_batch(a: NodeBatch, b: NodeBatch) -> bool:
+    head = ("publisher", "seq", "tick", "t_s", "site")
+    arrays = ("node", "node_seq", "node_tick", "node_t_s")
+    return (
+        all(getattr(a, k) == getattr(b, k) for k in head)
+        and all(np.array_equal(getattr(a, k), getattr(b, k)) for k in arrays)
+        and all(np.array_equal(a.counts[k], b.counts[k]) for k in RECORD_KINDS)
+        and all(a.columns[k].keys() == b.columns[k].keys() for k in RECORD_KINDS)
+        and all(np.array_equal(a.columns[k][n], b.columns[k][n]) for k in RECORD_KINDS for n in a.columns[k])
+    )
+
+
+def a_batch() -> NodeBatch:
+    frame = a_node_frame()
+    records = {"chips": frame.chips, "links": frame.links, "efa": frame.efa, "cooling": frame.cooling}
+    return NodeBatch(
+        "agg-1", 5, 5, 1.7e9, 0, np.array([2], np.uint32), np.array([3], np.uint64), np.array([3], np.uint64),
+        np.array([1.7e9]), {k: np.array([len(records[k])], np.uint16) for k in RECORD_KINDS},
+        {k: {n: np.ascontiguousarray(records[k][n]) for n in records[k].dtype.names or ()} for k in RECORD_KINDS},
     )
 
 
@@ -120,6 +177,67 @@ def reason(payload: bytes, max_bytes: int = MAX) -> str:
     with pytest.raises(FrameError) as info:
         decode_frame(payload, max_bytes=max_bytes)
     return info.value.reason
+
+
+class TestBatchFrame:
+    @given(node_batches())
+    @settings(max_examples=60, deadline=None)
+    def test_round_trip(self, batch: NodeBatch) -> None:
+        """Any valid batch (any counts, any subset of columns) survives encoding exactly."""
+        decoded = decode_binary(encode_batch(batch))
+        assert isinstance(decoded, NodeBatch)
+        assert same_batch(batch, decoded)
+
+    def test_columns_start_on_8_byte_boundaries(self) -> None:
+        """Every column of a decoded batch is an aligned view of the payload, not a copy."""
+        payload = encode_batch(a_batch())
+        decoded = decode_binary(payload)
+        assert isinstance(decoded, NodeBatch)
+        base = np.frombuffer(payload, np.uint8).ctypes.data
+        views = [decoded.node, decoded.node_seq, *(c for k in RECORD_KINDS for c in decoded.columns[k].values())]
+        assert all((v.ctypes.data - base) % 8 == 0 and not v.flags.owndata for v in views)
+
+    def test_every_truncation_is_rejected(self) -> None:
+        """Every proper prefix of a batch is rejected as truncated (or empty)."""
+        payload = encode_batch(a_batch())
+        assert {reason(payload[:n]) for n in range(len(payload))} == {"empty", "truncated"}
+
+    def test_trailing_bytes(self) -> None:
+        """Bytes after the last column are rejected."""
+        assert reason(encode_batch(a_batch()) + b"\0" * 8) == "trailing_bytes"
+
+    @pytest.mark.parametrize(("field", "value"), [
+        (9, 5_000),  # n_nodes above the 4,096 a batch may carry
+        (10, 10**6),  # chips: more than 64 a node
+        (14, 0),  # chip field mask without the chip id column
+        (14, 0xFFFF),  # chip field mask naming fields that do not exist
+    ])
+    def test_bad_headers(self, field: int, value: int) -> None:
+        """A header announcing impossible counts or columns is rejected before any column is read."""
+        payload = bytearray(encode_batch(a_batch()))
+        unpacked = list(BATCH_HEADER.unpack_from(payload))
+        unpacked[field] = value
+        BATCH_HEADER.pack_into(payload, 0, *unpacked)
+        assert reason(bytes(payload)) in {"bad_header"}
+
+    def test_per_node_counts_must_add_up(self) -> None:
+        """Per-node counts that disagree with the header's totals are rejected."""
+        batch = a_batch()
+        counts = dict(batch.counts) | {"chips": np.array([15], np.uint16)}
+        lying = NodeBatch(batch.publisher, batch.seq, batch.tick, batch.t_s, batch.site, batch.node,
+                          batch.node_seq, batch.node_tick, batch.node_t_s, counts, batch.columns)
+        payload = bytearray(encode_batch(lying))
+        unpacked = list(BATCH_HEADER.unpack_from(payload))
+        unpacked[10] = 16  # the header still says 16 chips
+        BATCH_HEADER.pack_into(payload, 0, *unpacked)
+        assert reason(bytes(payload)) in {"bad_header", "trailing_bytes", "truncated"}
+
+    @given(st.binary(max_size=2_000))
+    @settings(max_examples=300, deadline=None)
+    def test_arbitrary_bytes_raise_only_frame_error(self, tail: bytes) -> None:
+        """No bytes after a batch preamble make the decoder raise anything but FrameError."""
+        with pytest.raises(FrameError):
+            decode_frame(b"RNRW\x01\x03" + tail, max_bytes=MAX)
 
 
 class TestMalformedBinary:
@@ -223,16 +341,27 @@ class TestMalformedJson:
 
 
 class TestTopics:
-    def test_node_and_facility_topics_parse_back(self) -> None:
-        """Topics built for a node and a site parse back to their address."""
-        assert node_topic(2, 5_000, 3) == "rainier/v1/s2/u5000/n3"
-        assert parse_topic(node_topic(2, 5_000, 3)) == TopicAddress(2, 5_000, 3)
-        assert parse_topic(facility_topic(1)) == TopicAddress(1)
+    def test_telemetry_topics_parse_back(self) -> None:
+        """Topics built for a node, a site and a batch parse back to their address."""
+        assert node_topic(2, 5_000, 3) == "rainier/v1/telemetry/s2/u5000/n3"
+        assert parse_topic(node_topic(2, 5_000, 3)) == TopicAddress("node", 2, 5_000, 3)
+        assert parse_topic(facility_topic(1)) == TopicAddress("facility", 1)
+        assert parse_topic(batch_topic(4, "agg-7.a_b")) == TopicAddress("batch", 4)
 
-    @pytest.mark.parametrize("topic", ["rainier/v2/s0/u0/n0", "rainier/v1/s0/u0", "rainier/v1/events/x", "x"])
+    @pytest.mark.parametrize("topic", [
+        "rainier/v2/telemetry/s0/u0/n0", "rainier/v1/s0/u0/n0", "rainier/v1/telemetry/s0/u0",
+        "rainier/v1/telemetry/s0/batch/", "rainier/v1/telemetry/s0/batch/a/b", "rainier/v1/events/chip/3", "x",
+    ])
     def test_other_topics_are_not_telemetry(self, topic: str) -> None:
-        """Topics outside the v1 telemetry tree parse to None."""
+        """Topics outside the v1 telemetry tree (events among them) parse to None."""
         assert parse_topic(topic) is None
+
+    def test_the_telemetry_filter_never_matches_other_kinds(self) -> None:
+        """The monitor's subscription covers telemetry only: never events, status or truth."""
+        (telemetry,) = telemetry_filters()
+        prefix = telemetry.removesuffix("#")
+        for topic in ("rainier/v1/events/chip/3", status_topic("rainierd-monitor-1"), truth_topic("sim")):
+            assert not topic.startswith(prefix)
 
 
 class TestSchema:

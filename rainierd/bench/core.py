@@ -1,11 +1,19 @@
-"""``rainierd bench core``: what one tick costs at a given fleet size, stage by
-stage, measured in process with no MQTT.
+"""``rainierd bench core``: what one tick costs the monitor at each fleet size,
+stage by stage, measured in a process that holds the monitor alone.
 
-Stages: building the topology; the simulator's model step; encoding every
-node's frame; decoding and admitting them (the monitor's per-message work);
-the monitor core proper, the batched scatter plus the throughput model; and
-detection, every detector plus the lost-by-cause model.
-Medians over ``--repeat`` ticks, after one warm-up tick.
+For each size a fresh process runs the monitor's core (no MQTT) and reads a
+simulated fleet's binary messages from a feeder subprocess, one tick at a
+time, so its maximum RSS is the monitor's own plus one tick of payloads (as
+a running monitor holds).  Stages, per tick after one warm-up tick:
+
+* decode + admit: every message decoded, checked and applied to the state
+  (``Ingest.admit``);
+* core: the throughput model;
+* detection: every detector and the lost-by-cause model.
+
+Reported per size: median and p99 of each stage and of their sum, chips per
+second per core (chips / median total), and the maximum RSS.  ``--plot``
+draws the scaling curve with matplotlib (the optional ``bench`` extra).
 """
 
 from __future__ import annotations
@@ -14,96 +22,152 @@ import argparse
 import json
 import resource
 import statistics
+import subprocess
+import sys
 import time
-from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import Any, Final
 
 import numpy as np
 
-from rainierd.core import FleetState, Ingest, IngestStats, compute_throughput
-from rainierd.core.detect import FleetDetector
+from rainierd.bench.feed import START_S, read_tick
+from rainierd.core.analysis import MonitorCore
+from rainierd.core.ingest import Message
 from rainierd.core.model import lost_by_cause
-from rainierd.hardware import TRN2
-from rainierd.sim.fleet import FleetModel
-from rainierd.sim.frames import tick_frames
+from rainierd.core.throughput import compute_throughput
 from rainierd.topology import build_topology
-from rainierd.wire import decode_frame, encode_binary
 
-__all__ = ["bench_core", "main"]
+__all__ = ["SWEEP", "bench_core", "main"]
+
+SWEEP: Final = (
+    "ultraserver", "sites=1,ultraservers=16", "sites=1,ultraservers=256", "sites=2,ultraservers=1000",
+    "rainier", "rainier-1m",
+)
+_STAGES: Final = ("decode_admit", "core", "detect")
 
 
-def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
-    started = time.perf_counter()
-    value = fn()
-    return time.perf_counter() - started, value
+def _percentiles(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "p99": float(np.percentile(values, 99))}
 
 
-def bench_core(preset: str, *, repeat: int, seed: int) -> dict[str, Any]:
-    """Return the per-stage medians (seconds) and sizes for ``preset``."""
-    build_s = [_timed(lambda: build_topology(preset))[0] for _ in range(3)]
-    topo = build_topology(preset)
-    model = FleetModel(topo, np.random.default_rng(seed), tick_s=1.0, start_s=1.7e9)
-    state = FleetState(topo)
-    ingest = Ingest(state, IngestStats())
-    detector = FleetDetector(state, peak_flops=TRN2.fp8_dense_flops)
-    stages: dict[str, list[float]] = {k: [] for k in ("sim_step", "encode", "decode_accept", "core", "detect")}
-    frame_bytes = 0
-    for tick in range(repeat + 1):
-        step_s, sample = _timed(lambda tick=tick: model.step(tick))  # type: ignore[misc]
-        encode_s, payloads = _timed(
-            lambda sample=sample: [  # type: ignore[misc]
-                encode_binary(f) for _t, f in tick_frames(topo, sample, publisher="bench")
-            ]
-        )
-
-        def admit(payloads: list[bytes] = payloads) -> None:
-            for payload in payloads:
-                ingest.accept(decode_frame(payload, max_bytes=1 << 20, check_finite=False)[0])
-
-        decode_s, _ = _timed(admit)
-
-        def core() -> Any:
-            ingest.flush()
-            return compute_throughput(state, peak_flops_per_chip=TRN2.fp8_dense_flops, stale_after_ticks=3)
-
-        core_s, throughput = _timed(core)
-
-        def detect(throughput: Any = throughput, tick: int = tick) -> None:
-            detector.update(tick)
-            lost_by_cause(throughput, detector)
-
-        detect_s, _ = _timed(detect)
-        frame_bytes = sum(len(p) for p in payloads)
-        if tick == 0:
-            continue  # warm-up: first-touch page faults, caches
-        for name, value in zip(stages, (step_s, encode_s, decode_s, core_s, detect_s), strict=True):
-            stages[name].append(value)
+def measure(topology: str, *, repeat: int, batch_nodes: int, seed: int) -> dict[str, Any]:
+    """Return one size's per-stage timings (this process holds the monitor alone)."""
+    topo = build_topology(topology)
+    core = MonitorCore(topo, max_frame_bytes=64 * 2**20)
+    feeder = subprocess.Popen(
+        [sys.executable, "-m", "rainierd.bench.feed", topology, str(repeat + 1), str(batch_nodes), str(seed)],
+        stdout=subprocess.PIPE,
+    )
+    assert feeder.stdout is not None
+    stages: dict[str, list[float]] = {name: [] for name in (*_STAGES, "total")}
+    messages = payload_bytes = 0
+    tick = 0
+    while (received := read_tick(feeder.stdout)) is not None:
+        now_s = START_S + tick
+        window = [Message(now_s, topic, payload) for topic, payload in received]
+        started = time.perf_counter()
+        flush = core.ingest.admit(window)
+        admitted = time.perf_counter()
+        core.state.now_s = now_s
+        throughput = compute_throughput(core.state, peak_flops_per_chip=core.peak_flops_per_chip,
+                                        stale_after_s=core.stale_after_s)
+        modelled = time.perf_counter()
+        core.detector.update(core.state.latest_tick)
+        lost_by_cause(throughput, core.detector, params=core.model)
+        detected = time.perf_counter()
+        core.ingest.record(flush)
+        if tick > 0:  # the first tick pays first-touch page faults
+            for name, seconds in zip(_STAGES, (admitted - started, modelled - admitted, detected - modelled),
+                                     strict=True):
+                stages[name].append(seconds)
+            stages["total"].append(detected - started)
+        messages, payload_bytes = len(window), sum(len(m.payload) for m in window)
+        tick += 1
+    feeder.wait()
+    if core.stats.rejected or core.stats.frames_applied != (tick * (topo.n_nodes + topo.n_sites)):
+        raise RuntimeError(f"bench feed not applied cleanly: {core.stats}")
+    total = _percentiles(stages["total"])
     return {
-        "benchmark": "core",
-        "topology": preset,
+        "topology": topology,
         "chips": topo.n_chips,
         "nodes": topo.n_nodes,
         "links": topo.n_links,
         "efa_ports": topo.n_efa,
-        "repeat": repeat,
-        "topology_build_s_median": statistics.median(build_s),
-        "per_tick_s_median": {name: statistics.median(v) for name, v in stages.items()},
-        "frames_per_tick": topo.n_nodes + topo.n_sites,
-        "bytes_per_tick": frame_bytes,
+        "batch_nodes": batch_nodes,
+        "messages_per_tick": messages,
+        "bytes_per_tick": payload_bytes,
+        "ticks_measured": len(stages["total"]),
+        "per_tick_s": {name: _percentiles(values) for name, values in stages.items()},
+        "chips_per_s_per_core": topo.n_chips / total["median"],
         "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
     }
 
 
+def bench_core(topologies: list[str], *, repeat: int, batch_nodes: int, seed: int) -> dict[str, Any]:
+    """Return the report: one fresh monitor process per size."""
+    results = []
+    for topology in topologies:
+        print(f"bench core: {topology} ...", file=sys.stderr, flush=True)
+        out = subprocess.run(
+            [sys.executable, "-m", "rainierd.bench.core", topology, str(repeat), str(batch_nodes), str(seed)],
+            check=True, capture_output=True,
+        )
+        results.append(json.loads(out.stdout))
+    return {"benchmark": "core", "repeat": repeat, "batch_nodes": batch_nodes, "results": results}
+
+
+def plot(report: dict[str, Any], path: Path) -> None:
+    """Draw per-tick time and chips/s against fleet size (needs matplotlib: the bench extra)."""
+    import matplotlib as mpl  # noqa: PLC0415 - optional dependency, only for this plot
+
+    mpl.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    rows = report["results"]
+    chips = [r["chips"] for r in rows]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for stage in (*_STAGES, "total"):
+        left.plot(chips, [r["per_tick_s"][stage]["median"] * 1e3 for r in rows], marker="o", label=stage)
+    left.axhline(300, color="grey", linestyle="--", linewidth=0.8, label="300 ms target at 1M")
+    left.set(xscale="log", yscale="log", xlabel="chips", ylabel="ms per tick (median)",
+             title="monitor work per tick, one core")
+    left.legend(fontsize=8)
+    right.plot(chips, [r["chips_per_s_per_core"] for r in rows], marker="o")
+    right.set(xscale="log", yscale="log", xlabel="chips", ylabel="chip-samples / s / core",
+              title="monitor throughput per core")
+    right2 = right.twinx()
+    right2.plot(chips, [r["max_rss_bytes"] / 2**20 for r in rows], marker="s", color="tab:red")
+    right2.set_ylabel("max RSS, MiB (red)")
+    fig.suptitle(f"rainierd bench core: batch frames of {report['batch_nodes']} nodes, "
+                 f"{report['repeat']} ticks per size")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main(args: argparse.Namespace) -> int:
     """Run the benchmark and print JSON or a table."""
-    result = bench_core(args.topology, repeat=max(1, args.repeat), seed=args.seed)
+    report = bench_core(list(args.topology), repeat=max(2, args.repeat), batch_nodes=args.batch_nodes, seed=args.seed)
+    if args.plot:
+        try:
+            plot(report, Path(args.plot))
+        except ImportError:
+            print("bench core: --plot needs matplotlib (pip install 'rainierd[bench]')", file=sys.stderr)
+            return 1
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(json.dumps(report, indent=2))
         return 0
-    print(f"core benchmark, topology {result['topology']}: {result['chips']:,} chips, "
-          f"{result['frames_per_tick']:,} frames ({result['bytes_per_tick'] / 1e6:.1f} MB) a tick")
-    print(f"  topology build        {result['topology_build_s_median'] * 1e3:9.1f} ms")
-    for name, seconds in result["per_tick_s_median"].items():
-        print(f"  {name:<20}  {seconds * 1e3:9.1f} ms  (median of {result['repeat']})")
-    print(f"  max RSS               {result['max_rss_bytes'] / 2**20:9.0f} MiB")
+    print(f"bench core: batch frames of {report['batch_nodes']} nodes, medians (p99) of {report['repeat']} ticks")
+    print("| topology | chips | decode + admit | core | detection | total | chips/s/core | max RSS |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in report["results"]:
+        t = r["per_tick_s"]
+        cells = " | ".join(f"{t[s]['median'] * 1e3:.1f} ({t[s]['p99'] * 1e3:.1f}) ms" for s in (*_STAGES, "total"))
+        print(f"| {r['topology']} | {r['chips']:,} | {cells} | {r['chips_per_s_per_core']:.3g} | "
+              f"{r['max_rss_bytes'] / 2**20:.0f} MiB |")
     return 0
+
+
+if __name__ == "__main__":
+    name, count, batch, seed_arg = sys.argv[1:5]
+    print(json.dumps(measure(name, repeat=int(count), batch_nodes=int(batch), seed=int(seed_arg))))

@@ -27,10 +27,10 @@ from rainierd.daemon import SWITCH_INTERVAL_S
 from rainierd.exporter import Health, MetricsServer, MonitorSnapshot
 from rainierd.exporter.wiring import build_exporter
 from rainierd.looplag import LoopLag
-from rainierd.mqtt import ConnectionState
 from rainierd.sim.faults import random_faults
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
+from rainierd.status import ConnectionState
 from rainierd.topology import build_topology
 
 __all__ = ["bench_scrape", "main"]

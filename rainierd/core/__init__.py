@@ -6,16 +6,18 @@ configuration go in, arrays and frozen dataclasses come out.
 
 from __future__ import annotations
 
-from rainierd.core.ingest import FlushResult, Ingest, IngestStats
-from rainierd.core.state import EntityTable, FleetState
+from rainierd.core.ingest import FlushResult, Ingest, IngestStats, Message, Received
+from rainierd.core.state import FleetState, Table
 from rainierd.core.throughput import Throughput, compute_throughput
 
 __all__ = [
-    "EntityTable",
     "FleetState",
     "FlushResult",
     "Ingest",
     "IngestStats",
+    "Message",
+    "Received",
+    "Table",
     "Throughput",
     "compute_throughput",
 ]

@@ -6,29 +6,25 @@ drive this one object, so they measure and test the same thing.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
-import numpy.typing as npt
 
+from rainierd._types import F64, I64, Floats
 from rainierd.core.detect import STATE_NAMES, DetectionParams, Event, FleetDetector
-from rainierd.core.ingest import FlushResult, Ingest, IngestStats
+from rainierd.core.ingest import FlushResult, Ingest, IngestStats, Message, Received
 from rainierd.core.model import LostByCause, ModelParams, lost_by_cause
 from rainierd.core.state import FleetState
 from rainierd.core.throughput import Throughput, compute_throughput
 from rainierd.hardware import TRN2
 from rainierd.topology import Topology
-from rainierd.wire.records import Frame
+from rainierd.wire.records import Frame, NodeBatch
 
 __all__ = ["Analysis", "HealthView", "MonitorCore"]
 
-I64 = npt.NDArray[np.int64]
 
-
-F64 = npt.NDArray[np.float64]
-
-
-def _lowest(values: F64, k: int) -> tuple[I64, F64]:
+def _lowest(values: Floats, k: int) -> tuple[I64, F64]:
     """Return the ids and values of the ``k`` lowest finite values, lowest first."""
     finite = np.flatnonzero(np.isfinite(values))
     if finite.size > k:
@@ -91,38 +87,62 @@ class MonitorCore:
         self,
         topology: Topology,
         *,
+        tick_s: float = 1.0,
         stale_after_ticks: int = 3,
+        max_frame_bytes: int = 1 << 20,
         detection: DetectionParams | None = None,
         model: ModelParams | None = None,
         peak_flops_per_chip: float = TRN2.fp8_dense_flops,
     ) -> None:
         self.topology = topology
-        self.stale_after_ticks = stale_after_ticks
+        # A chip is silent after this long without a sample, on the listening clock.
+        self.stale_after_s = stale_after_ticks * tick_s
         self.peak_flops_per_chip = peak_flops_per_chip
         self.model = model or ModelParams()
+        detection = detection or DetectionParams()
+        detection = replace(detection, chips=replace(detection.chips, stale_after_s=self.stale_after_s))
         self.state = FleetState(topology)
         self.stats = IngestStats()
-        self.ingest = Ingest(self.state, self.stats)
+        self.ingest = Ingest(self.state, self.stats, max_frame_bytes=max_frame_bytes)
         self.detector = FleetDetector(self.state, peak_flops=peak_flops_per_chip, params=detection)
 
-    def analyse(self, batch: list[list[Frame]]) -> Analysis:
-        """Apply ``batch`` (from ``ingest.take_batch``) and analyse; safe off the event loop.
+    def analyse(self, messages: Sequence[Message], *, now_s: float) -> Analysis:
+        """Decode and admit ``messages``, then analyse the fleet as of ``now_s``; safe off the event loop.
 
-        The flush result is not yet in the stats: ``ingest.record`` it on the
+        ``now_s`` is the listening clock the messages' ``rx_s`` are on.  The
+        window's result is not yet in the stats: ``ingest.record`` it on the
         thread that owns them.
         """
-        flush = self.ingest.apply(batch)
-        events = self.detector.update(self.state.now_tick)
+        return self._analyse(self.ingest.admit(messages), now_s)
+
+    def analyse_frames(self, items: Sequence[Received], *, now_s: float) -> Analysis:
+        """Admit already decoded frames, then analyse (as ``analyse``)."""
+        return self._analyse(self.ingest.apply(items), now_s)
+
+    def _analyse(self, flush: FlushResult, now_s: float) -> Analysis:
+        self.state.now_s = now_s
+        events = self.detector.update(self.state.latest_tick)
         throughput = compute_throughput(
-            self.state, peak_flops_per_chip=self.peak_flops_per_chip, stale_after_ticks=self.stale_after_ticks,
+            self.state, peak_flops_per_chip=self.peak_flops_per_chip, stale_after_s=self.stale_after_s,
         )
         lost = lost_by_cause(throughput, self.detector, params=self.model)
         return Analysis(flush, events, throughput, lost, HealthView.of(self.detector))
 
-    def step(self, frames: list[Frame]) -> Analysis:
-        """Admit ``frames`` and analyse at once (benchmarks and tests, on one thread)."""
-        for frame in frames:
-            self.ingest.accept(frame)
-        analysis = self.analyse(self.ingest.take_batch())
+    def step(self, frames: Sequence[Frame], *, now_s: float | None = None) -> Analysis:
+        """Admit ``frames`` as received at their own sample time, and analyse at once (benchmarks, tests).
+
+        ``now_s`` defaults to the newest sample time among ``frames`` (or the
+        last analysis's, when there are none).
+        """
+        items = [Received(_sample_time(frame), None, frame) for frame in frames]
+        if now_s is None:
+            now_s = max((item.rx_s for item in items), default=self.state.now_s)
+        analysis = self.analyse_frames(items, now_s=now_s)
         self.ingest.record(analysis.flush)
         return analysis
+
+
+def _sample_time(frame: Frame) -> float:
+    if isinstance(frame, NodeBatch):
+        return float(frame.node_t_s.max(initial=frame.t_s))
+    return frame.t_s

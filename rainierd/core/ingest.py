@@ -1,227 +1,479 @@
-"""Admission of decoded frames into the fleet state: identity checks, sequence
-accounting, and a batched, vectorised scatter once per analysis tick.
+"""Admission of telemetry into the fleet state, one analysis window at a time.
 
-``accept`` runs once per frame and does only O(1) bookkeeping (node range,
-topic match, sequence gaps); ``flush`` validates every record id of the whole
-batch at once and scatters the batch into the state arrays.  A frame with one
-bad record is rejected whole, and never touches the state of other frames.
+A window is every message received since the last analysis.  ``admit``
+decodes them and ``apply`` admits the frames with a fixed number of numpy
+passes however many nodes they carry: the frames' headers and records are
+joined column by column, every check runs over the whole window, and only
+then do sequence numbers move and records land, so a frame that is rejected
+changes nothing (docs/wire-format.md lists the reasons).
+
+Checks, in order, each rejecting the whole frame: ``unknown_node``,
+``topic_mismatch``, ``non_finite``, ``unknown_id``, ``duplicate_id``; then per
+node stream (publisher, node) ``stale_seq``.  A gap in a stream's sequence
+counts its missing frames as lost; a new publisher on a node restarts its
+stream (``publisher_changes``).  When one node has several frames in a window
+(the monitor caught up after a backlog) they apply in arrival order, one
+"generation" at a time, so rates come out between consecutive samples.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any, Final
 
 import numpy as np
+import numpy.typing as npt
 
-from rainierd.core.state import FleetState, concat_records
-from rainierd.wire.binary import finite_mask
+from rainierd._types import F64, I64, B
+from rainierd.core.state import FleetState, Table
+from rainierd.errors import FrameError
+from rainierd.wire import decode_frame
 from rainierd.wire.records import (
-    CHIP_DTYPE,
-    COOLING_DTYPE,
-    EFA_DTYPE,
     FACILITY_DTYPE,
-    LINK_DTYPE,
+    ID_FIELDS,
+    RECORD_DTYPES,
+    RECORD_KINDS,
     FacilityFrame,
     Frame,
+    NodeBatch,
     NodeFrame,
+    column_dtypes,
+    float_fields,
 )
-from rainierd.wire.topics import TopicAddress
+from rainierd.wire.topics import TopicAddress, parse_topic
 
-__all__ = ["FlushResult", "Ingest", "IngestStats"]
+__all__ = ["FRAME_REASONS", "FlushResult", "Ingest", "IngestStats", "Message", "Received"]
+
+FRAME_REASONS: Final = ("unknown_node", "topic_mismatch", "non_finite", "unknown_id", "duplicate_id")
+_FLOATS: Final = {kind: float_fields(dtype) for kind, dtype in RECORD_DTYPES.items()}
+_COLUMNS: Final = {kind: column_dtypes(dtype) for kind, dtype in RECORD_DTYPES.items()}
+_ALL_FIELDS: Final = {kind: (1 << len(columns)) - 1 for kind, columns in _COLUMNS.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One MQTT message as received: when (listening clock, and wall clock), where, what."""
+
+    rx_s: float
+    topic: str
+    payload: bytes
+    rx_wall_s: float = float("nan")
+
+
+@dataclass(frozen=True, slots=True)
+class Received:
+    """One decoded frame, when it was received and the topic it came on."""
+
+    rx_s: float
+    address: TopicAddress | None
+    frame: Frame
+    rx_wall_s: float = float("nan")
 
 
 @dataclass(eq=False)
 class IngestStats:
     """Cumulative ingest counters, exported as rainier_ingest_* metrics."""
 
-    frames: Counter[str] = field(default_factory=Counter)  # by encoding
-    bytes: Counter[str] = field(default_factory=Counter)  # by encoding
+    messages: Counter[str] = field(default_factory=Counter)  # payloads received, by encoding
+    bytes: Counter[str] = field(default_factory=Counter)  # payload bytes, by encoding
+    frames: Counter[str] = field(default_factory=Counter)  # frames decoded (a batch carries many), by encoding
     rejected: Counter[str] = field(default_factory=Counter)  # by reason
     frames_lost: int = 0  # sequence gaps
     publisher_changes: int = 0
     frames_applied: int = 0
 
-    def reject(self, reason: str) -> None:
-        """Count one rejected frame."""
-        self.rejected[reason] += 1
+    def reject(self, reason: str, count: int = 1) -> None:
+        """Count rejected frames (or payloads that did not decode)."""
+        self.rejected[reason] += count
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, eq=False)
 class FlushResult:
-    """What one flush applied and rejected (by reason)."""
+    """What one window applied, rejected (by reason) and found missing."""
 
     applied: int
     rejected: Counter[str]
-    latest_tick: int
+    lost: int = 0
+    publisher_changes: int = 0
+    latest_tick: int = -1
+    frames: Counter[str] = field(default_factory=Counter)  # decoded, by encoding
+    applied_t_s: F64 = field(default_factory=lambda: np.zeros(0))  # sample times of the frames applied
+    # Wall time at receipt minus sample time, of the frames applied (a publisher's clock skew included).
+    receive_lag_s: F64 = field(default_factory=lambda: np.zeros(0))
 
 
-@dataclass(slots=True)
-class _Stream:
-    publisher: str
-    seq: int
+@dataclass(eq=False)
+class _Window:
+    """The node frames of a window, joined: one entry per node frame, records by kind."""
+
+    node: I64
+    seq: npt.NDArray[np.uint64]
+    tick: npt.NDArray[np.uint64]
+    t_s: F64
+    rx_s: F64
+    rx_wall_s: F64
+    publisher: I64
+    want_site: I64  # the site the topic names (-1: no topic)
+    want_node: I64  # the node a node topic names (-1: a batch or no topic)
+    counts: dict[str, I64]
+    columns: dict[str, dict[str, npt.NDArray[Any]]]
+    known: dict[str, npt.NDArray[np.uint16] | int]
+
+    @property
+    def size(self) -> int:
+        return int(self.node.size)
 
 
 class Ingest:
-    """Turns a stream of decoded frames into in-place updates of a FleetState."""
+    """Turns windows of frames into in-place updates of a FleetState."""
 
-    def __init__(self, state: FleetState, stats: IngestStats) -> None:
+    def __init__(self, state: FleetState, stats: IngestStats, *, max_frame_bytes: int = 1 << 20) -> None:
         self.state = state
         self.stats = stats
-        self._streams: dict[tuple[str, int], _Stream] = {}
-        # Generation g holds the (g+1)-th pending frame of each entity, so a
-        # flush that finds two frames of one node applies them in order.
-        self._pending: list[list[Frame]] = []
-        self._pending_count: dict[tuple[str, int], int] = {}
+        self.max_frame_bytes = max_frame_bytes
+        topo = state.topology
+        # One sequence stream per node (and per site's facility): its publisher and last seq.
+        self._node_pub = np.full(topo.n_nodes, -1, np.int64)
+        self._node_seq = np.zeros(topo.n_nodes, np.uint64)
+        self._site_pub = np.full(topo.n_sites, -1, np.int64)
+        self._site_seq = np.zeros(topo.n_sites, np.uint64)
+        self._publishers: dict[str, int] = {}
 
-    def accept(self, frame: Frame, address: TopicAddress | None = None) -> str | None:
-        """Queue a frame for the next flush; return the rejection reason or None."""
-        topo = self.state.topology
-        if isinstance(frame, NodeFrame):
-            key = ("node", frame.node)
-            if frame.node >= topo.n_nodes:
-                return self._rejected("unknown_node")
-            if address is not None and (
-                address.is_facility or topo.node_path(frame.node) != (
-                    address.site, address.ultraserver, address.node_in_ultraserver,
-                )
-            ):
-                return self._rejected("topic_mismatch")
-        else:
-            key = ("site", frame.site)
-            if frame.site >= topo.n_sites:
-                return self._rejected("unknown_node")
-            if address is not None and (not address.is_facility or address.site != frame.site):
-                return self._rejected("topic_mismatch")
-        if (reason := self._sequence(key, frame)) is not None:
-            return self._rejected(reason)
-        generation = self._pending_count.get(key, 0)
-        self._pending_count[key] = generation + 1
-        if generation == len(self._pending):
-            self._pending.append([])
-        self._pending[generation].append(frame)
-        return None
+    # -- decoding ---------------------------------------------------------------
 
-    def _rejected(self, reason: str) -> str:
-        self.stats.reject(reason)
-        return reason
-
-    def _sequence(self, key: tuple[str, int], frame: Frame) -> str | None:
-        stream = self._streams.get(key)
-        if stream is None:
-            self._streams[key] = _Stream(frame.publisher, frame.seq)
-            return None
-        if stream.publisher != frame.publisher:
-            # A restarted or replaced publisher starts its own sequence.
-            self.stats.publisher_changes += 1
-            stream.publisher, stream.seq = frame.publisher, frame.seq
-            return None
-        if frame.seq <= stream.seq:
-            return "stale_seq"
-        self.stats.frames_lost += frame.seq - stream.seq - 1
-        stream.seq = frame.seq
-        return None
-
-    def take_batch(self) -> list[list[Frame]]:
-        """Return the queued frames, by generation, and start a new queue."""
-        batch, self._pending = self._pending, []
-        self._pending_count.clear()
-        return batch
-
-    def apply(self, batch: list[list[Frame]]) -> FlushResult:
-        """Scatter a batch into the state; safe to run off the event loop.
-
-        It touches the state and nothing else, so ``accept`` may queue the next
-        batch meanwhile; ``record`` then adds the result to the stats.
-        """
-        applied = 0
+    def admit(self, messages: Sequence[Message]) -> FlushResult:
+        """Decode ``messages`` and apply their frames; decode failures count as rejections."""
+        received: list[Received] = []
         rejected: Counter[str] = Counter()
-        for frames in batch:
-            nodes = [f for f in frames if isinstance(f, NodeFrame)]
-            sites = [f for f in frames if isinstance(f, FacilityFrame)]
-            applied += self._apply_nodes(nodes, rejected) + self._apply_sites(sites, rejected)
-        return FlushResult(applied, rejected, self.state.latest_tick)
-
-    def record(self, result: FlushResult) -> None:
-        """Add a flush result to the cumulative stats."""
-        self.stats.frames_applied += result.applied
-        self.stats.rejected.update(result.rejected)
-
-    def flush(self) -> FlushResult:
-        """Apply every queued frame now (take_batch, apply and record)."""
-        result = self.apply(self.take_batch())
-        self.record(result)
+        frames: Counter[str] = Counter()
+        for message in messages:
+            address = parse_topic(message.topic)
+            if address is None:
+                rejected["bad_topic"] += 1
+                continue
+            try:
+                frame, encoding = decode_frame(message.payload, max_bytes=self.max_frame_bytes, check_finite=False)
+            except FrameError as exc:
+                rejected[exc.reason] += 1
+                continue
+            frames[encoding] += frame.n_nodes if isinstance(frame, NodeBatch) else 1
+            received.append(Received(message.rx_s, address, frame, message.rx_wall_s))
+        result = self.apply(received)
+        result.rejected.update(rejected)
+        result.frames.update(frames)
         return result
 
-    def _apply_nodes(self, frames: list[NodeFrame], rejected: Counter[str]) -> int:
-        """Validate one generation of node frames as a whole and scatter the good ones.
+    # -- admission --------------------------------------------------------------
 
-        A frame is rejected whole if any record holds NaN or infinity
-        (non_finite), names an entity of another node (unknown_id) or names one
-        twice (duplicate_id); other frames of the batch are unaffected.
+    def apply(self, items: Iterable[Received]) -> FlushResult:
+        """Check every frame of a window, then apply the good ones; safe to run off the event loop.
+
+        It touches the state and the sequence streams, nothing else; ``record``
+        adds the result to the stats on the thread that owns them.
         """
-        if not frames:
-            return 0
-        topo, state = self.state.topology, self.state
-        n = len(frames)
-        node = np.fromiter((f.node for f in frames), np.int64, n)
-        reasons = {r: np.zeros(n, dtype=bool) for r in ("non_finite", "unknown_id", "duplicate_id")}
-        parts = []
-        for attr, id_field, owner, dtype in (
-            ("chips", "chip", topo.chip_node, CHIP_DTYPE),
-            ("links", "link", topo.link_node, LINK_DTYPE),
-            ("efa", "port", topo.efa_node, EFA_DTYPE),
-            ("cooling", None, None, COOLING_DTYPE),
-        ):
-            arrays = [getattr(f, attr) for f in frames]
-            records = concat_records(arrays, dtype)
-            frame_of = np.repeat(np.arange(n), np.fromiter(map(len, arrays), np.int64, n))
-            reasons["non_finite"][frame_of[~finite_mask(records)]] = True
-            if id_field is None or owner is None:  # a cooling record belongs to its frame's node
-                parts.append((records, frame_of, node[frame_of]))
+        rejected: Counter[str] = Counter()
+        nodes: list[tuple[Received, NodeBatch]] = []
+        sites: list[Received] = []
+        for item in items:
+            if isinstance(item.frame, FacilityFrame):
+                sites.append(item)
+            elif (reason := self._topic_check(item)) is not None:
+                rejected[reason] += item.frame.n_nodes if isinstance(item.frame, NodeBatch) else 1
+            else:
+                frame = item.frame
+                nodes.append((item, frame if isinstance(frame, NodeBatch) else _as_batch(frame)))
+        applied, lost, changes, applied_t_s, receive_lag_s = self._apply_nodes(nodes, rejected)
+        site_applied, site_lost, site_changes = self._apply_sites(sites, rejected)
+        return FlushResult(applied + site_applied, rejected, lost + site_lost, changes + site_changes,
+                           self.state.latest_tick, Counter(), applied_t_s, receive_lag_s)
+
+    def record(self, result: FlushResult) -> None:
+        """Add a window's result to the cumulative stats."""
+        stats = self.stats
+        stats.frames_applied += result.applied
+        stats.frames_lost += result.lost
+        stats.publisher_changes += result.publisher_changes
+        stats.rejected.update(result.rejected)
+        stats.frames.update(result.frames)
+
+    def _topic_check(self, item: Received) -> str | None:
+        address, frame, topo = item.address, item.frame, self.state.topology
+        if address is None:
+            return None
+        if isinstance(frame, NodeBatch):
+            return None if address.kind == "batch" and address.site == frame.site else "topic_mismatch"
+        assert isinstance(frame, NodeFrame)
+        if address.kind != "node":
+            return "topic_mismatch"
+        if frame.node >= topo.n_nodes:
+            return "unknown_node"
+        if topo.node_path(frame.node) != (address.site, address.ultraserver, address.node_in_ultraserver):
+            return "topic_mismatch"
+        return None
+
+    def _publisher(self, name: str) -> int:
+        index = self._publishers.get(name)
+        if index is None:
+            if len(self._publishers) > 4 * (self.state.topology.n_nodes + self.state.topology.n_sites) + 1_024:
+                self._compact_publishers()
+            index = self._publishers[name] = len(self._publishers)
+        return index
+
+    def _compact_publishers(self) -> None:
+        """Forget publisher names no stream uses any more (bounds memory against id churn)."""
+        live = np.unique(np.concatenate([self._node_pub, self._site_pub]))
+        live = live[live >= 0]
+        names = {index: name for name, index in self._publishers.items()}
+        remap = np.full(len(self._publishers) + 1, -1, np.int64)
+        remap[live] = np.arange(live.size)
+        self._publishers = {names[int(old)]: new for new, old in enumerate(live.tolist())}
+        self._node_pub = np.where(self._node_pub >= 0, remap[self._node_pub], -1)
+        self._site_pub = np.where(self._site_pub >= 0, remap[self._site_pub], -1)
+
+    def _join(self, parts: list[tuple[Received, NodeBatch]]) -> _Window:
+        """Join the node frames of a window column by column (one copy of each column)."""
+        topo = self.state.topology
+
+        def cat(arrays: list[npt.NDArray[Any]], dtype: Any) -> npt.NDArray[Any]:
+            return np.concatenate(arrays).astype(dtype, copy=False) if arrays else np.zeros(0, dtype)
+
+        sizes = [batch.n_nodes for _, batch in parts]
+
+        def per_part(values: list[int] | list[float], dtype: Any) -> npt.NDArray[Any]:
+            return np.repeat(np.asarray(values, dtype=dtype), sizes)
+
+        want_node = []
+        for item, _ in parts:
+            address = item.address
+            if isinstance(item.frame, NodeFrame) and address is not None:
+                want_node.append(address.ultraserver * topo.nodes_per_ultraserver + address.node_in_ultraserver)
+            else:
+                want_node.append(-1)
+        columns: dict[str, dict[str, npt.NDArray[Any]]] = {}
+        known: dict[str, npt.NDArray[np.uint16] | int] = {}
+        counts = {kind: cat([b.counts[kind] for _, b in parts], np.int64) for kind in RECORD_KINDS}
+        for kind in RECORD_KINDS:
+            have = [sum(1 << i for i, name in enumerate(_COLUMNS[kind]) if name in b.columns[kind]) for _, b in parts]
+            columns[kind] = {}
+            for name, dtype in _COLUMNS[kind].items():
+                pieces = [batch.columns[kind].get(name) for _, batch in parts]
+                if any(piece is None for piece in pieces):
+                    pieces = [np.zeros(int(batch.counts[kind].sum()), dtype) if piece is None else piece
+                              for piece, (_, batch) in zip(pieces, parts, strict=True)]
+                columns[kind][name] = cat(pieces, dtype)  # type: ignore[arg-type]
+            full = _ALL_FIELDS[kind]
+            if all(h == full for h in have):
+                known[kind] = full
+            else:
+                known[kind] = np.repeat(np.asarray(have, np.uint16),
+                                        [int(b.counts[kind].sum()) for _, b in parts]).astype(np.uint16)
+        return _Window(
+            node=cat([b.node for _, b in parts], np.int64),
+            seq=cat([b.node_seq for _, b in parts], np.uint64),
+            tick=cat([b.node_tick for _, b in parts], np.uint64),
+            t_s=cat([b.node_t_s for _, b in parts], np.float64),
+            rx_s=per_part([item.rx_s for item, _ in parts], np.float64),
+            rx_wall_s=per_part([item.rx_wall_s for item, _ in parts], np.float64),
+            publisher=per_part([self._publisher(b.publisher) for _, b in parts], np.int64),
+            want_site=per_part([item.address.site if item.address is not None else -1 for item, _ in parts],
+                               np.int64),
+            want_node=per_part(want_node, np.int64),
+            counts=counts, columns=columns, known=known,
+        )
+
+    def _check(self, w: _Window) -> dict[str, B]:
+        """Return, per reason, which frames of the window fail it (before anything changes)."""
+        topo = self.state.topology
+        n = w.size
+        reasons = {reason: np.zeros(n, dtype=bool) for reason in FRAME_REASONS}
+        reasons["unknown_node"] = w.node >= topo.n_nodes
+        node = np.where(reasons["unknown_node"], 0, w.node)
+        reasons["topic_mismatch"] = ((w.want_site >= 0) & (topo.node_site[node] != w.want_site)) | (
+            (w.want_node >= 0) & (node != w.want_node))
+        reasons["non_finite"] = ~np.isfinite(w.t_s)
+        per_node = {"chips": topo.chips_per_node, "links": topo.links_per_node, "efa": topo.efa_ports_per_node}
+        owners = {"chips": topo.chip_node, "links": topo.link_node, "efa": topo.efa_node}
+        for kind in RECORD_KINDS:
+            counts = w.counts[kind]
+            if not counts.any():
                 continue
-            ids = records[id_field].astype(np.int64)
+            frame_of: I64 | None = None
+            for name in _FLOATS[kind]:
+                finite = np.isfinite(w.columns[kind][name])
+                if not finite.all():
+                    frame_of = np.repeat(np.arange(n), counts) if frame_of is None else frame_of
+                    reasons["non_finite"][frame_of[~finite]] = True
+            id_field = ID_FIELDS[kind]
+            if id_field is None:
+                continue
+            per = per_node[kind]
+            if bool((counts == per).all()):
+                # The usual frame carries its node's whole complement in id
+                # order: one comparison proves every id owned and none twice.
+                local = w.columns[kind][id_field].reshape(n, per) - (node * per)[:, None]
+                if bool((local == np.arange(per)).all()):
+                    continue
+            frame_of = np.repeat(np.arange(n), counts) if frame_of is None else frame_of
+            ids = w.columns[kind][id_field].astype(np.int64)
+            owner = owners[kind]
             known = ids < owner.size
+            mine = node[frame_of]
             wrong = ~known
-            wrong[known] = owner[ids[known]] != node[frame_of[known]]
+            wrong[known] = owner[ids[known]] != mine[known]
             reasons["unknown_id"][frame_of[wrong]] = True
-            # Records that passed the owner check belong to their frame's node,
-            # and a node appears once per generation, so an id counted twice
-            # means one frame listed it twice: reject that frame, not a neighbour.
+            # Ids of a node are one contiguous range, so (frame, id - base) is
+            # dense: an id listed twice in one frame shows as a count of 2.
             owned = ~wrong
-            twice = np.bincount(ids[owned], minlength=owner.size)[ids[owned]] > 1
+            key = frame_of[owned] * per + (ids[owned] - mine[owned] * per)
+            twice = np.bincount(key, minlength=n * per)[key] > 1
             reasons["duplicate_id"][frame_of[owned][twice]] = True
-            parts.append((records, frame_of, ids))
-        bad = np.zeros(n, dtype=bool)
-        for reason, flagged in reasons.items():  # one reason per frame, in this order
+        return reasons
+
+    def _apply_nodes(
+        self, parts: list[tuple[Received, NodeBatch]], rejected: Counter[str],
+    ) -> tuple[int, int, int, F64, F64]:
+        if not parts:
+            return 0, 0, 0, np.zeros(0), np.zeros(0)
+        w = self._join(parts)
+        bad = np.zeros(w.size, dtype=bool)
+        for reason, flagged in self._check(w).items():  # one reason per frame, in this order
             newly = flagged & ~bad
             if newly.any():
                 rejected[reason] += int(newly.sum())
                 bad |= newly
-        t_s = np.fromiter((f.t_s for f in frames), np.float64, n)
-        tick = np.fromiter((f.tick for f in frames), np.int64, n)
-        tables = (state.chips, state.links, state.efa, state.cooling)
-        for table, (records, frame_of, ids) in zip(tables, parts, strict=True):
-            keep = ~bad[frame_of] if bad.any() else slice(None)
-            table.scatter(ids[keep], records[keep], t_s[frame_of[keep]], tick[frame_of[keep]])
-        if not bad.all():
-            newest = int(np.argmax(np.where(bad, -1, tick)))
-            if tick[newest] >= state.latest_tick:
-                state.latest_tick, state.latest_t_s = int(tick[newest]), float(t_s[newest])
-        return int(n - bad.sum())
+        good = np.flatnonzero(~bad)
+        # Generation g holds each node's (g+1)-th good frame of the window, in arrival order.
+        by_node = good[np.argsort(w.node[good], kind="stable")]
+        nodes_sorted = w.node[by_node]
+        first = np.ones(by_node.size, dtype=bool)
+        first[1:] = nodes_sorted[1:] != nodes_sorted[:-1]
+        generation = np.arange(by_node.size) - np.maximum.accumulate(np.where(first, np.arange(by_node.size), 0))
+        applied, lost, changes = 0, 0, 0
+        applied_t_s, receive_lag_s = [], []
+        for g in range(int(generation.max(initial=-1)) + 1):
+            frames = np.sort(by_node[generation == g])
+            keep, gen_lost, gen_changes, stale = self._sequence(
+                w.node[frames], w.publisher[frames], w.seq[frames], self._node_pub, self._node_seq,
+            )
+            if stale:
+                rejected["stale_seq"] += stale
+            frames = frames[keep]
+            self._scatter(w, frames)
+            applied += int(frames.size)
+            lost += gen_lost
+            changes += gen_changes
+            applied_t_s.append(w.t_s[frames])
+            receive_lag_s.append(w.rx_wall_s[frames] - w.t_s[frames])
+            if frames.size:
+                newest = int(w.tick[frames].max())
+                if newest >= self.state.latest_tick:
+                    self.state.latest_tick = newest
+                    self.state.latest_t_s = float(w.t_s[frames][np.argmax(w.tick[frames])])
+        if not applied_t_s:
+            return applied, lost, changes, np.zeros(0), np.zeros(0)
+        lags = np.concatenate(receive_lag_s)
+        return applied, lost, changes, np.concatenate(applied_t_s), lags[np.isfinite(lags)]
 
-    def _apply_sites(self, frames: list[FacilityFrame], rejected: Counter[str]) -> int:
-        """Scatter facility frames; one with a non-finite value is rejected whole."""
-        frames = [f for f in frames if len(f.facility)]
-        if not frames:
-            return 0
-        n = len(frames)
-        records = concat_records([f.facility for f in frames], FACILITY_DTYPE)
-        good = finite_mask(records)  # one record per frame
-        if not good.all():
-            rejected["non_finite"] += int((~good).sum())
-        site = np.fromiter((f.site for f in frames), np.int64, n)
-        t_s = np.fromiter((f.t_s for f in frames), np.float64, n)
-        tick = np.fromiter((f.tick for f in frames), np.int64, n)
-        self.state.facility.scatter(site[good], records[good], t_s[good], tick[good])
-        return int(good.sum())
+    @staticmethod
+    def _sequence(
+        entity: I64, publisher: I64, seq: npt.NDArray[np.uint64],
+        stream_pub: I64, stream_seq: npt.NDArray[np.uint64],
+    ) -> tuple[B, int, int, int]:
+        """Advance the streams of unique ``entity``s; return (keep mask, lost, publisher changes, stale)."""
+        known_pub = stream_pub[entity]
+        last = stream_seq[entity]
+        same = known_pub == publisher
+        stale = same & (seq <= last)
+        keep = ~stale
+        gaps = same & keep
+        lost = int((seq[gaps] - last[gaps] - np.uint64(1)).sum(dtype=np.uint64))
+        changes = int(((known_pub >= 0) & ~same).sum())
+        stream_pub[entity[keep]] = publisher[keep]
+        stream_seq[entity[keep]] = seq[keep]
+        return keep, lost, changes, int(stale.sum())
+
+    def _scatter(self, w: _Window, frames: I64) -> None:
+        """Store the records of ``frames`` (good, one per node) in the state tables."""
+        if not frames.size:
+            return
+        tables = self.state.tables()
+        everything = frames.size == w.size
+        if not everything:
+            chosen = np.zeros(w.size, dtype=bool)
+            chosen[frames] = True
+        for kind in RECORD_KINDS:
+            counts = w.counts[kind]
+            columns = w.columns[kind]
+            known = w.known[kind]
+            id_field = ID_FIELDS[kind]
+            if everything:
+                if not counts.any():
+                    continue
+                ids = columns[id_field].astype(np.int64) if id_field else np.repeat(w.node, counts)
+                t_s, rx_s = np.repeat(w.t_s, counts), np.repeat(w.rx_s, counts)
+            else:
+                frame_of = np.repeat(np.arange(w.size), counts)
+                take = chosen[frame_of]
+                if not take.any():
+                    continue
+                frame_of = frame_of[take]
+                columns = {name: values[take] for name, values in columns.items()}
+                if not isinstance(known, int):
+                    known = known[take]
+                ids = columns[id_field].astype(np.int64) if id_field else w.node[frame_of]
+                t_s, rx_s = w.t_s[frame_of], w.rx_s[frame_of]
+            table: Table = tables[kind]
+            table.apply(ids, columns, t_s=t_s, rx_s=rx_s, known=known)
+
+    def _apply_sites(self, items: list[Received], rejected: Counter[str]) -> tuple[int, int, int]:
+        """Check and apply facility frames (a handful a window)."""
+        topo = self.state.topology
+        good: list[Received] = []
+        for item in items:
+            frame = item.frame
+            assert isinstance(frame, FacilityFrame)
+            address = item.address
+            if frame.site >= topo.n_sites:
+                rejected["unknown_node"] += 1
+            elif address is not None and (not address.is_facility or address.site != frame.site):
+                rejected["topic_mismatch"] += 1
+            elif len(frame.facility) != 1:
+                rejected["bad_header"] += 1
+            elif not all(np.isfinite(frame.facility[name]).all() for name in float_fields(FACILITY_DTYPE)):
+                rejected["non_finite"] += 1
+            else:
+                good.append(item)
+        applied = lost = changes = 0
+        for item in good:  # one at a time: a handful of sites, and a site may repeat in a window
+            frame = item.frame
+            assert isinstance(frame, FacilityFrame)
+            site = np.array([frame.site], np.int64)
+            _, gap, change, stale = self._sequence(
+                site, np.array([self._publisher(frame.publisher)], np.int64), np.array([frame.seq], np.uint64),
+                self._site_pub, self._site_seq,
+            )
+            lost, changes = lost + gap, changes + change
+            if stale:
+                rejected["stale_seq"] += 1
+                continue
+            record = frame.facility
+            self.state.facility.apply(
+                site, {name: record[name] for name in record.dtype.names or ()},
+                t_s=np.array([frame.t_s]), rx_s=np.array([item.rx_s]), known=(1 << len(record.dtype.names or ())) - 1,
+            )
+            applied += 1
+        return applied, lost, changes
+
+
+def _as_batch(frame: NodeFrame) -> NodeBatch:
+    """Return a node frame as a batch of one (its record fields as columns)."""
+    records = {"chips": frame.chips, "links": frame.links, "efa": frame.efa, "cooling": frame.cooling}
+    return NodeBatch(
+        frame.publisher, frame.seq, frame.tick, frame.t_s, -1,
+        np.array([frame.node], np.uint32), np.array([frame.seq], np.uint64), np.array([frame.tick], np.uint64),
+        np.array([frame.t_s], np.float64),
+        {kind: np.array([len(records[kind])], np.uint16) for kind in RECORD_KINDS},
+        {kind: {name: records[kind][name] for name in _COLUMNS[kind]} for kind in RECORD_KINDS},
+    )

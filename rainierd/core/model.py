@@ -23,16 +23,13 @@ from dataclasses import dataclass
 from typing import Final
 
 import numpy as np
-import numpy.typing as npt
 
+from rainierd._types import F64
 from rainierd.core.detect import FleetDetector
 from rainierd.core.detect.chips import FAILED, STALE, STRAGGLER
 from rainierd.core.throughput import Throughput
 
 __all__ = ["CAUSES", "LostByCause", "ModelParams", "group_loss", "lost_by_cause"]
-
-F64 = npt.NDArray[np.float64]
-B = npt.NDArray[np.bool_]
 
 CAUSES: Final = (
     "failed_chip", "thermal_throttle", "straggler", "degraded_neuronlink", "degraded_efa", "stale_telemetry",

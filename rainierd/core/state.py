@@ -1,108 +1,187 @@
-"""The monitor's picture of the fleet: for every chip, link, EFA port, node and
-site, its latest record and the one before it, as numpy arrays updated in place.
+"""The monitor's picture of the fleet: for every chip, NeuronLink, EFA port,
+node and site, its latest sample column by column, when it was received, and
+the per-second rates of its counters over its last interval.
 
-Keeping the previous record beside the current one is what lets the core turn
-counters into rates (FLOP/s, errors/s) without any per-entity history object.
+Why columns: a detector reads the one float32 column it needs, contiguous,
+instead of one field strided through 50-byte records, and a batch frame's
+columns land with slice copies.  Why rates at ingest: a counter becomes a rate
+the moment its next sample lands (``Table.apply``), so no previous record is
+kept and a lost sample only lengthens the interval.  Why receive times: each
+publisher has its own clock, so whether an entity has gone quiet is judged on
+when the monitor heard from it (``rx_s``, on the monitor's listening clock),
+never on tick numbers compared across publishers.
+
+A field a publisher did not send is unknown, not zero: NaN in a gauge column,
+its bit clear in ``known``, and NaN in the rate of a counter.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
 
+from rainierd._types import F32, F64, I64, U16, U32, B
 from rainierd.topology import Topology
-from rainierd.wire.records import CHIP_DTYPE, COOLING_DTYPE, EFA_DTYPE, FACILITY_DTYPE, LINK_DTYPE
+from rainierd.wire.records import CHIP_DTYPE, COOLING_DTYPE, EFA_DTYPE, FACILITY_DTYPE, LINK_DTYPE, column_dtypes
 
-__all__ = ["EntityTable", "FleetState", "concat_records"]
+__all__ = ["RATE_F64", "FleetState", "Table", "contiguous"]
+
+RATE_F64: Final = frozenset({"fp8_flop_total"})
+"""Counters whose rate is kept in float64: fleet FLOP/s sums must match to 1e-9."""
+
+
+def contiguous(ids: I64) -> slice | I64:
+    """Return ``ids`` as a slice when they are one ascending run (the common case), else unchanged."""
+    n = ids.size
+    if n and int(ids[-1]) - int(ids[0]) == n - 1 and (n == 1 or bool((ids[1:] > ids[:-1]).all())):
+        return slice(int(ids[0]), int(ids[0]) + n)
+    return ids
 
 
 @dataclass(eq=False)
-class EntityTable:
-    """Latest and previous records of one kind of entity, indexed by id."""
+class Table:
+    """The latest sample of ``n`` entities of one kind, one array per field.
 
-    cur: npt.NDArray[np.void]
-    prev: npt.NDArray[np.void]
-    t_s: npt.NDArray[np.float64]
-    prev_t_s: npt.NDArray[np.float64]
-    tick: npt.NDArray[np.int64]
+    Gauges are float32 (NaN: unknown); counters keep their last total in the
+    wire dtype and a per-second ``rates`` column (NaN until two samples, after
+    a counter reset, or when either sample lacked it).
+    """
+
+    n: int
+    fields: tuple[str, ...]
+    gauges: dict[str, F32]
+    totals: dict[str, npt.NDArray[Any]]
+    rates: dict[str, npt.NDArray[np.floating[Any]]]
+    t_s: F64  # the publisher's sample time of the latest sample (NaN: never)
+    rx_s: F64  # when the monitor received it, on its listening clock (NaN: never)
+    dt_s: F32  # publisher time between the last two samples (NaN: fewer than two)
+    samples: U32  # samples applied so far
+    known: U16  # bit i: field i was in the latest sample
 
     @classmethod
-    def empty(cls, n: int, dtype: np.dtype[np.void]) -> EntityTable:
-        """Return a table of ``n`` entities that have never reported."""
+    def empty(cls, n: int, dtype: np.dtype[np.void], *, skip: tuple[str, ...] = ()) -> Table:
+        """Return a table of ``n`` entities that have never reported (``skip``: id fields)."""
+        columns = {name: dt for name, dt in column_dtypes(dtype).items() if name not in skip}
+        gauges: dict[str, F32] = {}
+        totals: dict[str, npt.NDArray[Any]] = {}
+        rates: dict[str, npt.NDArray[np.floating[Any]]] = {}
+        for name, dt in columns.items():
+            if name.endswith("_total"):
+                totals[name] = np.zeros(n, dt)
+                rates[name] = np.full(n, np.nan, np.float64 if name in RATE_F64 else np.float32)
+            else:
+                gauges[name] = np.full(n, np.nan, np.float32)
         return cls(
-            np.zeros(n, dtype), np.zeros(n, dtype),
-            np.full(n, np.nan), np.full(n, np.nan), np.full(n, -1, dtype=np.int64),
+            n, tuple(column_dtypes(dtype)), gauges, totals, rates,
+            np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan, np.float32),
+            np.zeros(n, np.uint32), np.zeros(n, np.uint16),
         )
 
-    def scatter(
-        self,
-        ids: npt.NDArray[np.int64],
-        records: npt.NDArray[np.void],
-        t_s: npt.NDArray[np.float64],
-        tick: npt.NDArray[np.int64],
-    ) -> None:
-        """Store ``records`` as the latest of ``ids``; ids must be unique."""
-        # Copying records as rows of raw bytes is several times faster than
-        # numpy's field-by-field copy of structured arrays.
-        cur, prev = _rows(self.cur), _rows(self.prev)
-        prev[ids] = cur[ids]
-        self.prev_t_s[ids] = self.t_s[ids]
-        cur[ids] = _rows(np.ascontiguousarray(records, dtype=self.cur.dtype))
-        self.t_s[ids] = t_s
-        self.tick[ids] = tick
+    def bit(self, name: str) -> int:
+        """Return the ``known`` bit of field ``name``."""
+        return 1 << self.fields.index(name)
 
-    def reported(self) -> npt.NDArray[np.bool_]:
+    def reported(self) -> B:
         """Return which entities have reported at least once."""
-        return self.tick >= 0
+        return self.samples > 0
+
+    def apply(
+        self,
+        ids: I64,
+        columns: dict[str, npt.NDArray[Any]],
+        *,
+        t_s: F64,
+        rx_s: F64,
+        known: int | U16,
+    ) -> None:
+        """Store one sample for each of ``ids`` (unique), turning counters into rates.
+
+        ``columns`` holds the sample's fields (a field absent from it, or with
+        its ``known`` bit clear, is unknown); ``t_s`` and ``rx_s`` are per
+        record.  Every value must already be validated: this only stores.
+        """
+        at = contiguous(ids)
+        dt = np.asarray(t_s - self.t_s[at], dtype=np.float32)  # NaN for a first sample
+        dt[~(dt > 0)] = np.nan  # a repeated or backwards timestamp gives no rate
+        uniform = isinstance(known, int)
+        full = (1 << len(self.fields)) - 1
+        # A counter has a rate only if the previous sample had it too.
+        had = self.known[at]
+        had_all = bool((had == full).all())
+        for name, total in self.totals.items():
+            bit = self.bit(name)
+            if name not in columns or (uniform and not known & bit):
+                self.rates[name][at] = np.nan
+                continue
+            new = columns[name]
+            # float64 differences are exact for counters below 2**53 and turn a
+            # reset (the counter went backwards) into a negative value.
+            rate = np.subtract(new, total[at], dtype=np.float64)
+            np.divide(rate, dt, out=rate)
+            rate[rate < 0] = np.nan
+            if not had_all:
+                rate[(had & bit) == 0] = np.nan
+            if not uniform:
+                rate[(np.asarray(known) & bit) == 0] = np.nan
+            self.rates[name][at] = rate
+            total[at] = new
+        for name, gauge in self.gauges.items():
+            if name not in columns or (uniform and not known & self.bit(name)):
+                gauge[at] = np.nan
+            elif uniform:
+                gauge[at] = columns[name]
+            else:
+                present = (np.asarray(known) & self.bit(name)).astype(bool)
+                gauge[at] = np.where(present, columns[name], np.nan)
+        self.t_s[at] = t_s
+        self.rx_s[at] = rx_s
+        self.dt_s[at] = dt
+        self.samples[at] += np.uint32(1)
+        self.known[at] = known
 
 
-def _rows(records: npt.NDArray[np.void]) -> npt.NDArray[np.uint8]:
-    return records.view(np.uint8).reshape(records.size, records.dtype.itemsize)
-
-
-def concat_records(parts: list[npt.NDArray[np.void]], dtype: np.dtype[np.void]) -> npt.NDArray[np.void]:
-    """Return the records of ``parts`` in one array (fast for many small parts)."""
-    # np.concatenate promotes structured dtypes field by field for every part;
-    # as opaque void items the same join is a plain copy.
-    void = np.dtype((np.void, dtype.itemsize))
-    if not parts:
-        return np.zeros(0, dtype)
-    joined = np.concatenate([np.ascontiguousarray(p, dtype=dtype).view(void) for p in parts])
-    return joined.view(dtype)
+def _id_fields(dtype: np.dtype[np.void]) -> tuple[str, ...]:
+    assert dtype.names is not None
+    return tuple(n for n in dtype.names if n in ("chip", "link", "port"))
 
 
 @dataclass(eq=False)
 class FleetState:
-    """All entity tables of a fleet, sized by its topology."""
+    """All entity tables of a fleet, sized by its topology, and the analysis clock."""
 
     topology: Topology
-    chips: EntityTable = field(init=False)
-    links: EntityTable = field(init=False)
-    efa: EntityTable = field(init=False)
-    cooling: EntityTable = field(init=False)
-    facility: EntityTable = field(init=False)
-    latest_tick: int = -1  # newest telemetry tick applied
+    chips: Table = field(init=False)
+    links: Table = field(init=False)
+    efa: Table = field(init=False)
+    cooling: Table = field(init=False)
+    facility: Table = field(init=False)
+    latest_tick: int = -1  # newest publisher tick applied (labels events; never judges freshness)
     latest_t_s: float = float("nan")  # its sample time
-    # The tick the monitor believes it is: it runs ahead of latest_tick when
-    # telemetry stops arriving, so silence still makes chips stale.
-    clock_tick: int = -1
-
-    @property
-    def now_tick(self) -> int:
-        """Return the tick staleness is judged against."""
-        return max(self.latest_tick, self.clock_tick)
-
-    def stale_chips(self, stale_after_ticks: int) -> npt.NDArray[np.bool_]:
-        """Return chips that reported once but not in the last ``stale_after_ticks`` ticks."""
-        ticks = self.chips.tick
-        return (ticks >= 0) & (self.now_tick - ticks >= stale_after_ticks)
+    # The monitor's listening clock at the current analysis: ages are now_s - rx_s.
+    now_s: float = float("nan")
 
     def __post_init__(self) -> None:
         topo = self.topology
-        self.chips = EntityTable.empty(topo.n_chips, CHIP_DTYPE)
-        self.links = EntityTable.empty(topo.n_links, LINK_DTYPE)
-        self.efa = EntityTable.empty(topo.n_efa, EFA_DTYPE)
-        self.cooling = EntityTable.empty(topo.n_nodes, COOLING_DTYPE)
-        self.facility = EntityTable.empty(topo.n_sites, FACILITY_DTYPE)
+        self.chips = Table.empty(topo.n_chips, CHIP_DTYPE, skip=_id_fields(CHIP_DTYPE))
+        self.links = Table.empty(topo.n_links, LINK_DTYPE, skip=_id_fields(LINK_DTYPE))
+        self.efa = Table.empty(topo.n_efa, EFA_DTYPE, skip=_id_fields(EFA_DTYPE))
+        self.cooling = Table.empty(topo.n_nodes, COOLING_DTYPE)
+        self.facility = Table.empty(topo.n_sites, FACILITY_DTYPE)
+
+    def silent(self, table: Table, stale_after_s: float) -> B:
+        """Return entities that reported once but not within ``stale_after_s`` of ``now_s``."""
+        with np.errstate(invalid="ignore"):
+            return np.asarray((self.now_s - table.rx_s) > stale_after_s, dtype=bool)
+
+    def fresh(self, table: Table, stale_after_s: float) -> B:
+        """Return entities whose latest sample is within ``stale_after_s`` of ``now_s``."""
+        with np.errstate(invalid="ignore"):
+            return np.asarray((self.now_s - table.rx_s) <= stale_after_s, dtype=bool)
+
+    def tables(self) -> dict[str, Table]:
+        """Return the tables by record kind (the frame's names)."""
+        return {"chips": self.chips, "links": self.links, "efa": self.efa, "cooling": self.cooling}
+

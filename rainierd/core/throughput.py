@@ -3,12 +3,12 @@ FLOP/s per chip, summed per UltraServer, site and fleet.
 
 * peak: the chip's dense FP8 figure, for every chip in the topology;
 * delivered: peak x utilisation x clock ratio, what the chip says it is doing;
-* effective: the FP8 FLOP the chip actually executed per second, from the
-  difference of its last two FLOP counter samples (its delivered figure until
-  it has two samples, or when its counter restarted).
+* effective: the FP8 FLOP the chip actually executed per second, the rate of
+  its FLOP counter over its last interval (its delivered figure until it has
+  two samples, or when its counter restarted).
 
-A chip whose last sample is older than ``stale_after_ticks`` ticks counts in
-peak but delivers nothing.  The synchronous-group model (a group runs at its
+A chip the monitor has not heard from within ``stale_after_s`` (on its
+listening clock) counts in peak but delivers nothing.  The synchronous-group model (a group runs at its
 slowest member's pace, its collectives at its slowest link's) and lost FLOP/s
 by cause plug in here; see docs/throughput-model.md.
 """
@@ -20,11 +20,10 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from rainierd._types import F64
 from rainierd.core.state import FleetState
 
 __all__ = ["Throughput", "compute_throughput"]
-
-F64 = npt.NDArray[np.float64]
 
 
 @dataclass(frozen=True, eq=False)
@@ -71,23 +70,23 @@ def compute_throughput(
     state: FleetState,
     *,
     peak_flops_per_chip: float,
-    stale_after_ticks: int,
+    stale_after_s: float,
 ) -> Throughput:
-    """Return the FP8 throughput implied by the state at its latest tick."""
+    """Return the FP8 throughput implied by the state at ``state.now_s``."""
     topo, chips = state.topology, state.chips
-    fresh = (chips.tick >= 0) & ~state.stale_chips(stale_after_ticks)
-    cur, prev = chips.cur, chips.prev
-    delivered = np.where(
-        fresh, peak_flops_per_chip * cur["util"].astype(np.float64) * cur["clock_ratio"], 0.0
-    )
-    dt = chips.t_s - chips.prev_t_s  # NaN until a chip has two samples
-    dflop = cur["fp8_flop_total"] - prev["fp8_flop_total"]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        rate = dflop / dt
+    fresh = state.fresh(chips, stale_after_s)
+    delivered = chips.gauges["util"].astype(np.float64)
+    delivered *= chips.gauges["clock_ratio"]
+    delivered *= peak_flops_per_chip
+    # A chip that is silent, or whose utilisation or clock is unknown, delivers
+    # nothing the monitor can vouch for.
+    delivered[~fresh | np.isnan(delivered)] = 0.0
+    rate = chips.rates["fp8_flop_total"]
     # Until a chip has two samples, or after its counter went backwards (a
     # publisher restart), it has no measured rate: its delivered figure stands
     # in, so a monitor that just started does not report a fleet at 7 %.
-    countable = fresh & (dt > 0) & (dflop >= 0)
+    with np.errstate(invalid="ignore"):
+        countable = fresh & (rate >= 0)
     effective = np.where(countable, rate, delivered)
 
     chip_us = topo.chip_ultraserver

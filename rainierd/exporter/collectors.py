@@ -15,13 +15,19 @@ from dataclasses import dataclass, field
 
 import structlog
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from rainierd import __version__
 from rainierd.core.ingest import IngestStats
 from rainierd.exporter.snapshot import MonitorSnapshot
-from rainierd.mqtt import ConnectionState
+from rainierd.status import BacklogState, ConnectionState, LagHistogram
 from rainierd.topology import Topology
 from rainierd.wire.records import WIRE_VERSION
 
@@ -35,6 +41,7 @@ DECODE_REASONS = (
     "bad_kind", "bad_header", "trailing_bytes", "non_finite", "bad_json", "schema",
     "unknown_node", "unknown_id", "duplicate_id", "topic_mismatch", "stale_seq", "bad_topic",
 )
+ENCODINGS = ("binary", "json")
 
 
 class FleetCollector(Collector):
@@ -79,23 +86,35 @@ class MonitorCollector(Collector):
         snapshot: Callable[[], MonitorSnapshot | None],
         connection: ConnectionState,
         loop_lag: Callable[[], float] | None = None,
+        *,
+        backlog: BacklogState | None = None,
+        lag: LagHistogram | None = None,
     ) -> None:
         self._stats, self._snapshot, self._connection = stats, snapshot, connection
         self._loop_lag = loop_lag
+        self._backlog, self._lag = backlog, lag
 
     def collect(self) -> Iterator[Metric]:
         stats = self._stats
+        messages = CounterMetricFamily(
+            "rainier_ingest_messages", "MQTT telemetry messages received, by encoding (a batch frame is one).",
+            labels=["encoding"],
+        )
         frames = CounterMetricFamily(
-            "rainier_ingest_frames", "Telemetry frames received, by encoding.", labels=["encoding"],
+            "rainier_ingest_frames", "Telemetry frames decoded, by encoding (a batch frame carries many).",
+            labels=["encoding"],
         )
         received = CounterMetricFamily(
             "rainier_ingest_bytes", "Telemetry payload bytes received, by encoding.", labels=["encoding"],
         )
-        for encoding in ("binary", "json"):
+        for encoding in ENCODINGS:
+            messages.add_metric([encoding], stats.messages[encoding])
             frames.add_metric([encoding], stats.frames[encoding])
             received.add_metric([encoding], stats.bytes[encoding])
+        yield messages
         yield frames
         yield received
+        yield from self._backlog_metrics()
         errors = CounterMetricFamily(
             "rainier_ingest_decode_errors",
             "Frames rejected, by reason (decode, identity, sequence).", labels=["reason"],
@@ -144,6 +163,44 @@ class MonitorCollector(Collector):
             )
             yield CounterMetricFamily(
                 "rainier_monitor_analyses", "Analysis ticks run.", value=snap.analysed_ticks,
+            )
+
+
+    def _backlog_metrics(self) -> Iterator[Metric]:
+        backlog, lag = self._backlog, self._lag
+        if backlog is not None:
+            yield GaugeMetricFamily("rainier_monitor_backlog_messages", "Messages waiting for analysis.",
+                                    value=backlog.messages)
+            yield GaugeMetricFamily("rainier_monitor_backlog_bytes", "Payload bytes waiting for analysis.",
+                                    value=backlog.bytes)
+            yield GaugeMetricFamily(
+                "rainier_monitor_backlog_seconds",
+                "How long the oldest message of the last analysed window had waited.", value=backlog.oldest_s,
+            )
+            yield CounterMetricFamily(
+                "rainier_monitor_backlog_dropped_messages",
+                "Messages dropped, oldest first, because the backlog was full (their frames count as lost).",
+                value=backlog.dropped_messages,
+            )
+            yield CounterMetricFamily(
+                "rainier_monitor_backlog_dropped_bytes", "Payload bytes dropped because the backlog was full.",
+                value=backlog.dropped_bytes,
+            )
+            yield GaugeMetricFamily(
+                "rainier_monitor_overloaded",
+                "1 while the monitor is behind its input (silence is then not judged).",
+                value=float(backlog.overloaded),
+            )
+            yield CounterMetricFamily(
+                "rainier_monitor_overload_episodes", "Times the monitor fell behind its input.",
+                value=backlog.overload_episodes,
+            )
+        if lag is not None:
+            buckets = [(repr(bound) if bound != float("inf") else "+Inf", count) for bound, count in lag.cumulative()]
+            yield HistogramMetricFamily(
+                "rainier_monitor_sample_lag_seconds",
+                "Time from a frame's sample time (publisher clock) to the end of the analysis that applied it.",
+                buckets=buckets, sum_value=lag.total_s,
             )
 
 

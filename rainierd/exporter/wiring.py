@@ -15,7 +15,7 @@ from rainierd.exporter.collectors import FleetCollector, MonitorCollector, build
 from rainierd.exporter.fast import UltraServerFamilies
 from rainierd.exporter.health import EntityFamilies, HealthCollector
 from rainierd.exporter.snapshot import MonitorSnapshot
-from rainierd.mqtt import ConnectionState
+from rainierd.status import BacklogState, ConnectionState, LagHistogram
 from rainierd.topology import Topology
 
 __all__ = ["Exporter", "build_exporter"]
@@ -35,6 +35,8 @@ def build_exporter(
     *,
     stats: IngestStats,
     connection: ConnectionState,
+    backlog: BacklogState | None = None,
+    lag: LagHistogram | None = None,
     loop_lag: Callable[[], float] | None = None,
     max_entity_series: int = 1_000,
     process_metrics: bool = True,
@@ -44,7 +46,7 @@ def build_exporter(
     ultraservers = UltraServerFamilies(topology, snapshot)
     registry = build_registry({
         "fleet": FleetCollector(topology, snapshot),
-        "monitor": MonitorCollector(stats, snapshot, connection, loop_lag),
+        "monitor": MonitorCollector(stats, snapshot, connection, loop_lag, backlog=backlog, lag=lag),
         "health": HealthCollector(snapshot, dropped=lambda: entities.dropped),
     }, process_metrics=process_metrics)
     return Exporter(registry, lambda: ultraservers.render() + entities.render())

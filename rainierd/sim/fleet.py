@@ -181,11 +181,32 @@ class FleetModel:
         site_inlet = np.clip(self._outside_c(sim_s) + 4.0, 18.0, 27.0)
         return np.asarray(site_inlet[self.topology.node_site] + self._node_inlet_offset_c, dtype=np.float64)
 
-    def _poisson(self, rate_per_s: float | F64, n: int) -> npt.NDArray[np.uint64]:
-        return self.rng.poisson(rate_per_s * self.tick_s, n).astype(np.uint64)
+    def _add_poisson(self, counter: npt.NDArray[np.uint64], base_per_s: float, extra_per_s: F64 | None = None) -> None:
+        """Add Poisson(rate x tick) events to every entity's ``counter``, in time that follows the events.
 
-    def _bursts(self, n: int) -> B:
-        return self.rng.random(n) < self.params.burst_prob * self.params.noise
+        The fleet's total is drawn at once and spread uniformly over the
+        entities, which gives each one exactly an independent Poisson count:
+        a 1e-3/s trickle over 1.5M links costs ~1,500 draws, not 1.5M.
+        ``extra_per_s`` (faults) adds a Poisson draw where it is non-zero.
+        """
+        n = counter.size
+        total = int(self.rng.poisson(base_per_s * self.tick_s * n))
+        if total:
+            np.add.at(counter, self.rng.integers(n, size=total), np.uint64(1))
+        if extra_per_s is not None:
+            hot = np.flatnonzero(extra_per_s)
+            if hot.size:
+                counter[hot] += self.rng.poisson(extra_per_s[hot] * self.tick_s).astype(np.uint64)
+
+    def _bursts(self, n: int) -> npt.NDArray[np.int64]:
+        """Return the entities that have a burst this tick (each with probability burst_prob x noise)."""
+        count = int(self.rng.binomial(n, min(1.0, self.params.burst_prob * self.params.noise)))
+        return self.rng.integers(n, size=count)
+
+    def _normal(self, n: int, sigma: float) -> npt.NDArray[np.float32]:
+        noise = self.rng.standard_normal(n, dtype=np.float32)
+        noise *= np.float32(sigma)
+        return noise
 
     def _by_group(self, values: F64, per_group: int, reduce: str) -> F64:
         padded = np.resize(values, self.n_groups * per_group) if values.size % per_group else values
@@ -255,7 +276,7 @@ class FleetModel:
         self, tick: int, e: Effects, group: dict[str, F64], inlet_node: F64,
     ) -> tuple[F64, F64, F64, F64]:
         """FLOP at the group's pace; utilisation is the busy share that leaves each chip."""
-        topo, p, hw, rng, dt = self.topology, self.params, self.hw, self.rng, self.tick_s
+        topo, p, hw, dt = self.topology, self.params, self.hw, self.tick_s
         g = self._chip_group
         base_util = p.util_mean + p.util_cycle_amp * np.sin(2.0 * np.pi * (tick * dt / p.step_s + self._group_phase))
         flops = hw.fp8_dense_flops * base_util[g] * group["pace"][g]
@@ -271,14 +292,14 @@ class FleetModel:
         self._flop += flops * dt
 
         c = self.chips
-        c["util"] = np.clip(util_true + rng.normal(0, p.util_noise * p.noise, topo.n_chips), 0.0, 1.0)
+        c["util"] = np.clip(util_true + self._normal(topo.n_chips, p.util_noise * p.noise), 0.0, 1.0)
         c["clock_ratio"] = clock
         c["throttled"] = (self._thermal_clock < 1.0) | (e.chip_clock_cap < 1.0)
         c["temp_c"] = np.where(e.chip_clock_cap < 1.0, np.maximum(self._temp_c, p.throttle_start_c), self._temp_c)
-        c["temp_c"] += rng.normal(0, p.temp_noise_c * p.noise, topo.n_chips)
+        c["temp_c"] += self._normal(topo.n_chips, p.temp_noise_c * p.noise)
         c["power_w"] = power
         c["fp8_flop_total"] = self._flop
-        c["ecc_corrected_total"] += self._poisson(p.ecc_corrected_per_s, topo.n_chips)
+        self._add_poisson(c["ecc_corrected_total"], p.ecc_corrected_per_s)
         c["ecc_uncorrected_total"] += e.chip_fail_onset.astype(np.uint64)
         return flops, power, clock, util_true
 
@@ -286,50 +307,64 @@ class FleetModel:
         """NeuronLinks: bandwidth near nominal with jitter and contention dips; errors at a trickle."""
         topo, p, rng, dt = self.topology, self.params, self.rng, self.tick_s
         n = topo.n_links
-        jitter = p.link_bw_efficiency + rng.normal(0, p.link_bw_noise * p.noise, n)
-        jitter = np.where(self._bursts(n), jitter * rng.uniform(0.7, 0.95, n), jitter)
-        bw = np.maximum(self._link_nominal * e.link_bw_frac * jitter, 0.0)
+        jitter = self._normal(n, p.link_bw_noise * p.noise)
+        jitter += np.float32(p.link_bw_efficiency)
+        dips = self._bursts(n)
+        jitter[dips] *= rng.uniform(0.7, 0.95, dips.size).astype(np.float32)
+        bw = self._link_nominal * jitter
+        bw *= e.link_bw_frac
+        np.maximum(bw, 0.0, out=bw)
         links = self.links
         links["bw_bytes_s"] = bw
         links["lanes_up"] = e.link_lanes
         link_pace = pace[topo.link_node // (topo.nodes_per_ultraserver * p.group_ultraservers)]
         links["tx_bytes_total"] += (bw * p.comm_share * link_pace * dt).astype(np.uint64)
-        crc_burst = np.where(self._bursts(n), rng.poisson(20.0 * p.noise, n), 0).astype(np.uint64)
-        links["crc_errors_total"] += self._poisson(p.link_crc_per_s + e.link_crc_per_s, n) + crc_burst
-        links["replay_total"] += self._poisson(p.link_replay_per_s + e.link_replay_per_s, n) + crc_burst // 4
-        latency = self._link_latency_us * (1.0 + rng.normal(0, 0.03 * p.noise, n))
-        latency = np.where(self._bursts(n), latency * rng.uniform(1.5, 3.0, n), latency)
-        links["latency_us"] = np.where(e.link_lanes == 0, 0.0, latency)
+        self._add_poisson(links["crc_errors_total"], p.link_crc_per_s, e.link_crc_per_s)
+        self._add_poisson(links["replay_total"], p.link_replay_per_s, e.link_replay_per_s)
+        bursts = self._bursts(n)  # an error burst: a few tens of CRC errors and their replays
+        crc_burst = rng.poisson(20.0 * p.noise, bursts.size).astype(np.uint64)
+        np.add.at(links["crc_errors_total"], bursts, crc_burst)
+        np.add.at(links["replay_total"], bursts, crc_burst // np.uint64(4))
+        latency = self._normal(n, 0.03 * p.noise)
+        latency += np.float32(1.0)
+        latency *= self._link_latency_us
+        spikes = self._bursts(n)
+        latency[spikes] *= rng.uniform(1.5, 3.0, spikes.size).astype(np.float32)
+        latency[e.link_lanes == 0] = 0.0
+        links["latency_us"] = latency
 
     def _step_efa(self, e: Effects, pace: F64) -> None:
         """EFA ports: traffic at the group's pace; retransmits at a trickle, with bursts."""
         topo, p, hw, rng, dt = self.topology, self.params, self.hw, self.rng, self.tick_s
         n = topo.n_efa
         port_pace = pace[topo.efa_node // (topo.nodes_per_ultraserver * p.group_ultraservers)]
-        rate = hw.efa_port_bytes_s * p.efa_load * port_pace * e.efa_frac * (1.0 + rng.normal(0, 0.02 * p.noise, n))
+        rate = (1.0 + self._normal(n, 0.02 * p.noise)) * (hw.efa_port_bytes_s * p.efa_load * port_pace * e.efa_frac)
         rate = np.where(e.efa_down, 0.0, np.maximum(rate, 0.0))
         moved = (rate * dt).astype(np.uint64)
         efa = self.efa
         efa["tx_bytes_total"] += moved
         efa["rx_bytes_total"] += moved
         lost_pkts_per_s = e.efa_loss * rate / _EFA_PACKET_BYTES
-        burst = np.where(self._bursts(n), rng.poisson(50.0 * p.noise, n), 0).astype(np.uint64)
-        pkts = self._poisson(p.efa_retrans_pkts_per_s + e.efa_retrans_per_s + lost_pkts_per_s, n) + burst
-        efa["retrans_pkts_total"] += pkts
-        efa["retrans_bytes_total"] += pkts * np.uint64(_EFA_PACKET_BYTES)
-        efa["retrans_timeout_events_total"] += self._poisson(np.where(e.efa_down, 5.0, 1e-4), n)
-        efa["unresponsive_remote_events_total"] += self._poisson(np.where(e.efa_down, 2.0, 0.0), n)
-        efa["impaired_remote_conn_events_total"] += self._poisson(np.where(e.efa_loss > 1e-4, 0.5, 0.0), n)
-        latency = p.efa_latency_us * e.efa_latency_mult * (1.0 + rng.normal(0, 0.04 * p.noise, n))
-        efa["latency_us"] = np.where(self._bursts(n), latency * rng.uniform(1.5, 3.0, n), latency)
+        before = efa["retrans_pkts_total"].copy()
+        self._add_poisson(efa["retrans_pkts_total"], p.efa_retrans_pkts_per_s, e.efa_retrans_per_s + lost_pkts_per_s)
+        bursts = self._bursts(n)
+        np.add.at(efa["retrans_pkts_total"], bursts, rng.poisson(50.0 * p.noise, bursts.size).astype(np.uint64))
+        efa["retrans_bytes_total"] += (efa["retrans_pkts_total"] - before) * np.uint64(_EFA_PACKET_BYTES)
+        self._add_poisson(efa["retrans_timeout_events_total"], 1e-4, np.where(e.efa_down, 5.0, 0.0))
+        self._add_poisson(efa["unresponsive_remote_events_total"], 0.0, np.where(e.efa_down, 2.0, 0.0))
+        self._add_poisson(efa["impaired_remote_conn_events_total"], 0.0, np.where(e.efa_loss > 1e-4, 0.5, 0.0))
+        latency = (1.0 + self._normal(n, 0.04 * p.noise)) * (p.efa_latency_us * e.efa_latency_mult)
+        spikes = self._bursts(n)
+        latency[spikes] *= rng.uniform(1.5, 3.0, spikes.size)
+        efa["latency_us"] = latency
 
     def _step_cooling(self, e: Effects, inlet_node: F64, chip_power: F64) -> F64:
         """Node air path: outlet rises with power over airflow; fans follow inlet air."""
-        topo, hw, rng = self.topology, self.hw, self.rng
+        topo, hw = self.topology, self.hw
         node_power = np.bincount(topo.chip_node, weights=chip_power, minlength=topo.n_nodes) + hw.node_host_power_w
         airflow = e.node_fan_frac
         cool = self.cooling
-        cool["inlet_c"] = inlet_node + rng.normal(0, 0.1 * self.params.noise, topo.n_nodes)
+        cool["inlet_c"] = inlet_node + self._normal(topo.n_nodes, 0.1 * self.params.noise)
         cool["outlet_c"] = inlet_node + node_power / (1_200.0 * airflow)  # ~1 m^3/s of air: 1.2 kW per degree
         cool["fan_rpm"] = np.clip(6_000.0 + 250.0 * (inlet_node - 20.0), 4_000.0, 12_000.0) * airflow
         cool["power_w"] = node_power

@@ -1,19 +1,25 @@
-"""Cutting one tick of the simulated fleet into per-node and per-site frames.
+"""Cutting one tick of the simulated fleet into frames: one per node and site,
+or batch frames that carry many nodes of a site at once.
 
 Because a node's chips, links and ports have contiguous ids, each frame's
-records are slices (views) of the tick's fleet-wide arrays.
+records are slices (views) of the tick's fleet-wide arrays, and a batch's
+columns are slices of the fleet-wide columns.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 from rainierd.sim.fleet import TickSample
 from rainierd.topology import Topology
-from rainierd.wire.records import FacilityFrame, NodeFrame
-from rainierd.wire.topics import facility_topic, node_topic
+from rainierd.wire.records import RECORD_KINDS, FacilityFrame, NodeBatch, NodeFrame, column_dtypes
+from rainierd.wire.topics import batch_topic, facility_topic, node_topic
 
-__all__ = ["tick_frames"]
+__all__ = ["tick_batches", "tick_frames"]
 
 
 def tick_frames(
@@ -44,7 +50,88 @@ def tick_frames(
             sample.efa[efa.start:efa.stop],
             sample.cooling[node:node + 1],
         )
+    yield from _facility_frames(topo, sample, publisher, sites)
+
+
+def _facility_frames(
+    topo: Topology, sample: TickSample, publisher: str, sites: range | None,
+) -> Iterator[tuple[str, FacilityFrame]]:
     for site in sites if sites is not None else range(topo.n_sites):
         yield facility_topic(site), FacilityFrame(
             publisher, sample.tick, sample.tick, sample.t_s, site, sample.facility[site:site + 1],
         )
+
+
+def tick_batches(
+    topology: Topology,
+    sample: TickSample,
+    *,
+    publisher: str,
+    nodes_per_batch: int,
+    sites: range | None = None,
+) -> Iterator[tuple[str, NodeBatch | FacilityFrame]]:
+    """Yield (topic, frame) for one tick as an aggregation tier would: a batch
+    frame per ``nodes_per_batch`` consecutive nodes of a site, then each
+    site's facility frame.
+
+    Each node entry's sequence number is the tick, as in ``tick_frames``; a
+    lost node is left out of its batch and a failed chip out of its node.
+    """
+    topo = topology
+    per_kind = {"chips": topo.chips_per_node, "links": topo.links_per_node, "efa": topo.efa_ports_per_node,
+                "cooling": 1}
+    records = {"chips": sample.chips, "links": sample.links, "efa": sample.efa, "cooling": sample.cooling}
+    # One contiguous copy of each fleet-wide column a tick; batches slice them.
+    columns = {kind: {name: np.ascontiguousarray(records[kind][name]) for name in column_dtypes(records[kind].dtype)}
+               for kind in RECORD_KINDS}
+    keep = {kind: None if kind != "chips" else ~sample.chip_silent for kind in RECORD_KINDS}
+    nodes_per_site = topo.ultraservers_per_site * topo.nodes_per_ultraserver
+    for site in sites if sites is not None else range(topo.n_sites):
+        for first in range(site * nodes_per_site, (site + 1) * nodes_per_site, nodes_per_batch):
+            last = min(first + nodes_per_batch, (site + 1) * nodes_per_site)
+            batch = _batch(sample, publisher=publisher, site=site, first=first, last=last, per_kind=per_kind,
+                           columns=columns, keep=keep)
+            if batch is not None:
+                yield batch_topic(site, f"n{first}-{last - 1}"), batch
+    yield from _facility_frames(topo, sample, publisher, sites)
+
+
+def _batch(
+    sample: TickSample,
+    *,
+    publisher: str,
+    site: int,
+    first: int,
+    last: int,
+    per_kind: dict[str, int],
+    columns: dict[str, dict[str, npt.NDArray[Any]]],
+    keep: dict[str, npt.NDArray[np.bool_] | None],
+) -> NodeBatch | None:
+    silent = sample.node_silent[first:last]
+    nodes = np.arange(first, last, dtype=np.uint32)
+    chip_keep = keep["chips"]
+    assert chip_keep is not None
+    node_ok = ~silent
+    if not node_ok.any():
+        return None
+    chip_ok = chip_keep[first * per_kind["chips"]:last * per_kind["chips"]]
+    counts: dict[str, npt.NDArray[np.uint16]] = {}
+    batch_columns: dict[str, dict[str, npt.NDArray[Any]]] = {}
+    for kind in RECORD_KINDS:
+        k = per_kind[kind]
+        window = slice(first * k, last * k)
+        mask = np.repeat(node_ok, k)
+        if kind == "chips":
+            mask &= chip_ok
+        if mask.all():
+            batch_columns[kind] = {name: values[window] for name, values in columns[kind].items()}
+            counts[kind] = np.full(last - first, k, np.uint16)
+        else:
+            batch_columns[kind] = {name: values[window][mask] for name, values in columns[kind].items()}
+            counts[kind] = mask.reshape(-1, k).sum(axis=1).astype(np.uint16)[node_ok]
+    n = int(node_ok.sum())
+    return NodeBatch(
+        publisher, sample.tick, sample.tick, sample.t_s, site, nodes[node_ok],
+        np.full(n, sample.tick, np.uint64), np.full(n, sample.tick, np.uint64), np.full(n, sample.t_s),
+        counts, batch_columns,
+    )

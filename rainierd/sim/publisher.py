@@ -2,9 +2,14 @@
 each tick's frames to an MQTT publishing session through a bounded outbox.
 
 Production of ticks never waits on the broker: while the connection is down
-the outbox fills, then drops its oldest frames (counted and logged), and the
+(or the broker cannot take the rate) the outbox fills, then drops its oldest
+messages (the frames in them counted, one log line a tick at most), and the
 monitor sees the loss as sequence gaps.  Tick ``k`` is produced at
 ``start + k * tick_s`` on the event loop's monotonic clock.
+
+With the binary encoding the simulator publishes as an aggregation tier
+would: one batch frame per ``batch_nodes`` nodes of a site (docs/performance.md
+explains why), or one frame per node with ``batch_nodes`` 0 and always with JSON.
 """
 
 from __future__ import annotations
@@ -23,10 +28,10 @@ import structlog
 
 from rainierd.sim.faults import Fault, random_faults
 from rainierd.sim.fleet import FleetModel, FleetParams, TickTruth
-from rainierd.sim.frames import tick_frames
+from rainierd.sim.frames import tick_batches, tick_frames
 from rainierd.topology import Topology
 from rainierd.wire import encode_binary, encode_json
-from rainierd.wire.records import Frame
+from rainierd.wire.records import NodeBatch
 from rainierd.wire.topics import truth_topic
 
 __all__ = ["Outgoing", "Simulator", "truth_document", "truth_payload"]
@@ -44,6 +49,7 @@ class Outgoing:
     topic: str
     payload: bytes
     retain: bool = False
+    frames: int = 0  # telemetry frames it carries (a batch carries many)
 
 
 def truth_document(truth: TickTruth, publisher: str) -> dict[str, Any]:
@@ -77,6 +83,7 @@ class Simulator:
         ticks: int,
         encoding: str,
         qos: int,
+        batch_nodes: int = 0,
         faults: list[Fault] | None = None,
         fault_acceleration: float = 0.0,
         params: FleetParams | None = None,
@@ -85,18 +92,24 @@ class Simulator:
         self.topology = topology
         self.publisher_id = publisher_id
         self.tick_s, self.ticks, self.qos = tick_s, ticks, qos
-        self._encode: Callable[[Frame], bytes] = encode_json if encoding == "json" else encode_binary
+        self._encode: Callable[[Any], bytes] = encode_json if encoding == "json" else encode_binary
+        self.batch_nodes = batch_nodes if encoding == "binary" else 0
         self._seed = seed
         self._faults = list(faults or [])
         self._acceleration = fault_acceleration
         self._params = params
         self._truth_file = truth_file
         self._truth_out: TextIO | None = None
-        per_tick = topology.n_nodes + topology.n_sites + 1
-        self.outbox: asyncio.Queue[Outgoing] = asyncio.Queue(max(1_000, _OUTBOX_TICKS * per_tick))
-        self.dropped = 0
-        self.published = 0
+        nodes_per_site = topology.ultraservers_per_site * topology.nodes_per_ultraserver
+        node_messages = (topology.n_sites * -(-nodes_per_site // self.batch_nodes) if self.batch_nodes
+                         else topology.n_nodes)
+        per_tick = node_messages + topology.n_sites + 1
+        self.outbox: asyncio.Queue[Outgoing] = asyncio.Queue(max(100, _OUTBOX_TICKS * per_tick))
+        self.dropped = 0  # frames dropped from the outbox
+        self.published = 0  # messages published
+        self.frames_published = 0
         self.ticks_produced = 0
+        self.ticks_late = 0  # ticks produced more than a tick after they were due
 
     def _produce_tick(self, model: FleetModel, tick: int, rng: np.random.Generator) -> list[Outgoing]:
         if self._acceleration > 0 and tick % _RANDOM_CHUNK_TICKS == 0:
@@ -110,21 +123,28 @@ class Simulator:
                 log.info("fault injected", **fault.as_dict())
         if self._truth_out is not None:
             self._truth_out.write(json.dumps(truth_document(sample.truth, self.publisher_id)) + "\n")
+        if self.batch_nodes:
+            frames = tick_batches(self.topology, sample, publisher=self.publisher_id, nodes_per_batch=self.batch_nodes)
+        else:
+            frames = tick_frames(self.topology, sample, publisher=self.publisher_id)  # type: ignore[assignment]
         out = [
-            Outgoing(topic, self._encode(frame))
-            for topic, frame in tick_frames(self.topology, sample, publisher=self.publisher_id)
+            Outgoing(topic, self._encode(frame), frames=frame.n_nodes if isinstance(frame, NodeBatch) else 1)
+            for topic, frame in frames
         ]
         out.append(Outgoing(truth_topic(self.publisher_id), truth_payload(sample.truth, self.publisher_id)))
         return out
 
-    def _enqueue(self, message: Outgoing) -> None:
-        if self.outbox.full():
-            self.outbox.get_nowait()
-            self.outbox.task_done()
-            self.dropped += 1
-            if self.dropped in (1, 100) or self.dropped % 10_000 == 0:
-                log.warning("simulator outbox full; dropping oldest frames", dropped=self.dropped)
-        self.outbox.put_nowait(message)
+    def _enqueue(self, messages: list[Outgoing], tick: int) -> None:
+        dropped = 0
+        for message in messages:
+            if self.outbox.full():
+                dropped += self.outbox.get_nowait().frames
+                self.outbox.task_done()
+            self.outbox.put_nowait(message)
+        if dropped:
+            self.dropped += dropped
+            log.warning("simulator outbox full; dropped the oldest frames", tick=tick, dropped_frames=dropped,
+                        dropped_total=self.dropped)
 
     async def produce(self, done: asyncio.Event) -> None:
         """Produce ticks on schedule; after ``ticks`` ticks, drain and set ``done``."""
@@ -145,8 +165,12 @@ class Simulator:
             delay = start + tick * self.tick_s - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
-            for message in await asyncio.to_thread(self._produce_tick, model, tick, fault_rng):
-                self._enqueue(message)
+            elif -delay > self.tick_s:
+                self.ticks_late += 1
+                if self.ticks_late in (1, 10) or self.ticks_late % 100 == 0:
+                    log.warning("simulator cannot keep pace; ticks are late", tick=tick, late_s=round(-delay, 2),
+                                ticks_late=self.ticks_late)
+            self._enqueue(await asyncio.to_thread(self._produce_tick, model, tick, fault_rng), tick)
             self.ticks_produced = tick + 1
             tick += 1
         try:
@@ -154,7 +178,8 @@ class Simulator:
                 await self.outbox.join()
         except TimeoutError:
             log.warning("simulator stopped with frames unpublished", pending=self.outbox.qsize())
-        log.info("simulation finished", ticks=tick, published=self.published, dropped=self.dropped)
+        log.info("simulation finished", ticks=tick, messages_published=self.published,
+                 frames_published=self.frames_published, frames_dropped=self.dropped, ticks_late=self.ticks_late)
         if self._truth_out is not None:
             self._truth_out.close()
         done.set()
@@ -166,5 +191,6 @@ class Simulator:
             try:
                 await client.publish(message.topic, message.payload, qos=self.qos, retain=message.retain)
                 self.published += 1
+                self.frames_published += message.frames
             finally:
                 self.outbox.task_done()

@@ -1,12 +1,13 @@
 """Topics and frame encodings of rainierd's telemetry: the one contract between
 publishers and monitors.  ``decode_frame`` tells the encodings apart by their
-first byte: a JSON frame is an object (``{``), a binary frame starts ``RNRW``.
+first byte: a JSON frame is an object (``{``), a binary frame (node, facility
+or batch) starts ``RNRW``.
 """
 
 from __future__ import annotations
 
 from rainierd.errors import FrameError
-from rainierd.wire.binary import MAGIC, decode_binary, encode_binary, finite_mask
+from rainierd.wire.binary import MAGIC, decode_binary, encode_batch, encode_binary, finite_mask
 from rainierd.wire.jsonform import decode_json, encode_json, json_schema
 from rainierd.wire.records import (
     CHIP_DTYPE,
@@ -17,6 +18,7 @@ from rainierd.wire.records import (
     WIRE_VERSION,
     FacilityFrame,
     Frame,
+    NodeBatch,
     NodeFrame,
 )
 
@@ -29,10 +31,12 @@ __all__ = [
     "WIRE_VERSION",
     "FacilityFrame",
     "Frame",
+    "NodeBatch",
     "NodeFrame",
     "decode_binary",
     "decode_frame",
     "decode_json",
+    "encode_batch",
     "encode_binary",
     "encode_json",
     "finite_mask",

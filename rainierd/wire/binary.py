@@ -9,13 +9,29 @@ Layout (docs/wire-format.md has the table)::
 
 ``kind`` 1 is a node frame (``entity`` the node id, ``aux`` its cooling record),
 2 a facility frame (``entity`` the site id, ``aux`` its facility record).
-Decoding copies nothing: the record arrays are read-only views of the payload.
+
+``kind`` 3 is a batch frame: many nodes of one site, column by column, so a
+monitor turns a whole batch into arrays with a few ``frombuffer`` calls and
+no Python per record (docs/wire-format.md has its layout)::
+
+    magic | version u8 | kind u8 = 3 | flags u16 | seq u64 | tick u64 | t_s f64 |
+    site u32 | n_nodes u32 | n_chips u32 | n_links u32 | n_efa u32 | n_cooling u32 |
+    chip_fields u16 | link_fields u16 | efa_fields u16 | cooling_fields u16 |
+    publisher_len u16 | publisher | pad to 8 |
+    node u32[n] | node_seq u64[n] | node_tick u64[n] | node_t_s f64[n] |
+    chips u16[n] | links u16[n] | efa u16[n] | cooling u8[n] |
+    one column per present field of each record kind, in dtype order
+
+Every column starts on a multiple of 8 bytes from the start of the payload.
+Decoding copies nothing: records and columns are read-only views of the payload.
 """
 
 from __future__ import annotations
 
+import functools
 import struct
-from typing import Final
+from collections.abc import Mapping
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -26,21 +42,49 @@ from rainierd.wire.records import (
     COOLING_DTYPE,
     EFA_DTYPE,
     FACILITY_DTYPE,
+    ID_FIELDS,
     LINK_DTYPE,
+    RECORD_DTYPES,
+    RECORD_KINDS,
     WIRE_VERSION,
     FacilityFrame,
     Frame,
+    NodeBatch,
     NodeFrame,
+    column_dtypes,
     float_fields,
 )
 
-__all__ = ["HEADER", "KIND_FACILITY", "KIND_NODE", "MAGIC", "decode_binary", "encode_binary", "finite_mask"]
+__all__ = [
+    "BATCH_HEADER",
+    "HEADER",
+    "KIND_BATCH",
+    "KIND_FACILITY",
+    "KIND_NODE",
+    "MAGIC",
+    "MAX_BATCH_NODES",
+    "decode_binary",
+    "encode_batch",
+    "encode_binary",
+    "finite_mask",
+]
 
 MAGIC: Final = b"RNRW"
 HEADER: Final = struct.Struct("<4sBBHQQdIHHHHH")
+BATCH_HEADER: Final = struct.Struct("<4sBBHQQdIIIIIIHHHHH")
 KIND_NODE: Final = 1
 KIND_FACILITY: Final = 2
+KIND_BATCH: Final = 3
 MAX_PUBLISHER_BYTES: Final = 128
+MAX_BATCH_NODES: Final = 4_096
+_NODE_COLUMNS: Final[tuple[tuple[str, np.dtype[Any]], ...]] = (
+    ("node", np.dtype("<u4")), ("node_seq", np.dtype("<u8")), ("node_tick", np.dtype("<u8")),
+    ("node_t_s", np.dtype("<f8")),
+)
+_COUNT_DTYPES: Final[dict[str, np.dtype[Any]]] = {
+    "chips": np.dtype("<u2"), "links": np.dtype("<u2"), "efa": np.dtype("<u2"), "cooling": np.dtype("u1"),
+}
+_COLUMNS: Final = {kind: column_dtypes(dtype) for kind, dtype in RECORD_DTYPES.items()}
 # Upper bounds on record counts in one frame: a node has 16 chips, 48 links
 # and at most 64 EFA ports; the slack admits other node shapes, not garbage.
 _MAX_COUNTS: Final = {KIND_NODE: (64, 256, 64, 1), KIND_FACILITY: (0, 0, 0, 1)}
@@ -63,8 +107,116 @@ def _check_finite(name: str, records: npt.NDArray[np.void]) -> None:
             raise FrameError("non_finite", f"{name}.{field_name} holds NaN or infinity")
 
 
+def _padded(n: int) -> int:
+    return -n % 8
+
+
+def _field_mask(kind: str, present: Mapping[str, object]) -> int:
+    return sum(1 << i for i, name in enumerate(_COLUMNS[kind]) if name in present)
+
+
+def encode_batch(batch: NodeBatch) -> bytes:
+    """Return the binary encoding of a batch frame (one copy of every column)."""
+    publisher = batch.publisher.encode()
+    totals = [int(batch.counts[kind].sum(dtype=np.int64)) for kind in RECORD_KINDS]
+    header = BATCH_HEADER.pack(
+        MAGIC, WIRE_VERSION, KIND_BATCH, 0, batch.seq, batch.tick, batch.t_s, batch.site, batch.n_nodes,
+        *totals, *(_field_mask(kind, batch.columns[kind]) for kind in RECORD_KINDS), len(publisher),
+    )
+    parts: list[bytes | memoryview] = [header, publisher]
+    size = len(header) + len(publisher)
+
+    def column(values: npt.NDArray[Any], dtype: np.dtype[Any]) -> None:
+        nonlocal size
+        if pad := _padded(size):
+            parts.append(bytes(pad))
+            size += pad
+        array = np.ascontiguousarray(values, dtype=dtype)
+        parts.append(array.data.cast("B"))
+        size += array.nbytes
+
+    for name, dtype in _NODE_COLUMNS:
+        column(getattr(batch, name), dtype)
+    for kind in RECORD_KINDS:
+        column(batch.counts[kind], _COUNT_DTYPES[kind])
+    for kind in RECORD_KINDS:
+        for name, dtype in _COLUMNS[kind].items():
+            if name in batch.columns[kind]:
+                column(batch.columns[kind][name], dtype)
+    return b"".join(parts)
+
+
+_Placed = tuple[tuple[str, str, np.dtype[Any], int, int], ...]
+
+
+def _check_batch_header(n_nodes: int, totals: dict[str, int], masks: dict[str, int], pub_len: int) -> None:
+    if pub_len > MAX_PUBLISHER_BYTES or n_nodes > MAX_BATCH_NODES:
+        raise FrameError("bad_header", f"{n_nodes} nodes or publisher length {pub_len} out of range")
+    limits = dict(zip(RECORD_KINDS, _MAX_COUNTS[KIND_NODE], strict=True))
+    for kind in RECORD_KINDS:
+        if totals[kind] > limits[kind] * n_nodes:
+            raise FrameError("bad_header", f"{totals[kind]} {kind} records for {n_nodes} nodes")
+        if masks[kind] >> len(_COLUMNS[kind]):
+            raise FrameError("bad_header", f"{kind} field mask {masks[kind]:#x} names unknown fields")
+        id_field = ID_FIELDS[kind]
+        if id_field is not None and not masks[kind] & 1:
+            raise FrameError("bad_header", f"{kind} records lack their {id_field} column")
+
+
+@functools.lru_cache(maxsize=256)
+def _batch_layout(n_nodes: int, totals: tuple[int, ...], masks: tuple[int, ...], pub_len: int) -> tuple[_Placed, int]:
+    """Return where each column of a batch of this shape starts, and where the payload ends.
+
+    Cached: an aggregator sends batches of one shape tick after tick.
+    """
+    layout: list[tuple[str, str, np.dtype[Any], int]] = [("node", name, dt, n_nodes) for name, dt in _NODE_COLUMNS]
+    layout += [("counts", kind, _COUNT_DTYPES[kind], n_nodes) for kind in RECORD_KINDS]
+    for kind, total, mask in zip(RECORD_KINDS, totals, masks, strict=True):
+        layout += [(kind, name, dt, total) for i, (name, dt) in enumerate(_COLUMNS[kind].items()) if mask >> i & 1]
+    offset = BATCH_HEADER.size + pub_len
+    placed = []
+    for group, name, dtype, count in layout:
+        offset += _padded(offset)
+        placed.append((group, name, dtype, count, offset))
+        offset += count * dtype.itemsize
+    return tuple(placed), offset
+
+
+def _decode_batch(payload: bytes) -> NodeBatch:
+    """Return the batch a kind-3 payload encodes (views of the payload)."""
+    if len(payload) < BATCH_HEADER.size:
+        raise FrameError("truncated", f"{len(payload)} bytes is shorter than the {BATCH_HEADER.size}-byte header")
+    (_magic, _version, _kind, _flags, seq, tick, t_s, site, n_nodes, *rest) = BATCH_HEADER.unpack_from(payload)
+    totals = dict(zip(RECORD_KINDS, rest[:4], strict=True))
+    masks = dict(zip(RECORD_KINDS, rest[4:8], strict=True))
+    pub_len = rest[8]
+    _check_batch_header(n_nodes, totals, masks, pub_len)
+    if not np.isfinite(t_s):
+        raise FrameError("non_finite", "t_s is not finite")
+    try:
+        publisher = payload[BATCH_HEADER.size:BATCH_HEADER.size + pub_len].decode()
+    except UnicodeDecodeError:
+        raise FrameError("bad_header", "publisher id is not UTF-8") from None
+    placed, end = _batch_layout(n_nodes, tuple(rest[:4]), tuple(rest[4:8]), pub_len)
+    if len(payload) < end:
+        raise FrameError("truncated", f"{len(payload)} bytes, header announces {end}")
+    if len(payload) > end:
+        raise FrameError("trailing_bytes", f"{len(payload) - end} bytes after the last column")
+    groups: dict[str, dict[str, npt.NDArray[Any]]] = {group: {} for group in ("node", "counts", *RECORD_KINDS)}
+    for group, name, dtype, count, at in placed:
+        groups[group][name] = np.frombuffer(payload, dtype=dtype, count=count, offset=at)
+    counts, nodes = groups["counts"], groups["node"]
+    for kind, limit in zip(RECORD_KINDS, _MAX_COUNTS[KIND_NODE], strict=True):
+        if int(counts[kind].sum(dtype=np.int64)) != totals[kind] or (counts[kind] > limit).any():
+            raise FrameError("bad_header", f"per-node {kind} counts disagree with the header")
+    return NodeBatch(publisher, seq, tick, t_s, site, nodes["node"], nodes["node_seq"], nodes["node_tick"],
+                     nodes["node_t_s"], counts, {kind: groups[kind] for kind in RECORD_KINDS})
+
+
 def encode_binary(frame: Frame) -> bytes:
     """Return the binary encoding of a frame."""
+    if isinstance(frame, NodeBatch):
+        return encode_batch(frame)
     publisher = frame.publisher.encode()
     if isinstance(frame, NodeFrame):
         kind, entity = KIND_NODE, frame.node
@@ -83,24 +235,34 @@ def encode_binary(frame: Frame) -> bytes:
     return header + publisher + body
 
 
+def _check_preamble(payload: bytes) -> None:
+    """Check the 8 bytes every binary frame starts with: magic, version, kind, flags."""
+    if len(payload) < 8:
+        raise FrameError("truncated", f"{len(payload)} bytes is shorter than the 8-byte preamble")
+    if payload[:4] != MAGIC:
+        raise FrameError("bad_magic", f"magic {payload[:4]!r} is not {MAGIC!r}")
+    if payload[4] != WIRE_VERSION:
+        raise FrameError("bad_version", f"wire version {payload[4]} is not {WIRE_VERSION}")
+
+
 def decode_binary(payload: bytes, *, check_finite: bool = True) -> Frame:
     """Return the frame a binary payload encodes.
 
     ``check_finite=False`` leaves the NaN/infinity check of the records to the
-    caller: the monitor's ingest does it for a whole batch at once, which is
-    many times cheaper than per frame.
+    caller: the monitor's ingest does it for a whole window at once, which is
+    many times cheaper than per frame.  A batch frame's columns are never
+    checked here, for the same reason.
 
     Raises FrameError with reason truncated, bad_magic, bad_version, bad_kind,
     bad_header, trailing_bytes or non_finite.
     """
+    _check_preamble(payload)
+    if payload[5] == KIND_BATCH:
+        return _decode_batch(payload)
     if len(payload) < HEADER.size:
         raise FrameError("truncated", f"{len(payload)} bytes is shorter than the {HEADER.size}-byte header")
-    (magic, version, kind, _flags, seq, tick, t_s, entity,
+    (_magic, _version, kind, _flags, seq, tick, t_s, entity,
      n_chips, n_links, n_efa, n_aux, pub_len) = HEADER.unpack_from(payload)
-    if magic != MAGIC:
-        raise FrameError("bad_magic", f"magic {magic!r} is not {MAGIC!r}")
-    if version != WIRE_VERSION:
-        raise FrameError("bad_version", f"wire version {version} is not {WIRE_VERSION}")
     if kind not in _MAX_COUNTS:
         raise FrameError("bad_kind", f"frame kind {kind} is unknown")
     counts = (n_chips, n_links, n_efa, n_aux)

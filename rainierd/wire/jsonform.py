@@ -159,8 +159,8 @@ def json_schema() -> dict[str, Any]:
     return schema
 
 
-def encode_json(frame: Frame) -> bytes:
-    """Return the JSON encoding of a frame."""
+def encode_json(frame: NodeFrame | FacilityFrame) -> bytes:
+    """Return the JSON encoding of a node or facility frame (the JSON form has no batches)."""
     base: dict[str, Any] = {
         "v": WIRE_VERSION, "publisher": frame.publisher, "seq": frame.seq,
         "tick": frame.tick, "t_s": frame.t_s,

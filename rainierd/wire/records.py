@@ -1,5 +1,6 @@
 """The samples a frame carries, as little-endian numpy record dtypes, and the
-decoded frame types both encodings produce.
+decoded frame types the encodings produce: a node's frame, a site's facility
+frame, and a batch of many nodes' frames held column by column.
 
 One dtype per kind of sample keeps the binary frame a plain concatenation of
 record arrays, and lets the monitor scatter a whole batch of frames into its
@@ -10,7 +11,7 @@ are monotone from the publisher's start; gauges are the value at the sample.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -20,11 +21,16 @@ __all__ = [
     "COOLING_DTYPE",
     "EFA_DTYPE",
     "FACILITY_DTYPE",
+    "ID_FIELDS",
     "LINK_DTYPE",
+    "RECORD_DTYPES",
+    "RECORD_KINDS",
     "WIRE_VERSION",
     "FacilityFrame",
     "Frame",
+    "NodeBatch",
     "NodeFrame",
+    "column_dtypes",
     "float_fields",
 ]
 
@@ -90,6 +96,22 @@ FACILITY_DTYPE: Final = np.dtype(
 )
 
 
+RECORD_KINDS: Final = ("chips", "links", "efa", "cooling")
+"""The kinds of record a node reports, in frame order."""
+
+RECORD_DTYPES: Final[dict[str, np.dtype[np.void]]] = {
+    "chips": CHIP_DTYPE, "links": LINK_DTYPE, "efa": EFA_DTYPE, "cooling": COOLING_DTYPE,
+}
+ID_FIELDS: Final[dict[str, str | None]] = {"chips": "chip", "links": "link", "efa": "port", "cooling": None}
+
+
+def column_dtypes(dtype: np.dtype[np.void]) -> dict[str, np.dtype[Any]]:
+    """Return each field of a record dtype as its own (little-endian) column dtype."""
+    assert dtype.names is not None
+    assert dtype.fields is not None
+    return {name: dtype.fields[name][0] for name in dtype.names}
+
+
 def float_fields(dtype: np.dtype[np.void]) -> tuple[str, ...]:
     """Return the names of the floating-point fields of a record dtype."""
     assert dtype.names is not None
@@ -127,4 +149,33 @@ class FacilityFrame:
     facility: npt.NDArray[np.void] = field(default_factory=lambda: _empty(FACILITY_DTYPE))
 
 
-Frame = NodeFrame | FacilityFrame
+@dataclass(frozen=True, eq=False)
+class NodeBatch:
+    """Many nodes' frames at once, column by column, as an aggregator publishes them.
+
+    Entry ``i`` is one node's frame: ``node[i]`` with its own ``node_seq``,
+    ``node_tick`` and ``node_t_s``, and ``counts[kind][i]`` records of each
+    kind, stored consecutively in node order in ``columns[kind][field]``.  A
+    field a publisher does not have is absent from ``columns[kind]`` (an id
+    field never is).  ``seq``, ``tick`` and ``t_s`` are the batch's own.
+    """
+
+    publisher: str
+    seq: int
+    tick: int
+    t_s: float
+    site: int
+    node: npt.NDArray[np.uint32]
+    node_seq: npt.NDArray[np.uint64]
+    node_tick: npt.NDArray[np.uint64]
+    node_t_s: npt.NDArray[np.float64]
+    counts: dict[str, npt.NDArray[np.uint16]]
+    columns: dict[str, dict[str, npt.NDArray[Any]]]
+
+    @property
+    def n_nodes(self) -> int:
+        """Return how many node frames the batch carries."""
+        return int(self.node.size)
+
+
+Frame = NodeFrame | FacilityFrame | NodeBatch

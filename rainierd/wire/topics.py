@@ -1,22 +1,31 @@
 """MQTT topic names under the one versioned root, and their parsing.
 
-``rainier/v1/s<site>/u<ultraserver>/n<node-in-ultraserver>`` carries a node's
-frames, ``rainier/v1/s<site>/facility`` a site's cooling plant,
-``rainier/v1/events/...`` detections, ``rainier/v1/truth/...`` the simulator's
-ground truth and ``rainier/v1/status/<client>`` each client's online/offline
-state (its MQTT will).  Ids are the topology's global ids.
+Each kind of message has its own fixed level right under the root, so a
+subscription to one kind can never match another (as Sparkplug does)::
+
+    rainier/v1/telemetry/s<site>/u<ultraserver>/n<node-in-ultraserver>   a node's frames
+    rainier/v1/telemetry/s<site>/facility                                 a site's cooling plant
+    rainier/v1/telemetry/s<site>/batch/<name>                             batch frames of that site's nodes
+    rainier/v1/events/<entity>/<id>                                       detections (monitor only)
+    rainier/v1/status/<client-id>                                         online/offline (MQTT will)
+    rainier/v1/truth/<publisher>                                          simulator ground truth
+
+Ids are the topology's global ids.  A monitor shard takes one site with
+``rainier/v1/telemetry/s<site>/#``.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Literal
 
 __all__ = [
     "EVENTS_ROOT",
     "ROOT",
+    "TELEMETRY_ROOT",
     "TopicAddress",
+    "batch_topic",
     "facility_topic",
     "node_topic",
     "parse_topic",
@@ -26,34 +35,44 @@ __all__ = [
 ]
 
 ROOT: Final = "rainier/v1"
+TELEMETRY_ROOT: Final = f"{ROOT}/telemetry"
 EVENTS_ROOT: Final = f"{ROOT}/events"
 
-_NODE_RE: Final = re.compile(r"^rainier/v1/s(\d{1,6})/u(\d{1,8})/n(\d{1,2})$")
-_FACILITY_RE: Final = re.compile(r"^rainier/v1/s(\d{1,6})/facility$")
+_NODE_RE: Final = re.compile(r"^rainier/v1/telemetry/s(\d{1,6})/u(\d{1,8})/n(\d{1,2})$")
+_FACILITY_RE: Final = re.compile(r"^rainier/v1/telemetry/s(\d{1,6})/facility$")
+_BATCH_RE: Final = re.compile(r"^rainier/v1/telemetry/s(\d{1,6})/batch/[A-Za-z0-9_.-]{1,64}$")
+
+TopicKind = Literal["node", "facility", "batch"]
 
 
 @dataclass(frozen=True, slots=True)
 class TopicAddress:
-    """What a telemetry topic names: a node's frame or a site's facility."""
+    """What a telemetry topic names: a node's frames, a site's facility, or a batch of a site's nodes."""
 
+    kind: TopicKind
     site: int
-    ultraserver: int | None = None
-    node_in_ultraserver: int | None = None
+    ultraserver: int = -1
+    node_in_ultraserver: int = -1
 
     @property
     def is_facility(self) -> bool:
         """Return True for a site facility topic."""
-        return self.ultraserver is None
+        return self.kind == "facility"
 
 
 def node_topic(site: int, ultraserver: int, node_in_ultraserver: int) -> str:
     """Return the topic a node's frames are published on."""
-    return f"{ROOT}/s{site}/u{ultraserver}/n{node_in_ultraserver}"
+    return f"{TELEMETRY_ROOT}/s{site}/u{ultraserver}/n{node_in_ultraserver}"
 
 
 def facility_topic(site: int) -> str:
     """Return the topic a site's facility frames are published on."""
-    return f"{ROOT}/s{site}/facility"
+    return f"{TELEMETRY_ROOT}/s{site}/facility"
+
+
+def batch_topic(site: int, name: str) -> str:
+    """Return the topic a batch of ``site``'s nodes is published on by the aggregator ``name``."""
+    return f"{TELEMETRY_ROOT}/s{site}/batch/{name}"
 
 
 def truth_topic(publisher: str) -> str:
@@ -67,14 +86,16 @@ def status_topic(client_id: str) -> str:
 
 
 def telemetry_filters() -> list[str]:
-    """Return the subscription filters for all node and facility telemetry."""
-    return [f"{ROOT}/+/+/+", f"{ROOT}/+/facility"]
+    """Return the subscription filters for all telemetry (and nothing else)."""
+    return [f"{TELEMETRY_ROOT}/#"]
 
 
 def parse_topic(topic: str) -> TopicAddress | None:
     """Return what a telemetry topic addresses, or None if it is not one."""
     if m := _NODE_RE.match(topic):
-        return TopicAddress(int(m[1]), int(m[2]), int(m[3]))
+        return TopicAddress("node", int(m[1]), int(m[2]), int(m[3]))
+    if m := _BATCH_RE.match(topic):
+        return TopicAddress("batch", int(m[1]))
     if m := _FACILITY_RE.match(topic):
-        return TopicAddress(int(m[1]))
+        return TopicAddress("facility", int(m[1]))
     return None

@@ -90,7 +90,7 @@ class FleetDetector:
 
     def update(self, tick: int) -> list[Event]:
         """Run every detector on the state as it is now; return the events, worst last."""
-        stale = self.state.stale_chips(self.params.chips.stale_after_ticks)
+        stale = self.state.silent(self.state.chips, self.params.chips.stale_after_s)
         nodes, ultraservers = self.cooling.update(tick, chip_stale=stale)
         lost_chips = self.cooling.lost_nodes()[self.state.topology.chip_node]
         changes = {

@@ -1,18 +1,16 @@
 """What every detector needs from the state: which entities have a new sample
-since the last analysis, and counter rates between their last two samples."""
+since the last analysis, and how much a counter moved over the last interval."""
 
 from __future__ import annotations
 
 from enum import IntFlag
 
 import numpy as np
-import numpy.typing as npt
 
-from rainierd.core.state import EntityTable
+from rainierd._types import F32, U32, B
+from rainierd.core.state import Table
 
 __all__ = ["Reason", "counter_delta", "new_samples", "reason_names"]
-
-F64 = npt.NDArray[np.float64]
 
 
 class Reason(IntFlag):
@@ -41,11 +39,11 @@ def reason_names(mask: int) -> list[str]:
     return [str(r.name).lower() for r in Reason if mask & r]
 
 
-def new_samples(table: EntityTable, seen: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
-    """Return which entities got a sample after ``seen`` (and with a previous one to diff)."""
-    return (table.tick > seen) & np.isfinite(table.prev_t_s)
+def new_samples(table: Table, seen: U32) -> B:
+    """Return which entities got a sample since ``seen`` (their sample count then), with an interval to diff."""
+    return (table.samples > seen) & np.isfinite(table.dt_s)
 
 
-def counter_delta(table: EntityTable, field: str) -> F64:
-    """Return cur - prev of a counter field as float (negative after a restart)."""
-    return table.cur[field].astype(np.float64) - table.prev[field].astype(np.float64)
+def counter_delta(table: Table, field: str) -> F32:
+    """Return how much a counter moved over each entity's last interval (NaN: unknown, or it reset)."""
+    return np.asarray(table.rates[field] * table.dt_s, dtype=np.float32)

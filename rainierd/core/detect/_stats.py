@@ -1,6 +1,13 @@
 """Robust statistics and change detection shared by the detectors: median/MAD
 peer comparison, a clipped one-sided CUSUM, and an EWMA.
 
+Fleet-wide medians are estimated on a fixed random subset of at most 65,536
+entities (``PeerSample``): a median of millions of values costs a partition
+of millions every tick, while the subset's median lies within about
+1.25 / sqrt(65,536) = 0.5 % of a standard deviation of the fleet's, far inside
+any threshold here.  The subset is drawn once, from a fixed seed, so the core
+stays deterministic.
+
 The CUSUM is the persistence mechanism: a single noise burst adds at most
 ``cap - k`` to the sum, so only evidence that persists for several ticks
 crosses ``h``; the sum is bounded by ``ceiling`` so an alarm that ends
@@ -10,35 +17,81 @@ clears within ``(ceiling - h) / k`` clean ticks instead of lingering.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 import numpy as np
-import numpy.typing as npt
 
-__all__ = ["ClippedCusum", "ewma", "robust_center_scale"]
+from rainierd._types import F32, I64, B, Floats
 
-F64 = npt.NDArray[np.float64]
-B = npt.NDArray[np.bool_]
+__all__ = ["ClippedCusum", "PeerSample", "ewma", "robust_center_scale", "row_nanmedian"]
 
-_MAD_TO_SIGMA = 1.4826
+_MAD_TO_SIGMA: Final = 1.4826
+SAMPLE_SIZE: Final = 65_536
+_SAMPLE_SEED: Final = 0x5A17
 
 
-def robust_center_scale(values: F64, mask: B, *, floor: float) -> tuple[float, float]:
-    """Return (median, 1.4826 x MAD) of ``values[mask]``, the scale at least ``floor``.
+@dataclass(frozen=True, eq=False)
+class PeerSample:
+    """A fixed random subset of ``n`` entities on which fleet-wide medians are estimated (all, when small)."""
 
-    With nothing selected returns (nan, floor): callers then see no deviation.
+    index: I64 | None
+
+    @classmethod
+    def of(cls, n: int, *, size: int = SAMPLE_SIZE) -> PeerSample:
+        """Return the subset for ``n`` entities: all of them up to ``size``, else ``size`` drawn once."""
+        if n <= size:
+            return cls(None)
+        rng = np.random.default_rng(_SAMPLE_SEED)
+        return cls(np.sort(rng.choice(n, size=size, replace=False)).astype(np.int64))
+
+    def take(self, values: Floats, mask: B) -> Floats:
+        """Return ``values`` of the subset's entities selected by ``mask``."""
+        if self.index is None:
+            return values[mask]
+        return values[self.index][mask[self.index]]
+
+
+_ALL: Final = PeerSample(None)
+
+
+def robust_center_scale(
+    values: Floats, mask: B, *, floor: float, sample: PeerSample = _ALL, relative: bool = False,
+) -> tuple[float, float]:
+    """Return (median, 1.4826 x MAD) of ``values[mask]`` (on ``sample``), the scale at least ``floor``.
+
+    With ``relative`` the scale is that of ``values / median`` instead.  With
+    nothing selected returns (nan, floor): callers then see no deviation.
     """
-    selected = values[mask]
+    selected = sample.take(values, mask).astype(np.float64)
     if selected.size == 0:
         return float("nan"), floor
     center = float(np.median(selected))
-    scale = float(_MAD_TO_SIGMA * np.median(np.abs(selected - center)))
+    if relative:
+        selected = selected / center
+        scale = float(_MAD_TO_SIGMA * np.median(np.abs(selected - 1.0)))
+    else:
+        scale = float(_MAD_TO_SIGMA * np.median(np.abs(selected - center)))
     return center, max(scale, floor)
 
 
-def ewma(previous: F64, current: F64, mask: B, *, alpha: float) -> F64:
-    """Return the EWMA updated with ``current`` where ``mask`` (seeded where previous is NaN)."""
+def row_nanmedian(values: Floats) -> Floats:
+    """Return the median of each row ignoring NaN (NaN for a row with none), by one sort of the rows.
+
+    ``np.nanmedian`` along a short axis falls back to masked arrays, tens of
+    times slower on the fleet's 7,800 x 64 groups.
+    """
+    ordered = np.sort(values, axis=1)  # NaN sorts last
+    count = np.isfinite(ordered).sum(axis=1)
+    rows = np.arange(values.shape[0])
+    lo = ordered[rows, np.maximum(count - 1, 0) // 2]
+    hi = ordered[rows, np.maximum(count, 1) // 2 - (count == 0)]
+    return np.where(count > 0, (lo + hi) / 2, np.nan).astype(values.dtype, copy=False)
+
+
+def ewma(previous: F32, current: Floats, mask: B, *, alpha: float) -> F32:
+    """Return the EWMA (float32) updated with ``current`` where ``mask`` (seeded where previous is NaN)."""
     blended = np.where(np.isnan(previous), current, previous + alpha * (current - previous))
-    return np.where(mask, blended, previous)
+    return np.where(mask, blended, previous).astype(np.float32, copy=False)
 
 
 @dataclass(eq=False)
@@ -49,15 +102,15 @@ class ClippedCusum:
     h: float
     cap: float
     ceiling: float
-    s: F64
+    s: F32
 
     @classmethod
     def zeros(cls, n: int, *, k: float, h: float, cap: float, ceiling: float | None = None) -> ClippedCusum:
         """Return a CUSUM of ``n`` entities at rest."""
-        return cls(k, h, cap, ceiling if ceiling is not None else 2.0 * h, np.zeros(n))
+        return cls(k, h, cap, ceiling if ceiling is not None else 2.0 * h, np.zeros(n, np.float32))
 
-    def update(self, x: F64, mask: B) -> B:
+    def update(self, x: Floats, mask: B) -> B:
         """Add the evidence ``x`` where ``mask`` (NaN counts as none); return the alarm mask."""
         step = np.minimum(np.nan_to_num(x, nan=0.0), self.cap) - self.k
-        self.s = np.where(mask, np.clip(self.s + step, 0.0, self.ceiling), self.s)
+        self.s = np.where(mask, np.clip(self.s + step, 0.0, self.ceiling), self.s).astype(np.float32, copy=False)
         return self.s >= self.h

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["StateTracker", "Transitions"]
+from rainierd._types import I64
 
-I64 = npt.NDArray[np.int64]
+__all__ = ["StateTracker", "Transitions"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -50,19 +50,31 @@ class StateTracker:
 
     def update(self, candidate: I64, reasons: I64, evidence: npt.NDArray[np.bool_], tick: int) -> Transitions:
         """Fold this tick's candidates in where ``evidence`` (a new sample) exists."""
-        bad = evidence & (candidate > 0)
-        good = evidence & (candidate == 0)
-        self.bad_streak = np.where(bad, self.bad_streak + 1, np.where(good, 0, self.bad_streak))
-        self.good_streak = np.where(good, self.good_streak + 1, np.where(bad, 0, self.good_streak))
-        before = self.state.copy()
-        persistent = bad & (self.bad_streak >= self.raise_after[candidate])
-        rising = persistent & (candidate > self.state)
-        self.onset = np.where(rising & (self.state == 0), tick - self.bad_streak + 1, self.onset)
-        self.state = np.where(rising, candidate, self.state)
-        self.reason = np.where(bad & (self.state > 0), self.reason | reasons, self.reason)
-        clearing = (self.state > 0) & good & (self.good_streak >= self.clear_after + self.hold)
-        self.state = np.where(clearing, 0, self.state)
-        self.reason = np.where(clearing, 0, self.reason)
-        self.hold = np.where(clearing, 0, self.hold)
-        changed = np.flatnonzero(self.state != before)
-        return Transitions(changed, before[changed], self.state[changed])
+        # Only entities that are, or may be becoming, unhealthy need any work.
+        # For every other one nothing changes that is ever read: its bad
+        # streak is 0 and its good streak matters only once it is unhealthy,
+        # which a bad tick (resetting it) must precede.
+        busy = np.flatnonzero((candidate > 0) | (self.state > 0) | (self.bad_streak > 0))
+        if not busy.size:
+            return Transitions(busy, busy, busy)
+        cand, ev = candidate[busy], evidence[busy]
+        state, reason, onset = self.state[busy], self.reason[busy], self.onset[busy]
+        bad_streak, good_streak, hold = self.bad_streak[busy], self.good_streak[busy], self.hold[busy]
+        bad = ev & (cand > 0)
+        good = ev & (cand == 0)
+        bad_streak = np.where(bad, bad_streak + 1, np.where(good, 0, bad_streak))
+        good_streak = np.where(good, good_streak + 1, np.where(bad, 0, good_streak))
+        before = state.copy()
+        persistent = bad & (bad_streak >= self.raise_after[cand])
+        rising = persistent & (cand > state)
+        onset = np.where(rising & (state == 0), tick - bad_streak + 1, onset)
+        state = np.where(rising, cand, state)
+        reason = np.where(bad & (state > 0), reason | reasons[busy], reason)
+        clearing = (state > 0) & good & (good_streak >= self.clear_after + hold)
+        state = np.where(clearing, 0, state)
+        reason = np.where(clearing, 0, reason)
+        hold = np.where(clearing, 0, hold)
+        self.state[busy], self.reason[busy], self.onset[busy] = state, reason, onset
+        self.bad_streak[busy], self.good_streak[busy], self.hold[busy] = bad_streak, good_streak, hold
+        changed = np.flatnonzero(state != before)
+        return Transitions(busy[changed], before[changed], state[changed])

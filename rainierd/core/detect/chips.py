@@ -2,7 +2,7 @@
 
 * failed: an uncorrectable HBM ECC error (definitive, raised at once); a
   failed chip that then falls silent stays failed;
-* stale: no sample for ``stale_after_ticks`` ticks;
+* stale: not heard from for ``stale_after_s`` (the monitor's listening clock);
 * throttled: the firmware's throttle flag, or a clock well below its site's;
 * straggler: a chip that needs more busy time than its synchronous-group peers
   for the same FLOP.  In a synchronous group every chip executes the same
@@ -14,28 +14,26 @@
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
-import numpy.typing as npt
 
-from rainierd.core.detect._common import Reason, counter_delta, new_samples
-from rainierd.core.detect._stats import ClippedCusum, ewma, robust_center_scale
+from rainierd._types import F32, B
+from rainierd.core.detect._common import Reason, new_samples
+from rainierd.core.detect._stats import ClippedCusum, PeerSample, ewma, robust_center_scale, row_nanmedian
 from rainierd.core.detect._tracker import StateTracker, Transitions
 from rainierd.core.state import FleetState
 
 __all__ = ["FAILED", "HEALTHY", "STALE", "STRAGGLER", "THROTTLED", "ChipDetector", "ChipParams"]
 
 HEALTHY, STRAGGLER, THROTTLED, STALE, FAILED = 0, 1, 2, 3, 4
-F64 = npt.NDArray[np.float64]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ChipParams:
     """Thresholds of the chip detector (docs/detection.md justifies them)."""
 
-    stale_after_ticks: int = 3
+    stale_after_s: float = 3.0  # set from the monitor's configuration (stale_after_ticks x tick)
     clock_margin: float = 0.03  # below the site's median clock by more than this: throttled
     active_util: float = 0.2  # efficiency is judged only while the chip is busy
     efficiency_floor: float = 0.003
@@ -57,15 +55,16 @@ class ChipDetector:
 
     def __post_init__(self) -> None:
         n, p = self.state.topology.n_chips, self.params
-        self.seen = np.full(n, -1, dtype=np.int64)
+        self.seen = np.zeros(n, dtype=np.uint32)
         self.cusum = ClippedCusum.zeros(n, k=p.z_k, h=p.z_h, cap=p.z_cap)
-        self.efficiency = np.full(n, np.nan)  # EWMA, relative to the group's median
+        self.efficiency = np.full(n, np.nan, np.float32)  # EWMA, relative to the group's median
+        self.sample = PeerSample.of(n)
         # Persistence per state: straggler 1 (its CUSUM already persists),
         # throttled 2, stale 1 (the age already is persistence), failed 1.
         self.tracker = StateTracker.create(n, raise_after=[0, 1, p.throttle_after, 1, 1],
                                            clear_after=p.clear_after)
 
-    def update(self, tick: int, *, suppress_stale: npt.NDArray[np.bool_] | None = None) -> Transitions:
+    def update(self, tick: int, *, suppress_stale: B | None = None) -> Transitions:
         """Fold in the chips' new samples; return the state changes.
 
         ``suppress_stale`` marks chips whose silence is reported elsewhere
@@ -73,23 +72,19 @@ class ChipDetector:
         """
         p, table, topo = self.params, self.state.chips, self.state.topology
         fresh = new_samples(table, self.seen)
-        self.seen = np.where(fresh, table.tick, self.seen)
-        cur = table.cur
-        util = cur["util"].astype(np.float64)
-        clock = cur["clock_ratio"].astype(np.float64)
-
-        dt = table.t_s - table.prev_t_s
+        self.seen = table.samples.copy()
+        util = table.gauges["util"]
+        clock = table.gauges["clock_ratio"]
+        flop_rate = table.rates["fp8_flop_total"]
         with np.errstate(invalid="ignore", divide="ignore"):
-            flop_rate = counter_delta(table, "fp8_flop_total") / dt
-            efficiency = flop_rate / (self.peak_flops * util * clock)
-        active = fresh & (util > p.active_util) & np.isfinite(efficiency) & (flop_rate > 0)
+            efficiency = (flop_rate / (self.peak_flops * util.astype(np.float64) * clock)).astype(np.float32)
+            active = fresh & (util > p.active_util) & np.isfinite(efficiency) & (flop_rate > 0)
         per_us = topo.chips_per_node * topo.nodes_per_ultraserver
-        by_group = np.where(active, efficiency, np.nan).reshape(-1, per_us)
-        with warnings.catch_warnings():  # an all-NaN group (stalled, silent) has no median
-            warnings.simplefilter("ignore", RuntimeWarning)
-            group_median = np.repeat(np.nanmedian(by_group, axis=1), per_us)
+        # An all-NaN group (stalled, silent) has no median: NaN.
+        group_median = np.repeat(row_nanmedian(np.where(active, efficiency, np.nan).reshape(-1, per_us)), per_us)
         relative = efficiency / group_median
-        _, scale = robust_center_scale(relative, active & np.isfinite(relative), floor=p.efficiency_floor)
+        _, scale = robust_center_scale(relative, active & np.isfinite(relative), floor=p.efficiency_floor,
+                                       sample=self.sample)
         judged = active & np.isfinite(relative)
         self.efficiency = ewma(self.efficiency, relative, judged, alpha=p.ewma_alpha)
         straggling = self.cusum.update((1.0 - relative) / scale, judged)
@@ -97,17 +92,20 @@ class ChipDetector:
         site = topo.chip_site
         site_clock = np.zeros(topo.n_sites)
         for s in range(topo.n_sites):  # a handful of sites, never a loop over chips
-            site_clock[s], _ = robust_center_scale(clock, fresh & (site == s), floor=0.0)
-        throttled = (cur["throttled"] > 0) | (clock < site_clock[site] - p.clock_margin)
-        failed = counter_delta(table, "ecc_uncorrected_total") > 0
-        stale = self.state.stale_chips(p.stale_after_ticks)
+            site_clock[s], _ = robust_center_scale(clock, fresh & (site == s), floor=0.0, sample=self.sample)
+        flag = table.gauges["throttled"] > 0
+        with np.errstate(invalid="ignore"):
+            low_clock = clock < (site_clock[site] - p.clock_margin).astype(np.float32)
+            failed = table.rates["ecc_uncorrected_total"] > 0
+        throttled = flag | low_clock
+        stale = self.state.silent(table, p.stale_after_s)
         if suppress_stale is not None:
             stale &= ~suppress_stale
 
         reasons = np.zeros(util.shape, dtype=np.int64)
         reasons |= np.where(fresh & straggling, int(Reason.EFFICIENCY), 0)
-        reasons |= np.where(fresh & (cur["throttled"] > 0), int(Reason.THROTTLE_FLAG), 0)
-        reasons |= np.where(fresh & (clock < site_clock[site] - p.clock_margin), int(Reason.CLOCK), 0)
+        reasons |= np.where(fresh & flag, int(Reason.THROTTLE_FLAG), 0)
+        reasons |= np.where(fresh & low_clock, int(Reason.CLOCK), 0)
         reasons |= np.where(fresh & failed, int(Reason.ECC_UNCORRECTED), 0)
         reasons |= np.where(stale, int(Reason.SILENT), 0)
         candidate = np.select(
@@ -119,9 +117,9 @@ class ChipDetector:
         evidence = fresh | stale
         return self.tracker.update(candidate, reasons, evidence, tick)
 
-    def speed(self) -> F64:
+    def speed(self) -> F32:
         """Return each chip's estimated speed (clock x relative efficiency) for the throughput model."""
-        clock = self.state.chips.cur["clock_ratio"].astype(np.float64)
+        clock = np.nan_to_num(self.state.chips.gauges["clock_ratio"], nan=1.0)
         straggler = self.tracker.state == STRAGGLER
         eff = np.clip(np.nan_to_num(self.efficiency, nan=1.0), 0.05, 1.0)
         return np.where(straggler, clock * eff, clock)

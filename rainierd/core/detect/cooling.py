@@ -12,18 +12,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-import numpy.typing as npt
 
+from rainierd._types import F32, B
 from rainierd.core.detect._common import Reason
-from rainierd.core.detect._stats import robust_center_scale
+from rainierd.core.detect._stats import PeerSample, robust_center_scale
 from rainierd.core.detect._tracker import StateTracker, Transitions
 from rainierd.core.state import FleetState
 
 __all__ = ["NODE_COOLING", "NODE_HEALTHY", "NODE_LOST", "CoolingDetector", "CoolingParams"]
 
 NODE_HEALTHY, NODE_COOLING, NODE_LOST = 0, 1, 2
-F64 = npt.NDArray[np.float64]
-B = npt.NDArray[np.bool_]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -47,17 +45,18 @@ class CoolingDetector:
 
     def __post_init__(self) -> None:
         topo, p = self.state.topology, self.params
-        self.seen = np.full(topo.n_nodes, -1, dtype=np.int64)
+        self.seen = np.zeros(topo.n_nodes, dtype=np.uint32)
+        self.sample = PeerSample.of(topo.n_nodes)
         self.nodes = StateTracker.create(topo.n_nodes, raise_after=[0, p.raise_after, 1], clear_after=p.clear_after)
         self.ultraservers = StateTracker.create(topo.n_ultraservers, raise_after=[0, 1], clear_after=1)
 
-    def _site_z(self, values: F64, mask: B, floor: float) -> F64:
+    def _site_z(self, values: F32, mask: B, floor: float) -> F32:
         topo = self.state.topology
         site = topo.node_site
-        z = np.zeros(values.shape)
+        z = np.zeros(values.shape, np.float32)
         for s in range(topo.n_sites):  # a handful of sites, never a loop over nodes
             of_site = mask & (site == s)
-            center, scale = robust_center_scale(values, of_site, floor=floor)
+            center, scale = robust_center_scale(values, of_site, floor=floor, sample=self.sample)
             z = np.where(of_site, (values - center) / scale, z)
         return z
 
@@ -65,12 +64,12 @@ class CoolingDetector:
         """Fold in the nodes' new samples; return (node changes, UltraServer changes)."""
         p, topo, state = self.params, self.state.topology, self.state
         table = state.cooling
-        fresh = (table.tick > self.seen) & (table.tick >= 0)
-        self.seen = np.where(fresh, table.tick, self.seen)
-        cur = table.cur
-        chip_temp = state.chips.cur["temp_c"].astype(np.float64).reshape(topo.n_nodes, -1).mean(axis=1)
-        inlet_z = self._site_z(cur["inlet_c"].astype(np.float64), fresh, p.inlet_floor_c)
-        fan_z = -self._site_z(cur["fan_rpm"].astype(np.float64), fresh, p.fan_floor_rpm)
+        fresh = table.samples > self.seen
+        self.seen = table.samples.copy()
+        cur = table.gauges
+        chip_temp = state.chips.gauges["temp_c"].reshape(topo.n_nodes, -1).mean(axis=1)
+        inlet_z = self._site_z(cur["inlet_c"], fresh, p.inlet_floor_c)
+        fan_z = -self._site_z(cur["fan_rpm"], fresh, p.fan_floor_rpm)
         temp_z = self._site_z(chip_temp, fresh, p.temp_floor_c)
         lost = chip_stale.reshape(topo.n_nodes, -1).all(axis=1)
 

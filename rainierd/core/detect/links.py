@@ -7,14 +7,13 @@ decaying count of drops for flapping.  docs/detection.md explains the choices.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
-import numpy.typing as npt
 
+from rainierd._types import F32
 from rainierd.core.detect._common import Reason, counter_delta, new_samples
-from rainierd.core.detect._stats import ClippedCusum, ewma, robust_center_scale
+from rainierd.core.detect._stats import ClippedCusum, PeerSample, ewma, robust_center_scale, row_nanmedian
 from rainierd.core.detect._tracker import StateTracker, Transitions
 from rainierd.core.state import FleetState
 from rainierd.hardware import TRN2
@@ -23,8 +22,6 @@ from rainierd.topology import LINK_KIND_NAMES
 __all__ = ["DEGRADED", "DOWN", "HEALTHY", "EfaDetector", "LinkDetector", "PathParams"]
 
 HEALTHY, DEGRADED, DOWN = 0, 1, 2
-F64 = npt.NDArray[np.float64]
-I64 = npt.NDArray[np.int64]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,39 +60,40 @@ class LinkDetector:
     def __post_init__(self) -> None:
         n = self.state.topology.n_links
         p = self.params
-        self.seen = np.full(n, -1, dtype=np.int64)
+        self.seen = np.zeros(n, dtype=np.uint32)
         self.bw = ClippedCusum.zeros(n, k=p.z_k, h=p.z_h, cap=p.z_cap)
         self.latency = ClippedCusum.zeros(n, k=p.z_k, h=p.z_h, cap=p.z_cap)
         self.errors = ClippedCusum.zeros(n, k=p.errors_k, h=p.errors_h, cap=p.errors_cap)
-        self.drops = np.zeros(n)
+        self.drops = np.zeros(n, np.float32)
         self.was_dropped = np.zeros(n, dtype=bool)
-        self.bw_ratio = np.full(n, np.nan)  # EWMA of bandwidth / its kind's median
-        self.now_ratio = np.ones(n)  # the latest bandwidth / its kind's median
+        self.bw_ratio = np.full(n, np.nan, np.float32)  # EWMA of bandwidth / its kind's median
+        self.now_ratio = np.ones(n, np.float32)  # the latest bandwidth / its kind's median
         # A drop (lanes gone, or bandwidth far below any noise) raises at once.
         self.tracker = StateTracker.create(n, raise_after=[0, p.raise_after, 1], clear_after=p.clear_after)
+        self.sample = PeerSample.of(n)
         kind = self.state.topology.link_kind
-        self.nominal = np.where(kind == 1, TRN2.neuronlink_ring_bytes_s, TRN2.neuronlink_intra_bytes_s)
+        self.nominal = np.where(kind == 1, TRN2.neuronlink_ring_bytes_s, TRN2.neuronlink_intra_bytes_s).astype(
+            np.float32)
 
     def update(self, tick: int) -> Transitions:
         """Fold in the links' new samples; return the state changes."""
         p, table, topo = self.params, self.state.links, self.state.topology
         fresh = new_samples(table, self.seen)
-        self.seen = np.where(fresh, table.tick, self.seen)
-        ratio = table.cur["bw_bytes_s"].astype(np.float64) / self.nominal
-        latency = table.cur["latency_us"].astype(np.float64)
-        lanes = table.cur["lanes_up"].astype(np.int64)
+        self.seen = table.samples.copy()
+        ratio = table.gauges["bw_bytes_s"] / self.nominal
+        latency = table.gauges["latency_us"]
+        lanes = table.gauges["lanes_up"]
         bw_dev, lat_dev = np.zeros_like(ratio), np.zeros_like(ratio)
         med = np.ones_like(ratio)
         for kind in range(len(LINK_KIND_NAMES)):
             of_kind = fresh & (topo.link_kind == kind)
-            center, scale = robust_center_scale(ratio, of_kind & (lanes > 0), floor=p.bw_floor)
+            center, scale = robust_center_scale(ratio, of_kind & (lanes > 0), floor=p.bw_floor, sample=self.sample)
             bw_dev = np.where(of_kind, (center - ratio) / scale, bw_dev)
             med = np.where(of_kind, center, med)
             up = of_kind & (lanes > 0) & (latency > 0)
-            lat_center, _ = robust_center_scale(latency, up, floor=1e-9)
-            lat_ratio = latency / lat_center
-            _, lat_scale = robust_center_scale(lat_ratio, up, floor=p.latency_floor)
-            lat_dev = np.where(up, (lat_ratio - 1.0) / lat_scale, lat_dev)
+            lat_center, lat_scale = robust_center_scale(latency, up, floor=p.latency_floor, sample=self.sample,
+                                                        relative=True)
+            lat_dev = np.where(up, (latency / lat_center - 1.0) / lat_scale, lat_dev)
         self.bw_ratio = ewma(self.bw_ratio, ratio / med, fresh, alpha=p.ewma_alpha)
         self.now_ratio = np.where(fresh, ratio / med, self.now_ratio)
         errors = counter_delta(table, "crc_errors_total") + counter_delta(table, "replay_total")
@@ -126,14 +124,14 @@ class LinkDetector:
         self.tracker.hold = np.where(recently_dropped, p.flap_hold_ticks, self.tracker.hold)
         return self.tracker.update(candidate, reasons, fresh, tick)
 
-    def path_fraction(self) -> F64:
+    def path_fraction(self) -> F32:
         """Return, per unhealthy link, the bandwidth share its collectives get now (1 if healthy).
 
         From the latest sample, not the smoothed one: a flapping link held
         unhealthy between drops costs only while it is actually down.  A link
         that is down now costs half (its traffic reroutes over a neighbour).
         """
-        lanes = self.state.links.cur["lanes_up"]
+        lanes = self.state.links.gauges["lanes_up"]
         down_now = (lanes == 0) | (self.now_ratio < self.params.down_below)
         measured = np.clip(self.now_ratio, 0.05, 1.0)
         return np.where(self.tracker.state == HEALTHY, 1.0, np.where(down_now, 0.5, measured))
@@ -150,11 +148,12 @@ class EfaDetector:
         topo, p = self.state.topology, self.params
         n = topo.n_efa
         self.per_us = topo.efa_ports_per_node * topo.nodes_per_ultraserver
-        self.seen = np.full(n, -1, dtype=np.int64)
+        self.seen = np.zeros(n, dtype=np.uint32)
         self.throughput = ClippedCusum.zeros(n, k=p.z_k, h=p.z_h, cap=p.z_cap)
         self.latency = ClippedCusum.zeros(n, k=p.z_k, h=p.z_h, cap=p.z_cap)
         self.retrans = ClippedCusum.zeros(n, k=p.retrans_k, h=p.retrans_h, cap=p.retrans_cap)
-        self.share = np.full(n, np.nan)  # EWMA of throughput / its UltraServer's median
+        self.share = np.full(n, np.nan, np.float32)  # EWMA of throughput / its UltraServer's median
+        self.sample = PeerSample.of(n)
         self.tracker = StateTracker.create(n, raise_after=[0, p.raise_after, p.raise_after],
                                            clear_after=p.clear_after)
 
@@ -162,26 +161,21 @@ class EfaDetector:
         """Fold in the ports' new samples; return the state changes."""
         p, table = self.params, self.state.efa
         fresh = new_samples(table, self.seen)
-        self.seen = np.where(fresh, table.tick, self.seen)
-        dt = table.t_s - table.prev_t_s
-        with np.errstate(invalid="ignore", divide="ignore"):
-            rate = (counter_delta(table, "tx_bytes_total") + counter_delta(table, "rx_bytes_total")) / dt
-        rate = np.where(fresh, rate, np.nan)
+        self.seen = table.samples.copy()
+        rate = np.where(fresh, table.rates["tx_bytes_total"] + table.rates["rx_bytes_total"], np.float32(np.nan))
         # Traffic follows the job: compare a port with its UltraServer's ports,
         # so a stalled or slowed group does not look like a group of bad ports.
-        by_us = rate.reshape(-1, self.per_us)
-        with warnings.catch_warnings():  # an all-NaN group (stalled, silent) has no median
-            warnings.simplefilter("ignore", RuntimeWarning)
-            group_median = np.nanmedian(np.where(np.isfinite(by_us), by_us, np.nan), axis=1)
+        # An all-NaN group (stalled, silent) has no median: NaN.
+        group_median = row_nanmedian(np.where(np.isfinite(rate), rate, np.nan).reshape(-1, self.per_us))
         ref = np.repeat(group_median, self.per_us)
         active = fresh & (ref > 0)
         with np.errstate(invalid="ignore", divide="ignore"):
             share = np.where(active, rate / ref, 1.0)
-        _, scale = robust_center_scale(share, active, floor=p.bw_floor)
+        _, scale = robust_center_scale(share, active, floor=p.bw_floor, sample=self.sample)
         self.share = ewma(self.share, share, active, alpha=p.ewma_alpha)
-        latency = table.cur["latency_us"].astype(np.float64)
-        lat_center, _ = robust_center_scale(latency, fresh, floor=1e-9)
-        _, lat_scale = robust_center_scale(latency / lat_center, fresh, floor=p.latency_floor)
+        latency = table.gauges["latency_us"]
+        lat_center, lat_scale = robust_center_scale(latency, fresh, floor=p.latency_floor, sample=self.sample,
+                                                    relative=True)
         retrans = counter_delta(table, "retrans_pkts_total")
         unresponsive = counter_delta(table, "unresponsive_remote_events_total")
 
@@ -196,9 +190,9 @@ class EfaDetector:
         candidate = np.where(down, DOWN, np.where(reasons != 0, DEGRADED, HEALTHY))
         return self.tracker.update(candidate, reasons, fresh, tick)
 
-    def path_fraction(self) -> F64:
+    def path_fraction(self) -> F32:
         """Return, per port, the share of its bandwidth collectives get (1 if healthy)."""
         state = self.tracker.state
         measured = np.clip(np.nan_to_num(self.share, nan=1.0), 0.0, 1.0)
-        failover = 1.0 - 1.0 / TRN2.efa_ports_per_node
+        failover = 1.0 - 1.0 / self.state.topology.efa_ports_per_node
         return np.where(state == DOWN, failover, np.where(state == DEGRADED, np.maximum(measured, 0.05), 1.0))

@@ -1,0 +1,65 @@
+"""A simulated fleet's telemetry as a byte stream, for benchmarks that must
+measure a monitor without the simulator in the same process.
+
+``python -m rainierd.bench.feed TOPOLOGY TICKS BATCH_NODES SEED`` writes, for
+each tick, its messages as ``u32 topic length | topic | u32 payload length |
+payload``, then a ``u32 0`` that ends the tick; ``read_tick`` reads one tick
+back.  A batch size of 0 feeds one frame per node.
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+from typing import BinaryIO, Final
+
+import numpy as np
+
+from rainierd.sim.fleet import FleetModel
+from rainierd.sim.frames import tick_batches, tick_frames
+from rainierd.topology import build_topology
+from rainierd.wire import encode_binary
+
+__all__ = ["START_S", "read_tick", "write_ticks"]
+
+_LEN: Final = struct.Struct("<I")
+START_S: Final = 1.8e9  # the fed fleet's tick 0, Unix seconds
+
+
+def write_ticks(out: BinaryIO, topology: str, *, ticks: int, batch_nodes: int, seed: int) -> None:
+    """Write ``ticks`` ticks of a healthy simulated fleet to ``out``."""
+    topo = build_topology(topology)
+    model = FleetModel(topo, np.random.default_rng(seed), tick_s=1.0, start_s=START_S)
+    for tick in range(ticks):
+        sample = model.step(tick)
+        if batch_nodes:
+            frames = tick_batches(topo, sample, publisher="bench", nodes_per_batch=batch_nodes)
+        else:
+            frames = tick_frames(topo, sample, publisher="bench")  # type: ignore[assignment]
+        for topic, frame in frames:
+            encoded_topic = topic.encode()
+            payload = encode_binary(frame)
+            out.write(_LEN.pack(len(encoded_topic)) + encoded_topic + _LEN.pack(len(payload)))
+            out.write(payload)
+        out.write(_LEN.pack(0))
+        out.flush()
+
+
+def read_tick(stream: BinaryIO) -> list[tuple[str, bytes]] | None:
+    """Return the next tick's (topic, payload) messages, or None at the end of the stream."""
+    messages = []
+    while True:
+        head = stream.read(4)
+        if len(head) < 4:
+            return None
+        (size,) = _LEN.unpack(head)
+        if size == 0:
+            return messages
+        topic = stream.read(size).decode()
+        (size,) = _LEN.unpack(stream.read(4))
+        messages.append((topic, stream.read(size)))
+
+
+if __name__ == "__main__":
+    name, count, batch, seed_arg = sys.argv[1:5]
+    write_ticks(sys.stdout.buffer, name, ticks=int(count), batch_nodes=int(batch), seed=int(seed_arg))
