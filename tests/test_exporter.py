@@ -18,9 +18,9 @@ from rainierd.exporter import FleetCollector, Health, MetricsServer, MonitorColl
 from rainierd.exporter.fast import UltraServerFamilies
 from rainierd.exporter.health import EntityFamilies
 from rainierd.hardware import TRN2
-from rainierd.status import ConnectionState
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
+from rainierd.status import ConnectionState
 from rainierd.topology import build_topology
 from rainierd.wire import decode_binary, encode_binary
 

@@ -21,10 +21,10 @@ from prometheus_client import generate_latest
 from rainierd.core.analysis import MonitorCore
 from rainierd.exporter import MonitorSnapshot
 from rainierd.exporter.wiring import build_exporter
-from rainierd.status import BacklogState, ConnectionState, LagHistogram
 from rainierd.sim.faults import Fault, FaultKind
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
+from rainierd.status import BacklogState, ConnectionState, LagHistogram
 from rainierd.topology import build_topology
 
 GOLDEN = Path(__file__).parent / "golden" / "scrape-demo.prom"
