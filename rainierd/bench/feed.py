@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import struct
 import sys
-from typing import BinaryIO, Final
+from typing import IO, Final
 
 import numpy as np
 
@@ -26,7 +26,7 @@ _LEN: Final = struct.Struct("<I")
 START_S: Final = 1.8e9  # the fed fleet's tick 0, Unix seconds
 
 
-def write_ticks(out: BinaryIO, topology: str, *, ticks: int, batch_nodes: int, seed: int) -> None:
+def write_ticks(out: IO[bytes], topology: str, *, ticks: int, batch_nodes: int, seed: int) -> None:
     """Write ``ticks`` ticks of a healthy simulated fleet to ``out``."""
     topo = build_topology(topology)
     model = FleetModel(topo, np.random.default_rng(seed), tick_s=1.0, start_s=START_S)
@@ -45,9 +45,9 @@ def write_ticks(out: BinaryIO, topology: str, *, ticks: int, batch_nodes: int, s
         out.flush()
 
 
-def read_tick(stream: BinaryIO) -> list[tuple[str, bytes]] | None:
+def read_tick(stream: IO[bytes]) -> list[tuple[str, bytes]] | None:
     """Return the next tick's (topic, payload) messages, or None at the end of the stream."""
-    messages = []
+    messages: list[tuple[str, bytes]] = []
     while True:
         head = stream.read(4)
         if len(head) < 4:
