@@ -21,6 +21,7 @@ import structlog
 from rainierd import __version__
 from rainierd.bench import run_bench
 from rainierd.bench.core import SWEEP
+from rainierd.bench.ingest import DEFAULT_SIZES, NAIVE_CHIPS
 from rainierd.daemon import run_role
 from rainierd.errors import ConfigError, RainierdError
 from rainierd.logs import configure_logging
@@ -87,7 +88,11 @@ def _parser() -> argparse.ArgumentParser:
     rules.add_argument("output", type=Path, help="directory to write the copies to")
     rules.add_argument("--for", dest="for_", required=True, help="the `for:` of every alert, e.g. 5s")
     rules.add_argument("--source", type=Path, default=Path("deploy/prometheus/rules"))
-    bench = commands.add_parser("bench", help="benchmarks (see benchmarks/README.md)")
+    _bench_parsers(commands.add_parser("bench", help="benchmarks (see benchmarks/README.md)"))
+    return parser
+
+
+def _bench_parsers(bench: argparse.ArgumentParser) -> None:
     kinds = bench.add_subparsers(dest="bench", required=True, parser_class=_Parser)
     core = kinds.add_parser("core", help="per-tick cost of the monitor's core, from 64 to 1,000,000 chips")
     core.add_argument("--topology", nargs="+", default=list(SWEEP),
@@ -113,12 +118,21 @@ def _parser() -> argparse.ArgumentParser:
     scrape.add_argument("--interval", type=float, default=0.1, help="seconds between scrapes")
     scrape.add_argument("--seed", type=int, default=0)
     scrape.add_argument("--json", action="store_true")
+    ingest = kinds.add_parser("ingest", help="simulate -> real Mosquitto -> monitor, swept up in fleet size")
+    ingest.add_argument("--topology", nargs="+", default=list(DEFAULT_SIZES), help="sizes, smallest first")
+    ingest.add_argument("--tick", type=float, default=1.0)
+    ingest.add_argument("--warmup", type=float, default=20.0, help="seconds before the measured window")
+    ingest.add_argument("--seconds", type=float, default=120.0, help="measured window per size")
+    ingest.add_argument("--batch-nodes", type=int, default=64)
+    ingest.add_argument("--no-naive", dest="naive", action="store_false", help="skip the naive baseline")
+    ingest.add_argument("--naive-chips", type=int, nargs="+", default=list(NAIVE_CHIPS))
+    ingest.add_argument("--naive-seconds", type=float, default=20.0)
+    ingest.add_argument("--json", action="store_true")
     run = kinds.add_parser("run", help="CPU and memory of a whole `rainierd run` process")
     run.add_argument("--topology", default="demo", choices=list(PRESETS))
     run.add_argument("--seconds", type=float, default=60.0, help="measurement window")
     run.add_argument("--warmup", type=float, default=5.0)
     run.add_argument("--json", action="store_true")
-    return parser
 
 
 def _settings(args: argparse.Namespace) -> Settings:

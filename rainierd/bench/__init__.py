@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from rainierd.bench import core, detect, process, scrape
+from rainierd.bench import core, detect, ingest, process, scrape
 
 __all__ = ["run_bench"]
 
@@ -17,6 +17,8 @@ def run_bench(args: argparse.Namespace) -> int:
         return core.main(args)
     if args.bench == "detect":
         return detect.main(args)
+    if args.bench == "ingest":
+        return ingest.main(args)
     if args.bench == "scrape":
         return scrape.main(args)
     if args.bench == "run":

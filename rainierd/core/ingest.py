@@ -83,6 +83,7 @@ class IngestStats:
     frames_lost: int = 0  # sequence gaps
     publisher_changes: int = 0
     frames_applied: int = 0
+    samples_applied: Counter[str] = field(default_factory=Counter)  # entity samples, by record kind
 
     def reject(self, reason: str, count: int = 1) -> None:
         """Count rejected frames (or payloads that did not decode)."""
@@ -102,6 +103,7 @@ class FlushResult:
     applied_t_s: F64 = field(default_factory=lambda: np.zeros(0))  # sample times of the frames applied
     # Wall time at receipt minus sample time, of the frames applied (a publisher's clock skew included).
     receive_lag_s: F64 = field(default_factory=lambda: np.zeros(0))
+    samples: Counter[str] = field(default_factory=Counter)  # entity samples applied, by record kind
 
 
 @dataclass(eq=False)
@@ -184,10 +186,12 @@ class Ingest:
             else:
                 frame = item.frame
                 nodes.append((item, frame if isinstance(frame, NodeBatch) else _as_batch(frame)))
-        applied, lost, changes, applied_t_s, receive_lag_s = self._apply_nodes(nodes, rejected)
+        samples: Counter[str] = Counter()
+        applied, lost, changes, applied_t_s, receive_lag_s = self._apply_nodes(nodes, rejected, samples)
         site_applied, site_lost, site_changes = self._apply_sites(sites, rejected)
+        samples["facility"] += site_applied
         return FlushResult(applied + site_applied, rejected, lost + site_lost, changes + site_changes,
-                           self.state.latest_tick, Counter(), applied_t_s, receive_lag_s)
+                           self.state.latest_tick, Counter(), applied_t_s, receive_lag_s, samples)
 
     def record(self, result: FlushResult) -> None:
         """Add a window's result to the cumulative stats."""
@@ -197,6 +201,7 @@ class Ingest:
         stats.publisher_changes += result.publisher_changes
         stats.rejected.update(result.rejected)
         stats.frames.update(result.frames)
+        stats.samples_applied.update(result.samples)
 
     def _topic_check(self, item: Received) -> str | None:
         address, frame, topo = item.address, item.frame, self.state.topology
@@ -332,7 +337,7 @@ class Ingest:
         return reasons
 
     def _apply_nodes(
-        self, parts: list[tuple[Received, NodeBatch]], rejected: Counter[str],
+        self, parts: list[tuple[Received, NodeBatch]], rejected: Counter[str], samples: Counter[str],
     ) -> tuple[int, int, int, F64, F64]:
         if not parts:
             return 0, 0, 0, np.zeros(0), np.zeros(0)
@@ -360,7 +365,7 @@ class Ingest:
             if stale:
                 rejected["stale_seq"] += stale
             frames = frames[keep]
-            self._scatter(w, frames)
+            self._scatter(w, frames, samples)
             applied += int(frames.size)
             lost += gen_lost
             changes += gen_changes
@@ -394,7 +399,7 @@ class Ingest:
         stream_seq[entity[keep]] = seq[keep]
         return keep, lost, changes, int(stale.sum())
 
-    def _scatter(self, w: _Window, frames: I64) -> None:
+    def _scatter(self, w: _Window, frames: I64, samples: Counter[str]) -> None:
         """Store the records of ``frames`` (good, one per node) in the state tables."""
         if not frames.size:
             return
@@ -426,6 +431,7 @@ class Ingest:
                 t_s, rx_s = w.t_s[frame_of], w.rx_s[frame_of]
             table: Table = tables[kind]
             table.apply(ids, columns, t_s=t_s, rx_s=rx_s, known=known)
+            samples[kind] += int(ids.size)
 
     def _apply_sites(self, items: list[Received], rejected: Counter[str]) -> tuple[int, int, int]:
         """Check and apply facility frames (a handful a window)."""

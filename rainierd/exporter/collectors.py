@@ -128,6 +128,14 @@ class MonitorCollector(Collector):
         yield CounterMetricFamily(
             "rainier_ingest_frames_applied", "Frames applied to the fleet state.", value=stats.frames_applied,
         )
+        samples = CounterMetricFamily(
+            "rainier_ingest_samples_applied",
+            "Entity samples applied to the fleet state, by kind (a node frame carries 16 chips, 48 links, ...).",
+            labels=["kind"],
+        )
+        for kind in ("chips", "links", "efa", "cooling", "facility"):
+            samples.add_metric([kind], stats.samples_applied[kind])
+        yield samples
         yield CounterMetricFamily(
             "rainier_ingest_publisher_changes",
             "Times a node's frames came from a new publisher (restart or failover).",

@@ -1,0 +1,282 @@
+"""``rainierd bench ingest``: the real-time path end to end, as a user runs it.
+
+For each fleet size, smallest first: a real Mosquitto, then ``rainierd
+monitor`` and ``rainierd simulate`` as separate processes sharing the
+machine.  After a warm-up the window is measured from outside: the monitor's
+own counters (samples and frames applied, frames lost, events, its
+sample-lag histogram) from two scrapes, and each process's CPU share and
+peak RSS from /proc.  After the simulator finishes and the monitor drains,
+every frame is accounted for: published + dropped by the simulator ==
+applied + counted lost by the monitor.  A size passes when the monitor
+sustains the fleet's chip-samples/s with 0 frames lost, 0 events (the fleet
+is healthy) and a sample lag p99 within two ticks; the sweep stops at the
+first size that fails.
+
+The same run measures the naive baseline (bench/naive.py) at increasing
+chip counts and reports the best rate it sustained, and the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Final
+
+from rainierd.bench._proc import (
+    Broker,
+    cpu_s,
+    free_port,
+    histogram_quantile,
+    max_rss_bytes,
+    mosquitto,
+    scrape,
+)
+from rainierd.topology import build_topology
+
+__all__ = ["DEFAULT_SIZES", "bench_ingest", "main"]
+
+DEFAULT_SIZES: Final = ("sites=1,ultraservers=650", "sites=2,ultraservers=1300", "rainier", "rainier-1m")
+NAIVE_CHIPS: Final = (2_500, 5_000, 10_000, 20_000, 40_000)
+_LAG = "rainier_monitor_sample_lag_seconds_bucket"
+
+
+def _log(message: str) -> None:
+    print(f"bench ingest: {message}", file=sys.stderr, flush=True)
+
+
+def _wait(what: str, condition: Any, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.25)
+    raise RuntimeError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def _sum(values: dict[str, float], prefix: str) -> float:
+    return sum(v for k, v in values.items() if k.startswith(prefix))
+
+
+def _lag_buckets(values: dict[str, float]) -> list[tuple[float, float]]:
+    buckets = []
+    for series, count in values.items():
+        if series.startswith(_LAG):
+            bound = series.split('le="', 1)[1].split('"', 1)[0]
+            buckets.append((float("inf") if bound == "+Inf" else float(bound), count))
+    return sorted(buckets)
+
+
+def _last_log(path: Path, event: str) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for line in path.read_text(errors="replace").splitlines():
+        if line.startswith("{") and f'"{event}"' in line:
+            found = json.loads(line)
+    return found
+
+
+def _usage(procs: dict[str, int], cpu0: dict[str, float], seconds: float) -> dict[str, dict[str, float]]:
+    return {name: {"cpu_share_of_one_core": (cpu_s(pid) - cpu0[name]) / seconds, "max_rss_bytes": max_rss_bytes(pid)}
+            for name, pid in procs.items()}
+
+
+def run_size(
+    topology: str, *, tick_s: float, warmup_s: float, window_s: float, batch_nodes: int, workdir: Path,
+) -> dict[str, Any]:
+    """Run simulate -> Mosquitto -> monitor at one size; return what was measured."""
+    topo = build_topology(topology)
+    ticks = math.ceil((warmup_s + window_s) / tick_s) + 2
+    port = free_port()
+    rainierd = [sys.executable, "-m", "rainierd"]
+    common = ["--topology", topology, "--tick", str(tick_s), "--log-format", "json"]
+    with mosquitto(workdir) as broker:
+        monitor_log, sim_log = workdir / f"monitor-{port}.log", workdir / f"simulate-{port}.log"
+        with monitor_log.open("w") as out:
+            monitor = subprocess.Popen([*rainierd, "monitor", *common, "--mqtt-url", broker.url,
+                                        "--metrics-addr", f"127.0.0.1:{port}"], stdout=out, stderr=subprocess.STDOUT)
+        try:
+            _wait("the monitor to connect", lambda: scrape(port).get("rainier_mqtt_connected") == 1, 120)
+            with sim_log.open("w") as out:
+                sim = subprocess.Popen([*rainierd, "simulate", *common, "--mqtt-url", broker.url, "--ticks", str(ticks),
+                                        "--batch-nodes", str(batch_nodes)], stdout=out, stderr=subprocess.STDOUT)
+            return _measure(topo.n_chips, topology, broker, monitor, sim, port=port, tick_s=tick_s, ticks=ticks,
+                            warmup_s=warmup_s, window_s=window_s, logs=(sim_log, monitor_log))
+        finally:
+            monitor.send_signal(signal.SIGINT)
+            try:
+                monitor.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                monitor.kill()
+
+
+def _measure(
+    chips: int, topology: str, broker: Broker, monitor: subprocess.Popen[bytes], sim: subprocess.Popen[bytes], *,
+    port: int, tick_s: float, ticks: int, warmup_s: float, window_s: float, logs: tuple[Path, Path],
+) -> dict[str, Any]:
+    procs = {"simulate": sim.pid, "mosquitto": broker.proc.pid, "monitor": monitor.pid}
+    time.sleep(warmup_s)
+    before, cpu0, t0 = scrape(port), {name: cpu_s(pid) for name, pid in procs.items()}, time.monotonic()
+    time.sleep(window_s)
+    after, t1 = scrape(port), time.monotonic()
+    usage = _usage(procs, cpu0, t1 - t0)
+    sim.wait(timeout=ticks * tick_s + 120)
+
+    def applied() -> float:
+        return scrape(port).get("rainier_ingest_frames_applied_total", -1.0)
+
+    last = -2.0
+    while (now := applied()) != last:  # drained when nothing more lands for three ticks
+        last = now
+        time.sleep(3 * tick_s)
+    end = scrape(port)
+    finished = _last_log(logs[0], "simulation finished")
+    seconds = t1 - t0
+
+    def rate(series: str) -> float:
+        return (_sum(after, series) - _sum(before, series)) / seconds
+
+    lag = [(bound, a - b) for (bound, a), (_, b) in zip(_lag_buckets(after), _lag_buckets(before), strict=True)]
+    published = int(finished.get("frames_published", -1))
+    dropped = int(finished.get("frames_dropped", -1))
+    applied_total = int(end.get("rainier_ingest_frames_applied_total", 0))
+    lost_total = int(end.get("rainier_ingest_frames_lost_total", 0))
+    events_window = _sum(after, "rainier_health_events_total") - _sum(before, "rainier_health_events_total")
+    lag_s = {"p50": histogram_quantile(0.5, lag), "p99": histogram_quantile(0.99, lag)}
+    result: dict[str, Any] = {
+        "topology": topology, "chips": chips, "tick_s": tick_s, "window_s": round(seconds, 2),
+        "chip_samples_per_s": rate('rainier_ingest_samples_applied_total{kind="chips"}'),
+        "frames_per_s": rate("rainier_ingest_frames_applied_total"),
+        "messages_per_s": rate("rainier_ingest_messages_total"),
+        "bytes_per_s": rate("rainier_ingest_bytes_total"),
+        "frames": {
+            "published": published, "dropped_by_simulator": dropped, "applied": applied_total,
+            "counted_lost": lost_total,
+            "rejected": int(_sum(end, "rainier_ingest_decode_errors_total")),
+            "accounted": published + dropped == applied_total + lost_total,
+            "lost_in_window": int(rate("rainier_ingest_frames_lost_total") * seconds),
+        },
+        "sample_lag_s": lag_s,
+        "false_events": {"window": int(events_window), "run": int(_sum(end, "rainier_health_events_total"))},
+        "overload_episodes": int(end.get("rainier_monitor_overload_episodes_total", 0)),
+        "backlog_dropped_messages": int(end.get("rainier_monitor_backlog_dropped_messages_total", 0)),
+        "simulator_ticks_late": int(finished.get("ticks_late", -1)),
+        "processes": usage,
+    }
+    p99 = lag_s["p99"]
+    result["passed"] = bool(
+        rate('rainier_ingest_samples_applied_total{kind="chips"}') >= 0.995 * chips / tick_s and lost_total == 0
+        and dropped == 0 and published + dropped == applied_total + lost_total and events_window == 0
+        and p99 is not None and p99 <= 2 * tick_s
+    )
+    return result
+
+
+def run_naive(chips: int, *, tick_s: float, seconds: float, workdir: Path) -> dict[str, Any]:
+    """Run the naive baseline at ``chips`` chips; return the rate its monitor sustained."""
+    port = free_port()
+    with mosquitto(workdir) as broker:
+        naive = [sys.executable, "-m", "rainierd.bench.naive"]
+        monitor = subprocess.Popen([*naive, "monitor", str(broker.port), str(port)])
+        try:
+            _wait("the naive monitor", lambda: "naive_messages_total" in scrape(port), 60)
+            pub = subprocess.run([*naive, "publish", str(broker.port), str(chips), str(tick_s), str(seconds)],
+                                 capture_output=True, check=True, timeout=seconds + 120)
+            sent = json.loads(pub.stdout)
+            started = time.monotonic()
+            counts = [scrape(port).get("naive_messages_total", 0.0)]
+            while time.monotonic() - started < 60:  # let it drain what the broker queued
+                time.sleep(1.0)
+                counts.append(scrape(port).get("naive_messages_total", 0.0))
+                if counts[-1] == counts[-2]:
+                    break
+            end = scrape(port)
+            drain_s = time.monotonic() - started
+        finally:
+            monitor.kill()
+            monitor.wait()
+    processed = end.get("naive_messages_total", 0.0)
+    mean_lag = end.get("naive_lag_seconds_sum_total", 0.0) / processed if processed else None
+    offered = sent["sent"] / (sent["ticks"] * tick_s)
+    kept_up = processed == sent["sent"] and mean_lag is not None and mean_lag <= 2 * tick_s
+    return {
+        "chips": chips, "sent": sent["sent"], "processed": int(processed),
+        "lost": int(sent["sent"] - processed), "publisher_late_ticks": sent["late_ticks"],
+        # Kept up: it processed what was offered, as it was offered.  Behind:
+        # what it got through over the publishing time plus the drain.
+        "processed_per_s": offered if kept_up else processed / (seconds + drain_s),
+        "offered_per_s": offered, "mean_lag_s": mean_lag, "drain_s": round(drain_s, 1), "kept_up": kept_up,
+    }
+
+
+def bench_ingest(
+    sizes: list[str], *, tick_s: float, warmup_s: float, window_s: float, batch_nodes: int,
+    naive_chips: tuple[int, ...], naive_seconds: float,
+) -> dict[str, Any]:
+    """Return the report: the sweep of rainierd, then the naive baseline, then the ratio."""
+    results = []
+    with tempfile.TemporaryDirectory(prefix="rainierd-bench-ingest-") as tmp:
+        workdir = Path(tmp)
+        for size in sizes:
+            _log(f"{size} at a {tick_s} s tick: {warmup_s:.0f} s warm-up, {window_s:.0f} s measured")
+            result = run_size(size, tick_s=tick_s, warmup_s=warmup_s, window_s=window_s, batch_nodes=batch_nodes,
+                              workdir=workdir)
+            results.append(result)
+            _log(f"{size}: {result['chip_samples_per_s']:,.0f} chip-samples/s, "
+                 f"lost {result['frames']['counted_lost']}, lag p99 {result['sample_lag_s']['p99']}, "
+                 f"passed {result['passed']}")
+            if not result["passed"]:
+                break
+        naive = []
+        for chips in naive_chips:
+            _log(f"naive baseline at {chips:,} chips")
+            run = run_naive(chips, tick_s=tick_s, seconds=naive_seconds, workdir=workdir)
+            naive.append(run)
+            _log(f"naive {chips:,}: {run['processed_per_s']:,.0f} msgs/s, lost {run['lost']}, kept up {run['kept_up']}")
+            if not run["kept_up"]:
+                break
+    passed = [r for r in results if r["passed"]]
+    best = max(passed, key=lambda r: r["chips"]) if passed else None
+    naive_best = max((n["processed_per_s"] for n in naive if n["kept_up"]), default=0.0)
+    naive_saturated = max((n["processed_per_s"] for n in naive), default=0.0)
+    return {
+        "benchmark": "ingest", "tick_s": tick_s, "batch_nodes": batch_nodes, "results": results,
+        "largest_passing": best["topology"] if best else None,
+        "largest_passing_chip_samples_per_s": best["chip_samples_per_s"] if best else None,
+        "naive": naive,
+        "naive_sustained_chip_samples_per_s": naive_best,
+        "naive_saturated_chip_samples_per_s": naive_saturated,
+        "ratio_to_naive": best["chip_samples_per_s"] / naive_best if best and naive_best else None,
+    }
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the benchmark and print JSON or a table."""
+    report = bench_ingest(
+        list(args.topology), tick_s=args.tick, warmup_s=args.warmup, window_s=args.seconds,
+        batch_nodes=args.batch_nodes, naive_chips=tuple(args.naive_chips) if args.naive else (),
+        naive_seconds=args.naive_seconds,
+    )
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    print(f"bench ingest: {report['tick_s']} s tick, batch frames of {report['batch_nodes']} nodes")
+    print("| topology | chips | chip-samples/s | frames/s | MB/s | lost | events | lag p50 | lag p99 | "
+          "CPU sim / broker / monitor | max RSS monitor | passed |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in report["results"]:
+        shares = (r["processes"][p]["cpu_share_of_one_core"] for p in ("simulate", "mosquitto", "monitor"))
+        cpu = " / ".join(f"{share:.2f}" for share in shares)
+        lag = r["sample_lag_s"]
+        print(f"| {r['topology']} | {r['chips']:,} | {r['chip_samples_per_s']:,.0f} | {r['frames_per_s']:,.0f} | "
+              f"{r['bytes_per_s'] / 1e6:.1f} | {r['frames']['counted_lost']} | {r['false_events']['window']} | "
+              f"{lag['p50']} | {lag['p99']} | {cpu} | {r['processes']['monitor']['max_rss_bytes'] / 2**20:.0f} MiB | "
+              f"{r['passed']} |")
+    print(f"naive baseline: {report['naive_sustained_chip_samples_per_s']:,.0f} chip-samples/s sustained "
+          f"(saturated {report['naive_saturated_chip_samples_per_s']:,.0f}); ratio {report['ratio_to_naive']}")
+    return 0
