@@ -48,7 +48,7 @@ _ROLE_FLAGS: list[tuple[str, str, dict[str, Any]]] = [
     ("--seed", "seed", {"type": int}),
     ("--encoding", "encoding", {"help": "simulator frame encoding: binary (default) or json"}),
     ("--batch-nodes", "batch_nodes",
-     {"type": int, "help": "simulator: nodes per batch frame (default 64; 0: one frame per node; binary only)"}),
+     {"type": int, "help": "simulator: nodes per batch frame (default 128; 0: one frame per node; binary only)"}),
     ("--max-backlog-bytes", "max_backlog_bytes",
      {"type": int, "help": "monitor: bytes queued for analysis at most (default 512 MiB); the oldest drop"}),
     ("--scenario", "scenario", {"type": Path, "help": "simulator: TOML fault scenario (docs/scenarios.md)"}),
@@ -98,7 +98,7 @@ def _bench_parsers(bench: argparse.ArgumentParser) -> None:
     core.add_argument("--topology", nargs="+", default=list(SWEEP),
                       help="presets or sites=S,ultraservers=U (default: a sweep from 64 to 1,000,000 chips)")
     core.add_argument("--repeat", type=int, default=10, help="ticks measured per size (after one warm-up)")
-    core.add_argument("--batch-nodes", type=int, default=64, help="nodes per batch frame (0: one frame per node)")
+    core.add_argument("--batch-nodes", type=int, default=128, help="nodes per batch frame (0: one frame per node)")
     core.add_argument("--seed", type=int, default=0)
     core.add_argument("--plot", help="also draw the scaling curve to this PNG (needs matplotlib)")
     core.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -123,7 +123,7 @@ def _bench_parsers(bench: argparse.ArgumentParser) -> None:
     ingest.add_argument("--tick", type=float, default=1.0)
     ingest.add_argument("--warmup", type=float, default=20.0, help="seconds before the measured window")
     ingest.add_argument("--seconds", type=float, default=120.0, help="measured window per size")
-    ingest.add_argument("--batch-nodes", type=int, default=64)
+    ingest.add_argument("--batch-nodes", type=int, default=128)
     ingest.add_argument("--no-naive", dest="naive", action="store_false", help="skip the naive baseline")
     ingest.add_argument("--naive-chips", type=int, nargs="+", default=list(NAIVE_CHIPS))
     ingest.add_argument("--naive-seconds", type=float, default=20.0)

@@ -62,7 +62,7 @@ class Settings(BaseSettings):
     seed: int = Field(0, ge=0)
     encoding: Literal["binary", "json"] = "binary"
     batch_nodes: int = Field(
-        64, ge=0, le=4_096,
+        128, ge=0, le=4_096,
         description="simulator: nodes per batch frame (binary only; 0 publishes one frame per node)",
     )
     scenario: Path | None = Field(None, description="TOML fault scenario for the simulator (docs/scenarios.md)")

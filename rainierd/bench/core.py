@@ -9,7 +9,8 @@ a running monitor holds).  Stages, per tick after one warm-up tick:
 * decode + admit: every message decoded, checked and applied to the state
   (``Ingest.admit``);
 * core: the throughput model;
-* detection: every detector and the lost-by-cause model.
+* detection: every detector, the lost-by-cause model, and the copy of the
+  unhealthy sets handed to the exporter.
 
 Reported per size: median and p99 of each stage and of their sum, chips per
 second per core (chips / median total), and the maximum RSS.  ``--plot``
@@ -30,8 +31,9 @@ from typing import Any, Final
 
 import numpy as np
 
-from rainierd.bench.feed import START_S, read_tick
-from rainierd.core.analysis import MonitorCore
+from rainierd._malloc import keep_freed_memory
+from rainierd.bench.feed import START_S, read_tick, request_tick
+from rainierd.core.analysis import HealthView, MonitorCore
 from rainierd.core.ingest import Message
 from rainierd.core.model import lost_by_cause
 from rainierd.core.throughput import compute_throughput
@@ -56,13 +58,17 @@ def measure(topology: str, *, repeat: int, batch_nodes: int, seed: int) -> dict[
     core = MonitorCore(topo, max_frame_bytes=64 * 2**20)
     feeder = subprocess.Popen(
         [sys.executable, "-m", "rainierd.bench.feed", topology, str(repeat + 1), str(batch_nodes), str(seed)],
-        stdout=subprocess.PIPE,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
     )
     assert feeder.stdout is not None
+    assert feeder.stdin is not None
     stages: dict[str, list[float]] = {name: [] for name in (*_STAGES, "total")}
     messages = payload_bytes = 0
     tick = 0
-    while (received := read_tick(feeder.stdout)) is not None:
+    while True:  # the feeder idles while a tick is measured
+        request_tick(feeder.stdin)
+        if (received := read_tick(feeder.stdout)) is None:
+            break
         now_s = START_S + tick
         window = [Message(now_s, topic, payload) for topic, payload in received]
         started = time.perf_counter()
@@ -74,6 +80,7 @@ def measure(topology: str, *, repeat: int, batch_nodes: int, seed: int) -> dict[
         modelled = time.perf_counter()
         core.detector.update(core.state.latest_tick)
         lost_by_cause(throughput, core.detector, params=core.model)
+        HealthView.of(core.detector)  # what the exporter is handed
         detected = time.perf_counter()
         core.ingest.record(flush)
         if tick > 0:  # the first tick pays first-touch page faults
@@ -83,6 +90,9 @@ def measure(topology: str, *, repeat: int, batch_nodes: int, seed: int) -> dict[
             stages["total"].append(detected - started)
         messages, payload_bytes = len(window), sum(len(m.payload) for m in window)
         tick += 1
+        if tick == repeat + 1:
+            break
+    feeder.stdin.close()
     feeder.wait()
     if core.stats.rejected or core.stats.frames_applied != (tick * (topo.n_nodes + topo.n_sites)):
         raise RuntimeError(f"bench feed not applied cleanly: {core.stats}")
@@ -169,5 +179,6 @@ def main(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
+    keep_freed_memory()  # as the monitor daemon does
     name, count, batch, seed_arg = sys.argv[1:5]
     print(json.dumps(measure(name, repeat=int(count), batch_nodes=int(batch), seed=int(seed_arg))))

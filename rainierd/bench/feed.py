@@ -4,7 +4,9 @@ measure a monitor without the simulator in the same process.
 ``python -m rainierd.bench.feed TOPOLOGY TICKS BATCH_NODES SEED`` writes, for
 each tick, its messages as ``u32 topic length | topic | u32 payload length |
 payload``, then a ``u32 0`` that ends the tick; ``read_tick`` reads one tick
-back.  A batch size of 0 feeds one frame per node.
+back.  A batch size of 0 feeds one frame per node.  It makes each tick only
+when a byte arrives on its stdin (``request_tick``), so it never competes with
+the process it feeds while that one is being measured.
 """
 
 from __future__ import annotations
@@ -20,17 +22,21 @@ from rainierd.sim.frames import tick_batches, tick_frames
 from rainierd.topology import build_topology
 from rainierd.wire import encode_binary
 
-__all__ = ["START_S", "read_tick", "write_ticks"]
+__all__ = ["START_S", "read_tick", "request_tick", "write_ticks"]
 
 _LEN: Final = struct.Struct("<I")
 START_S: Final = 1.8e9  # the fed fleet's tick 0, Unix seconds
 
 
-def write_ticks(out: IO[bytes], topology: str, *, ticks: int, batch_nodes: int, seed: int) -> None:
-    """Write ``ticks`` ticks of a healthy simulated fleet to ``out``."""
+def write_ticks(
+    out: IO[bytes], topology: str, *, ticks: int, batch_nodes: int, seed: int, requests: IO[bytes] | None = None,
+) -> None:
+    """Write ``ticks`` ticks of a healthy simulated fleet to ``out`` (each on a byte from ``requests``)."""
     topo = build_topology(topology)
     model = FleetModel(topo, np.random.default_rng(seed), tick_s=1.0, start_s=START_S)
     for tick in range(ticks):
+        if requests is not None and not requests.read(1):
+            return
         sample = model.step(tick)
         if batch_nodes:
             frames = tick_batches(topo, sample, publisher="bench", nodes_per_batch=batch_nodes)
@@ -43,6 +49,12 @@ def write_ticks(out: IO[bytes], topology: str, *, ticks: int, batch_nodes: int, 
             out.write(payload)
         out.write(_LEN.pack(0))
         out.flush()
+
+
+def request_tick(requests: IO[bytes]) -> None:
+    """Ask the feeder for its next tick."""
+    requests.write(b"t")
+    requests.flush()
 
 
 def read_tick(stream: IO[bytes]) -> list[tuple[str, bytes]] | None:
@@ -62,4 +74,5 @@ def read_tick(stream: IO[bytes]) -> list[tuple[str, bytes]] | None:
 
 if __name__ == "__main__":
     name, count, batch, seed_arg = sys.argv[1:5]
-    write_ticks(sys.stdout.buffer, name, ticks=int(count), batch_nodes=int(batch), seed=int(seed_arg))
+    write_ticks(sys.stdout.buffer, name, ticks=int(count), batch_nodes=int(batch), seed=int(seed_arg),
+                requests=sys.stdin.buffer)

@@ -27,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from rainierd._types import F64, I64, B
-from rainierd.core.state import FleetState, Table
+from rainierd.core.state import FleetState, Scratch, Table
 from rainierd.errors import FrameError
 from rainierd.wire import decode_frame
 from rainierd.wire.records import (
@@ -142,6 +142,9 @@ class Ingest:
         self._site_pub = np.full(topo.n_sites, -1, np.int64)
         self._site_seq = np.zeros(topo.n_sites, np.uint64)
         self._publishers: dict[str, int] = {}
+        # The window's joined columns live here from one window to the next.
+        self._scratch = Scratch()
+        self._apply_scratch = Scratch()
 
     # -- decoding ---------------------------------------------------------------
 
@@ -241,8 +244,11 @@ class Ingest:
         """Join the node frames of a window column by column (one copy of each column)."""
         topo = self.state.topology
 
-        def cat(arrays: list[npt.NDArray[Any]], dtype: Any) -> npt.NDArray[Any]:
-            return np.concatenate(arrays).astype(dtype, copy=False) if arrays else np.zeros(0, dtype)
+        def cat(arrays: list[npt.NDArray[Any]], dtype: Any, key: str) -> npt.NDArray[Any]:
+            out = self._scratch.get(key, sum(a.size for a in arrays), dtype)
+            if arrays:
+                np.concatenate(arrays, out=out, casting="same_kind")
+            return out
 
         sizes = [batch.n_nodes for _, batch in parts]
 
@@ -258,7 +264,7 @@ class Ingest:
                 want_node.append(-1)
         columns: dict[str, dict[str, npt.NDArray[Any]]] = {}
         known: dict[str, npt.NDArray[np.uint16] | int] = {}
-        counts = {kind: cat([b.counts[kind] for _, b in parts], np.int64) for kind in RECORD_KINDS}
+        counts = {kind: cat([b.counts[kind] for _, b in parts], np.int64, f"count.{kind}") for kind in RECORD_KINDS}
         for kind in RECORD_KINDS:
             have = [sum(1 << i for i, name in enumerate(_COLUMNS[kind]) if name in b.columns[kind]) for _, b in parts]
             columns[kind] = {}
@@ -267,7 +273,7 @@ class Ingest:
                 if any(piece is None for piece in pieces):
                     pieces = [np.zeros(int(batch.counts[kind].sum()), dtype) if piece is None else piece
                               for piece, (_, batch) in zip(pieces, parts, strict=True)]
-                columns[kind][name] = cat(pieces, dtype)  # type: ignore[arg-type]
+                columns[kind][name] = cat(pieces, dtype, f"{kind}.{name}")  # type: ignore[arg-type]
             full = _ALL_FIELDS[kind]
             if all(h == full for h in have):
                 known[kind] = full
@@ -275,10 +281,10 @@ class Ingest:
                 known[kind] = np.repeat(np.asarray(have, np.uint16),
                                         [int(b.counts[kind].sum()) for _, b in parts]).astype(np.uint16)
         return _Window(
-            node=cat([b.node for _, b in parts], np.int64),
-            seq=cat([b.node_seq for _, b in parts], np.uint64),
-            tick=cat([b.node_tick for _, b in parts], np.uint64),
-            t_s=cat([b.node_t_s for _, b in parts], np.float64),
+            node=cat([b.node for _, b in parts], np.int64, "node"),
+            seq=cat([b.node_seq for _, b in parts], np.uint64, "seq"),
+            tick=cat([b.node_tick for _, b in parts], np.uint64, "tick"),
+            t_s=cat([b.node_t_s for _, b in parts], np.float64, "t_s"),
             rx_s=per_part([item.rx_s for item, _ in parts], np.float64),
             rx_wall_s=per_part([item.rx_wall_s for item, _ in parts], np.float64),
             publisher=per_part([self._publisher(b.publisher) for _, b in parts], np.int64),
@@ -430,7 +436,7 @@ class Ingest:
                 ids = columns[id_field].astype(np.int64) if id_field else w.node[frame_of]
                 t_s, rx_s = w.t_s[frame_of], w.rx_s[frame_of]
             table: Table = tables[kind]
-            table.apply(ids, columns, t_s=t_s, rx_s=rx_s, known=known)
+            table.apply(ids, columns, t_s=t_s, rx_s=rx_s, known=known, scratch=self._apply_scratch)
             samples[kind] += int(ids.size)
 
     def _apply_sites(self, items: list[Received], rejected: Counter[str]) -> tuple[int, int, int]:

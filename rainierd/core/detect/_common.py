@@ -6,11 +6,12 @@ from __future__ import annotations
 from enum import IntFlag
 
 import numpy as np
+import numpy.typing as npt
 
 from rainierd._types import F32, U32, B
 from rainierd.core.state import Table
 
-__all__ = ["Reason", "counter_delta", "new_samples", "reason_names"]
+__all__ = ["Reason", "counter_delta", "flag", "new_samples", "reason_names"]
 
 
 class Reason(IntFlag):
@@ -39,11 +40,20 @@ def reason_names(mask: int) -> list[str]:
     return [str(r.name).lower() for r in Reason if mask & r]
 
 
+def flag(reasons: npt.NDArray[np.int32], mask: B, reason: Reason) -> None:
+    """Set ``reason`` in ``reasons`` where ``mask``, in place (one pass, no temporary)."""
+    np.bitwise_or(reasons, np.int32(reason), out=reasons, where=mask)
+
+
 def new_samples(table: Table, seen: U32) -> B:
     """Return which entities got a sample since ``seen`` (their sample count then), with an interval to diff."""
     return (table.samples > seen) & np.isfinite(table.dt_s)
 
 
-def counter_delta(table: Table, field: str) -> F32:
-    """Return how much a counter moved over each entity's last interval (NaN: unknown, or it reset)."""
-    return np.asarray(table.rates[field] * table.dt_s, dtype=np.float32)
+def counter_delta(table: Table, field: str, *also: str) -> F32:
+    """Return how much a counter (plus ``also``) moved over each entity's last interval (NaN: unknown, or reset)."""
+    moved = np.array(table.rates[field], dtype=np.float32)
+    for other in also:
+        moved += table.rates[other]
+    moved *= table.dt_s
+    return moved

@@ -17,9 +17,10 @@ clears within ``(ceiling - h) / k`` clean ticks instead of lingering.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
+import numpy.typing as npt
 
 from rainierd._types import F32, I64, B, Floats
 
@@ -49,6 +50,10 @@ class PeerSample:
         if self.index is None:
             return values[mask]
         return values[self.index][mask[self.index]]
+
+    def pick(self, values: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        """Return ``values`` of the subset's entities (all of them when there is no subset)."""
+        return values if self.index is None else values[self.index]
 
 
 _ALL: Final = PeerSample(None)
@@ -89,9 +94,14 @@ def row_nanmedian(values: Floats) -> Floats:
 
 
 def ewma(previous: F32, current: Floats, mask: B, *, alpha: float) -> F32:
-    """Return the EWMA (float32) updated with ``current`` where ``mask`` (seeded where previous is NaN)."""
-    blended = np.where(np.isnan(previous), current, previous + alpha * (current - previous))
-    return np.where(mask, blended, previous).astype(np.float32, copy=False)
+    """Update the EWMA ``previous`` in place with ``current`` where ``mask`` (seeded where it is NaN); return it."""
+    blended = np.subtract(current, previous, dtype=np.float32)
+    blended *= np.float32(alpha)
+    blended += previous
+    seed = np.isnan(previous)
+    np.copyto(blended, current, where=seed, casting="same_kind")
+    np.copyto(previous, blended, where=mask)
+    return previous
 
 
 @dataclass(eq=False)
@@ -111,6 +121,10 @@ class ClippedCusum:
 
     def update(self, x: Floats, mask: B) -> B:
         """Add the evidence ``x`` where ``mask`` (NaN counts as none); return the alarm mask."""
-        step = np.minimum(np.nan_to_num(x, nan=0.0), self.cap) - self.k
-        self.s = np.where(mask, np.clip(self.s + step, 0.0, self.ceiling), self.s).astype(np.float32, copy=False)
+        step = np.minimum(x, np.float32(self.cap), dtype=np.float32)
+        np.copyto(step, np.float32(0.0), where=np.isnan(step))
+        step -= np.float32(self.k)
+        step += self.s
+        np.clip(step, 0.0, self.ceiling, out=step)
+        np.copyto(self.s, step, where=mask)
         return self.s >= self.h

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from typing import Any
+
 import numpy as np
 import numpy.typing as npt
 
@@ -34,21 +36,26 @@ class StateTracker:
 
     raise_after: I64  # ticks of persistence needed, indexed by candidate state
     clear_after: int
-    state: I64
-    reason: I64
+    state: npt.NDArray[np.int8]
+    reason: npt.NDArray[np.int32]
     onset: I64
-    bad_streak: I64
-    good_streak: I64
-    hold: I64  # extra clean ticks needed to clear (e.g. a flapping link)
+    bad_streak: npt.NDArray[np.int32]
+    good_streak: npt.NDArray[np.int32]
+    hold: npt.NDArray[np.int32]  # extra clean ticks needed to clear (e.g. a flapping link)
 
     @classmethod
     def create(cls, n: int, *, raise_after: list[int], clear_after: int) -> StateTracker:
-        """Return a tracker with every entity healthy."""
-        z = np.zeros(n, dtype=np.int64)
-        return cls(np.asarray(raise_after, dtype=np.int64), clear_after,
-                   z.copy(), z.copy(), np.full(n, -1, dtype=np.int64), z.copy(), z.copy(), z.copy())
+        """Return a tracker with every entity healthy (small dtypes: these arrays are fleet-sized)."""
+        def zeros(dtype: type[np.integer[Any]]) -> npt.NDArray[Any]:
+            return np.zeros(n, dtype=dtype)
 
-    def update(self, candidate: I64, reasons: I64, evidence: npt.NDArray[np.bool_], tick: int) -> Transitions:
+        return cls(np.asarray(raise_after, dtype=np.int64), clear_after, zeros(np.int8), zeros(np.int32),
+                   np.full(n, -1, dtype=np.int64), zeros(np.int32), zeros(np.int32), zeros(np.int32))
+
+    def update(
+        self, candidate: npt.NDArray[np.integer[Any]], reasons: npt.NDArray[np.int32], evidence: npt.NDArray[np.bool_],
+        tick: int,
+    ) -> Transitions:
         """Fold this tick's candidates in where ``evidence`` (a new sample) exists."""
         # Only entities that are, or may be becoming, unhealthy need any work.
         # For every other one nothing changes that is ever read: its bad
@@ -57,7 +64,8 @@ class StateTracker:
         busy = np.flatnonzero((candidate > 0) | (self.state > 0) | (self.bad_streak > 0))
         if not busy.size:
             return Transitions(busy, busy, busy)
-        cand, ev = candidate[busy], evidence[busy]
+        cand = candidate[busy].astype(np.int8)
+        ev = evidence[busy]
         state, reason, onset = self.state[busy], self.reason[busy], self.onset[busy]
         bad_streak, good_streak, hold = self.bad_streak[busy], self.good_streak[busy], self.hold[busy]
         bad = ev & (cand > 0)
@@ -77,4 +85,4 @@ class StateTracker:
         self.state[busy], self.reason[busy], self.onset[busy] = state, reason, onset
         self.bad_streak[busy], self.good_streak[busy], self.hold[busy] = bad_streak, good_streak, hold
         changed = np.flatnonzero(state != before)
-        return Transitions(busy[changed], before[changed], state[changed])
+        return Transitions(busy[changed], before[changed].astype(np.int64), state[changed].astype(np.int64))

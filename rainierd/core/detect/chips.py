@@ -20,6 +20,7 @@ import numpy as np
 
 from rainierd._types import F32, B
 from rainierd.core.detect._common import Reason, new_samples
+from rainierd.core.detect._common import flag as set_reason
 from rainierd.core.detect._stats import ClippedCusum, PeerSample, ewma, robust_center_scale, row_nanmedian
 from rainierd.core.detect._tracker import StateTracker, Transitions
 from rainierd.core.state import FleetState
@@ -72,7 +73,7 @@ class ChipDetector:
         """
         p, table, topo = self.params, self.state.chips, self.state.topology
         fresh = new_samples(table, self.seen)
-        self.seen = table.samples.copy()
+        np.copyto(self.seen, table.samples)
         util = table.gauges["util"]
         clock = table.gauges["clock_ratio"]
         flop_rate = table.rates["fp8_flop_total"]
@@ -102,18 +103,20 @@ class ChipDetector:
         if suppress_stale is not None:
             stale &= ~suppress_stale
 
-        reasons = np.zeros(util.shape, dtype=np.int64)
-        reasons |= np.where(fresh & straggling, int(Reason.EFFICIENCY), 0)
-        reasons |= np.where(fresh & flag, int(Reason.THROTTLE_FLAG), 0)
-        reasons |= np.where(fresh & low_clock, int(Reason.CLOCK), 0)
-        reasons |= np.where(fresh & failed, int(Reason.ECC_UNCORRECTED), 0)
-        reasons |= np.where(stale, int(Reason.SILENT), 0)
-        candidate = np.select(
-            [fresh & failed, stale, fresh & throttled, fresh & straggling], [FAILED, STALE, THROTTLED, STRAGGLER],
-            HEALTHY,
-        )
+        reasons = np.zeros(util.shape, dtype=np.int32)
+        set_reason(reasons, fresh & straggling, Reason.EFFICIENCY)
+        set_reason(reasons, fresh & flag, Reason.THROTTLE_FLAG)
+        set_reason(reasons, fresh & low_clock, Reason.CLOCK)
+        set_reason(reasons, fresh & failed, Reason.ECC_UNCORRECTED)
+        set_reason(reasons, stale, Reason.SILENT)
+        # The worst state that applies, each written over the milder ones.
+        candidate = np.zeros(util.shape, dtype=np.int8)
+        candidate[fresh & straggling] = STRAGGLER
+        candidate[fresh & throttled] = THROTTLED
+        candidate[stale] = STALE
+        candidate[fresh & failed] = FAILED
         # A failed chip keeps its state while silent: its silence is the failure.
-        candidate = np.where((self.tracker.state == FAILED) & stale, FAILED, candidate)
+        candidate[(self.tracker.state == FAILED) & stale] = FAILED
         evidence = fresh | stale
         return self.tracker.update(candidate, reasons, evidence, tick)
 

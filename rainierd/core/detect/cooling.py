@@ -65,7 +65,7 @@ class CoolingDetector:
         p, topo, state = self.params, self.state.topology, self.state
         table = state.cooling
         fresh = table.samples > self.seen
-        self.seen = table.samples.copy()
+        np.copyto(self.seen, table.samples)
         cur = table.gauges
         chip_temp = state.chips.gauges["temp_c"].reshape(topo.n_nodes, -1).mean(axis=1)
         inlet_z = self._site_z(cur["inlet_c"], fresh, p.inlet_floor_c)

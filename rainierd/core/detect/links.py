@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rainierd._types import F32
-from rainierd.core.detect._common import Reason, counter_delta, new_samples
+from rainierd.core.detect._common import Reason, counter_delta, flag, new_samples
 from rainierd.core.detect._stats import ClippedCusum, PeerSample, ewma, robust_center_scale, row_nanmedian
 from rainierd.core.detect._tracker import StateTracker, Transitions
 from rainierd.core.state import FleetState
@@ -71,57 +71,79 @@ class LinkDetector:
         # A drop (lanes gone, or bandwidth far below any noise) raises at once.
         self.tracker = StateTracker.create(n, raise_after=[0, p.raise_after, 1], clear_after=p.clear_after)
         self.sample = PeerSample.of(n)
-        kind = self.state.topology.link_kind
+        topo = self.state.topology
+        kind = topo.link_kind
+        self.kind = kind.astype(np.int8)
+        # Every node reports its links in one order (topology.py), so a kind's
+        # figure reaches each link by broadcasting over that order, with no
+        # gather over millions of links.
+        self.per_node = topo.links_per_node
+        self.kind_order = kind[:self.per_node].copy()
+        assert (kind.reshape(-1, self.per_node) == self.kind_order).all(), "nodes must share one link order"
         self.nominal = np.where(kind == 1, TRN2.neuronlink_ring_bytes_s, TRN2.neuronlink_intra_bytes_s).astype(
             np.float32)
 
     def update(self, tick: int) -> Transitions:
         """Fold in the links' new samples; return the state changes."""
-        p, table, topo = self.params, self.state.links, self.state.topology
+        p, table = self.params, self.state.links
         fresh = new_samples(table, self.seen)
-        self.seen = table.samples.copy()
+        np.copyto(self.seen, table.samples)
         ratio = table.gauges["bw_bytes_s"] / self.nominal
         latency = table.gauges["latency_us"]
         lanes = table.gauges["lanes_up"]
-        bw_dev, lat_dev = np.zeros_like(ratio), np.zeros_like(ratio)
-        med = np.ones_like(ratio)
-        for kind in range(len(LINK_KIND_NAMES)):
-            of_kind = fresh & (topo.link_kind == kind)
-            center, scale = robust_center_scale(ratio, of_kind & (lanes > 0), floor=p.bw_floor, sample=self.sample)
-            bw_dev = np.where(of_kind, (center - ratio) / scale, bw_dev)
-            med = np.where(of_kind, center, med)
-            up = of_kind & (lanes > 0) & (latency > 0)
-            lat_center, lat_scale = robust_center_scale(latency, up, floor=p.latency_floor, sample=self.sample,
-                                                        relative=True)
-            lat_dev = np.where(up, (latency / lat_center - 1.0) / lat_scale, lat_dev)
-        self.bw_ratio = ewma(self.bw_ratio, ratio / med, fresh, alpha=p.ewma_alpha)
-        self.now_ratio = np.where(fresh, ratio / med, self.now_ratio)
-        errors = counter_delta(table, "crc_errors_total") + counter_delta(table, "replay_total")
+        up = lanes > 0
+        # Each kind's median and spread, on the peer sample; then one gather
+        # gives every link its kind's figures.
+        picked = {name: self.sample.pick(a) for name, a in
+                  (("ratio", ratio), ("latency", latency), ("fresh", fresh), ("up", up), ("kind", self.kind))}
+        n_kinds = len(LINK_KIND_NAMES)
+        center, scale = np.ones(n_kinds, np.float32), np.ones(n_kinds, np.float32)
+        lat_center, lat_scale = np.ones(n_kinds, np.float32), np.ones(n_kinds, np.float32)
+        for kind in range(n_kinds):
+            of_kind = picked["fresh"] & (picked["kind"] == kind) & picked["up"]
+            center[kind], scale[kind] = robust_center_scale(picked["ratio"], of_kind, floor=p.bw_floor)
+            lat_center[kind], lat_scale[kind] = robust_center_scale(
+                picked["latency"], of_kind & (picked["latency"] > 0), floor=p.latency_floor, relative=True)
+        by_node = (-1, self.per_node)
+        order = self.kind_order
+        med = center[order]
+        bw_dev = (med - ratio.reshape(by_node)).reshape(-1)
+        bw_dev.reshape(by_node)[:] /= scale[order]
+        lat_dev = (latency.reshape(by_node) / lat_center[order]).reshape(-1)
+        lat_dev -= 1.0
+        lat_dev.reshape(by_node)[:] /= lat_scale[order]
+        np.copyto(lat_dev, 0.0, where=~(latency > 0))
+        ratio.reshape(by_node)[:] /= med  # from here on: bandwidth / its kind's median
+        self.bw_ratio = ewma(self.bw_ratio, ratio, fresh, alpha=p.ewma_alpha)
+        np.copyto(self.now_ratio, ratio, where=fresh)
+        errors = counter_delta(table, "crc_errors_total", "replay_total")
 
         # Healthy noise never takes a link with all lanes up below drop_below
         # (contention dips bottom out near 0.67 at the default noise, 0.56 at
         # twice it), so such a tick, or a tick ending with no lane up, is the
-        # link going down, if only briefly.
-        down = (lanes == 0) | (ratio < p.down_below)
-        dropped = fresh & (down | ((ratio < p.drop_below) & (lanes == TRN2.neuronlink_lanes)))
-        decay = np.exp(-1.0 / p.flap_window_ticks)
-        self.drops = np.where(fresh, self.drops * decay + (dropped & ~self.was_dropped), self.drops)
-        self.was_dropped = np.where(fresh, dropped, self.was_dropped)
-        flapping = self.drops >= p.flap_drops
-        recently_dropped = self.drops > p.recent_drop
+        # link going down, if only briefly.  (Bandwidth is judged against its
+        # kind's median here, which a healthy fleet holds at its nominal.)
+        raw = table.gauges["bw_bytes_s"] / self.nominal
+        down = ~up | (raw < p.down_below)
+        dropped = fresh & (down | ((raw < p.drop_below) & (lanes == TRN2.neuronlink_lanes)))
+        np.multiply(self.drops, np.float32(np.exp(-1.0 / p.flap_window_ticks)), out=self.drops, where=fresh)
+        np.add(self.drops, np.float32(1.0), out=self.drops, where=dropped & ~self.was_dropped)
+        np.copyto(self.was_dropped, dropped, where=fresh)
 
-        reasons = np.zeros(ratio.shape, dtype=np.int64)
-        reasons |= np.where((lanes > 0) & (lanes < TRN2.neuronlink_lanes), int(Reason.LANES), 0)
-        reasons |= np.where(self.bw.update(bw_dev, fresh & ~down), int(Reason.BANDWIDTH), 0)
-        reasons |= np.where(self.latency.update(lat_dev, fresh & ~down), int(Reason.LATENCY), 0)
-        reasons |= np.where(self.errors.update(np.maximum(errors, 0.0), fresh), int(Reason.ERRORS), 0)
-        reasons |= np.where(flapping, int(Reason.FLAPPING), 0)
-        reasons |= np.where(dropped, int(Reason.DOWN), 0)
+        reasons = np.zeros(ratio.shape, dtype=np.int32)
+        flag(reasons, up & (lanes < TRN2.neuronlink_lanes), Reason.LANES)
+        judged = fresh & ~down
+        flag(reasons, self.bw.update(bw_dev, judged), Reason.BANDWIDTH)
+        flag(reasons, self.latency.update(lat_dev, judged), Reason.LATENCY)
+        flag(reasons, self.errors.update(errors, fresh), Reason.ERRORS)
+        flag(reasons, self.drops >= p.flap_drops, Reason.FLAPPING)
+        flag(reasons, dropped, Reason.DOWN)
         # A drop raises at once; a link that dropped recently must stay clean
         # for flap_hold_ticks before it clears, so a flapping link is one
         # event for its whole episode, never a string of downs.
-        candidate = np.where(dropped, DOWN, np.where(reasons != 0, DEGRADED, HEALTHY))
-        self.tracker.hold = np.where(recently_dropped, p.flap_hold_ticks, self.tracker.hold)
+        candidate = (reasons != 0).astype(np.int8)  # DEGRADED
+        candidate[dropped] = DOWN
+        np.copyto(self.tracker.hold, p.flap_hold_ticks, where=self.drops > p.recent_drop)
         return self.tracker.update(candidate, reasons, fresh, tick)
 
     def path_fraction(self) -> F32:
@@ -161,33 +183,39 @@ class EfaDetector:
         """Fold in the ports' new samples; return the state changes."""
         p, table = self.params, self.state.efa
         fresh = new_samples(table, self.seen)
-        self.seen = table.samples.copy()
-        rate = np.where(fresh, table.rates["tx_bytes_total"] + table.rates["rx_bytes_total"], np.float32(np.nan))
+        np.copyto(self.seen, table.samples)
+        rate = table.rates["tx_bytes_total"] + table.rates["rx_bytes_total"]
+        np.copyto(rate, np.float32(np.nan), where=~fresh)
         # Traffic follows the job: compare a port with its UltraServer's ports,
         # so a stalled or slowed group does not look like a group of bad ports.
         # An all-NaN group (stalled, silent) has no median: NaN.
-        group_median = row_nanmedian(np.where(np.isfinite(rate), rate, np.nan).reshape(-1, self.per_us))
-        ref = np.repeat(group_median, self.per_us)
+        ref = np.repeat(row_nanmedian(rate.reshape(-1, self.per_us)), self.per_us)
         active = fresh & (ref > 0)
         with np.errstate(invalid="ignore", divide="ignore"):
-            share = np.where(active, rate / ref, 1.0)
+            share = rate / ref
+        np.copyto(share, np.float32(1.0), where=~active)
         _, scale = robust_center_scale(share, active, floor=p.bw_floor, sample=self.sample)
         self.share = ewma(self.share, share, active, alpha=p.ewma_alpha)
         latency = table.gauges["latency_us"]
         lat_center, lat_scale = robust_center_scale(latency, fresh, floor=p.latency_floor, sample=self.sample,
                                                     relative=True)
         retrans = counter_delta(table, "retrans_pkts_total")
-        unresponsive = counter_delta(table, "unresponsive_remote_events_total")
+        unresponsive = counter_delta(table, "unresponsive_remote_events_total") > 0
 
-        down = active & ((share < p.down_below) | (unresponsive > 0))
-        reasons = np.zeros(share.shape, dtype=np.int64)
-        reasons |= np.where(self.throughput.update((1.0 - share) / scale, active & ~down), int(Reason.BANDWIDTH), 0)
-        reasons |= np.where(self.latency.update((latency / lat_center - 1.0) / lat_scale, fresh & ~down),
-                            int(Reason.LATENCY), 0)
-        reasons |= np.where(self.retrans.update(np.maximum(retrans, 0.0), fresh), int(Reason.RETRANSMITS), 0)
-        reasons |= np.where(down, int(Reason.DOWN), 0)
-        reasons |= np.where(fresh & (unresponsive > 0), int(Reason.UNRESPONSIVE), 0)
-        candidate = np.where(down, DOWN, np.where(reasons != 0, DEGRADED, HEALTHY))
+        down = active & ((share < p.down_below) | unresponsive)
+        shortfall = 1.0 - share
+        shortfall /= scale
+        lat_dev = latency / lat_center
+        lat_dev -= 1.0
+        lat_dev /= lat_scale
+        reasons = np.zeros(share.shape, dtype=np.int32)
+        flag(reasons, self.throughput.update(shortfall, active & ~down), Reason.BANDWIDTH)
+        flag(reasons, self.latency.update(lat_dev, fresh & ~down), Reason.LATENCY)
+        flag(reasons, self.retrans.update(retrans, fresh), Reason.RETRANSMITS)
+        flag(reasons, down, Reason.DOWN)
+        flag(reasons, fresh & unresponsive, Reason.UNRESPONSIVE)
+        candidate = (reasons != 0).astype(np.int8)  # DEGRADED
+        candidate[down] = DOWN
         return self.tracker.update(candidate, reasons, fresh, tick)
 
     def path_fraction(self) -> F32:

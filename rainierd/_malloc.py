@@ -1,0 +1,38 @@
+"""Keep freed large arrays in the process for reuse (glibc only).
+
+The monitor's analysis allocates fleet-sized temporaries every tick (tens of
+MB each at Rainier scale).  By default glibc serves each from fresh pages and
+hands them back on free, so every tick pays thousands of page faults a
+temporary again; measured at 1,000,000 chips that is a tenth of the analysis
+and half its system time.  Raising the mmap and trim thresholds lets freed
+memory be reused instead: the process keeps its peak footprint (which it
+needs again next tick anyway) and stops faulting.  Elsewhere than glibc this
+does nothing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+from typing import Final
+
+__all__ = ["keep_freed_memory"]
+
+_M_TRIM_THRESHOLD: Final = -1
+_M_MMAP_THRESHOLD: Final = -3
+_MMAP_THRESHOLD_MAX: Final = 32 * 2**20  # glibc's ceiling on 64-bit: larger arrays are always mapped
+_TRIM_THRESHOLD: Final = 1 << 30
+
+
+def keep_freed_memory() -> bool:
+    """Raise glibc's mmap and trim thresholds; return True if it took effect."""
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return False
+    try:
+        libc = ctypes.CDLL(name)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+    return bool(mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX) and mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD))
