@@ -50,8 +50,8 @@ class HealthView:
         ids, states, reasons, onsets = {}, {}, {}, {}
         for entity, tracker in detector.trackers().items():
             bad = np.flatnonzero(tracker.state)
-            ids[entity], states[entity] = bad, tracker.state[bad]
-            reasons[entity], onsets[entity] = tracker.reason[bad], tracker.onset[bad]
+            ids[entity], states[entity] = bad, tracker.state[bad].astype(np.int64)
+            reasons[entity], onsets[entity] = tracker.reason[bad].astype(np.int64), tracker.onset[bad]
         worst = {
             "neuronlink": _lowest(detector.links.now_ratio, worst_k),
             "efa": _lowest(detector.efa.share, worst_k),

@@ -10,7 +10,6 @@ changed.  It never de-escalates: a state ends only by clearing to healthy.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
 from typing import Any
 
 import numpy as np

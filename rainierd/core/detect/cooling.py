@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rainierd._types import F32, B
-from rainierd.core.detect._common import Reason
+from rainierd.core.detect._common import Reason, flag
 from rainierd.core.detect._stats import PeerSample, robust_center_scale
 from rainierd.core.detect._tracker import StateTracker, Transitions
 from rainierd.core.state import FleetState
@@ -73,11 +73,11 @@ class CoolingDetector:
         temp_z = self._site_z(chip_temp, fresh, p.temp_floor_c)
         lost = chip_stale.reshape(topo.n_nodes, -1).all(axis=1)
 
-        reasons = np.zeros(topo.n_nodes, dtype=np.int64)
-        reasons |= np.where(fresh & (inlet_z > p.z_alarm), int(Reason.INLET), 0)
-        reasons |= np.where(fresh & (fan_z > p.z_alarm), int(Reason.FANS), 0)
-        reasons |= np.where(fresh & (temp_z > p.z_alarm), int(Reason.TEMPERATURE), 0)
-        reasons |= np.where(lost, int(Reason.SILENT), 0)
+        reasons = np.zeros(topo.n_nodes, dtype=np.int32)
+        flag(reasons, fresh & (inlet_z > p.z_alarm), Reason.INLET)
+        flag(reasons, fresh & (fan_z > p.z_alarm), Reason.FANS)
+        flag(reasons, fresh & (temp_z > p.z_alarm), Reason.TEMPERATURE)
+        flag(reasons, lost, Reason.SILENT)
         candidate = np.where(lost, NODE_LOST, np.where(reasons != 0, NODE_COOLING, NODE_HEALTHY))
         node_changes = self.nodes.update(candidate, reasons, fresh | lost, tick)
 
