@@ -71,7 +71,7 @@ class CoolingDetector:
         inlet_z = self._site_z(cur["inlet_c"], fresh, p.inlet_floor_c)
         fan_z = -self._site_z(cur["fan_rpm"], fresh, p.fan_floor_rpm)
         temp_z = self._site_z(chip_temp, fresh, p.temp_floor_c)
-        lost = chip_stale.reshape(topo.n_nodes, -1).all(axis=1)
+        lost: B = np.asarray(chip_stale.reshape(topo.n_nodes, -1).all(axis=1), dtype=bool)
 
         reasons = np.zeros(topo.n_nodes, dtype=np.int32)
         flag(reasons, fresh & (inlet_z > p.z_alarm), Reason.INLET)
