@@ -22,6 +22,7 @@ from rainierd import __version__
 from rainierd.bench import run_bench
 from rainierd.bench.core import SWEEP
 from rainierd.bench.ingest import DEFAULT_SIZES, NAIVE_CHIPS
+from rainierd.bench.transport import SIZES as TRANSPORT_SIZES
 from rainierd.daemon import run_role
 from rainierd.errors import ConfigError, RainierdError
 from rainierd.logs import configure_logging
@@ -128,6 +129,12 @@ def _bench_parsers(bench: argparse.ArgumentParser) -> None:
     ingest.add_argument("--naive-chips", type=int, nargs="+", default=list(NAIVE_CHIPS))
     ingest.add_argument("--naive-seconds", type=float, default=20.0)
     ingest.add_argument("--json", action="store_true")
+    transport = kinds.add_parser("transport", help="cost of moving a Rainier tick a second through Mosquitto, "
+                                                   "by message size")
+    transport.add_argument("--sizes", type=int, nargs="+", default=list(TRANSPORT_SIZES), help="message bytes")
+    transport.add_argument("--mb-per-s", type=float, default=116.0, help="offered (116: one rainier tick a second)")
+    transport.add_argument("--seconds", type=float, default=10.0)
+    transport.add_argument("--json", action="store_true")
     run = kinds.add_parser("run", help="CPU and memory of a whole `rainierd run` process")
     run.add_argument("--topology", default="demo", choices=list(PRESETS))
     run.add_argument("--seconds", type=float, default=60.0, help="measurement window")

@@ -98,6 +98,7 @@ async def run_role(role: Role, settings: Settings) -> None:
                 mon_mqtt, monitor.consume, state=monitor.connection,
             )
             coroutines["monitor-analyse"] = monitor.analyse(after=server.refresh)
+            coroutines["monitor-listening-clock"] = monitor.clock.keep()
             coroutines["exporter-http"] = server.serve_forever()
             coroutines["loop-lag"] = loop_lag.run()
         log.info("rainierd started", role=role, topology=topology.name, chips=topology.n_chips, broker=url)

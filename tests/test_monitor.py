@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from rainierd.monitor import Monitor
+from rainierd.monitor import ListeningClock, Monitor
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
 from rainierd.topology import build_topology
@@ -126,3 +126,91 @@ class TestProbes:
             monitor.on_message(topic, payload)
         await monitor.analyse_once()
         assert monitor.ready().ok
+
+
+class FakeTime:
+    """A monotonic clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class TestListeningClock:
+    def test_runs_only_while_connected_and_keeping_up(self) -> None:
+        """The clock stands still while deaf for any reason and runs again once every reason is lifted."""
+        t = FakeTime()
+        clock = ListeningClock(t)
+        t.t += 0.3
+        assert clock.now() == 0.0  # not yet connected
+        clock.hear("disconnected")
+        t.t += 0.3
+        assert clock.now() == pytest.approx(0.3)
+        clock.deafen("overloaded")
+        clock.deafen("disconnected")
+        t.t += 0.4
+        clock.hear("disconnected")
+        t.t += 0.4
+        assert clock.now() == pytest.approx(0.3)
+        clock.hear("overloaded")
+        t.t += 0.2
+        assert clock.now() == pytest.approx(0.5)
+
+    def test_a_stalled_process_gains_one_step_not_the_stall(self) -> None:
+        """A process stopped for a minute (SIGSTOP, no CPU) finds its clock moved by max_step_s only."""
+        t = FakeTime()
+        clock = ListeningClock(t, max_step_s=0.5)
+        clock.hear("disconnected")
+        for _ in range(10):
+            t.t += 0.1
+            clock.observe()
+        t.t += 60.0
+        assert clock.now() == pytest.approx(1.0 + 0.5)
+
+
+class TestBacklog:
+    def test_a_full_inbox_drops_its_oldest_and_counts_them(self) -> None:
+        """Past max_backlog_bytes the oldest messages go, counted in messages and bytes."""
+        monitor = Monitor(build_topology("demo"), tick_s=1.0, stale_after_ticks=3, max_frame_bytes=65_536,
+                          max_backlog_bytes=100_000)
+        ticks = tick_messages(6)
+        sizes = [len(p) for messages in ticks for _t, p in messages]
+        for messages in ticks:
+            for topic, payload in messages:
+                monitor.on_message(topic, payload)
+        backlog = monitor.backlog
+        assert backlog.bytes <= 100_000 < backlog.bytes + sizes[0]
+        assert backlog.dropped_messages + backlog.messages == len(sizes)
+        assert backlog.dropped_bytes + backlog.bytes == sum(sizes)
+
+    async def test_a_monitor_that_falls_behind_says_so_and_judges_no_silence(self) -> None:
+        """Six ticks arriving at once after a stall: drops counted, overload raised, no node or chip lost."""
+        t = FakeTime()
+        monitor = Monitor(build_topology("demo"), tick_s=1.0, stale_after_ticks=3, max_frame_bytes=65_536,
+                          max_backlog_bytes=100_000, clock=ListeningClock(t))
+        monitor.clock.hear("disconnected")
+        ticks = tick_messages(12)
+        for messages in ticks[:2]:
+            t.t += 1.0
+            for topic, payload in messages:
+                monitor.on_message(topic, payload)
+            await monitor.analyse_once()
+        t.t += 6.0  # stalled: six ticks of telemetry wait in the broker
+        for messages in ticks[2:8]:
+            for topic, payload in messages:
+                monitor.on_message(topic, payload)
+        snap = await monitor.analyse_once()
+        assert monitor.backlog.overloaded
+        assert monitor.backlog.dropped_messages > 0
+        assert not monitor.ready().ok
+        for messages in ticks[8:]:
+            t.t += 1.0
+            for topic, payload in messages:
+                monitor.on_message(topic, payload)
+            snap = await monitor.analyse_once()
+        assert not monitor.backlog.overloaded
+        assert sum(monitor.events.values()) == 0
+        assert snap.throughput.chips_fresh == 128
+        assert monitor.stats.frames_lost > 0  # the dropped messages show as sequence gaps

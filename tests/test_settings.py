@@ -41,6 +41,10 @@ class TestInvalid:
         [
             ({"tick_s": 0}, "tick_s (--tick / RAINIERD_TICK_S)"),
             ({"topology": "mars"}, "topology"),
+            ({"topology": "sites=0,ultraservers=4"}, "topology"),
+            ({"topology": "sites=9999,ultraservers=999999"}, "topology"),
+            ({"batch_nodes": 5_000}, "batch_nodes"),
+            ({"max_backlog_bytes": 10}, "max_backlog_bytes"),
             ({"mqtt_url": "http://broker:1883"}, "mqtt_url"),
             ({"mqtt_url": "mqtt://broker:99999"}, "mqtt_url"),
             ({"mqtt_url": "mqtt://user:pw@broker:1883"}, "mqtt_url"),

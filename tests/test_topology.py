@@ -32,6 +32,13 @@ class TestPresetSizes:
         assert topo.n_efa == 32
         assert topo.efa_chip[:8].tolist() == [0, 2, 4, 6, 8, 10, 12, 14]
 
+    def test_sizes_between_the_presets(self) -> None:
+        """sites=S,ultraservers=U builds S sites of U UltraServers each, numbered as the presets are."""
+        topo = build_topology("sites=2,ultraservers=3")
+        assert (topo.n_sites, topo.n_ultraservers, topo.n_nodes, topo.n_chips) == (2, 6, 24, 384)
+        assert topo.ultraserver_site.tolist() == [0, 0, 0, 1, 1, 1]
+        assert build_topology("sites=3,ultraservers=2600").n_chips == build_topology("rainier").n_chips
+
     def test_unknown_preset_is_a_config_error(self) -> None:
         """An unknown preset raises ConfigError naming the known ones."""
         with pytest.raises(ConfigError, match="demo, ultraserver, rainier, rainier-1m"):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from rainierd.bench import core, detect, ingest, process, scrape
+from rainierd.bench import core, detect, ingest, process, scrape, transport
 
 __all__ = ["run_bench"]
 
@@ -19,6 +19,8 @@ def run_bench(args: argparse.Namespace) -> int:
         return detect.main(args)
     if args.bench == "ingest":
         return ingest.main(args)
+    if args.bench == "transport":
+        return transport.main(args)
     if args.bench == "scrape":
         return scrape.main(args)
     if args.bench == "run":

@@ -58,7 +58,7 @@ def measure(topology: str, *, repeat: int, batch_nodes: int, seed: int) -> dict[
     core = MonitorCore(topo, max_frame_bytes=64 * 2**20)
     feeder = subprocess.Popen(
         [sys.executable, "-m", "rainierd.bench.feed", topology, str(repeat + 1), str(batch_nodes), str(seed)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )
     assert feeder.stdout is not None
     assert feeder.stdin is not None
@@ -93,6 +93,8 @@ def measure(topology: str, *, repeat: int, batch_nodes: int, seed: int) -> dict[
         if tick == repeat + 1:
             break
     feeder.stdin.close()
+    assert feeder.stderr is not None
+    sim = json.loads(feeder.stderr.read().splitlines()[-1])
     feeder.wait()
     if core.stats.rejected or core.stats.frames_applied != (tick * (topo.n_nodes + topo.n_sites)):
         raise RuntimeError(f"bench feed not applied cleanly: {core.stats}")
@@ -109,6 +111,9 @@ def measure(topology: str, *, repeat: int, batch_nodes: int, seed: int) -> dict[
         "ticks_measured": len(stages["total"]),
         "per_tick_s": {name: _percentiles(values) for name, values in stages.items()},
         "chips_per_s_per_core": topo.n_chips / total["median"],
+        # The simulator's side, measured in the feeder process: one step of the
+        # fleet model, and cutting and encoding the tick's messages.
+        "simulator_s": {name: _percentiles(values[1:]) for name, values in sim.items()},
         "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
     }
 

@@ -90,24 +90,33 @@ class Table:
 
     def apply(
         self,
-        ids: I64,
+        ids: I64 | slice,
         columns: dict[str, npt.NDArray[Any]],
         *,
         t_s: F64,
         rx_s: F64,
         known: int | U16,
         scratch: Scratch | None = None,
+        per_frame: int = 0,
     ) -> None:
         """Store one sample for each of ``ids`` (unique), turning counters into rates.
 
         ``columns`` holds the sample's fields (a field absent from it, or with
         its ``known`` bit clear, is unknown); ``t_s`` and ``rx_s`` are per
-        record.  Every value must already be validated: this only stores.
+        record, or, with ``per_frame`` and ``ids`` a slice, per run of
+        ``per_frame`` consecutive records (one frame's), broadcast without a
+        per-record copy.  Every value must already be validated: this only stores.
         """
-        at = contiguous(ids)
+        at = ids if isinstance(ids, slice) else contiguous(ids)
+        n = at.stop - at.start if isinstance(at, slice) else int(ids.size)  # type: ignore[union-attr]
         scratch = scratch or Scratch()
-        dt = scratch.get("dt", ids.size, np.float32)
-        np.subtract(t_s, self.t_s[at], out=dt, casting="same_kind")  # NaN for a first sample
+        dt = scratch.get("dt", n, np.float32)
+        if per_frame:
+            # (frames, per_frame) views: each frame's time reaches its records by broadcasting.
+            np.subtract(t_s[:, None], self.t_s[at].reshape(-1, per_frame), out=dt.reshape(-1, per_frame),
+                        casting="same_kind")
+        else:
+            np.subtract(t_s, self.t_s[at], out=dt, casting="same_kind")  # NaN for a first sample
         dt[~(dt > 0)] = np.nan  # a repeated or backwards timestamp gives no rate
         uniform = isinstance(known, int)
         full = (1 << len(self.fields)) - 1
@@ -122,7 +131,7 @@ class Table:
             new = columns[name]
             # float64 differences are exact for counters below 2**53 and turn a
             # reset (the counter went backwards) into a negative value.
-            rate = scratch.get("rate", ids.size, np.float64)
+            rate = scratch.get("rate", n, np.float64)
             np.subtract(new, total[at], out=rate, dtype=np.float64)
             np.divide(rate, dt, out=rate)
             rate[rate < 0] = np.nan
@@ -140,8 +149,12 @@ class Table:
             else:
                 present = (np.asarray(known) & self.bit(name)).astype(bool)
                 gauge[at] = np.where(present, columns[name], np.nan)
-        self.t_s[at] = t_s
-        self.rx_s[at] = rx_s
+        if per_frame:
+            self.t_s[at].reshape(-1, per_frame)[:] = t_s[:, None]
+            self.rx_s[at].reshape(-1, per_frame)[:] = rx_s[:, None]
+        else:
+            self.t_s[at] = t_s
+            self.rx_s[at] = rx_s
         self.dt_s[at] = dt
         self.samples[at] += np.uint32(1)
         self.known[at] = known
