@@ -17,6 +17,7 @@ from typing import Final, Literal
 import numpy as np
 import structlog
 
+from rainierd._malloc import keep_freed_memory
 from rainierd.broker import EmbeddedBroker
 from rainierd.exporter import MetricsServer
 from rainierd.exporter.wiring import build_exporter
@@ -49,6 +50,7 @@ async def run_role(role: Role, settings: Settings) -> None:
     """
     loop = asyncio.get_running_loop()
     sys.setswitchinterval(SWITCH_INTERVAL_S)
+    keep_freed_memory()  # fleet-sized temporaries are reused, not faulted in anew each tick
     stop = asyncio.Event()
     for sig in _SIGNALS:
         loop.add_signal_handler(sig, stop.set)

@@ -84,8 +84,8 @@ def lost_by_cause(
     slowest = speed.argmin(axis=1)
     s_min = np.clip(speed[np.arange(n_us), slowest], 0.05, 1.0)
     slowest_is_straggler = (chip_state.reshape(n_us, per_us)[np.arange(n_us), slowest] == STRAGGLER)
-    f_nl = np.clip(detector.links.path_fraction().reshape(n_us, -1).min(axis=1), 0.05, 1.0)
-    f_efa = np.clip(detector.efa.path_fraction().reshape(n_us, -1).min(axis=1), 0.05, 1.0)
+    f_nl = np.clip(detector.links.slowest_by_ultraserver(), 0.05, 1.0).astype(np.float64)
+    f_efa = np.clip(detector.efa.slowest_by_ultraserver(), 0.05, 1.0).astype(np.float64)
 
     failed = (chip_state == FAILED).reshape(n_us, per_us).any(axis=1)
     silent = ((chip_state == STALE) | lost_node_chips).reshape(n_us, per_us).any(axis=1)

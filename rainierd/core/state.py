@@ -27,10 +27,24 @@ from rainierd._types import F32, F64, I64, U16, U32, B
 from rainierd.topology import Topology
 from rainierd.wire.records import CHIP_DTYPE, COOLING_DTYPE, EFA_DTYPE, FACILITY_DTYPE, LINK_DTYPE, column_dtypes
 
-__all__ = ["RATE_F64", "FleetState", "Scratch", "Table", "contiguous"]
+__all__ = ["RATED", "RATE_F64", "FleetState", "Scratch", "Table", "contiguous"]
 
 RATE_F64: Final = frozenset({"fp8_flop_total"})
 """Counters whose rate is kept in float64: fleet FLOP/s sums must match to 1e-9."""
+
+RATED: Final = frozenset({
+    "fp8_flop_total", "ecc_uncorrected_total",  # chips: effective FP8, failure
+    "crc_errors_total", "replay_total",  # NeuronLinks: errors
+    "tx_bytes_total", "rx_bytes_total", "retrans_pkts_total", "unresponsive_remote_events_total",  # EFA
+})
+"""Counters that something judges per entity, and so get a per-second rate as each sample lands.
+
+A rate costs a subtract, a divide and a store per entity and tick (at a
+million chips, 19 million of them for every counter; 12 for these).  The
+other counters keep only their latest total: their fleet and group sums are
+exported as counters, and Prometheus's ``rate()`` makes the rate.  NeuronLink
+``tx_bytes_total`` is rated on EFA only (where traffic share is judged).
+"""
 
 
 def contiguous(ids: I64) -> slice | I64:
@@ -62,8 +76,11 @@ class Table:
     known: U16  # bit i: field i was in the latest sample
 
     @classmethod
-    def empty(cls, n: int, dtype: np.dtype[np.void], *, skip: tuple[str, ...] = ()) -> Table:
-        """Return a table of ``n`` entities that have never reported (``skip``: id fields)."""
+    def empty(
+        cls, n: int, dtype: np.dtype[np.void], *, skip: tuple[str, ...] = (), rated: frozenset[str] = RATED,
+    ) -> Table:
+        """Return a table of ``n`` entities that have never reported (``skip``: id fields; ``rated``: counters
+        that get a per-second rate)."""
         columns = {name: dt for name, dt in column_dtypes(dtype).items() if name not in skip}
         gauges: dict[str, F32] = {}
         totals: dict[str, npt.NDArray[Any]] = {}
@@ -71,7 +88,8 @@ class Table:
         for name, dt in columns.items():
             if name.endswith("_total"):
                 totals[name] = np.zeros(n, dt)
-                rates[name] = np.full(n, np.nan, np.float64 if name in RATE_F64 else np.float32)
+                if name in rated:
+                    rates[name] = np.full(n, np.nan, np.float64 if name in RATE_F64 else np.float32)
             else:
                 gauges[name] = np.full(n, np.nan, np.float32)
         return cls(
@@ -118,37 +136,8 @@ class Table:
         else:
             np.subtract(t_s, self.t_s[at], out=dt, casting="same_kind")  # NaN for a first sample
         dt[~(dt > 0)] = np.nan  # a repeated or backwards timestamp gives no rate
-        uniform = isinstance(known, int)
-        full = (1 << len(self.fields)) - 1
-        # A counter has a rate only if the previous sample had it too.
-        had = self.known[at]
-        had_all = bool((had == full).all())
-        for name, total in self.totals.items():
-            bit = self.bit(name)
-            if name not in columns or (uniform and not known & bit):
-                self.rates[name][at] = np.nan
-                continue
-            new = columns[name]
-            # float64 differences are exact for counters below 2**53 and turn a
-            # reset (the counter went backwards) into a negative value.
-            rate = scratch.get("rate", n, np.float64)
-            np.subtract(new, total[at], out=rate, dtype=np.float64)
-            np.divide(rate, dt, out=rate)
-            rate[rate < 0] = np.nan
-            if not had_all:
-                rate[(had & bit) == 0] = np.nan
-            if not uniform:
-                rate[(np.asarray(known) & bit) == 0] = np.nan
-            self.rates[name][at] = rate
-            total[at] = new
-        for name, gauge in self.gauges.items():
-            if name not in columns or (uniform and not known & self.bit(name)):
-                gauge[at] = np.nan
-            elif uniform:
-                gauge[at] = columns[name]
-            else:
-                present = (np.asarray(known) & self.bit(name)).astype(bool)
-                gauge[at] = np.where(present, columns[name], np.nan)
+        self._store_counters(at, columns, known, dt, scratch.get("rate", n, np.float64))
+        self._store_gauges(at, columns, known)
         if per_frame:
             self.t_s[at].reshape(-1, per_frame)[:] = t_s[:, None]
             self.rx_s[at].reshape(-1, per_frame)[:] = rx_s[:, None]
@@ -158,6 +147,48 @@ class Table:
         self.dt_s[at] = dt
         self.samples[at] += np.uint32(1)
         self.known[at] = known
+
+
+    def _store_counters(
+        self, at: slice | I64, columns: dict[str, npt.NDArray[Any]], known: int | U16, dt: F32, rate: F64,
+    ) -> None:
+        """Store counter totals and, for rated counters, their rate since the entity's last sample."""
+        uniform = isinstance(known, int)
+        full = (1 << len(self.fields)) - 1
+        # A counter has a rate only if the previous sample had it too.
+        had = self.known[at]
+        had_all = bool((had == full).all())
+        for name, total in self.totals.items():
+            bit = self.bit(name)
+            if name not in columns or (uniform and not known & bit):
+                if name in self.rates:
+                    self.rates[name][at] = np.nan
+                continue
+            new = columns[name]
+            if name in self.rates:
+                # float64 differences are exact for counters below 2**53 and turn a
+                # reset (the counter went backwards) into a negative value.
+                np.subtract(new, total[at], out=rate, dtype=np.float64)
+                np.divide(rate, dt, out=rate)
+                rate[rate < 0] = np.nan
+                if not had_all:
+                    rate[(had & bit) == 0] = np.nan
+                if not uniform:
+                    rate[(np.asarray(known) & bit) == 0] = np.nan
+                self.rates[name][at] = rate
+            total[at] = new
+
+    def _store_gauges(self, at: slice | I64, columns: dict[str, npt.NDArray[Any]], known: int | U16) -> None:
+        """Store gauges (float32), NaN where the sample lacked them."""
+        uniform = isinstance(known, int)
+        for name, gauge in self.gauges.items():
+            if name not in columns or (uniform and not known & self.bit(name)):
+                gauge[at] = np.nan
+            elif uniform:
+                gauge[at] = columns[name]
+            else:
+                present = (np.asarray(known) & self.bit(name)).astype(bool)
+                gauge[at] = np.where(present, columns[name], np.nan)
 
 
 def _id_fields(dtype: np.dtype[np.void]) -> tuple[str, ...]:
@@ -183,7 +214,8 @@ class FleetState:
     def __post_init__(self) -> None:
         topo = self.topology
         self.chips = Table.empty(topo.n_chips, CHIP_DTYPE, skip=_id_fields(CHIP_DTYPE))
-        self.links = Table.empty(topo.n_links, LINK_DTYPE, skip=_id_fields(LINK_DTYPE))
+        self.links = Table.empty(topo.n_links, LINK_DTYPE, skip=_id_fields(LINK_DTYPE),
+                                 rated=RATED - {"tx_bytes_total"})
         self.efa = Table.empty(topo.n_efa, EFA_DTYPE, skip=_id_fields(EFA_DTYPE))
         self.cooling = Table.empty(topo.n_nodes, COOLING_DTYPE)
         self.facility = Table.empty(topo.n_sites, FACILITY_DTYPE)

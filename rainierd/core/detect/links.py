@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from rainierd._types import F32
+from rainierd._types import F32, I64
 from rainierd.core.detect._common import Reason, counter_delta, flag, new_samples
 from rainierd.core.detect._stats import ClippedCusum, PeerSample, ewma, robust_center_scale, row_nanmedian
 from rainierd.core.detect._tracker import StateTracker, Transitions
@@ -89,6 +89,7 @@ class LinkDetector:
         fresh = new_samples(table, self.seen)
         np.copyto(self.seen, table.samples)
         ratio = table.gauges["bw_bytes_s"] / self.nominal
+        raw = ratio.copy()  # bandwidth / nominal, before it is taken relative to the kind's median
         latency = table.gauges["latency_us"]
         lanes = table.gauges["lanes_up"]
         up = lanes > 0
@@ -123,7 +124,6 @@ class LinkDetector:
         # twice it), so such a tick, or a tick ending with no lane up, is the
         # link going down, if only briefly.  (Bandwidth is judged against its
         # kind's median here, which a healthy fleet holds at its nominal.)
-        raw = table.gauges["bw_bytes_s"] / self.nominal
         down = ~up | (raw < p.down_below)
         dropped = fresh & (down | ((raw < p.drop_below) & (lanes == TRN2.neuronlink_lanes)))
         np.multiply(self.drops, np.float32(np.exp(-1.0 / p.flap_window_ticks)), out=self.drops, where=fresh)
@@ -133,9 +133,10 @@ class LinkDetector:
         reasons = np.zeros(ratio.shape, dtype=np.int32)
         flag(reasons, up & (lanes < TRN2.neuronlink_lanes), Reason.LANES)
         judged = fresh & ~down
-        flag(reasons, self.bw.update(bw_dev, judged), Reason.BANDWIDTH)
-        flag(reasons, self.latency.update(lat_dev, judged), Reason.LATENCY)
-        flag(reasons, self.errors.update(errors, fresh), Reason.ERRORS)
+        # The evidence arrays are spent once added: each is its CUSUM's scratch.
+        flag(reasons, self.bw.update(bw_dev, judged, scratch=bw_dev), Reason.BANDWIDTH)
+        flag(reasons, self.latency.update(lat_dev, judged, scratch=lat_dev), Reason.LATENCY)
+        flag(reasons, self.errors.update(errors, fresh, scratch=errors), Reason.ERRORS)
         flag(reasons, self.drops >= p.flap_drops, Reason.FLAPPING)
         flag(reasons, dropped, Reason.DOWN)
         # A drop raises at once; a link that dropped recently must stay clean
@@ -147,16 +148,33 @@ class LinkDetector:
         return self.tracker.update(candidate, reasons, fresh, tick)
 
     def path_fraction(self) -> F32:
-        """Return, per unhealthy link, the bandwidth share its collectives get now (1 if healthy).
+        """Return, per link, the bandwidth share its collectives get now (1 if healthy).
 
         From the latest sample, not the smoothed one: a flapping link held
         unhealthy between drops costs only while it is actually down.  A link
         that is down now costs half (its traffic reroutes over a neighbour).
         """
-        lanes = self.state.links.gauges["lanes_up"]
-        down_now = (lanes == 0) | (self.now_ratio < self.params.down_below)
-        measured = np.clip(self.now_ratio, 0.05, 1.0)
-        return np.where(self.tracker.state == HEALTHY, 1.0, np.where(down_now, 0.5, measured))
+        out = np.ones(self.state.topology.n_links, np.float32)
+        bad = np.flatnonzero(self.tracker.state)
+        out[bad] = self._fraction(bad)
+        return out
+
+    def _fraction(self, ids: I64) -> F32:
+        lanes = self.state.links.gauges["lanes_up"][ids]
+        ratio = self.now_ratio[ids]
+        down_now = (lanes == 0) | (ratio < self.params.down_below)
+        return np.where(down_now, np.float32(0.5), np.clip(ratio, 0.05, 1.0)).astype(np.float32)
+
+    def slowest_by_ultraserver(self) -> F32:
+        """Return each UltraServer's lowest path fraction (1 where every link is healthy).
+
+        Only unhealthy links can be below 1, so only they are visited.
+        """
+        topo = self.state.topology
+        out = np.ones(topo.n_ultraservers, np.float32)
+        bad = np.flatnonzero(self.tracker.state)
+        np.minimum.at(out, topo.node_ultraserver[topo.link_node[bad]], self._fraction(bad))
+        return out
 
 
 @dataclass(eq=False)
@@ -220,7 +238,21 @@ class EfaDetector:
 
     def path_fraction(self) -> F32:
         """Return, per port, the share of its bandwidth collectives get (1 if healthy)."""
-        state = self.tracker.state
-        measured = np.clip(np.nan_to_num(self.share, nan=1.0), 0.0, 1.0)
+        out = np.ones(self.state.topology.n_efa, np.float32)
+        bad = np.flatnonzero(self.tracker.state)
+        out[bad] = self._fraction(bad)
+        return out
+
+    def _fraction(self, ids: I64) -> F32:
+        measured = np.clip(np.nan_to_num(self.share[ids], nan=1.0), 0.0, 1.0)
         failover = 1.0 - 1.0 / self.state.topology.efa_ports_per_node
-        return np.where(state == DOWN, failover, np.where(state == DEGRADED, np.maximum(measured, 0.05), 1.0))
+        down = self.tracker.state[ids] == DOWN
+        return np.where(down, np.float32(failover), np.maximum(measured, 0.05)).astype(np.float32)
+
+    def slowest_by_ultraserver(self) -> F32:
+        """Return each UltraServer's lowest port fraction (1 where every port is healthy)."""
+        topo = self.state.topology
+        out = np.ones(topo.n_ultraservers, np.float32)
+        bad = np.flatnonzero(self.tracker.state)
+        np.minimum.at(out, topo.node_ultraserver[topo.efa_node[bad]], self._fraction(bad))
+        return out
