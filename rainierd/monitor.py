@@ -207,9 +207,22 @@ class Monitor:
     # -- analysing ------------------------------------------------------------------
 
     def _take_window(self) -> list[Message]:
-        window = list(self._inbox)
-        self._inbox.clear()
-        self.backlog.messages = self.backlog.bytes = 0
+        """Take the inbox, or its oldest half of ``max_backlog_bytes`` when it holds more.
+
+        A window's joined columns live in buffers sized by the largest window
+        seen, so capping a window caps that memory too; what is left waits for
+        the next analysis, which then follows at once.
+        """
+        limit = self.max_backlog_bytes // 2
+        window: list[Message] = []
+        size = 0
+        inbox = self._inbox
+        while inbox and (size < limit or not window):
+            message = inbox.popleft()
+            window.append(message)
+            size += len(message.payload)
+        self.backlog.messages -= len(window)
+        self.backlog.bytes -= size
         return window
 
     async def analyse_once(self) -> MonitorSnapshot:
@@ -301,6 +314,8 @@ class Monitor:
             if after is not None:
                 await after()
             due, earliest = began + self.tick_s, began + self.tick_s / 2
+            if self.backlog.bytes >= self.max_backlog_bytes // 2:
+                continue  # a capped window left a full one behind: take it at once
             while (now := loop.time()) < due:
                 if self._inbox and now >= earliest and now - self._last_rx >= quiet_s:
                     break

@@ -98,8 +98,10 @@ def _client(config: MqttConfig) -> aiomqtt.Client:
         keepalive=config.keepalive_s,
         tls_context=_tls_context(config),
         timeout=10.0,
-        # Telemetry arrives in bursts of one frame per node every tick.
-        max_queued_incoming_messages=200_000,
+        # This queue only bridges paho's callback to the session's consume
+        # loop, which hands each message on at once (the monitor's inbox is
+        # bounded in bytes); the bound matters only if that loop is starved.
+        max_queued_incoming_messages=20_000,
     )
 
 

@@ -185,6 +185,20 @@ class TestBacklog:
         assert backlog.dropped_messages + backlog.messages == len(sizes)
         assert backlog.dropped_bytes + backlog.bytes == sum(sizes)
 
+    async def test_a_window_takes_at_most_half_the_backlog_bound(self) -> None:
+        """A full inbox is analysed in windows of at most max_backlog_bytes / 2, oldest first, nothing skipped."""
+        monitor = Monitor(build_topology("demo"), tick_s=1.0, stale_after_ticks=3, max_frame_bytes=65_536,
+                          max_backlog_bytes=100_000)
+        for messages in tick_messages(3):
+            for topic, payload in messages:
+                monitor.on_message(topic, payload)
+        queued = monitor.backlog.messages
+        first = monitor._take_window()
+        assert sum(len(m.payload) for m in first[:-1]) < 50_000 <= sum(len(m.payload) for m in first)
+        rest = monitor._take_window()
+        assert len(first) + len(rest) == queued
+        assert (monitor.backlog.messages, monitor.backlog.bytes) == (0, 0)
+
     async def test_a_monitor_that_falls_behind_says_so_and_judges_no_silence(self) -> None:
         """Six ticks arriving at once after a stall: drops counted, overload raised, no node or chip lost."""
         t = FakeTime()
