@@ -221,14 +221,14 @@ class FleetState:
         self.facility = Table.empty(topo.n_sites, FACILITY_DTYPE)
 
     def silent(self, table: Table, stale_after_s: float) -> B:
-        """Return entities that reported once but not within ``stale_after_s`` of ``now_s``."""
+        """Return entities that reported once but not in the last ``stale_after_s`` before ``now_s``."""
         with np.errstate(invalid="ignore"):
-            return np.asarray((self.now_s - table.rx_s) > stale_after_s, dtype=bool)
+            return np.asarray((self.now_s - table.rx_s) >= stale_after_s, dtype=bool)
 
     def fresh(self, table: Table, stale_after_s: float) -> B:
-        """Return entities whose latest sample is within ``stale_after_s`` of ``now_s``."""
+        """Return entities heard from in the last ``stale_after_s`` before ``now_s`` (the complement of silent)."""
         with np.errstate(invalid="ignore"):
-            return np.asarray((self.now_s - table.rx_s) <= stale_after_s, dtype=bool)
+            return np.asarray((self.now_s - table.rx_s) < stale_after_s, dtype=bool)
 
     def tables(self) -> dict[str, Table]:
         """Return the tables by record kind (the frame's names)."""
