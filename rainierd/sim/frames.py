@@ -3,7 +3,7 @@ or batch frames that carry many nodes of a site at once.
 
 Because a node's chips, links and ports have contiguous ids, each frame's
 records are slices (views) of the tick's fleet-wide arrays, and a batch's
-columns are slices of the fleet-wide columns.
+columns are slices of the fleet-wide record fields.
 """
 
 from __future__ import annotations
@@ -81,8 +81,9 @@ def tick_batches(
     per_kind = {"chips": topo.chips_per_node, "links": topo.links_per_node, "efa": topo.efa_ports_per_node,
                 "cooling": 1}
     records = {"chips": sample.chips, "links": sample.links, "efa": sample.efa, "cooling": sample.cooling}
-    # One contiguous copy of each fleet-wide column a tick; batches slice them.
-    columns = {kind: {name: np.ascontiguousarray(records[kind][name]) for name in column_dtypes(records[kind].dtype)}
+    # Each batch's columns are strided views of the fleet-wide records; the
+    # encoder copies each once, contiguous, into the message.
+    columns = {kind: {name: records[kind][name] for name in column_dtypes(records[kind].dtype)}
                for kind in RECORD_KINDS}
     keep = {kind: None if kind != "chips" else ~sample.chip_silent for kind in RECORD_KINDS}
     nodes_per_site = topo.ultraservers_per_site * topo.nodes_per_ultraserver
