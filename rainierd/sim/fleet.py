@@ -140,6 +140,9 @@ class FleetModel:
 
         self.n_groups = -(-topo.n_ultraservers // p.group_ultraservers)
         self._chip_group = topo.chip_ultraserver // p.group_ultraservers
+        # Which synchronous group each link and port paces with, computed once, not every tick.
+        self._link_group = (topo.link_node // (topo.nodes_per_ultraserver * p.group_ultraservers)).astype(np.int32)
+        self._efa_group = (topo.efa_node // (topo.nodes_per_ultraserver * p.group_ultraservers)).astype(np.int32)
         self._group_phase = rng.uniform(0.0, 1.0, self.n_groups)
         self._node_inlet_offset_c = rng.normal(0.0, 0.5, topo.n_nodes)
         self._site_outside_offset_c = rng.normal(0.0, 2.0, topo.n_sites)
@@ -191,7 +194,9 @@ class FleetModel:
         """
         n = counter.size
         total = int(self.rng.poisson(base_per_s * self.tick_s * n))
-        if total:
+        if total > n // 16:  # many events: one counting pass beats scattering them one by one
+            counter += np.bincount(self.rng.integers(n, size=total), minlength=n).astype(np.uint64)
+        elif total:
             np.add.at(counter, self.rng.integers(n, size=total), np.uint64(1))
         if extra_per_s is not None:
             hot = np.flatnonzero(extra_per_s)
@@ -317,7 +322,7 @@ class FleetModel:
         links = self.links
         links["bw_bytes_s"] = bw
         links["lanes_up"] = e.link_lanes
-        link_pace = pace[topo.link_node // (topo.nodes_per_ultraserver * p.group_ultraservers)]
+        link_pace = pace[self._link_group]
         links["tx_bytes_total"] += (bw * p.comm_share * link_pace * dt).astype(np.uint64)
         self._add_poisson(links["crc_errors_total"], p.link_crc_per_s, e.link_crc_per_s)
         self._add_poisson(links["replay_total"], p.link_replay_per_s, e.link_replay_per_s)
@@ -337,7 +342,7 @@ class FleetModel:
         """EFA ports: traffic at the group's pace; retransmits at a trickle, with bursts."""
         topo, p, hw, rng, dt = self.topology, self.params, self.hw, self.rng, self.tick_s
         n = topo.n_efa
-        port_pace = pace[topo.efa_node // (topo.nodes_per_ultraserver * p.group_ultraservers)]
+        port_pace = pace[self._efa_group]
         rate = (1.0 + self._normal(n, 0.02 * p.noise)) * (hw.efa_port_bytes_s * p.efa_load * port_pace * e.efa_frac)
         rate = np.where(e.efa_down, 0.0, np.maximum(rate, 0.0))
         moved = (rate * dt).astype(np.uint64)
