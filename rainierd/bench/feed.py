@@ -19,6 +19,7 @@ from typing import IO, Final
 
 import numpy as np
 
+from rainierd._malloc import keep_freed_memory
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_batches, tick_frames
 from rainierd.topology import build_topology
@@ -81,6 +82,7 @@ def read_tick(stream: IO[bytes]) -> list[tuple[str, bytes]] | None:
 
 
 if __name__ == "__main__":
+    keep_freed_memory()  # as the simulator daemon does
     name, count, batch, seed_arg = sys.argv[1:5]
     write_ticks(sys.stdout.buffer, name, ticks=int(count), batch_nodes=int(batch), seed=int(seed_arg),
                 requests=sys.stdin.buffer)
