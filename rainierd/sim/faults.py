@@ -77,7 +77,7 @@ TARGETS: Final[dict[FaultKind, tuple[str, ...]]] = {
 }
 
 # The graded severities of each kind.  efa_loss takes one representative rate
-# per band of the CorrOpt loss-rate spread (calibration.md).
+# per band of the CorrOpt loss-rate spread (docs/calibration.md).
 SEVERITIES: Final[dict[FaultKind, tuple[float, ...]]] = {
     FaultKind.NL_DEGRADED: (0.875, 0.75, 0.5, 0.25),
     FaultKind.NL_DOWN: (0.0,),
@@ -339,7 +339,7 @@ def load_scenario(path: Path, topo: Topology, *, tick_s: float, rng: np.random.G
     return faults
 
 
-# Random fault rates, per entity per day, derived from calibration.md.  Each
+# Random fault rates, per entity per day, derived from docs/calibration.md.  Each
 # line cites its row; the per-kind split of "faulty accelerator" is ours.
 _PER_DAY: Final[dict[FaultKind, tuple[str, float]]] = {
     # Llama 3: 148 faulty-accelerator + 72 HBM of 419 interruptions at 4.7e-4
