@@ -296,3 +296,42 @@ class TestSimulator:
 def test_chip_dtype_is_little_endian() -> None:
     """The wire dtypes are explicitly little-endian, whatever the host."""
     assert all(CHIP_DTYPE.fields[n][0].byteorder in "<|=" for n in CHIP_DTYPE.names)  # type: ignore[index,union-attr]
+
+
+class TestPartialTelemetry:
+    """A node that reports only what AWS neuron-monitor knows: utilisation, FLOP and ECC for its chips."""
+
+    def run(self, ticks: int = 8) -> tuple[Fleet, object]:
+        from rainierd.core.analysis import MonitorCore  # noqa: PLC0415 - the whole core, as the monitor runs it
+
+        fleet = Fleet()
+        core = MonitorCore(fleet.topo)
+        chip_bits = np.uint16(sum(1 << i for i, n in enumerate(CHIP_DTYPE.names or ())
+                                  if n in ("chip", "util", "fp8_flop_total", "ecc_corrected_total",
+                                           "ecc_uncorrected_total")))
+        for _ in range(ticks):
+            _, frames = fleet.frames()
+            _topic, first = frames[0]
+            sparse = NodeFrame(first.publisher, first.seq, first.tick, first.t_s, first.node, first.chips,
+                               known={"chips": np.full(len(first.chips), chip_bits, np.uint16)})
+            analysis = core.step([sparse, *(f for _t, f in frames[1:])])
+        return fleet, (core, analysis)
+
+    def test_links_and_ports_it_does_not_report_are_unknown_not_down(self) -> None:
+        """Node 0's 48 links and 16 ports raise nothing and count as unknown; its chips stay fresh."""
+        _, (_core, analysis) = self.run()
+        unknown = analysis.health.unknown  # type: ignore[attr-defined]
+        assert (unknown["neuronlink", "health"], unknown["efa", "health"]) == (48, 16)
+        assert (unknown["chip", "throttled"], unknown["chip", "straggler"], unknown["chip", "failed"]) == (16, 16, 0)
+        assert unknown["node", "cooling"] == 1
+        states = {e: s.tolist() for e, s in analysis.health.states.items()}  # type: ignore[attr-defined]
+        assert all(not values for values in states.values()), states
+        assert analysis.throughput.chips_fresh == 128  # type: ignore[attr-defined]
+
+    def test_effective_fp8_comes_from_the_flop_counter_alone(self) -> None:
+        """Without a clock, node 0 has no delivered figure, but its effective FLOP/s is its counter's rate."""
+        _, (core, analysis) = self.run()
+        tp = analysis.throughput  # type: ignore[attr-defined]
+        assert np.isnan(core.state.chips.gauges["clock_ratio"][:16]).all()  # type: ignore[attr-defined]
+        assert tp.chip_delivered[:16].sum() == 0.0
+        assert (tp.chip_effective[:16] > 0.3 * PEAK).all()

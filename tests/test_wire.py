@@ -317,14 +317,15 @@ class TestMalformedJson:
         doc["chips"][0]["temp_c"] = float("nan")  # type: ignore[index]
         assert reason(json.dumps(doc).encode()) == "non_finite"
 
-    def test_missing_and_extra_fields(self) -> None:
-        """A record missing a field, or with an unknown one, is rejected as schema."""
+    def test_missing_id_and_extra_fields(self) -> None:
+        """A record without its id, or with a field the format does not have, is rejected as schema."""
         doc = self.document()
-        del doc["chips"][0]["util"]  # type: ignore[index]
+        del doc["chips"][0]["chip"]  # type: ignore[index]
         assert reason(json.dumps(doc).encode()) == "schema"
         doc = self.document()
         doc["links"][0]["colour"] = "blue"  # type: ignore[index]
         assert reason(json.dumps(doc).encode()) == "schema"
+
 
     def test_out_of_range(self) -> None:
         """A utilisation above 1 or a negative counter is rejected as schema."""
@@ -339,6 +340,40 @@ class TestMalformedJson:
         """A payload that is neither JSON nor binary is rejected as unknown_encoding."""
         assert reason(b"hello") == "unknown_encoding"
 
+
+class TestPartialJson:
+    def test_a_field_left_out_is_unknown_not_zero(self) -> None:
+        """A chip without util or temp_c decodes with those bits clear in its known mask."""
+        doc = dict(json.loads(encode_json(a_node_frame())))
+        del doc["chips"][0]["util"]  # type: ignore[index]
+        doc["chips"][1]["temp_c"] = None  # type: ignore[index]
+        frame = decode_json(json.dumps(doc).encode())
+        assert isinstance(frame, NodeFrame)
+        assert frame.known is not None
+        names = list(CHIP_DTYPE.names or ())
+        missing = [[n for i, n in enumerate(names) if not int(frame.known["chips"][r]) >> i & 1] for r in range(3)]
+        assert missing == [["util"], ["temp_c"], []]
+        assert not frame.complete()
+
+    def test_partial_frames_round_trip_in_json(self) -> None:
+        """Encoding leaves unknown fields out, so they stay unknown after a round trip."""
+        doc = dict(json.loads(encode_json(a_node_frame())))
+        for link in doc["links"]:  # type: ignore[union-attr]
+            del link["latency_us"]
+        frame = decode_json(json.dumps(doc).encode())
+        again = decode_json(encode_json(frame))  # type: ignore[arg-type]
+        assert isinstance(again, NodeFrame)
+        assert again.known is not None
+        assert frame.known is not None
+        assert np.array_equal(again.known["links"], frame.known["links"])
+        assert "latency_us" not in json.loads(encode_json(again))["links"][0]
+
+    def test_binary_node_frames_refuse_partial_records(self) -> None:
+        """A node frame with unknown fields cannot be sent as binary, where they would read as zeros."""
+        doc = dict(json.loads(encode_json(a_node_frame())))
+        del doc["efa"][0]["latency_us"]  # type: ignore[index]
+        with pytest.raises(ValueError, match="every field"):
+            encode_binary(decode_json(json.dumps(doc).encode()))
 
 class TestTopics:
     def test_telemetry_topics_parse_back(self) -> None:

@@ -7,7 +7,7 @@ drive this one object, so they measure and test the same thing.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -56,6 +56,7 @@ class HealthView:
     reasons: dict[str, I64]
     onsets: dict[str, I64]
     worst: dict[str, tuple[I64, F64]]
+    unknown: dict[tuple[str, str], int] = field(default_factory=dict)  # entities not judgeable, by judgement
 
     @classmethod
     def of(cls, detector: FleetDetector, *, worst_k: int = 10) -> HealthView:
@@ -70,7 +71,7 @@ class HealthView:
             "efa": _lowest(detector.efa.share, worst_k, detector.efa.sample),
             "chip": _lowest(detector.chips.efficiency, worst_k, detector.chips.sample),
         }
-        return cls(ids, states, reasons, onsets, worst)
+        return cls(ids, states, reasons, onsets, worst, detector.unknown())
 
     def counts(self) -> dict[tuple[str, str], int]:
         """Return how many entities of each kind are in each unhealthy state."""

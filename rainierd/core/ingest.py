@@ -277,11 +277,15 @@ class Ingest:
                               for piece, (_, batch) in zip(pieces, parts, strict=True)]
                 columns[kind][name] = cat(pieces, dtype, f"{kind}.{name}")  # type: ignore[arg-type]
             full = _ALL_FIELDS[kind]
-            if all(h == full for h in have):
+            per_record = [b.known.get(kind) if b.known else None for _, b in parts]
+            if all(h == full for h in have) and all(r is None for r in per_record):
                 known[kind] = full
             else:
-                known[kind] = np.repeat(np.asarray(have, np.uint16),
-                                        [int(b.counts[kind].sum()) for _, b in parts]).astype(np.uint16)
+                masks: list[npt.NDArray[Any]] = [
+                    np.full(int(b.counts[kind].sum()), h, np.uint16) if r is None else (r & np.uint16(h))
+                    for (_, b), h, r in zip(parts, have, per_record, strict=True)
+                ]
+                known[kind] = cat(masks, np.uint16, f"known.{kind}")
         return _Window(
             node=cat([b.node for _, b in parts], np.int64, "node"),
             seq=cat([b.node_seq for _, b in parts], np.uint64, "seq"),
@@ -503,4 +507,5 @@ def _as_batch(frame: NodeFrame) -> NodeBatch:
         np.array([frame.t_s], np.float64),
         {kind: np.array([len(records[kind])], np.uint16) for kind in RECORD_KINDS},
         {kind: {name: records[kind][name] for name in _COLUMNS[kind]} for kind in RECORD_KINDS},
+        known=frame.known,
     )

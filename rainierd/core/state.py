@@ -106,6 +106,11 @@ class Table:
         """Return which entities have reported at least once."""
         return self.samples > 0
 
+    def has(self, *names: str) -> B:
+        """Return which entities' latest sample carried every one of the fields ``names``."""
+        mask = np.uint16(sum(self.bit(name) for name in names))
+        return np.asarray((self.known & mask) == mask, dtype=bool)
+
     def apply(
         self,
         ids: I64 | slice,

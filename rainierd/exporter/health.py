@@ -148,6 +148,14 @@ class HealthCollector(Collector):
         for (entity, state), n in sorted(snap.health.counts().items()):
             count.add_metric([entity, state], n)
         yield count
+        unknown = GaugeMetricFamily(
+            "rainier_unknown",
+            "Entities that cannot be judged yet: no sample has carried what the judgement needs.",
+            labels=["entity", "judgement"],
+        )
+        for (entity, judgement), n in sorted(snap.health.unknown.items()):
+            unknown.add_metric([entity, judgement], n)
+        yield unknown
         events = CounterMetricFamily(
             "rainier_health_events", "Health state changes, by entity kind and new state.", labels=["entity", "state"],
         )

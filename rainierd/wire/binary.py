@@ -217,6 +217,9 @@ def encode_binary(frame: Frame) -> bytes:
     """Return the binary encoding of a frame."""
     if isinstance(frame, NodeBatch):
         return encode_batch(frame)
+    if isinstance(frame, NodeFrame) and not frame.complete():
+        # A node frame's records carry every field; zeros would claim values nobody sent.
+        raise ValueError("a binary node frame carries every field: send partial telemetry as JSON or a batch frame")
     publisher = frame.publisher.encode()
     if isinstance(frame, NodeFrame):
         kind, entity = KIND_NODE, frame.node
@@ -292,5 +295,6 @@ def decode_binary(payload: bytes, *, check_finite: bool = True) -> Frame:
         arrays.append(records)
         offset += count * dtype.itemsize
     if kind == KIND_NODE:
-        return NodeFrame(publisher, seq, tick, t_s, entity, *arrays)
+        chips, links, efa, cooling = arrays
+        return NodeFrame(publisher, seq, tick, t_s, entity, chips, links, efa, cooling)
     return FacilityFrame(publisher, seq, tick, t_s, entity, arrays[3])

@@ -2,8 +2,12 @@
 rainierd's own simulator.
 
 It carries the same samples as the binary frame, one object per record, with
-the same field names and units.  ``docs/wire-format.schema.json`` is generated
-from these models (``rainierd schema``) and a test keeps it in step.
+the same field names and units.  Every measurement field may be left out: a
+publisher that does not have it (AWS neuron-monitor reports no temperature,
+clock, NeuronLink or EFA figures) leaves it out, and the monitor keeps it as
+unknown, never as zero.  Only the record's id is required.
+``docs/wire-format.schema.json`` is generated from these models
+(``rainierd schema``) and a test keeps it in step.
 """
 
 from __future__ import annotations
@@ -45,50 +49,50 @@ class ChipSample(_Strict):
     """One chip's sample for a tick."""
 
     chip: Id
-    util: Ratio = Field(description="mean NeuronCore utilisation over the tick")
-    clock_ratio: Ratio = Field(description="clock / nominal clock")
-    throttled: bool
-    temp_c: Finite
-    power_w: NonNeg
-    hbm_used_bytes: Counter
-    fp8_flop_total: NonNeg = Field(description="FP8 FLOP executed since publisher start")
-    ecc_corrected_total: Counter
-    ecc_uncorrected_total: Counter
+    util: Ratio | None = Field(None, description="mean NeuronCore utilisation over the tick")
+    clock_ratio: Ratio | None = Field(None, description="clock / nominal clock")
+    throttled: bool | None = None
+    temp_c: Finite | None = None
+    power_w: NonNeg | None = None
+    hbm_used_bytes: Counter | None = None
+    fp8_flop_total: NonNeg | None = Field(None, description="FP8 FLOP executed since publisher start")
+    ecc_corrected_total: Counter | None = None
+    ecc_uncorrected_total: Counter | None = None
 
 
 class LinkSample(_Strict):
     """One NeuronLink's sample for a tick."""
 
     link: Id
-    tx_bytes_total: Counter
-    bw_bytes_s: NonNeg
-    lanes_up: Annotated[int, Field(ge=0, le=255)]
-    crc_errors_total: Counter
-    replay_total: Counter
-    latency_us: NonNeg
+    tx_bytes_total: Counter | None = None
+    bw_bytes_s: NonNeg | None = None
+    lanes_up: Annotated[int, Field(ge=0, le=255)] | None = None
+    crc_errors_total: Counter | None = None
+    replay_total: Counter | None = None
+    latency_us: NonNeg | None = None
 
 
 class EfaSample(_Strict):
     """One EFA port's sample for a tick (counter names as in the Linux driver)."""
 
     port: Id
-    tx_bytes_total: Counter
-    rx_bytes_total: Counter
-    retrans_bytes_total: Counter
-    retrans_pkts_total: Counter
-    retrans_timeout_events_total: Counter
-    unresponsive_remote_events_total: Counter
-    impaired_remote_conn_events_total: Counter
-    latency_us: NonNeg
+    tx_bytes_total: Counter | None = None
+    rx_bytes_total: Counter | None = None
+    retrans_bytes_total: Counter | None = None
+    retrans_pkts_total: Counter | None = None
+    retrans_timeout_events_total: Counter | None = None
+    unresponsive_remote_events_total: Counter | None = None
+    impaired_remote_conn_events_total: Counter | None = None
+    latency_us: NonNeg | None = None
 
 
 class CoolingSample(_Strict):
     """One node's air cooling sample for a tick."""
 
-    inlet_c: Finite
-    outlet_c: Finite
-    fan_rpm: NonNeg
-    power_w: NonNeg
+    inlet_c: Finite | None = None
+    outlet_c: Finite | None = None
+    fan_rpm: NonNeg | None = None
+    power_w: NonNeg | None = None
 
 
 class FacilitySample(_Strict):
@@ -132,22 +136,37 @@ FRAME_ADAPTER: Final[TypeAdapter[NodeFrameModel | FacilityFrameModel]] = TypeAda
 )
 
 
-def _records(items: list[Any], dtype: np.dtype[np.void]) -> npt.NDArray[np.void]:
+def _records(items: list[Any], dtype: np.dtype[np.void]) -> tuple[npt.NDArray[np.void], npt.NDArray[np.uint16]]:
+    """Return the items as records, and per record which fields it had (bit i: the dtype's i-th field).
+
+    A field an item left out is stored as 0 and its bit is clear: unknown.
+    """
     assert dtype.names is not None
     out = np.zeros(len(items), dtype=dtype)
-    for name in dtype.names:
-        out[name] = [getattr(item, name) for item in items]
-    return out
+    known = np.zeros(len(items), dtype=np.uint16)
+    for bit, name in enumerate(dtype.names):
+        values = [getattr(item, name) for item in items]
+        present = np.fromiter((v is not None for v in values), bool, len(values))
+        out[name][present] = [v for v in values if v is not None]
+        known[present] |= np.uint16(1 << bit)
+    return out, known
 
 
-def _dicts(records: npt.NDArray[np.void], bools: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+def _dicts(
+    records: npt.NDArray[np.void], known: npt.NDArray[np.uint16] | None = None, bools: tuple[str, ...] = (),
+) -> list[dict[str, Any]]:
+    """Return records as JSON objects, leaving out each field its ``known`` bit says is unknown."""
     assert records.dtype.names is not None
     names = records.dtype.names
     columns = [records[n].tolist() for n in names]
     rows = [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
-    for row in rows:
+    for i, row in enumerate(rows):
         for name in bools:
             row[name] = bool(row[name])
+        if known is not None:
+            for bit, name in enumerate(names):
+                if not int(known[i]) >> bit & 1:
+                    del row[name]
     return rows
 
 
@@ -166,11 +185,12 @@ def encode_json(frame: NodeFrame | FacilityFrame) -> bytes:
         "tick": frame.tick, "t_s": frame.t_s,
     }
     if isinstance(frame, NodeFrame):
-        cooling = _dicts(frame.cooling)
+        known = frame.known or {}
+        cooling = _dicts(frame.cooling, known.get("cooling"))
         base |= {
             "kind": "node", "node": frame.node,
-            "chips": _dicts(frame.chips, ("throttled",)),
-            "links": _dicts(frame.links), "efa": _dicts(frame.efa),
+            "chips": _dicts(frame.chips, known.get("chips"), ("throttled",)),
+            "links": _dicts(frame.links, known.get("links")), "efa": _dicts(frame.efa, known.get("efa")),
             "cooling": cooling[0] if cooling else None,
         }
     else:
@@ -201,12 +221,13 @@ def decode_json(payload: bytes) -> Frame:
         raise FrameError(reason, f"{where}: {first['msg']}") from None
     if isinstance(model, NodeFrameModel):
         cooling = [model.cooling] if model.cooling is not None else []
+        chips, links = _records(model.chips, CHIP_DTYPE), _records(model.links, LINK_DTYPE)
+        efa, air = _records(model.efa, EFA_DTYPE), _records(cooling, COOLING_DTYPE)
         return NodeFrame(
-            model.publisher, model.seq, model.tick, model.t_s, model.node,
-            _records(model.chips, CHIP_DTYPE), _records(model.links, LINK_DTYPE),
-            _records(model.efa, EFA_DTYPE), _records(cooling, COOLING_DTYPE),
+            model.publisher, model.seq, model.tick, model.t_s, model.node, chips[0], links[0], efa[0], air[0],
+            known={"chips": chips[1], "links": links[1], "efa": efa[1], "cooling": air[1]},
         )
     return FacilityFrame(
         model.publisher, model.seq, model.tick, model.t_s, model.site,
-        _records([model.facility], FACILITY_DTYPE),
+        _records([model.facility], FACILITY_DTYPE)[0],
     )

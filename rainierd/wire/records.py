@@ -135,6 +135,17 @@ class NodeFrame:
     links: npt.NDArray[np.void] = field(default_factory=lambda: _empty(LINK_DTYPE))
     efa: npt.NDArray[np.void] = field(default_factory=lambda: _empty(EFA_DTYPE))
     cooling: npt.NDArray[np.void] = field(default_factory=lambda: _empty(COOLING_DTYPE))
+    # Per record kind, per record: which fields it carries (bit i: the dtype's
+    # i-th field); None, or a kind left out, means every field.  Only the JSON
+    # form can leave fields out.
+    known: dict[str, npt.NDArray[np.uint16]] | None = None
+
+    def complete(self) -> bool:
+        """Return True when every record carries every field."""
+        if not self.known:
+            return True
+        return all(bool((mask == (1 << len(RECORD_DTYPES[kind].names or ())) - 1).all())
+                   for kind, mask in self.known.items())
 
 
 @dataclass(frozen=True, eq=False)
@@ -171,6 +182,9 @@ class NodeBatch:
     node_t_s: npt.NDArray[np.float64]
     counts: dict[str, npt.NDArray[np.uint16]]
     columns: dict[str, dict[str, npt.NDArray[Any]]]
+    # Per record kind, per record: which fields it carries, on top of which
+    # columns are present (a node frame turned batch keeps its JSON gaps).
+    known: dict[str, npt.NDArray[np.uint16]] | None = None
 
     @property
     def n_nodes(self) -> int:

@@ -17,7 +17,7 @@ from rainierd.core.detect._common import Reason, reason_names
 from rainierd.core.detect._tracker import StateTracker, Transitions
 from rainierd.core.detect.chips import ChipDetector, ChipParams
 from rainierd.core.detect.cooling import CoolingDetector, CoolingParams
-from rainierd.core.detect.links import EfaDetector, LinkDetector, PathParams
+from rainierd.core.detect.links import NEEDS, EfaDetector, LinkDetector, PathParams
 from rainierd.core.state import FleetState
 
 __all__ = [
@@ -115,6 +115,26 @@ class FleetDetector:
             onset = int(tracker.onset[i]) if after else tick
             out.append(Event(tick, entity, i, names[before], names[after], reasons, onset))
         return out
+
+    def unknown(self) -> dict[tuple[str, str], int]:
+        """Return, per (entity kind, judgement), how many entities cannot be judged yet.
+
+        An entity is unknown for a judgement until a sample has carried what
+        that judgement needs: never heard from, or heard from by a publisher
+        that lacks the fields (AWS neuron-monitor has no clock, NeuronLink or
+        EFA figures).  Unknown is neither healthy nor unhealthy.
+        """
+        state = self.state
+        chips, air = state.chips, state.cooling
+        return {
+            ("neuronlink", "health"): int((~state.links.has(*NEEDS["neuronlink"])).sum()),
+            ("efa", "health"): int((~state.efa.has(*NEEDS["efa"])).sum()),
+            ("chip", "stale"): int((~chips.reported()).sum()),
+            ("chip", "failed"): int((~chips.has("ecc_uncorrected_total")).sum()),
+            ("chip", "throttled"): int((~(chips.has("throttled") | chips.has("clock_ratio"))).sum()),
+            ("chip", "straggler"): int((~chips.has("util", "clock_ratio", "fp8_flop_total")).sum()),
+            ("node", "cooling"): int((~(air.has("inlet_c") | air.has("fan_rpm"))).sum()),
+        }
 
     def unhealthy(self) -> dict[str, np.ndarray]:
         """Return, per entity kind, the ids that are not healthy now."""

@@ -8,6 +8,7 @@ decaying count of drops for flapping.  docs/detection.md explains the choices.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Final
 
 import numpy as np
 
@@ -19,9 +20,14 @@ from rainierd.core.state import FleetState
 from rainierd.hardware import TRN2
 from rainierd.topology import LINK_KIND_NAMES
 
-__all__ = ["DEGRADED", "DOWN", "HEALTHY", "EfaDetector", "LinkDetector", "PathParams"]
+__all__ = ["DEGRADED", "DOWN", "HEALTHY", "NEEDS", "EfaDetector", "LinkDetector", "PathParams"]
 
 HEALTHY, DEGRADED, DOWN = 0, 1, 2
+NEEDS: Final[dict[str, tuple[str, ...]]] = {
+    "neuronlink": ("bw_bytes_s", "lanes_up"),  # latency and error counters are judged when present
+    "efa": ("tx_bytes_total", "rx_bytes_total"),  # latency and retransmits are judged when present
+}
+"""Fields a sample must carry for its link or port to be judged at all."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -86,7 +92,9 @@ class LinkDetector:
     def update(self, tick: int) -> Transitions:
         """Fold in the links' new samples; return the state changes."""
         p, table = self.params, self.state.links
-        fresh = new_samples(table, self.seen)
+        # A link is judged only on samples that carry its bandwidth and lanes;
+        # without them it is unknown (never healthy, never down by default).
+        fresh = new_samples(table, self.seen) & table.has(*NEEDS["neuronlink"])
         np.copyto(self.seen, table.samples)
         ratio = table.gauges["bw_bytes_s"] / self.nominal
         raw = ratio.copy()  # bandwidth / nominal, before it is taken relative to the kind's median
@@ -200,7 +208,7 @@ class EfaDetector:
     def update(self, tick: int) -> Transitions:
         """Fold in the ports' new samples; return the state changes."""
         p, table = self.params, self.state.efa
-        fresh = new_samples(table, self.seen)
+        fresh = new_samples(table, self.seen) & table.has(*NEEDS["efa"])
         np.copyto(self.seen, table.samples)
         rate = table.rates["tx_bytes_total"] + table.rates["rx_bytes_total"]
         np.copyto(rate, np.float32(np.nan), where=~fresh)
