@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from rainierd.core import FleetState, FlushResult, Ingest, IngestStats, Received, Table, compute_throughput
+from rainierd.core.streams import WINDOW
 from rainierd.hardware import TRN2
 from rainierd.sim.fleet import FleetModel, TickSample
 from rainierd.sim.frames import tick_batches, tick_frames
@@ -118,13 +119,17 @@ class TestIngest:
         assert np.allclose(fleet.state.chips.rates["fp8_flop_total"], s1.chips["fp8_flop_total"] - flop0)
         assert (fleet.state.chips.samples == 2).all()
 
-    def test_sequence_gap_is_counted_as_loss(self) -> None:
-        """Skipping two frames of one node counts two lost frames."""
+    def test_sequence_gap_is_missing_then_lost(self) -> None:
+        """Two frames of one node skipped are missing at once, and lost once the late window has passed."""
         fleet = Fleet()
         for tick in range(4):
             _, frames = fleet.frames()
             fleet.feed(frames if tick in (0, 3) else frames[1:])
-        assert fleet.stats.frames_lost == 2
+        assert (fleet.ingest.missing(), fleet.stats.frames_lost) == (2, 0)
+        for _ in range(WINDOW):
+            _, frames = fleet.frames()
+            fleet.feed(frames)
+        assert (fleet.ingest.missing(), fleet.stats.frames_lost) == (0, 2)
 
     def test_replayed_frame_is_rejected(self) -> None:
         """A frame whose sequence number is not newer than the last is rejected as stale_seq."""
@@ -173,7 +178,7 @@ class TestIngest:
         chips["temp_c"][0] = np.nan
         assert dict(fleet.feed([(topic, replace(frame, seq=999_999, chips=chips))]).rejected) == {"non_finite": 1}
         result = fleet.feed(f1)
-        assert (result.applied, dict(result.rejected), fleet.stats.frames_lost) == (8, {}, 0)
+        assert (result.applied, dict(result.rejected), fleet.ingest.missing(), fleet.stats.frames_lost) == (8, {}, 0, 0)
 
     def test_duplicate_record_ids_reject_their_frame(self) -> None:
         """A frame listing the same chip twice is rejected as duplicate_id."""

@@ -9,9 +9,9 @@ changes nothing (docs/wire-format.md lists the reasons).
 
 Checks, in order, each rejecting the whole frame: ``unknown_node``,
 ``topic_mismatch``, ``non_finite``, ``unknown_id``, ``duplicate_id``; then per
-node stream (publisher, node) ``stale_seq``.  A gap in a stream's sequence
-counts its missing frames as lost; a new publisher on a node restarts its
-stream (``publisher_changes``).  When one node has several frames in a window
+node stream (publisher, node) the sequence rules of ``core/streams.py``:
+gaps (missing, then lost), late frames, restarts under the same id, new
+publishers, and ``stale_seq``.  When one node has several frames in a window
 (the monitor caught up after a backlog) they apply in arrival order, one
 "generation" at a time, so rates come out between consecutive samples.
 """
@@ -28,6 +28,7 @@ import numpy.typing as npt
 
 from rainierd._types import F64, I64, B
 from rainierd.core.state import FleetState, Scratch, Table
+from rainierd.core.streams import Advance, Streams
 from rainierd.errors import FrameError
 from rainierd.wire import decode_frame
 from rainierd.wire.records import (
@@ -80,8 +81,11 @@ class IngestStats:
     bytes: Counter[str] = field(default_factory=Counter)  # payload bytes, by encoding
     frames: Counter[str] = field(default_factory=Counter)  # frames decoded (a batch carries many), by encoding
     rejected: Counter[str] = field(default_factory=Counter)  # by reason
-    frames_lost: int = 0  # sequence gaps
+    frames_lost: int = 0  # missing for longer than the late window: certainly lost
+    frames_late: int = 0  # were missing, then arrived within the window (never counted lost)
+    frames_missing: int = 0  # missing now: may still arrive late (a gauge)
     publisher_changes: int = 0
+    publisher_restarts: int = 0
     frames_applied: int = 0
     samples_applied: Counter[str] = field(default_factory=Counter)  # entity samples, by record kind
 
@@ -104,6 +108,27 @@ class FlushResult:
     # Wall time at receipt minus sample time, of the frames applied (a publisher's clock skew included).
     receive_lag_s: F64 = field(default_factory=lambda: np.zeros(0))
     samples: Counter[str] = field(default_factory=Counter)  # entity samples applied, by record kind
+    late: int = 0  # frames that were missing and arrived after all (never lost, not applied)
+    restarts: int = 0  # a publisher restarted under the same id
+    missing: int = 0  # frames missing after this window (may still come late; not yet lost)
+
+
+@dataclass(eq=False)
+class _Tally:
+    """What a window's sequence accounting adds up to."""
+
+    applied: int = 0
+    lost: int = 0
+    late: int = 0
+    restarts: int = 0
+    changes: int = 0
+
+    def add(self, advance: Advance, applied: int) -> None:
+        self.applied += applied
+        self.lost += advance.lost
+        self.late += advance.late
+        self.restarts += advance.restarts
+        self.changes += advance.changes
 
 
 @dataclass(eq=False)
@@ -138,11 +163,9 @@ class Ingest:
         self.stats = stats
         self.max_frame_bytes = max_frame_bytes
         topo = state.topology
-        # One sequence stream per node (and per site's facility): its publisher and last seq.
-        self._node_pub = np.full(topo.n_nodes, -1, np.int64)
-        self._node_seq = np.zeros(topo.n_nodes, np.uint64)
-        self._site_pub = np.full(topo.n_sites, -1, np.int64)
-        self._site_seq = np.zeros(topo.n_sites, np.uint64)
+        # One sequence stream per node (and per site's facility frames).
+        self._nodes = Streams(topo.n_nodes)
+        self._sites = Streams(topo.n_sites)
         self._publishers: dict[str, int] = {}
         # The window's joined columns live here from one window to the next.
         self._scratch = Scratch()
@@ -192,18 +215,25 @@ class Ingest:
                 frame = item.frame
                 nodes.append((item, frame if isinstance(frame, NodeBatch) else _as_batch(frame)))
         samples: Counter[str] = Counter()
-        applied, lost, changes, applied_t_s, receive_lag_s = self._apply_nodes(nodes, rejected, samples)
-        site_applied, site_lost, site_changes = self._apply_sites(sites, rejected)
-        samples["facility"] += site_applied
-        return FlushResult(applied + site_applied, rejected, lost + site_lost, changes + site_changes,
-                           self.state.latest_tick, Counter(), applied_t_s, receive_lag_s, samples)
+        tally = _Tally()
+        applied_t_s, receive_lag_s = self._apply_nodes(nodes, rejected, samples, tally)
+        samples["facility"] += self._apply_sites(sites, rejected, tally)
+        return FlushResult(tally.applied, rejected, tally.lost, tally.changes, self.state.latest_tick, Counter(),
+                           applied_t_s, receive_lag_s, samples, tally.late, tally.restarts, self.missing())
+
+    def missing(self) -> int:
+        """Return how many frames are missing now and may still arrive late (not yet counted lost)."""
+        return self._nodes.missing_count() + self._sites.missing_count()
 
     def record(self, result: FlushResult) -> None:
         """Add a window's result to the cumulative stats."""
         stats = self.stats
         stats.frames_applied += result.applied
         stats.frames_lost += result.lost
+        stats.frames_late += result.late
+        stats.frames_missing = result.missing
         stats.publisher_changes += result.publisher_changes
+        stats.publisher_restarts += result.restarts
         stats.rejected.update(result.rejected)
         stats.frames.update(result.frames)
         stats.samples_applied.update(result.samples)
@@ -233,14 +263,14 @@ class Ingest:
 
     def _compact_publishers(self) -> None:
         """Forget publisher names no stream uses any more (bounds memory against id churn)."""
-        live = np.unique(np.concatenate([self._node_pub, self._site_pub]))
+        live = np.unique(np.concatenate([self._nodes.publisher, self._sites.publisher]))
         live = live[live >= 0]
         names = {index: name for name, index in self._publishers.items()}
         remap = np.full(len(self._publishers) + 1, -1, np.int64)
         remap[live] = np.arange(live.size)
         self._publishers = {names[int(old)]: new for new, old in enumerate(live.tolist())}
-        self._node_pub = np.where(self._node_pub >= 0, remap[self._node_pub], -1)
-        self._site_pub = np.where(self._site_pub >= 0, remap[self._site_pub], -1)
+        self._nodes.remap_publishers(remap)
+        self._sites.remap_publishers(remap)
 
     def _join(self, parts: list[tuple[Received, NodeBatch]]) -> _Window:
         """Join the node frames of a window column by column (one copy of each column)."""
@@ -350,10 +380,10 @@ class Ingest:
         return reasons
 
     def _apply_nodes(
-        self, parts: list[tuple[Received, NodeBatch]], rejected: Counter[str], samples: Counter[str],
-    ) -> tuple[int, int, int, F64, F64]:
+        self, parts: list[tuple[Received, NodeBatch]], rejected: Counter[str], samples: Counter[str], tally: _Tally,
+    ) -> tuple[F64, F64]:
         if not parts:
-            return 0, 0, 0, np.zeros(0), np.zeros(0)
+            return np.zeros(0), np.zeros(0)
         w = self._join(parts)
         bad = np.zeros(w.size, dtype=bool)
         for reason, flagged in self._check(w).items():  # one reason per frame, in this order
@@ -368,20 +398,15 @@ class Ingest:
         first = np.ones(by_node.size, dtype=bool)
         first[1:] = nodes_sorted[1:] != nodes_sorted[:-1]
         generation = np.arange(by_node.size) - np.maximum.accumulate(np.where(first, np.arange(by_node.size), 0))
-        applied, lost, changes = 0, 0, 0
         applied_t_s, receive_lag_s = [], []
         for g in range(int(generation.max(initial=-1)) + 1):
             frames = np.sort(by_node[generation == g])
-            keep, gen_lost, gen_changes, stale = self._sequence(
-                w.node[frames], w.publisher[frames], w.seq[frames], self._node_pub, self._node_seq,
-            )
-            if stale:
-                rejected["stale_seq"] += stale
-            frames = frames[keep]
+            advance = self._nodes.advance(w.node[frames], w.publisher[frames], w.seq[frames], w.t_s[frames])
+            if advance.stale:
+                rejected["stale_seq"] += advance.stale
+            frames = frames[advance.keep]
             self._scatter(w, frames, samples)
-            applied += int(frames.size)
-            lost += gen_lost
-            changes += gen_changes
+            tally.add(advance, int(frames.size))
             applied_t_s.append(w.t_s[frames])
             receive_lag_s.append(w.rx_wall_s[frames] - w.t_s[frames])
             if frames.size:
@@ -390,27 +415,9 @@ class Ingest:
                     self.state.latest_tick = newest
                     self.state.latest_t_s = float(w.t_s[frames][np.argmax(w.tick[frames])])
         if not applied_t_s:
-            return applied, lost, changes, np.zeros(0), np.zeros(0)
+            return np.zeros(0), np.zeros(0)
         lags = np.concatenate(receive_lag_s)
-        return applied, lost, changes, np.concatenate(applied_t_s), lags[np.isfinite(lags)]
-
-    @staticmethod
-    def _sequence(
-        entity: I64, publisher: I64, seq: npt.NDArray[np.uint64],
-        stream_pub: I64, stream_seq: npt.NDArray[np.uint64],
-    ) -> tuple[B, int, int, int]:
-        """Advance the streams of unique ``entity``s; return (keep mask, lost, publisher changes, stale)."""
-        known_pub = stream_pub[entity]
-        last = stream_seq[entity]
-        same = known_pub == publisher
-        stale = same & (seq <= last)
-        keep = ~stale
-        gaps = same & keep
-        lost = int((seq[gaps] - last[gaps] - np.uint64(1)).sum(dtype=np.uint64))
-        changes = int(((known_pub >= 0) & ~same).sum())
-        stream_pub[entity[keep]] = publisher[keep]
-        stream_seq[entity[keep]] = seq[keep]
-        return keep, lost, changes, int(stale.sum())
+        return np.concatenate(applied_t_s), lags[np.isfinite(lags)]
 
     def _scatter(self, w: _Window, frames: I64, samples: Counter[str]) -> None:
         """Store the records of ``frames`` (good, one per node) in the state tables."""
@@ -458,7 +465,7 @@ class Ingest:
             table.apply(ids, columns, t_s=t_s, rx_s=rx_s, known=known, scratch=self._apply_scratch)
             samples[kind] += int(ids.size)
 
-    def _apply_sites(self, items: list[Received], rejected: Counter[str]) -> tuple[int, int, int]:
+    def _apply_sites(self, items: list[Received], rejected: Counter[str], tally: _Tally) -> int:
         """Check and apply facility frames (a handful a window)."""
         topo = self.state.topology
         good: list[Received] = []
@@ -476,18 +483,19 @@ class Ingest:
                 rejected["non_finite"] += 1
             else:
                 good.append(item)
-        applied = lost = changes = 0
+        applied = 0
         for item in good:  # one at a time: a handful of sites, and a site may repeat in a window
             frame = item.frame
             assert isinstance(frame, FacilityFrame)
             site = np.array([frame.site], np.int64)
-            _, gap, change, stale = self._sequence(
+            advance = self._sites.advance(
                 site, np.array([self._publisher(frame.publisher)], np.int64), np.array([frame.seq], np.uint64),
-                self._site_pub, self._site_seq,
+                np.array([frame.t_s]),
             )
-            lost, changes = lost + gap, changes + change
-            if stale:
+            tally.add(advance, int(advance.keep.sum()))
+            if advance.stale:
                 rejected["stale_seq"] += 1
+            if not advance.keep.all():
                 continue
             record = frame.facility
             self.state.facility.apply(
@@ -495,7 +503,7 @@ class Ingest:
                 t_s=np.array([frame.t_s]), rx_s=np.array([item.rx_s]), known=(1 << len(record.dtype.names or ())) - 1,
             )
             applied += 1
-        return applied, lost, changes
+        return applied
 
 
 def _as_batch(frame: NodeFrame) -> NodeBatch:

@@ -123,7 +123,16 @@ class MonitorCollector(Collector):
             errors.add_metric([reason], stats.rejected[reason])
         yield errors
         yield CounterMetricFamily(
-            "rainier_ingest_frames_lost", "Frames missing from sequence gaps.", value=stats.frames_lost,
+            "rainier_ingest_frames_lost", "Frames missing from sequence gaps for longer than the late window.",
+            value=stats.frames_lost,
+        )
+        yield GaugeMetricFamily(
+            "rainier_ingest_frames_missing", "Frames missing from sequence gaps now, that may still arrive late.",
+            value=stats.frames_missing,
+        )
+        yield CounterMetricFamily(
+            "rainier_ingest_frames_late", "Frames that were missing and arrived late (never counted lost).",
+            value=stats.frames_late,
         )
         yield CounterMetricFamily(
             "rainier_ingest_frames_applied", "Frames applied to the fleet state.", value=stats.frames_applied,
@@ -138,8 +147,13 @@ class MonitorCollector(Collector):
         yield samples
         yield CounterMetricFamily(
             "rainier_ingest_publisher_changes",
-            "Times a node's frames came from a new publisher (restart or failover).",
+            "Times a node's frames came from a new publisher id (fail-over, or a restart under a new id).",
             value=stats.publisher_changes,
+        )
+        yield CounterMetricFamily(
+            "rainier_ingest_publisher_restarts",
+            "Times a publisher restarted under the same id (its numbering began again with newer samples).",
+            value=stats.publisher_restarts,
         )
         yield GaugeMetricFamily(
             "rainier_mqtt_connected", "1 while the monitor's MQTT session is up.",

@@ -55,7 +55,7 @@ async def test_simulate_to_monitor_matches_ground_truth(
     assert values["rainier_fleet_fp8_delivered_flops"] == pytest.approx(truth["delivered_flops"], rel=1e-3)
     assert values["rainier_fleet_fp8_effective_flops"] == pytest.approx(truth["effective_flops"], rel=1e-9)
     assert values["rainier_fleet_chips_reporting"] == 128
-    assert values["rainier_ingest_frames_lost_total"] == 0
+    assert values["rainier_ingest_frames_lost_total"] == values["rainier_ingest_frames_missing"] == 0
     assert values[f'rainier_ingest_frames_total{{encoding="{encoding}"}}'] == TICKS * 9
     assert values["rainier_ingest_frames_applied_total"] == TICKS * 9
     rejected = {k: v for k, v in values.items() if k.startswith("rainier_ingest_decode_errors_total") and v}
