@@ -43,7 +43,7 @@ _ROLE_FLAGS: list[tuple[str, str, dict[str, Any]]] = [
     ("--mqtt-client-id", "mqtt_client_id", {}),
     ("--mqtt-qos", "mqtt_qos", {"type": int, "choices": [0, 1]}),
     ("--topology", "topology",
-     {"help": f"preset ({', '.join(PRESETS)}; default demo) or sites=S,ultraservers=U"}),
+     {"help": f"inventory FILE.toml, a preset ({', '.join(PRESETS)}; default demo), or sites=S,ultraservers=U"}),
     ("--tick", "tick_s", {"type": float, "help": "seconds per telemetry tick (default 1)"}),
     ("--ticks", "ticks", {"type": int, "help": "simulator: stop after N ticks (default 0: run for ever)"}),
     ("--seed", "seed", {"type": int}),

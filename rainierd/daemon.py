@@ -21,6 +21,7 @@ from rainierd._malloc import keep_freed_memory
 from rainierd.broker import EmbeddedBroker
 from rainierd.exporter import MetricsServer
 from rainierd.exporter.wiring import build_exporter
+from rainierd.inventory import load_topology
 from rainierd.looplag import LoopLag
 from rainierd.monitor import Monitor
 from rainierd.mqtt import mqtt_config, supervise
@@ -28,7 +29,6 @@ from rainierd.settings import Settings
 from rainierd.sim import FleetParams, Simulator
 from rainierd.sim.faults import load_scenario
 from rainierd.status import ConnectionState
-from rainierd.topology import build_topology
 
 __all__ = ["Role", "run_role"]
 
@@ -54,7 +54,7 @@ async def run_role(role: Role, settings: Settings) -> None:
     stop = asyncio.Event()
     for sig in _SIGNALS:
         loop.add_signal_handler(sig, stop.set)
-    topology = build_topology(settings.topology, efa_ports_per_node=settings.efa_ports_per_node)
+    topology = load_topology(settings.topology, efa_ports_per_node=settings.efa_ports_per_node)
     nonce = secrets.token_hex(4)
     async with contextlib.AsyncExitStack() as stack:
         url = settings.mqtt_url

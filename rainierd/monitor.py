@@ -242,7 +242,7 @@ class Monitor:
         analysed = self.snapshot.analysed_ticks + 1 if self.snapshot else 1
         self.generation += 1
         self.snapshot = MonitorSnapshot(
-            generation=self.generation, throughput=analysis.throughput, chips_total=self.topology.n_chips,
+            generation=self.generation, throughput=analysis.throughput, chips_total=self.topology.n_present_chips,
             analysis_s=elapsed, analysed_ticks=analysed, lost=analysis.lost,
             health=analysis.health, events=self.events.copy(), lag_s=finished_wall - self.state.latest_t_s,
         )

@@ -17,6 +17,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from rainierd.errors import ConfigError
+from rainierd.inventory import load_inventory
 from rainierd.topology import parse_topology
 
 __all__ = ["DEFAULT_METRICS_ADDR", "Settings", "load_settings", "parse_host_port"]
@@ -89,7 +90,10 @@ class Settings(BaseSettings):
     @classmethod
     def _known_topology(cls, value: str) -> str:
         try:
-            parse_topology(value)
+            if value.endswith(".toml"):
+                load_inventory(Path(value))  # read and checked now, so a bad file stops rainierd at start
+            else:
+                parse_topology(value)
         except ConfigError as exc:
             raise ValueError(str(exc)) from None
         return value

@@ -3,10 +3,17 @@ and EFA port gets a stable integer id, and the relations between them are numpy
 index arrays.
 
 Ids are dense and hierarchical, so a node's chips, links and ports are
-contiguous ranges: chip ``c`` of node ``n`` is ``n * 16 + c``; the 48 NeuronLinks
-a node reports (32 torus links inside it and the 16 ring links to the next node
-of its UltraServer) are ``n * 48 .. n * 48 + 47``; its EFA ports are
-``n * P .. n * P + P - 1``.  The same preset always yields the same ids.
+contiguous ranges: node ``i`` of UltraServer ``u`` is ``u * 4 + i``; chip ``c``
+of node ``n`` is ``n * 16 + c``; the 48 NeuronLinks a node reports (32 torus
+links inside it and the 16 ring links to the next node of its UltraServer)
+are ``n * 48 .. n * 48 + 47``; its EFA ports are ``n * P .. n * P + P - 1``.
+UltraServers are numbered site by site, so a site's are one range.  The same
+preset, size or inventory always yields the same ids.
+
+A fleet from an inventory (``rainierd/inventory.py``) may have sites of
+different sizes and UltraServers with fewer than 4 nodes: an id whose node
+is not in the inventory is **absent** (``node_present`` false) and counts
+nowhere, and the inventory's names travel with the ids.
 """
 
 from __future__ import annotations
@@ -26,9 +33,11 @@ __all__ = [
     "LINK_KIND_RING",
     "LINK_KIND_TORUS",
     "PRESETS",
+    "Names",
     "PresetName",
     "Topology",
     "build_fleet",
+    "build_sites",
     "build_topology",
     "parse_topology",
 ]
@@ -70,13 +79,40 @@ def _node_link_template() -> tuple[IntArray, IntArray, IntArray]:
     return a, b, kind
 
 
+@dataclass(frozen=True, slots=True)
+class Names:
+    """What an inventory calls the fleet's parts (None where it does not say), by id."""
+
+    sites: tuple[str, ...] = ()
+    ultraservers: tuple[str, ...] = ()
+    hostnames: tuple[str | None, ...] = ()
+    instance_ids: tuple[str | None, ...] = ()
+    availability_zones: tuple[str | None, ...] = ()
+
+    def node_labels(self, node: int) -> str:
+        """Return ``,hostname="…",instance_id="…",availability_zone="…"`` for what is known of ``node``."""
+        out = []
+        for label, values in (("hostname", self.hostnames), ("instance_id", self.instance_ids),
+                              ("availability_zone", self.availability_zones)):
+            if values and values[node] is not None:
+                out.append(f',{label}="{values[node]}"')
+        return "".join(out)
+
+    def site_label(self, site: int) -> str:
+        """Return ``,site_name="…"`` when the inventory names ``site``."""
+        return f',site_name="{self.sites[site]}"' if self.sites else ""
+
+    def ultraserver_label(self, ultraserver: int) -> str:
+        """Return ``,ultraserver_name="…"`` when the inventory names ``ultraserver``."""
+        return f',ultraserver_name="{self.ultraservers[ultraserver]}"' if self.ultraservers else ""
+
+
 @dataclass(frozen=True, eq=False)
 class Topology:
     """A fleet's numbering; arrays are read-only and indexed by global id."""
 
     name: str
     n_sites: int
-    ultraservers_per_site: int
     efa_ports_per_node: int
     ultraserver_site: IntArray = field(repr=False)
     node_ultraserver: IntArray = field(repr=False)
@@ -87,10 +123,37 @@ class Topology:
     link_node: IntArray = field(repr=False)
     efa_chip: IntArray = field(repr=False)
     efa_node: IntArray = field(repr=False)
+    node_present: npt.NDArray[np.bool_] = field(repr=False)
+    names: Names = field(default_factory=Names, repr=False)
 
     chips_per_node: int = TRN2.chips_per_node
     nodes_per_ultraserver: int = TRN2.nodes_per_ultraserver
     links_per_node: int = 3 * TRN2.chips_per_node
+
+    @property
+    def chip_present(self) -> npt.NDArray[np.bool_]:
+        """Return which chips exist (their node is in the fleet)."""
+        return self.node_present[self.chip_node]
+
+    @property
+    def n_present_chips(self) -> int:
+        """Return how many chips exist."""
+        return int(self.node_present.sum()) * self.chips_per_node
+
+    def site_ultraservers(self, site: int) -> range:
+        """Return the UltraServer ids of ``site`` (one range: they are numbered site by site)."""
+        ids = np.flatnonzero(self.ultraserver_site == site)
+        return range(int(ids[0]), int(ids[-1]) + 1) if ids.size else range(0)
+
+    def site_nodes(self, site: int) -> range:
+        """Return the node ids of ``site`` (present or not)."""
+        us = self.site_ultraservers(site)
+        return range(us.start * self.nodes_per_ultraserver, us.stop * self.nodes_per_ultraserver)
+
+    def node_name(self, node: int) -> str:
+        """Return what to call ``node`` in logs: its hostname, or ``n<id>``."""
+        hostnames = self.names.hostnames
+        return hostnames[node] or f"n{node}" if hostnames else f"n{node}"
 
     @property
     def n_ultraservers(self) -> int:
@@ -148,9 +211,9 @@ class Topology:
         return range(base, base + self.efa_ports_per_node)
 
     def node_path(self, node: int) -> tuple[int, int, int]:
-        """Return (site, UltraServer, node index within it) of ``node``."""
+        """Return (site, UltraServer, node) of ``node``: the ids its telemetry topic names."""
         us = int(self.node_ultraserver[node])
-        return int(self.ultraserver_site[us]), us, node % self.nodes_per_ultraserver
+        return int(self.ultraserver_site[us]), us, node
 
 
 _SIZE_RE: Final = re.compile(r"^sites=(\d{1,4}),ultraservers=(\d{1,6})$")
@@ -196,19 +259,36 @@ def build_fleet(
     name: str = "custom",
     efa_ports_per_node: int = TRN2.efa_ports_per_node,
 ) -> Topology:
-    """Return a fleet of ``n_sites`` sites of ``ultraservers_per_site`` UltraServers each.
+    """Return a fleet of ``n_sites`` sites of ``ultraservers_per_site`` UltraServers each, every node present.
 
     Raises ConfigError for a non-positive size or a bad EFA port count.
     """
     if n_sites < 1 or ultraservers_per_site < 1:
         raise ConfigError(f"a fleet needs at least 1 site and 1 UltraServer, got {n_sites} x {ultraservers_per_site}")
+    return build_sites([ultraservers_per_site] * n_sites, name=name, efa_ports_per_node=efa_ports_per_node)
+
+
+def build_sites(
+    ultraservers: list[int],
+    *,
+    name: str,
+    efa_ports_per_node: int = TRN2.efa_ports_per_node,
+    node_present: npt.NDArray[np.bool_] | None = None,
+    names: Names | None = None,
+) -> Topology:
+    """Return a fleet whose site ``s`` has ``ultraservers[s]`` UltraServers (``node_present``: all by default).
+
+    Raises ConfigError for an empty fleet or a bad EFA port count.
+    """
+    if not ultraservers or min(ultraservers) < 1:
+        raise ConfigError(f"a fleet needs at least 1 site and 1 UltraServer a site, got {ultraservers}")
     if not 1 <= efa_ports_per_node <= 64:
         raise ConfigError(f"efa_ports_per_node must be 1..64, got {efa_ports_per_node}")
-    per_site = ultraservers_per_site
+    n_sites = len(ultraservers)
     cpn, npu = TRN2.chips_per_node, TRN2.nodes_per_ultraserver
 
-    n_us = n_sites * per_site
-    ultraserver_site = np.repeat(np.arange(n_sites, dtype=np.int64), per_site)
+    n_us = sum(ultraservers)
+    ultraserver_site = np.repeat(np.arange(n_sites, dtype=np.int64), ultraservers)
     n_nodes = n_us * npu
     node_ultraserver = np.repeat(np.arange(n_us, dtype=np.int64), npu)
     chip_node = np.repeat(np.arange(n_nodes, dtype=np.int64), cpn)
@@ -226,10 +306,13 @@ def build_fleet(
     efa_node = np.repeat(nodes.ravel(), efa_ports_per_node)
     efa_chip = (nodes * cpn + port_local[None, :]).ravel()
 
+    present = np.ones(n_nodes, dtype=bool) if node_present is None else np.asarray(node_present, dtype=bool).copy()
+    if present.shape != (n_nodes,):
+        raise ConfigError(f"node_present has {present.size} entries for {n_nodes} nodes")
     arrays = (
         ultraserver_site, node_ultraserver, chip_node, link_a, link_b,
-        link_kind, link_node, efa_chip, efa_node,
+        link_kind, link_node, efa_chip, efa_node, present,
     )
     for array in arrays:
         array.setflags(write=False)
-    return Topology(name, n_sites, per_site, efa_ports_per_node, *arrays)
+    return Topology(name, n_sites, efa_ports_per_node, *arrays, names=names or Names())

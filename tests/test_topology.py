@@ -82,7 +82,7 @@ class TestIds:
         assert (topo.chip_node[list(topo.node_chips(node))] == node).all()
         assert (topo.link_node[list(topo.node_links(node))] == node).all()
         assert (topo.efa_node[list(topo.node_efa(node))] == node).all()
-        assert topo.node_path(node) == (0, 1, 1)
+        assert topo.node_path(node) == (0, 1, 5)
 
     def test_same_preset_same_ids(self) -> None:
         """Building a preset twice yields identical arrays (ids are stable)."""

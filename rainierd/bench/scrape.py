@@ -60,7 +60,8 @@ def _snapshot(preset: str, seed: int) -> tuple[MonitorCore, MonitorSnapshot, Any
     core = MonitorCore(topo)
     for tick in range(12):
         analysis = core.step([f for _t, f in tick_frames(topo, model.step(tick), publisher="bench")])
-    snap = MonitorSnapshot(generation=1, throughput=analysis.throughput, chips_total=topo.n_chips, analysis_s=0.0,
+    snap = MonitorSnapshot(generation=1, throughput=analysis.throughput, chips_total=topo.n_present_chips,
+                           analysis_s=0.0,
                            analysed_ticks=12, lost=analysis.lost, health=analysis.health, events=Counter(),
                            lag_s=0.1)
     return core, snap, topo

@@ -247,9 +247,9 @@ class Ingest:
         assert isinstance(frame, NodeFrame)
         if address.kind != "node":
             return "topic_mismatch"
-        if frame.node >= topo.n_nodes:
+        if frame.node >= topo.n_nodes or not topo.node_present[frame.node]:
             return "unknown_node"
-        if topo.node_path(frame.node) != (address.site, address.ultraserver, address.node_in_ultraserver):
+        if topo.node_path(frame.node) != (address.site, address.ultraserver, address.node):
             return "topic_mismatch"
         return None
 
@@ -274,7 +274,6 @@ class Ingest:
 
     def _join(self, parts: list[tuple[Received, NodeBatch]]) -> _Window:
         """Join the node frames of a window column by column (one copy of each column)."""
-        topo = self.state.topology
 
         def cat(arrays: list[npt.NDArray[Any]], dtype: Any, key: str) -> npt.NDArray[Any]:
             out = self._scratch.get(key, sum(a.size for a in arrays), dtype)
@@ -291,7 +290,7 @@ class Ingest:
         for item, _ in parts:
             address = item.address
             if isinstance(item.frame, NodeFrame) and address is not None:
-                want_node.append(address.ultraserver * topo.nodes_per_ultraserver + address.node_in_ultraserver)
+                want_node.append(address.node)
             else:
                 want_node.append(-1)
         columns: dict[str, dict[str, npt.NDArray[Any]]] = {}
@@ -335,8 +334,9 @@ class Ingest:
         topo = self.state.topology
         n = w.size
         reasons = {reason: np.zeros(n, dtype=bool) for reason in FRAME_REASONS}
-        reasons["unknown_node"] = w.node >= topo.n_nodes
-        node = np.where(reasons["unknown_node"], 0, w.node)
+        outside = w.node >= topo.n_nodes
+        node = np.where(outside, 0, w.node)
+        reasons["unknown_node"] = outside | ~topo.node_present[node]  # beyond the fleet, or not in the inventory
         reasons["topic_mismatch"] = ((w.want_site >= 0) & (topo.node_site[node] != w.want_site)) | (
             (w.want_node >= 0) & (node != w.want_node))
         reasons["non_finite"] = ~np.isfinite(w.t_s)

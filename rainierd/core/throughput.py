@@ -91,7 +91,8 @@ def compute_throughput(
 
     chip_us = topo.chip_ultraserver
     n_us = topo.n_ultraservers
-    us_peak = np.full(n_us, peak_flops_per_chip * topo.chips_per_node * topo.nodes_per_ultraserver)
+    # Peak counts the chips that exist: an inventory's UltraServer may have fewer than 4 nodes.
+    us_peak = topo.node_present.reshape(n_us, -1).sum(axis=1) * (peak_flops_per_chip * topo.chips_per_node)
     us_delivered = _sum_by(chip_us, delivered, n_us)
     us_effective = _sum_by(chip_us, effective, n_us)
 

@@ -49,7 +49,8 @@ class FleetCollector(Collector):
 
     def __init__(self, topology: Topology, snapshot: Callable[[], MonitorSnapshot | None]) -> None:
         self._snapshot = snapshot
-        self._site_labels = [[f"s{s}"] for s in range(topology.n_sites)]
+        self._sites = [f"s{s}" for s in range(topology.n_sites)]
+        self._site_names = list(topology.names.sites)
 
     def collect(self) -> Iterator[Metric]:
         snap = self._snapshot()
@@ -64,12 +65,13 @@ class FleetCollector(Collector):
             )
             site = GaugeMetricFamily(
                 f"rainier_site_fp8_{level}_flops", f"Site FP8 {level} throughput, dense FLOP/s.",
-                labels=["site"],
+                labels=["site", "site_name"] if self._site_names else ["site"],
             )
-            for labels, value in zip(self._site_labels, getattr(tp, f"site_{level}").tolist(), strict=True):
-                site.add_metric(labels, value)
+            for s, value in enumerate(getattr(tp, f"site_{level}").tolist()):
+                site.add_metric([self._sites[s], *self._site_names[s:s + 1]], value)
             yield site
-        yield GaugeMetricFamily("rainier_fleet_chips", "Chips in the topology.", value=snap.chips_total)
+        yield GaugeMetricFamily("rainier_fleet_chips", "Chips in the fleet (its inventory's nodes x 16).",
+                                value=snap.chips_total)
         yield GaugeMetricFamily(
             "rainier_fleet_chips_reporting",
             "Chips whose telemetry is fresh (within stale_after_ticks of the latest tick).",

@@ -25,8 +25,9 @@ class UltraServerFamilies:
 
     def __init__(self, topology: Topology, snapshot: Callable[[], MonitorSnapshot | None]) -> None:
         self._snapshot = snapshot
-        labels = [f'{{site="s{site}",ultraserver="u{us}"}} ' for us, site in
-                  enumerate(topology.ultraserver_site.tolist())]
+        names = topology.names
+        labels = [f'{{site="s{site}",ultraserver="u{us}"{names.site_label(site)}{names.ultraserver_label(us)}}} '
+                  for us, site in enumerate(topology.ultraserver_site.tolist())]
         self._prefixes = {level: [f"rainier_ultraserver_fp8_{level}_flops{lb}" for lb in labels]
                           for level in _LEVELS}
 

@@ -65,12 +65,14 @@ class EntityFamilies:
     def _labels(self, entity: str, ids: npt.NDArray[np.int64]) -> list[str]:
         """Return each entity's label block (without braces or state), its id label first."""
         topo = self._topo
+        names = topo.names
         if entity == "ultraserver":
-            return [f'ultraserver="u{u}",site="s{topo.ultraserver_site[u]}"' for u in ids.tolist()]
+            return [f'ultraserver="u{u}",site="s{topo.ultraserver_site[u]}"{names.ultraserver_label(u)}'
+                    for u in ids.tolist()]
         if entity == "node":
             node = ids
             us = topo.node_ultraserver[node]
-            return [f'node="n{n}",site="s{topo.ultraserver_site[u]}",ultraserver="u{u}"'
+            return [f'node="n{n}",site="s{topo.ultraserver_site[u]}",ultraserver="u{u}"{names.node_labels(n)}'
                     for n, u in zip(node.tolist(), us.tolist(), strict=True)]
         if entity == "neuronlink":
             node, id_label = topo.link_node[ids], "link"
@@ -81,7 +83,7 @@ class EntityFamilies:
         us = topo.node_ultraserver[node]
         site = topo.ultraserver_site[us]
         return [
-            f'{id_label}="{i}"{k},site="s{s}",ultraserver="u{u}",node="n{n}"'
+            f'{id_label}="{i}"{k},site="s{s}",ultraserver="u{u}",node="n{n}"{names.node_labels(n)}'
             for i, k, s, u, n in zip(ids.tolist(), kinds, site.tolist(), us.tolist(), node.tolist(), strict=True)
         ]
 

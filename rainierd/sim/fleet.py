@@ -243,9 +243,10 @@ class FleetModel:
         active = tuple(f for f in self.faults if f.active(tick))
         truth = TickTruth(
             tick=tick, t_s=self.t_of(tick), chips=topo.n_chips,
-            peak_flops=topo.n_chips * self.hw.fp8_dense_flops,
-            delivered_flops=float((self.hw.fp8_dense_flops * util_true * clock).sum()),
-            effective_flops=float(flops.sum()),
+            # Only chips that exist count: an inventory may leave nodes of an UltraServer out.
+            peak_flops=topo.n_present_chips * self.hw.fp8_dense_flops,
+            delivered_flops=float((self.hw.fp8_dense_flops * util_true * clock)[topo.chip_present].sum()),
+            effective_flops=float(flops[topo.chip_present].sum()),
             lost_flops=lost_flops,
             active_faults=active,
             # A fault's true loss is its group's; faults sharing a group share it.

@@ -38,8 +38,8 @@ def tick_frames(
     """
     topo = topology
     for node in nodes if nodes is not None else range(topo.n_nodes):
-        if sample.node_silent[node]:
-            continue  # a lost node publishes nothing
+        if sample.node_silent[node] or not topo.node_present[node]:
+            continue  # a lost node publishes nothing, and an absent one does not exist
         chips, links, efa = topo.node_chips(node), topo.node_links(node), topo.node_efa(node)
         chip_records = sample.chips[chips.start:chips.stop]
         silent = sample.chip_silent[chips.start:chips.stop]
@@ -86,11 +86,11 @@ def tick_batches(
     columns = {kind: {name: records[kind][name] for name in column_dtypes(records[kind].dtype)}
                for kind in RECORD_KINDS}
     keep = {kind: None if kind != "chips" else ~sample.chip_silent for kind in RECORD_KINDS}
-    nodes_per_site = topo.ultraservers_per_site * topo.nodes_per_ultraserver
     for site in sites if sites is not None else range(topo.n_sites):
-        for first in range(site * nodes_per_site, (site + 1) * nodes_per_site, nodes_per_batch):
-            last = min(first + nodes_per_batch, (site + 1) * nodes_per_site)
-            batch = _batch(sample, publisher=publisher, site=site, first=first, last=last, per_kind=per_kind,
+        span = topo.site_nodes(site)
+        for first in range(span.start, span.stop, nodes_per_batch):
+            last = min(first + nodes_per_batch, span.stop)
+            batch = _batch(sample, topo, publisher=publisher, site=site, first=first, last=last, per_kind=per_kind,
                            columns=columns, keep=keep)
             if batch is not None:
                 yield batch_topic(site, f"n{first}-{last - 1}"), batch
@@ -99,6 +99,7 @@ def tick_batches(
 
 def _batch(
     sample: TickSample,
+    topo: Topology,
     *,
     publisher: str,
     site: int,
@@ -108,7 +109,7 @@ def _batch(
     columns: dict[str, dict[str, npt.NDArray[Any]]],
     keep: dict[str, npt.NDArray[np.bool_] | None],
 ) -> NodeBatch | None:
-    silent = sample.node_silent[first:last]
+    silent = sample.node_silent[first:last] | ~topo.node_present[first:last]
     nodes = np.arange(first, last, dtype=np.uint32)
     chip_keep = keep["chips"]
     assert chip_keep is not None

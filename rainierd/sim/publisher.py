@@ -100,9 +100,8 @@ class Simulator:
         self._params = params
         self._truth_file = truth_file
         self._truth_out: TextIO | None = None
-        nodes_per_site = topology.ultraservers_per_site * topology.nodes_per_ultraserver
-        node_messages = (topology.n_sites * -(-nodes_per_site // self.batch_nodes) if self.batch_nodes
-                         else topology.n_nodes)
+        node_messages = (sum(-(-len(topology.site_nodes(s)) // self.batch_nodes) for s in range(topology.n_sites))
+                         if self.batch_nodes else topology.n_nodes)
         per_tick = node_messages + topology.n_sites + 1
         self.outbox: asyncio.Queue[Outgoing] = asyncio.Queue(max(100, _OUTBOX_TICKS * per_tick))
         self.dropped = 0  # frames dropped from the outbox

@@ -3,14 +3,15 @@
 Each kind of message has its own fixed level right under the root, so a
 subscription to one kind can never match another (as Sparkplug does)::
 
-    rainier/v1/telemetry/s<site>/u<ultraserver>/n<node-in-ultraserver>   a node's frames
+    rainier/v1/telemetry/s<site>/u<ultraserver>/n<node>                  a node's frames
     rainier/v1/telemetry/s<site>/facility                                 a site's cooling plant
     rainier/v1/telemetry/s<site>/batch/<name>                             batch frames of that site's nodes
     rainier/v1/events/<entity>/<id>                                       detections (monitor only)
     rainier/v1/status/<client-id>                                         online/offline (MQTT will)
     rainier/v1/truth/<publisher>                                          simulator ground truth
 
-Ids are the topology's global ids.  A monitor shard takes one site with
+Ids are the topology's global ids (a node's is the same ``n<node>`` as its
+``node`` label on every metric).  A monitor shard takes one site with
 ``rainier/v1/telemetry/s<site>/#``.
 """
 
@@ -38,7 +39,7 @@ ROOT: Final = "rainier/v1"
 TELEMETRY_ROOT: Final = f"{ROOT}/telemetry"
 EVENTS_ROOT: Final = f"{ROOT}/events"
 
-_NODE_RE: Final = re.compile(r"^rainier/v1/telemetry/s(\d{1,6})/u(\d{1,8})/n(\d{1,2})$")
+_NODE_RE: Final = re.compile(r"^rainier/v1/telemetry/s(\d{1,6})/u(\d{1,8})/n(\d{1,10})$")
 _FACILITY_RE: Final = re.compile(r"^rainier/v1/telemetry/s(\d{1,6})/facility$")
 _BATCH_RE: Final = re.compile(r"^rainier/v1/telemetry/s(\d{1,6})/batch/[A-Za-z0-9_.-]{1,64}$")
 
@@ -52,7 +53,7 @@ class TopicAddress:
     kind: TopicKind
     site: int
     ultraserver: int = -1
-    node_in_ultraserver: int = -1
+    node: int = -1
 
     @property
     def is_facility(self) -> bool:
@@ -60,9 +61,9 @@ class TopicAddress:
         return self.kind == "facility"
 
 
-def node_topic(site: int, ultraserver: int, node_in_ultraserver: int) -> str:
-    """Return the topic a node's frames are published on."""
-    return f"{TELEMETRY_ROOT}/s{site}/u{ultraserver}/n{node_in_ultraserver}"
+def node_topic(site: int, ultraserver: int, node: int) -> str:
+    """Return the topic a node's frames are published on (global ids)."""
+    return f"{TELEMETRY_ROOT}/s{site}/u{ultraserver}/n{node}"
 
 
 def facility_topic(site: int) -> str:

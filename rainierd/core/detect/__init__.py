@@ -124,16 +124,21 @@ class FleetDetector:
         that lacks the fields (AWS neuron-monitor has no clock, NeuronLink or
         EFA figures).  Unknown is neither healthy nor unhealthy.
         """
-        state = self.state
+        state, topo = self.state, self.state.topology
         chips, air = state.chips, state.cooling
+        node = topo.node_present  # an id the inventory leaves empty is not a node to judge
+
+        def count(judgeable: np.ndarray, present: np.ndarray) -> int:
+            return int((present & ~judgeable).sum())
+
         return {
-            ("neuronlink", "health"): int((~state.links.has(*NEEDS["neuronlink"])).sum()),
-            ("efa", "health"): int((~state.efa.has(*NEEDS["efa"])).sum()),
-            ("chip", "stale"): int((~chips.reported()).sum()),
-            ("chip", "failed"): int((~chips.has("ecc_uncorrected_total")).sum()),
-            ("chip", "throttled"): int((~(chips.has("throttled") | chips.has("clock_ratio"))).sum()),
-            ("chip", "straggler"): int((~chips.has("util", "clock_ratio", "fp8_flop_total")).sum()),
-            ("node", "cooling"): int((~(air.has("inlet_c") | air.has("fan_rpm"))).sum()),
+            ("neuronlink", "health"): count(state.links.has(*NEEDS["neuronlink"]), node[topo.link_node]),
+            ("efa", "health"): count(state.efa.has(*NEEDS["efa"]), node[topo.efa_node]),
+            ("chip", "stale"): count(chips.reported(), node[topo.chip_node]),
+            ("chip", "failed"): count(chips.has("ecc_uncorrected_total"), node[topo.chip_node]),
+            ("chip", "throttled"): count(chips.has("throttled") | chips.has("clock_ratio"), node[topo.chip_node]),
+            ("chip", "straggler"): count(chips.has("util", "clock_ratio", "fp8_flop_total"), node[topo.chip_node]),
+            ("node", "cooling"): count(air.has("inlet_c") | air.has("fan_rpm"), node),
         }
 
     def unhealthy(self) -> dict[str, np.ndarray]:

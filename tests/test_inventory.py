@@ -1,0 +1,118 @@
+"""Specification of inventories: a real fleet described in TOML, its ids,
+its absent nodes, its names on the metrics, and clear errors for bad files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rainierd.core.analysis import MonitorCore
+from rainierd.core.ingest import Received
+from rainierd.errors import ConfigError
+from rainierd.exporter.health import EntityFamilies
+from rainierd.inventory import load_inventory, load_topology
+from rainierd.settings import load_settings
+from rainierd.sim.fleet import FleetModel
+from rainierd.sim.frames import tick_frames
+from rainierd.wire.topics import parse_topic
+
+INVENTORY = Path(__file__).parent / "data" / "inventory-two-sites.toml"
+
+
+class TestShape:
+    def test_sites_of_different_sizes_and_a_partial_ultraserver(self) -> None:
+        """Two sites (2 and 1 UltraServers), 9 of 12 node ids present, numbered 4u + index in file order."""
+        topo = load_inventory(INVENTORY)
+        assert (topo.name, topo.n_sites, topo.n_ultraservers, topo.n_nodes) == ("test-two-sites", 2, 3, 12)
+        assert topo.ultraserver_site.tolist() == [0, 0, 1]
+        assert np.flatnonzero(topo.node_present).tolist() == [0, 1, 2, 3, 4, 6, 8, 9, 11]
+        assert topo.n_present_chips == 9 * 16
+        assert (topo.site_nodes(0), topo.site_nodes(1)) == (range(8), range(8, 12))
+
+    def test_names_travel_with_the_ids(self) -> None:
+        """Hostnames, instance ids and zones (a node's own, else its site's) are kept by node id."""
+        names = load_inventory(INVENTORY).names
+        assert (names.sites, names.ultraservers) == (("use2-dc1", "use2-dc2"), ("u0017", "u0018", "u0201"))
+        assert (names.hostnames[6], names.instance_ids[6]) == ("ip-10-0-18-10", "i-0a1b2c3d4e5f60722")
+        assert (names.hostnames[5], names.availability_zones[5]) == (None, None)
+        assert (names.availability_zones[8], names.availability_zones[11]) == ("us-east-2b", "us-east-2c")
+        assert names.node_labels(6) == (',hostname="ip-10-0-18-10",instance_id="i-0a1b2c3d4e5f60722"'
+                                        ',availability_zone="us-east-2a"')
+
+    def test_the_same_file_gives_the_same_ids(self) -> None:
+        """Ids derive from the file alone."""
+        a, b = load_inventory(INVENTORY), load_inventory(INVENTORY)
+        assert np.array_equal(a.node_present, b.node_present)
+        assert np.array_equal(a.link_b, b.link_b)
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "inventory.toml"
+    path.write_text(text)
+    return path
+
+
+class TestBadFiles:
+    @pytest.mark.parametrize(("text", "message"), [
+        ("[[site]]\nname='a'\n", "ultraserver"),
+        ("[[site]]\nname='a'\n[[site.ultraserver]]\nname='u'\n[[site.ultraserver.node]]\nindex=4\n", "index"),
+        ("[[site]]\nname='a b'\n[[site.ultraserver]]\nname='u'\n[[site.ultraserver.node]]\nindex=0\n", "name"),
+        ("[[site]]\nname='a'\ncolour='red'\n[[site.ultraserver]]\nname='u'\n[[site.ultraserver.node]]\nindex=0\n",
+         "colour"),
+        ("[[site]]\nname='a'\n[[site.ultraserver]]\nname='u'\n[[site.ultraserver.node]]\nindex=0\nhostname='h'\n"
+         "[[site.ultraserver.node]]\nindex=1\nhostname='h'\n", "hostname 'h' appears twice"),
+        ("[[site]]\nname='a'\n[[site.ultraserver]]\nname='u'\n[[site.ultraserver.node]]\nindex=1\n"
+         "[[site.ultraserver.node]]\nindex=1\n", "node index twice"),
+        ("[[site]\n", "inventory"),
+    ])
+    def test_is_refused_naming_what_is_wrong(self, tmp_path: Path, text: str, message: str) -> None:
+        """A bad inventory raises ConfigError naming the file and the problem."""
+        path = write(tmp_path, text)
+        with pytest.raises(ConfigError, match=message) as info:
+            load_inventory(path)
+        assert str(path) in str(info.value)
+
+    def test_a_missing_file_stops_the_settings(self, tmp_path: Path) -> None:
+        """--topology naming a file that is not there is a bad setting (exit 2 from the CLI)."""
+        with pytest.raises(ConfigError, match="topology"):
+            load_settings({"topology": str(tmp_path / "nope.toml")})
+
+    def test_presets_and_sizes_still_load(self) -> None:
+        """load_topology takes a preset, a size or a file."""
+        assert load_topology("demo").n_chips == 128
+        assert load_topology("sites=2,ultraservers=1").n_nodes == 8
+        assert load_topology(str(INVENTORY)).n_present_chips == 144
+
+
+class TestMonitoring:
+    def test_absent_nodes_count_nowhere(self) -> None:
+        """Peak counts the 144 chips that exist; an absent node's frame is unknown_node; nothing absent is unknown."""
+        topo = load_inventory(INVENTORY)
+        core = MonitorCore(topo)
+        model = FleetModel(topo, np.random.default_rng(0), tick_s=1.0, start_s=1_000.0)
+        for tick in range(3):
+            frames = list(tick_frames(topo, model.step(tick), publisher="sim"))
+            analysis = core.step([f for _t, f in frames])
+        assert analysis.throughput.fleet_peak == pytest.approx(144 * 1.299e15)
+        assert analysis.throughput.chips_fresh == 144
+        assert all(n == 0 for n in analysis.health.unknown.values()), analysis.health.unknown
+        assert {t for t, _f in frames if parse_topic(t) and parse_topic(t).kind == "node"} == {  # type: ignore[union-attr]
+            f"rainier/v1/telemetry/s{s}/u{u}/n{n}" for n in np.flatnonzero(topo.node_present).tolist()
+            for s, u, _ in [topo.node_path(n)]
+        }
+        absent = model.step(3)
+        frame = next(f for _t, f in tick_frames(topo, absent, publisher="sim"))
+        ghost = type(frame)(frame.publisher, 99, 99, frame.t_s, 5, frame.chips, frame.links, frame.efa,  # type: ignore[call-arg]
+                            frame.cooling)
+        result = core.ingest.apply([Received(3.0, None, ghost)])
+        assert dict(result.rejected) == {"unknown_node": 1}
+
+    def test_metrics_carry_the_inventorys_names(self) -> None:
+        """A per-node series carries node="n<id>" (as its topic does) and the hostname, instance id and zone."""
+        topo = load_inventory(INVENTORY)
+        families = EntityFamilies(topo, lambda: None)
+        (block,) = families._labels("chip", np.array([6 * 16 + 3]))
+        assert block == ('chip="99",site="s0",ultraserver="u1",node="n6",hostname="ip-10-0-18-10",'
+                         'instance_id="i-0a1b2c3d4e5f60722",availability_zone="us-east-2a"')
