@@ -61,6 +61,7 @@ class EntityFamilies:
         self._topo, self._snapshot, self._max = topology, snapshot, max_series
         self.dropped: dict[str, int] = dict.fromkeys(ENTITY_FAMILIES, 0)
         self._warned: set[str] = set()
+        self._info = _node_info(topology)
 
     def _labels(self, entity: str, ids: npt.NDArray[np.int64]) -> list[str]:
         """Return each entity's label block (without braces or state), its id label first."""
@@ -92,7 +93,7 @@ class EntityFamilies:
         snap = self._snapshot()
         if snap is None or snap.health is None:
             return b""
-        out: list[str] = []
+        out: list[str] = [self._info]
         for entity in ENTITY_FAMILIES:
             self._entities(entity, snap, out)
         for entity, (name, text) in WORST_FAMILIES.items():
@@ -132,6 +133,25 @@ class EntityFamilies:
         out.append(f"# HELP {why} Why ({name}): one series per reason.\n# TYPE {why} gauge\n")
         for i, mask in zip((b.split(",", 1)[0] for b in blocks), reasons.tolist(), strict=True):
             out.extend(f'{why}{{{i},reason="{r}"}} 1.0\n' for r in reason_names(mask))
+
+
+def _node_info(topo: Topology) -> str:
+    """Return ``rainier_node_info`` for every node the inventory names (static: built once).
+
+    One series a named node, value 1, carrying its hostname, instance id and
+    zone next to the ids every other series uses, so any series joins to
+    them: ``… * on (node) group_left (hostname) rainier_node_info``.
+    """
+    if not topo.names.hostnames:
+        return ""
+    name = "rainier_node_info"
+    lines = [f"# HELP {name} The inventory's names of a node (1), for joins on node.\n# TYPE {name} gauge\n"]
+    for node in np.flatnonzero(topo.node_present).tolist():
+        us = int(topo.node_ultraserver[node])
+        site = int(topo.ultraserver_site[us])
+        lines.append(f'{name}{{node="n{node}",site="s{site}",ultraserver="u{us}"{topo.names.node_labels(node)}'
+                     f'{topo.names.site_label(site)}{topo.names.ultraserver_label(us)}}} 1.0\n')
+    return "".join(lines)
 
 
 class HealthCollector(Collector):
