@@ -23,6 +23,7 @@ from rainierd.bench import run_bench
 from rainierd.bench.core import SWEEP
 from rainierd.bench.ingest import DEFAULT_SIZES, NAIVE_CHIPS
 from rainierd.bench.transport import SIZES as TRANSPORT_SIZES
+from rainierd.bridge.run import run_bridge
 from rainierd.daemon import run_role
 from rainierd.errors import ConfigError, RainierdError
 from rainierd.logs import configure_logging
@@ -83,6 +84,16 @@ def _parser() -> argparse.ArgumentParser:
         role.add_argument("--config", type=Path, default=argparse.SUPPRESS, help="TOML settings file")
         for flag, dest, kwargs in _ROLE_FLAGS:
             role.add_argument(flag, dest=dest, default=None, **kwargs)
+    bridge = commands.add_parser("bridge", help="bridge a node's own telemetry sources to MQTT")
+    sources = bridge.add_subparsers(dest="bridge", required=True, parser_class=_Parser)
+    text = "neuron-monitor's reports on stdin (plus EFA sysfs counters) -> this node's frames"
+    neuron = sources.add_parser("neuron-monitor", help=text, description=text)
+    neuron.add_argument("--config", type=Path, default=argparse.SUPPRESS, help="TOML settings file")
+    neuron.add_argument("--node", required=True, help="this node: its inventory hostname, or n<id>")
+    neuron.add_argument("--efa-sysfs", type=Path, default=Path("/sys"),
+                        help="root of the EFA driver's counters (default /sys)")
+    for flag, dest, kwargs in _ROLE_FLAGS:
+        neuron.add_argument(flag, dest=dest, default=None, **kwargs)
     commands.add_parser("version", help="print the version")
     commands.add_parser("schema", help="print the JSON Schema of the JSON frame form")
     rules = commands.add_parser("rules", help="write test-sized copies of the Prometheus rules")
@@ -150,6 +161,13 @@ def _settings(args: argparse.Namespace) -> Settings:
     return load_settings(flags, config)
 
 
+async def _daemon(args: argparse.Namespace, settings: Settings) -> None:
+    if args.command == "bridge":
+        await run_bridge(settings, node_name=args.node, efa_root=args.efa_sysfs)
+    else:
+        await run_role(args.command, settings)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the process exit code."""
     args = _parser().parse_args(argv)
@@ -179,7 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(log_format=settings.log_format, level=settings.log_level)
     log = structlog.get_logger("rainierd")
     try:
-        asyncio.run(run_role(args.command, settings))
+        asyncio.run(_daemon(args, settings))
     except ConfigError as exc:  # a scenario file is read only once the role starts
         print(f"rainierd: {exc}", file=sys.stderr)
         return 2

@@ -25,6 +25,7 @@ fewer than 4 nodes; the others are absent.  docs/publishing.md shows a file.
     index = 0
     hostname = "ip-10-0-17-8"
     instance_id = "i-0a1b2c3d4e5f60718"
+    detail = true                         # optional: export its chips one by one
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ class NodeEntry(_Strict):
     hostname: Name | None = None
     instance_id: Name | None = None
     availability_zone: Name | None = None
+    detail: bool = False  # export this node's chips one by one (docs/metrics.md: detail nodes)
 
 
 class UltraServerEntry(_Strict):
@@ -132,6 +134,7 @@ def load_inventory(path: Path, *, efa_ports_per_node: int = TRN2.efa_ports_per_n
     hostnames: list[str | None] = [None] * n_nodes
     instance_ids: list[str | None] = [None] * n_nodes
     zones: list[str | None] = [None] * n_nodes
+    detail: list[int] = []
     us = 0
     for site in model.site:
         for ultraserver in site.ultraserver:
@@ -140,11 +143,14 @@ def load_inventory(path: Path, *, efa_ports_per_node: int = TRN2.efa_ports_per_n
                 present[node] = True
                 hostnames[node], instance_ids[node] = entry.hostname, entry.instance_id
                 zones[node] = entry.availability_zone or site.availability_zone
+                if entry.detail:
+                    detail.append(node)
             us += 1
     names = Names(
         sites=tuple(s.name for s in model.site),
         ultraservers=tuple(u.name for s in model.site for u in s.ultraserver),
         hostnames=tuple(hostnames), instance_ids=tuple(instance_ids), availability_zones=tuple(zones),
+        detail=tuple(detail),
     )
     return build_sites(sizes, name=model.name, efa_ports_per_node=model.efa_ports_per_node or efa_ports_per_node,
                        node_present=present, names=names)

@@ -245,6 +245,7 @@ class Monitor:
             generation=self.generation, throughput=analysis.throughput, chips_total=self.topology.n_present_chips,
             analysis_s=elapsed, analysed_ticks=analysed, lost=analysis.lost,
             health=analysis.health, events=self.events.copy(), lag_s=finished_wall - self.state.latest_t_s,
+            detail=analysis.detail,
         )
         self._last_analysis = time.monotonic()
         return self.snapshot

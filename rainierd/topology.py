@@ -88,6 +88,7 @@ class Names:
     hostnames: tuple[str | None, ...] = ()
     instance_ids: tuple[str | None, ...] = ()
     availability_zones: tuple[str | None, ...] = ()
+    detail: tuple[int, ...] = ()  # nodes whose chips are exported one by one
 
     def node_labels(self, node: int) -> str:
         """Return ``,hostname="…",instance_id="…",availability_zone="…"`` for what is known of ``node``."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Final
 
 import numpy as np
 
@@ -22,7 +23,7 @@ from rainierd.hardware import TRN2
 from rainierd.topology import Topology
 from rainierd.wire.records import Frame, NodeBatch
 
-__all__ = ["Analysis", "HealthView", "MonitorCore"]
+__all__ = ["Analysis", "DetailView", "HealthView", "MonitorCore"]
 
 
 def _lowest(values: Floats, k: int, sample: PeerSample) -> tuple[I64, F64]:
@@ -44,6 +45,36 @@ def _lowest(values: Floats, k: int, sample: PeerSample) -> tuple[I64, F64]:
         candidates = candidates[np.argpartition(values[candidates], k)[:k]]
     order = candidates[np.argsort(values[candidates], kind="stable")]
     return order.astype(np.int64), values[order].astype(np.float64)
+
+
+DETAIL_FIELDS: Final = ("util", "clock_ratio", "temp_c", "power_w", "hbm_used_bytes")
+DETAIL_TOTALS: Final = ("ecc_corrected_total", "ecc_uncorrected_total")
+
+
+@dataclass(frozen=True, eq=False)
+class DetailView:
+    """The chips of the inventory's detail nodes, one by one (copies; NaN where unknown)."""
+
+    ids: I64
+    gauges: dict[str, F64]
+    totals: dict[str, F64]
+    effective: F64
+
+    @classmethod
+    def of(cls, core_state: FleetState, nodes: tuple[int, ...], effective: F64) -> DetailView:
+        """Return the detail chips' latest values."""
+        topo, chips = core_state.topology, core_state.chips
+        ids = (np.asarray(nodes, np.int64)[:, None] * topo.chips_per_node
+               + np.arange(topo.chips_per_node)).ravel()
+        gauges = {name: chips.gauges[name][ids].astype(np.float64) for name in DETAIL_FIELDS}
+        totals = {}
+        for name in DETAIL_TOTALS:
+            values = chips.totals[name][ids].astype(np.float64)
+            values[~chips.has(name)[ids]] = np.nan
+            totals[name] = values
+        fresh = effective[ids].copy()
+        fresh[~chips.reported()[ids]] = np.nan
+        return cls(ids, gauges, totals, fresh)
 
 
 @dataclass(frozen=True, eq=False)
@@ -92,6 +123,7 @@ class Analysis:
     throughput: Throughput
     lost: LostByCause
     health: HealthView
+    detail: DetailView | None = None
 
 
 class MonitorCore:
@@ -140,7 +172,9 @@ class MonitorCore:
             self.state, peak_flops_per_chip=self.peak_flops_per_chip, stale_after_s=self.stale_after_s,
         )
         lost = lost_by_cause(throughput, self.detector, params=self.model)
-        return Analysis(flush, events, throughput, lost, HealthView.of(self.detector))
+        detail = self.topology.names.detail
+        detail_view = DetailView.of(self.state, detail, throughput.chip_effective) if detail else None
+        return Analysis(flush, events, throughput, lost, HealthView.of(self.detector), detail_view)
 
     def step(self, frames: Sequence[Frame], *, now_s: float | None = None) -> Analysis:
         """Admit ``frames`` as received at their own sample time, and analyse at once (benchmarks, tests).

@@ -28,7 +28,7 @@ from prometheus_client.registry import Collector
 from rainierd.core.detect import STATE_NAMES
 from rainierd.core.detect._common import reason_names
 from rainierd.core.model import CAUSES
-from rainierd.exporter.snapshot import MonitorSnapshot
+from rainierd.exporter.snapshot import DetailView, MonitorSnapshot
 from rainierd.topology import LINK_KIND_NAMES, Topology
 
 __all__ = ["ENTITY_FAMILIES", "EntityFamilies", "HealthCollector"]
@@ -96,6 +96,8 @@ class EntityFamilies:
         out: list[str] = [self._info]
         for entity in ENTITY_FAMILIES:
             self._entities(entity, snap, out)
+        if snap.detail is not None:
+            self._detail(snap.detail, out)
         for entity, (name, text) in WORST_FAMILIES.items():
             ids, values = snap.health.worst[entity]
             blocks = self._labels(entity, ids)
@@ -111,6 +113,36 @@ class EntityFamilies:
                     s = self._topo.ultraserver_site[u]
                     out.append(f'{name}{{cause="{cause}",site="s{s}",ultraserver="u{u}"}} {float(values[u])!r}\n')
         return "".join(out).encode()
+
+    def _detail(self, detail: DetailView, out: list[str]) -> None:
+        """Render the detail nodes' chips one by one: each figure a series where it is known."""
+        ids = detail.ids[: self._max]
+        blocks = self._labels("chip", ids)
+        figures = [(name, text, kind, values[: self._max]) for name, text, kind, values in (
+            ("rainier_chip_utilization_ratio", "Mean NeuronCore utilisation of a detail node's chip.", "gauge",
+             detail.gauges["util"]),
+            ("rainier_chip_clock_ratio", "Clock / nominal clock of a detail node's chip.", "gauge",
+             detail.gauges["clock_ratio"]),
+            ("rainier_chip_temperature_celsius", "Hottest sensor of a detail node's chip.", "gauge",
+             detail.gauges["temp_c"]),
+            ("rainier_chip_power_watts", "Power of a detail node's chip.", "gauge", detail.gauges["power_w"]),
+            ("rainier_chip_hbm_used_bytes", "HBM in use on a detail node's chip.", "gauge",
+             detail.gauges["hbm_used_bytes"]),
+            ("rainier_chip_fp8_effective_flops", "FP8 FLOP/s a detail node's chip executed.", "gauge",
+             detail.effective),
+            ("rainier_chip_ecc_corrected_errors",
+             "Corrected ECC errors of a detail node's chip (its publisher's total).", "counter",
+             detail.totals["ecc_corrected_total"]),
+            ("rainier_chip_ecc_uncorrected_errors",
+             "Uncorrected ECC errors of a detail node's chip (its publisher's total).", "counter",
+             detail.totals["ecc_uncorrected_total"]),
+        )]
+        for name, text, kind, values in figures:
+            series = name + "_total" if kind == "counter" else name
+            out.append(f"# HELP {name} {text}\n# TYPE {name} {kind}\n")
+            known = ~np.isnan(values)  # an unknown figure has no series
+            out.extend(f"{series}{{{b}}} {v!r}\n" for b, v, k in zip(blocks, values.tolist(), known.tolist(),
+                                                                       strict=True) if k)
 
     def _entities(self, entity: str, snap: MonitorSnapshot, out: list[str]) -> None:
         assert snap.health is not None

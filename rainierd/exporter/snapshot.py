@@ -8,11 +8,11 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from rainierd.core.analysis import HealthView
+from rainierd.core.analysis import DetailView, HealthView
 from rainierd.core.model import LostByCause
 from rainierd.core.throughput import Throughput
 
-__all__ = ["HealthView", "MonitorSnapshot"]
+__all__ = ["DetailView", "HealthView", "MonitorSnapshot"]
 
 @dataclass(frozen=True, eq=False)
 class MonitorSnapshot:
@@ -27,3 +27,4 @@ class MonitorSnapshot:
     health: HealthView | None = None
     events: Counter[tuple[str, str]] = field(default_factory=Counter)  # cumulative, by (entity, new state)
     lag_s: float = float("nan")  # wall time at analysis minus the newest sample's time
+    detail: DetailView | None = None  # the inventory's detail nodes' chips, one by one

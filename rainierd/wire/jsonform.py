@@ -107,7 +107,7 @@ class FacilitySample(_Strict):
 class _FrameBase(_Strict):
     v: Literal[1] = Field(description="wire format version")
     publisher: Annotated[str, Field(min_length=1, max_length=128)]
-    seq: Counter = Field(description="per publisher and topic, +1 a frame")
+    seq: Counter = Field(description="per publisher and node, +1 a frame (docs/publishing.md)")
     tick: Counter
     t_s: Finite = Field(description="sample time, Unix seconds")
 
