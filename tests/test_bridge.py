@@ -62,7 +62,7 @@ class TestFrames:
                          "ecc_uncorrected_total"}
 
     def test_flop_adds_up_and_ecc_is_the_devices_total(self) -> None:
-        """Over five reports the FLOP total is the sum of rate x period; device 4's corrected ECC is its latest count."""
+        """Over five reports the FLOP total is the sum of rate x period; device 4's ECC is its latest count."""
         topo = load_inventory(INVENTORY)
         bridge = NeuronMonitorNode(topo, 6, "bridge-test")
         expected = 0.0
