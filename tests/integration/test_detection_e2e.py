@@ -40,7 +40,7 @@ async def test_scenario_degrades_exactly_one_link_and_one_port(
     scenario = tmp_path / "scenario.toml"
     scenario.write_text(SCENARIO)
     port = free_port()
-    start_rainierd(  # type: ignore[operator]
+    monitor = start_rainierd(  # type: ignore[operator]
         "monitor", "--mqtt-url", mosquitto.url, "--metrics-addr", f"127.0.0.1:{port}", "--tick", str(TICK_S),
         name="monitor",
     )
@@ -74,3 +74,7 @@ async def test_scenario_degrades_exactly_one_link_and_one_port(
     assert values['rainier_efa_port_unhealthy{port="70",site="s0",ultraserver="u1",node="n4",state="degraded"}'] == 1.0
     lost = {k.split('"')[1]: v for k, v in values.items() if k.startswith("rainier_fleet_fp8_lost_flops{")}
     assert {cause for cause, v in lost.items() if v > 0} == {"degraded_neuronlink", "degraded_efa"}
+    # The monitor never hears its own events (or anyone's status or truth) as telemetry.
+    rejected = {k: v for k, v in values.items() if k.startswith("rainier_ingest_decode_errors_total") and v}
+    assert rejected == {}
+    assert "frame rejected" not in monitor.log()
