@@ -82,6 +82,7 @@ async def run_role(role: Role, settings: Settings) -> None:
             monitor = Monitor(
                 topology, tick_s=settings.tick_s, stale_after_ticks=settings.stale_after_ticks,
                 max_frame_bytes=settings.max_frame_bytes, max_backlog_bytes=settings.max_backlog_bytes,
+                max_clock_skew_s=settings.max_clock_skew_s,
                 qos=settings.mqtt_qos,
             )
             loop_lag = LoopLag()

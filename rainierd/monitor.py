@@ -109,6 +109,7 @@ class Monitor:
         stale_after_ticks: int,
         max_frame_bytes: int,
         max_backlog_bytes: int = 512 * 2**20,
+        max_clock_skew_s: float = 300.0,
         qos: int = 0,
         detection: DetectionParams | None = None,
         model: ModelParams | None = None,
@@ -120,7 +121,8 @@ class Monitor:
         self.max_backlog_bytes = max_backlog_bytes
         self.qos = qos
         self.core = MonitorCore(topology, tick_s=tick_s, stale_after_ticks=stale_after_ticks,
-                                max_frame_bytes=max_frame_bytes, detection=detection, model=model)
+                                max_frame_bytes=max_frame_bytes, max_clock_skew_s=max_clock_skew_s,
+                                detection=detection, model=model)
         self.state, self.stats, self.ingest = self.core.state, self.core.stats, self.core.ingest
         self.detector = self.core.detector
         self.connection = ConnectionState()
@@ -267,6 +269,7 @@ class Monitor:
         receive_lag = analysis.flush.receive_lag_s
         if receive_lag.size:
             median = float(np.median(receive_lag))
+            backlog.receive_offset_s = (median, float(np.abs(receive_lag).max()))
             self._receive_lag_floor.append(median)
             if median - min(self._receive_lag_floor) > max(self.tick_s, 1.0):
                 reasons.append("receive_lag")

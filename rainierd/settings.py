@@ -76,6 +76,10 @@ class Settings(BaseSettings):
     metrics_addr: str = DEFAULT_METRICS_ADDR
     stale_after_ticks: int = Field(3, ge=1, le=1000)
     max_frame_bytes: int = Field(1_048_576, ge=1_024, le=64 * 2**20)
+    max_clock_skew_s: float = Field(
+        300.0, gt=0.0, le=86_400.0,
+        description="monitor: a frame whose sample time is further than this from the monitor's clock is rejected",
+    )
     max_backlog_bytes: int = Field(
         512 * 2**20, ge=2**20, le=64 * 2**30,
         description="monitor: payload bytes queued for analysis at most; beyond it the oldest are dropped",

@@ -40,6 +40,9 @@ class BacklogState:
     overloaded: bool = False
     overload_episodes: int = 0
     reasons: tuple[str, ...] = ()
+    # Wall time at receipt minus sample time over the last window, (median, largest magnitude):
+    # publishers' clock offsets plus transport delay.
+    receive_offset_s: tuple[float, float] = (float("nan"), float("nan"))
 
 
 @dataclass(eq=False)

@@ -4,6 +4,7 @@ or rejected with a counted reason, and a bad one never disturbs the state."""
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pytest
@@ -25,7 +26,8 @@ N0 = "rainier/v1/telemetry/s0/u0/n0"
 
 def tick_messages(ticks: int, encode: object = encode_binary) -> list[list[tuple[str, bytes]]]:
     topo = build_topology("demo")
-    model = FleetModel(topo, np.random.default_rng(0), tick_s=1.0, start_s=0.0)
+    # Sample times near now: frames dated far from the monitor's clock are rejected (clock_skew).
+    model = FleetModel(topo, np.random.default_rng(0), tick_s=1.0, start_s=time.time() - ticks)
     return [
         [(t, encode(f)) for t, f in tick_frames(topo, model.step(k), publisher="sim")]  # type: ignore[operator]
         for k in range(ticks)
@@ -64,6 +66,7 @@ class TestOnMessage:
             (N0, b"R" * 70_000, "oversize"),
             ("not/telemetry", b"{}", "bad_topic"),
             ("rainier/v1/events/chip/3", b"{}", "bad_topic"),
+            (N0, encode_json(NodeFrame("agent", 1, 1, 1.0, 0)), "clock_skew"),  # dated 1970
         ],
     )
     async def test_bad_payloads_are_counted_by_reason(
@@ -95,16 +98,17 @@ class TestOnMessage:
     async def test_nan_in_a_binary_frame_is_rejected_at_admission(self, monitor: Monitor) -> None:
         """A binary frame with NaN (checked per batch, not per frame) is rejected whole as non_finite."""
         topo = build_topology("demo")
-        model = FleetModel(topo, np.random.default_rng(0), tick_s=1.0, start_s=0.0)
+        now = time.time()
+        model = FleetModel(topo, np.random.default_rng(0), tick_s=1.0, start_s=now)
         frames = list(tick_frames(topo, model.step(0), publisher="sim"))
         topic, frame = frames[0]
         chips = frame.chips.copy()  # type: ignore[union-attr]
         chips["power_w"][2] = np.inf
-        bad = NodeFrame(frame.publisher, 0, 0, 0.0, 0, chips, frame.links, frame.efa, frame.cooling)  # type: ignore[union-attr]
+        bad = NodeFrame(frame.publisher, 0, 0, now, 0, chips, frame.links, frame.efa, frame.cooling)  # type: ignore[union-attr]
         site_topic, site_frame = frames[-1]
         facility = site_frame.facility.copy()  # type: ignore[union-attr]
         facility["outside_c"] = np.nan
-        bad_site = FacilityFrame("sim", 0, 0, 0.0, 0, facility)
+        bad_site = FacilityFrame("sim", 0, 0, now, 0, facility)
         monitor.on_message(topic, encode_binary(bad))
         monitor.on_message(site_topic, encode_binary(bad_site))
         for good_topic, good in frames[1:-1]:

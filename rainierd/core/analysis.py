@@ -136,6 +136,7 @@ class MonitorCore:
         tick_s: float = 1.0,
         stale_after_ticks: int = 3,
         max_frame_bytes: int = 1 << 20,
+        max_clock_skew_s: float = 300.0,
         detection: DetectionParams | None = None,
         model: ModelParams | None = None,
         peak_flops_per_chip: float = TRN2.fp8_dense_flops,
@@ -149,7 +150,8 @@ class MonitorCore:
         detection = replace(detection, chips=replace(detection.chips, stale_after_s=self.stale_after_s))
         self.state = FleetState(topology)
         self.stats = IngestStats()
-        self.ingest = Ingest(self.state, self.stats, max_frame_bytes=max_frame_bytes)
+        self.ingest = Ingest(self.state, self.stats, max_frame_bytes=max_frame_bytes,
+                             max_clock_skew_s=max_clock_skew_s)
         self.detector = FleetDetector(self.state, peak_flops=peak_flops_per_chip, params=detection)
 
     def analyse(self, messages: Sequence[Message], *, now_s: float) -> Analysis:

@@ -8,7 +8,9 @@ then do sequence numbers move and records land, so a frame that is rejected
 changes nothing (docs/wire-format.md lists the reasons).
 
 Checks, in order, each rejecting the whole frame: ``unknown_node``,
-``topic_mismatch``, ``non_finite``, ``unknown_id``, ``duplicate_id``; then per
+``topic_mismatch``, ``non_finite``, ``clock_skew`` (a sample time more than
+``max_clock_skew_s`` from the monitor's clock at receipt), ``unknown_id``,
+``duplicate_id``; then per
 node stream (publisher, node) the sequence rules of ``core/streams.py``:
 gaps (missing, then lost), late frames, restarts under the same id, new
 publishers, and ``stale_seq``.  When one node has several frames in a window
@@ -47,7 +49,7 @@ from rainierd.wire.topics import TopicAddress, parse_topic
 
 __all__ = ["FRAME_REASONS", "FlushResult", "Ingest", "IngestStats", "Message", "Received"]
 
-FRAME_REASONS: Final = ("unknown_node", "topic_mismatch", "non_finite", "unknown_id", "duplicate_id")
+FRAME_REASONS: Final = ("unknown_node", "topic_mismatch", "non_finite", "clock_skew", "unknown_id", "duplicate_id")
 _FLOATS: Final = {kind: float_fields(dtype) for kind, dtype in RECORD_DTYPES.items()}
 _COLUMNS: Final = {kind: column_dtypes(dtype) for kind, dtype in RECORD_DTYPES.items()}
 _ALL_FIELDS: Final = {kind: (1 << len(columns)) - 1 for kind, columns in _COLUMNS.items()}
@@ -158,10 +160,14 @@ class _Window:
 class Ingest:
     """Turns windows of frames into in-place updates of a FleetState."""
 
-    def __init__(self, state: FleetState, stats: IngestStats, *, max_frame_bytes: int = 1 << 20) -> None:
+    def __init__(
+        self, state: FleetState, stats: IngestStats, *, max_frame_bytes: int = 1 << 20,
+        max_clock_skew_s: float = 300.0,
+    ) -> None:
         self.state = state
         self.stats = stats
         self.max_frame_bytes = max_frame_bytes
+        self.max_clock_skew_s = max_clock_skew_s
         topo = state.topology
         # One sequence stream per node (and per site's facility frames).
         self._nodes = Streams(topo.n_nodes)
@@ -340,6 +346,10 @@ class Ingest:
         reasons["topic_mismatch"] = ((w.want_site >= 0) & (topo.node_site[node] != w.want_site)) | (
             (w.want_node >= 0) & (node != w.want_node))
         reasons["non_finite"] = ~np.isfinite(w.t_s)
+        # A sample time this far from the monitor's clock at receipt is not
+        # believed: a clock that far off would misdate every rate and lag.
+        with np.errstate(invalid="ignore"):
+            reasons["clock_skew"] = np.abs(w.rx_wall_s - w.t_s) > self.max_clock_skew_s
         per_node = {"chips": topo.chips_per_node, "links": topo.links_per_node, "efa": topo.efa_ports_per_node}
         owners = {"chips": topo.chip_node, "links": topo.link_node, "efa": topo.efa_node}
         for kind in RECORD_KINDS:

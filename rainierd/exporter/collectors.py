@@ -9,6 +9,7 @@ source drops only its own metric group and says so.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -39,7 +40,7 @@ log = structlog.get_logger("rainierd.exporter")
 DECODE_REASONS = (
     "oversize", "empty", "unknown_encoding", "truncated", "bad_magic", "bad_version",
     "bad_kind", "bad_header", "trailing_bytes", "non_finite", "bad_json", "schema",
-    "unknown_node", "unknown_id", "duplicate_id", "topic_mismatch", "stale_seq", "bad_topic",
+    "unknown_node", "unknown_id", "duplicate_id", "topic_mismatch", "stale_seq", "bad_topic", "clock_skew",
 )
 ENCODINGS = ("binary", "json")
 
@@ -219,6 +220,16 @@ class MonitorCollector(Collector):
                 "rainier_monitor_overload_episodes", "Times the monitor fell behind its input.",
                 value=backlog.overload_episodes,
             )
+            median, largest = backlog.receive_offset_s
+            if not math.isnan(median):  # frames have been applied
+                offset = GaugeMetricFamily(
+                    "rainier_ingest_receive_offset_seconds",
+                    "Wall time at receipt minus sample time over the last window: publishers' clock offsets "
+                    "plus transport delay.", labels=["stat"],
+                )
+                offset.add_metric(["median"], median)
+                offset.add_metric(["max_abs"], largest)
+                yield offset
         if lag is not None:
             buckets = [(repr(bound) if bound != float("inf") else "+Inf", count) for bound, count in lag.cumulative()]
             yield HistogramMetricFamily(
