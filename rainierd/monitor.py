@@ -133,7 +133,7 @@ class Monitor:
         self.generation = 0
         self.events: Counter[tuple[str, str]] = Counter()
         # Events wait here for the MQTT session; when it is down the oldest go.
-        self.event_outbox: asyncio.Queue[Event] = asyncio.Queue(10_000)
+        self.event_outbox: asyncio.Queue[tuple[Event, float]] = asyncio.Queue(10_000)
         self.events_dropped = 0
         self._inbox: deque[Message] = deque()
         self._last_rx = 0.0  # loop clock (monotonic) of the latest message
@@ -199,10 +199,10 @@ class Monitor:
 
     async def _publish_events(self, client: aiomqtt.Client) -> None:
         while True:
-            event = await self.event_outbox.get()
+            event, t_s = await self.event_outbox.get()
             # Retained: a subscriber that connects later sees each entity's last change.
             await client.publish(
-                f"{EVENTS_ROOT}/{event.entity}/{event.id}", json.dumps(event.as_dict()).encode(),
+                f"{EVENTS_ROOT}/{event.entity}/{event.id}", json.dumps(event.as_dict() | {"t_s": t_s}).encode(),
                 qos=max(self.qos, 1), retain=True,
             )
 
@@ -232,7 +232,10 @@ class Monitor:
         started = time.perf_counter()
         window = self._take_window()
         waited_s = time.time() - window[0].rx_wall_s if window else 0.0
-        analysis = await asyncio.to_thread(self.core.analyse, window, now_s=self.clock.now())
+        # Events are numbered by the monitor's own analyses: publishers' ticks
+        # are each their own and are never compared.
+        analysis = await asyncio.to_thread(self.core.analyse, window, now_s=self.clock.now(),
+                                           tick=self.generation + 1)
         finished_wall = time.time()
         self.ingest.record(analysis.flush)
         self.note_rejections(analysis.flush.rejected)
@@ -292,7 +295,8 @@ class Monitor:
 
     def _announce(self, event: Event) -> None:
         self.events[event.entity, event.after] += 1
-        fields = event.as_dict()
+        t_s = time.time()
+        fields = event.as_dict() | {"t_s": round(t_s, 3)}
         if event.after == "healthy":
             log.info("health recovered", **fields)
         else:
@@ -300,7 +304,7 @@ class Monitor:
         if self.event_outbox.full():
             self.event_outbox.get_nowait()
             self.events_dropped += 1
-        self.event_outbox.put_nowait(event)
+        self.event_outbox.put_nowait((event, t_s))
 
     async def analyse(self, after: Callable[[], Awaitable[None]] | None = None) -> None:
         """Run ``analyse_once`` (then ``after``) about once a tick until cancelled.

@@ -154,22 +154,24 @@ class MonitorCore:
                              max_clock_skew_s=max_clock_skew_s)
         self.detector = FleetDetector(self.state, peak_flops=peak_flops_per_chip, params=detection)
 
-    def analyse(self, messages: Sequence[Message], *, now_s: float) -> Analysis:
+    def analyse(self, messages: Sequence[Message], *, now_s: float, tick: int | None = None) -> Analysis:
         """Decode and admit ``messages``, then analyse the fleet as of ``now_s``; safe off the event loop.
 
-        ``now_s`` is the listening clock the messages' ``rx_s`` are on.  The
-        window's result is not yet in the stats: ``ingest.record`` it on the
-        thread that owns them.
+        ``now_s`` is the listening clock the messages' ``rx_s`` are on;
+        ``tick`` numbers this analysis in events (the monitor's own count;
+        by default the newest publisher tick, as a single simulator's runs
+        are graded).  The window's result is not yet in the stats:
+        ``ingest.record`` it on the thread that owns them.
         """
-        return self._analyse(self.ingest.admit(messages), now_s)
+        return self._analyse(self.ingest.admit(messages), now_s, tick)
 
     def analyse_frames(self, items: Sequence[Received], *, now_s: float) -> Analysis:
         """Admit already decoded frames, then analyse (as ``analyse``)."""
-        return self._analyse(self.ingest.apply(items), now_s)
+        return self._analyse(self.ingest.apply(items), now_s, None)
 
-    def _analyse(self, flush: FlushResult, now_s: float) -> Analysis:
+    def _analyse(self, flush: FlushResult, now_s: float, tick: int | None) -> Analysis:
         self.state.now_s = now_s
-        events = self.detector.update(self.state.latest_tick)
+        events = self.detector.update(self.state.latest_tick if tick is None else tick)
         throughput = compute_throughput(
             self.state, peak_flops_per_chip=self.peak_flops_per_chip, stale_after_s=self.stale_after_s,
         )
