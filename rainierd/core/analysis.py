@@ -153,15 +153,17 @@ class MonitorCore:
         self.ingest = Ingest(self.state, self.stats, max_frame_bytes=max_frame_bytes,
                              max_clock_skew_s=max_clock_skew_s)
         self.detector = FleetDetector(self.state, peak_flops=peak_flops_per_chip, params=detection)
+        self.analyses = 0  # analyses run: what events are numbered by, unless the caller says otherwise
 
     def analyse(self, messages: Sequence[Message], *, now_s: float, tick: int | None = None) -> Analysis:
         """Decode and admit ``messages``, then analyse the fleet as of ``now_s``; safe off the event loop.
 
         ``now_s`` is the listening clock the messages' ``rx_s`` are on;
-        ``tick`` numbers this analysis in events (the monitor's own count;
-        by default the newest publisher tick, as a single simulator's runs
-        are graded).  The window's result is not yet in the stats:
-        ``ingest.record`` it on the thread that owns them.
+        ``tick`` numbers this analysis in events (by default the count of
+        analyses so far, from 0: one a simulator tick in the benchmarks and
+        tests).  Publishers' ticks never number anything: each counts its
+        own, and any value fits in a frame.  The window's result is not yet
+        in the stats: ``ingest.record`` it on the thread that owns them.
         """
         return self._analyse(self.ingest.admit(messages), now_s, tick)
 
@@ -171,7 +173,8 @@ class MonitorCore:
 
     def _analyse(self, flush: FlushResult, now_s: float, tick: int | None) -> Analysis:
         self.state.now_s = now_s
-        events = self.detector.update(self.state.latest_tick if tick is None else tick)
+        events = self.detector.update(self.analyses if tick is None else tick)
+        self.analyses += 1
         throughput = compute_throughput(
             self.state, peak_flops_per_chip=self.peak_flops_per_chip, stale_after_s=self.stale_after_s,
         )

@@ -53,6 +53,8 @@ FRAME_REASONS: Final = ("unknown_node", "topic_mismatch", "non_finite", "clock_s
 _FLOATS: Final = {kind: float_fields(dtype) for kind, dtype in RECORD_DTYPES.items()}
 _COLUMNS: Final = {kind: column_dtypes(dtype) for kind, dtype in RECORD_DTYPES.items()}
 _ALL_FIELDS: Final = {kind: (1 << len(columns)) - 1 for kind, columns in _COLUMNS.items()}
+# Whatever the receiving clock, no sample is taken after the year 5138: beyond, t_s is garbage.
+_LATEST_PLAUSIBLE_S: Final = 1e11
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,7 +351,8 @@ class Ingest:
         # A sample time this far from the monitor's clock at receipt is not
         # believed: a clock that far off would misdate every rate and lag.
         with np.errstate(invalid="ignore"):
-            reasons["clock_skew"] = np.abs(w.rx_wall_s - w.t_s) > self.max_clock_skew_s
+            reasons["clock_skew"] = (np.abs(w.rx_wall_s - w.t_s) > self.max_clock_skew_s) | (
+                np.abs(w.t_s) > _LATEST_PLAUSIBLE_S)
         per_node = {"chips": topo.chips_per_node, "links": topo.links_per_node, "efa": topo.efa_ports_per_node}
         owners = {"chips": topo.chip_node, "links": topo.link_node, "efa": topo.efa_node}
         for kind in RECORD_KINDS:
@@ -491,6 +494,8 @@ class Ingest:
                 rejected["bad_header"] += 1
             elif not all(np.isfinite(frame.facility[name]).all() for name in float_fields(FACILITY_DTYPE)):
                 rejected["non_finite"] += 1
+            elif abs(frame.t_s) > _LATEST_PLAUSIBLE_S or abs(item.rx_wall_s - frame.t_s) > self.max_clock_skew_s:
+                rejected["clock_skew"] += 1
             else:
                 good.append(item)
         applied = 0
