@@ -341,6 +341,31 @@ class TestMalformedJson:
         assert reason(b"hello") == "unknown_encoding"
 
 
+class TestStrictJson:
+    @pytest.mark.parametrize(("path", "value"), [
+        (("node",), "3"), (("seq",), "12"), (("seq",), 1.0), (("chips", 0, "util"), True),
+        (("chips", 0, "throttled"), 1), (("links", 0, "lanes_up"), "8"),
+    ])
+    def test_no_value_of_the_wrong_json_type_is_coerced(self, path: tuple[object, ...], value: object) -> None:
+        """A string for a number, a float for a count, a boolean for a ratio: schema, not a silent conversion."""
+        doc = dict(json.loads(encode_json(a_node_frame())))
+        target: object = doc
+        for step in path[:-1]:
+            target = target[step]  # type: ignore[index]
+        target[path[-1]] = value  # type: ignore[index]
+        assert reason(json.dumps(doc).encode()) == "schema"
+
+    def test_a_key_given_twice_is_refused(self) -> None:
+        """JSON that names a key twice (which json.loads would resolve silently, last wins) is bad_json."""
+        text = encode_json(a_node_frame()).replace(b'"seq":3,', b'"seq":3,"seq":4,', 1)
+        assert b'"seq":4' in text
+        assert reason(text) == "bad_json"
+
+    def test_deep_nesting_is_refused_not_a_crash(self) -> None:
+        """A payload nested a hundred thousand deep is bad_json."""
+        assert reason(b"{" + b'"a":[' * 50_000 + b"]" * 50_000 + b"}") == "bad_json"
+
+
 class TestPartialJson:
     def test_a_field_left_out_is_unknown_not_zero(self) -> None:
         """A chip without util or temp_c decodes with those bits clear in its known mask."""

@@ -42,7 +42,8 @@ NonNeg = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: "12" is not a number, true is not a count, 3 is not a boolean.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class ChipSample(_Strict):
@@ -198,15 +199,31 @@ def encode_json(frame: NodeFrame | FacilityFrame) -> bytes:
     return json.dumps(base, separators=(",", ":"), allow_nan=False).encode()
 
 
+class _DuplicateKeyError(ValueError):
+    """A JSON object named one key twice (json.loads would keep the last silently)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKeyError(key)
+        out[key] = value
+    return out
+
+
 def decode_json(payload: bytes) -> Frame:
     """Return the frame a JSON payload encodes.
 
-    Raises FrameError with reason bad_json, bad_version, non_finite or schema.
+    Raises FrameError with reason bad_json (also for a key given twice), bad_version, non_finite or
+    schema (also for a value of the wrong JSON type: no coercion).
     """
     try:
-        document = json.loads(payload)
+        document = json.loads(payload, object_pairs_hook=_unique_keys)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise FrameError("bad_json", str(exc)[:200]) from None
+    except _DuplicateKeyError as exc:
+        raise FrameError("bad_json", f"key {exc.args[0]!r} appears twice in one object") from None
     if not isinstance(document, dict):
         raise FrameError("bad_json", "a frame must be a JSON object")
     if document.get("v") != WIRE_VERSION:
