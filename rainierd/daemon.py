@@ -63,7 +63,8 @@ async def run_role(role: Role, settings: Settings) -> None:
             url = f"mqtt://127.0.0.1:{broker.port}"
         coroutines = {}
         if role in ("run", "simulate"):
-            sim_mqtt = mqtt_config(settings, client_id=f"rainierd-sim-{nonce}", url=url)
+            sim_mqtt = mqtt_config(settings, client_id=f"rainierd-sim-{nonce}", url=url,
+                                   suffix="sim" if role == "run" else None)
             faults = []
             if settings.scenario is not None:
                 faults = load_scenario(settings.scenario, topology, tick_s=settings.tick_s,
@@ -78,7 +79,8 @@ async def run_role(role: Role, settings: Settings) -> None:
             coroutines["sim-ticks"] = sim.produce(stop)
             coroutines["sim-mqtt-publish"] = supervise(sim_mqtt, sim.publish, state=ConnectionState())
         if role in ("run", "monitor"):
-            mon_mqtt = mqtt_config(settings, client_id=f"rainierd-monitor-{nonce}", url=url)
+            mon_mqtt = mqtt_config(settings, client_id=f"rainierd-monitor-{nonce}", url=url,
+                                   suffix="monitor" if role == "run" else None)
             monitor = Monitor(
                 topology, tick_s=settings.tick_s, stale_after_ticks=settings.stale_after_ticks,
                 max_frame_bytes=settings.max_frame_bytes, max_backlog_bytes=settings.max_backlog_bytes,

@@ -58,14 +58,22 @@ class MqttConfig:
         return f"{'mqtts' if self.tls else 'mqtt'}://{self.host}:{self.port}"
 
 
-def mqtt_config(settings: Settings, *, client_id: str, url: str | None = None) -> MqttConfig:
-    """Return the connection config for ``url`` (default: the settings' URL)."""
+def mqtt_config(
+    settings: Settings, *, client_id: str, url: str | None = None, suffix: str | None = None,
+) -> MqttConfig:
+    """Return the connection config for ``url`` (default: the settings' URL).
+
+    ``client_id`` is used unless the settings give one; ``suffix`` is added to
+    a given one, so that the clients of one process (``run``: simulator and
+    monitor) never share an id and take each other's session over.
+    """
     parts = urlsplit(url or settings.mqtt_url or "mqtt://127.0.0.1:1883")
     tls = parts.scheme == "mqtts"
     return MqttConfig(
         host=parts.hostname or "127.0.0.1",
         port=parts.port or (8883 if tls else 1883),
-        client_id=settings.mqtt_client_id or client_id,
+        client_id=(f"{settings.mqtt_client_id}-{suffix}" if suffix else settings.mqtt_client_id)
+        if settings.mqtt_client_id else client_id,
         tls=tls,
         username=settings.mqtt_username,
         password=settings.mqtt_password.get_secret_value() if settings.mqtt_password else None,

@@ -99,3 +99,15 @@ class TestCommandLine:
         """`rainierd version` prints the package version."""
         assert main(["version"]) == 0
         assert capsys.readouterr().out.strip() == "rainierd 0.1.0"
+
+
+class TestClientIds:
+    def test_a_given_client_id_is_kept_alone_and_split_when_one_process_has_two_clients(self) -> None:
+        """--mqtt-client-id X: a monitor connects as X; in run, simulator and monitor as X-sim and X-monitor."""
+        from rainierd.mqtt import mqtt_config  # noqa: PLC0415 - the edge under test
+
+        settings = load_settings({"mqtt_client_id": "X"})
+        assert mqtt_config(settings, client_id="rainierd-monitor-1").client_id == "X"
+        ids = {mqtt_config(settings, client_id="unused", suffix=role).client_id for role in ("sim", "monitor")}
+        assert ids == {"X-sim", "X-monitor"}
+        assert mqtt_config(load_settings({}), client_id="rainierd-sim-1", suffix="sim").client_id == "rainierd-sim-1"
