@@ -60,6 +60,8 @@ _ROLE_FLAGS: list[tuple[str, str, dict[str, Any]]] = [
     ("--time-scale", "time_scale", {"type": float, "help": "simulator: simulated seconds per second"}),
     ("--truth-file", "truth_file", {"type": Path, "help": "simulator: write ground truth as JSON lines"}),
     ("--metrics-addr", "metrics_addr", {"help": f"exporter listen address (default {DEFAULT_METRICS_ADDR})"}),
+    ("--web-config-file", "web_config_file",
+     {"type": Path, "help": "exporter: TLS and basic auth, exporter-toolkit format (docs/exporter-security.md)"}),
     ("--stale-after-ticks", "stale_after_ticks", {"type": int}),
     ("--log-format", "log_format", {"help": "json, console or auto (console on a terminal)"}),
     ("--log-level", "log_level", {}),

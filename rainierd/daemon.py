@@ -20,6 +20,7 @@ import structlog
 from rainierd._malloc import keep_freed_memory
 from rainierd.broker import EmbeddedBroker
 from rainierd.exporter import MetricsServer
+from rainierd.exporter.webconfig import load_web_config
 from rainierd.exporter.wiring import build_exporter
 from rainierd.inventory import load_topology
 from rainierd.looplag import LoopLag
@@ -97,6 +98,7 @@ async def run_role(role: Role, settings: Settings) -> None:
             server = MetricsServer(
                 exporter.registry, host=host, port=port, generation=lambda: monitor.generation,
                 healthy=monitor.healthy, ready=monitor.ready, extra=exporter.extra,
+                web=None if settings.web_config_file is None else load_web_config(settings.web_config_file),
             )
             await server.start()
             coroutines["monitor-mqtt-subscribe"] = supervise(

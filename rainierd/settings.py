@@ -74,6 +74,10 @@ class Settings(BaseSettings):
     time_scale: float = Field(1.0, gt=0.0, le=1e6, description="simulated seconds per tick second (diurnal cycle)")
     truth_file: Path | None = Field(None, description="simulator: write ground truth here (JSON lines)")
     metrics_addr: str = DEFAULT_METRICS_ADDR
+    web_config_file: Path | None = Field(
+        None, description="exporter: TLS and basic auth, an exporter-toolkit web config (docs/exporter-security.md); "
+        "read when the exporter starts",
+    )
     stale_after_ticks: int = Field(3, ge=1, le=1000)
     max_frame_bytes: int = Field(1_048_576, ge=1_024, le=64 * 2**20)
     max_clock_skew_s: float = Field(
