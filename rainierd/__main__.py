@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
+from rainierd.cli import entry
 
-from rainierd.cli import main
-
-sys.exit(main())
+entry()

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import logging
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import structlog
 
@@ -32,7 +34,10 @@ from rainierd.settings import DEFAULT_METRICS_ADDR, Settings, load_settings
 from rainierd.topology import PRESETS
 from rainierd.wire import json_schema
 
-__all__ = ["main"]
+__all__ = ["entry", "main"]
+
+# Roles that hold the fleet's state; see ``entry``.
+_DAEMONS = frozenset({"run", "simulate", "monitor", "bridge"})
 
 # Flags of the daemon roles, as (flag, settings field, argparse keywords).
 _ROLE_FLAGS: list[tuple[str, str, dict[str, Any]]] = [
@@ -43,6 +48,8 @@ _ROLE_FLAGS: list[tuple[str, str, dict[str, Any]]] = [
     ("--mqtt-key-file", "mqtt_key_file", {"type": Path}),
     ("--mqtt-client-id", "mqtt_client_id", {}),
     ("--mqtt-qos", "mqtt_qos", {"type": int, "choices": [0, 1]}),
+    ("--mqtt-protocol", "mqtt_protocol",
+     {"choices": ["3.1.1", "5"], "help": "MQTT version (default 5; 3.1.1 for brokers without 5, e.g. NATS)"}),
     ("--topology", "topology",
      {"help": f"inventory FILE.toml, a preset ({', '.join(PRESETS)}; default demo), or sites=S,ultraservers=U"}),
     ("--tick", "tick_s", {"type": float, "help": "seconds per telemetry tick (default 1)"}),
@@ -51,6 +58,8 @@ _ROLE_FLAGS: list[tuple[str, str, dict[str, Any]]] = [
     ("--encoding", "encoding", {"help": "simulator frame encoding: binary (default) or json"}),
     ("--batch-nodes", "batch_nodes",
      {"type": int, "help": "simulator: nodes per batch frame (default 128; 0: one frame per node; binary only)"}),
+    ("--max-seq-jump", "max_seq_jump",
+     {"type": int, "help": "monitor: largest believable forward jump of a stream's seq (default 100000)"}),
     ("--max-backlog-bytes", "max_backlog_bytes",
      {"type": int, "help": "monitor: bytes queued for analysis at most (default 512 MiB); the oldest drop"}),
     ("--scenario", "scenario", {"type": Path, "help": "simulator: TOML fault scenario (docs/scenarios.md)"}),
@@ -172,7 +181,10 @@ async def _daemon(args: argparse.Namespace, settings: Settings) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the process exit code."""
-    args = _parser().parse_args(argv)
+    return _main(_parser().parse_args(argv))
+
+
+def _main(args: argparse.Namespace) -> int:
     if args.command == "version":
         print(f"rainierd {__version__}")
         return 0
@@ -214,5 +226,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def entry() -> NoReturn:
+    """The console script: ``main``, then leave without tearing the heap down.
+
+    A monitor at ``rainier`` holds millions of Python objects (names, labels,
+    stream state) and a gigabyte of arrays.  Once ``asyncio.run`` has returned
+    everything that matters is done: the retained ``offline`` status is sent,
+    the TaskGroup has joined, the logs are written.  Interpreter finalisation
+    would then spend about two seconds freeing that heap object by object,
+    past the two seconds a supervisor gives between SIGTERM and SIGKILL.  So a
+    daemon role flushes its streams and ends with ``os._exit``; every other
+    command (benchmarks with worker pools and temporary directories) exits
+    normally.
+    """
+    args = _parser().parse_args()
+    code = _main(args)
+    if args.command in _DAEMONS:
+        logging.shutdown()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-import signal
 import sys
 from typing import Final, Literal
 
@@ -23,9 +22,10 @@ from rainierd.exporter import MetricsServer
 from rainierd.exporter.webconfig import load_web_config
 from rainierd.exporter.wiring import build_exporter
 from rainierd.inventory import load_topology
+from rainierd.lifecycle import run_until_stopped, stop_on_signals
 from rainierd.looplag import LoopLag
 from rainierd.monitor import Monitor
-from rainierd.mqtt import mqtt_config, supervise
+from rainierd.mqtt import MAX_PACKET_OVERHEAD, mqtt_config, supervise
 from rainierd.settings import Settings
 from rainierd.sim import FleetParams, Simulator
 from rainierd.sim.faults import load_scenario
@@ -36,7 +36,6 @@ __all__ = ["Role", "run_role"]
 log = structlog.get_logger("rainierd")
 
 Role = Literal["run", "simulate", "monitor"]
-_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
 # Worker threads (analysis, scrape rendering) hold the GIL for up to this long
 # before the event loop gets it back: 1 ms instead of Python's 5 ms keeps the
 # loop's lag under 10 ms at Rainier scale (rainierd bench scrape).
@@ -49,23 +48,28 @@ async def run_role(role: Role, settings: Settings) -> None:
     Raises OSError if a listening socket cannot be bound, BrokerError if the
     embedded broker cannot start; task failures propagate as an ExceptionGroup.
     """
-    loop = asyncio.get_running_loop()
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     keep_freed_memory()  # fleet-sized temporaries are reused, not faulted in anew each tick
     stop = asyncio.Event()
-    for sig in _SIGNALS:
-        loop.add_signal_handler(sig, stop.set)
+    with stop_on_signals(stop):
+        await _run_role(role, settings, stop)
+
+
+async def _run_role(role: Role, settings: Settings, stop: asyncio.Event) -> None:
     topology = load_topology(settings.topology, efa_ports_per_node=settings.efa_ports_per_node)
     nonce = secrets.token_hex(4)
     async with contextlib.AsyncExitStack() as stack:
         url = settings.mqtt_url
+        protocol: Literal["3.1.1", "5"] | None = None
         if role == "run" and url is None:
-            broker = await stack.enter_async_context(EmbeddedBroker())
-            url = f"mqtt://127.0.0.1:{broker.port}"
+            # It speaks 3.1.1 only, and refuses an oversize packet itself.
+            broker = await stack.enter_async_context(
+                EmbeddedBroker(max_packet_bytes=settings.max_frame_bytes + MAX_PACKET_OVERHEAD))
+            url, protocol = f"mqtt://127.0.0.1:{broker.port}", "3.1.1"
         coroutines = {}
         if role in ("run", "simulate"):
             sim_mqtt = mqtt_config(settings, client_id=f"rainierd-sim-{nonce}", url=url,
-                                   suffix="sim" if role == "run" else None)
+                                   suffix="sim" if role == "run" else None, protocol=protocol)
             faults = []
             if settings.scenario is not None:
                 faults = load_scenario(settings.scenario, topology, tick_s=settings.tick_s,
@@ -81,11 +85,12 @@ async def run_role(role: Role, settings: Settings) -> None:
             coroutines["sim-mqtt-publish"] = supervise(sim_mqtt, sim.publish, state=ConnectionState())
         if role in ("run", "monitor"):
             mon_mqtt = mqtt_config(settings, client_id=f"rainierd-monitor-{nonce}", url=url,
-                                   suffix="monitor" if role == "run" else None)
+                                   suffix="monitor" if role == "run" else None, protocol=protocol,
+                                   max_packet_bytes=settings.max_frame_bytes + MAX_PACKET_OVERHEAD)
             monitor = Monitor(
                 topology, tick_s=settings.tick_s, stale_after_ticks=settings.stale_after_ticks,
                 max_frame_bytes=settings.max_frame_bytes, max_backlog_bytes=settings.max_backlog_bytes,
-                max_clock_skew_s=settings.max_clock_skew_s,
+                max_clock_skew_s=settings.max_clock_skew_s, max_seq_jump=settings.max_seq_jump,
                 qos=settings.mqtt_qos,
             )
             loop_lag = LoopLag()
@@ -108,13 +113,4 @@ async def run_role(role: Role, settings: Settings) -> None:
             coroutines["monitor-listening-clock"] = monitor.clock.keep()
             coroutines["exporter-http"] = server.serve_forever()
             coroutines["loop-lag"] = loop_lag.run()
-        log.info("rainierd started", role=role, topology=topology.name, chips=topology.n_chips, broker=url)
-        async with asyncio.TaskGroup() as tg:
-            tasks = [tg.create_task(coro, name=name) for name, coro in coroutines.items()]
-            await stop.wait()
-            log.info("rainierd stopping", role=role)
-            for task in tasks:
-                task.cancel()
-    for sig in _SIGNALS:
-        loop.remove_signal_handler(sig)
-    log.info("rainierd stopped", role=role)
+        await run_until_stopped(role, stop, coroutines, topology=topology.name, chips=topology.n_chips, broker=url)

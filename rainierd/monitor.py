@@ -31,7 +31,7 @@ from rainierd.core.model import ModelParams
 from rainierd.exporter import Health, MonitorSnapshot
 from rainierd.status import BacklogState, ConnectionState, LagHistogram
 from rainierd.topology import Topology
-from rainierd.wire.topics import EVENTS_ROOT, telemetry_filters
+from rainierd.wire.topics import EVENTS_ROOT, status_topic, telemetry_filters
 
 __all__ = ["ListeningClock", "Monitor"]
 
@@ -110,6 +110,7 @@ class Monitor:
         max_frame_bytes: int,
         max_backlog_bytes: int = 512 * 2**20,
         max_clock_skew_s: float = 300.0,
+        max_seq_jump: int = 100_000,
         qos: int = 0,
         detection: DetectionParams | None = None,
         model: ModelParams | None = None,
@@ -122,7 +123,7 @@ class Monitor:
         self.qos = qos
         self.core = MonitorCore(topology, tick_s=tick_s, stale_after_ticks=stale_after_ticks,
                                 max_frame_bytes=max_frame_bytes, max_clock_skew_s=max_clock_skew_s,
-                                detection=detection, model=model)
+                                max_seq_jump=max_seq_jump, detection=detection, model=model)
         self.state, self.stats, self.ingest = self.core.state, self.core.stats, self.core.ingest
         self.detector = self.core.detector
         self.connection = ConnectionState()
@@ -182,9 +183,16 @@ class Monitor:
             log.warning("frame rejected", reason=reason, topic=topic[:200], detail=detail[:200], occurrences=n)
 
     async def consume(self, client: aiomqtt.Client) -> None:
-        """Subscribe to telemetry, queue messages and publish events until cancelled."""
+        """Subscribe to telemetry, queue messages and publish events until cancelled.
+
+        It also watches its own retained status: while it serves, nothing but
+        ``online`` may stand there, whoever wrote it (the broker's ACL should
+        keep others out; docs/security.md).
+        """
         for topic_filter in telemetry_filters():
             await client.subscribe(topic_filter, qos=self.qos)
+        own_status = status_topic(client.identifier)
+        await client.subscribe(own_status, qos=1)
         self.clock.hear("disconnected")
         try:
             async with asyncio.TaskGroup() as tg:
@@ -193,9 +201,20 @@ class Monitor:
                     payload = message.payload
                     if not isinstance(payload, bytes | bytearray):
                         payload = str(payload).encode()
-                    self.on_message(message.topic.value, bytes(payload))
+                    topic = message.topic.value
+                    if topic == own_status:
+                        if payload != b"online":
+                            tg.create_task(self._restore_status(client, own_status), name="monitor-restore-status")
+                        continue
+                    self.on_message(topic, bytes(payload))
         finally:
             self.clock.deafen("disconnected")
+
+    async def _restore_status(self, client: aiomqtt.Client, topic: str) -> None:
+        self.connection.status_overwritten += 1
+        log.warning("another client overwrote this monitor's status; saying online again", topic=topic,
+                    occurrences=self.connection.status_overwritten)
+        await client.publish(topic, b"online", qos=1, retain=True)
 
     async def _publish_events(self, client: aiomqtt.Client) -> None:
         while True:

@@ -6,6 +6,12 @@ inside the ExceptionGroup of a session's own TaskGroup.  Each
 client connects with a retained will on ``rainier/v1/status/<client-id>``
 saying ``offline``, and says ``online`` there once connected, so a publisher
 that dies is marked offline by the broker.
+
+Clients speak MQTT 5 by default, so the monitor can tell its broker the
+largest packet it accepts (CONNECT "Maximum Packet Size"): a broker never
+sends it a larger one, so an oversize payload is refused before a byte of it
+is buffered here (MQTT 3.1.1 has no such field: there, the broker's own
+``max_packet_size`` is the bound; docs/security.md).
 """
 
 from __future__ import annotations
@@ -17,20 +23,26 @@ import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Final, Literal
 from urllib.parse import urlsplit
 
 import aiomqtt
 import structlog
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
 
 from rainierd.settings import Settings
 from rainierd.status import ConnectionState
 from rainierd.wire.topics import status_topic
 
-__all__ = ["MqttConfig", "mqtt_config", "supervise"]
+__all__ = ["MAX_PACKET_OVERHEAD", "MqttConfig", "mqtt_config", "supervise"]
 
 log = structlog.get_logger("rainierd.mqtt")
 
+# A PUBLISH packet's bytes beyond its payload: fixed header, topic (ours are
+# under 100 bytes) and MQTT 5 properties.  A payload up to the monitor's
+# ``max_frame_bytes`` always fits; one far beyond it never reaches us.
+MAX_PACKET_OVERHEAD: Final = 4_096
 _BACKOFF_BASE_S: Final = 0.2
 _BACKOFF_CAP_S: Final = 15.0
 _STABLE_AFTER_S: Final = 10.0
@@ -51,6 +63,8 @@ class MqttConfig:
     key_file: Path | None = None
     keepalive_s: int = 30
     qos: int = 0
+    protocol: Literal["3.1.1", "5"] = "5"
+    max_packet_bytes: int | None = None  # MQTT 5 only: the largest packet the broker may send us
 
     @property
     def url(self) -> str:
@@ -60,12 +74,14 @@ class MqttConfig:
 
 def mqtt_config(
     settings: Settings, *, client_id: str, url: str | None = None, suffix: str | None = None,
+    max_packet_bytes: int | None = None, protocol: Literal["3.1.1", "5"] | None = None,
 ) -> MqttConfig:
     """Return the connection config for ``url`` (default: the settings' URL).
 
     ``client_id`` is used unless the settings give one; ``suffix`` is added to
     a given one, so that the clients of one process (``run``: simulator and
     monitor) never share an id and take each other's session over.
+    ``protocol`` overrides the settings' (the embedded broker speaks 3.1.1 only).
     """
     parts = urlsplit(url or settings.mqtt_url or "mqtt://127.0.0.1:1883")
     tls = parts.scheme == "mqtts"
@@ -82,6 +98,8 @@ def mqtt_config(
         key_file=settings.mqtt_key_file,
         keepalive_s=settings.mqtt_keepalive_s,
         qos=settings.mqtt_qos,
+        protocol=protocol or settings.mqtt_protocol,
+        max_packet_bytes=max_packet_bytes,
     )
 
 
@@ -96,6 +114,10 @@ def _tls_context(config: MqttConfig) -> ssl.SSLContext | None:
 
 def _client(config: MqttConfig) -> aiomqtt.Client:
     status = status_topic(config.client_id)
+    properties = None
+    if config.protocol == "5" and config.max_packet_bytes is not None:
+        properties = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
+        properties.MaximumPacketSize = config.max_packet_bytes
     return aiomqtt.Client(
         config.host,
         config.port,
@@ -106,11 +128,38 @@ def _client(config: MqttConfig) -> aiomqtt.Client:
         keepalive=config.keepalive_s,
         tls_context=_tls_context(config),
         timeout=10.0,
+        protocol=aiomqtt.ProtocolVersion.V5 if config.protocol == "5" else aiomqtt.ProtocolVersion.V311,
+        properties=properties,
         # This queue only bridges paho's callback to the session's consume
         # loop, which hands each message on at once (the monitor's inbox is
         # bounded in bytes); the bound matters only if that loop is starved.
         max_queued_incoming_messages=20_000,
     )
+
+
+async def _until_disconnected(client: aiomqtt.Client, session: Callable[[aiomqtt.Client], Awaitable[None]]) -> None:
+    """Run ``session``; if the connection drops first, cancel it and raise MqttError.
+
+    A session that only waits (a bridge with nothing to send, a publisher
+    whose outbox is empty) would otherwise not learn that its broker is gone
+    until its next publish, and would go on counting itself connected.
+    aiomqtt has no public "connection lost" signal; its own message iterator
+    waits on this same future.
+    """
+    lost: asyncio.Future[None] = client._disconnected
+    work = asyncio.ensure_future(session(client))
+    try:
+        await asyncio.wait((work, lost), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not work.done():
+            work.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await work
+    if not work.cancelled():
+        work.result()  # the session's own return or failure
+        return
+    lost.result()  # raises MqttCodeError: "Unexpected disconnection"
+    raise aiomqtt.MqttError("disconnected by the broker")
 
 
 async def supervise(
@@ -136,7 +185,7 @@ async def supervise(
                 log.info("mqtt connected", broker=config.url, client_id=config.client_id)
                 await client.publish(status_topic(config.client_id), b"online", qos=1, retain=True)
                 try:
-                    await session(client)
+                    await _until_disconnected(client, session)
                     return
                 finally:
                     state.connected = False

@@ -55,6 +55,9 @@ class Settings(BaseSettings):
     mqtt_key_file: Path | None = None
     mqtt_client_id: str | None = Field(None, max_length=64)
     mqtt_qos: Literal[0, 1] = 0
+    mqtt_protocol: Literal["3.1.1", "5"] = Field(
+        "5", description="MQTT protocol version; 3.1.1 for brokers without MQTT 5 (NATS)",
+    )
     mqtt_keepalive_s: int = Field(30, ge=5, le=3600)
     topology: str = "demo"
     efa_ports_per_node: int = Field(16, ge=1, le=64)
@@ -83,6 +86,11 @@ class Settings(BaseSettings):
     max_clock_skew_s: float = Field(
         300.0, gt=0.0, le=86_400.0,
         description="monitor: a frame whose sample time is further than this from the monitor's clock is rejected",
+    )
+    max_seq_jump: int = Field(
+        100_000, ge=16, le=2**62,
+        description="monitor: a frame numbered more than this many frames past its stream's last is rejected "
+                    "(seq_jump) unless the next frame continues from it",
     )
     max_backlog_bytes: int = Field(
         512 * 2**20, ge=2**20, le=64 * 2**30,

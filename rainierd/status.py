@@ -26,6 +26,7 @@ class ConnectionState:
     connected: bool = False
     connects: int = 0
     failures: int = 0
+    status_overwritten: int = 0  # another client wrote this one's retained status; it was said again
 
 
 @dataclass(slots=True)

@@ -4,6 +4,7 @@ and rainierd subprocesses that are always stopped after the test.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -81,10 +82,14 @@ class Daemon:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
-    def interrupt(self, timeout_s: float = 5.0) -> tuple[int, float]:
-        """Send SIGINT; return (exit code, seconds it took to exit)."""
+    def events(self) -> list[str]:
+        """Return the ``event`` of every JSON log line so far."""
+        return [json.loads(line)["event"] for line in self.log().splitlines() if line.startswith("{")]
+
+    def interrupt(self, timeout_s: float = 5.0, sig: int = signal.SIGINT) -> tuple[int, float]:
+        """Send ``sig`` (SIGINT); return (exit code, seconds it took to exit)."""
         started = time.monotonic()
-        self.proc.send_signal(signal.SIGINT)
+        self.proc.send_signal(sig)
         code = self.proc.wait(timeout=timeout_s)
         return code, time.monotonic() - started
 
@@ -94,12 +99,14 @@ def start_rainierd(tmp_path: Path) -> Iterator[object]:
     """Return a function that starts ``python -m rainierd ARGS``; all are stopped after the test."""
     started: list[Daemon] = []
 
-    def start(*args: str, name: str = "rainierd", env: dict[str, str] | None = None) -> Daemon:
+    def start(
+        *args: str, name: str = "rainierd", env: dict[str, str] | None = None, stdin: int | None = None,
+    ) -> Daemon:
         log_path = tmp_path / f"{name}-{len(started)}.log"
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         proc = subprocess.Popen(
             [sys.executable, "-m", "rainierd", *args, "--log-format", "json"],
-            stdout=log_path.open("w"), stderr=subprocess.STDOUT, env=env,
+            stdout=log_path.open("w"), stderr=subprocess.STDOUT, env=env, stdin=stdin,
         )
         daemon = Daemon(proc, log_path)
         started.append(daemon)

@@ -1,6 +1,7 @@
 """Specification of sequence accounting per stream: gaps are missing, then
 lost; a missing frame that arrives late is late, never lost; a restart under
-the same id is recognised and counted; duplicates and replays are stale."""
+the same id is recognised and counted; duplicates and replays are stale; an
+implausible jump is not believed unless the next frame confirms it."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ def feed(streams: Streams, seq: int, t_s: float, *, publisher: int = 0, entity: 
 
 
 def tally(advances: list[Advance]) -> dict[str, int]:
-    return {name: sum(getattr(a, name) for a in advances) for name in ("lost", "late", "restarts", "changes", "stale")}
+    names = ("lost", "late", "restarts", "changes", "stale", "jumps")
+    return {name: sum(getattr(a, name) for a in advances) for name in names}
 
 
 class TestGaps:
@@ -72,7 +74,7 @@ class TestRestarts:
             feed(s, k, float(k))
         advances = [feed(s, k, 600.0 + k) for k in range(5)]
         assert all(a.keep.all() for a in advances)
-        assert tally(advances) == {"lost": 0, "late": 0, "restarts": 1, "changes": 0, "stale": 0}
+        assert tally(advances) == {"lost": 0, "late": 0, "restarts": 1, "changes": 0, "stale": 0, "jumps": 0}
 
     def test_a_new_publisher_takes_over_without_loss(self) -> None:
         """Another publisher id on the stream starts it over; what the old one had missing is lost."""
@@ -90,3 +92,42 @@ class TestRestarts:
         feed(s, 0, 5.0, entity=0)  # stream 0 restarts
         feed(s, 13, 2.0, entity=1)  # stream 1 skips two
         assert (s.seq.tolist(), s.missing_count()) == ([0, 13], 2)
+
+
+class TestJumps:
+    def test_one_implausible_jump_changes_nothing(self) -> None:
+        """A bit flip sends seq from 10 to 10 + 10**6: a jump, nothing lost; the next genuine one applies."""
+        s = Streams(1, max_jump=1_000)
+        for k in range(11):
+            feed(s, k, float(k))
+        jump = feed(s, 10 + 10**6, 11.0)
+        assert (bool(jump.keep[0]), jump.jumps, jump.lost) == (False, 1, 0)
+        assert (int(s.seq[0]), s.missing_count()) == (10, 0)
+        after = [feed(s, k, float(k)) for k in range(11, 11 + 2 * WINDOW)]
+        assert all(a.keep.all() for a in after)
+        assert tally(after) == {"lost": 0, "late": 0, "restarts": 0, "changes": 0, "stale": 0, "jumps": 0}
+
+    def test_the_largest_sequence_numbers_are_not_believed(self) -> None:
+        """seq = 2**63 and 2**64 - 1 after a genuine 5: jumps, never a loss of quintillions."""
+        s = Streams(1)
+        feed(s, 5, 5.0)
+        assert [feed(s, seq, 6.0).jumps for seq in (2**63, 2**64 - 1)] == [1, 1]
+        assert feed(s, 6, 6.0).keep.all()
+        assert int(s.seq[0]) == 6
+
+    def test_a_jump_the_next_frame_confirms_is_a_renumbering(self) -> None:
+        """A publisher that really jumped is followed from its second frame there, counted as a restart."""
+        s = Streams(1, max_jump=1_000)
+        feed(s, 10, 10.0)
+        first = feed(s, 50_000, 11.0)
+        second = feed(s, 50_001, 12.0)
+        assert (first.jumps, bool(first.keep[0])) == (1, False)
+        assert (bool(second.keep[0]), second.restarts, second.lost) == (True, 1, 0)
+        assert feed(s, 50_002, 13.0).keep.all()
+
+    def test_a_jump_within_the_bound_is_an_ordinary_gap(self) -> None:
+        """max_jump frames skipped is believed: counted missing, then lost, as any gap."""
+        s = Streams(1, max_jump=1_000)
+        feed(s, 0, 0.0)
+        gap = feed(s, 1_001, 1.0)
+        assert (bool(gap.keep[0]), gap.jumps, gap.lost) == (True, 0, 1_000 - WINDOW)

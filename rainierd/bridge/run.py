@@ -7,7 +7,8 @@ stdin, adds the EFA driver's counters, and publishes the node's frames.
 One task reads stdin and turns each report into a frame, one keeps the MQTT
 session (the same supervisor as every role: reconnect with backoff) and
 publishes them.  A line that is not a report is logged and skipped; the end
-of stdin drains what is queued and stops the bridge with exit 0.
+of stdin drains what is queued (for up to ``_DRAIN_S``) and stops the bridge
+with exit 0, as SIGINT or SIGTERM do at once.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from rainierd.bridge.efa_sysfs import read_efa_counters
 from rainierd.bridge.neuron_monitor import NeuronMonitorNode
 from rainierd.errors import ConfigError
 from rainierd.inventory import load_topology
+from rainierd.lifecycle import run_until_stopped, stop_on_signals
 from rainierd.mqtt import mqtt_config, supervise
 from rainierd.settings import Settings
 from rainierd.status import ConnectionState
@@ -38,6 +40,7 @@ log = structlog.get_logger("rainierd.bridge")
 
 _OUTBOX: Final = 64  # frames queued while the broker is away; the oldest go first
 _MAX_LINE: Final = 16 * 2**20  # a report is ~100 KB; anything this long is not one
+_DRAIN_S: Final = 5.0  # after stdin ends, how long queued frames may wait for the broker
 
 
 def _report(line: bytes) -> dict[str, object]:
@@ -68,13 +71,18 @@ async def run_bridge(settings: Settings, *, node_name: str, efa_root: Path) -> N
 
     Raises ConfigError when ``node_name`` is not a node of the topology.
     """
+    stop = asyncio.Event()
+    with stop_on_signals(stop):
+        await _run_bridge(settings, node_name=node_name, efa_root=efa_root, stop=stop)
+
+
+async def _run_bridge(settings: Settings, *, node_name: str, efa_root: Path, stop: asyncio.Event) -> None:
     topology = load_topology(settings.topology, efa_ports_per_node=settings.efa_ports_per_node)
     node = find_node(topology, node_name)
     config = mqtt_config(settings, client_id=f"rainierd-bridge-{topology.node_name(node)}")
     bridge = NeuronMonitorNode(topology, node, publisher=config.client_id)
     topic = node_topic(*topology.node_path(node))
     outbox: asyncio.Queue[bytes] = asyncio.Queue(_OUTBOX)
-    done = asyncio.Event()
     log.info("bridging neuron-monitor", node=topology.node_name(node), topic=topic, efa_sysfs=str(efa_root))
 
     async def read() -> None:
@@ -96,8 +104,13 @@ async def run_bridge(settings: Settings, *, node_name: str, efa_root: Path) -> N
                 outbox.task_done()
                 log.warning("bridge outbox full; dropped the oldest frame")
             outbox.put_nowait(payload)
-        await outbox.join()
-        done.set()
+        log.info("neuron-monitor input ended", frames=bridge.seq)
+        try:
+            async with asyncio.timeout(_DRAIN_S):
+                await outbox.join()
+        except TimeoutError:
+            log.warning("bridge stopped with frames unpublished", pending=outbox.qsize())
+        stop.set()
 
     async def publish(client: aiomqtt.Client) -> None:
         while True:
@@ -107,12 +120,7 @@ async def run_bridge(settings: Settings, *, node_name: str, efa_root: Path) -> N
             finally:
                 outbox.task_done()
 
-    async with asyncio.TaskGroup() as tg:
-        tasks = [
-            tg.create_task(read(), name="bridge-read-stdin"),
-            tg.create_task(supervise(config, publish, state=ConnectionState()), name="bridge-mqtt-publish"),
-        ]
-        await done.wait()
-        log.info("neuron-monitor input ended", frames=bridge.seq)
-        for task in tasks:
-            task.cancel()
+    await run_until_stopped("bridge", stop, {
+        "bridge-read-stdin": read(),
+        "bridge-mqtt-publish": supervise(config, publish, state=ConnectionState()),
+    }, node=topology.node_name(node), broker=config.url)

@@ -137,6 +137,7 @@ class MonitorCore:
         stale_after_ticks: int = 3,
         max_frame_bytes: int = 1 << 20,
         max_clock_skew_s: float = 300.0,
+        max_seq_jump: int = 100_000,
         detection: DetectionParams | None = None,
         model: ModelParams | None = None,
         peak_flops_per_chip: float = TRN2.fp8_dense_flops,
@@ -151,7 +152,7 @@ class MonitorCore:
         self.state = FleetState(topology)
         self.stats = IngestStats()
         self.ingest = Ingest(self.state, self.stats, max_frame_bytes=max_frame_bytes,
-                             max_clock_skew_s=max_clock_skew_s)
+                             max_clock_skew_s=max_clock_skew_s, max_seq_jump=max_seq_jump)
         self.detector = FleetDetector(self.state, peak_flops=peak_flops_per_chip, params=detection)
         self.analyses = 0  # analyses run: what events are numbered by, unless the caller says otherwise
 

@@ -13,7 +13,7 @@ Checks, in order, each rejecting the whole frame: ``unknown_node``,
 ``duplicate_id``; then per
 node stream (publisher, node) the sequence rules of ``core/streams.py``:
 gaps (missing, then lost), late frames, restarts under the same id, new
-publishers, and ``stale_seq``.  When one node has several frames in a window
+publishers, ``stale_seq`` and ``seq_jump``.  When one node has several frames in a window
 (the monitor caught up after a backlog) they apply in arrival order, one
 "generation" at a time, so rates come out between consecutive samples.
 """
@@ -164,7 +164,7 @@ class Ingest:
 
     def __init__(
         self, state: FleetState, stats: IngestStats, *, max_frame_bytes: int = 1 << 20,
-        max_clock_skew_s: float = 300.0,
+        max_clock_skew_s: float = 300.0, max_seq_jump: int = 100_000,
     ) -> None:
         self.state = state
         self.stats = stats
@@ -172,8 +172,8 @@ class Ingest:
         self.max_clock_skew_s = max_clock_skew_s
         topo = state.topology
         # One sequence stream per node (and per site's facility frames).
-        self._nodes = Streams(topo.n_nodes)
-        self._sites = Streams(topo.n_sites)
+        self._nodes = Streams(topo.n_nodes, max_jump=max_seq_jump)
+        self._sites = Streams(topo.n_sites, max_jump=max_seq_jump)
         self._publishers: dict[str, int] = {}
         # The window's joined columns live here from one window to the next.
         self._scratch = Scratch()
@@ -417,6 +417,8 @@ class Ingest:
             advance = self._nodes.advance(w.node[frames], w.publisher[frames], w.seq[frames], w.t_s[frames])
             if advance.stale:
                 rejected["stale_seq"] += advance.stale
+            if advance.jumps:
+                rejected["seq_jump"] += advance.jumps
             frames = frames[advance.keep]
             self._scatter(w, frames, samples)
             tally.add(advance, int(frames.size))
@@ -510,6 +512,8 @@ class Ingest:
             tally.add(advance, int(advance.keep.sum()))
             if advance.stale:
                 rejected["stale_seq"] += 1
+            if advance.jumps:
+                rejected["seq_jump"] += 1
             if not advance.keep.all():
                 continue
             record = frame.facility

@@ -14,7 +14,14 @@ frame.  Against the stream's last applied frame, a frame is:
 * **a restart**: not newer, yet sampled later than the last one applied (its
   publisher restarted with the same id and counts from its start again):
   applied, counted, and the stream starts over from it;
-* **stale**: anything else not newer (a duplicate, a replay): rejected.
+* **stale**: anything else not newer (a duplicate, a replay): rejected;
+* **a jump**: newer by more than ``max_jump`` frames: rejected, not believed
+  (one corrupt or forged ``seq`` would otherwise count a million frames lost
+  and make every genuine frame after it stale).  The stream remembers it, and
+  only if the next frame continues from it (within the window) does the
+  stream start over there, counted as a restart: a publisher that truly
+  renumbered is followed after one rejected frame, a lone bad number changes
+  nothing.
 
 A frame from another publisher than the stream's starts the stream over
 (a fail-over, or a restart under a new id), counted as a publisher change.
@@ -50,31 +57,43 @@ class Advance:
     restarts: int  # same publisher counting from its start again
     changes: int  # another publisher took over a stream
     stale: int  # rejected: not newer, not late, not a restart
+    jumps: int  # rejected: newer by more than the plausible jump
 
 
 class Streams:
     """The sequence state of ``n`` streams, one per node (or site)."""
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, *, max_jump: int = 100_000) -> None:
+        if not WINDOW <= max_jump < 2**63:
+            raise ValueError(f"max_jump must be in [{WINDOW}, 2**63), not {max_jump}")
+        self.max_jump = np.uint64(max_jump)
         self.publisher = np.full(n, -1, np.int64)  # -1: no frame yet
         self.seq = np.zeros(n, np.uint64)
         self.t_s = np.full(n, -np.inf)
         self.missing = np.zeros(n, np.uint64)  # bit i: frame seq - 1 - i has not arrived (i < WINDOW)
+        self.jumped = np.zeros(n, np.uint64)  # seq of the last rejected jump (0: none since the last frame applied)
 
     def advance(self, entity: I64, publisher: I64, seq: U64, t_s: F64) -> Advance:
         """Account for one frame of each of the (unique) ``entity`` streams; return what to apply."""
         known = self.publisher[entity]
         last, last_t, missing = self.seq[entity], self.t_s[entity], self.missing[entity]
         same = known == publisher
-        newer = same & (seq > last)
-        older = same & ~newer
-        restart = older & (t_s > last_t)
+        ahead = same & (seq > last)
+        # A jump is believed only when the frame after it continues from it.
+        jumped = self.jumped[entity]
+        implausible = ahead & (seq - last - _ONE > self.max_jump)
+        confirmed = implausible & (jumped > 0) & (seq > jumped) & (seq - jumped <= WINDOW)
+        jump = implausible & ~confirmed
+        newer = ahead & ~implausible
+        older = same & ~ahead
+        restart = (older & (t_s > last_t)) | confirmed
         # How far behind the last applied frame an older one is, and whether it is one still missing.
         behind = np.where(older & ~restart & (seq < last), last - seq - _ONE, np.uint64(WINDOW))
         at = np.minimum(behind, np.uint64(WINDOW - 1))
         late = older & ~restart & (behind < WINDOW) & ((missing >> at) & _ONE).astype(bool)
         stale = older & ~restart & ~late
         keep = ~same | newer | restart
+        self.jumped[entity] = np.where(jump, seq, np.where(keep, np.uint64(0), jumped))
 
         # A gap's frames take the low bits; earlier ones move up, and those
         # pushed past the window (or never fitting in it) are lost.
@@ -103,6 +122,7 @@ class Streams:
             restarts=int(restart.sum()),
             changes=int(((known >= 0) & ~same).sum()),
             stale=int(stale.sum()),
+            jumps=int(jump.sum()),
         )
 
     def missing_count(self) -> int:

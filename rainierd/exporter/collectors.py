@@ -40,7 +40,8 @@ log = structlog.get_logger("rainierd.exporter")
 DECODE_REASONS = (
     "oversize", "empty", "unknown_encoding", "truncated", "bad_magic", "bad_version",
     "bad_kind", "bad_header", "trailing_bytes", "non_finite", "bad_json", "schema",
-    "unknown_node", "unknown_id", "duplicate_id", "topic_mismatch", "stale_seq", "bad_topic", "clock_skew",
+    "unknown_node", "unknown_id", "duplicate_id", "topic_mismatch", "stale_seq", "seq_jump", "bad_topic",
+    "clock_skew",
 )
 ENCODINGS = ("binary", "json")
 
@@ -165,6 +166,11 @@ class MonitorCollector(Collector):
         yield CounterMetricFamily(
             "rainier_mqtt_connection_failures", "Failed or lost MQTT connections.",
             value=self._connection.failures,
+        )
+        yield CounterMetricFamily(
+            "rainier_mqtt_status_overwritten",
+            "Times another client overwrote the monitor's retained status while it served (it was restored).",
+            value=self._connection.status_overwritten,
         )
         if self._loop_lag is not None:
             yield GaugeMetricFamily(
