@@ -17,7 +17,7 @@ from typing import Annotated, Any, Final, Literal
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError
 
 from rainierd.errors import FrameError
 from rainierd.wire.records import (
@@ -39,6 +39,13 @@ Id = Annotated[int, Field(ge=0, lt=2**32)]
 Finite = Annotated[float, Field(allow_inf_nan=False)]
 Ratio = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
 NonNeg = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
+
+
+def _json_integer(value: object) -> object:
+    """Refuse anything but a JSON integer (a Literal of ints takes true and 1.0: they equal 1 in Python)."""
+    if type(value) is not int:
+        raise ValueError(f"{value!r} is not an integer")
+    return value
 
 
 class _Strict(BaseModel):
@@ -100,13 +107,14 @@ class FacilitySample(_Strict):
     """One site's cooling plant sample for a tick."""
 
     outside_c: Finite
-    cooling_mode: Literal[0, 1] = Field(description="0 outside air, 1 evaporative water assist")
+    cooling_mode: Annotated[Literal[0, 1], BeforeValidator(_json_integer)] = Field(
+        description="0 outside air, 1 evaporative water assist")
     water_l_total: NonNeg
     it_energy_j_total: NonNeg
 
 
 class _FrameBase(_Strict):
-    v: Literal[1] = Field(description="wire format version")
+    v: Annotated[Literal[1], BeforeValidator(_json_integer)] = Field(description="wire format version")
     publisher: Annotated[str, Field(min_length=1, max_length=128)]
     seq: Counter = Field(description="per publisher and node, +1 a frame (docs/publishing.md)")
     tick: Counter
@@ -226,8 +234,9 @@ def decode_json(payload: bytes) -> Frame:
         raise FrameError("bad_json", f"key {exc.args[0]!r} appears twice in one object") from None
     if not isinstance(document, dict):
         raise FrameError("bad_json", "a frame must be a JSON object")
-    if document.get("v") != WIRE_VERSION:
-        raise FrameError("bad_version", f"wire version {document.get('v')!r} is not {WIRE_VERSION}")
+    version = document.get("v")
+    if type(version) is not int or version != WIRE_VERSION:  # true and 1.0 equal 1, and are not version 1
+        raise FrameError("bad_version", f"wire version {version!r} is not {WIRE_VERSION}")
     try:
         model = FRAME_ADAPTER.validate_python(document)
     except ValidationError as exc:

@@ -39,9 +39,12 @@ ROOT: Final = "rainier/v1"
 TELEMETRY_ROOT: Final = f"{ROOT}/telemetry"
 EVENTS_ROOT: Final = f"{ROOT}/events"
 
-_NODE_RE: Final = re.compile(r"^rainier/v1/telemetry/s(\d{1,6})/u(\d{1,8})/n(\d{1,10})$")
-_FACILITY_RE: Final = re.compile(r"^rainier/v1/telemetry/s(\d{1,6})/facility$")
-_BATCH_RE: Final = re.compile(r"^rainier/v1/telemetry/s(\d{1,6})/batch/[A-Za-z0-9_.-]{1,64}$")
+# Matched whole (fullmatch: ``$`` would also match before a trailing newline) and
+# ASCII only (``\d`` would take any Unicode digit, and int() reads "n\u0663" as n3):
+# a topic that differs by a byte is not the node's topic.
+_NODE_RE: Final = re.compile(r"rainier/v1/telemetry/s(\d{1,6})/u(\d{1,8})/n(\d{1,10})", re.ASCII)
+_FACILITY_RE: Final = re.compile(r"rainier/v1/telemetry/s(\d{1,6})/facility", re.ASCII)
+_BATCH_RE: Final = re.compile(r"rainier/v1/telemetry/s(\d{1,6})/batch/[A-Za-z0-9_.-]{1,64}", re.ASCII)
 
 TopicKind = Literal["node", "facility", "batch"]
 
@@ -93,10 +96,10 @@ def telemetry_filters() -> list[str]:
 
 def parse_topic(topic: str) -> TopicAddress | None:
     """Return what a telemetry topic addresses, or None if it is not one."""
-    if m := _NODE_RE.match(topic):
+    if m := _NODE_RE.fullmatch(topic):
         return TopicAddress("node", int(m[1]), int(m[2]), int(m[3]))
-    if m := _BATCH_RE.match(topic):
+    if m := _BATCH_RE.fullmatch(topic):
         return TopicAddress("batch", int(m[1]))
-    if m := _FACILITY_RE.match(topic):
+    if m := _FACILITY_RE.fullmatch(topic):
         return TopicAddress("facility", int(m[1]))
     return None
