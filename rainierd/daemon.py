@@ -91,8 +91,10 @@ async def _run_role(role: Role, settings: Settings, stop: asyncio.Event) -> None
                 topology, tick_s=settings.tick_s, stale_after_ticks=settings.stale_after_ticks,
                 max_frame_bytes=settings.max_frame_bytes, max_backlog_bytes=settings.max_backlog_bytes,
                 max_clock_skew_s=settings.max_clock_skew_s, max_seq_jump=settings.max_seq_jump,
+                checkpoint_file=settings.state_file, reconnect_grace_s=settings.reconnect_grace_s,
                 qos=settings.mqtt_qos,
             )
+            monitor.restore()
             loop_lag = LoopLag()
             exporter = build_exporter(
                 topology, lambda: monitor.snapshot, stats=monitor.stats, connection=monitor.connection,

@@ -18,12 +18,14 @@ import json
 import time
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Final
 
 import aiomqtt
 import numpy as np
 import structlog
 
+from rainierd.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from rainierd.core.analysis import Analysis, MonitorCore
 from rainierd.core.detect import DetectionParams, Event
 from rainierd.core.ingest import Message
@@ -115,6 +117,8 @@ class Monitor:
         detection: DetectionParams | None = None,
         model: ModelParams | None = None,
         clock: ListeningClock | None = None,
+        checkpoint_file: Path | None = None,
+        reconnect_grace_s: float = 0.0,
     ) -> None:
         self.topology = topology
         self.tick_s = tick_s
@@ -143,6 +147,47 @@ class Monitor:
         self._dropped_seen = 0
         self._clean_windows = 0
         self._receive_lag_floor: deque[float] = deque(maxlen=_RECEIVE_LAG_HISTORY)
+        self.checkpoint_file = checkpoint_file
+        self.reconnect_grace_s = reconnect_grace_s
+        self.checkpoint_failures = 0
+        self._fleet = f"{topology.name}: {topology.n_nodes} nodes, {topology.n_sites} sites"
+
+    # -- checkpoint -----------------------------------------------------------------
+
+    def restore(self) -> bool:
+        """Continue the sequence accounting of the checkpoint file, if there is a usable one.
+
+        A missing, unreadable or foreign checkpoint is logged and ignored: the
+        monitor starts afresh (and overwrites it after its first analysis).
+        """
+        if self.checkpoint_file is None:
+            return False
+        try:
+            arrays = load_checkpoint(self.checkpoint_file, fleet=self._fleet)
+            if arrays is None:
+                log.info("no stream checkpoint yet; starting afresh", path=str(self.checkpoint_file))
+                return False
+            self.ingest.restore(arrays)
+        except (CheckpointError, ValueError) as exc:
+            log.warning("stream checkpoint not used; starting afresh", path=str(self.checkpoint_file), error=str(exc))
+            return False
+        stats = self.stats
+        log.info("stream checkpoint restored", path=str(self.checkpoint_file), frames_applied=stats.frames_applied,
+                 frames_lost=stats.frames_lost, frames_missing=stats.frames_missing)
+        return True
+
+    async def _save_checkpoint(self) -> None:
+        """Save the sequence accounting as of the analysis just finished (the write runs off the loop)."""
+        if self.checkpoint_file is None:
+            return
+        arrays = self.ingest.checkpoint()  # copies, taken while no analysis runs
+        try:
+            await asyncio.to_thread(save_checkpoint, self.checkpoint_file, arrays, fleet=self._fleet)
+        except OSError as exc:
+            self.checkpoint_failures += 1
+            if self.checkpoint_failures <= _LOG_FIRST or self.checkpoint_failures % _LOG_EVERY == 0:
+                log.warning("stream checkpoint not saved", path=str(self.checkpoint_file), error=str(exc),
+                            occurrences=self.checkpoint_failures)
 
     # -- receiving ----------------------------------------------------------------
 
@@ -197,6 +242,7 @@ class Monitor:
         try:
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self._publish_events(client), name="monitor-publish-events")
+                tg.create_task(self._grace(), name="monitor-reconnect-grace")
                 async for message in client.messages:
                     payload = message.payload
                     if not isinstance(payload, bytes | bytearray):
@@ -209,6 +255,21 @@ class Monitor:
                     self.on_message(topic, bytes(payload))
         finally:
             self.clock.deafen("disconnected")
+
+    async def _grace(self) -> None:
+        """Judge no silence for ``reconnect_grace_s`` after connecting.
+
+        When the broker comes back, every publisher reconnects on its own
+        backoff (rainierd's back off up to 15 s): until they have, a node that
+        is quiet is a node still reconnecting, not a lost one.
+        """
+        if self.reconnect_grace_s <= 0:
+            return
+        self.clock.deafen("publishers_reconnecting")
+        try:
+            await asyncio.sleep(self.reconnect_grace_s)
+        finally:
+            self.clock.hear("publishers_reconnecting")
 
     async def _restore_status(self, client: aiomqtt.Client, topic: str) -> None:
         self.connection.status_overwritten += 1
@@ -338,6 +399,7 @@ class Monitor:
         while True:
             began = loop.time()
             await self.analyse_once()
+            await self._save_checkpoint()
             if after is not None:
                 await after()
             due, earliest = began + self.tick_s, began + self.tick_s / 2

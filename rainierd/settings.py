@@ -87,6 +87,15 @@ class Settings(BaseSettings):
         300.0, gt=0.0, le=86_400.0,
         description="monitor: a frame whose sample time is further than this from the monitor's clock is rejected",
     )
+    reconnect_grace_s: float = Field(
+        20.0, ge=0.0, le=3_600.0,
+        description="monitor: after (re)connecting, judge no silence for this long while publishers reconnect "
+                    "(rainierd's clients back off up to 15 s)",
+    )
+    state_file: Path | None = Field(
+        None, description="monitor: keep sequence accounting here across restarts, so loss is counted exactly "
+                          "(docs/reliability.md); unset keeps nothing",
+    )
     max_seq_jump: int = Field(
         100_000, ge=16, le=2**62,
         description="monitor: a frame numbered more than this many frames past its stream's last is rejected "

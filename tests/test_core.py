@@ -180,6 +180,35 @@ class TestIngest:
         result = fleet.feed(f1)
         assert (result.applied, dict(result.rejected), fleet.ingest.missing(), fleet.stats.frames_lost) == (8, {}, 0, 0)
 
+    def test_an_absurd_tick_does_not_pin_the_last_tick(self) -> None:
+        """A valid frame numbered tick 2**64 - 1 shows for one window at most; the next tick's newer samples
+        set the last tick again (it follows the newest sample, never the largest tick ever seen)."""
+        fleet = Fleet()
+        fleet.feed(fleet.frames()[1])
+        _, f1 = fleet.frames()
+        topic, frame = f1[0]
+        fleet.feed([(topic, replace(frame, tick=2**64 - 1)), *f1[1:]])
+        _, f2 = fleet.frames()
+        fleet.feed(f2)
+        assert fleet.state.latest_tick == 2
+
+    def test_forged_publishers_do_not_renumber_a_window(self) -> None:
+        """More rejected frames from made-up publisher ids than the publisher table holds, in the same window as a
+        genuine tick: the genuine publisher's streams carry on, with no publisher change and nothing lost."""
+        fleet = Fleet()
+        _, f0 = fleet.frames()
+        topic, frame = f0[0]
+        chips = frame.chips.copy()
+        chips["temp_c"][0] = np.nan
+        forged = [(topic, replace(frame, publisher=f"forged-{k}", chips=chips)) for k in range(1_200)]
+        assert dict(fleet.feed(forged[:600]).rejected) == {"non_finite": 600}  # they take the low numbers
+        fleet.feed(f0)
+        result = fleet.feed(fleet.frames()[1] + forged[600:])  # the table overflows after the genuine frames
+        assert (result.applied, dict(result.rejected)) == (8, {"non_finite": 600})
+        for _ in range(2):
+            result = fleet.feed(fleet.frames()[1] + forged)
+            assert (result.applied, result.publisher_changes, fleet.stats.frames_lost) == (8, 0, 0)
+
     def test_duplicate_record_ids_reject_their_frame(self) -> None:
         """A frame listing the same chip twice is rejected as duplicate_id."""
         fleet = Fleet()

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
@@ -17,6 +18,7 @@ from rainierd.core.analysis import HealthView
 from rainierd.exporter import FleetCollector, Health, MetricsServer, MonitorCollector, MonitorSnapshot, build_registry
 from rainierd.exporter.fast import UltraServerFamilies
 from rainierd.exporter.health import EntityFamilies
+from rainierd.exporter.wiring import build_exporter
 from rainierd.hardware import TRN2
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
@@ -188,3 +190,26 @@ class TestEntityBudget:
         names = [f.name for f in text_string_to_metric_families(text)]
         assert len(names) == len(set(names))
         assert "rainier_neuronlink_unhealthy" in names
+
+
+class TestBeforeAnyTelemetry:
+    def test_fleet_figures_are_absent_not_zero_until_telemetry_is_applied(self) -> None:
+        """A monitor that has analysed but applied nothing exports no throughput or chips reporting
+        at all (a fleet of zeros would read as a dead fleet); once a tick is applied, they appear."""
+        topo = build_topology("demo")
+        current: list[MonitorSnapshot] = [demo_snapshot(ticks=0)]
+        assert current[0].throughput.tick < 0
+        exporter = build_exporter(topo, lambda: current[0], stats=IngestStats(), connection=ConnectionState(),
+                                  process_metrics=False)
+
+        def names() -> set[str]:
+            text = generate_latest(exporter.registry).decode() + exporter.extra().decode()
+            return {family.name for family in text_string_to_metric_families(text) if family.samples}
+
+        fleet = {"rainier_fleet_fp8_effective_flops", "rainier_fleet_chips_reporting",
+                 "rainier_ultraserver_fp8_effective_flops", "rainier_monitor_last_tick"}
+        before = names()
+        assert not fleet & before
+        assert "rainier_mqtt_connected" in before  # the monitor's own state is there from the start
+        current[0] = demo_snapshot(ticks=2)
+        assert fleet <= names()

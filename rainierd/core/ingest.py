@@ -55,6 +55,7 @@ _COLUMNS: Final = {kind: column_dtypes(dtype) for kind, dtype in RECORD_DTYPES.i
 _ALL_FIELDS: Final = {kind: (1 << len(columns)) - 1 for kind, columns in _COLUMNS.items()}
 # Whatever the receiving clock, no sample is taken after the year 5138: beyond, t_s is garbage.
 _LATEST_PLAUSIBLE_S: Final = 1e11
+_MAX_TICK: Final = 2**63 - 1  # ticks are u64 on the wire; what the monitor keeps is an int64
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +215,9 @@ class Ingest:
         rejected: Counter[str] = Counter()
         nodes: list[tuple[Received, NodeBatch]] = []
         sites: list[Received] = []
+        # Between windows, never inside one: a window's frames hold publisher numbers until it is applied.
+        if len(self._publishers) > 4 * (self.state.topology.n_nodes + self.state.topology.n_sites) + 1_024:
+            self._compact_publishers()
         for item in items:
             if isinstance(item.frame, FacilityFrame):
                 sites.append(item)
@@ -261,11 +265,48 @@ class Ingest:
             return "topic_mismatch"
         return None
 
+    # -- checkpoint --------------------------------------------------------------
+
+    def checkpoint(self) -> dict[str, npt.NDArray[Any]]:
+        """Return the sequence accounting as arrays: every stream, the publisher table and the counters.
+
+        Restored by a later monitor, its first frame of each stream is judged
+        against the last one applied before: frames published while no monitor
+        listened are counted lost, exactly once.  The counters travel with the
+        streams, so a checkpoint is consistent whenever it was taken: frames
+        applied after it are in neither, and count as lost after a restore.
+        """
+        names = sorted(self._publishers, key=self._publishers.__getitem__)
+        counters = [self.stats.frames_applied, self.stats.frames_lost, self.stats.frames_late,
+                    self.stats.publisher_changes, self.stats.publisher_restarts]
+        arrays = {f"nodes.{k}": v for k, v in self._nodes.arrays().items()}
+        arrays |= {f"sites.{k}": v for k, v in self._sites.arrays().items()}
+        arrays["publishers"] = np.array(names, dtype=np.str_) if names else np.zeros(0, "<U1")
+        arrays["counters"] = np.array(counters, np.int64)
+        return arrays
+
+    def restore(self, arrays: dict[str, npt.NDArray[Any]]) -> None:
+        """Continue from ``checkpoint()``'s arrays; raises ValueError (changing nothing) if they do not fit."""
+        nodes = Streams(self._nodes.publisher.size, max_jump=int(self._nodes.max_jump))
+        sites = Streams(self._sites.publisher.size, max_jump=int(self._sites.max_jump))
+        nodes.restore({k.removeprefix("nodes."): v for k, v in arrays.items() if k.startswith("nodes.")})
+        sites.restore({k.removeprefix("sites."): v for k, v in arrays.items() if k.startswith("sites.")})
+        names, counters = arrays.get("publishers"), arrays.get("counters")
+        if names is None or names.ndim != 1 or counters is None or counters.shape != (5,) or (counters < 0).any():
+            raise ValueError("no publisher table or counters")
+        highest = max(int(nodes.publisher.max(initial=-1)), int(sites.publisher.max(initial=-1)))
+        if highest >= names.size:
+            raise ValueError(f"a stream names publisher {highest} of {names.size}")
+        self._nodes, self._sites = nodes, sites
+        self._publishers = {str(name): index for index, name in enumerate(names.tolist())}
+        stats = self.stats
+        (stats.frames_applied, stats.frames_lost, stats.frames_late, stats.publisher_changes,
+         stats.publisher_restarts) = (int(c) for c in counters)
+        stats.frames_missing = nodes.missing_count() + sites.missing_count()
+
     def _publisher(self, name: str) -> int:
         index = self._publishers.get(name)
         if index is None:
-            if len(self._publishers) > 4 * (self.state.topology.n_nodes + self.state.topology.n_sites) + 1_024:
-                self._compact_publishers()
             index = self._publishers[name] = len(self._publishers)
         return index
 
@@ -425,10 +466,13 @@ class Ingest:
             applied_t_s.append(w.t_s[frames])
             receive_lag_s.append(w.rx_wall_s[frames] - w.t_s[frames])
             if frames.size:
-                newest = int(w.tick[frames].max())
-                if newest >= self.state.latest_tick:
-                    self.state.latest_tick = newest
-                    self.state.latest_t_s = float(w.t_s[frames][np.argmax(w.tick[frames])])
+                # The newest sample (its time is bounded by max_clock_skew_s), not the largest tick: a
+                # publisher's tick is only its own count, and one absurd tick must not pin the gauge for good.
+                at = int(np.argmax(w.t_s[frames]))
+                newest_t_s = float(w.t_s[frames][at])
+                if not newest_t_s < self.state.latest_t_s:  # NaN before the first frame
+                    self.state.latest_t_s = newest_t_s
+                    self.state.latest_tick = min(int(w.tick[frames][at]), _MAX_TICK)
         if not applied_t_s:
             return np.zeros(0), np.zeros(0)
         lags = np.concatenate(receive_lag_s)

@@ -33,7 +33,7 @@ vectorised over one generation of a window (each stream at most once).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -124,6 +124,22 @@ class Streams:
             stale=int(stale.sum()),
             jumps=int(jump.sum()),
         )
+
+    _FIELDS: Final = ("publisher", "seq", "t_s", "missing", "jumped")
+
+    def arrays(self) -> dict[str, npt.NDArray[Any]]:
+        """Return copies of the sequence state, for a checkpoint."""
+        return {name: getattr(self, name).copy() for name in self._FIELDS}
+
+    def restore(self, arrays: dict[str, npt.NDArray[Any]]) -> None:
+        """Take the state ``arrays`` gave; raises ValueError unless every array fits these streams."""
+        for name in self._FIELDS:
+            mine, theirs = getattr(self, name), arrays.get(name)
+            if theirs is None or theirs.shape != mine.shape or theirs.dtype != mine.dtype:
+                raise ValueError(f"{name}: {None if theirs is None else (theirs.shape, theirs.dtype)} does not fit "
+                                 f"{(mine.shape, mine.dtype)}")
+        for name in self._FIELDS:
+            setattr(self, name, arrays[name].copy())
 
     def missing_count(self) -> int:
         """Return how many frames are missing now (they may still come late)."""

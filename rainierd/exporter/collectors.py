@@ -178,9 +178,10 @@ class MonitorCollector(Collector):
             )
         snap = self._snapshot()
         if snap is not None:
-            yield GaugeMetricFamily(
-                "rainier_monitor_last_tick", "Latest telemetry tick applied.", value=snap.throughput.tick,
-            )
+            if snap.throughput.tick >= 0:  # absent until telemetry is applied
+                yield GaugeMetricFamily(
+                    "rainier_monitor_last_tick", "Latest telemetry tick applied.", value=snap.throughput.tick,
+                )
             if snap.lag_s == snap.lag_s:  # not NaN: some telemetry has been applied
                 yield GaugeMetricFamily(
                     "rainier_monitor_lag_seconds",

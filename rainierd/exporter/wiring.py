@@ -41,12 +41,23 @@ def build_exporter(
     max_entity_series: int = 1_000,
     process_metrics: bool = True,
 ) -> Exporter:
-    """Return the monitor's exporter over ``snapshot``."""
-    entities = EntityFamilies(topology, snapshot, max_series=max_entity_series)
-    ultraservers = UltraServerFamilies(topology, snapshot)
+    """Return the monitor's exporter over ``snapshot``.
+
+    The fleet's figures (throughput, chips reporting, health) appear only once
+    an analysis has applied telemetry: a monitor that has just started, or
+    has heard nothing yet, exports them absent, never as a fleet of zeros
+    that dashboards and alerts would take for a dead fleet.
+    """
+
+    def computed() -> MonitorSnapshot | None:
+        snap = snapshot()
+        return snap if snap is not None and snap.throughput.tick >= 0 else None
+
+    entities = EntityFamilies(topology, computed, max_series=max_entity_series)
+    ultraservers = UltraServerFamilies(topology, computed)
     registry = build_registry({
-        "fleet": FleetCollector(topology, snapshot),
+        "fleet": FleetCollector(topology, computed),
         "monitor": MonitorCollector(stats, snapshot, connection, loop_lag, backlog=backlog, lag=lag),
-        "health": HealthCollector(snapshot, dropped=lambda: entities.dropped),
+        "health": HealthCollector(computed, dropped=lambda: entities.dropped),
     }, process_metrics=process_metrics)
     return Exporter(registry, lambda: ultraservers.render() + entities.render())

@@ -1,0 +1,63 @@
+"""The monitor's sequence accounting on disk, so loss is counted exactly across
+a monitor restart: one ``.npz`` file, written after every analysis to a
+temporary name, flushed to disk and renamed over the last one, so a crash at
+any instant leaves either the old checkpoint or the new one, never half.
+
+What is in it is ``Ingest.checkpoint()``: every stream's last applied
+sequence number, what it still has missing, its publisher, and the ingest
+counters that go with them.  Nothing of the fleet's state is kept: a
+restarted monitor learns that again from the next tick.
+"""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+
+from rainierd.errors import RainierdError
+
+__all__ = ["CheckpointError", "load_checkpoint", "save_checkpoint"]
+
+FORMAT: Final = 1
+
+
+class CheckpointError(RainierdError):
+    """A checkpoint that cannot be used: unreadable, corrupt, another format or another fleet."""
+
+
+def save_checkpoint(path: Path, arrays: dict[str, npt.NDArray[Any]], *, fleet: str) -> None:
+    """Replace ``path`` with ``arrays`` atomically (raises OSError)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("wb") as out:
+        np.savez(out, **{"_format": np.array(FORMAT), "_fleet": np.array(fleet), **arrays})  # type: ignore[arg-type]
+        out.flush()
+        os.fsync(out.fileno())
+    tmp.replace(path)
+
+
+def load_checkpoint(path: Path, *, fleet: str) -> dict[str, npt.NDArray[Any]] | None:
+    """Return the arrays saved at ``path``, or None if there is no file.
+
+    Raises CheckpointError, saying why, for a file that cannot be used.
+    """
+    try:
+        with np.load(path, allow_pickle=False) as saved:
+            arrays = {name: saved[name] for name in saved.files}
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise CheckpointError(f"{path}: {exc.strerror or exc}") from None
+    except (ValueError, EOFError, zipfile.BadZipFile, KeyError) as exc:
+        raise CheckpointError(f"{path}: not a checkpoint ({exc})") from None
+    found = arrays.pop("_format", None)
+    if found is None or found.shape != () or int(found) != FORMAT:
+        raise CheckpointError(f"{path}: format {found!r}, not {FORMAT}")
+    theirs = arrays.pop("_fleet", None)
+    if theirs is None or str(theirs) != fleet:
+        raise CheckpointError(f"{path}: saved for fleet {theirs!s}, this one is {fleet}")
+    return arrays

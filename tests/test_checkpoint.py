@@ -1,0 +1,118 @@
+"""Specification of the checkpoint that carries sequence accounting across a
+monitor restart: frames published while no monitor listened are counted lost
+exactly once, and a checkpoint that does not fit is refused, never half used."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rainierd.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from rainierd.core import Ingest
+from rainierd.core.streams import WINDOW
+from tests.test_core import Fleet
+
+FLEET = "demo: 8 nodes, 1 sites"
+
+
+def run_ticks(fleet: Fleet, n: int) -> None:
+    for _ in range(n):
+        fleet.feed(fleet.frames()[1])
+
+
+def unheard(fleet: Fleet, n: int) -> None:
+    """``n`` ticks published while no monitor listens."""
+    for _ in range(n):
+        fleet.frames()
+
+
+class TestAcrossARestart:
+    def test_frames_published_while_down_are_lost_exactly_once(self) -> None:
+        """10 ticks applied, a checkpoint, 7 ticks nobody hears, a new monitor from the checkpoint, 2 * WINDOW
+        ticks: it counts exactly the 7 ticks of every node lost, and applied + lost is every frame published."""
+        fleet = Fleet()
+        run_ticks(fleet, 10)
+        saved = fleet.ingest.checkpoint()
+        fleet.ingest = Ingest(fleet.state, fleet.stats.__class__())  # the monitor restarts
+        fleet.stats = fleet.ingest.stats
+        fleet.ingest.restore(saved)
+        unheard(fleet, 7)
+        run_ticks(fleet, 2 * WINDOW)
+
+        nodes = fleet.topo.n_nodes
+        assert fleet.stats.frames_lost == 7 * nodes
+        assert fleet.stats.frames_missing == 0
+        assert fleet.stats.frames_applied + fleet.stats.frames_lost == (10 + 7 + 2 * WINDOW) * nodes
+        assert fleet.stats.publisher_changes == 0
+
+    def test_a_fresh_monitor_without_checkpoint_cannot_see_the_loss(self) -> None:
+        """The control: without the checkpoint, the same silence is invisible (a new stream starts anywhere)."""
+        fleet = Fleet()
+        run_ticks(fleet, 10)
+        fleet.ingest = Ingest(fleet.state, fleet.stats.__class__())
+        fleet.stats = fleet.ingest.stats
+        unheard(fleet, 7)
+        run_ticks(fleet, 2 * WINDOW)
+        assert fleet.stats.frames_lost == 0
+
+    def test_a_checkpoint_of_another_fleet_is_refused_and_changes_nothing(self) -> None:
+        """A rainier-sized checkpoint does not fit a demo monitor: ValueError, and its state is as it was."""
+        big = Fleet("sites=1,ultraservers=4")
+        run_ticks(big, 2)
+        small = Fleet()
+        run_ticks(small, 3)
+        seq_before = small.ingest.checkpoint()["nodes.seq"].copy()
+        with pytest.raises(ValueError, match="does not fit"):
+            small.ingest.restore(big.ingest.checkpoint())
+        assert np.array_equal(small.ingest.checkpoint()["nodes.seq"], seq_before)
+        assert small.stats.frames_applied == 3 * small.topo.n_nodes
+
+    def test_the_counters_travel_with_the_streams(self) -> None:
+        fleet = Fleet()
+        run_ticks(fleet, 4)
+        restored = Fleet()
+        restored.ingest.restore(fleet.ingest.checkpoint())
+        assert restored.stats.frames_applied == fleet.stats.frames_applied == 4 * fleet.topo.n_nodes
+
+
+class TestFile:
+    def test_round_trip(self, tmp_path: Path) -> None:
+        fleet = Fleet()
+        run_ticks(fleet, 3)
+        path = tmp_path / "streams.npz"
+        save_checkpoint(path, fleet.ingest.checkpoint(), fleet=FLEET)
+        arrays = load_checkpoint(path, fleet=FLEET)
+        assert arrays is not None
+        other = Ingest(Fleet().state, Fleet().stats)
+        other.restore(arrays)
+        assert not list(tmp_path.glob(".*.tmp"))  # the temporary name was renamed over
+
+    def test_no_file_is_no_checkpoint(self, tmp_path: Path) -> None:
+        assert load_checkpoint(tmp_path / "absent.npz", fleet=FLEET) is None
+
+    @pytest.mark.parametrize(("content", "reason"), [
+        (b"", "not a checkpoint"),
+        (b"garbage that is not a zip file at all", "not a checkpoint"),
+    ])
+    def test_a_corrupt_file_is_refused(self, tmp_path: Path, content: bytes, reason: str) -> None:
+        path = tmp_path / "streams.npz"
+        path.write_bytes(content)
+        with pytest.raises(CheckpointError, match=reason):
+            load_checkpoint(path, fleet=FLEET)
+
+    def test_a_truncated_file_is_refused(self, tmp_path: Path) -> None:
+        fleet = Fleet()
+        run_ticks(fleet, 2)
+        path = tmp_path / "streams.npz"
+        save_checkpoint(path, fleet.ingest.checkpoint(), fleet=FLEET)
+        path.write_bytes(path.read_bytes()[:200])
+        with pytest.raises(CheckpointError):
+            load_checkpoint(path, fleet=FLEET)
+
+    def test_another_fleets_file_is_refused(self, tmp_path: Path) -> None:
+        path = tmp_path / "streams.npz"
+        save_checkpoint(path, Fleet().ingest.checkpoint(), fleet=FLEET)
+        with pytest.raises(CheckpointError, match="saved for fleet"):
+            load_checkpoint(path, fleet="rainier: 7800 nodes, 1 sites")
