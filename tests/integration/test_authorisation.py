@@ -22,9 +22,9 @@ import numpy as np
 import pytest
 
 from rainierd.sim.fleet import FleetModel
-from rainierd.sim.frames import tick_frames
+from rainierd.sim.frames import tick_batches, tick_frames
 from rainierd.topology import build_topology
-from rainierd.wire import encode_binary
+from rainierd.wire import NodeBatch, encode_binary
 from rainierd.wire.topics import status_topic
 from tests.conftest import Daemon
 from tests.helpers import current_values, free_port, wait_for_port
@@ -106,6 +106,15 @@ def rogue_frames(node: int) -> tuple[str, bytes]:
     raise AssertionError(f"node {node} has no frame")
 
 
+def rogue_batch() -> bytes:
+    """A valid, current batch frame of every node of site 0, from a publisher id the monitor has never seen."""
+    model = FleetModel(TOPO, np.random.default_rng(8), tick_s=1.0, start_s=time.time())
+    frames = tick_batches(TOPO, model.step(0), publisher="rogue-batch", nodes_per_batch=TOPO.n_nodes)
+    batches = [frame for _topic, frame in frames if isinstance(frame, NodeBatch)]
+    assert len(batches) == 1
+    return encode_binary(batches[0])
+
+
 async def connect_fails(broker: ShippedBroker, username: str | None, password: str | None) -> str:
     try:
         async with aiomqtt.Client("127.0.0.1", broker.port, identifier="intruder", username=username,
@@ -159,6 +168,7 @@ def test_the_shipped_broker_refuses_what_a_client_may_not_write(
         async with aiomqtt.Client("127.0.0.1", broker.port, identifier="n3", username="n3",
                                   password=broker.password("n3")) as n3:
             await n3.publish(*rogue_frames(4), qos=1)  # another node's telemetry: refused
+            await n3.publish("rainier/v1/telemetry/s0/batch/n3", rogue_batch(), qos=1)  # every node at once: refused
             await n3.publish(forged_event, b'{"entity": "chip", "id": 5, "after": "failed"}', qos=1, retain=True)
             await n3.publish(monitor_status, b"offline", qos=1, retain=True)
             await n3.publish(*rogue_frames(3), qos=1)  # its own node's telemetry: the allowed control
