@@ -38,6 +38,11 @@ def save_checkpoint(path: Path, arrays: dict[str, npt.NDArray[Any]], *, fleet: s
         out.flush()
         os.fsync(out.fileno())
     tmp.replace(path)
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)  # the rename itself, through a power loss
+    finally:
+        os.close(directory)
 
 
 def load_checkpoint(path: Path, *, fleet: str) -> dict[str, npt.NDArray[Any]] | None:

@@ -99,7 +99,9 @@ async def _run_role(role: Role, settings: Settings, stop: asyncio.Event) -> None
             exporter = build_exporter(
                 topology, lambda: monitor.snapshot, stats=monitor.stats, connection=monitor.connection,
                 backlog=monitor.backlog, lag=monitor.lag,
-                loop_lag=lambda: loop_lag.worst_s, max_entity_series=settings.max_entity_series,
+                loop_lag=lambda: loop_lag.worst_s, loop_lag_histogram=loop_lag.histogram,
+                checkpoint=monitor.checkpoint if settings.state_file is not None else None,
+                max_entity_series=settings.max_entity_series,
             )
             host, port = settings.metrics_host_port
             server = MetricsServer(

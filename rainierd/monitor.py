@@ -25,13 +25,13 @@ import aiomqtt
 import numpy as np
 import structlog
 
-from rainierd.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from rainierd.checkpoint import load_checkpoint, save_checkpoint
 from rainierd.core.analysis import Analysis, MonitorCore
 from rainierd.core.detect import DetectionParams, Event
 from rainierd.core.ingest import Message
 from rainierd.core.model import ModelParams
 from rainierd.exporter import Health, MonitorSnapshot
-from rainierd.status import BacklogState, ConnectionState, LagHistogram
+from rainierd.status import BacklogState, CheckpointState, ConnectionState, LagHistogram
 from rainierd.topology import Topology
 from rainierd.wire.topics import EVENTS_ROOT, status_topic, telemetry_filters
 
@@ -149,7 +149,8 @@ class Monitor:
         self._receive_lag_floor: deque[float] = deque(maxlen=_RECEIVE_LAG_HISTORY)
         self.checkpoint_file = checkpoint_file
         self.reconnect_grace_s = reconnect_grace_s
-        self.checkpoint_failures = 0
+        self.checkpoint = CheckpointState()
+        self._status_restore: asyncio.Task[None] | None = None
         self._fleet = f"{topology.name}: {topology.n_nodes} nodes, {topology.n_sites} sites"
 
     # -- checkpoint -----------------------------------------------------------------
@@ -168,26 +169,38 @@ class Monitor:
                 log.info("no stream checkpoint yet; starting afresh", path=str(self.checkpoint_file))
                 return False
             self.ingest.restore(arrays)
-        except (CheckpointError, ValueError) as exc:
-            log.warning("stream checkpoint not used; starting afresh", path=str(self.checkpoint_file), error=str(exc))
+        except Exception as exc:  # whatever is wrong with the file, the monitor starts afresh
+            log.warning("stream checkpoint not used; starting afresh", path=str(self.checkpoint_file),
+                        error=str(exc)[:300], error_type=type(exc).__name__)
             return False
         stats = self.stats
         log.info("stream checkpoint restored", path=str(self.checkpoint_file), frames_applied=stats.frames_applied,
                  frames_lost=stats.frames_lost, frames_missing=stats.frames_missing)
         return True
 
-    async def _save_checkpoint(self) -> None:
+    async def save_checkpoint_now(self) -> None:
         """Save the sequence accounting as of the analysis just finished (the write runs off the loop)."""
-        if self.checkpoint_file is None:
+        path = self.checkpoint_file
+        if path is None:
             return
-        arrays = self.ingest.checkpoint()  # copies, taken while no analysis runs
+        state = self.checkpoint
         try:
-            await asyncio.to_thread(save_checkpoint, self.checkpoint_file, arrays, fleet=self._fleet)
-        except OSError as exc:
-            self.checkpoint_failures += 1
-            if self.checkpoint_failures <= _LOG_FIRST or self.checkpoint_failures % _LOG_EVERY == 0:
-                log.warning("stream checkpoint not saved", path=str(self.checkpoint_file), error=str(exc),
-                            occurrences=self.checkpoint_failures)
+            arrays = self.ingest.checkpoint()  # copies, taken while no analysis runs
+            await asyncio.to_thread(save_checkpoint, path, arrays, fleet=self._fleet)
+        except Exception as exc:  # a checkpoint that cannot be written must not stop the monitor
+            state.failures += 1
+            # An older checkpoint left behind would, after a restart, take back counters lower than those
+            # already exported (a false reset to Prometheus) and count frames applied since as lost: remove it.
+            try:
+                path.unlink(missing_ok=True)
+            except OSError as unlink_error:
+                log.warning("stale stream checkpoint could not be removed", path=str(path), error=str(unlink_error))
+            if state.failures <= _LOG_FIRST or state.failures % _LOG_EVERY == 0:
+                log.warning("stream checkpoint not saved", path=str(path), error=str(exc)[:300],
+                            error_type=type(exc).__name__, occurrences=state.failures)
+        else:
+            state.saves += 1
+            state.last_save_wall_s = time.time()
 
     # -- receiving ----------------------------------------------------------------
 
@@ -249,8 +262,9 @@ class Monitor:
                         payload = str(payload).encode()
                     topic = message.topic.value
                     if topic == own_status:
-                        if payload != b"online":
-                            tg.create_task(self._restore_status(client, own_status), name="monitor-restore-status")
+                        if payload != b"online" and (self._status_restore is None or self._status_restore.done()):
+                            self._status_restore = tg.create_task(self._restore_status(client, own_status, payload),
+                                                                  name="monitor-restore-status")
                         continue
                     self.on_message(topic, bytes(payload))
         finally:
@@ -271,10 +285,11 @@ class Monitor:
         finally:
             self.clock.hear("publishers_reconnecting")
 
-    async def _restore_status(self, client: aiomqtt.Client, topic: str) -> None:
+    async def _restore_status(self, client: aiomqtt.Client, topic: str, payload: bytes) -> None:
+        """Say online again.  Another client wrote here, or this id's previous session's will fired late."""
         self.connection.status_overwritten += 1
-        log.warning("another client overwrote this monitor's status; saying online again", topic=topic,
-                    occurrences=self.connection.status_overwritten)
+        log.warning("this monitor's status was overwritten while it serves; saying online again", topic=topic,
+                    status=payload[:16].decode(errors="replace"), occurrences=self.connection.status_overwritten)
         await client.publish(topic, b"online", qos=1, retain=True)
 
     async def _publish_events(self, client: aiomqtt.Client) -> None:
@@ -399,7 +414,7 @@ class Monitor:
         while True:
             began = loop.time()
             await self.analyse_once()
-            await self._save_checkpoint()
+            await self.save_checkpoint_now()
             if after is not None:
                 await after()
             due, earliest = began + self.tick_s, began + self.tick_s / 2

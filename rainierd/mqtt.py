@@ -146,15 +146,19 @@ async def _until_disconnected(client: aiomqtt.Client, session: Callable[[aiomqtt
     aiomqtt has no public "connection lost" signal; its own message iterator
     waits on this same future.
     """
-    lost: asyncio.Future[None] = client._disconnected
+    lost: asyncio.Future[None] | None = getattr(client, "_disconnected", None)
+    if lost is None:  # another aiomqtt: a session then learns of the loss at its next operation
+        await session(client)
+        return
     work = asyncio.ensure_future(session(client))
     try:
         await asyncio.wait((work, lost), return_when=asyncio.FIRST_COMPLETED)
     finally:
         if not work.done():
             work.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await work
+            # Wait for it without taking its CancelledError for ours: if we are
+            # being cancelled too, that must still reach the caller.
+            await asyncio.wait((work,))
     if not work.cancelled():
         work.result()  # the session's own return or failure
         return
@@ -201,6 +205,10 @@ async def supervise(
         # takes both forms; anything else in the group still propagates.
         except* aiomqtt.MqttError as group:
             failure = group.exceptions[0]
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            # A stop came while the session was failing: the transport error must not swallow it.
+            raise asyncio.CancelledError
         state.connected = False
         state.failures += 1
         if loop.time() - started > _STABLE_AFTER_S:

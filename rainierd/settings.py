@@ -97,7 +97,7 @@ class Settings(BaseSettings):
                           "(docs/reliability.md); unset keeps nothing",
     )
     max_seq_jump: int = Field(
-        100_000, ge=16, le=2**62,
+        100_000, ge=16, le=2**40,
         description="monitor: a frame numbered more than this many frames past its stream's last is rejected "
                     "(seq_jump) unless the next frame continues from it",
     )

@@ -13,7 +13,7 @@ import numpy as np
 
 from rainierd._types import F64, I64
 
-__all__ = ["LAG_BUCKETS_S", "BacklogState", "ConnectionState", "LagHistogram"]
+__all__ = ["LAG_BUCKETS_S", "BacklogState", "CheckpointState", "ConnectionState", "LagHistogram"]
 
 # Fine steps up to 3 s (a 1 s tick's lag lives there), coarse beyond.
 LAG_BUCKETS_S: Final = (*(round(0.1 * i, 1) for i in range(1, 31)), 4.0, 5.0, 7.5, 10.0, 15.0, 30.0, 60.0)
@@ -27,6 +27,15 @@ class ConnectionState:
     connects: int = 0
     failures: int = 0
     status_overwritten: int = 0  # another client wrote this one's retained status; it was said again
+
+
+@dataclass(slots=True)
+class CheckpointState:
+    """How the monitor's stream checkpoint (``--state-file``) is keeping up."""
+
+    saves: int = 0
+    failures: int = 0
+    last_save_wall_s: float = float("nan")  # wall time of the last checkpoint written
 
 
 @dataclass(slots=True)

@@ -4,6 +4,7 @@ exactly once, and a checkpoint that does not fit is refused, never half used."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,8 @@ import pytest
 from rainierd.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from rainierd.core import Ingest
 from rainierd.core.streams import WINDOW
+from rainierd.monitor import Monitor
+from rainierd.topology import build_topology
 from tests.test_core import Fleet
 
 FLEET = "demo: 8 nodes, 1 sites"
@@ -116,3 +119,88 @@ class TestFile:
         save_checkpoint(path, Fleet().ingest.checkpoint(), fleet=FLEET)
         with pytest.raises(CheckpointError, match="saved for fleet"):
             load_checkpoint(path, fleet="rainier: 7800 nodes, 1 sites")
+
+
+class TestRefusedWhole:
+    """A checkpoint that does not fit changes nothing at all (it is checked before anything is taken)."""
+
+    @staticmethod
+    def broken(mutate: str) -> tuple[Fleet, dict[str, np.ndarray]]:
+        source = Fleet()
+        run_ticks(source, 3)
+        arrays = source.ingest.checkpoint()
+        if mutate == "float counters":
+            arrays["counters"] = np.array([np.nan] * 5)
+        elif mutate == "text counters":
+            arrays["counters"] = np.array(["a"] * 5)
+        elif mutate == "publisher below -1":
+            arrays["nodes.publisher"][0] = -5
+        elif mutate == "publisher beyond the table":
+            arrays["nodes.publisher"][0] = 7
+        elif mutate == "names listed twice":
+            arrays["publishers.utf8"] = np.frombuffer(b"simsim", np.uint8).copy()
+            arrays["publishers.len"] = np.array([3, 3])
+        elif mutate == "lengths that do not add up":
+            arrays["publishers.len"] = np.array([99])
+        elif mutate == "not UTF-8":
+            arrays["publishers.utf8"] = np.frombuffer(b"\xff\xfe\xfd", np.uint8).copy()
+        elif mutate == "counters missing":
+            del arrays["counters"]
+        target = Fleet()
+        run_ticks(target, 2)
+        return target, arrays
+
+    @pytest.mark.parametrize("mutate", [
+        "float counters", "text counters", "publisher below -1", "publisher beyond the table", "names listed twice",
+        "lengths that do not add up", "not UTF-8", "counters missing",
+    ])
+    def test_refused_and_nothing_changes(self, mutate: str) -> None:
+        target, arrays = self.broken(mutate)
+        before = target.ingest.checkpoint()
+        with pytest.raises(ValueError):  # noqa: PT011 - the reason varies; what matters is that nothing changed
+            target.ingest.restore(arrays)
+        after = target.ingest.checkpoint()
+        assert before.keys() == after.keys()
+        assert all(np.array_equal(before[k], after[k]) for k in before)
+
+    def test_a_publisher_id_ending_in_nul_survives_the_round_trip(self) -> None:
+        """Binary frames may carry any UTF-8 publisher id; a numpy string array would drop trailing NULs, and the
+        restored stream would then see a publisher change on its next frame."""
+        fleet = Fleet()
+        frames = [(t, replace(f, publisher="agg\0")) for t, f in fleet.frames()[1]]
+        fleet.feed(frames)
+        restored = Fleet()
+        restored.ingest.restore(fleet.ingest.checkpoint())
+        restored.model, restored.tick = fleet.model, fleet.tick
+        result = restored.feed([(t, replace(f, publisher="agg\0")) for t, f in restored.frames()[1]])
+        assert (result.applied, result.publisher_changes) == (8, 0)
+
+
+class TestMonitorSaves:
+    async def test_a_checkpoint_that_cannot_be_written_is_counted_and_the_stale_one_removed(
+        self, tmp_path: Path,
+    ) -> None:
+        """A write that fails leaves no older checkpoint behind (a restart from it would take back counters lower
+        than those exported and count frames applied since as lost), counts the failure and keeps the monitor going;
+        the next write that works puts a fresh one back."""
+        path = tmp_path / "streams.npz"
+        monitor = Monitor(build_topology("demo"), tick_s=1.0, stale_after_ticks=3, max_frame_bytes=1 << 20,
+                          checkpoint_file=path)
+        await monitor.save_checkpoint_now()
+        assert (path.exists(), monitor.checkpoint.saves, monitor.checkpoint.failures) == (True, 1, 0)
+        blocker = tmp_path / ".streams.npz.tmp"
+        blocker.mkdir()  # the temporary file cannot be created
+        await monitor.save_checkpoint_now()
+        assert (path.exists(), monitor.checkpoint.failures) == (False, 1)
+        blocker.rmdir()
+        await monitor.save_checkpoint_now()
+        assert (path.exists(), monitor.checkpoint.saves) == (True, 2)
+
+    def test_an_unusable_file_is_ignored_at_start(self, tmp_path: Path) -> None:
+        """A monitor given a corrupt checkpoint starts afresh instead of failing to start."""
+        path = tmp_path / "streams.npz"
+        path.write_bytes(b"PK\x03\x04 not really a zip")
+        monitor = Monitor(build_topology("demo"), tick_s=1.0, stale_after_ticks=3, max_frame_bytes=1 << 20,
+                          checkpoint_file=path)
+        assert monitor.restore() is False
+        assert monitor.stats.frames_applied == 0

@@ -192,6 +192,16 @@ class TestIngest:
         fleet.feed(f2)
         assert fleet.state.latest_tick == 2
 
+    def test_one_fast_clock_does_not_move_the_latest_sample(self) -> None:
+        """Node 0's clock runs 299 s fast (within the skew allowed): the latest sample time, behind the lag gauge,
+        stays the fleet's own (the median of the window), tick after tick."""
+        fleet = Fleet()
+        for _ in range(3):
+            _, frames = fleet.frames()
+            topic, frame = frames[0]
+            fleet.feed([(topic, replace(frame, t_s=frame.t_s + 299.0)), *frames[1:]])
+            assert fleet.state.latest_t_s == frames[1][1].t_s
+
     def test_forged_publishers_do_not_renumber_a_window(self) -> None:
         """More rejected frames from made-up publisher ids than the publisher table holds, in the same window as a
         genuine tick: the genuine publisher's streams carry on, with no publisher change and nothing lost."""

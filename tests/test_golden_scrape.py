@@ -21,6 +21,7 @@ from prometheus_client import generate_latest
 from rainierd.core.analysis import MonitorCore
 from rainierd.exporter import MonitorSnapshot
 from rainierd.exporter.wiring import build_exporter
+from rainierd.looplag import LoopLag
 from rainierd.sim.faults import Fault, FaultKind
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
@@ -50,10 +51,14 @@ def scrape_of_fixed_scenario() -> str:
     )
     lag = LagHistogram()
     lag.observe(np.array([0.25, 0.5, 0.75, 1.2, 3.5]))
+    loop_lag = LoopLag()
+    for lag_s in (0.0004, 0.0004, 0.0021, 0.009, 0.12):
+        loop_lag.observe(lag_s)
     backlog = BacklogState(messages=3, bytes=12_000, oldest_s=0.4, dropped_messages=2, dropped_bytes=8_000)
     exporter = build_exporter(topo, lambda: snapshot, stats=core.stats,
                               connection=ConnectionState(connected=True, connects=1), backlog=backlog, lag=lag,
-                              loop_lag=lambda: 0.001, process_metrics=False)
+                              loop_lag=lambda: 0.001, loop_lag_histogram=loop_lag.histogram,
+                              process_metrics=False)
     text = (generate_latest(exporter.registry) + exporter.extra()).decode()
     # Collector durations are wall-clock: the only values that differ run to run.
     return re.sub(r"^(rainier_exporter_collector_duration_seconds\{[^}]*\}) \S+$", r"\1 0.0", text, flags=re.M)

@@ -115,15 +115,24 @@ class TestJumps:
         assert feed(s, 6, 6.0).keep.all()
         assert int(s.seq[0]) == 6
 
-    def test_a_jump_the_next_frame_confirms_is_a_renumbering(self) -> None:
-        """A publisher that really jumped is followed from its second frame there, counted as a restart."""
+    def test_a_jump_the_next_frame_confirms_is_believed(self) -> None:
+        """A stream that really moved on (a monitor away longer than max_jump frames) is followed from the
+        second frame there: what it skipped is lost, but for the rejected first frame; counted as a restart."""
         s = Streams(1, max_jump=1_000)
         feed(s, 10, 10.0)
         first = feed(s, 50_000, 11.0)
         second = feed(s, 50_001, 12.0)
         assert (first.jumps, bool(first.keep[0])) == (1, False)
-        assert (bool(second.keep[0]), second.restarts, second.lost) == (True, 1, 0)
+        assert (bool(second.keep[0]), second.restarts, second.lost) == (True, 1, 50_001 - 10 - 2)
         assert feed(s, 50_002, 13.0).keep.all()
+
+    def test_old_frames_do_not_confirm_a_jump(self) -> None:
+        """Two consecutive far-ahead frames sampled before the last one applied (an old process still
+        running under the same id) are both refused: a jump is believed only with newer samples."""
+        s = Streams(1, max_jump=1_000)
+        feed(s, 2, 201.0)
+        assert [feed(s, seq, t).jumps for seq, t in ((1_000_001, 101.0), (1_000_002, 102.0))] == [1, 1]
+        assert (int(s.seq[0]), float(s.t_s[0])) == (2, 201.0)
 
     def test_a_jump_within_the_bound_is_an_ordinary_gap(self) -> None:
         """max_jump frames skipped is believed: counted missing, then lost, as any gap."""

@@ -79,7 +79,9 @@ async def run_bridge(settings: Settings, *, node_name: str, efa_root: Path) -> N
 async def _run_bridge(settings: Settings, *, node_name: str, efa_root: Path, stop: asyncio.Event) -> None:
     topology = load_topology(settings.topology, efa_ports_per_node=settings.efa_ports_per_node)
     node = find_node(topology, node_name)
-    config = mqtt_config(settings, client_id=f"rainierd-bridge-{topology.node_name(node)}")
+    # n<id>: the same as the topic's node level, and the username the shipped ACL gives a node agent, whose
+    # status topic is its username (docs/security.md); unique in the fleet, so no two bridges share a session.
+    config = mqtt_config(settings, client_id=f"n{node}")
     bridge = NeuronMonitorNode(topology, node, publisher=config.client_id)
     topic = node_topic(*topology.node_path(node))
     outbox: asyncio.Queue[bytes] = asyncio.Queue(_OUTBOX)

@@ -160,6 +160,14 @@ class _Window:
         return int(self.node.size)
 
 
+def _saved(arrays: dict[str, npt.NDArray[Any]], name: str, dtype: Any, size: int | None = None) -> npt.NDArray[Any]:
+    """Return the 1-d array ``name`` of a checkpoint; raises ValueError unless it is there with that dtype."""
+    array = arrays.get(name)
+    if array is None or array.dtype != dtype or array.ndim != 1 or (size is not None and array.size != size):
+        raise ValueError(f"{name}: missing, or not a 1-d {np.dtype(dtype)} array{f' of {size}' if size else ''}")
+    return array
+
+
 class Ingest:
     """Turns windows of frames into in-place updates of a FleetState."""
 
@@ -276,32 +284,49 @@ class Ingest:
         streams, so a checkpoint is consistent whenever it was taken: frames
         applied after it are in neither, and count as lost after a restore.
         """
-        names = sorted(self._publishers, key=self._publishers.__getitem__)
+        names = [name.encode() for name in sorted(self._publishers, key=self._publishers.__getitem__)]
         counters = [self.stats.frames_applied, self.stats.frames_lost, self.stats.frames_late,
                     self.stats.publisher_changes, self.stats.publisher_restarts]
         arrays = {f"nodes.{k}": v for k, v in self._nodes.arrays().items()}
         arrays |= {f"sites.{k}": v for k, v in self._sites.arrays().items()}
-        arrays["publishers"] = np.array(names, dtype=np.str_) if names else np.zeros(0, "<U1")
-        arrays["counters"] = np.array(counters, np.int64)
+        # UTF-8 bytes and their lengths: a numpy string array would drop a publisher id's trailing NULs.
+        arrays["publishers.utf8"] = np.frombuffer(b"".join(names), np.uint8).copy()
+        arrays["publishers.len"] = np.array([len(name) for name in names], np.int64)
+        arrays["counters"] = np.array([min(c, 2**63 - 1) for c in counters], np.int64)
         return arrays
 
     def restore(self, arrays: dict[str, npt.NDArray[Any]]) -> None:
-        """Continue from ``checkpoint()``'s arrays; raises ValueError (changing nothing) if they do not fit."""
+        """Continue from ``checkpoint()``'s arrays.
+
+        All or nothing: everything is checked and built aside first, so arrays
+        that do not fit raise ValueError and change nothing.
+        """
         nodes = Streams(self._nodes.publisher.size, max_jump=int(self._nodes.max_jump))
         sites = Streams(self._sites.publisher.size, max_jump=int(self._sites.max_jump))
         nodes.restore({k.removeprefix("nodes."): v for k, v in arrays.items() if k.startswith("nodes.")})
         sites.restore({k.removeprefix("sites."): v for k, v in arrays.items() if k.startswith("sites.")})
-        names, counters = arrays.get("publishers"), arrays.get("counters")
-        if names is None or names.ndim != 1 or counters is None or counters.shape != (5,) or (counters < 0).any():
-            raise ValueError("no publisher table or counters")
-        highest = max(int(nodes.publisher.max(initial=-1)), int(sites.publisher.max(initial=-1)))
-        if highest >= names.size:
-            raise ValueError(f"a stream names publisher {highest} of {names.size}")
+        utf8 = _saved(arrays, "publishers.utf8", np.uint8)
+        lengths = _saved(arrays, "publishers.len", np.int64)
+        counters = _saved(arrays, "counters", np.int64, size=5)
+        if (lengths < 0).any() or int(lengths.sum()) != utf8.size or (counters < 0).any():
+            raise ValueError("the publisher table or the counters are inconsistent")
+        blob, names, at = utf8.tobytes(), [], 0
+        for length in lengths.tolist():
+            try:
+                names.append(blob[at:at + length].decode())
+            except UnicodeDecodeError:
+                raise ValueError("a publisher id is not UTF-8") from None
+            at += length
+        if len(set(names)) != len(names):
+            raise ValueError("a publisher id is listed twice")
+        for streams in (nodes, sites):
+            if streams.publisher.size and (streams.publisher.min() < -1 or streams.publisher.max() >= len(names)):
+                raise ValueError(f"a stream names a publisher outside the table of {len(names)}")
         self._nodes, self._sites = nodes, sites
-        self._publishers = {str(name): index for index, name in enumerate(names.tolist())}
+        self._publishers = {name: index for index, name in enumerate(names)}
         stats = self.stats
         (stats.frames_applied, stats.frames_lost, stats.frames_late, stats.publisher_changes,
-         stats.publisher_restarts) = (int(c) for c in counters)
+         stats.publisher_restarts) = (int(c) for c in counters.tolist())
         stats.frames_missing = nodes.missing_count() + sites.missing_count()
 
     def _publisher(self, name: str) -> int:
@@ -452,7 +477,7 @@ class Ingest:
         first = np.ones(by_node.size, dtype=bool)
         first[1:] = nodes_sorted[1:] != nodes_sorted[:-1]
         generation = np.arange(by_node.size) - np.maximum.accumulate(np.where(first, np.arange(by_node.size), 0))
-        applied_t_s, receive_lag_s = [], []
+        applied_t_s, receive_lag_s, applied = [], [], []
         for g in range(int(generation.max(initial=-1)) + 1):
             frames = np.sort(by_node[generation == g])
             advance = self._nodes.advance(w.node[frames], w.publisher[frames], w.seq[frames], w.t_s[frames])
@@ -465,16 +490,18 @@ class Ingest:
             tally.add(advance, int(frames.size))
             applied_t_s.append(w.t_s[frames])
             receive_lag_s.append(w.rx_wall_s[frames] - w.t_s[frames])
-            if frames.size:
-                # The newest sample (its time is bounded by max_clock_skew_s), not the largest tick: a
-                # publisher's tick is only its own count, and one absurd tick must not pin the gauge for good.
-                at = int(np.argmax(w.t_s[frames]))
-                newest_t_s = float(w.t_s[frames][at])
-                if not newest_t_s < self.state.latest_t_s:  # NaN before the first frame
-                    self.state.latest_t_s = newest_t_s
-                    self.state.latest_tick = min(int(w.tick[frames][at]), _MAX_TICK)
+            applied.append(frames)
         if not applied_t_s:
             return np.zeros(0), np.zeros(0)
+        # "Latest" is the window's median sample, not its newest sample nor its largest tick: a publisher's
+        # tick is only its own count (one absurd tick would pin the gauge), and one node whose clock runs
+        # minutes fast (within max_clock_skew_s) would otherwise hold the lag gauge negative for good.
+        chosen = np.concatenate(applied)
+        if chosen.size:
+            times = w.t_s[chosen]
+            at = int(np.argpartition(times, times.size // 2)[times.size // 2])
+            self.state.latest_t_s = float(times[at])
+            self.state.latest_tick = min(int(w.tick[chosen][at]), _MAX_TICK)
         lags = np.concatenate(receive_lag_s)
         return np.concatenate(applied_t_s), lags[np.isfinite(lags)]
 

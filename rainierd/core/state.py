@@ -211,8 +211,8 @@ class FleetState:
     efa: Table = field(init=False)
     cooling: Table = field(init=False)
     facility: Table = field(init=False)
-    latest_tick: int = -1  # the tick of the newest sample applied (shown only; never judges freshness)
-    latest_t_s: float = float("nan")  # the newest sample time applied
+    latest_tick: int = -1  # the tick of the last window's median sample (shown only; never judges freshness)
+    latest_t_s: float = float("nan")  # that sample's time
     # The monitor's listening clock at the current analysis: ages are now_s - rx_s.
     now_s: float = float("nan")
 

@@ -18,10 +18,11 @@ frame.  Against the stream's last applied frame, a frame is:
 * **a jump**: newer by more than ``max_jump`` frames: rejected, not believed
   (one corrupt or forged ``seq`` would otherwise count a million frames lost
   and make every genuine frame after it stale).  The stream remembers it, and
-  only if the next frame continues from it (within the window) does the
-  stream start over there, counted as a restart: a publisher that truly
-  renumbered is followed after one rejected frame, a lone bad number changes
-  nothing.
+  only if the next frame continues from it (within the window, and sampled
+  later than the last one applied) does the stream believe it: the frames
+  skipped are counted lost (a monitor that was away longer than ``max_jump``
+  frames, with its checkpoint) but for the rejected one, and the stream goes
+  on from there, counted as a restart.  A lone bad number changes nothing.
 
 A frame from another publisher than the stream's starts the stream over
 (a fail-over, or a restart under a new id), counted as a publisher change.
@@ -64,8 +65,8 @@ class Streams:
     """The sequence state of ``n`` streams, one per node (or site)."""
 
     def __init__(self, n: int, *, max_jump: int = 100_000) -> None:
-        if not WINDOW <= max_jump < 2**63:
-            raise ValueError(f"max_jump must be in [{WINDOW}, 2**63), not {max_jump}")
+        if not WINDOW <= max_jump <= 2**40:
+            raise ValueError(f"max_jump must be in [{WINDOW}, 2**40], not {max_jump}")
         self.max_jump = np.uint64(max_jump)
         self.publisher = np.full(n, -1, np.int64)  # -1: no frame yet
         self.seq = np.zeros(n, np.uint64)
@@ -82,7 +83,7 @@ class Streams:
         # A jump is believed only when the frame after it continues from it.
         jumped = self.jumped[entity]
         implausible = ahead & (seq - last - _ONE > self.max_jump)
-        confirmed = implausible & (jumped > 0) & (seq > jumped) & (seq - jumped <= WINDOW)
+        confirmed = implausible & (jumped > 0) & (seq > jumped) & (seq - jumped <= WINDOW) & (t_s > last_t)
         jump = implausible & ~confirmed
         newer = ahead & ~implausible
         older = same & ~ahead
@@ -113,11 +114,14 @@ class Streams:
         self.publisher[moved] = publisher[keep]
         self.seq[moved] = seq[keep]
         self.t_s[moved] = t_s[keep]
-        lost = np.bitwise_count(falling).sum(dtype=np.int64) + beyond.sum(dtype=np.uint64)
-        lost += np.bitwise_count(abandoned).sum(dtype=np.int64)
+        # Python ints: a sum of uint64 gaps and int64 bit counts would be a float64, exact only below 2**53.
+        lost = int(np.bitwise_count(falling).sum(dtype=np.int64)) + int(beyond.sum(dtype=np.uint64))
+        lost += int(np.bitwise_count(abandoned).sum(dtype=np.int64))
+        # A believed jump: what it skipped is lost, but for the jumping frame, already counted rejected.
+        lost += int((seq[confirmed] - last[confirmed] - np.uint64(2)).sum(dtype=np.uint64))
         return Advance(
             keep=keep,
-            lost=int(lost),
+            lost=lost,
             late=int(late.sum()),
             restarts=int(restart.sum()),
             changes=int(((known >= 0) & ~same).sum()),

@@ -28,7 +28,7 @@ from prometheus_client.registry import Collector
 from rainierd import __version__
 from rainierd.core.ingest import IngestStats
 from rainierd.exporter.snapshot import MonitorSnapshot
-from rainierd.status import BacklogState, ConnectionState, LagHistogram
+from rainierd.status import BacklogState, CheckpointState, ConnectionState, LagHistogram
 from rainierd.topology import Topology
 from rainierd.wire.records import WIRE_VERSION
 
@@ -93,10 +93,13 @@ class MonitorCollector(Collector):
         *,
         backlog: BacklogState | None = None,
         lag: LagHistogram | None = None,
+        loop_lag_histogram: LagHistogram | None = None,
+        checkpoint: CheckpointState | None = None,
     ) -> None:
         self._stats, self._snapshot, self._connection = stats, snapshot, connection
-        self._loop_lag = loop_lag
+        self._loop_lag, self._loop_lag_histogram = loop_lag, loop_lag_histogram
         self._backlog, self._lag = backlog, lag
+        self._checkpoint = checkpoint
 
     def collect(self) -> Iterator[Metric]:
         stats = self._stats
@@ -119,6 +122,7 @@ class MonitorCollector(Collector):
         yield frames
         yield received
         yield from self._backlog_metrics()
+        yield from self._checkpoint_metrics()
         errors = CounterMetricFamily(
             "rainier_ingest_decode_errors",
             "Frames rejected, by reason (decode, identity, sequence).", labels=["reason"],
@@ -176,6 +180,11 @@ class MonitorCollector(Collector):
             yield GaugeMetricFamily(
                 "rainier_event_loop_lag_seconds", "Worst event-loop lag over the last 10 s.", value=self._loop_lag(),
             )
+        if self._loop_lag_histogram is not None:
+            yield _histogram(
+                "rainier_event_loop_probe_lag_seconds",
+                "Event-loop lag of each probe (how late a 0.1 s sleep woke up).", self._loop_lag_histogram,
+            )
         snap = self._snapshot()
         if snap is not None:
             if snap.throughput.tick >= 0:  # absent until telemetry is applied
@@ -197,6 +206,21 @@ class MonitorCollector(Collector):
                 "rainier_monitor_analyses", "Analysis ticks run.", value=snap.analysed_ticks,
             )
 
+
+    def _checkpoint_metrics(self) -> Iterator[Metric]:
+        checkpoint = self._checkpoint
+        if checkpoint is None:
+            return
+        yield CounterMetricFamily(
+            "rainier_monitor_checkpoint_failures",
+            "Stream checkpoints (--state-file) that could not be written; the stale one is removed.",
+            value=checkpoint.failures,
+        )
+        if checkpoint.saves:
+            yield GaugeMetricFamily(
+                "rainier_monitor_checkpoint_last_success_timestamp_seconds",
+                "Wall time the stream checkpoint was last written.", value=checkpoint.last_save_wall_s,
+            )
 
     def _backlog_metrics(self) -> Iterator[Metric]:
         backlog, lag = self._backlog, self._lag
@@ -238,12 +262,15 @@ class MonitorCollector(Collector):
                 offset.add_metric(["max_abs"], largest)
                 yield offset
         if lag is not None:
-            buckets = [(repr(bound) if bound != float("inf") else "+Inf", count) for bound, count in lag.cumulative()]
-            yield HistogramMetricFamily(
+            yield _histogram(
                 "rainier_monitor_sample_lag_seconds",
-                "Time from a frame's sample time (publisher clock) to the end of the analysis that applied it.",
-                buckets=buckets, sum_value=lag.total_s,
+                "Time from a frame's sample time (publisher clock) to the end of the analysis that applied it.", lag,
             )
+
+
+def _histogram(name: str, documentation: str, histogram: LagHistogram) -> HistogramMetricFamily:
+    buckets = [(repr(bound) if bound != float("inf") else "+Inf", count) for bound, count in histogram.cumulative()]
+    return HistogramMetricFamily(name, documentation, buckets=buckets, sum_value=histogram.total_s)
 
 
 class BuildInfoCollector(Collector):

@@ -15,7 +15,7 @@ from rainierd.exporter.collectors import FleetCollector, MonitorCollector, build
 from rainierd.exporter.fast import UltraServerFamilies
 from rainierd.exporter.health import EntityFamilies, HealthCollector
 from rainierd.exporter.snapshot import MonitorSnapshot
-from rainierd.status import BacklogState, ConnectionState, LagHistogram
+from rainierd.status import BacklogState, CheckpointState, ConnectionState, LagHistogram
 from rainierd.topology import Topology
 
 __all__ = ["Exporter", "build_exporter"]
@@ -38,6 +38,8 @@ def build_exporter(
     backlog: BacklogState | None = None,
     lag: LagHistogram | None = None,
     loop_lag: Callable[[], float] | None = None,
+    loop_lag_histogram: LagHistogram | None = None,
+    checkpoint: CheckpointState | None = None,
     max_entity_series: int = 1_000,
     process_metrics: bool = True,
 ) -> Exporter:
@@ -57,7 +59,8 @@ def build_exporter(
     ultraservers = UltraServerFamilies(topology, computed)
     registry = build_registry({
         "fleet": FleetCollector(topology, computed),
-        "monitor": MonitorCollector(stats, snapshot, connection, loop_lag, backlog=backlog, lag=lag),
+        "monitor": MonitorCollector(stats, snapshot, connection, loop_lag, backlog=backlog, lag=lag,
+                                    loop_lag_histogram=loop_lag_histogram, checkpoint=checkpoint),
         "health": HealthCollector(computed, dropped=lambda: entities.dropped),
     }, process_metrics=process_metrics)
     return Exporter(registry, lambda: ultraservers.render() + entities.render())

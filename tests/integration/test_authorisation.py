@@ -211,4 +211,4 @@ def test_the_monitor_says_online_again_when_its_status_is_overwritten(
 
     assert asyncio.run(overwrite_then_read()) == b"online"
     assert current_values(port)["rainier_mqtt_status_overwritten_total"] == 1
-    assert "another client overwrote this monitor's status; saying online again" in monitor.events()
+    assert "this monitor's status was overwritten while it serves; saying online again" in monitor.events()
