@@ -155,6 +155,8 @@ def _bench_parsers(bench: argparse.ArgumentParser) -> None:
     ingest.add_argument("--naive-chips", type=int, nargs="+", default=list(NAIVE_CHIPS))
     ingest.add_argument("--naive-seconds", type=float, default=20.0)
     ingest.add_argument("--json", action="store_true")
+    _soak_parser(kinds.add_parser("soak", help="simulate -> real Mosquitto -> monitor at one size for a long "
+                                               "while: RSS growth, frames lost, sample and event-loop lag"))
     transport = kinds.add_parser("transport", help="cost of moving a Rainier tick a second through Mosquitto, "
                                                    "by message size")
     transport.add_argument("--sizes", type=int, nargs="+", default=list(TRANSPORT_SIZES), help="message bytes")
@@ -166,6 +168,16 @@ def _bench_parsers(bench: argparse.ArgumentParser) -> None:
     run.add_argument("--seconds", type=float, default=60.0, help="measurement window")
     run.add_argument("--warmup", type=float, default=5.0)
     run.add_argument("--json", action="store_true")
+
+
+def _soak_parser(soak: argparse.ArgumentParser) -> None:
+    soak.add_argument("--topology", default="rainier", help="a preset or sites=S,ultraservers=U (default rainier)")
+    soak.add_argument("--tick", type=float, default=5.0)
+    soak.add_argument("--seconds", type=float, default=600.0, help="measured window, after the warm-up")
+    soak.add_argument("--warmup", type=float, default=60.0, help="seconds before the measured window")
+    soak.add_argument("--sample-interval", type=float, default=5.0, help="seconds between RSS reads and scrapes")
+    soak.add_argument("--batch-nodes", type=int, default=128)
+    soak.add_argument("--json", action="store_true")
 
 
 def _settings(args: argparse.Namespace) -> Settings:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from rainierd.bench import core, detect, ingest, process, scrape, transport
+from rainierd.bench import core, detect, ingest, process, scrape, soak, transport
 
 __all__ = ["run_bench"]
 
@@ -23,6 +23,8 @@ def run_bench(args: argparse.Namespace) -> int:
         return transport.main(args)
     if args.bench == "scrape":
         return scrape.main(args)
+    if args.bench == "soak":
+        return soak.main(args)
     if args.bench == "run":
         return process.main(args)
     raise AssertionError(f"unknown benchmark {args.bench!r}")  # argparse restricts the choices

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import signal
 import subprocess
 import sys
 import tempfile
@@ -30,55 +29,33 @@ from pathlib import Path
 from typing import Any, Final
 
 from rainierd.bench._proc import (
-    Broker,
+    Fleet,
     cpu_s,
+    fleet,
     free_port,
+    histogram_delta,
     histogram_quantile,
+    last_log,
     max_rss_bytes,
     mosquitto,
     scrape,
+    wait_until,
 )
 from rainierd.topology import build_topology
 
-__all__ = ["DEFAULT_SIZES", "bench_ingest", "main"]
+__all__ = ["DEFAULT_SIZES", "account_frames", "bench_ingest", "main", "settle"]
 
 DEFAULT_SIZES: Final = ("sites=1,ultraservers=650", "sites=2,ultraservers=1300", "rainier", "rainier-1m")
 NAIVE_CHIPS: Final = (2_500, 5_000, 10_000, 20_000, 40_000)
-_LAG = "rainier_monitor_sample_lag_seconds_bucket"
+_LAG = "rainier_monitor_sample_lag_seconds"
 
 
 def _log(message: str) -> None:
     print(f"bench ingest: {message}", file=sys.stderr, flush=True)
 
 
-def _wait(what: str, condition: Any, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.25)
-    raise RuntimeError(f"timed out after {timeout_s} s waiting for {what}")
-
-
 def _sum(values: dict[str, float], prefix: str) -> float:
     return sum(v for k, v in values.items() if k.startswith(prefix))
-
-
-def _lag_buckets(values: dict[str, float]) -> list[tuple[float, float]]:
-    buckets = []
-    for series, count in values.items():
-        if series.startswith(_LAG):
-            bound = series.split('le="', 1)[1].split('"', 1)[0]
-            buckets.append((float("inf") if bound == "+Inf" else float(bound), count))
-    return sorted(buckets)
-
-
-def _last_log(path: Path, event: str) -> dict[str, Any]:
-    found: dict[str, Any] = {}
-    for line in path.read_text(errors="replace").splitlines():
-        if line.startswith("{") and f'"{event}"' in line:
-            found = json.loads(line)
-    return found
 
 
 def _usage(procs: dict[str, int], cpu0: dict[str, float], seconds: float) -> dict[str, dict[str, float]]:
@@ -92,63 +69,29 @@ def run_size(
     """Run simulate -> Mosquitto -> monitor at one size; return what was measured."""
     topo = build_topology(topology)
     ticks = math.ceil((warmup_s + window_s) / tick_s) + 2
-    port = free_port()
-    rainierd = [sys.executable, "-m", "rainierd"]
-    common = ["--topology", topology, "--tick", str(tick_s), "--log-format", "json"]
-    with mosquitto(workdir) as broker:
-        monitor_log, sim_log = workdir / f"monitor-{port}.log", workdir / f"simulate-{port}.log"
-        with monitor_log.open("w") as out:
-            monitor = subprocess.Popen([*rainierd, "monitor", *common, "--mqtt-url", broker.url,
-                                        "--metrics-addr", f"127.0.0.1:{port}"], stdout=out, stderr=subprocess.STDOUT)
-        try:
-            _wait("the monitor to connect", lambda: scrape(port).get("rainier_mqtt_connected") == 1, 120)
-            with sim_log.open("w") as out:
-                sim = subprocess.Popen([*rainierd, "simulate", *common, "--mqtt-url", broker.url, "--ticks", str(ticks),
-                                        "--batch-nodes", str(batch_nodes)], stdout=out, stderr=subprocess.STDOUT)
-            return _measure(topo.n_chips, topology, broker, monitor, sim, port=port, tick_s=tick_s, ticks=ticks,
-                            warmup_s=warmup_s, window_s=window_s, logs=(sim_log, monitor_log))
-        finally:
-            monitor.send_signal(signal.SIGINT)
-            try:
-                monitor.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                monitor.kill()
+    with fleet(topology, tick_s=tick_s, ticks=ticks, batch_nodes=batch_nodes, workdir=workdir) as running:
+        return _measure(topo.n_chips, topology, running, tick_s=tick_s, ticks=ticks, warmup_s=warmup_s,
+                        window_s=window_s)
 
 
 def _measure(
-    chips: int, topology: str, broker: Broker, monitor: subprocess.Popen[bytes], sim: subprocess.Popen[bytes], *,
-    port: int, tick_s: float, ticks: int, warmup_s: float, window_s: float, logs: tuple[Path, Path],
+    chips: int, topology: str, running: Fleet, *, tick_s: float, ticks: int, warmup_s: float, window_s: float,
 ) -> dict[str, Any]:
-    procs = {"simulate": sim.pid, "mosquitto": broker.proc.pid, "monitor": monitor.pid}
+    port, sim = running.metrics_port, running.simulate
+    procs = {"simulate": sim.pid, "mosquitto": running.broker.proc.pid, "monitor": running.monitor.pid}
     time.sleep(warmup_s)
     before, cpu0, t0 = scrape(port), {name: cpu_s(pid) for name, pid in procs.items()}, time.monotonic()
     time.sleep(window_s)
     after, t1 = scrape(port), time.monotonic()
     usage = _usage(procs, cpu0, t1 - t0)
-    sim.wait(timeout=ticks * tick_s + 120)
-    # The fleet stops when the simulator does: events after this are true (every node falls silent).
-    at_exit = scrape(port)
-
-    def applied() -> float:
-        return scrape(port).get("rainier_ingest_frames_applied_total", -1.0)
-
-    last = -2.0
-    while (now := applied()) != last:  # drained when nothing more lands for three ticks
-        last = now
-        time.sleep(3 * tick_s)
-    end = scrape(port)
-    finished = _last_log(logs[0], "simulation finished")
+    at_exit, end, finished = settle(running, tick_s=tick_s, ticks=ticks)
     seconds = t1 - t0
 
     def rate(series: str) -> float:
         return (_sum(after, series) - _sum(before, series)) / seconds
 
-    lag = [(bound, a - b) for (bound, a), (_, b) in zip(_lag_buckets(after), _lag_buckets(before), strict=True)]
-    published = int(finished.get("frames_published", -1))
-    dropped = int(finished.get("frames_dropped", -1))
-    applied_total = int(end.get("rainier_ingest_frames_applied_total", 0))
-    lost_total = int(end.get("rainier_ingest_frames_lost_total", 0) + end.get("rainier_ingest_frames_missing", 0))
-    late_total = int(end.get("rainier_ingest_frames_late_total", 0))
+    lag = histogram_delta(after, before, _LAG)
+    frames = account_frames(end, finished)
     events_window = _sum(after, "rainier_health_events_total") - _sum(before, "rainier_health_events_total")
     lag_s = {"p50": histogram_quantile(0.5, lag), "p99": histogram_quantile(0.99, lag)}
     result: dict[str, Any] = {
@@ -157,14 +100,7 @@ def _measure(
         "frames_per_s": rate("rainier_ingest_frames_applied_total"),
         "messages_per_s": rate("rainier_ingest_messages_total"),
         "bytes_per_s": rate("rainier_ingest_bytes_total"),
-        "frames": {
-            "published": published, "dropped_by_simulator": dropped, "applied": applied_total,
-            "counted_lost": lost_total,
-            "rejected": int(_sum(end, "rainier_ingest_decode_errors_total")),
-            "late": late_total,
-            "accounted": published + dropped == applied_total + lost_total + late_total,
-            "lost_in_window": int(rate("rainier_ingest_frames_lost_total") * seconds),
-        },
+        "frames": frames | {"lost_in_window": int(rate("rainier_ingest_frames_lost_total") * seconds)},
         "sample_lag_s": lag_s,
         "false_events": {"window": int(events_window),
                          "while_publishing": int(_sum(at_exit, "rainier_health_events_total"))},
@@ -175,12 +111,53 @@ def _measure(
     }
     p99 = lag_s["p99"]
     result["passed"] = bool(
-        rate('rainier_ingest_samples_applied_total{kind="chips"}') >= 0.995 * chips / tick_s and lost_total == 0
-        and dropped == 0 and published + dropped == applied_total + lost_total + late_total and events_window == 0
+        rate('rainier_ingest_samples_applied_total{kind="chips"}') >= 0.995 * chips / tick_s
+        and frames["counted_lost"] == 0 and frames["dropped_by_simulator"] == 0 and frames["accounted"]
+        and events_window == 0
         and _sum(at_exit, "rainier_health_events_total") == 0
         and p99 is not None and p99 <= 2 * tick_s
     )
     return result
+
+
+def settle(running: Fleet, *, tick_s: float, ticks: int) -> tuple[dict[str, float], dict[str, float], dict[str, Any]]:
+    """Wait for the simulator to finish, then for the monitor to drain.
+
+    Return the monitor's scrape as the simulator exited, its scrape once
+    nothing more landed for three ticks, and the simulator's final log line.
+    """
+    port = running.metrics_port
+    running.simulate.wait(timeout=ticks * tick_s + 120)
+    # The fleet stops when the simulator does: events after this are true (every node falls silent).
+    at_exit = scrape(port)
+
+    def applied() -> float:
+        return scrape(port).get("rainier_ingest_frames_applied_total", -1.0)
+
+    last = -2.0
+    while (now := applied()) != last:  # drained when nothing more lands for three ticks
+        last = now
+        time.sleep(3 * tick_s)
+    return at_exit, scrape(port), last_log(running.simulate_log, "simulation finished")
+
+
+def account_frames(end: dict[str, float], finished: dict[str, Any]) -> dict[str, Any]:
+    """Return every frame's fate: published + dropped by the simulator against applied + lost + late.
+
+    ``end`` is the monitor's scrape after it drained, ``finished`` the
+    simulator's ``simulation finished`` log line; ``accounted`` is True when
+    the two sides match exactly.
+    """
+    published = int(finished.get("frames_published", -1))
+    dropped = int(finished.get("frames_dropped", -1))
+    applied = int(end.get("rainier_ingest_frames_applied_total", 0))
+    lost = int(end.get("rainier_ingest_frames_lost_total", 0) + end.get("rainier_ingest_frames_missing", 0))
+    late = int(end.get("rainier_ingest_frames_late_total", 0))
+    return {
+        "published": published, "dropped_by_simulator": dropped, "applied": applied, "counted_lost": lost,
+        "rejected": int(_sum(end, "rainier_ingest_decode_errors_total")), "late": late,
+        "accounted": published + dropped == applied + lost + late,
+    }
 
 
 def run_naive(chips: int, *, tick_s: float, seconds: float, workdir: Path) -> dict[str, Any]:
@@ -190,7 +167,7 @@ def run_naive(chips: int, *, tick_s: float, seconds: float, workdir: Path) -> di
         naive = [sys.executable, "-m", "rainierd.bench.naive"]
         monitor = subprocess.Popen([*naive, "monitor", str(broker.port), str(port)])
         try:
-            _wait("the naive monitor", lambda: "naive_messages_total" in scrape(port), 60)
+            wait_until("the naive monitor", lambda: "naive_messages_total" in scrape(port), 60)
             pub = subprocess.run([*naive, "publish", str(broker.port), str(chips), str(tick_s), str(seconds)],
                                  capture_output=True, check=True, timeout=seconds + 120)
             sent = json.loads(pub.stdout)
