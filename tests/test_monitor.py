@@ -3,12 +3,16 @@ or rejected with a counted reason, and a bad one never disturbs the state."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
 import time
+from collections import Counter
 
 import numpy as np
 import pytest
 
+from rainierd.core.detect import Event
 from rainierd.monitor import ListeningClock, Monitor
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
@@ -118,6 +122,31 @@ class TestOnMessage:
         assert (monitor.state.chips.samples[:16] == 0).all()
         assert (monitor.state.chips.samples[16:] == 1).all()
         assert monitor.state.facility.samples[0] == 0
+
+
+class TestEvents:
+    async def test_a_burst_of_events_is_announced_in_batches_between_which_the_loop_runs(
+        self, monitor: Monitor, monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """1,000 events (a site falling silent) go out 128 at a time, and other tasks run between batches."""
+        analyse = monitor.core.analyse
+        event = Event(1, "node", 0, "healthy", "lost", ("silent",), 1)
+        monkeypatch.setattr(monitor.core, "analyse",
+                            lambda *a, **kw: dataclasses.replace(analyse(*a, **kw), events=[event] * 1_000))
+        turns = 0
+
+        async def take_turns() -> None:
+            nonlocal turns
+            while True:
+                turns += 1
+                await asyncio.sleep(0)
+
+        seen: list[int] = []
+        monkeypatch.setattr(monitor, "_announce", lambda _event: seen.append(turns))
+        other = asyncio.create_task(take_turns())
+        await monitor.analyse_once()
+        other.cancel()
+        assert list(Counter(seen).values()) == [128] * 7 + [104]
 
 
 class TestProbes:
