@@ -89,9 +89,7 @@ async def _run_role(role: Role, settings: Settings, stop: asyncio.Event) -> None
                                    suffix="monitor" if role == "run" else None, protocol=protocol,
                                    max_packet_bytes=settings.max_frame_bytes + MAX_PACKET_OVERHEAD)
             monitor = Monitor(
-                topology, tick_s=settings.tick_s, stale_after_ticks=settings.stale_after_ticks,
-                max_frame_bytes=settings.max_frame_bytes, max_backlog_bytes=settings.max_backlog_bytes,
-                max_clock_skew_s=settings.max_clock_skew_s, max_seq_jump=settings.max_seq_jump,
+                topology, settings.monitor_config(), max_backlog_bytes=settings.max_backlog_bytes,
                 checkpoint_file=settings.state_file, reconnect_grace_s=settings.reconnect_grace_s,
                 qos=settings.mqtt_qos,
             )

@@ -27,9 +27,9 @@ import structlog
 
 from rainierd.checkpoint import load_checkpoint, save_checkpoint
 from rainierd.core.analysis import Analysis, MonitorCore
-from rainierd.core.detect import DetectionParams, Event
+from rainierd.core.config import MonitorConfig
+from rainierd.core.detect import Event
 from rainierd.core.ingest import Message
-from rainierd.core.model import ModelParams
 from rainierd.exporter import Health, MonitorSnapshot
 from rainierd.status import BacklogState, CheckpointState, ConnectionState, LagHistogram
 from rainierd.topology import Topology
@@ -109,28 +109,21 @@ class Monitor:
     def __init__(
         self,
         topology: Topology,
+        config: MonitorConfig,
         *,
-        tick_s: float,
-        stale_after_ticks: int,
-        max_frame_bytes: int,
         max_backlog_bytes: int = 512 * 2**20,
-        max_clock_skew_s: float = 300.0,
-        max_seq_jump: int = 100_000,
         qos: int = 0,
-        detection: DetectionParams | None = None,
-        model: ModelParams | None = None,
         clock: ListeningClock | None = None,
         checkpoint_file: Path | None = None,
         reconnect_grace_s: float = 0.0,
     ) -> None:
         self.topology = topology
-        self.tick_s = tick_s
-        self.max_frame_bytes = max_frame_bytes
+        self.config = config
+        self.tick_s = config.tick_s
+        self.max_frame_bytes = config.max_frame_bytes
         self.max_backlog_bytes = max_backlog_bytes
         self.qos = qos
-        self.core = MonitorCore(topology, tick_s=tick_s, stale_after_ticks=stale_after_ticks,
-                                max_frame_bytes=max_frame_bytes, max_clock_skew_s=max_clock_skew_s,
-                                max_seq_jump=max_seq_jump, detection=detection, model=model)
+        self.core = MonitorCore(topology, config)
         self.state, self.stats, self.ingest = self.core.state, self.core.stats, self.core.ingest
         self.detector = self.core.detector
         self.connection = ConnectionState()

@@ -8,6 +8,7 @@ one line naming the setting (the CLI exits 2), never later in a task.
 from __future__ import annotations
 
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -16,7 +17,9 @@ from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from rainierd.core.config import MonitorConfig
 from rainierd.errors import ConfigError
+from rainierd.hardware import TRN2
 from rainierd.inventory import load_inventory
 from rainierd.topology import parse_topology
 
@@ -146,6 +149,14 @@ class Settings(BaseSettings):
     def _metrics_addr(cls, value: str) -> str:
         parse_host_port(value)
         return value
+
+    def monitor_config(self) -> MonitorConfig:
+        """Return the monitor core's configuration: every figure it judges by, from these settings."""
+        return MonitorConfig(
+            tick_s=self.tick_s, stale_after_ticks=self.stale_after_ticks, max_frame_bytes=self.max_frame_bytes,
+            max_clock_skew_s=self.max_clock_skew_s, max_seq_jump=self.max_seq_jump,
+            hardware=replace(TRN2, efa_ports_per_node=self.efa_ports_per_node),
+        )
 
     @property
     def metrics_host_port(self) -> tuple[str, int]:

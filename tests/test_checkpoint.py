@@ -12,6 +12,7 @@ import pytest
 
 from rainierd.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from rainierd.core import Ingest
+from rainierd.core.config import MonitorConfig
 from rainierd.core.streams import WINDOW
 from rainierd.monitor import Monitor
 from rainierd.topology import build_topology
@@ -184,7 +185,7 @@ class TestMonitorSaves:
         than those exported and count frames applied since as lost), counts the failure and keeps the monitor going;
         the next write that works puts a fresh one back."""
         path = tmp_path / "streams.npz"
-        monitor = Monitor(build_topology("demo"), tick_s=1.0, stale_after_ticks=3, max_frame_bytes=1 << 20,
+        monitor = Monitor(build_topology("demo"), MonitorConfig(),
                           checkpoint_file=path)
         await monitor.save_checkpoint_now()
         assert (path.exists(), monitor.checkpoint.saves, monitor.checkpoint.failures) == (True, 1, 0)
@@ -200,7 +201,7 @@ class TestMonitorSaves:
         """A monitor given a corrupt checkpoint starts afresh instead of failing to start."""
         path = tmp_path / "streams.npz"
         path.write_bytes(b"PK\x03\x04 not really a zip")
-        monitor = Monitor(build_topology("demo"), tick_s=1.0, stale_after_ticks=3, max_frame_bytes=1 << 20,
+        monitor = Monitor(build_topology("demo"), MonitorConfig(),
                           checkpoint_file=path)
         assert monitor.restore() is False
         assert monitor.stats.frames_applied == 0

@@ -13,7 +13,6 @@ from rainierd.core.analysis import MonitorCore
 from rainierd.core.detect import FleetDetector
 from rainierd.core.detect._stats import ClippedCusum, robust_center_scale
 from rainierd.core.detect._tracker import StateTracker
-from rainierd.hardware import TRN2
 from rainierd.sim.faults import Fault, FaultKind
 from rainierd.sim.fleet import FleetModel, FleetParams
 from rainierd.sim.frames import tick_frames
@@ -111,7 +110,7 @@ class Crafted:
     def __init__(self) -> None:
         self.topo = build_topology("ultraserver")
         self.state = FleetState(self.topo)
-        self.detector = FleetDetector(self.state, peak_flops=TRN2.fp8_dense_flops)
+        self.detector = FleetDetector(self.state)
         self.rng = np.random.default_rng(0)
         self.tick = 0
         self.tx = np.zeros(self.topo.n_links, dtype=np.uint64)

@@ -12,6 +12,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from rainierd.core.config import MonitorConfig
 from rainierd.core.detect import Event
 from rainierd.monitor import ListeningClock, Monitor
 from rainierd.sim.fleet import FleetModel
@@ -22,7 +23,7 @@ from rainierd.wire import FacilityFrame, NodeFrame, encode_binary, encode_json
 
 @pytest.fixture
 def monitor() -> Monitor:
-    return Monitor(build_topology("demo"), tick_s=1.0, stale_after_ticks=3, max_frame_bytes=65_536)
+    return Monitor(build_topology("demo"), MonitorConfig(max_frame_bytes=65_536))
 
 
 N0 = "rainier/v1/telemetry/s0/u0/n0"
@@ -206,7 +207,7 @@ class TestListeningClock:
 class TestBacklog:
     def test_a_full_inbox_drops_its_oldest_and_counts_them(self) -> None:
         """Past max_backlog_bytes the oldest messages go, counted in messages and bytes."""
-        monitor = Monitor(build_topology("demo"), tick_s=1.0, stale_after_ticks=3, max_frame_bytes=65_536,
+        monitor = Monitor(build_topology("demo"), MonitorConfig(max_frame_bytes=65_536),
                           max_backlog_bytes=100_000)
         ticks = tick_messages(6)
         sizes = [len(p) for messages in ticks for _t, p in messages]
@@ -220,7 +221,7 @@ class TestBacklog:
 
     async def test_a_window_takes_at_most_half_the_backlog_bound(self) -> None:
         """A full inbox is analysed in windows of at most max_backlog_bytes / 2, oldest first, nothing skipped."""
-        monitor = Monitor(build_topology("demo"), tick_s=1.0, stale_after_ticks=3, max_frame_bytes=65_536,
+        monitor = Monitor(build_topology("demo"), MonitorConfig(max_frame_bytes=65_536),
                           max_backlog_bytes=100_000)
         for messages in tick_messages(3):
             for topic, payload in messages:
@@ -235,7 +236,7 @@ class TestBacklog:
     async def test_a_monitor_that_falls_behind_says_so_and_judges_no_silence(self) -> None:
         """Six ticks arriving at once after a stall: drops counted, overload raised, no node or chip lost."""
         t = FakeTime()
-        monitor = Monitor(build_topology("demo"), tick_s=1.0, stale_after_ticks=3, max_frame_bytes=65_536,
+        monitor = Monitor(build_topology("demo"), MonitorConfig(max_frame_bytes=65_536),
                           max_backlog_bytes=100_000, clock=ListeningClock(t))
         monitor.clock.hear("disconnected")
         ticks = tick_messages(12)

@@ -34,6 +34,7 @@ import numpy as np
 from rainierd._malloc import keep_freed_memory
 from rainierd.bench.feed import START_S, read_tick, request_tick
 from rainierd.core.analysis import HealthView, MonitorCore
+from rainierd.core.config import MonitorConfig
 from rainierd.core.ingest import Message
 from rainierd.core.model import lost_by_cause
 from rainierd.core.throughput import compute_throughput
@@ -55,7 +56,7 @@ def _percentiles(values: list[float]) -> dict[str, float]:
 def measure(topology: str, *, repeat: int, batch_nodes: int, seed: int) -> dict[str, Any]:
     """Return one size's per-stage timings (this process holds the monitor alone)."""
     topo = build_topology(topology)
-    core = MonitorCore(topo, max_frame_bytes=64 * 2**20)
+    core = MonitorCore(topo, MonitorConfig(max_frame_bytes=64 * 2**20))
     feeder = subprocess.Popen(
         [sys.executable, "-m", "rainierd.bench.feed", topology, str(repeat + 1), str(batch_nodes), str(seed)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -7,19 +7,19 @@ drive this one object, so they measure and test the same thing.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Final
 
 import numpy as np
 
 from rainierd._types import F64, I64, Floats
-from rainierd.core.detect import STATE_NAMES, DetectionParams, Event, FleetDetector
+from rainierd.core.config import MonitorConfig
+from rainierd.core.detect import STATE_NAMES, Event, FleetDetector
 from rainierd.core.detect._stats import PeerSample
 from rainierd.core.ingest import FlushResult, Ingest, IngestStats, Message, Received
-from rainierd.core.model import LostByCause, ModelParams, lost_by_cause
+from rainierd.core.model import LostByCause, lost_by_cause
 from rainierd.core.state import FleetState
 from rainierd.core.throughput import Throughput, compute_throughput
-from rainierd.hardware import TRN2
 from rainierd.topology import Topology
 from rainierd.wire.records import Frame, NodeBatch
 
@@ -129,31 +129,21 @@ class Analysis:
 class MonitorCore:
     """Fleet state, ingest and detectors over one topology."""
 
-    def __init__(
-        self,
-        topology: Topology,
-        *,
-        tick_s: float = 1.0,
-        stale_after_ticks: int = 3,
-        max_frame_bytes: int = 1 << 20,
-        max_clock_skew_s: float = 300.0,
-        max_seq_jump: int = 100_000,
-        detection: DetectionParams | None = None,
-        model: ModelParams | None = None,
-        peak_flops_per_chip: float = TRN2.fp8_dense_flops,
-    ) -> None:
+    def __init__(self, topology: Topology, config: MonitorConfig | None = None) -> None:
         self.topology = topology
+        self.config = config = config or MonitorConfig()
+        if config.hardware.efa_ports_per_node != topology.efa_ports_per_node:
+            raise ValueError(f"the hardware has {config.hardware.efa_ports_per_node} EFA ports a node, "
+                             f"the topology {topology.efa_ports_per_node}: build both from the same settings")
         # A chip is silent after this long without a sample, on the listening clock.
-        self.stale_after_s = stale_after_ticks * tick_s
-        self.peak_flops_per_chip = peak_flops_per_chip
-        self.model = model or ModelParams()
-        detection = detection or DetectionParams()
-        detection = replace(detection, chips=replace(detection.chips, stale_after_s=self.stale_after_s))
+        self.stale_after_s = config.stale_after_s
+        self.peak_flops_per_chip = config.hardware.fp8_dense_flops
+        self.model = config.model
         self.state = FleetState(topology)
         self.stats = IngestStats()
-        self.ingest = Ingest(self.state, self.stats, max_frame_bytes=max_frame_bytes,
-                             max_clock_skew_s=max_clock_skew_s, max_seq_jump=max_seq_jump)
-        self.detector = FleetDetector(self.state, peak_flops=peak_flops_per_chip, params=detection)
+        self.ingest = Ingest(self.state, self.stats, max_frame_bytes=config.max_frame_bytes,
+                             max_clock_skew_s=config.max_clock_skew_s, max_seq_jump=config.max_seq_jump)
+        self.detector = FleetDetector(self.state, hardware=config.hardware, params=config.detection_params())
         self.analyses = 0  # analyses run: what events are numbered by, unless the caller says otherwise
 
     def analyse(self, messages: Sequence[Message], *, now_s: float, tick: int | None = None) -> Analysis:

@@ -187,9 +187,9 @@ class Effects:
 
 # Assumptions (no public figure): a NeuronLink that is down costs its
 # collectives half their bandwidth (the torus routes around it over a
-# neighbour); a down EFA port fails over to the node's other 15 ports.
+# neighbour); a down EFA port fails over to the node's other ports (15 of 16
+# by default; the topology's configured count, as the monitor's model uses).
 _REROUTE_FRAC: Final = 0.5
-_EFA_FAILOVER_FRAC: Final = 1.0 - 1.0 / TRN2.efa_ports_per_node
 _INLET_RAMP_TICKS: Final = 20.0
 
 
@@ -234,7 +234,7 @@ def _efa_loss(e: Effects, f: Fault, tick: int, topo: Topology, phase: float) -> 
 
 def _efa_down(e: Effects, f: Fault, tick: int, topo: Topology, phase: float) -> None:
     e.efa_down[f.target] = True
-    e.efa_frac[f.target] = _EFA_FAILOVER_FRAC
+    e.efa_frac[f.target] = 1.0 - 1.0 / topo.efa_ports_per_node
 
 
 def _chip_failed(e: Effects, f: Fault, tick: int, topo: Topology, phase: float) -> None:

@@ -19,6 +19,7 @@ from rainierd.core.detect.chips import ChipDetector, ChipParams
 from rainierd.core.detect.cooling import CoolingDetector, CoolingParams
 from rainierd.core.detect.links import NEEDS, EfaDetector, LinkDetector, PathParams
 from rainierd.core.state import FleetState
+from rainierd.hardware import TRN2, Trainium2
 
 __all__ = [
     "STATE_NAMES",
@@ -75,12 +76,15 @@ class Event:
 class FleetDetector:
     """All detectors over one fleet state."""
 
-    def __init__(self, state: FleetState, *, peak_flops: float, params: DetectionParams | None = None) -> None:
+    def __init__(
+        self, state: FleetState, *, hardware: Trainium2 = TRN2, params: DetectionParams | None = None,
+    ) -> None:
         self.state = state
+        self.hardware = hardware
         self.params = params or DetectionParams()
-        self.links = LinkDetector(state, self.params.paths)
+        self.links = LinkDetector(state, self.params.paths, hardware)
         self.efa = EfaDetector(state, self.params.paths)
-        self.chips = ChipDetector(state, peak_flops, self.params.chips)
+        self.chips = ChipDetector(state, hardware.fp8_dense_flops, self.params.chips)
         self.cooling = CoolingDetector(state, self.params.cooling)
 
     def trackers(self) -> dict[str, StateTracker]:

@@ -17,7 +17,7 @@ from rainierd.core.detect._common import Reason, counter_delta, flag, new_sample
 from rainierd.core.detect._stats import ClippedCusum, PeerSample, ewma, robust_center_scale, row_nanmedian
 from rainierd.core.detect._tracker import StateTracker, Transitions
 from rainierd.core.state import FleetState
-from rainierd.hardware import TRN2
+from rainierd.hardware import TRN2, Trainium2
 from rainierd.topology import LINK_KIND_NAMES
 
 __all__ = ["DEGRADED", "DOWN", "HEALTHY", "NEEDS", "EfaDetector", "LinkDetector", "PathParams"]
@@ -62,6 +62,7 @@ class LinkDetector:
 
     state: FleetState
     params: PathParams = field(default_factory=PathParams)
+    hardware: Trainium2 = TRN2
 
     def __post_init__(self) -> None:
         n = self.state.topology.n_links
@@ -86,8 +87,8 @@ class LinkDetector:
         self.per_node = topo.links_per_node
         self.kind_order = kind[:self.per_node].copy()
         assert (kind.reshape(-1, self.per_node) == self.kind_order).all(), "nodes must share one link order"
-        self.nominal = np.where(kind == 1, TRN2.neuronlink_ring_bytes_s, TRN2.neuronlink_intra_bytes_s).astype(
-            np.float32)
+        hw = self.hardware
+        self.nominal = np.where(kind == 1, hw.neuronlink_ring_bytes_s, hw.neuronlink_intra_bytes_s).astype(np.float32)
 
     def update(self, tick: int) -> Transitions:
         """Fold in the links' new samples; return the state changes."""
@@ -133,13 +134,14 @@ class LinkDetector:
         # link going down, if only briefly.  (Bandwidth is judged against its
         # kind's median here, which a healthy fleet holds at its nominal.)
         down = ~up | (raw < p.down_below)
-        dropped = fresh & (down | ((raw < p.drop_below) & (lanes == TRN2.neuronlink_lanes)))
+        all_lanes = self.hardware.neuronlink_lanes
+        dropped = fresh & (down | ((raw < p.drop_below) & (lanes == all_lanes)))
         np.multiply(self.drops, np.float32(np.exp(-1.0 / p.flap_window_ticks)), out=self.drops, where=fresh)
         np.add(self.drops, np.float32(1.0), out=self.drops, where=dropped & ~self.was_dropped)
         np.copyto(self.was_dropped, dropped, where=fresh)
 
         reasons = np.zeros(ratio.shape, dtype=np.int32)
-        flag(reasons, up & (lanes < TRN2.neuronlink_lanes), Reason.LANES)
+        flag(reasons, up & (lanes < all_lanes), Reason.LANES)
         judged = fresh & ~down
         # The evidence arrays are spent once added: each is its CUSUM's scratch.
         flag(reasons, self.bw.update(bw_dev, judged, scratch=bw_dev), Reason.BANDWIDTH)
@@ -251,11 +253,15 @@ class EfaDetector:
         out[bad] = self._fraction(bad)
         return out
 
+    @property
+    def failover_fraction(self) -> float:
+        """Return the bandwidth share a node keeps when one of its ports is down (its other ports carry on)."""
+        return 1.0 - 1.0 / self.state.topology.efa_ports_per_node
+
     def _fraction(self, ids: I64) -> F32:
         measured = np.clip(np.nan_to_num(self.share[ids], nan=1.0), 0.0, 1.0)
-        failover = 1.0 - 1.0 / self.state.topology.efa_ports_per_node
         down = self.tracker.state[ids] == DOWN
-        return np.where(down, np.float32(failover), np.maximum(measured, 0.05)).astype(np.float32)
+        return np.where(down, np.float32(self.failover_fraction), np.maximum(measured, 0.05)).astype(np.float32)
 
     def slowest_by_ultraserver(self) -> F32:
         """Return each UltraServer's lowest port fraction (1 where every port is healthy)."""

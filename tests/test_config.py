@@ -1,0 +1,129 @@
+"""Specification of the monitor's one configuration: every setting that the
+core judges by reaches the code that uses it (a setting that is parsed and
+then ignored is a defect), and the hardware is the one injected, never the
+global default."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from rainierd.core.analysis import MonitorCore
+from rainierd.core.config import MonitorConfig
+from rainierd.core.detect import DetectionParams, PathParams
+from rainierd.core.ingest import Message
+from rainierd.hardware import TRN2
+from rainierd.inventory import load_topology
+from rainierd.settings import Settings, load_settings
+from rainierd.sim.fleet import FleetModel
+from rainierd.sim.frames import tick_frames
+from rainierd.topology import build_topology
+from rainierd.wire import NodeFrame, encode_binary
+
+# Every setting the core is configured by, each away from its default.
+CHANGED = {"tick_s": 0.5, "stale_after_ticks": 7, "max_frame_bytes": 4096, "max_clock_skew_s": 60.0,
+           "max_seq_jump": 500, "efa_ports_per_node": 8}
+
+
+def settings() -> Settings:
+    return load_settings(dict(CHANGED))
+
+
+def core_of(s: Settings) -> MonitorCore:
+    return MonitorCore(load_topology(s.topology, efa_ports_per_node=s.efa_ports_per_node), s.monitor_config())
+
+
+def frames(topo: object, tick: int, start_s: float, publisher: str = "p") -> list[tuple[str, NodeFrame]]:
+    model = FleetModel(topo, np.random.default_rng(0), tick_s=0.5, start_s=start_s)  # type: ignore[arg-type]
+    for k in range(tick):
+        model.step(k)
+    return [(t, f) for t, f in tick_frames(topo, model.step(tick), publisher=publisher)  # type: ignore[arg-type]
+            if isinstance(f, NodeFrame)]
+
+
+def messages(items: list[tuple[str, NodeFrame]], *, rx_s: float, wall_s: float) -> list[Message]:
+    return [Message(rx_s, t, encode_binary(f), wall_s) for t, f in items]
+
+
+class TestEverySettingArrives:
+    def test_the_settings_build_a_config_carrying_each_of_them(self) -> None:
+        """Each field the core's configuration shares with the settings carries the settings' value."""
+        config = settings().monitor_config()
+        shared = {f.name for f in dataclasses.fields(MonitorConfig)} & set(CHANGED)
+        assert shared == set(CHANGED) - {"efa_ports_per_node"}  # that one arrives inside the hardware
+        assert {name: getattr(config, name) for name in shared} == {k: CHANGED[k] for k in shared}
+        assert config.hardware.efa_ports_per_node == 8
+        assert config.hardware.fp8_dense_flops == TRN2.fp8_dense_flops
+
+    def test_staleness_reaches_the_throughput_and_the_chip_detector(self) -> None:
+        """7 ticks of 0.5 s: chips heard at 0 still deliver at 3.4 s of listening and are stale at 3.6 s."""
+        core = core_of(settings())
+        now = time.time()
+        core.analyse(messages(frames(core.topology, 0, now), rx_s=0.0, wall_s=now), now_s=0.0)
+        at_3_4 = core.analyse([], now_s=3.4)
+        assert at_3_4.throughput.chips_fresh == core.topology.n_chips
+        assert core.detector.chips.tracker.state.max() == 0
+        at_3_6 = core.analyse([], now_s=3.6)
+        assert at_3_6.throughput.chips_fresh == 0
+        assert core.detector.params.chips.stale_after_s == core.detector.chips.params.stale_after_s == 3.5
+
+    def test_admission_bounds_reach_ingest(self) -> None:
+        """max_frame_bytes, max_clock_skew_s and max_seq_jump each refuse what they bound, and only that."""
+        core = core_of(settings())
+        now = time.time()
+        (topic, frame), *rest = frames(core.topology, 0, now)
+        core.analyse(messages([(topic, frame), *rest], rx_s=0.0, wall_s=now), now_s=0.0)
+        big = Message(0.1, topic, b"R" + bytes(4096), now)
+        skewed = messages([(topic, replace(frame, seq=1, t_s=now - 61.0))], rx_s=0.1, wall_s=now)
+        near = messages([(rest[0][0], replace(rest[0][1], seq=1, t_s=now - 59.0))], rx_s=0.1, wall_s=now)
+        jump = messages([(rest[1][0], replace(rest[1][1], seq=502, t_s=now + 0.5))], rx_s=0.1, wall_s=now)
+        within = messages([(rest[2][0], replace(rest[2][1], seq=501, t_s=now + 0.5))], rx_s=0.1, wall_s=now)
+        flush = core.analyse([big, *skewed, *near, *jump, *within], now_s=0.1).flush
+        assert dict(flush.rejected) == {"oversize": 1, "clock_skew": 1, "seq_jump": 1}
+        assert flush.applied == 2
+
+    def test_efa_ports_reach_the_failover_model(self) -> None:
+        """8 ports a node: a node keeps 7/8 of its EFA bandwidth when one is down."""
+        core = core_of(settings())
+        assert core.detector.efa.failover_fraction == pytest.approx(7 / 8)
+
+    def test_hardware_and_topology_must_agree(self) -> None:
+        with pytest.raises(ValueError, match="EFA ports"):
+            MonitorCore(build_topology("demo"), settings().monitor_config())
+
+
+class TestInjectedHardware:
+    def test_the_link_detector_counts_lanes_of_the_hardware_it_is_given(self) -> None:
+        """Every link reporting 4 lanes up: degraded (lanes) on 8-lane hardware, healthy on 4-lane hardware."""
+        topo = build_topology("demo")
+        now = time.time()
+        verdicts = {}
+        for lanes in (8, 4):
+            core = MonitorCore(topo, MonitorConfig(hardware=replace(TRN2, neuronlink_lanes=lanes)))
+            for tick in range(4):
+                items = [(t, replace(f, links=_with_lanes(f, 4))) for t, f in frames(topo, tick, now)]
+                core.analyse(messages(items, rx_s=0.5 * tick, wall_s=now + 0.5 * tick), now_s=0.5 * tick)
+            verdicts[lanes] = int((core.detector.links.tracker.state > 0).sum())
+        assert verdicts == {8: topo.n_links, 4: 0}
+
+    def test_peak_is_the_injected_chips(self) -> None:
+        topo = build_topology("demo")
+        core = MonitorCore(topo, MonitorConfig(hardware=replace(TRN2, fp8_dense_flops=1e15)))
+        now = time.time()
+        analysis = core.analyse(messages(frames(topo, 0, now), rx_s=0.0, wall_s=now), now_s=0.0)
+        assert analysis.throughput.fleet_peak == pytest.approx(topo.n_chips * 1e15)
+
+    def test_detection_parameters_are_the_ones_given(self) -> None:
+        paths = PathParams(raise_after=5, clear_after=30)
+        core = MonitorCore(build_topology("demo"), MonitorConfig(detection=DetectionParams(paths=paths)))
+        assert core.detector.links.params is core.detector.efa.params is paths
+
+
+def _with_lanes(frame: NodeFrame, lanes: int) -> np.ndarray:
+    links = frame.links.copy()
+    links["lanes_up"] = lanes
+    return links
