@@ -224,3 +224,30 @@ class TestDetectorsOnSimulatedFaults:
 def test_noise_alone_never_alarms(seed: int, noise: float) -> None:
     """At or below the default noise level, a fault-free fleet raises no detection in 300 ticks."""
     assert run_sim(2, [], 300, seed=seed, noise=noise) == []
+
+
+def efa_raises(ultraservers: int, ticks: int, *, faults: list[Fault], retrans_per_s: float = 0.2,
+               seed: int = 0) -> list[tuple[int, int, tuple[str, ...]]]:
+    topo = build_fleet(1, ultraservers)
+    model = FleetModel(topo, np.random.default_rng(seed), tick_s=1.0, start_s=0.0,
+                       params=FleetParams(efa_retrans_pkts_per_s=retrans_per_s), faults=faults)
+    core = MonitorCore(topo)
+    raised = []
+    for tick in range(ticks):
+        events = core.step([f for _t, f in tick_frames(topo, model.step(tick), publisher="t")]).events
+        raised += [(e.tick, e.id, e.reasons) for e in events if e.entity == "efa" and e.raised]
+    return raised
+
+
+class TestSlowLoss:
+    def test_a_port_losing_3e_7_of_its_packets_is_found_within_minutes(self) -> None:
+        """Silent loss of 3e-7 adds ~0.18 retransmits/s to a 0.2/s background: too little for any one tick, but
+        the per-port Poisson CUSUM names that port, and only it, within 10 minutes."""
+        raised = efa_raises(2, 700, faults=[Fault(FaultKind.EFA_LOSS, 5, 3e-7, 60, 700)])
+        assert [(port, reasons) for _tick, port, reasons in raised] == [(5, ("loss_rate",))]
+        assert 60 < raised[0][0] <= 660
+
+    def test_a_uniform_trickle_ten_times_higher_is_the_background(self) -> None:
+        """Every port retransmitting 2/s (ten times what the simulator assumes): the fleet's background, not a
+        fault on every port; 20 minutes, nothing raised."""
+        assert efa_raises(2, 1_200, faults=[], retrans_per_s=2.0) == []

@@ -33,6 +33,7 @@ class Reason(IntFlag):
     INLET = 8192
     FANS = 16384
     TEMPERATURE = 32768
+    LOSS_RATE = 65536  # retransmits above the fleet's background over minutes (slow packet loss)
 
 
 def reason_names(mask: int) -> list[str]:
