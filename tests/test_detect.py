@@ -251,3 +251,37 @@ class TestSlowLoss:
         """Every port retransmitting 2/s (ten times what the simulator assumes): the fleet's background, not a
         fault on every port; 20 minutes, nothing raised."""
         assert efa_raises(2, 1_200, faults=[], retrans_per_s=2.0) == []
+
+
+def first_raise(fault: Fault | None, tick_s: float, seconds: float, entity: str, seed: int = 0) -> list[tuple]:
+    """Run 2 UltraServers for ``seconds`` at ``tick_s``; return (seconds after the fault's start, id, reasons)."""
+    topo = build_fleet(1, 2)
+    ticks = int(seconds / tick_s)
+    start = fault.start_tick if fault else 0
+    model = FleetModel(topo, np.random.default_rng(seed), tick_s=tick_s, start_s=0.0,
+                       faults=[fault] if fault else [])
+    core = MonitorCore(topo)
+    raised = []
+    for tick in range(ticks):
+        frames = [f for _t, f in tick_frames(topo, model.step(tick), publisher="t")]
+        events = core.step(frames, now_s=tick * tick_s).events
+        raised += [((e.tick - start) * tick_s, e.id, e.reasons) for e in events if e.entity == entity and e.raised]
+    return raised
+
+
+class TestTickIndependence:
+    @pytest.mark.parametrize("tick_s", [0.5, 1.0, 5.0])
+    def test_a_crc_storm_is_found_in_the_same_seconds_at_any_tick(self, tick_s: float) -> None:
+        """20 CRC errors a second on link 7: the error CUSUM takes rates per second, each step weighted by its
+        interval, so it raises within 6 s at 0.5 and 1 s ticks, and within two intervals at a 5 s tick, where
+        one interval alone cannot tell a storm from a burst (it took 20 s there when it counted per tick)."""
+        fault = Fault(FaultKind.NL_CRC_STORM, 7, 20.0, int(60 / tick_s), int(180 / tick_s))
+        raised = first_raise(fault, tick_s, 120, "neuronlink")
+        assert raised[0][1:] == (7, ("errors",))
+        assert 0 < raised[0][0] <= max(6.0, 2 * tick_s)
+
+    @pytest.mark.parametrize("tick_s", [0.5, 5.0])
+    def test_healthy_noise_raises_nothing_at_short_or_long_ticks(self, tick_s: float) -> None:
+        """Half an hour of a healthy pair of UltraServers, at a 0.5 s and a 5 s tick: no link or port raised."""
+        assert first_raise(None, tick_s, 1_800, "neuronlink") == []
+        assert first_raise(None, tick_s, 1_800, "efa") == []

@@ -119,14 +119,22 @@ class ClippedCusum:
         """Return a CUSUM of ``n`` entities at rest."""
         return cls(k, h, cap, ceiling if ceiling is not None else 2.0 * h, np.zeros(n, np.float32))
 
-    def update(self, x: Floats, mask: B, *, scratch: F32 | None = None) -> B:
+    def update(self, x: Floats, mask: B, *, scratch: F32 | None = None, seconds: Floats | None = None) -> B:
         """Add the evidence ``x`` where ``mask`` (NaN counts as none); return the alarm mask.
 
+        With ``seconds`` (each entity's interval), ``x``, ``k`` and ``cap`` are
+        rates per second and each step is weighted by its interval, so the
+        CUSUM reads the same evidence in the same time at any tick length;
+        no one interval adds more than ``h/2``, so at a long tick a single
+        burst still cannot raise alone (two intervals must agree).
         ``scratch`` (an array like ``x``, float32) saves allocating a fleet-sized step.
         """
         step = np.minimum(x, np.float32(self.cap), out=scratch, dtype=np.float32)
         np.copyto(step, np.float32(0.0), where=np.isnan(step))
         step -= np.float32(self.k)
+        if seconds is not None:
+            step *= np.nan_to_num(seconds, nan=0.0).astype(np.float32, copy=False)
+            np.minimum(step, np.float32(0.5 * self.h), out=step)
         step += self.s
         np.clip(step, 0.0, self.ceiling, out=step)
         np.copyto(self.s, step, where=mask)

@@ -39,10 +39,12 @@ class PathParams:
     z_h: float = 20.0  # ~5 ticks of a full-cap deviation to raise
     bw_floor: float = 0.01  # smallest bandwidth-ratio sigma believed
     latency_floor: float = 0.02
-    errors_cap: float = 10.0  # errors a tick counted at most
-    errors_k: float = 3.0
+    # Error and retransmit CUSUMs take rates per second, each step weighted by its interval: the same
+    # storm raises in the same seconds at any tick (h is in errors; at a 1 s tick, as before).
+    errors_cap: float = 10.0  # errors a second counted at most
+    errors_k: float = 3.0  # errors a second that are noise
     errors_h: float = 28.0
-    retrans_cap: float = 10.0
+    retrans_cap: float = 10.0  # retransmits a second above the fleet's background counted at most
     retrans_k: float = 2.0
     retrans_h: float = 32.0
     down_below: float = 0.05  # bandwidth ratio under which a link is down
@@ -136,6 +138,7 @@ class LinkDetector:
         self.bw_ratio = ewma(self.bw_ratio, ratio, fresh, alpha=p.ewma_alpha)
         np.copyto(self.now_ratio, ratio, where=fresh)
         errors = counter_delta(table, "crc_errors_total", "replay_total")
+        errors /= table.dt_s  # per second
 
         # Healthy noise never takes a link with all lanes up below drop_below
         # (contention dips bottom out near 0.67 at the default noise, 0.56 at
@@ -155,7 +158,7 @@ class LinkDetector:
         # The evidence arrays are spent once added: each is its CUSUM's scratch.
         flag(reasons, self.bw.update(bw_dev, judged, scratch=bw_dev), Reason.BANDWIDTH)
         flag(reasons, self.latency.update(lat_dev, judged, scratch=lat_dev), Reason.LATENCY)
-        flag(reasons, self.errors.update(errors, fresh, scratch=errors), Reason.ERRORS)
+        flag(reasons, self.errors.update(errors, fresh, scratch=errors, seconds=table.dt_s), Reason.ERRORS)
         flag(reasons, self.drops >= p.flap_drops, Reason.FLAPPING)
         flag(reasons, dropped, Reason.DOWN)
         # A drop raises at once; a link that dropped recently must stay clean
@@ -256,7 +259,7 @@ class EfaDetector:
         reasons = np.zeros(share.shape, dtype=np.int32)
         flag(reasons, self.throughput.update(shortfall, active & ~down), Reason.BANDWIDTH)
         flag(reasons, self.latency.update(lat_dev, fresh & ~down), Reason.LATENCY)
-        flag(reasons, self.retrans.update(retrans, fresh), Reason.RETRANSMITS)
+        flag(reasons, self.retrans.update(retrans / table.dt_s, fresh, seconds=table.dt_s), Reason.RETRANSMITS)
         flag(reasons, slow_loss, Reason.LOSS_RATE)
         flag(reasons, down, Reason.DOWN)
         flag(reasons, fresh & unresponsive, Reason.UNRESPONSIVE)
