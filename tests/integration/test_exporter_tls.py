@@ -59,6 +59,8 @@ def prometheus(tmp_path: Path) -> Iterator[Callable[[dict[str, Any]], int]]:
             stdout=log, stderr=subprocess.STDOUT,
         ))
         wait_for_port(port, 20)
+        # The port opens before the TSDB is up; until then the API answers 503.
+        wait_for(lambda: get(f"http://127.0.0.1:{port}/-/ready", context=None)[0] == 200, "Prometheus ready")
         return port
 
     yield start
