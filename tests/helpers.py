@@ -1,13 +1,20 @@
-"""Helpers shared by the tests: free loopback ports, scraping, parsing."""
+"""Helpers shared by the tests: free loopback ports, scraping, parsing,
+polling, and a real Prometheus."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import shutil
 import socket
+import subprocess
 import time
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
 
 
 def free_port() -> int:
@@ -71,3 +78,46 @@ async def wait_until(condition: Callable[[], bool], timeout_s: float, what: str)
             return
         await asyncio.sleep(0.1)
     raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def poll_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    """Poll ``condition`` every 0.1 s until true; fail naming ``what`` after ``timeout_s`` (blocking tests)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.1)
+
+
+def start_prometheus(workdir: Path, config: dict[str, object]) -> tuple[subprocess.Popen[bytes], int]:
+    """Start a real Prometheus with ``config`` on a free loopback port; return it once ready.
+
+    The config is written as JSON (which is YAML); its TSDB and log live in
+    ``workdir``.  Ready means ``/-/ready`` answers 200: the port opens before
+    the TSDB and the rules are loaded, and the API answers 503 until then.
+    """
+    binary = shutil.which("prometheus")
+    if binary is None:
+        pytest.fail("the prometheus binary is missing: apt-get install prometheus (scripts/test does)")
+    path = workdir / "prometheus.yml"
+    path.write_text(json.dumps(config))
+    port = free_port()
+    proc = subprocess.Popen(
+        [binary, f"--config.file={path}", f"--storage.tsdb.path={workdir / 'tsdb'}",
+         f"--web.listen-address=127.0.0.1:{port}"],
+        stdout=(workdir / "prometheus.log").open("w"), stderr=subprocess.STDOUT,
+    )
+
+    def ready() -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/-/ready", timeout=2):
+                return True
+        except OSError:  # refused, or 503 while starting
+            return False
+
+    try:
+        poll_until(ready, 30, "prometheus to become ready")
+    except AssertionError:
+        proc.kill()
+        raise
+    return proc, port

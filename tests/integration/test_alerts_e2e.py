@@ -6,7 +6,6 @@ HTTP API which alerts fire."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import time
 import urllib.parse
@@ -17,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from rainierd.promrules import write_overridden
-from tests.helpers import Broker, current_values, free_port, wait_for_port
+from tests.helpers import Broker, current_values, free_port, start_prometheus
 
 ROOT = Path(__file__).parents[2]
 TICK_S = 0.5
@@ -28,36 +27,18 @@ FAULT_FOR_S = 15.0
 @pytest.fixture
 def prometheus(tmp_path: Path) -> Iterator[object]:
     """Return a function that starts Prometheus scraping a given port; stopped after the test."""
-    binary = shutil.which("prometheus")
-    if binary is None:
-        pytest.fail("the prometheus binary is missing: apt-get install prometheus (scripts/test does)")
     procs: list[subprocess.Popen[bytes]] = []
 
     def start(target_port: int) -> int:
         rules = write_overridden(ROOT / "deploy" / "prometheus" / "rules", tmp_path / "rules", "2s")
-        config = tmp_path / "prometheus.yml"
-        config.write_text(json.dumps({
+        proc, port = start_prometheus(tmp_path, {
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
             "rule_files": [str(p) for p in rules],
             "scrape_configs": [{"job_name": "rainierd",
                                 "static_configs": [{"targets": [f"127.0.0.1:{target_port}"]}]}],
-        }))
-        port = free_port()
-        log = (tmp_path / "prometheus.log").open("w")
-        procs.append(subprocess.Popen(
-            [binary, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-             f"--web.listen-address=127.0.0.1:{port}"],
-            stdout=log, stderr=subprocess.STDOUT,
-        ))
-        wait_for_port(port, 20)
-        deadline = time.monotonic() + 30
-        while True:  # the port answers before the rules are loaded
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/-/ready", timeout=2):
-                    return port
-            except OSError:
-                assert time.monotonic() < deadline, "prometheus did not become ready"
-                time.sleep(0.2)
+        })
+        procs.append(proc)
+        return port
 
     yield start
     for proc in procs:

@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,20 +27,12 @@ from rainierd.topology import build_topology
 from rainierd.wire import NodeBatch, encode_binary
 from rainierd.wire.topics import status_topic
 from tests.conftest import Daemon
-from tests.helpers import current_values, free_port, wait_for_port
+from tests.helpers import current_values, free_port, poll_until, wait_for_port
 
 ROOT = Path(__file__).parents[2]
 DEPLOY = ROOT / "deploy" / "mosquitto"
 TOPO = build_topology("demo")
 CHANGES = "rainier_ingest_publisher_changes_total"
-
-
-def settle(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(0.1)
 
 
 @dataclass(frozen=True)
@@ -154,7 +146,7 @@ def test_the_shipped_broker_refuses_what_a_client_may_not_write(
     monitor = start_role(start_rainierd, broker, "monitor", "rainierd-monitor", "--metrics-addr", f"127.0.0.1:{port}")
     sim = start_role(start_rainierd, broker, "simulate", "rainierd-sim", "--seed", "3", "--ticks", "4")
     assert sim.proc.wait(timeout=30) == 0, sim.log()
-    settle(lambda: current_values(port).get("rainier_monitor_last_tick", -1) == 3, timeout_s=30,
+    poll_until(lambda: current_values(port).get("rainier_monitor_last_tick", -1) == 3, timeout_s=30,
                what=f"the monitor applies the simulator's frames\n{monitor.log()[-2000:]}")
     assert current_values(port)[CHANGES] == 0
 
@@ -175,7 +167,7 @@ def test_the_shipped_broker_refuses_what_a_client_may_not_write(
 
     asyncio.run(intrude())
     # The control lands (a new publisher id on node 3 is a publisher change); node 4's frame never did.
-    settle(lambda: current_values(port).get(CHANGES) == 1, timeout_s=10, what="node 3's own frame is applied")
+    poll_until(lambda: current_values(port).get(CHANGES) == 1, timeout_s=10, what="node 3's own frame is applied")
     time.sleep(1.0)
     values = current_values(port)
     assert values[CHANGES] == 1, "; ".join(f"{k}={v}" for k, v in values.items() if "ingest" in k and v)
@@ -195,7 +187,7 @@ def test_the_monitor_says_online_again_when_its_status_is_overwritten(
     url = mosquitto.url  # type: ignore[attr-defined]
     monitor: Daemon = start_rainierd("monitor", "--mqtt-url", url, "--mqtt-client-id", "mon-1",  # type: ignore[operator]
                                      "--metrics-addr", f"127.0.0.1:{port}", name="monitor")
-    settle(lambda: current_values(port).get("rainier_mqtt_connected") == 1, timeout_s=20, what="connected")
+    poll_until(lambda: current_values(port).get("rainier_mqtt_connected") == 1, timeout_s=20, what="connected")
     host, broker_port = "127.0.0.1", int(url.rsplit(":", 1)[1])
 
     async def overwrite_then_read() -> bytes:

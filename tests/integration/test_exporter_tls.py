@@ -6,12 +6,9 @@ config stops the process at start with exit code 2."""
 from __future__ import annotations
 
 import http.client
-import json
 import os
-import shutil
 import ssl
 import subprocess
-import time
 import urllib.error
 import urllib.request
 from base64 import b64encode
@@ -24,7 +21,7 @@ import pytest
 
 from tests.certs import Pki, make_pki
 from tests.conftest import Daemon
-from tests.helpers import Broker, free_port, wait_for_port
+from tests.helpers import Broker, free_port, poll_until, start_prometheus, wait_for_port
 from tests.integration.test_alerts_e2e import query
 
 USER = "prometheus"
@@ -43,24 +40,12 @@ def pki(tmp_path: Path) -> Pki:
 @pytest.fixture
 def prometheus(tmp_path: Path) -> Iterator[Callable[[dict[str, Any]], int]]:
     """Return a function that starts Prometheus with one scrape config (1 s scrapes); stopped after the test."""
-    binary = shutil.which("prometheus")
-    if binary is None:
-        pytest.fail("the prometheus binary is missing: apt-get install prometheus (scripts/test does)")
     procs: list[subprocess.Popen[bytes]] = []
 
     def start(scrape_config: dict[str, Any]) -> int:
-        config = tmp_path / "prometheus.yml"
-        config.write_text(json.dumps({"global": {"scrape_interval": "1s"}, "scrape_configs": [scrape_config]}))
-        port = free_port()
-        log = (tmp_path / "prometheus.log").open("w")
-        procs.append(subprocess.Popen(
-            [binary, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-             f"--web.listen-address=127.0.0.1:{port}"],
-            stdout=log, stderr=subprocess.STDOUT,
-        ))
-        wait_for_port(port, 20)
-        # The port opens before the TSDB is up; until then the API answers 503.
-        wait_for(lambda: get(f"http://127.0.0.1:{port}/-/ready", context=None)[0] == 200, "Prometheus ready")
+        proc, port = start_prometheus(tmp_path, {"global": {"scrape_interval": "1s"},
+                                                 "scrape_configs": [scrape_config]})
+        procs.append(proc)
         return port
 
     yield start
@@ -82,13 +67,6 @@ def get(url: str, *, context: ssl.SSLContext | None, authorization: str | None =
 
 def basic(user: str, password: str) -> str:
     return "Basic " + b64encode(f"{user}:{password}".encode()).decode()
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
 
 
 def first_value(port: int, expr: str) -> float | None:
@@ -132,9 +110,9 @@ def test_prometheus_scrapes_over_tls_with_basic_auth(
         "basic_auth": {"username": USER, "password": password},
         "static_configs": [{"targets": [f"127.0.0.1:{port}"]}],
     })
-    wait_for(lambda: first_value(prom_port, f'up{{job="{JOB}"}}') == 1, "Prometheus to scrape the monitor")
-    wait_for(lambda: first_value(prom_port, f'rainier_mqtt_connected{{job="{JOB}"}}') == 1,
-             "the monitor's metrics in Prometheus")
+    poll_until(lambda: first_value(prom_port, f'up{{job="{JOB}"}}') == 1, 20, "Prometheus to scrape the monitor")
+    poll_until(lambda: first_value(prom_port, f'rainier_mqtt_connected{{job="{JOB}"}}') == 1, 20,
+               "the monitor's metrics in Prometheus")
     assert first_value(prom_port, f'rainier_build_info{{job="{JOB}"}}') == 1
 
     assert monitor.interrupt()[0] == 0
