@@ -281,10 +281,11 @@ class EfaDetector:
         # Counts above a few standard deviations of the alternative are a burst, not a rate (before
         # there is a background, nothing is capped).
         high = p.loss_ratio * (background if background is not None else p.loss_floor_per_s)
-        expected = high * np.where(ok, dt_s, 0.0)
+        interval = np.where(ok, dt_s, np.float32(0.0))  # seconds each port's count covers (0: none)
+        expected = high * interval
         cap = expected + 3.0 * np.sqrt(expected) + 1.0 if background is not None else np.inf
         clipped = np.minimum(np.where(ok, counts, 0.0), cap)
-        sample_ok, sample_dt = self.sample.pick(ok), self.sample.pick(np.where(ok, dt_s, 0.0))
+        sample_ok, sample_dt = self.sample.pick(ok), self.sample.pick(interval)
         seconds = float(sample_dt[sample_ok].sum())
         if seconds > 0:
             now = float(self.sample.pick(clipped)[sample_ok].sum()) / seconds
@@ -298,7 +299,7 @@ class EfaDetector:
             return np.zeros(counts.shape, bool)
         # Lucas's Poisson CUSUM: reference value k between the background and loss_ratio times it.
         k_per_s = (high - background) / np.log(p.loss_ratio)
-        step = clipped - np.float32(k_per_s) * np.where(ok, dt_s, 0.0)
+        step = clipped - np.float32(k_per_s) * interval
         # No one interval raises alone: after a long gap (a node back from silence) a burst or two in
         # its one interval would otherwise read as minutes of loss.
         np.minimum(step, np.float32(0.25 * p.loss_h), out=step)
