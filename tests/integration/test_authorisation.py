@@ -60,6 +60,10 @@ def shipped_broker(tmp_path: Path) -> Iterator[ShippedBroker]:
     d = Path(tempfile.mkdtemp(prefix="rainierd-acl-"))
     d.chmod(0o755)
     secrets, passwd = tmp_path / "secrets", d / "passwd"
+    # The checkout itself may sit under a 0700 directory too (a CI clone in mktemp -d): copy the shipped ACL.
+    acl = d / "acl"
+    shutil.copyfile(DEPLOY / "acl", acl)
+    acl.chmod(0o644)
     subprocess.run([DEPLOY / "make-credentials", "n3"], check=True, capture_output=True,
                    env={**os.environ, "SECRETS_DIR": str(secrets), "PASSWD_FILE": str(passwd)})
     credentials = {}
@@ -70,7 +74,7 @@ def shipped_broker(tmp_path: Path) -> Iterator[ShippedBroker]:
     config = (DEPLOY / "mosquitto.conf").read_text()
     for shipped, here in (("listener 1883", f"listener {port} 127.0.0.1"),
                           ("/mosquitto/config/passwd", str(passwd)),
-                          ("/mosquitto/config/acl", str(DEPLOY / "acl")),
+                          ("/mosquitto/config/acl", str(acl)),
                           ("/mosquitto/data/", f"{d}/data/")):
         assert shipped in config, f"the shipped config no longer says {shipped!r}"
         config = config.replace(shipped, here)
