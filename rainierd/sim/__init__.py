@@ -6,6 +6,10 @@ from __future__ import annotations
 
 from rainierd.sim.fleet import FleetModel, FleetParams, TickSample, TickTruth
 from rainierd.sim.frames import tick_frames
+from rainierd.sim.profile import PROFILES, Profile
 from rainierd.sim.publisher import Simulator, truth_payload
 
-__all__ = ["FleetModel", "FleetParams", "Simulator", "TickSample", "TickTruth", "tick_frames", "truth_payload"]
+__all__ = [
+    "PROFILES", "FleetModel", "FleetParams", "Profile", "Simulator", "TickSample", "TickTruth", "tick_frames",
+    "truth_payload",
+]

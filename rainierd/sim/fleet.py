@@ -25,6 +25,7 @@ import numpy.typing as npt
 from rainierd.core.model import CAUSES
 from rainierd.hardware import TRN2, Trainium2
 from rainierd.sim.faults import Effects, Fault, FaultKind, effects
+from rainierd.sim.profile import PROFILES, Profile
 from rainierd.topology import LINK_KIND_RING, Topology
 from rainierd.wire.records import (
     CHIP_DTYPE,
@@ -128,8 +129,10 @@ class FleetModel:
         params: FleetParams | None = None,
         faults: list[Fault] | None = None,
         hardware: Trainium2 = TRN2,
+        profile: Profile = PROFILES["ideal"],
     ) -> None:
         self.topology = topology
+        self.profile = profile
         self.rng = rng
         self.tick_s = tick_s
         self.start_s = start_s
