@@ -23,6 +23,8 @@ import structlog
 from rainierd import __version__
 from rainierd.bench import run_bench
 from rainierd.bench.core import SWEEP
+from rainierd.bench.detect import FULL as DETECT_FULL
+from rainierd.bench.detect import QUICK as DETECT_QUICK
 from rainierd.bench.ingest import DEFAULT_SIZES, NAIVE_CHIPS
 from rainierd.bench.transport import SIZES as TRANSPORT_SIZES
 from rainierd.bridge.run import run_bridge
@@ -130,15 +132,31 @@ def _bench_parsers(bench: argparse.ArgumentParser) -> None:
     core.add_argument("--plot", help="also draw the scaling curve to this PNG (needs matplotlib)")
     core.add_argument("--json", action="store_true", help="print JSON instead of a table")
     detect = kinds.add_parser("detect", help="detection quality against injected ground truth")
-    detect.add_argument("--seeds", type=int, default=30)
-    detect.add_argument("--ultraservers", type=int, default=64, help="UltraServers in each fault run")
-    detect.add_argument("--control-seeds", type=int, default=8)
-    detect.add_argument("--control-ultraservers", type=int, default=64)
-    detect.add_argument("--control-ticks", type=int, default=3_600)
+    detect.add_argument("--seeds", type=int, help=f"seeds per cell (default {DETECT_FULL.seeds}; "
+                                                   f"--quick {DETECT_QUICK.seeds})")
+    detect.add_argument("--ultraservers", type=int,
+                        help=f"UltraServers in each fault run (default {DETECT_FULL.ultraservers}; "
+                             f"--quick {DETECT_QUICK.ultraservers})")
+    detect.add_argument("--control-seeds", type=int, help=f"fault-free runs (default {DETECT_FULL.control_seeds}; "
+                                                           f"--quick {DETECT_QUICK.control_seeds})")
+    detect.add_argument("--control-ultraservers", type=int,
+                        help=f"UltraServers in each fault-free run (default {DETECT_FULL.control_ultraservers}; "
+                             f"--quick {DETECT_QUICK.control_ultraservers})")
+    # --control-ticks is the old name, from when every tick was 1 s.
+    detect.add_argument("--control-seconds", "--control-ticks", dest="control_seconds", type=float,
+                        help=f"length of each fault-free run (default {DETECT_FULL.control_seconds:g} s; "
+                             f"--quick {DETECT_QUICK.control_seconds:g} s)")
+    detect.add_argument("--quick", action="store_true",
+                        help="a smoke run: one seed, small fleets, short controls (explicit sizes still win)")
+    detect.add_argument("--profile", nargs="+", metavar="NAME",
+                        help="simulator profiles, the first heading the report (default: realistic ideal)")
+    detect.add_argument("--tick", nargs="+", type=float, metavar="SECONDS",
+                        help="tick lengths in seconds, e.g. 0.5 1 5 (default 1); other ticks compare against 1 s")
+    detect.add_argument("--kinds", nargs="+", metavar="KIND", help="grade only these fault kinds (default: all)")
     detect.add_argument("--noise", type=float, default=1.0)
     detect.add_argument("--jobs", type=int, default=0, help="worker processes (default: one per core)")
     detect.add_argument("--output", help="also write the JSON report to this file")
-    detect.add_argument("--json", action="store_true")
+    detect.add_argument("--json", action="store_true", help="print the JSON report instead of the tables")
     scrape = kinds.add_parser("scrape", help="/metrics latency, size and event-loop lag")
     scrape.add_argument("--topology", nargs="+", default=["demo", "rainier"], choices=list(PRESETS))
     scrape.add_argument("--scrapes", type=int, default=100)
