@@ -49,6 +49,7 @@ class FaultKind(StrEnum):
     EFA_DEGRADED = "efa_degraded"  # severity: throughput fraction left
     EFA_LOSS = "efa_loss"  # severity: silent packet loss rate
     EFA_DOWN = "efa_down"
+    EFA_SLOW = "efa_slow"  # severity: latency multiplier; throughput kept, retransmits 20x its trickle
     CHIP_FAILED = "chip_failed"  # uncorrectable HBM ECC, then silence
     CHIP_THROTTLE = "chip_throttle"  # severity: clock ratio
     STRAGGLER = "straggler"  # severity: fraction slower, no counter moves
@@ -67,6 +68,7 @@ TARGETS: Final[dict[FaultKind, tuple[str, ...]]] = {
     FaultKind.EFA_DEGRADED: ("efa",),
     FaultKind.EFA_LOSS: ("efa",),
     FaultKind.EFA_DOWN: ("efa",),
+    FaultKind.EFA_SLOW: ("efa",),
     FaultKind.CHIP_FAILED: ("chip",),
     FaultKind.CHIP_THROTTLE: ("chip",),
     FaultKind.STRAGGLER: ("chip",),
@@ -86,6 +88,7 @@ SEVERITIES: Final[dict[FaultKind, tuple[float, ...]]] = {
     FaultKind.EFA_DEGRADED: (0.875, 0.75, 0.5, 0.25),
     FaultKind.EFA_LOSS: (3e-7, 3e-5, 3e-4, 3e-3),
     FaultKind.EFA_DOWN: (0.0,),
+    FaultKind.EFA_SLOW: (1.25, 1.5, 2.0),
     FaultKind.CHIP_FAILED: (0.0,),
     FaultKind.CHIP_THROTTLE: (0.85, 0.7, 0.5),
     FaultKind.STRAGGLER: (0.02, 0.05, 0.10),
@@ -163,6 +166,7 @@ class Effects:
     efa_loss: npt.NDArray[np.float64]
     efa_retrans_per_s: npt.NDArray[np.float64]
     efa_latency_mult: npt.NDArray[np.float64]
+    efa_retrans_mult: npt.NDArray[np.float64]  # times the port's own healthy retransmit trickle
     chip_clock_cap: npt.NDArray[np.float64]
     chip_slowdown: npt.NDArray[np.float64]
     chip_failed: npt.NDArray[np.bool_]
@@ -180,6 +184,7 @@ class Effects:
             ones(topo.n_links), np.full(topo.n_links, TRN2.neuronlink_lanes), ones(topo.n_links),
             zeros(topo.n_links), zeros(topo.n_links),
             ones(topo.n_efa), zeros(topo.n_efa, bool), zeros(topo.n_efa), zeros(topo.n_efa), ones(topo.n_efa),
+            ones(topo.n_efa),
             ones(topo.n_chips), zeros(topo.n_chips), zeros(topo.n_chips, bool), zeros(topo.n_chips, bool),
             zeros(topo.n_nodes, bool), ones(topo.n_nodes), zeros(topo.n_nodes), ones(topo.n_sites),
         )
@@ -190,6 +195,9 @@ class Effects:
 # neighbour); a down EFA port fails over to the node's other ports (15 of 16
 # by default; the topology's configured count, as the monitor's model uses).
 _REROUTE_FRAC: Final = 0.5
+# Assumption: a slow path (a congested or long-winded route, a marginal optic
+# that SRD still delivers over) retransmits about 20x a healthy port's trickle.
+_SLOW_RETRANS_MULT: Final = 20.0
 _INLET_RAMP_TICKS: Final = 20.0
 
 
@@ -237,6 +245,11 @@ def _efa_down(e: Effects, f: Fault, tick: int, topo: Topology, phase: float) -> 
     e.efa_frac[f.target] = 1.0 - 1.0 / topo.efa_ports_per_node
 
 
+def _efa_slow(e: Effects, f: Fault, tick: int, topo: Topology, phase: float) -> None:
+    e.efa_latency_mult[f.target] = f.severity
+    e.efa_retrans_mult[f.target] = _SLOW_RETRANS_MULT
+
+
 def _chip_failed(e: Effects, f: Fault, tick: int, topo: Topology, phase: float) -> None:
     e.chip_failed[f.target] = True
     e.chip_fail_onset[f.target] = tick == f.start_tick
@@ -275,6 +288,7 @@ _APPLY: Final[dict[FaultKind, Callable[[Effects, Fault, int, Topology, float], N
     FaultKind.EFA_DEGRADED: _efa_degraded,
     FaultKind.EFA_LOSS: _efa_loss,
     FaultKind.EFA_DOWN: _efa_down,
+    FaultKind.EFA_SLOW: _efa_slow,
     FaultKind.CHIP_FAILED: _chip_failed,
     FaultKind.CHIP_THROTTLE: _chip_throttle,
     FaultKind.STRAGGLER: _straggler,
@@ -364,6 +378,9 @@ _PER_DAY: Final[dict[FaultKind, tuple[str, float]]] = {
     FaultKind.NL_CRC_STORM: ("link", 35 / 419 * 4.7e-4 / 16),
     FaultKind.EFA_DEGRADED: ("efa", 7 / 419 * 4.7e-4),
     FaultKind.EFA_LOSS: ("efa", 35 / 419 * 4.7e-4),
+    # No public figure separates slow-but-lossless paths from the NIC row:
+    # assumed as frequent as efa_degraded.
+    FaultKind.EFA_SLOW: ("efa", 7 / 419 * 4.7e-4),
     # No public figure for cooling faults: assumed 1e-3 per node-day.
     FaultKind.COOLING_FAN: ("node", 1e-3),
     FaultKind.COOLING_INLET: ("node", 1e-3),

@@ -17,13 +17,14 @@ all randomness comes from the injected generator, so a seed fixes every value.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
 
 from rainierd.core.model import CAUSES
 from rainierd.hardware import TRN2, Trainium2
+from rainierd.sim._statics import Statics, static_rng
 from rainierd.sim.faults import Effects, Fault, FaultKind, effects
 from rainierd.sim.profile import PROFILES, Profile
 from rainierd.topology import LINK_KIND_RING, Topology
@@ -71,6 +72,10 @@ class FleetParams:
     efa_load: float = 0.2
     efa_retrans_pkts_per_s: float = 0.2
     efa_latency_us: float = 12.0
+    # Assumption (no public figure): the share of a group's EFA collective time
+    # that is latency-bound (small messages, synchronisation) rather than
+    # bandwidth-bound; a port L times slower to answer stretches it by 1 + share x (L - 1).
+    efa_latency_share: float = 0.3
     ecc_corrected_per_s: float = 2e-4
     outside_mean_c: float = 14.0
     outside_diurnal_amp_c: float = 7.0
@@ -114,6 +119,8 @@ class TickSample:
     truth: TickTruth
     chip_silent: B
     node_silent: B
+    node_t_s: F64  # when each node sampled (Unix seconds); t_s is the tick's nominal time
+    node_reset: B  # nodes whose agent restarted this tick: their counters began again from zero
 
 
 class FleetModel:
@@ -150,8 +157,14 @@ class FleetModel:
         self._node_inlet_offset_c = rng.normal(0.0, 0.5, topo.n_nodes)
         self._site_outside_offset_c = rng.normal(0.0, 2.0, topo.n_sites)
         ring = topo.link_kind == LINK_KIND_RING
-        self._link_nominal = np.where(ring, self.hw.neuronlink_ring_bytes_s, self.hw.neuronlink_intra_bytes_s)
-        self._link_latency_us = np.where(ring, p.ring_latency_us, p.torus_latency_us)
+        self._static = Statics.draw(profile, topo, static_rng(rng), base_retrans_per_s=p.efa_retrans_pkts_per_s,
+                                    tick_s=tick_s, chip_group=self._chip_group)
+        # Per-entity bases, static multipliers folded in once (exactly 1 for the ideal profile).
+        nominal = np.where(ring, self.hw.neuronlink_ring_bytes_s, self.hw.neuronlink_intra_bytes_s)
+        self._link_nominal = nominal * self._static.link_efficiency
+        self._link_latency_us = np.where(ring, p.ring_latency_us, p.torus_latency_us) * self._static.link_latency
+        self._efa_port_bytes_s = self.hw.efa_port_bytes_s * p.efa_load * self._static.efa_share
+        self._efa_latency_us = p.efa_latency_us * self._static.efa_latency
 
         self.chips = np.zeros(topo.n_chips, CHIP_DTYPE)
         self.chips["chip"] = np.arange(topo.n_chips)
@@ -169,6 +182,9 @@ class FleetModel:
         self._temp_c = self._inlet_c(0.0)[topo.chip_node] + p.thermal_resistance_c_per_w * power0
         self._last_tick = -1
         self._group_lost = np.zeros(self.n_groups)
+        # Each node's interval since its previous sample; None while every node samples on the tick.
+        self._node_dt: F64 | None = None
+        self._node_t_prev: F64 | None = None
 
     def t_of(self, tick: int) -> float:
         """Return the sample time of ``tick`` (Unix seconds)."""
@@ -187,34 +203,139 @@ class FleetModel:
         site_inlet = np.clip(self._outside_c(sim_s) + 4.0, 18.0, 27.0)
         return np.asarray(site_inlet[self.topology.node_site] + self._node_inlet_offset_c, dtype=np.float64)
 
-    def _add_poisson(self, counter: npt.NDArray[np.uint64], base_per_s: float, extra_per_s: F64 | None = None) -> None:
-        """Add Poisson(rate x tick) events to every entity's ``counter``, in time that follows the events.
+    def _add_poisson(
+        self,
+        counter: npt.NDArray[np.uint64],
+        base_per_s: float,
+        extra_per_s: F64 | None = None,
+        *,
+        node_of: npt.NDArray[np.int64] | None = None,
+        base_cdf: F64 | None = None,
+    ) -> None:
+        """Add Poisson(rate x interval) events to every entity's ``counter``, in time that follows the events.
 
-        The fleet's total is drawn at once and spread uniformly over the
-        entities, which gives each one exactly an independent Poisson count:
-        a 1e-3/s trickle over 1.5M links costs ~1,500 draws, not 1.5M.
-        ``extra_per_s`` (faults) adds a Poisson draw where it is non-zero.
+        The fleet's total is drawn at once and spread over the entities, which
+        gives each one exactly an independent Poisson count: a 1e-3/s trickle
+        over 1.5M links costs ~1,500 draws, not 1.5M.  ``base_cdf`` (the
+        cumulative per-entity rate) replaces the uniform ``base_per_s``; when
+        nodes sample off the tick, events are drawn over the longest interval
+        and each kept with its own node's (``node_of``) interval over that:
+        thinning, exact for Poisson.  ``extra_per_s`` (faults) adds a Poisson
+        draw where it is non-zero.
         """
-        n = counter.size
-        total = int(self.rng.poisson(base_per_s * self.tick_s * n))
-        if total > n // 16:  # many events: one counting pass beats scattering them one by one
-            counter += np.bincount(self.rng.integers(n, size=total), minlength=n).astype(np.uint64)
-        elif total:
-            np.add.at(counter, self.rng.integers(n, size=total), np.uint64(1))
+        n, rng, dt_node = counter.size, self.rng, self._node_dt
+        if base_cdf is None and dt_node is None:
+            total = int(rng.poisson(base_per_s * self.tick_s * n))
+            hits = rng.integers(n, size=total) if total else None
+        else:
+            span = self.tick_s if dt_node is None else float(dt_node.max())
+            rate = base_per_s * n if base_cdf is None else float(base_cdf[-1])
+            total = int(rng.poisson(rate * span))
+            hits = (rng.integers(n, size=total) if base_cdf is None
+                    else np.searchsorted(base_cdf, rng.uniform(0.0, rate, total), side="right"))
+            if dt_node is not None and node_of is not None:
+                hits = hits[rng.uniform(0.0, span, hits.size) < dt_node[node_of[hits]]]
+        if hits is not None and hits.size > n // 16:  # many events: one counting pass beats scattering them
+            counter += np.bincount(hits, minlength=n).astype(np.uint64)
+        elif hits is not None and hits.size:
+            np.add.at(counter, hits, np.uint64(1))
         if extra_per_s is not None:
             hot = np.flatnonzero(extra_per_s)
             if hot.size:
-                counter[hot] += self.rng.poisson(extra_per_s[hot] * self.tick_s).astype(np.uint64)
+                span_hot = self.tick_s if dt_node is None or node_of is None else dt_node[node_of[hot]]
+                counter[hot] += rng.poisson(extra_per_s[hot] * span_hot).astype(np.uint64)
+
+    def _per_entity_s(self, values: npt.NDArray[np.floating[Any]], per_node: int) -> F64:
+        """Return ``values`` (per second) times each entity's interval: its node's time between samples."""
+        if self._node_dt is None:
+            return np.asarray(values * self.tick_s, dtype=np.float64)
+        return np.asarray((values.reshape(-1, per_node) * self._node_dt[:, None]).ravel(), dtype=np.float64)
 
     def _bursts(self, n: int) -> npt.NDArray[np.int64]:
-        """Return the entities that have a burst this tick (each with probability burst_prob x noise)."""
-        count = int(self.rng.binomial(n, min(1.0, self.params.burst_prob * self.params.noise)))
+        """Return the entities that have a burst this tick.
+
+        Ideal: each with probability burst_prob x noise a tick.  A profile
+        with ``spike_per_s`` sets a rate in time, so a longer tick holds more.
+        """
+        per_s = self.profile.spike_per_s
+        prob = self.params.burst_prob if per_s <= 0 else per_s * self.tick_s
+        count = int(self.rng.binomial(n, min(1.0, prob * self.params.noise)))
         return self.rng.integers(n, size=count)
+
+    def _spike(self, low: float, high: float, size: int) -> F64:
+        """Return multipliers of gauges that spiked (or dipped) this tick, by U(low, high) while it lasted.
+
+        A gauge averaged over the interval shows a spike of d seconds diluted
+        by the interval: 1 + (m - 1) x min(d, tick) / tick.
+        """
+        mult = self.rng.uniform(low, high, size)
+        if not self.profile.interval_averaged:
+            return mult
+        lasted_s = self.rng.uniform(*self.profile.spike_s, size)
+        return np.asarray(1.0 + (mult - 1.0) * np.minimum(lasted_s, self.tick_s) / self.tick_s, dtype=np.float64)
 
     def _normal(self, n: int, sigma: float) -> npt.NDArray[np.float32]:
         noise = self.rng.standard_normal(n, dtype=np.float32)
         noise *= np.float32(sigma)
         return noise
+
+    def _jitter(self, n: int, sigma: float) -> npt.NDArray[np.float32]:
+        """Return a gauge's zero-mean noise with standard deviation ``sigma`` at a 1 s interval.
+
+        Ideal: Gaussian.  The profile may make it Student-t (heavy tails,
+        scaled to the same variance) and, for a gauge averaged over the
+        interval, scale it by 1 / sqrt(tick_s).
+        """
+        prof = self.profile
+        if prof.interval_averaged:
+            sigma /= float(np.sqrt(self.tick_s))
+        if prof.noise_dof <= 0:
+            return self._normal(n, sigma)
+        # t = z / sqrt(chi2 / dof), chi2 = 2 x Gamma(dof / 2); x sqrt((dof - 2) / dof) for unit variance.
+        noise = self.rng.standard_normal(n, dtype=np.float32)
+        chi_half = self.rng.standard_gamma(prof.noise_dof / 2.0, n, dtype=np.float32)
+        np.maximum(chi_half, np.float32(1e-6), out=chi_half)
+        noise *= np.float32(sigma * np.sqrt((prof.noise_dof - 2.0) / 2.0))
+        noise /= np.sqrt(chi_half)
+        return noise
+
+    def _node_times(self, tick: int) -> F64:
+        """Return each node's sample time this tick, and keep each node's interval since its last."""
+        t, prof, n = self.t_of(tick), self.profile, self.topology.n_nodes
+        if prof.tick_aligned:
+            return np.full(n, t)
+        sd = prof.sample_jitter_frac * self.tick_s
+        # Clipped at 3 sigma so that a node's samples stay in order.
+        jitter = np.clip(self.rng.normal(0.0, sd, n), -3.0 * sd, 3.0 * sd) if sd > 0 else np.zeros(n)
+        node_t = np.asarray(t + self._static.node_phase_s + jitter, dtype=np.float64)
+        self._node_dt = np.full(n, self.tick_s) if self._node_t_prev is None else node_t - self._node_t_prev
+        self._node_t_prev = node_t
+        return node_t
+
+    def _reset_counters(self) -> B:
+        """Restart the monotonic counters of the nodes whose agent restarted; return which did.
+
+        A restart between two samples loses what the old agent had counted:
+        the new sample holds only what was counted since (this tick's increments).
+        """
+        topo, p = self.topology, self.params
+        reset = np.zeros(topo.n_nodes, dtype=bool)
+        per_tick = self.profile.resets_per_node_day * self.tick_s * p.time_scale / 86_400.0
+        if per_tick <= 0:
+            return reset
+        nodes = self.rng.integers(topo.n_nodes, size=int(self.rng.binomial(topo.n_nodes, min(1.0, per_tick))))
+        if not nodes.size:
+            return reset
+        reset[nodes] = True
+        for records, per_node in ((self.chips, topo.chips_per_node), (self.links, topo.links_per_node),
+                                  (self.efa, topo.efa_ports_per_node)):
+            hit = (nodes[:, None] * per_node + np.arange(per_node)).ravel()
+            for name in records.dtype.names or ():
+                if name.endswith("_total"):
+                    records[name][hit] = 0
+            if records is self.chips:
+                self._flop[hit] = 0.0
+        return reset
 
     def _by_group(self, values: F64, per_group: int, reduce: str) -> F64:
         padded = np.resize(values, self.n_groups * per_group) if values.size % per_group else values
@@ -233,6 +354,8 @@ class FleetModel:
         sim_s = tick * self.tick_s * p.time_scale
         e = effects(topo, self.faults, tick, diurnal_phase=self._day_phase(sim_s))
         inlet_node = self._inlet_c(sim_s) + e.node_inlet_rise_c
+        node_t_s = self._node_times(tick)
+        node_reset = self._reset_counters()
 
         group = self._pace(e)
         flops, power, clock, util_true = self._step_chips(tick, e, group, inlet_node)
@@ -257,7 +380,7 @@ class FleetModel:
         )
         return TickSample(
             tick, truth.t_s, self.chips, self.links, self.efa, self.cooling, self.facility, truth,
-            chip_silent, e.node_silent.copy(),
+            chip_silent, e.node_silent.copy(), node_t_s, node_reset,
         )
 
     def _pace(self, e: Effects) -> dict[str, F64]:
@@ -273,13 +396,33 @@ class FleetModel:
         dead = e.chip_failed | e.node_silent[topo.chip_node]
         s_min = self._by_group(speed, chips_per_us * per_group, "min")
         f_nl = self._by_group(e.link_path_frac, topo.links_per_node * topo.nodes_per_ultraserver * per_group, "min")
-        f_efa = self._by_group(e.efa_frac, topo.efa_ports_per_node * topo.nodes_per_ultraserver * per_group, "min")
+        efa_path = e.efa_frac / self._efa_stretch(e)
+        f_efa = self._by_group(efa_path, topo.efa_ports_per_node * topo.nodes_per_ultraserver * per_group, "min")
         group_dead = self._by_group(dead.astype(np.float64), chips_per_us * per_group, "max") > 0
         compute = (1.0 - p.comm_share) / s_min
         step = compute + p.comm_nl_share / f_nl + p.comm_efa_share / f_efa
         pace = np.where(group_dead, 0.0, 1.0 / step)
         return {"clock": clock, "speed": speed, "s_min": s_min, "f_nl": f_nl, "f_efa": f_efa,
                 "dead": group_dead.astype(np.float64), "pace": pace, "step": step}
+
+    def _efa_stretch(self, e: Effects) -> F64:
+        """Return how much each port stretches its group's EFA collective: 1 + share x (L - 1) + r.
+
+        L is the port's latency multiplier relative to its own healthy
+        latency, beyond what its lost throughput already explains (a degraded
+        port's queueing, 1 / efa_frac, is priced in efa_frac).  r is the bytes
+        it retransmits over the bytes it sends at a healthy pace, counting only
+        the retransmits a fault adds and efa_frac does not already price: a
+        multiple of the port's own trickle (``efa_retrans_mult``).  Loss and
+        degradation retransmits are in their efa_frac, and the healthy trickle
+        (1e-5 of the bytes at most) is part of every baseline, so a healthy
+        port stretches by exactly 1 and truth without efa_slow is what it was.
+        """
+        p = self.params
+        latency = np.maximum(e.efa_latency_mult * e.efa_frac, 1.0)
+        added_bytes_per_s = (e.efa_retrans_mult - 1.0) * self._static.efa_retrans_per_s * _EFA_PACKET_BYTES
+        retrans = added_bytes_per_s / (self._efa_port_bytes_s * e.efa_frac)
+        return np.asarray(1.0 + p.efa_latency_share * (latency - 1.0) + retrans, dtype=np.float64)
 
     def _step_chips(
         self, tick: int, e: Effects, group: dict[str, F64], inlet_node: F64,
@@ -293,78 +436,100 @@ class FleetModel:
         stalled = group["dead"][g] > 0
         util_true = np.where(stalled, 0.01, flops / (hw.fp8_dense_flops * speed))
         util_true = np.where(e.chip_failed, 0.0, util_true)
-        power = hw.chip_idle_power_w + (hw.chip_power_w - hw.chip_idle_power_w) * util_true * clock
+        # A chip faster than its group's slowest waits for it: it is busy less (and draws less), while
+        # the group's pace, and so the truth, stays the slowest chip's.
+        util_seen = util_true * self._static.chip_util_scale if self.profile.chip_efficiency_sd else util_true
+        power = hw.chip_idle_power_w + (hw.chip_power_w - hw.chip_idle_power_w) * util_seen * clock
         fan_frac = e.node_fan_frac[topo.chip_node]
         resistance = p.thermal_resistance_c_per_w * fan_frac ** -0.6
         target = inlet_node[topo.chip_node] + resistance * power
         self._temp_c += (target - self._temp_c) * (1.0 - np.exp(-dt / p.thermal_tau_s))
-        self._flop += flops * dt
+        self._flop += self._per_entity_s(flops, topo.chips_per_node)
 
         c = self.chips
-        c["util"] = np.clip(util_true + self._normal(topo.n_chips, p.util_noise * p.noise), 0.0, 1.0)
+        c["util"] = np.clip(util_seen + self._jitter(topo.n_chips, p.util_noise * p.noise), 0.0, 1.0)
         c["clock_ratio"] = clock
         c["throttled"] = (self._thermal_clock < 1.0) | (e.chip_clock_cap < 1.0)
         c["temp_c"] = np.where(e.chip_clock_cap < 1.0, np.maximum(self._temp_c, p.throttle_start_c), self._temp_c)
         c["temp_c"] += self._normal(topo.n_chips, p.temp_noise_c * p.noise)
         c["power_w"] = power
         c["fp8_flop_total"] = self._flop
-        self._add_poisson(c["ecc_corrected_total"], p.ecc_corrected_per_s)
+        self._add_poisson(c["ecc_corrected_total"], p.ecc_corrected_per_s, node_of=topo.chip_node)
         c["ecc_uncorrected_total"] += e.chip_fail_onset.astype(np.uint64)
         return flops, power, clock, util_true
 
     def _step_links(self, e: Effects, pace: F64) -> None:
-        """NeuronLinks: bandwidth near nominal with jitter and contention dips; errors at a trickle."""
-        topo, p, rng, dt = self.topology, self.params, self.rng, self.tick_s
+        """NeuronLinks: bandwidth near nominal with jitter and contention dips; errors at a trickle.
+
+        Ideal: the bandwidth is the in-collective rate.  A profile with
+        ``link_bw_utilised`` reports the interval's average instead: the
+        collective rate times the group's communication share and pace.
+        """
+        topo, p, rng = self.topology, self.params, self.rng
         n = topo.n_links
-        jitter = self._normal(n, p.link_bw_noise * p.noise)
+        jitter = self._jitter(n, p.link_bw_noise * p.noise)
         jitter += np.float32(p.link_bw_efficiency)
         dips = self._bursts(n)
-        jitter[dips] *= rng.uniform(0.7, 0.95, dips.size).astype(np.float32)
+        jitter[dips] *= self._spike(0.7, 0.95, dips.size).astype(np.float32)
         bw = self._link_nominal * jitter
         bw *= e.link_bw_frac
         np.maximum(bw, 0.0, out=bw)
         links = self.links
+        link_pace = pace[self._link_group]
+        if self.profile.link_bw_utilised:
+            bw *= p.comm_share * link_pace
+            links["tx_bytes_total"] += self._per_entity_s(bw, topo.links_per_node).astype(np.uint64)
+        else:
+            links["tx_bytes_total"] += self._per_entity_s(bw * p.comm_share * link_pace,
+                                                          topo.links_per_node).astype(np.uint64)
         links["bw_bytes_s"] = bw
         links["lanes_up"] = e.link_lanes
-        link_pace = pace[self._link_group]
-        links["tx_bytes_total"] += (bw * p.comm_share * link_pace * dt).astype(np.uint64)
-        self._add_poisson(links["crc_errors_total"], p.link_crc_per_s, e.link_crc_per_s)
-        self._add_poisson(links["replay_total"], p.link_replay_per_s, e.link_replay_per_s)
+        self._add_poisson(links["crc_errors_total"], p.link_crc_per_s, e.link_crc_per_s, node_of=topo.link_node)
+        self._add_poisson(links["replay_total"], p.link_replay_per_s, e.link_replay_per_s, node_of=topo.link_node)
         bursts = self._bursts(n)  # an error burst: a few tens of CRC errors and their replays
         crc_burst = rng.poisson(20.0 * p.noise, bursts.size).astype(np.uint64)
         np.add.at(links["crc_errors_total"], bursts, crc_burst)
         np.add.at(links["replay_total"], bursts, crc_burst // np.uint64(4))
-        latency = self._normal(n, 0.03 * p.noise)
+        latency = self._jitter(n, 0.03 * p.noise)
         latency += np.float32(1.0)
+        np.maximum(latency, np.float32(0.5), out=latency)  # heavy tails must not make a link faster than light
         latency *= self._link_latency_us
         spikes = self._bursts(n)
-        latency[spikes] *= rng.uniform(1.5, 3.0, spikes.size).astype(np.float32)
+        latency[spikes] *= self._spike(1.5, 3.0, spikes.size).astype(np.float32)
         latency[e.link_lanes == 0] = 0.0
         links["latency_us"] = latency
 
     def _step_efa(self, e: Effects, pace: F64) -> None:
         """EFA ports: traffic at the group's pace; retransmits at a trickle, with bursts."""
-        topo, p, hw, rng, dt = self.topology, self.params, self.hw, self.rng, self.tick_s
-        n = topo.n_efa
+        topo, p, rng, static = self.topology, self.params, self.rng, self._static
+        n, per_node = topo.n_efa, topo.efa_ports_per_node
         port_pace = pace[self._efa_group]
-        rate = (1.0 + self._normal(n, 0.02 * p.noise)) * (hw.efa_port_bytes_s * p.efa_load * port_pace * e.efa_frac)
+        rate = (1.0 + self._jitter(n, 0.02 * p.noise)) * (self._efa_port_bytes_s * port_pace * e.efa_frac)
         rate = np.where(e.efa_down, 0.0, np.maximum(rate, 0.0))
-        moved = (rate * dt).astype(np.uint64)
+        moved = self._per_entity_s(rate, per_node).astype(np.uint64)
         efa = self.efa
         efa["tx_bytes_total"] += moved
         efa["rx_bytes_total"] += moved
         lost_pkts_per_s = e.efa_loss * rate / _EFA_PACKET_BYTES
+        # A slow port retransmits a multiple of its own healthy trickle.
+        extra_pkts_per_s = e.efa_retrans_per_s + lost_pkts_per_s + (e.efa_retrans_mult - 1.0) * static.efa_retrans_per_s
         before = efa["retrans_pkts_total"].copy()
-        self._add_poisson(efa["retrans_pkts_total"], p.efa_retrans_pkts_per_s, e.efa_retrans_per_s + lost_pkts_per_s)
+        uneven = bool(self.profile.site_retrans_per_s) or self.profile.efa_retrans_sigma > 0
+        self._add_poisson(efa["retrans_pkts_total"], p.efa_retrans_pkts_per_s, extra_pkts_per_s,
+                          node_of=topo.efa_node, base_cdf=static.efa_retrans_cdf if uneven else None)
         bursts = self._bursts(n)
         np.add.at(efa["retrans_pkts_total"], bursts, rng.poisson(50.0 * p.noise, bursts.size).astype(np.uint64))
         efa["retrans_bytes_total"] += (efa["retrans_pkts_total"] - before) * np.uint64(_EFA_PACKET_BYTES)
-        self._add_poisson(efa["retrans_timeout_events_total"], 1e-4, np.where(e.efa_down, 5.0, 0.0))
-        self._add_poisson(efa["unresponsive_remote_events_total"], 0.0, np.where(e.efa_down, 2.0, 0.0))
-        self._add_poisson(efa["impaired_remote_conn_events_total"], 0.0, np.where(e.efa_loss > 1e-4, 0.5, 0.0))
-        latency = (1.0 + self._normal(n, 0.04 * p.noise)) * (p.efa_latency_us * e.efa_latency_mult)
+        self._add_poisson(efa["retrans_timeout_events_total"], 1e-4, np.where(e.efa_down, 5.0, 0.0),
+                          node_of=topo.efa_node)
+        self._add_poisson(efa["unresponsive_remote_events_total"], 0.0, np.where(e.efa_down, 2.0, 0.0),
+                          node_of=topo.efa_node)
+        self._add_poisson(efa["impaired_remote_conn_events_total"], 0.0, np.where(e.efa_loss > 1e-4, 0.5, 0.0),
+                          node_of=topo.efa_node)
+        latency = (1.0 + self._jitter(n, 0.04 * p.noise)) * (self._efa_latency_us * e.efa_latency_mult)
+        np.maximum(latency, 0.5 * self._efa_latency_us, out=latency)
         spikes = self._bursts(n)
-        latency[spikes] *= rng.uniform(1.5, 3.0, spikes.size)
+        latency[spikes] *= self._spike(1.5, 3.0, spikes.size)
         efa["latency_us"] = latency
 
     def _step_cooling(self, e: Effects, inlet_node: F64, chip_power: F64) -> F64:

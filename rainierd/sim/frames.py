@@ -33,7 +33,8 @@ def tick_frames(
     """Yield (topic, frame) for every node and site of one tick.
 
     A frame's sequence number is its tick: each topic gets one frame a tick,
-    so consecutive frames on a topic differ by exactly one.  A lost node
+    so consecutive frames on a topic differ by exactly one.  A node frame's
+    time is when that node sampled (``sample.node_t_s``).  A lost node
     yields nothing; a failed chip is left out of its node's frame.
     """
     topo = topology
@@ -44,7 +45,7 @@ def tick_frames(
         chip_records = sample.chips[chips.start:chips.stop]
         silent = sample.chip_silent[chips.start:chips.stop]
         yield node_topic(*topo.node_path(node)), NodeFrame(
-            publisher, sample.tick, sample.tick, sample.t_s, node,
+            publisher, sample.tick, sample.tick, float(sample.node_t_s[node]), node,
             chip_records[~silent] if silent.any() else chip_records,
             sample.links[links.start:links.stop],
             sample.efa[efa.start:efa.stop],
@@ -134,6 +135,6 @@ def _batch(
     n = int(node_ok.sum())
     return NodeBatch(
         publisher, sample.tick, sample.tick, sample.t_s, site, nodes[node_ok],
-        np.full(n, sample.tick, np.uint64), np.full(n, sample.tick, np.uint64), np.full(n, sample.t_s),
+        np.full(n, sample.tick, np.uint64), np.full(n, sample.tick, np.uint64), sample.node_t_s[first:last][node_ok],
         counts, batch_columns,
     )
