@@ -47,7 +47,6 @@ class Statics:
     efa_latency: F64  # multiplies FleetParams.efa_latency_us
     efa_share: F64  # each port's share of its node's traffic, mean 1 over the node's ports
     efa_retrans_per_s: F64  # each port's healthy retransmit trickle, packets a second
-    efa_retrans_cdf: F64  # cumulative trickle over the ports: draws the fleet's retransmits at once
     chip_util_scale: F64  # busy share of a chip relative to its group's slowest (<= 1)
     node_phase_s: F64  # when each node samples within the tick
 
@@ -84,7 +83,6 @@ class Statics:
             efa_latency=efa_latency,
             efa_share=share.ravel(),
             efa_retrans_per_s=retrans,
-            efa_retrans_cdf=np.cumsum(retrans),
             chip_util_scale=slowest / speed,
             node_phase_s=rng.uniform(0.0, p.sample_phase_frac * tick_s, topo.n_nodes),
         )

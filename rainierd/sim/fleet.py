@@ -206,34 +206,34 @@ class FleetModel:
     def _add_poisson(
         self,
         counter: npt.NDArray[np.uint64],
-        base_per_s: float,
+        base_per_s: float | F64,
         extra_per_s: F64 | None = None,
         *,
         node_of: npt.NDArray[np.int64] | None = None,
-        base_cdf: F64 | None = None,
     ) -> None:
         """Add Poisson(rate x interval) events to every entity's ``counter``, in time that follows the events.
 
-        The fleet's total is drawn at once and spread over the entities, which
-        gives each one exactly an independent Poisson count: a 1e-3/s trickle
-        over 1.5M links costs ~1,500 draws, not 1.5M.  ``base_cdf`` (the
-        cumulative per-entity rate) replaces the uniform ``base_per_s``; when
-        nodes sample off the tick, events are drawn over the longest interval
-        and each kept with its own node's (``node_of``) interval over that:
-        thinning, exact for Poisson.  ``extra_per_s`` (faults) adds a Poisson
-        draw where it is non-zero.
+        A uniform ``base_per_s``: the fleet's total is drawn at once and
+        spread over the entities, which gives each one exactly an independent
+        Poisson count: a 1e-3/s trickle over 1.5M links costs ~1,500 draws,
+        not 1.5M.  When nodes sample off the tick, events are drawn over the
+        longest interval and each kept with its own node's (``node_of``)
+        interval over that: thinning, exact for Poisson.  A per-entity
+        ``base_per_s`` (a profile's uneven trickle) is one draw per entity.
+        ``extra_per_s`` (faults) adds a Poisson draw where it is non-zero.
         """
         n, rng, dt_node = counter.size, self.rng, self._node_dt
-        if base_cdf is None and dt_node is None:
+        if not isinstance(base_per_s, float | int):
+            per_node = n // self.topology.n_nodes
+            counter += rng.poisson(self._per_entity_s(base_per_s, per_node)).astype(np.uint64)
+            hits = None
+        elif dt_node is None:
             total = int(rng.poisson(base_per_s * self.tick_s * n))
             hits = rng.integers(n, size=total) if total else None
         else:
-            span = self.tick_s if dt_node is None else float(dt_node.max())
-            rate = base_per_s * n if base_cdf is None else float(base_cdf[-1])
-            total = int(rng.poisson(rate * span))
-            hits = (rng.integers(n, size=total) if base_cdf is None
-                    else np.searchsorted(base_cdf, rng.uniform(0.0, rate, total), side="right"))
-            if dt_node is not None and node_of is not None:
+            span = float(dt_node.max())
+            hits = rng.integers(n, size=int(rng.poisson(base_per_s * n * span)))
+            if node_of is not None:
                 hits = hits[rng.uniform(0.0, span, hits.size) < dt_node[node_of[hits]]]
         if hits is not None and hits.size > n // 16:  # many events: one counting pass beats scattering them
             counter += np.bincount(hits, minlength=n).astype(np.uint64)
@@ -293,7 +293,11 @@ class FleetModel:
             return self._normal(n, sigma)
         # t = z / sqrt(chi2 / dof), chi2 = 2 x Gamma(dof / 2); x sqrt((dof - 2) / dof) for unit variance.
         noise = self.rng.standard_normal(n, dtype=np.float32)
-        chi_half = self.rng.standard_gamma(prof.noise_dof / 2.0, n, dtype=np.float32)
+        shape = prof.noise_dof / 2.0
+        if shape == int(shape) and shape <= 4:  # Gamma(k) as k exponentials: half the cost of standard_gamma
+            chi_half = self.rng.standard_exponential((int(shape), n), dtype=np.float32).sum(axis=0)
+        else:
+            chi_half = self.rng.standard_gamma(shape, n, dtype=np.float32)
         np.maximum(chi_half, np.float32(1e-6), out=chi_half)
         noise *= np.float32(sigma * np.sqrt((prof.noise_dof - 2.0) / 2.0))
         noise /= np.sqrt(chi_half)
@@ -515,8 +519,8 @@ class FleetModel:
         extra_pkts_per_s = e.efa_retrans_per_s + lost_pkts_per_s + (e.efa_retrans_mult - 1.0) * static.efa_retrans_per_s
         before = efa["retrans_pkts_total"].copy()
         uneven = bool(self.profile.site_retrans_per_s) or self.profile.efa_retrans_sigma > 0
-        self._add_poisson(efa["retrans_pkts_total"], p.efa_retrans_pkts_per_s, extra_pkts_per_s,
-                          node_of=topo.efa_node, base_cdf=static.efa_retrans_cdf if uneven else None)
+        self._add_poisson(efa["retrans_pkts_total"], static.efa_retrans_per_s if uneven else p.efa_retrans_pkts_per_s,
+                          extra_pkts_per_s, node_of=topo.efa_node)
         bursts = self._bursts(n)
         np.add.at(efa["retrans_pkts_total"], bursts, rng.poisson(50.0 * p.noise, bursts.size).astype(np.uint64))
         efa["retrans_bytes_total"] += (efa["retrans_pkts_total"] - before) * np.uint64(_EFA_PACKET_BYTES)
