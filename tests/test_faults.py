@@ -158,3 +158,19 @@ class TestTelemetryAndTruth:
             sa, sb = a.step(k), b.step(k)
             assert sa.links.tobytes() == sb.links.tobytes()
             assert sa.efa.tobytes() == sb.efa.tobytes()
+
+
+class TestEfaSlow:
+    def test_latency_up_throughput_kept(self) -> None:
+        """efa_slow multiplies the port's latency by its severity, keeps its throughput, retransmits 20x."""
+        e = effects(DEMO, [Fault(FaultKind.EFA_SLOW, 7, 1.5, 0, 10)], 0, diurnal_phase=0.0)
+        assert (e.efa_latency_mult[7], e.efa_frac[7], e.efa_retrans_mult[7]) == (1.5, 1.0, 20.0)
+        assert e.efa_retrans_mult[np.arange(DEMO.n_efa) != 7].tolist() == [1.0] * (DEMO.n_efa - 1)
+
+    def test_drawn_at_random_on_efa_ports(self) -> None:
+        """Random faults include efa_slow on EFA ports at one of its graded severities."""
+        faults = random_faults(build_topology("rainier"), np.random.default_rng(1), ticks=86_400, tick_s=1.0)
+        slow = [f for f in faults if f.kind is FaultKind.EFA_SLOW]
+        assert slow
+        assert {f.target_kind for f in slow} == {"efa"}
+        assert {f.severity for f in slow} <= set(SEVERITIES[FaultKind.EFA_SLOW])
