@@ -9,6 +9,10 @@ that pace leaves each chip; power follows utilisation, chip temperature relaxes
 towards inlet air plus thermal resistance times power, and firmware throttles
 the clock above ``throttle_start_c``.  Telemetry carries sensor noise and the
 occasional burst (contention, error bursts) at a level scaled by ``noise``.
+A ``Profile`` (``sim/profile.py``) says how real that telemetry looks: the
+ideal one keeps every entity of a kind identical and every node on the tick;
+the realistic one adds static per-entity baselines, heavy-tailed interval
+averages, per-node sample times and counter resets (docs/simulator-profiles.md).
 
 It holds no I/O and no clock: tick ``k`` is at ``start_s + k * tick_s``, and
 all randomness comes from the injected generator, so a seed fixes every value.

@@ -29,6 +29,7 @@ import structlog
 from rainierd.sim.faults import Fault, random_faults
 from rainierd.sim.fleet import FleetModel, FleetParams, TickTruth
 from rainierd.sim.frames import tick_batches, tick_frames
+from rainierd.sim.profile import PROFILES, Profile
 from rainierd.topology import Topology
 from rainierd.wire import encode_binary, encode_json
 from rainierd.wire.records import NodeBatch
@@ -87,6 +88,7 @@ class Simulator:
         faults: list[Fault] | None = None,
         fault_acceleration: float = 0.0,
         params: FleetParams | None = None,
+        profile: Profile = PROFILES["ideal"],
         truth_file: Path | None = None,
     ) -> None:
         self.topology = topology
@@ -98,6 +100,7 @@ class Simulator:
         self._faults = list(faults or [])
         self._acceleration = fault_acceleration
         self._params = params
+        self._profile = profile
         self._truth_file = truth_file
         self._truth_out: TextIO | None = None
         node_messages = (sum(-(-len(topology.site_nodes(s)) // self.batch_nodes) for s in range(topology.n_sites))
@@ -151,7 +154,7 @@ class Simulator:
         seeds = np.random.SeedSequence(self._seed).spawn(2)
         model = FleetModel(
             self.topology, np.random.default_rng(seeds[0]), tick_s=self.tick_s, start_s=time.time(),
-            params=self._params, faults=self._faults,
+            params=self._params, faults=self._faults, profile=self._profile,
         )
         fault_rng = np.random.default_rng(seeds[1])
         if self._truth_file is not None:
