@@ -104,7 +104,7 @@ class TestInjectedHardware:
         verdicts = {}
         for lanes in (8, 4):
             core = MonitorCore(topo, MonitorConfig(hardware=replace(TRN2, neuronlink_lanes=lanes)))
-            for tick in range(4):
+            for tick in range(6):  # persistence is in seconds: 2.5 s of samples 0.5 s apart
                 items = [(t, replace(f, links=_with_lanes(f, 4))) for t, f in frames(topo, tick, now)]
                 core.analyse(messages(items, rx_s=0.5 * tick, wall_s=now + 0.5 * tick), now_s=0.5 * tick)
             verdicts[lanes] = int((core.detector.links.tracker.state > 0).sum())
@@ -118,7 +118,7 @@ class TestInjectedHardware:
         assert analysis.throughput.fleet_peak == pytest.approx(topo.n_chips * 1e15)
 
     def test_detection_parameters_are_the_ones_given(self) -> None:
-        paths = PathParams(raise_after=5, clear_after=30)
+        paths = PathParams(raise_after_s=5.0, clear_after_s=30.0)
         core = MonitorCore(build_topology("demo"), MonitorConfig(detection=DetectionParams(paths=paths)))
         assert core.detector.links.params is core.detector.efa.params is paths
 

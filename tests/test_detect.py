@@ -74,7 +74,7 @@ class TestRobustStats:
 
 class TestStateTracker:
     def make(self) -> StateTracker:
-        return StateTracker.create(1, raise_after=[0, 3, 1], clear_after=5)
+        return StateTracker.create(1, raise_after_s=[0.0, 3.0, 1.0], clear_after_s=5.0)
 
     def run(self, tracker: StateTracker, candidates: list[int]) -> list[int]:
         states = []
@@ -142,12 +142,13 @@ class Crafted:
 
 class TestLinkDetector:
     def test_step_in_bandwidth_is_found(self) -> None:
-        """A link that drops to 84 % of nominal with all lanes up is degraded within 6 ticks, alone."""
+        """A link that has learned its level, then drops to 84 % of nominal with all lanes up, is degraded within
+        6 ticks, alone."""
         crafted = Crafted()
-        changes = [c for t in range(40) for c in crafted.links(0.96 if t < 20 else 0.84)]
+        changes = [c for t in range(60) for c in crafted.links(0.96 if t < 40 else 0.84)]
         assert changes[0][0] == 7
         assert changes[0][2] == "degraded"
-        assert 20 < changes[0][1] <= 26
+        assert 40 < changes[0][1] <= 46
         assert {c[0] for c in changes} == {7}
 
     def test_lanes_down_is_found_in_two_ticks(self) -> None:
@@ -242,10 +243,11 @@ def efa_raises(ultraservers: int, ticks: int, *, faults: list[Fault], retrans_pe
 class TestSlowLoss:
     def test_a_port_losing_3e_7_of_its_packets_is_found_within_minutes(self) -> None:
         """Silent loss of 3e-7 adds ~0.18 retransmits/s to a 0.2/s background: too little for any one tick, but
-        the per-port Poisson CUSUM names that port, and only it, within 10 minutes."""
-        raised = efa_raises(2, 700, faults=[Fault(FaultKind.EFA_LOSS, 5, 3e-7, 60, 700)])
+        the per-port Poisson CUSUM against the port's own rate (learned over the half hour before) names that
+        port, and only it, within 10 minutes."""
+        raised = efa_raises(2, 2_400, faults=[Fault(FaultKind.EFA_LOSS, 5, 3e-7, 1_800, 2_400)])
         assert [(port, reasons) for _tick, port, reasons in raised] == [(5, ("loss_rate",))]
-        assert 60 < raised[0][0] <= 660
+        assert 1_800 < raised[0][0] <= 2_400
 
     def test_a_uniform_trickle_ten_times_higher_is_the_background(self) -> None:
         """Every port retransmitting 2/s (ten times what the simulator assumes): the fleet's background, not a

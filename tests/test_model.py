@@ -30,7 +30,7 @@ class TestWorkedExample:
         assert sum(v[0] for v in lost.values()) == pytest.approx(healthy - effective[0])
 
 
-def estimate_vs_truth(faults: list[Fault], ticks: int = 90) -> tuple[dict[str, float], dict[str, float]]:
+def estimate_vs_truth(faults: list[Fault], ticks: int = 110) -> tuple[dict[str, float], dict[str, float]]:
     topo = build_fleet(1, 4)
     model = FleetModel(topo, np.random.default_rng(0), tick_s=1.0, start_s=0.0, faults=faults)
     core = MonitorCore(topo)
@@ -43,12 +43,12 @@ class TestLossByCause:
     @pytest.mark.parametrize(
         ("fault", "cause"),
         [
-            (Fault(FaultKind.CHIP_THROTTLE, 10, 0.7, 20, 200), "thermal_throttle"),
-            (Fault(FaultKind.STRAGGLER, 10, 0.10, 20, 200), "straggler"),
-            (Fault(FaultKind.NL_DEGRADED, 10, 0.5, 20, 200), "degraded_neuronlink"),
-            (Fault(FaultKind.EFA_DEGRADED, 10, 0.5, 20, 200), "degraded_efa"),
-            (Fault(FaultKind.CHIP_FAILED, 10, 0.0, 20, 200), "failed_chip"),
-            (Fault(FaultKind.NODE_LOST, 1, 0.0, 20, 200), "stale_telemetry"),
+            (Fault(FaultKind.CHIP_THROTTLE, 10, 0.7, 40, 200), "thermal_throttle"),
+            (Fault(FaultKind.STRAGGLER, 10, 0.10, 40, 200), "straggler"),
+            (Fault(FaultKind.NL_DEGRADED, 10, 0.5, 40, 200), "degraded_neuronlink"),
+            (Fault(FaultKind.EFA_DEGRADED, 10, 0.5, 40, 200), "degraded_efa"),
+            (Fault(FaultKind.CHIP_FAILED, 10, 0.0, 40, 200), "failed_chip"),
+            (Fault(FaultKind.NODE_LOST, 1, 0.0, 40, 200), "stale_telemetry"),
         ],
     )
     def test_one_cause_within_10_percent_of_truth(self, fault: Fault, cause: str) -> None:

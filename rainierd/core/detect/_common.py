@@ -9,9 +9,10 @@ import numpy as np
 import numpy.typing as npt
 
 from rainierd._types import F32, U32, B
+from rainierd.core.detect._stats import PeerSample
 from rainierd.core.state import Table
 
-__all__ = ["Reason", "counter_delta", "flag", "new_samples", "reason_names"]
+__all__ = ["Reason", "counter_delta", "flag", "new_samples", "persistence_seconds", "reason_names"]
 
 
 class Reason(IntFlag):
@@ -58,3 +59,17 @@ def counter_delta(table: Table, field: str, *also: str) -> F32:
         moved += table.rates[other]
     moved *= table.dt_s
     return moved
+
+
+
+def persistence_seconds(dt_s: F32, fresh: B, sample: PeerSample) -> F32:
+    """Return each entity's interval as persistence counts it: at most the fresh entities' median interval.
+
+    One sample after a gap (a node back from silence) is one observation,
+    not a minute of agreeing ones.
+    """
+    picked = sample.pick(dt_s)[sample.pick(fresh)]
+    picked = picked[np.isfinite(picked) & (picked > 0)]
+    if not picked.size:
+        return dt_s
+    return np.minimum(dt_s, np.float32(np.median(picked)))

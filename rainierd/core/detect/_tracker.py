@@ -5,6 +5,10 @@ States are small integers ordered by severity (0 is healthy).  Each tick a
 detector proposes a candidate state and a reason bitmask per entity; the
 tracker turns proposals into states and reports the entities whose state
 changed.  It never de-escalates: a state ends only by clearing to healthy.
+
+Persistence and clean periods are in seconds of the entities' own sample
+intervals, not in ticks, so a fault raises and clears in the same time at a
+0.5 s or a 5 s tick: each sample adds its interval to the streak it extends.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from rainierd._types import I64
+from rainierd._types import F32, I64, Floats
 
 __all__ = ["StateTracker", "Transitions"]
 
@@ -33,55 +37,64 @@ class Transitions:
 class StateTracker:
     """Vectorised state machine over ``n`` entities."""
 
-    raise_after: I64  # ticks of persistence needed, indexed by candidate state
-    clear_after: int
+    raise_after_s: F32  # seconds of persistence needed, indexed by candidate state (0: the first bad sample)
+    clear_after_s: float  # clean seconds needed to clear
     state: npt.NDArray[np.int8]
     reason: npt.NDArray[np.int32]
     onset: I64
-    bad_streak: npt.NDArray[np.int32]
-    good_streak: npt.NDArray[np.int32]
-    hold: npt.NDArray[np.int32]  # extra clean ticks needed to clear (e.g. a flapping link)
+    bad_ticks: npt.NDArray[np.int32]  # samples in the current bad streak (for the onset tick)
+    bad_s: F32  # seconds in the current bad streak
+    good_s: F32  # seconds in the current clean streak
+    hold_s: F32  # extra clean seconds needed to clear (e.g. a flapping link)
 
     @classmethod
-    def create(cls, n: int, *, raise_after: list[int], clear_after: int) -> StateTracker:
+    def create(cls, n: int, *, raise_after_s: list[float], clear_after_s: float) -> StateTracker:
         """Return a tracker with every entity healthy (small dtypes: these arrays are fleet-sized)."""
-        def zeros(dtype: type[np.integer[Any]]) -> npt.NDArray[Any]:
+        def zeros(dtype: type[np.generic]) -> npt.NDArray[Any]:
             return np.zeros(n, dtype=dtype)
 
-        return cls(np.asarray(raise_after, dtype=np.int64), clear_after, zeros(np.int8), zeros(np.int32),
-                   np.full(n, -1, dtype=np.int64), zeros(np.int32), zeros(np.int32), zeros(np.int32))
+        return cls(np.asarray(raise_after_s, dtype=np.float32), float(clear_after_s), zeros(np.int8),
+                   zeros(np.int32), np.full(n, -1, dtype=np.int64), zeros(np.int32), zeros(np.float32),
+                   zeros(np.float32), zeros(np.float32))
 
     def update(
         self, candidate: npt.NDArray[np.integer[Any]], reasons: npt.NDArray[np.int32], evidence: npt.NDArray[np.bool_],
-        tick: int,
+        tick: int, *, seconds: Floats | float = 1.0,
     ) -> Transitions:
-        """Fold this tick's candidates in where ``evidence`` (a new sample) exists."""
+        """Fold this tick's candidates in where ``evidence`` (a new sample) exists.
+
+        ``seconds`` is each entity's sample interval (or one figure for all);
+        an unknown (NaN) interval counts as the shortest possible, none.
+        """
         # Only entities that are, or may be becoming, unhealthy need any work.
         # For every other one nothing changes that is ever read: its bad
         # streak is 0 and its good streak matters only once it is unhealthy,
         # which a bad tick (resetting it) must precede.
-        busy = np.flatnonzero((candidate > 0) | (self.state > 0) | (self.bad_streak > 0))
+        busy = np.flatnonzero((candidate > 0) | (self.state > 0) | (self.bad_ticks > 0))
         if not busy.size:
             return Transitions(busy, busy, busy)
         cand = candidate[busy].astype(np.int8)
         ev = evidence[busy]
+        interval = np.nan_to_num(np.broadcast_to(np.asarray(seconds, np.float32), candidate.shape)[busy], nan=0.0)
         state, reason, onset = self.state[busy], self.reason[busy], self.onset[busy]
-        bad_streak, good_streak, hold = self.bad_streak[busy], self.good_streak[busy], self.hold[busy]
+        bad_ticks, bad_s, good_s, hold_s = self.bad_ticks[busy], self.bad_s[busy], self.good_s[busy], self.hold_s[busy]
         bad = ev & (cand > 0)
         good = ev & (cand == 0)
-        bad_streak = np.where(bad, bad_streak + 1, np.where(good, 0, bad_streak))
-        good_streak = np.where(good, good_streak + 1, np.where(bad, 0, good_streak))
+        bad_ticks = np.where(bad, bad_ticks + 1, np.where(good, 0, bad_ticks))
+        bad_s = np.where(bad, bad_s + interval, np.where(good, np.float32(0.0), bad_s))
+        good_s = np.where(good, good_s + interval, np.where(bad, np.float32(0.0), good_s))
         before = state.copy()
-        persistent = bad & (bad_streak >= self.raise_after[cand])
+        # The first bad sample always counts: a state whose persistence is 0 s raises on it.
+        persistent = bad & ((bad_s >= self.raise_after_s[cand]) | (self.raise_after_s[cand] <= 0))
         rising = persistent & (cand > state)
-        onset = np.where(rising & (state == 0), tick - bad_streak + 1, onset)
+        onset = np.where(rising & (state == 0), tick - bad_ticks + 1, onset)
         state = np.where(rising, cand, state)
         reason = np.where(bad & (state > 0), reason | reasons[busy], reason)
-        clearing = (state > 0) & good & (good_streak >= self.clear_after + hold)
+        clearing = (state > 0) & good & (good_s >= self.clear_after_s + hold_s)
         state = np.where(clearing, 0, state)
         reason = np.where(clearing, 0, reason)
-        hold = np.where(clearing, 0, hold)
+        hold_s = np.where(clearing, np.float32(0.0), hold_s)
         self.state[busy], self.reason[busy], self.onset[busy] = state, reason, onset
-        self.bad_streak[busy], self.good_streak[busy], self.hold[busy] = bad_streak, good_streak, hold
+        self.bad_ticks[busy], self.bad_s[busy], self.good_s[busy], self.hold_s[busy] = bad_ticks, bad_s, good_s, hold_s
         changed = np.flatnonzero(state != before)
         return Transitions(busy[changed], before[changed].astype(np.int64), state[changed].astype(np.int64))

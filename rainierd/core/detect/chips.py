@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rainierd._types import F32, B
-from rainierd.core.detect._common import Reason, new_samples
+from rainierd.core.detect._baseline import Baseline
+from rainierd.core.detect._common import Reason, new_samples, persistence_seconds
 from rainierd.core.detect._common import flag as set_reason
 from rainierd.core.detect._stats import ClippedCusum, PeerSample, ewma, robust_center_scale, row_nanmedian
 from rainierd.core.detect._tracker import StateTracker, Transitions
@@ -40,10 +41,19 @@ class ChipParams:
     efficiency_floor: float = 0.003
     z_cap: float = 6.0
     z_k: float = 1.5
-    z_h: float = 16.0
-    throttle_after: int = 2
-    clear_after: int = 10
+    z_h: float = 16.0  # z-seconds (each step weighted by its sample's interval)
+    drain_s: float = 3.0  # a saturated CUSUM falls under z_h within this many clean seconds
+    throttle_after_s: float = 2.0
+    clear_after_s: float = 5.0
     ewma_alpha: float = 0.2
+    # Each chip's efficiency relative to its group, learned (core/detect/_baseline.py): chips differ a
+    # little for good (silicon, HBM), and a straggler is a chip slower than it used to be.
+    baseline_halflife_s: float = 3_600.0
+    baseline_learn_s: float = 30.0
+    baseline_clip: float = 0.02
+    # A learned level this far under its group is a straggler whatever it learned (a chip that was
+    # already slow when first seen, or that slowed too gradually for the CUSUM): static spread is ~0.3 %.
+    efficiency_band: float = 0.97
 
 
 @dataclass(eq=False)
@@ -57,13 +67,16 @@ class ChipDetector:
     def __post_init__(self) -> None:
         n, p = self.state.topology.n_chips, self.params
         self.seen = np.zeros(n, dtype=np.uint32)
-        self.cusum = ClippedCusum.zeros(n, k=p.z_k, h=p.z_h, cap=p.z_cap)
-        self.efficiency = np.full(n, np.nan, np.float32)  # EWMA, relative to the group's median
+        self.cusum = ClippedCusum.zeros(n, k=p.z_k, h=p.z_h, cap=p.z_cap, ceiling=p.z_h + p.drain_s * p.z_k)
+        self.efficiency = np.full(n, np.nan, np.float32)  # EWMA, relative to the group's median and its own level
+        self.baseline = Baseline.empty(n, halflife_s=p.baseline_halflife_s, learn_s=p.baseline_learn_s,
+                                       clip=p.baseline_clip)
         self.sample = PeerSample.of(n)
-        # Persistence per state: straggler 1 (its CUSUM already persists),
-        # throttled 2, stale 1 (the age already is persistence), failed 1.
-        self.tracker = StateTracker.create(n, raise_after=[0, 1, p.throttle_after, 1, 1],
-                                           clear_after=p.clear_after)
+        # Persistence per state, in seconds: straggler none (its CUSUM already
+        # persists), throttled throttle_after_s, stale none (the age already is
+        # persistence), failed none.
+        self.tracker = StateTracker.create(n, raise_after_s=[0.0, 0.0, p.throttle_after_s, 0.0, 0.0],
+                                           clear_after_s=p.clear_after_s)
 
     def update(self, tick: int, *, suppress_stale: B | None = None) -> Transitions:
         """Fold in the chips' new samples; return the state changes.
@@ -87,8 +100,14 @@ class ChipDetector:
         _, scale = robust_center_scale(relative, active & np.isfinite(relative), floor=p.efficiency_floor,
                                        sample=self.sample)
         judged = active & np.isfinite(relative)
-        self.efficiency = ewma(self.efficiency, relative, judged, alpha=p.ewma_alpha)
-        straggling = self.cusum.update((1.0 - relative) / scale, judged)
+        # Against the chip's own usual share of its group (its group's median until it has history).
+        own = relative / self.baseline.reference(1.0)
+        _, scale = robust_center_scale(own, judged, floor=p.efficiency_floor, sample=self.sample)
+        self.efficiency = ewma(self.efficiency, own, judged, alpha=p.ewma_alpha)
+        # Until a chip has history it is judged by its clock, flags and counters only (_baseline.py).
+        learned = self.baseline.learned()
+        straggling = self.cusum.update((1.0 - own) / scale, judged & learned, seconds=table.dt_s)
+        straggling |= judged & learned & (self.baseline.level < np.float32(p.efficiency_band))
 
         site = topo.chip_site
         site_clock = np.zeros(topo.n_sites)
@@ -118,7 +137,11 @@ class ChipDetector:
         # A failed chip keeps its state while silent: its silence is the failure.
         candidate[(self.tracker.state == FAILED) & stale] = FAILED
         evidence = fresh | stale
-        return self.tracker.update(candidate, reasons, evidence, tick)
+        changes = self.tracker.update(candidate, reasons, evidence, tick,
+                                      seconds=persistence_seconds(table.dt_s, fresh, self.sample))
+        quiet = judged & (self.tracker.state == HEALTHY) & (self.cusum.s < 0.25 * p.z_h)
+        self.baseline.update(relative, quiet, table.dt_s)
+        return changes
 
     def speed(self) -> F32:
         """Return each chip's estimated speed (clock x relative efficiency) for the throughput model."""

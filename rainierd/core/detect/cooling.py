@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rainierd._types import F32, B
-from rainierd.core.detect._common import Reason, flag
+from rainierd.core.detect._common import Reason, flag, persistence_seconds
 from rainierd.core.detect._stats import PeerSample, robust_center_scale
 from rainierd.core.detect._tracker import StateTracker, Transitions
 from rainierd.core.state import FleetState
@@ -32,8 +32,8 @@ class CoolingParams:
     inlet_floor_c: float = 0.5
     fan_floor_rpm: float = 100.0
     temp_floor_c: float = 1.0
-    raise_after: int = 3
-    clear_after: int = 10
+    raise_after_s: float = 3.0
+    clear_after_s: float = 10.0
 
 
 @dataclass(eq=False)
@@ -47,8 +47,10 @@ class CoolingDetector:
         topo, p = self.state.topology, self.params
         self.seen = np.zeros(topo.n_nodes, dtype=np.uint32)
         self.sample = PeerSample.of(topo.n_nodes)
-        self.nodes = StateTracker.create(topo.n_nodes, raise_after=[0, p.raise_after, 1], clear_after=p.clear_after)
-        self.ultraservers = StateTracker.create(topo.n_ultraservers, raise_after=[0, 1], clear_after=1)
+        self.nodes = StateTracker.create(topo.n_nodes, raise_after_s=[0.0, p.raise_after_s, 0.0],
+                                         clear_after_s=p.clear_after_s)
+        # An UltraServer's state follows its nodes' at once: their trackers already persist.
+        self.ultraservers = StateTracker.create(topo.n_ultraservers, raise_after_s=[0.0, 0.0], clear_after_s=0.0)
 
     def _site_z(self, values: F32, mask: B, floor: float) -> F32:
         topo = self.state.topology
@@ -79,7 +81,8 @@ class CoolingDetector:
         flag(reasons, fresh & (temp_z > p.z_alarm), Reason.TEMPERATURE)
         flag(reasons, lost, Reason.SILENT)
         candidate = np.where(lost, NODE_LOST, np.where(reasons != 0, NODE_COOLING, NODE_HEALTHY))
-        node_changes = self.nodes.update(candidate, reasons, fresh | lost, tick)
+        node_changes = self.nodes.update(candidate, reasons, fresh | lost, tick,
+                                        seconds=persistence_seconds(table.dt_s, fresh, self.sample))
 
         cooling = (self.nodes.state == NODE_COOLING).reshape(topo.n_ultraservers, -1)
         us_degraded = cooling.sum(axis=1) * 2 >= topo.nodes_per_ultraserver

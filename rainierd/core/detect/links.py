@@ -12,8 +12,9 @@ from typing import Final
 
 import numpy as np
 
-from rainierd._types import F32, I64
-from rainierd.core.detect._common import Reason, counter_delta, flag, new_samples
+from rainierd._types import F32, I64, B
+from rainierd.core.detect._baseline import Baseline, RateBaseline
+from rainierd.core.detect._common import Reason, counter_delta, flag, new_samples, persistence_seconds
 from rainierd.core.detect._stats import ClippedCusum, PeerSample, ewma, robust_center_scale, row_nanmedian
 from rainierd.core.detect._tracker import StateTracker, Transitions
 from rainierd.core.state import FleetState
@@ -32,11 +33,22 @@ NEEDS: Final[dict[str, tuple[str, ...]]] = {
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PathParams:
-    """Thresholds of the path detectors (docs/detection.md justifies them)."""
+    """Thresholds of the path detectors (docs/detection.md justifies them).
 
-    z_cap: float = 6.0  # most a single tick can add to a deviation CUSUM
+    Every threshold is a rate per second, a ratio to the entity's own
+    baseline, to its group's or its kind's median, or a number of seconds:
+    none is in ticks, none is an absolute figure a publisher or a workload
+    could move (docs/detection.md, "Units").
+    """
+
+    # Deviation CUSUMs (bandwidth, throughput, latency) take robust z-scores, each step weighted by its
+    # sample's interval in seconds: h is in z-seconds, so a step raises in the same seconds at any tick.
+    z_cap: float = 6.0  # most one second can add to a deviation CUSUM
     z_k: float = 2.0  # deviation below this many sigmas is noise
-    z_h: float = 20.0  # ~5 ticks of a full-cap deviation to raise
+    z_h: float = 20.0  # ~5 s of a full-cap deviation to raise
+    # A saturated CUSUM falls back under h within drain_s seconds of clean evidence (its ceiling is
+    # h + drain_s x k): with clear_after_s this bounds how long an alarm outlives its fault.
+    drain_s: float = 3.0
     bw_floor: float = 0.01  # smallest bandwidth-ratio sigma believed
     latency_floor: float = 0.02
     # Error and retransmit CUSUMs take rates per second, each step weighted by its interval: the same
@@ -44,27 +56,50 @@ class PathParams:
     errors_cap: float = 10.0  # errors a second counted at most
     errors_k: float = 3.0  # errors a second that are noise
     errors_h: float = 28.0
-    retrans_cap: float = 10.0  # retransmits a second above the fleet's background counted at most
+    retrans_cap: float = 10.0  # retransmits a second above the port's own baseline counted at most
     retrans_k: float = 2.0
     retrans_h: float = 32.0
-    down_below: float = 0.05  # bandwidth ratio under which a link is down
-    drop_below: float = 0.5  # a tick this low with every lane up counts as a drop (noise x2 dips to 0.56)
-    flap_window_ticks: float = 60.0  # decay time of the drop count
+    down_below: float = 0.05  # bandwidth ratio (to the link's own level, at its group's pace) under which it is down
+    drop_below: float = 0.5  # a sample this low with every lane up counts as a drop
+    idle_below: float = 0.05  # a group whose links carry under this share of their levels is not communicating
+    latency_band: float = 3.0  # latency this many times its kind's median is degraded whatever its baseline
+    bandwidth_band: float = 0.5  # a learned level under this share of its kind's is degraded whatever it learned
+    band_h_s: float = 10.0  # seconds outside a band (half of them net of any inside it) before it counts
+    flap_window_s: float = 60.0  # decay time of the drop count
     flap_drops: float = 1.8  # ~2 drops within the window is flapping
-    flap_hold_ticks: int = 60  # clean ticks a link that dropped needs to clear
-    recent_drop: float = 0.3  # drop count above which a drop was recent (~70 ticks)
-    raise_after: int = 2
-    clear_after: int = 10
+    flap_hold_s: float = 25.0  # extra clean seconds a link that dropped recently needs to clear
+    recent_drop: float = 0.3  # drop count above which a drop was recent (~70 s)
+    raise_after_s: float = 2.0  # persistence a degraded state needs
+    clear_after_s: float = 5.0  # clean seconds to clear
     ewma_alpha: float = 0.2
+    # Per-entity baselines (core/detect/_baseline.py): learned for baseline_learn_s before an entity is
+    # judged against itself, then forgetting with an hour's half-life, each sample pulling at most
+    # baseline_clip (relative).
+    baseline_halflife_s: float = 3_600.0
+    baseline_learn_s: float = 30.0
+    baseline_clip: float = 0.1
     # Slow EFA loss (docs/detection.md, layer 4): a Poisson CUSUM per port of its retransmits against
-    # loss_ratio times the fleet's background rate, in packets per second, so it means the same at any
-    # tick.  loss_h (packets) trades false alarms for time to detect: 3e-7 loss (~1.9x the 0.2/s
-    # background) is found in a median ~4.5 minutes, and no false raise was seen in 1.3e8 port-seconds
-    # of fault-free runs.  Counts a port can add in one interval are capped, so a burst is not loss.
+    # loss_ratio times the port's own baseline rate (its history, shrunk to the fleet's background
+    # with a prior of loss_prior_s seconds), in packets per second, so it means the same at any tick.
+    # loss_h (packets) trades false alarms for time to detect.  Counts a port can add in one interval
+    # are capped, so a burst is not loss.
     loss_ratio: float = 2.0
     loss_h: float = 30.0
     loss_floor_per_s: float = 0.01  # the background rate assumed at least
     loss_background_halflife_s: float = 600.0  # how slowly the fleet's background adapts
+    loss_prior_s: float = 120.0  # seconds of the fleet's background a port's own rate starts from
+    loss_learn_s: float = 300.0  # seconds of its own history before a port is judged for slow loss
+    loss_baseline_halflife_s: float = 3_600.0
+
+
+def _cusum(n: int, *, k: float, h: float, cap: float, drain_s: float) -> ClippedCusum:
+    """Return a CUSUM whose ceiling lets a saturated sum fall under ``h`` in ``drain_s`` clean seconds."""
+    return ClippedCusum.zeros(n, k=k, h=h, cap=cap, ceiling=h + drain_s * k)
+
+
+def _band(n: int, p: PathParams) -> ClippedCusum:
+    """Return the persistence of being outside the wide band against peers: a spike is not a drift."""
+    return ClippedCusum.zeros(n, k=0.5, h=0.5 * p.band_h_s, cap=1.0, ceiling=0.5 * p.band_h_s + p.drain_s * 0.5)
 
 
 @dataclass(eq=False)
@@ -76,30 +111,66 @@ class LinkDetector:
     hardware: Trainium2 = TRN2
 
     def __post_init__(self) -> None:
-        n = self.state.topology.n_links
+        topo = self.state.topology
+        n = topo.n_links
         p = self.params
         self.seen = np.zeros(n, dtype=np.uint32)
-        self.bw = ClippedCusum.zeros(n, k=p.z_k, h=p.z_h, cap=p.z_cap)
-        self.latency = ClippedCusum.zeros(n, k=p.z_k, h=p.z_h, cap=p.z_cap)
-        self.errors = ClippedCusum.zeros(n, k=p.errors_k, h=p.errors_h, cap=p.errors_cap)
+        self.bw = _cusum(n, k=p.z_k, h=p.z_h, cap=p.z_cap, drain_s=p.drain_s)
+        self.latency = _cusum(n, k=p.z_k, h=p.z_h, cap=p.z_cap, drain_s=p.drain_s)
+        self.errors = _cusum(n, k=p.errors_k, h=p.errors_h, cap=p.errors_cap, drain_s=p.drain_s)
+        self.band = _band(n, p)
+        baseline = {"halflife_s": p.baseline_halflife_s, "learn_s": p.baseline_learn_s, "clip": p.baseline_clip}
+        self.bw_base = Baseline.empty(n, **baseline)  # bandwidth / nominal, at its group's pace
+        self.latency_base = Baseline.empty(n, **baseline)
         self.drops = np.zeros(n, np.float32)
         self.was_dropped = np.zeros(n, dtype=bool)
-        self.bw_ratio = np.full(n, np.nan, np.float32)  # EWMA of bandwidth / its kind's median
-        self.now_ratio = np.ones(n, np.float32)  # the latest bandwidth / its kind's median
+        self.bw_ratio = np.full(n, np.nan, np.float32)  # EWMA of bandwidth / its own level at its group's pace
+        self.now_ratio = np.ones(n, np.float32)  # the latest such ratio
         # A drop (lanes gone, or bandwidth far below any noise) raises at once.
-        self.tracker = StateTracker.create(n, raise_after=[0, p.raise_after, 1], clear_after=p.clear_after)
+        self.tracker = StateTracker.create(n, raise_after_s=[0.0, p.raise_after_s, 0.0], clear_after_s=p.clear_after_s)
         self.sample = PeerSample.of(n)
-        topo = self.state.topology
         kind = topo.link_kind
         self.kind = kind.astype(np.int8)
         # Every node reports its links in one order (topology.py), so a kind's
         # figure reaches each link by broadcasting over that order, with no
         # gather over millions of links.
         self.per_node = topo.links_per_node
+        self.per_us = topo.links_per_node * topo.nodes_per_ultraserver
         self.kind_order = kind[:self.per_node].copy()
         assert (kind.reshape(-1, self.per_node) == self.kind_order).all(), "nodes must share one link order"
         hw = self.hardware
+        # The nominal figure only sets the units (a share of nominal); no threshold is against it.
         self.nominal = np.where(kind == 1, hw.neuronlink_ring_bytes_s, hw.neuronlink_intra_bytes_s).astype(np.float32)
+
+    def _per_link(self, per_kind: F32) -> F32:
+        """Return each link's figure of its kind, by broadcasting over the nodes' common link order."""
+        return np.tile(per_kind[self.kind_order], self.state.topology.n_nodes).astype(np.float32)
+
+    def _count_drops(self, dropped: B, fresh: B, dt: F32) -> None:
+        """Decay each link's drop count over its interval and count a drop where one begins."""
+        decay = np.exp(-np.nan_to_num(dt, nan=0.0) / np.float32(self.params.flap_window_s)).astype(np.float32)
+        np.multiply(self.drops, decay, out=self.drops, where=fresh)
+        np.add(self.drops, np.float32(1.0), out=self.drops, where=dropped & ~self.was_dropped)
+        np.copyto(self.was_dropped, dropped, where=fresh)
+
+    def _kind_centers(self, share: F32, latency: F32, judged: B) -> tuple[F32, F32, F32]:
+        """Return each kind's median bandwidth share, latency and learned bandwidth level, on the peer sample.
+
+        They are the reference of a link that has no history yet, and the
+        wide band against peers that no learning moves.
+        """
+        picked = {name: self.sample.pick(a) for name, a in
+                  (("share", share), ("latency", latency), ("judged", judged), ("kind", self.kind),
+                   ("level", self.bw_base.level), ("learned", self.bw_base.learned()))}
+        n_kinds = len(LINK_KIND_NAMES)
+        share_center, lat_center, level_center = (np.full(n_kinds, np.nan, np.float32) for _ in range(3))
+        for kind in range(n_kinds):
+            of_kind = picked["kind"] == kind
+            share_center[kind], _ = robust_center_scale(picked["share"], of_kind & picked["judged"], floor=0.0)
+            lat_center[kind], _ = robust_center_scale(
+                picked["latency"], of_kind & picked["judged"] & (picked["latency"] > 0), floor=0.0)
+            level_center[kind], _ = robust_center_scale(picked["level"], of_kind & picked["learned"], floor=0.0)
+        return share_center, lat_center, level_center
 
     def update(self, tick: int) -> Transitions:
         """Fold in the links' new samples; return the state changes."""
@@ -108,66 +179,81 @@ class LinkDetector:
         # without them it is unknown (never healthy, never down by default).
         fresh = new_samples(table, self.seen) & table.has(*NEEDS["neuronlink"])
         np.copyto(self.seen, table.samples)
-        ratio = table.gauges["bw_bytes_s"] / self.nominal
-        raw = ratio.copy()  # bandwidth / nominal, before it is taken relative to the kind's median
+        dt = table.dt_s
+        share = table.gauges["bw_bytes_s"] / self.nominal  # units only: a share of nominal
         latency = table.gauges["latency_us"]
         lanes = table.gauges["lanes_up"]
         up = lanes > 0
-        # Each kind's median and spread, on the peer sample; then one gather
-        # gives every link its kind's figures.
-        picked = {name: self.sample.pick(a) for name, a in
-                  (("ratio", ratio), ("latency", latency), ("fresh", fresh), ("up", up), ("kind", self.kind))}
-        n_kinds = len(LINK_KIND_NAMES)
-        center, scale = np.ones(n_kinds, np.float32), np.ones(n_kinds, np.float32)
-        lat_center, lat_scale = np.ones(n_kinds, np.float32), np.ones(n_kinds, np.float32)
-        for kind in range(n_kinds):
-            of_kind = picked["fresh"] & (picked["kind"] == kind) & picked["up"]
-            center[kind], scale[kind] = robust_center_scale(picked["ratio"], of_kind, floor=p.bw_floor)
-            lat_center[kind], lat_scale[kind] = robust_center_scale(
-                picked["latency"], of_kind & (picked["latency"] > 0), floor=p.latency_floor, relative=True)
-        by_node = (-1, self.per_node)
-        order = self.kind_order
-        med = center[order]
-        bw_dev = (med - ratio.reshape(by_node)).reshape(-1)
-        bw_dev.reshape(by_node)[:] /= scale[order]
-        lat_dev = (latency.reshape(by_node) / lat_center[order]).reshape(-1)
-        lat_dev -= 1.0
-        lat_dev.reshape(by_node)[:] /= lat_scale[order]
-        np.copyto(lat_dev, 0.0, where=~(latency > 0))
-        ratio.reshape(by_node)[:] /= med  # from here on: bandwidth / its kind's median
-        self.bw_ratio = ewma(self.bw_ratio, ratio, fresh, alpha=p.ewma_alpha)
+        share_center, lat_center, level_center = self._kind_centers(share, latency, fresh & up)
+        # Bandwidth: against the link's own level (its kind's median until it has history), then
+        # against its UltraServer's links at this moment, so a group that slows or idles as a whole
+        # (its job's pace, a straggler, the diurnal swing) is not a group of bad links.
+        relative = share / self.bw_base.reference(self._per_link(share_center))
+        pace = np.repeat(row_nanmedian(np.where(fresh & up, relative, np.nan).reshape(-1, self.per_us)), self.per_us)
+        communicating = pace > p.idle_below
+        ratio = relative / pace
+        np.copyto(ratio, np.float32(1.0), where=~communicating)
+        bw_judged = fresh & up & communicating
+        _, bw_scale = robust_center_scale(ratio, bw_judged, floor=p.bw_floor, sample=self.sample)
+        bw_dev: F32 = np.subtract(np.float32(1.0), ratio, dtype=np.float32)
+        bw_dev /= np.float32(bw_scale)
+        # Latency: against its own level (its kind's median until it has history).
+        lat_ratio = latency / self.latency_base.reference(self._per_link(lat_center))
+        lat_ok = fresh & up & (latency > 0)
+        _, lat_scale = robust_center_scale(lat_ratio, lat_ok, floor=p.latency_floor, sample=self.sample)
+        lat_dev = lat_ratio - 1.0
+        lat_dev /= np.float32(lat_scale)
+        np.copyto(lat_dev, np.float32(0.0), where=~lat_ok)
+        self.bw_ratio = ewma(self.bw_ratio, ratio, bw_judged, alpha=p.ewma_alpha)
         np.copyto(self.now_ratio, ratio, where=fresh)
         errors = counter_delta(table, "crc_errors_total", "replay_total")
-        errors /= table.dt_s  # per second
+        errors /= dt  # per second
 
-        # Healthy noise never takes a link with all lanes up below drop_below
-        # (contention dips bottom out near 0.67 at the default noise, 0.56 at
-        # twice it), so such a tick, or a tick ending with no lane up, is the
-        # link going down, if only briefly.  (Bandwidth is judged against its
-        # kind's median here, which a healthy fleet holds at its nominal.)
-        down = ~up | (raw < p.down_below)
+        # A sample with no lane up, or bandwidth a twentieth of its own level, is the link down; one at
+        # under half its level with every lane up is a drop (healthy dips stay well above it).
+        down = ~up | (communicating & (ratio < p.down_below))
         all_lanes = self.hardware.neuronlink_lanes
-        dropped = fresh & (down | ((raw < p.drop_below) & (lanes == all_lanes)))
-        np.multiply(self.drops, np.float32(np.exp(-1.0 / p.flap_window_ticks)), out=self.drops, where=fresh)
-        np.add(self.drops, np.float32(1.0), out=self.drops, where=dropped & ~self.was_dropped)
-        np.copyto(self.was_dropped, dropped, where=fresh)
+        dropped = fresh & (down | (communicating & (ratio < p.drop_below) & (lanes == all_lanes)))
+        self._count_drops(dropped, fresh, dt)
+        # The wide band against peers: a link far slower than its kind, or whose own level has sunk
+        # far under its kind's, is degraded whatever its baseline learned.
+        far_latency = lat_ok & (latency > np.float32(p.latency_band) * self._per_link(lat_center))
+        far_level = self.bw_base.learned() & (self.bw_base.level < np.float32(p.bandwidth_band)
+                                              * self._per_link(level_center))
 
-        reasons = np.zeros(ratio.shape, dtype=np.int32)
+        reasons = np.zeros(share.shape, dtype=np.int32)
         flag(reasons, up & (lanes < all_lanes), Reason.LANES)
-        judged = fresh & ~down
+        judged = bw_judged & ~down
         # The evidence arrays are spent once added: each is its CUSUM's scratch.
-        flag(reasons, self.bw.update(bw_dev, judged, scratch=bw_dev), Reason.BANDWIDTH)
-        flag(reasons, self.latency.update(lat_dev, judged, scratch=lat_dev), Reason.LATENCY)
-        flag(reasons, self.errors.update(errors, fresh, scratch=errors, seconds=table.dt_s), Reason.ERRORS)
+        outside = self.band.update((far_latency | far_level).astype(np.float32), fresh, seconds=dt)
+        # Until a link has history it is judged only by hard evidence and the band (_baseline.py).
+        flag(reasons, self.bw.update(bw_dev, judged & self.bw_base.learned(), scratch=bw_dev, seconds=dt)
+             | (outside & far_level),
+             Reason.BANDWIDTH)
+        flag(reasons, self.latency.update(lat_dev, lat_ok & ~down & self.latency_base.learned(), scratch=lat_dev,
+                                          seconds=dt)
+             | (outside & far_latency), Reason.LATENCY)
+        flag(reasons, self.errors.update(errors, fresh, scratch=errors, seconds=dt), Reason.ERRORS)
         flag(reasons, self.drops >= p.flap_drops, Reason.FLAPPING)
         flag(reasons, dropped, Reason.DOWN)
         # A drop raises at once; a link that dropped recently must stay clean
-        # for flap_hold_ticks before it clears, so a flapping link is one
+        # for flap_hold_s more before it clears, so a flapping link is one
         # event for its whole episode, never a string of downs.
         candidate = (reasons != 0).astype(np.int8)  # DEGRADED
         candidate[dropped] = DOWN
-        np.copyto(self.tracker.hold, p.flap_hold_ticks, where=self.drops > p.recent_drop)
-        return self.tracker.update(candidate, reasons, fresh, tick)
+        np.copyto(self.tracker.hold_s, np.float32(p.flap_hold_s), where=self.drops > p.recent_drop)
+        changes = self.tracker.update(candidate, reasons, fresh, tick,
+                                      seconds=persistence_seconds(dt, fresh, self.sample))
+        level = np.divide(share, pace, dtype=np.float32)
+        self._learn(level, latency, fresh & up & ~dropped & communicating, lat_ok, dt)
+        return changes
+
+    def _learn(self, level: F32, latency: F32, bw_ok: B, lat_ok: B, dt: F32) -> None:
+        """Fold the sample into the baselines of healthy links with little evidence against them (_baseline.py)."""
+        p = self.params
+        healthy = self.tracker.state == HEALTHY
+        self.bw_base.update(level, bw_ok & healthy & (self.bw.s < 0.25 * p.z_h), dt)
+        self.latency_base.update(latency, lat_ok & healthy & (self.latency.s < 0.25 * p.z_h), dt)
 
     def path_fraction(self) -> F32:
         """Return, per link, the bandwidth share its collectives get now (1 if healthy).
@@ -201,7 +287,7 @@ class LinkDetector:
 
 @dataclass(eq=False)
 class EfaDetector:
-    """EFA port health for the whole fleet, each port compared with its UltraServer's."""
+    """EFA port health for the whole fleet, each port compared with itself and its UltraServer's ports."""
 
     state: FleetState
     params: PathParams = field(default_factory=PathParams)
@@ -211,79 +297,122 @@ class EfaDetector:
         n = topo.n_efa
         self.per_us = topo.efa_ports_per_node * topo.nodes_per_ultraserver
         self.seen = np.zeros(n, dtype=np.uint32)
-        self.throughput = ClippedCusum.zeros(n, k=p.z_k, h=p.z_h, cap=p.z_cap)
-        self.latency = ClippedCusum.zeros(n, k=p.z_k, h=p.z_h, cap=p.z_cap)
-        self.retrans = ClippedCusum.zeros(n, k=p.retrans_k, h=p.retrans_h, cap=p.retrans_cap)
-        self.share = np.full(n, np.nan, np.float32)  # EWMA of throughput / its UltraServer's median
+        self.throughput = _cusum(n, k=p.z_k, h=p.z_h, cap=p.z_cap, drain_s=p.drain_s)
+        self.latency = _cusum(n, k=p.z_k, h=p.z_h, cap=p.z_cap, drain_s=p.drain_s)
+        self.retrans = _cusum(n, k=p.retrans_k, h=p.retrans_h, cap=p.retrans_cap, drain_s=p.drain_s)
+        self.band = _band(n, p)
+        baseline = {"halflife_s": p.baseline_halflife_s, "learn_s": p.baseline_learn_s, "clip": p.baseline_clip}
+        self.share_base = Baseline.empty(n, **baseline)  # throughput / its UltraServer's median
+        self.latency_base = Baseline.empty(n, **baseline)
+        self.retrans_base = RateBaseline.empty(n, halflife_s=p.loss_baseline_halflife_s, prior_s=p.loss_prior_s)
+        self.share = np.full(n, np.nan, np.float32)  # EWMA of throughput / its own share of its UltraServer's
         self.sample = PeerSample.of(n)
-        self.loss = np.zeros(n, np.float32)  # Poisson CUSUM of retransmits over the background, packets
+        self.loss = np.zeros(n, np.float32)  # Poisson CUSUM of retransmits over the port's baseline, packets
         self.lossy = np.zeros(n, bool)  # over loss_h, and not yet back under half of it
         self.background_per_s = float("nan")  # the fleet's retransmit rate per port, bursts clipped
         self._background_s = 0.0  # seconds the background has been estimated over (a plain mean at first)
-        self.tracker = StateTracker.create(n, raise_after=[0, p.raise_after, p.raise_after],
-                                           clear_after=p.clear_after)
+        self.tracker = StateTracker.create(n, raise_after_s=[0.0, p.raise_after_s, p.raise_after_s],
+                                           clear_after_s=p.clear_after_s)
 
     def update(self, tick: int) -> Transitions:
         """Fold in the ports' new samples; return the state changes."""
         p, table = self.params, self.state.efa
         fresh = new_samples(table, self.seen) & table.has(*NEEDS["efa"])
         np.copyto(self.seen, table.samples)
+        dt = table.dt_s
         rate = table.rates["tx_bytes_total"] + table.rates["rx_bytes_total"]
         np.copyto(rate, np.float32(np.nan), where=~fresh)
         # Traffic follows the job: compare a port with its UltraServer's ports,
-        # so a stalled or slowed group does not look like a group of bad ports.
-        # An all-NaN group (stalled, silent) has no median: NaN.
+        # so a stalled or slowed group does not look like a group of bad ports;
+        # then with its own usual share of them (traffic is never perfectly
+        # balanced).  An all-NaN group (stalled, silent) has no median: NaN.
         ref = np.repeat(row_nanmedian(rate.reshape(-1, self.per_us)), self.per_us)
         active = fresh & (ref > 0)
         with np.errstate(invalid="ignore", divide="ignore"):
             share = rate / ref
         np.copyto(share, np.float32(1.0), where=~active)
-        _, scale = robust_center_scale(share, active, floor=p.bw_floor, sample=self.sample)
-        self.share = ewma(self.share, share, active, alpha=p.ewma_alpha)
+        ratio = share / self.share_base.reference(1.0)
+        _, scale = robust_center_scale(ratio, active, floor=p.bw_floor, sample=self.sample)
+        self.share = ewma(self.share, ratio, active, alpha=p.ewma_alpha)
         latency = table.gauges["latency_us"]
-        lat_center, lat_scale = robust_center_scale(latency, fresh, floor=p.latency_floor, sample=self.sample,
-                                                    relative=True)
+        lat_ok = fresh & (latency > 0)
+        lat_center, _ = robust_center_scale(latency, lat_ok, floor=p.latency_floor, sample=self.sample)
+        lat_ratio = latency / self.latency_base.reference(lat_center)
+        _, lat_scale = robust_center_scale(lat_ratio, lat_ok, floor=p.latency_floor, sample=self.sample)
         retrans = counter_delta(table, "retrans_pkts_total")
-        slow_loss = self._slow_loss(retrans, table.dt_s, fresh)
-        # Retransmit bursts are judged above the fleet's background: a trickle every port shares is not a fault.
-        if np.isfinite(self.background_per_s):
-            retrans -= np.float32(self.background_per_s) * table.dt_s
+        own_rate = self._own_rate()
+        slow_loss = self._slow_loss(retrans, dt, fresh, own_rate)
+        # Retransmit bursts are judged above the port's own rate: a trickle it always had, or that
+        # every port shares, is not a fault.
+        excess = retrans / dt
+        excess -= own_rate
         unresponsive = counter_delta(table, "unresponsive_remote_events_total") > 0
 
-        down = active & ((share < p.down_below) | unresponsive)
-        shortfall = 1.0 - share
-        shortfall /= scale
-        lat_dev = latency / lat_center
-        lat_dev -= 1.0
-        lat_dev /= lat_scale
+        down = active & ((ratio < p.down_below) | unresponsive)
+        shortfall = 1.0 - ratio
+        shortfall /= np.float32(scale)
+        lat_dev = lat_ratio - 1.0
+        lat_dev /= np.float32(lat_scale)
+        np.copyto(lat_dev, np.float32(0.0), where=~lat_ok)
+        far_latency = lat_ok & (latency > np.float32(p.latency_band * lat_center))
         reasons = np.zeros(share.shape, dtype=np.int32)
-        flag(reasons, self.throughput.update(shortfall, active & ~down), Reason.BANDWIDTH)
-        flag(reasons, self.latency.update(lat_dev, fresh & ~down), Reason.LATENCY)
-        flag(reasons, self.retrans.update(retrans / table.dt_s, fresh, seconds=table.dt_s), Reason.RETRANSMITS)
+        # Until a port has history it is judged only by hard evidence and the band (_baseline.py).
+        flag(reasons, self.throughput.update(shortfall, active & ~down & self.share_base.learned(), seconds=dt),
+             Reason.BANDWIDTH)
+        outside = self.band.update(far_latency.astype(np.float32), fresh, seconds=dt)
+        flag(reasons, self.latency.update(lat_dev, lat_ok & ~down & self.latency_base.learned(), seconds=dt)
+             | (outside & far_latency),
+             Reason.LATENCY)
+        flag(reasons, self.retrans.update(excess, fresh, seconds=dt), Reason.RETRANSMITS)
         flag(reasons, slow_loss, Reason.LOSS_RATE)
         flag(reasons, down, Reason.DOWN)
         flag(reasons, fresh & unresponsive, Reason.UNRESPONSIVE)
         candidate = (reasons != 0).astype(np.int8)  # DEGRADED
         candidate[down] = DOWN
-        return self.tracker.update(candidate, reasons, fresh, tick)
+        changes = self.tracker.update(candidate, reasons, fresh, tick,
+                                      seconds=persistence_seconds(dt, fresh, self.sample))
+        # Baselines learn only from healthy ports with little evidence against them (_baseline.py).
+        quiet = fresh & (self.tracker.state == HEALTHY)
+        self.share_base.update(share, quiet & active & (self.throughput.s < 0.25 * p.z_h), dt)
+        self.latency_base.update(latency, quiet & lat_ok & (self.latency.s < 0.25 * p.z_h), dt)
+        calm = (self.retrans.s < 0.25 * p.retrans_h) & (self.loss < 0.25 * p.loss_h)
+        self.retrans_base.update(np.minimum(retrans, self._burst_cap(own_rate, dt)), quiet & calm, dt)
+        return changes
 
-    def _slow_loss(self, counts: F32, dt_s: F32, fresh: np.ndarray) -> np.ndarray:
+    def _own_rate(self) -> F32:
+        """Return each port's baseline retransmit rate per second: its own history, shrunk to the fleet's."""
+        p = self.params
+        background = self.background_per_s if np.isfinite(self.background_per_s) else p.loss_floor_per_s
+        rate = self.retrans_base.rate(max(background, p.loss_floor_per_s))
+        np.maximum(rate, np.float32(p.loss_floor_per_s), out=rate)
+        return rate
+
+    def _burst_cap(self, own_rate: F32, dt_s: F32) -> F32:
+        """Return the most retransmits an interval counts: a few deviations over the alternative; more is a burst."""
+        expected: F32 = own_rate * np.nan_to_num(dt_s, nan=0.0).astype(np.float32)
+        expected *= np.float32(self.params.loss_ratio)
+        cap: F32 = np.sqrt(expected, dtype=np.float32)
+        cap *= np.float32(3.0)
+        cap += expected
+        cap += np.float32(1.0)
+        return cap
+
+    def _slow_loss(self, counts: F32, dt_s: F32, fresh: np.ndarray, own_rate: F32) -> np.ndarray:
         """Fold each port's retransmits into its loss CUSUM; return where it is over ``loss_h``.
 
-        The in-control rate is the fleet's own background (a trickle every port
-        shares is not a fault), estimated on the peer sample with each port's
-        count capped, and adapting over ``loss_background_halflife_s``.
+        The in-control rate is the port's own baseline (``RateBaseline``:
+        its history, starting from the fleet's background, estimated on the
+        peer sample with each port's count capped, adapting over
+        ``loss_background_halflife_s``), so a trickle a port or its site
+        always had is not a fault, and neither is one every port shares.
         """
         p = self.params
         ok = fresh & np.isfinite(counts) & (dt_s > 0)
-        background = max(self.background_per_s, p.loss_floor_per_s) if np.isfinite(self.background_per_s) \
-            else None
+        started = np.isfinite(self.background_per_s)
+        interval = np.where(ok, dt_s, np.float32(0.0))  # seconds each port's count covers (0: none)
         # Counts above a few standard deviations of the alternative are a burst, not a rate (before
         # there is a background, nothing is capped).
-        high = p.loss_ratio * (background if background is not None else p.loss_floor_per_s)
-        interval = np.where(ok, dt_s, np.float32(0.0))  # seconds each port's count covers (0: none)
-        expected = high * interval
-        cap = expected + 3.0 * np.sqrt(expected) + 1.0 if background is not None else np.inf
+        cap = self._burst_cap(own_rate, interval) if started else np.float32(np.inf)
         clipped = np.minimum(np.where(ok, counts, 0.0), cap)
         sample_ok, sample_dt = self.sample.pick(ok), self.sample.pick(interval)
         seconds = float(sample_dt[sample_ok].sum())
@@ -293,20 +422,22 @@ class EfaDetector:
             # A plain mean over what has been seen, until that is longer than the half-life allows.
             self._background_s += step_s
             weight = max(1.0 - 0.5 ** (step_s / p.loss_background_halflife_s), step_s / self._background_s)
-            self.background_per_s = now if not np.isfinite(self.background_per_s) else (
+            self.background_per_s = now if not started else (
                 self.background_per_s + weight * (now - self.background_per_s))
-        if background is None:  # the first interval only sets the background
+        if not started:  # the first interval only sets the background
             return np.zeros(counts.shape, bool)
-        # Lucas's Poisson CUSUM: reference value k between the background and loss_ratio times it.
-        k_per_s = (high - background) / np.log(p.loss_ratio)
-        step = clipped - np.float32(k_per_s) * interval
+        # Lucas's Poisson CUSUM: reference value k between the port's rate and loss_ratio times it.
+        k_per_s = own_rate * np.float32((p.loss_ratio - 1.0) / np.log(p.loss_ratio))
+        step = clipped - k_per_s * interval
         # No one interval raises alone: after a long gap (a node back from silence) a burst or two in
         # its one interval would otherwise read as minutes of loss.
         np.minimum(step, np.float32(0.25 * p.loss_h), out=step)
-        np.add(self.loss, step.astype(np.float32), out=self.loss, where=ok)
+        # A port is judged for slow loss only once its own rate has loss_learn_s of history: before, its
+        # rate is mostly the fleet's, and a port that always retransmitted more would read as lossy.
+        judged = ok & (self.retrans_base.seconds >= p.loss_learn_s)
+        np.add(self.loss, step.astype(np.float32), out=self.loss, where=judged)
         # Hysteresis: raised at loss_h, cleared under half of it, so noise around the threshold during a
-        # fault is one detection; the ceiling bounds how long it takes to clear once the loss has ended
-        # (a fall of loss_h at the background's drift: ~4 minutes at 0.2/s).
+        # fault is one detection; the ceiling bounds how long it takes to clear once the loss has ended.
         np.clip(self.loss, 0.0, np.float32(1.5 * p.loss_h), out=self.loss)
         self.lossy |= self.loss >= p.loss_h
         self.lossy &= self.loss > 0.5 * p.loss_h

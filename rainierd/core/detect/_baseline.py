@@ -1,0 +1,119 @@
+"""Each entity's own normal: a robust, slowly adapting level per link, port or
+chip, so an entity is judged by a change in itself, not by a difference from
+its peers that was always there (a longer cable, more hops, a busier port).
+
+Until an entity has ``learn_s`` seconds of history it has no normal of its
+own and is judged against its peers (the caller's reference: its kind's or
+its group's median); from then on, against its own level.
+
+How a baseline avoids learning a slow fault as normal:
+
+* it learns only from samples the caller accepts: the entity is healthy and
+  its change detector holds little evidence (a CUSUM well under its
+  threshold), so a fault that has started freezes it;
+* after learning, each sample can pull it by at most ``clip`` (relative)
+  times its weight, and the weight is that of a half-life of ``halflife_s``
+  (an hour by default): a drift slower than that is absorbed by at most
+  ``clip`` per half-life, far slower than any change detector's horizon;
+* the callers keep a wide band against the entity's peers as well
+  (``PathParams.latency_band``, ``bandwidth_band``), which no learning moves.
+
+``RateBaseline`` is the same idea for a Poisson count (retransmits): the
+port's rate is (its discounted count + a prior of ``prior_s`` seconds at the
+peers' rate) / (its discounted seconds + ``prior_s``), the gamma-Poisson
+estimate, so a port with little history sits near its peers' rate and one
+with an hour of history at its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from rainierd._types import F32, B, Floats
+
+__all__ = ["Baseline", "RateBaseline"]
+
+
+def _interval(seconds: Floats, accept: B) -> F32:
+    """Return each entity's interval where it is accepted and known, else 0."""
+    out = np.nan_to_num(seconds, nan=0.0).astype(np.float32)
+    np.copyto(out, np.float32(0.0), where=~accept | (out < 0))
+    return out
+
+
+@dataclass(eq=False)
+class Baseline:
+    """Each entity's learned level of one figure (NaN until its first accepted sample)."""
+
+    halflife_s: float
+    learn_s: float
+    clip: float
+    level: F32
+    history_s: F32
+
+    @classmethod
+    def empty(cls, n: int, *, halflife_s: float, learn_s: float, clip: float) -> Baseline:
+        """Return baselines of ``n`` entities with no history."""
+        return cls(halflife_s, learn_s, clip, np.full(n, np.nan, np.float32), np.zeros(n, np.float32))
+
+    def learned(self) -> B:
+        """Return which entities have enough history to be judged against themselves."""
+        return np.asarray(self.history_s >= self.learn_s)
+
+    def reference(self, peers: Floats | float) -> F32:
+        """Return each entity's own level where learned, else ``peers`` (its peers' level)."""
+        peer = np.broadcast_to(np.asarray(peers, np.float32), self.level.shape)
+        return np.where(self.learned(), self.level, peer).astype(np.float32)
+
+    def update(self, x: Floats, accept: B, seconds: Floats) -> None:
+        """Fold ``x`` in where ``accept`` (NaN and non-positive intervals count as nothing)."""
+        dt = _interval(seconds, accept & np.isfinite(x))
+        ok = dt > 0
+        if not ok.any():
+            return
+        level = self.level
+        first = ok & np.isnan(level)
+        np.copyto(level, x, where=first, casting="unsafe")
+        # A plain mean while learning, then an exponential forgetting of the given half-life.
+        with np.errstate(invalid="ignore", divide="ignore"):
+            learning = dt / (self.history_s + dt)
+        weight = np.maximum(learning, 1.0 - np.exp2(-dt / np.float32(self.halflife_s)))
+        learned = self.learned()
+        target = np.asarray(x, np.float32).copy()
+        lo, hi = level * np.float32(1.0 - self.clip), level * np.float32(1.0 + self.clip)
+        np.clip(target, np.minimum(lo, hi), np.maximum(lo, hi), out=target, where=learned)  # winsorised once learned
+        step = (target - level) * weight
+        np.add(level, step, out=level, where=ok & ~first)
+        self.history_s += dt
+
+
+@dataclass(eq=False)
+class RateBaseline:
+    """Each entity's Poisson rate per second: its discounted count over its discounted seconds, shrunk to a prior."""
+
+    halflife_s: float
+    prior_s: float
+    count: F32
+    seconds: F32
+
+    @classmethod
+    def empty(cls, n: int, *, halflife_s: float, prior_s: float) -> RateBaseline:
+        """Return rates of ``n`` entities with no history."""
+        return cls(halflife_s, prior_s, np.zeros(n, np.float32), np.zeros(n, np.float32))
+
+    def rate(self, prior_per_s: float) -> F32:
+        """Return each entity's rate per second, ``prior_s`` seconds of ``prior_per_s`` blended in."""
+        prior = np.float32(self.prior_s)
+        return ((self.count + prior * np.float32(prior_per_s)) / (self.seconds + prior)).astype(np.float32)
+
+    def update(self, counts: Floats, accept: B, seconds: Floats) -> None:
+        """Add ``counts`` over ``seconds`` where ``accept``, forgetting with the half-life."""
+        dt = _interval(seconds, accept & np.isfinite(counts))
+        ok = dt > 0
+        decay = np.exp2(-dt / np.float32(self.halflife_s))
+        np.multiply(self.count, decay, out=self.count, where=ok)
+        np.add(self.count, np.nan_to_num(counts, nan=0.0).astype(np.float32), out=self.count, where=ok)
+        np.multiply(self.seconds, decay, out=self.seconds, where=ok)
+        np.add(self.seconds, dt, out=self.seconds, where=ok)
