@@ -161,15 +161,23 @@ class TestLinkDetector:
         assert changes == [(7, 21, "degraded")]
 
     def test_a_flapping_link_is_one_event(self) -> None:
-        """Five short drops 15 ticks apart give one raise and one clear, not five of each."""
+        """Five short drops (no lane up at the sample) 15 s apart give one raise and one clear, not five of
+        each; the clear comes 30 s after the last drop (clear_after_s + flap_hold_s), not before."""
         crafted = Crafted()
         changes = []
         for t in range(200):
             dropped = 20 <= t < 95 and (t - 20) % 15 == 0
-            changes += crafted.links(0.4 if dropped else 0.96)
+            changes += crafted.links(0.0 if dropped else 0.96, 0 if dropped else 8)
         assert [c[2] for c in changes] == ["down", "healthy"]
         assert changes[0][1] == 20
-        assert changes[1][1] >= 80 + 60  # held for the flap window after the last drop
+        assert 80 + 30 <= changes[1][1] <= 80 + 31
+
+    def test_one_deep_dip_with_every_lane_up_is_not_a_drop(self) -> None:
+        """A sample at 40 % of the link's level, every lane up and no replay (a stall, heavy-tailed contention):
+        neither down nor degraded; only its persistence, or a lane or replay evidence, would be."""
+        crafted = Crafted()
+        changes = [c for t in range(80) for c in crafted.links(0.4 if t == 50 else 0.96)]
+        assert changes == []
 
     def test_noise_only(self) -> None:
         """Jitter and contention dips alone raise nothing over 500 ticks."""

@@ -52,8 +52,9 @@ class ChipParams:
     baseline_learn_s: float = 30.0
     baseline_clip: float = 0.02
     # A learned level this far under its group is a straggler whatever it learned (a chip that was
-    # already slow when first seen, or that slowed too gradually for the CUSUM): static spread is ~0.3 %.
-    efficiency_band: float = 0.97
+    # already slow when first seen, or that slowed too gradually for the CUSUM).  Healthy chips' levels
+    # spread by a few % (silicon, and publishers sampling utilisation at their own phase of the step).
+    efficiency_band: float = 0.9
 
 
 @dataclass(eq=False)
@@ -106,7 +107,9 @@ class ChipDetector:
         self.efficiency = ewma(self.efficiency, own, judged, alpha=p.ewma_alpha)
         # Until a chip has history it is judged by its clock, flags and counters only (_baseline.py).
         learned = self.baseline.learned()
-        straggling = self.cusum.update((1.0 - own) / scale, judged & learned, seconds=table.dt_s)
+        # Evidence, persistence and learning count a sample after a gap as one typical interval.
+        held = persistence_seconds(table.dt_s, fresh, self.sample)
+        straggling = self.cusum.update((1.0 - own) / scale, judged & learned, seconds=held)
         straggling |= judged & learned & (self.baseline.level < np.float32(p.efficiency_band))
 
         site = topo.chip_site
@@ -138,9 +141,9 @@ class ChipDetector:
         candidate[(self.tracker.state == FAILED) & stale] = FAILED
         evidence = fresh | stale
         changes = self.tracker.update(candidate, reasons, evidence, tick,
-                                      seconds=persistence_seconds(table.dt_s, fresh, self.sample))
+                                      seconds=held)
         quiet = judged & (self.tracker.state == HEALTHY) & (self.cusum.s < 0.25 * p.z_h)
-        self.baseline.update(relative, quiet, table.dt_s)
+        self.baseline.update(relative, quiet, held)
         return changes
 
     def speed(self) -> F32:

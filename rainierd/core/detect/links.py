@@ -87,7 +87,7 @@ class PathParams:
     loss_h: float = 30.0
     loss_floor_per_s: float = 0.01  # the background rate assumed at least
     loss_background_halflife_s: float = 600.0  # how slowly the fleet's background adapts
-    loss_prior_s: float = 120.0  # seconds of the fleet's background a port's own rate starts from
+    loss_prior_s: float = 30.0  # seconds of the fleet's background a port's own rate starts from
     loss_learn_s: float = 300.0  # seconds of its own history before a port is judged for slow loss
     loss_baseline_halflife_s: float = 3_600.0
 
@@ -95,6 +95,17 @@ class PathParams:
 def _cusum(n: int, *, k: float, h: float, cap: float, drain_s: float) -> ClippedCusum:
     """Return a CUSUM whose ceiling lets a saturated sum fall under ``h`` in ``drain_s`` clean seconds."""
     return ClippedCusum.zeros(n, k=k, h=h, cap=cap, ceiling=h + drain_s * k)
+
+
+def _deviation(values: F32, reference: F32, ok: B, *, floor: float, sample: PeerSample) -> F32:
+    """Return (values / reference - 1) in robust sigmas of that ratio over the fleet (0 where not ``ok``)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        dev: F32 = np.divide(values, reference, dtype=np.float32)
+    _, scale = robust_center_scale(dev, ok, floor=floor, sample=sample)
+    dev -= np.float32(1.0)
+    dev /= np.float32(scale)
+    np.copyto(dev, np.float32(0.0), where=~ok)
+    return dev
 
 
 def _band(n: int, p: PathParams) -> ClippedCusum:
@@ -124,6 +135,7 @@ class LinkDetector:
         self.latency_base = Baseline.empty(n, **baseline)
         self.drops = np.zeros(n, np.float32)
         self.was_dropped = np.zeros(n, dtype=bool)
+        self.was_low = np.zeros(n, dtype=bool)  # the last sample's bandwidth was near zero with lanes up
         self.bw_ratio = np.full(n, np.nan, np.float32)  # EWMA of bandwidth / its own level at its group's pace
         self.now_ratio = np.ones(n, np.float32)  # the latest such ratio
         # A drop (lanes gone, or bandwidth far below any noise) raises at once.
@@ -145,6 +157,25 @@ class LinkDetector:
     def _per_link(self, per_kind: F32) -> F32:
         """Return each link's figure of its kind, by broadcasting over the nodes' common link order."""
         return np.tile(per_kind[self.kind_order], self.state.topology.n_nodes).astype(np.float32)
+
+    def _downs(self, fresh: B, full: B, ratio: F32, up: B) -> tuple[B, B]:
+        """Return (down, dropped this sample), and count the drops that begin.
+
+        No lane up is the link down.  Bandwidth alone never is, in one
+        sample: a healthy link's interval average has heavy tails (a stall,
+        contention), so near-zero bandwidth with lanes up must persist for two
+        samples, and a dip under half its level with every lane up (``full``)
+        counts as a drop (a brief down inside the interval) only with the
+        replays a retraining link makes.
+        """
+        p, table = self.params, self.state.links
+        low = fresh & (ratio < p.down_below) & up
+        down = ~up | (low & self.was_low)
+        np.copyto(self.was_low, low, where=fresh)
+        retrained = counter_delta(table, "replay_total") > 0
+        dropped = fresh & (down | (full & (ratio < p.drop_below) & retrained))
+        self._count_drops(dropped, fresh, table.dt_s)
+        return down, dropped
 
     def _count_drops(self, dropped: B, fresh: B, dt: F32) -> None:
         """Decay each link's drop count over its interval and count a drop where one begins."""
@@ -180,6 +211,8 @@ class LinkDetector:
         fresh = new_samples(table, self.seen) & table.has(*NEEDS["neuronlink"])
         np.copyto(self.seen, table.samples)
         dt = table.dt_s
+        # Evidence, persistence and learning count a sample after a gap as one typical interval.
+        held = persistence_seconds(dt, fresh, self.sample)
         share = table.gauges["bw_bytes_s"] / self.nominal  # units only: a share of nominal
         latency = table.gauges["latency_us"]
         lanes = table.gauges["lanes_up"]
@@ -189,32 +222,27 @@ class LinkDetector:
         # against its UltraServer's links at this moment, so a group that slows or idles as a whole
         # (its job's pace, a straggler, the diurnal swing) is not a group of bad links.
         relative = share / self.bw_base.reference(self._per_link(share_center))
-        pace = np.repeat(row_nanmedian(np.where(fresh & up, relative, np.nan).reshape(-1, self.per_us)), self.per_us)
+        paced = np.where(fresh & up, relative, np.float32(np.nan)).reshape(-1, self.per_us)
+        pace = np.repeat(row_nanmedian(paced), self.per_us)
         communicating = pace > p.idle_below
-        ratio = relative / pace
+        with np.errstate(invalid="ignore", divide="ignore"):  # an idle or silent group: judged below as idle
+            ratio = np.divide(relative, pace, dtype=np.float32)
         np.copyto(ratio, np.float32(1.0), where=~communicating)
         bw_judged = fresh & up & communicating
         _, bw_scale = robust_center_scale(ratio, bw_judged, floor=p.bw_floor, sample=self.sample)
         bw_dev: F32 = np.subtract(np.float32(1.0), ratio, dtype=np.float32)
         bw_dev /= np.float32(bw_scale)
         # Latency: against its own level (its kind's median until it has history).
-        lat_ratio = latency / self.latency_base.reference(self._per_link(lat_center))
         lat_ok = fresh & up & (latency > 0)
-        _, lat_scale = robust_center_scale(lat_ratio, lat_ok, floor=p.latency_floor, sample=self.sample)
-        lat_dev = lat_ratio - 1.0
-        lat_dev /= np.float32(lat_scale)
-        np.copyto(lat_dev, np.float32(0.0), where=~lat_ok)
+        lat_dev = _deviation(latency, self.latency_base.reference(self._per_link(lat_center)), lat_ok,
+                             floor=p.latency_floor, sample=self.sample)
         self.bw_ratio = ewma(self.bw_ratio, ratio, bw_judged, alpha=p.ewma_alpha)
         np.copyto(self.now_ratio, ratio, where=fresh)
         errors = counter_delta(table, "crc_errors_total", "replay_total")
         errors /= dt  # per second
 
-        # A sample with no lane up, or bandwidth a twentieth of its own level, is the link down; one at
-        # under half its level with every lane up is a drop (healthy dips stay well above it).
-        down = ~up | (communicating & (ratio < p.down_below))
         all_lanes = self.hardware.neuronlink_lanes
-        dropped = fresh & (down | (communicating & (ratio < p.drop_below) & (lanes == all_lanes)))
-        self._count_drops(dropped, fresh, dt)
+        down, dropped = self._downs(fresh, communicating & (lanes == all_lanes), ratio, up)
         # The wide band against peers: a link far slower than its kind, or whose own level has sunk
         # far under its kind's, is degraded whatever its baseline learned.
         far_latency = lat_ok & (latency > np.float32(p.latency_band) * self._per_link(lat_center))
@@ -225,27 +253,30 @@ class LinkDetector:
         flag(reasons, up & (lanes < all_lanes), Reason.LANES)
         judged = bw_judged & ~down
         # The evidence arrays are spent once added: each is its CUSUM's scratch.
-        outside = self.band.update((far_latency | far_level).astype(np.float32), fresh, seconds=dt)
+        outside = self.band.update((far_latency | far_level).astype(np.float32), fresh, seconds=held)
         # Until a link has history it is judged only by hard evidence and the band (_baseline.py).
-        flag(reasons, self.bw.update(bw_dev, judged & self.bw_base.learned(), scratch=bw_dev, seconds=dt)
+        flag(reasons, self.bw.update(bw_dev, judged & self.bw_base.learned(), scratch=bw_dev, seconds=held)
              | (outside & far_level),
              Reason.BANDWIDTH)
         flag(reasons, self.latency.update(lat_dev, lat_ok & ~down & self.latency_base.learned(), scratch=lat_dev,
-                                          seconds=dt)
+                                          seconds=held)
              | (outside & far_latency), Reason.LATENCY)
-        flag(reasons, self.errors.update(errors, fresh, scratch=errors, seconds=dt), Reason.ERRORS)
+        flag(reasons, self.errors.update(errors, fresh, scratch=errors, seconds=held), Reason.ERRORS)
         flag(reasons, self.drops >= p.flap_drops, Reason.FLAPPING)
         flag(reasons, dropped, Reason.DOWN)
         # A drop raises at once; a link that dropped recently must stay clean
         # for flap_hold_s more before it clears, so a flapping link is one
-        # event for its whole episode, never a string of downs.
-        candidate = (reasons != 0).astype(np.int8)  # DEGRADED
+        # event for its whole episode, never a string of downs.  Flapping names
+        # the episode but holds nothing by itself: the hold does, for a bounded
+        # time after the last drop, however many drops came before.
+        candidate = ((reasons & ~np.int32(Reason.FLAPPING)) != 0).astype(np.int8)  # DEGRADED
         candidate[dropped] = DOWN
         np.copyto(self.tracker.hold_s, np.float32(p.flap_hold_s), where=self.drops > p.recent_drop)
         changes = self.tracker.update(candidate, reasons, fresh, tick,
-                                      seconds=persistence_seconds(dt, fresh, self.sample))
-        level = np.divide(share, pace, dtype=np.float32)
-        self._learn(level, latency, fresh & up & ~dropped & communicating, lat_ok, dt)
+                                      seconds=held)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            level = np.divide(share, pace, dtype=np.float32)
+        self._learn(level, latency, fresh & up & ~dropped & communicating, lat_ok, held)
         return changes
 
     def _learn(self, level: F32, latency: F32, bw_ok: B, lat_ok: B, dt: F32) -> None:
@@ -320,6 +351,8 @@ class EfaDetector:
         fresh = new_samples(table, self.seen) & table.has(*NEEDS["efa"])
         np.copyto(self.seen, table.samples)
         dt = table.dt_s
+        # Evidence, persistence and learning count a sample after a gap as one typical interval.
+        held = persistence_seconds(dt, fresh, self.sample)
         rate = table.rates["tx_bytes_total"] + table.rates["rx_bytes_total"]
         np.copyto(rate, np.float32(np.nan), where=~fresh)
         # Traffic follows the job: compare a port with its UltraServer's ports,
@@ -329,7 +362,7 @@ class EfaDetector:
         ref = np.repeat(row_nanmedian(rate.reshape(-1, self.per_us)), self.per_us)
         active = fresh & (ref > 0)
         with np.errstate(invalid="ignore", divide="ignore"):
-            share = rate / ref
+            share: F32 = np.divide(rate, ref, dtype=np.float32)
         np.copyto(share, np.float32(1.0), where=~active)
         ratio = share / self.share_base.reference(1.0)
         _, scale = robust_center_scale(ratio, active, floor=p.bw_floor, sample=self.sample)
@@ -337,47 +370,60 @@ class EfaDetector:
         latency = table.gauges["latency_us"]
         lat_ok = fresh & (latency > 0)
         lat_center, _ = robust_center_scale(latency, lat_ok, floor=p.latency_floor, sample=self.sample)
-        lat_ratio = latency / self.latency_base.reference(lat_center)
-        _, lat_scale = robust_center_scale(lat_ratio, lat_ok, floor=p.latency_floor, sample=self.sample)
+        lat_dev = _deviation(latency, self.latency_base.reference(lat_center), lat_ok, floor=p.latency_floor,
+                             sample=self.sample)
         retrans = counter_delta(table, "retrans_pkts_total")
         own_rate = self._own_rate()
         slow_loss = self._slow_loss(retrans, dt, fresh, own_rate)
         # Retransmit bursts are judged above the port's own rate: a trickle it always had, or that
-        # every port shares, is not a fault.
+        # every port shares, is not a fault; and above two of its Poisson deviations a second, so a
+        # port with a high rate is held to the same false-alarm rate as a quiet one.
         excess = retrans / dt
         excess -= own_rate
+        excess -= np.maximum(np.float32(0.0), 2.0 * np.sqrt(own_rate) - np.float32(p.retrans_k))
         unresponsive = counter_delta(table, "unresponsive_remote_events_total") > 0
 
         down = active & ((ratio < p.down_below) | unresponsive)
         shortfall = 1.0 - ratio
         shortfall /= np.float32(scale)
-        lat_dev = lat_ratio - 1.0
-        lat_dev /= np.float32(lat_scale)
-        np.copyto(lat_dev, np.float32(0.0), where=~lat_ok)
         far_latency = lat_ok & (latency > np.float32(p.latency_band * lat_center))
         reasons = np.zeros(share.shape, dtype=np.int32)
         # Until a port has history it is judged only by hard evidence and the band (_baseline.py).
-        flag(reasons, self.throughput.update(shortfall, active & ~down & self.share_base.learned(), seconds=dt),
+        flag(reasons, self.throughput.update(shortfall, active & ~down & self.share_base.learned(), seconds=held),
              Reason.BANDWIDTH)
-        outside = self.band.update(far_latency.astype(np.float32), fresh, seconds=dt)
-        flag(reasons, self.latency.update(lat_dev, lat_ok & ~down & self.latency_base.learned(), seconds=dt)
+        outside = self.band.update(far_latency.astype(np.float32), fresh, seconds=held)
+        flag(reasons, self.latency.update(lat_dev, lat_ok & ~down & self.latency_base.learned(), seconds=held)
              | (outside & far_latency),
              Reason.LATENCY)
-        flag(reasons, self.retrans.update(excess, fresh, seconds=dt), Reason.RETRANSMITS)
+        rate_learned = self.retrans_base.seconds >= np.float32(p.baseline_learn_s)
+        flag(reasons, self.retrans.update(excess, fresh & rate_learned, seconds=held), Reason.RETRANSMITS)
         flag(reasons, slow_loss, Reason.LOSS_RATE)
         flag(reasons, down, Reason.DOWN)
         flag(reasons, fresh & unresponsive, Reason.UNRESPONSIVE)
         candidate = (reasons != 0).astype(np.int8)  # DEGRADED
         candidate[down] = DOWN
-        changes = self.tracker.update(candidate, reasons, fresh, tick,
-                                      seconds=persistence_seconds(dt, fresh, self.sample))
-        # Baselines learn only from healthy ports with little evidence against them (_baseline.py).
-        quiet = fresh & (self.tracker.state == HEALTHY)
-        self.share_base.update(share, quiet & active & (self.throughput.s < 0.25 * p.z_h), dt)
-        self.latency_base.update(latency, quiet & lat_ok & (self.latency.s < 0.25 * p.z_h), dt)
-        calm = (self.retrans.s < 0.25 * p.retrans_h) & (self.loss < 0.25 * p.loss_h)
-        self.retrans_base.update(np.minimum(retrans, self._burst_cap(own_rate, dt)), quiet & calm, dt)
+        changes = self.tracker.update(candidate, reasons, fresh, tick, seconds=held)
+        healthy = fresh & (self.tracker.state == HEALTHY)
+        self._learn(share, latency, healthy & active, healthy & lat_ok, held)
+        self._learn_rate(retrans, own_rate, healthy, rate_learned, dt)
         return changes
+
+    def _learn(self, share: F32, latency: F32, share_ok: B, lat_ok: B, held: F32) -> None:
+        """Fold the sample into the baselines of healthy ports with little evidence against them (_baseline.py)."""
+        p = self.params
+        self.share_base.update(share, share_ok & (self.throughput.s < 0.25 * p.z_h), held)
+        self.latency_base.update(latency, lat_ok & (self.latency.s < 0.25 * p.z_h), held)
+
+    def _learn_rate(self, retrans: F32, own_rate: F32, healthy: B, learned: B, dt: F32) -> None:
+        """Fold the retransmits into each healthy, calm port's own rate (every sample, until it has learned)."""
+        p = self.params
+        calm = ((self.retrans.s < 0.25 * p.retrans_h) & (self.loss < 0.25 * p.loss_h)) | ~learned
+        # Learning caps a burst loosely (ten times the rate it has learned, plus ten): a cap near the
+        # learned rate would hold a port that really retransmits more at the prior it started from.
+        loose = own_rate * np.nan_to_num(dt, nan=0.0).astype(np.float32)
+        loose *= np.float32(10.0)
+        loose += np.float32(10.0)
+        self.retrans_base.update(np.minimum(retrans, loose), healthy & calm, dt)
 
     def _own_rate(self) -> F32:
         """Return each port's baseline retransmit rate per second: its own history, shrunk to the fleet's."""
