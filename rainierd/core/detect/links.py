@@ -78,13 +78,19 @@ class PathParams:
     baseline_halflife_s: float = 3_600.0
     baseline_learn_s: float = 30.0
     baseline_clip: float = 0.1
-    # Slow EFA loss (docs/detection.md, layer 4): a Poisson CUSUM per port of its retransmits against
-    # loss_ratio times the port's own baseline rate (its history, shrunk to the fleet's background
-    # with a prior of loss_prior_s seconds), in packets per second, so it means the same at any tick.
-    # loss_h (packets) trades false alarms for time to detect.  Counts a port can add in one interval
-    # are capped, so a burst is not loss.
-    loss_ratio: float = 2.0
-    loss_h: float = 30.0
+    # Slow EFA loss (docs/detection.md, layer 4): a Poisson CUSUM per port of its retransmits, in
+    # packets per second, so it means the same at any tick.  In control: the port's own rate (its
+    # history, shrunk to the fleet's background with a prior of loss_prior_s seconds).  Out of
+    # control: that rate plus loss_detect of the packets it sends (a loss fraction, so the test means
+    # the same at any load), at least loss_min_per_s.  Each port's threshold is set by its own rate,
+    # so every port has the same false-alarm rate: Siegmund's approximation puts the chance that a
+    # healthy excursion reaches h at exp(-loss_exponent).  Counts a port can add in one interval are
+    # capped, so a burst is not loss.
+    loss_detect: float = 2e-7
+    loss_min_per_s: float = 0.05
+    loss_exponent: float = 22.0
+    loss_h_min: float = 10.0  # packets: the threshold of a port whose rate is near zero
+    loss_packet_bytes: float = 8_192.0  # EFA's SRD packet (jumbo frames), to turn bytes into packets
     loss_floor_per_s: float = 0.01  # the background rate assumed at least
     loss_background_halflife_s: float = 600.0  # how slowly the fleet's background adapts
     loss_prior_s: float = 30.0  # seconds of the fleet's background a port's own rate starts from
@@ -338,8 +344,8 @@ class EfaDetector:
         self.retrans_base = RateBaseline.empty(n, halflife_s=p.loss_baseline_halflife_s, prior_s=p.loss_prior_s)
         self.share = np.full(n, np.nan, np.float32)  # EWMA of throughput / its own share of its UltraServer's
         self.sample = PeerSample.of(n)
-        self.loss = np.zeros(n, np.float32)  # Poisson CUSUM of retransmits over the port's baseline, packets
-        self.lossy = np.zeros(n, bool)  # over loss_h, and not yet back under half of it
+        self.loss = np.zeros(n, np.float32)  # Poisson CUSUM of retransmits over the port's rate, in its own h
+        self.lossy = np.zeros(n, bool)  # over h, and not yet back under half of it
         self.background_per_s = float("nan")  # the fleet's retransmit rate per port, bursts clipped
         self._background_s = 0.0  # seconds the background has been estimated over (a plain mean at first)
         self.tracker = StateTracker.create(n, raise_after_s=[0.0, p.raise_after_s, p.raise_after_s],
@@ -374,7 +380,7 @@ class EfaDetector:
                              sample=self.sample)
         retrans = counter_delta(table, "retrans_pkts_total")
         own_rate = self._own_rate()
-        slow_loss = self._slow_loss(retrans, dt, fresh, own_rate)
+        slow_loss = self._slow_loss(retrans, dt, fresh, own_rate, table.rates["tx_bytes_total"])
         # Retransmit bursts are judged above the port's own rate: a trickle it always had, or that
         # every port shares, is not a fault; and above two of its Poisson deviations a second, so a
         # port with a high rate is held to the same false-alarm rate as a quiet one.
@@ -417,7 +423,7 @@ class EfaDetector:
     def _learn_rate(self, retrans: F32, own_rate: F32, healthy: B, learned: B, dt: F32) -> None:
         """Fold the retransmits into each healthy, calm port's own rate (every sample, until it has learned)."""
         p = self.params
-        calm = ((self.retrans.s < 0.25 * p.retrans_h) & (self.loss < 0.25 * p.loss_h)) | ~learned
+        calm = ((self.retrans.s < 0.25 * p.retrans_h) & (self.loss < 0.25)) | ~learned
         # Learning caps a burst loosely (ten times the rate it has learned, plus ten): a cap near the
         # learned rate would hold a port that really retransmits more at the prior it started from.
         loose = own_rate * np.nan_to_num(dt, nan=0.0).astype(np.float32)
@@ -433,22 +439,22 @@ class EfaDetector:
         np.maximum(rate, np.float32(p.loss_floor_per_s), out=rate)
         return rate
 
-    def _burst_cap(self, own_rate: F32, dt_s: F32) -> F32:
+    @staticmethod
+    def _burst_cap(alternative: F32, dt_s: F32) -> F32:
         """Return the most retransmits an interval counts: a few deviations over the alternative; more is a burst."""
-        expected: F32 = own_rate * np.nan_to_num(dt_s, nan=0.0).astype(np.float32)
-        expected *= np.float32(self.params.loss_ratio)
+        expected: F32 = alternative * np.nan_to_num(dt_s, nan=0.0).astype(np.float32)
         cap: F32 = np.sqrt(expected, dtype=np.float32)
         cap *= np.float32(3.0)
         cap += expected
         cap += np.float32(1.0)
         return cap
 
-    def _slow_loss(self, counts: F32, dt_s: F32, fresh: np.ndarray, own_rate: F32) -> np.ndarray:
-        """Fold each port's retransmits into its loss CUSUM; return where it is over ``loss_h``.
+    def _slow_loss(self, counts: F32, dt_s: F32, fresh: B, own_rate: F32, sent_bytes_s: F32) -> B:
+        """Fold each port's retransmits into its loss CUSUM; return where it is over its threshold.
 
-        The in-control rate is the port's own baseline (``RateBaseline``:
-        its history, starting from the fleet's background, estimated on the
-        peer sample with each port's count capped, adapting over
+        The in-control rate is the port's own (``RateBaseline``: its history,
+        starting from the fleet's background, estimated on the peer sample
+        with each port's count capped, adapting over
         ``loss_background_halflife_s``), so a trickle a port or its site
         always had is not a fault, and neither is one every port shares.
         """
@@ -456,38 +462,53 @@ class EfaDetector:
         ok = fresh & np.isfinite(counts) & (dt_s > 0)
         started = np.isfinite(self.background_per_s)
         interval = np.where(ok, dt_s, np.float32(0.0))  # seconds each port's count covers (0: none)
+        # The rise to detect: loss_detect of the packets the port sends, at least loss_min_per_s.
+        rise = np.nan_to_num(sent_bytes_s, nan=0.0).astype(np.float32)
+        rise *= np.float32(p.loss_detect / p.loss_packet_bytes)
+        np.maximum(rise, np.float32(p.loss_min_per_s), out=rise)
         # Counts above a few standard deviations of the alternative are a burst, not a rate (before
         # there is a background, nothing is capped).
-        cap = self._burst_cap(own_rate, interval) if started else np.float32(np.inf)
+        cap = self._burst_cap(own_rate + rise, interval) if started else np.float32(np.inf)
         clipped = np.minimum(np.where(ok, counts, 0.0), cap)
-        sample_ok, sample_dt = self.sample.pick(ok), self.sample.pick(interval)
-        seconds = float(sample_dt[sample_ok].sum())
-        if seconds > 0:
-            now = float(self.sample.pick(clipped)[sample_ok].sum()) / seconds
-            step_s = float(np.median(sample_dt[sample_ok]))
-            # A plain mean over what has been seen, until that is longer than the half-life allows.
-            self._background_s += step_s
-            weight = max(1.0 - 0.5 ** (step_s / p.loss_background_halflife_s), step_s / self._background_s)
-            self.background_per_s = now if not started else (
-                self.background_per_s + weight * (now - self.background_per_s))
+        self._update_background(clipped, interval, ok)
         if not started:  # the first interval only sets the background
             return np.zeros(counts.shape, bool)
-        # Lucas's Poisson CUSUM: reference value k between the port's rate and loss_ratio times it.
-        k_per_s = own_rate * np.float32((p.loss_ratio - 1.0) / np.log(p.loss_ratio))
+        # Lucas's Poisson CUSUM between rate r and r + d: reference value k = d / ln(1 + d / r).  Its
+        # healthy drift is r - k < 0, and an excursion reaches h with chance exp(-2 (k - r) h / r):
+        # h = loss_exponent r / (2 (k - r)) gives every port the same false-alarm rate.
+        k_per_s = rise / np.log1p(rise / own_rate)
+        h = np.float32(0.5 * p.loss_exponent) * own_rate / (k_per_s - own_rate)
+        np.maximum(h, np.float32(p.loss_h_min), out=h)
         step = clipped - k_per_s * interval
+        step /= h  # the CUSUM is kept in units of each port's own threshold
         # No one interval raises alone: after a long gap (a node back from silence) a burst or two in
         # its one interval would otherwise read as minutes of loss.
-        np.minimum(step, np.float32(0.25 * p.loss_h), out=step)
+        np.minimum(step, np.float32(0.25), out=step)
         # A port is judged for slow loss only once its own rate has loss_learn_s of history: before, its
         # rate is mostly the fleet's, and a port that always retransmitted more would read as lossy.
         judged = ok & (self.retrans_base.seconds >= p.loss_learn_s)
         np.add(self.loss, step.astype(np.float32), out=self.loss, where=judged)
-        # Hysteresis: raised at loss_h, cleared under half of it, so noise around the threshold during a
+        # Hysteresis: raised at h, cleared under half of it, so noise around the threshold during a
         # fault is one detection; the ceiling bounds how long it takes to clear once the loss has ended.
-        np.clip(self.loss, 0.0, np.float32(1.5 * p.loss_h), out=self.loss)
-        self.lossy |= self.loss >= p.loss_h
-        self.lossy &= self.loss > 0.5 * p.loss_h
+        np.clip(self.loss, 0.0, np.float32(1.5), out=self.loss)
+        self.lossy |= self.loss >= 1.0
+        self.lossy &= self.loss > 0.5
         return self.lossy
+
+    def _update_background(self, clipped: F32, interval: F32, ok: B) -> None:
+        """Fold this interval into the fleet's retransmit background (the prior of every port's own rate)."""
+        p = self.params
+        sample_ok, sample_dt = self.sample.pick(ok), self.sample.pick(interval)
+        seconds = float(sample_dt[sample_ok].sum())
+        if seconds <= 0:
+            return
+        now = float(self.sample.pick(clipped)[sample_ok].sum()) / seconds
+        step_s = float(np.median(sample_dt[sample_ok]))
+        # A plain mean over what has been seen, until that is longer than the half-life allows.
+        self._background_s += step_s
+        weight = max(1.0 - 0.5 ** (step_s / p.loss_background_halflife_s), step_s / self._background_s)
+        self.background_per_s = now if not np.isfinite(self.background_per_s) else (
+            self.background_per_s + weight * (now - self.background_per_s))
 
     def path_fraction(self) -> F32:
         """Return, per port, the share of its bandwidth collectives get (1 if healthy)."""
