@@ -42,6 +42,9 @@ class ModelParams:
 
     comm_nl_share: float = 0.15
     comm_efa_share: float = 0.10
+    # Share of an EFA collective's time that is latency-bound rather than bandwidth-bound: a port L
+    # times slower to answer stretches it by 1 + share x (L - 1) (docs/throughput-model.md).
+    efa_latency_share: float = 0.3
 
 
 @dataclass(frozen=True, eq=False)
@@ -85,7 +88,8 @@ def lost_by_cause(
     s_min = np.clip(speed[np.arange(n_us), slowest], 0.05, 1.0)
     slowest_is_straggler = (chip_state.reshape(n_us, per_us)[np.arange(n_us), slowest] == STRAGGLER)
     f_nl = np.clip(detector.links.slowest_by_ultraserver(), 0.05, 1.0).astype(np.float64)
-    f_efa = np.clip(detector.efa.slowest_by_ultraserver(), 0.05, 1.0).astype(np.float64)
+    slowest_efa = detector.efa.slowest_by_ultraserver(latency_share=params.efa_latency_share)
+    f_efa = np.clip(slowest_efa, 0.05, 1.0).astype(np.float64)
 
     failed = (chip_state == FAILED).reshape(n_us, per_us).any(axis=1)
     silent = ((chip_state == STALE) | lost_node_chips).reshape(n_us, per_us).any(axis=1)

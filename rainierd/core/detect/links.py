@@ -21,7 +21,7 @@ from rainierd.core.state import FleetState
 from rainierd.hardware import TRN2, Trainium2
 from rainierd.topology import LINK_KIND_NAMES
 
-__all__ = ["DEGRADED", "DOWN", "HEALTHY", "NEEDS", "EfaDetector", "LinkDetector", "PathParams"]
+__all__ = ["DEGRADED", "DOWN", "HEALTHY", "NEEDS", "EfaDetector", "LinkDetector", "PathParams", "slow_path_stretch"]
 
 HEALTHY, DEGRADED, DOWN = 0, 1, 2
 NEEDS: Final[dict[str, tuple[str, ...]]] = {
@@ -96,6 +96,19 @@ class PathParams:
     loss_prior_s: float = 30.0  # seconds of the fleet's background a port's own rate starts from
     loss_learn_s: float = 300.0  # seconds of its own history before a port is judged for slow loss
     loss_baseline_halflife_s: float = 3_600.0
+
+
+def slow_path_stretch(latency_ratio: F32, share: F32, retrans_share: F32, *, latency_share: float) -> F32:
+    """Return how much a path stretches its group's collective: 1 + latency_share x (L - 1) + r.
+
+    L is its latency over its own level beyond what its lost throughput
+    explains (``latency_ratio x share``, at least 1: a degraded path's
+    queueing is priced in its throughput share), r the bytes it retransmits
+    above its own rate over the bytes it sends (docs/throughput-model.md).
+    """
+    slower = np.maximum(latency_ratio * share, np.float32(1.0))
+    stretch: F32 = (np.float32(1.0) + np.float32(latency_share) * (slower - np.float32(1.0)) + retrans_share)
+    return stretch.astype(np.float32, copy=False)
 
 
 def _cusum(n: int, *, k: float, h: float, cap: float, drain_s: float) -> ClippedCusum:
@@ -343,6 +356,8 @@ class EfaDetector:
         self.latency_base = Baseline.empty(n, **baseline)
         self.retrans_base = RateBaseline.empty(n, halflife_s=p.loss_baseline_halflife_s, prior_s=p.loss_prior_s)
         self.share = np.full(n, np.nan, np.float32)  # EWMA of throughput / its own share of its UltraServer's
+        self.latency_ratio = np.full(n, np.nan, np.float32)  # EWMA of latency / its own level
+        self.retrans_share = np.zeros(n, np.float32)  # EWMA of bytes retransmitted above its own rate / bytes sent
         self.sample = PeerSample.of(n)
         self.loss = np.zeros(n, np.float32)  # Poisson CUSUM of retransmits over the port's rate, in its own h
         self.lossy = np.zeros(n, bool)  # over h, and not yet back under half of it
@@ -376,8 +391,10 @@ class EfaDetector:
         latency = table.gauges["latency_us"]
         lat_ok = fresh & (latency > 0)
         lat_center, _ = robust_center_scale(latency, lat_ok, floor=p.latency_floor, sample=self.sample)
-        lat_dev = _deviation(latency, self.latency_base.reference(lat_center), lat_ok, floor=p.latency_floor,
-                             sample=self.sample)
+        lat_reference = self.latency_base.reference(lat_center)
+        lat_dev = _deviation(latency, lat_reference, lat_ok, floor=p.latency_floor, sample=self.sample)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            self.latency_ratio = ewma(self.latency_ratio, latency / lat_reference, lat_ok, alpha=p.ewma_alpha)
         retrans = counter_delta(table, "retrans_pkts_total")
         own_rate = self._own_rate()
         slow_loss = self._slow_loss(retrans, dt, fresh, own_rate, table.rates["tx_bytes_total"])
@@ -386,6 +403,7 @@ class EfaDetector:
         # port with a high rate is held to the same false-alarm rate as a quiet one.
         excess = retrans / dt
         excess -= own_rate
+        self._price_retransmits(excess, fresh)
         excess -= np.maximum(np.float32(0.0), 2.0 * np.sqrt(own_rate) - np.float32(p.retrans_k))
         unresponsive = counter_delta(table, "unresponsive_remote_events_total") > 0
 
@@ -510,11 +528,20 @@ class EfaDetector:
         self.background_per_s = now if not np.isfinite(self.background_per_s) else (
             self.background_per_s + weight * (now - self.background_per_s))
 
-    def path_fraction(self) -> F32:
-        """Return, per port, the share of its bandwidth collectives get (1 if healthy)."""
+    def _price_retransmits(self, excess_per_s: F32, fresh: B) -> None:
+        """Track each port's retransmitted bytes above its own rate as a share of the bytes it sends."""
+        p, table = self.params, self.state.efa
+        with np.errstate(invalid="ignore", divide="ignore"):
+            share = np.maximum(excess_per_s, np.float32(0.0)) * np.float32(p.loss_packet_bytes)
+            share /= table.rates["tx_bytes_total"]
+        ok = fresh & np.isfinite(share)
+        self.retrans_share = ewma(self.retrans_share, share, ok, alpha=p.ewma_alpha)
+
+    def path_fraction(self, *, latency_share: float = 0.0) -> F32:
+        """Return, per port, the share of its bandwidth collectives get (1 if healthy), its slowness priced in."""
         out = np.ones(self.state.topology.n_efa, np.float32)
         bad = np.flatnonzero(self.tracker.state)
-        out[bad] = self._fraction(bad)
+        out[bad] = self._fraction(bad, latency_share)
         return out
 
     @property
@@ -522,15 +549,27 @@ class EfaDetector:
         """Return the bandwidth share a node keeps when one of its ports is down (its other ports carry on)."""
         return 1.0 - 1.0 / self.state.topology.efa_ports_per_node
 
-    def _fraction(self, ids: I64) -> F32:
-        measured = np.clip(np.nan_to_num(self.share[ids], nan=1.0), 0.0, 1.0)
-        down = self.tracker.state[ids] == DOWN
-        return np.where(down, np.float32(self.failover_fraction), np.maximum(measured, 0.05)).astype(np.float32)
+    def _fraction(self, ids: I64, latency_share: float) -> F32:
+        """Return the share of a healthy port's pace each port keeps: its throughput share over its stretch.
 
-    def slowest_by_ultraserver(self) -> F32:
+        A port that keeps its traffic but answers slowly, or retransmits,
+        stretches its group's EFA collective by 1 + latency_share x (L - 1) + r
+        (docs/throughput-model.md): L its latency over its own level beyond
+        what its lost throughput explains (a degraded port's queueing is priced
+        in its throughput), r the bytes it retransmits above its own rate over
+        the bytes it sends.
+        """
+        measured = np.clip(np.nan_to_num(self.share[ids], nan=1.0), 0.0, 1.0)
+        stretch = slow_path_stretch(np.nan_to_num(self.latency_ratio[ids], nan=1.0), measured,
+                                    self.retrans_share[ids], latency_share=latency_share)
+        kept = np.maximum(measured / stretch, 0.05)
+        down = self.tracker.state[ids] == DOWN
+        return np.where(down, np.float32(self.failover_fraction), kept).astype(np.float32)
+
+    def slowest_by_ultraserver(self, *, latency_share: float = 0.0) -> F32:
         """Return each UltraServer's lowest port fraction (1 where every port is healthy)."""
         topo = self.state.topology
         out = np.ones(topo.n_ultraservers, np.float32)
         bad = np.flatnonzero(self.tracker.state)
-        np.minimum.at(out, topo.node_ultraserver[topo.efa_node[bad]], self._fraction(bad))
+        np.minimum.at(out, topo.node_ultraserver[topo.efa_node[bad]], self._fraction(bad, latency_share))
         return out
