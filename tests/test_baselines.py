@@ -61,8 +61,24 @@ class TestRateBaseline:
         rate = RateBaseline.empty(1, halflife_s=1e9, prior_s=100.0)
         assert rate.rate(0.2)[0] == pytest.approx(0.2)
         for _ in range(10_000):
-            rate.update(np.array([1.0], np.float32), np.array([True]), SECONDS)
+            rate.update(np.ones(1, np.float32), SECONDS, accept=np.array([True]), clean=np.array([True]))
         assert rate.rate(0.2)[0] == pytest.approx((10_000 + 20) / 10_100, rel=1e-4)
+
+    def test_once_learned_it_learns_a_window_late_and_only_if_it_stayed_clean(self) -> None:
+        """After learn_s, what a port sees is held delay_s and dropped if it was unhealthy meanwhile: a slow
+        fault found within the delay is never learned as the port's normal rate."""
+        rate = RateBaseline.empty(1, halflife_s=1e9, prior_s=0.0, learn_s=10.0, delay_s=100.0)
+        yes, no = np.array([True]), np.array([False])
+        for _ in range(10):
+            rate.update(np.ones(1, np.float32), SECONDS, accept=yes, clean=yes)
+        assert rate.learned()[0]
+        assert rate.rate(0.0)[0] == pytest.approx(1.0)
+        for t in range(100):  # a window of 5/s, the port unhealthy for one second of it
+            rate.update(np.full(1, 5.0, np.float32), SECONDS, accept=yes, clean=no if t == 50 else yes)
+        assert rate.rate(0.0)[0] == pytest.approx(1.0)
+        for _ in range(100):  # a clean window of 2/s is learned, at its end
+            rate.update(np.full(1, 2.0, np.float32), SECONDS, accept=yes, clean=yes)
+        assert rate.rate(0.0)[0] == pytest.approx((10 + 200) / 110)
 
 
 Transform = Callable[[TickSample, int], None]
@@ -143,17 +159,17 @@ class TestOffsets:
 
 def test_a_port_that_always_retransmits_more_is_not_lossy_but_one_that_starts_to_is() -> None:
     """Port 9 retransmitting 1/s on top of the 0.2/s background from the start: its own rate, never an alarm;
-    port 12 starting to after twenty minutes: found, as loss, within ten more."""
+    port 12 starting to after its rate has been learned (half an hour): found, as loss, within ten minutes."""
     def more(sample: TickSample, tick: int) -> None:
         rng = np.random.default_rng(tick)
-        for port, since in ((9, 0), (12, 1_200)):
+        for port, since in ((9, 0), (12, 1_900)):
             if tick >= since:
                 extra = np.uint64(rng.poisson(1.0))
                 counters = sample.efa["retrans_pkts_total"]
                 counters[port] += extra  # kept: a counter only grows
 
-    events = raised(more, ticks=1_800)
+    events = raised(more, ticks=2_500)
     assert [(e, i) for _t, e, i, _r in events] == [("efa", 12)]
     tick, _e, _i, reasons = events[0]
-    assert 1_200 < tick <= 1_800
+    assert 1_900 < tick <= 2_500
     assert set(reasons) & {"loss_rate", "retransmits"}

@@ -175,6 +175,7 @@ class Effects:
     node_fan_frac: npt.NDArray[np.float64]
     node_inlet_rise_c: npt.NDArray[np.float64]
     site_dvfs: npt.NDArray[np.float64]
+    tick_s: float = 1.0  # the tick's length, for effects that unfold in time
 
     @classmethod
     def neutral(cls, topo: Topology) -> Effects:
@@ -198,7 +199,7 @@ _REROUTE_FRAC: Final = 0.5
 # Assumption: a slow path (a congested or long-winded route, a marginal optic
 # that SRD still delivers over) retransmits about 20x a healthy port's trickle.
 _SLOW_RETRANS_MULT: Final = 20.0
-_INLET_RAMP_TICKS: Final = 20.0
+_INLET_RAMP_S: Final = 20.0  # inlet air rises to the fault's severity over this many seconds
 
 
 def _nodes_of(topo: Topology, fault: Fault) -> npt.NDArray[np.int64]:
@@ -268,7 +269,7 @@ def _cooling_fan(e: Effects, f: Fault, tick: int, topo: Topology, phase: float) 
 
 
 def _cooling_inlet(e: Effects, f: Fault, tick: int, topo: Topology, phase: float) -> None:
-    ramp = min(1.0, (tick - f.start_tick + 1) / _INLET_RAMP_TICKS)
+    ramp = min(1.0, (tick - f.start_tick + 1) * e.tick_s / _INLET_RAMP_S)
     e.node_inlet_rise_c[_nodes_of(topo, f)] = f.severity * ramp
 
 
@@ -299,13 +300,14 @@ _APPLY: Final[dict[FaultKind, Callable[[Effects, Fault, int, Topology, float], N
 }
 
 
-def effects(topo: Topology, faults: list[Fault], tick: int, *, diurnal_phase: float) -> Effects:
+def effects(topo: Topology, faults: list[Fault], tick: int, *, diurnal_phase: float, tick_s: float = 1.0) -> Effects:
     """Return the combined effects of the faults active at ``tick``.
 
     ``diurnal_phase`` is the sine of the site's time of day, used by diurnal
     faults (clock loss only while it is positive: the mid-day heat).
     """
     e = Effects.neutral(topo)
+    e.tick_s = tick_s
     for fault in faults:
         if fault.active(tick):
             _APPLY[fault.kind](e, fault, tick, topo, diurnal_phase)

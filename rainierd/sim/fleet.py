@@ -360,7 +360,7 @@ class FleetModel:
         self._last_tick = tick
         topo, p = self.topology, self.params
         sim_s = tick * self.tick_s * p.time_scale
-        e = effects(topo, self.faults, tick, diurnal_phase=self._day_phase(sim_s))
+        e = effects(topo, self.faults, tick, diurnal_phase=self._day_phase(sim_s), tick_s=self.tick_s)
         inlet_node = self._inlet_c(sim_s) + e.node_inlet_rise_c
         node_t_s = self._node_times(tick)
         node_reset = self._reset_counters()

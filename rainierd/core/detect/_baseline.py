@@ -22,7 +22,9 @@ How a baseline avoids learning a slow fault as normal:
 port's rate is (its discounted count + a prior of ``prior_s`` seconds at the
 peers' rate) / (its discounted seconds + ``prior_s``), the gamma-Poisson
 estimate, so a port with little history sits near its peers' rate and one
-with an hour of history at its own.
+with an hour of history at its own.  It learns with a delay instead of
+freezing on evidence: a slow test's evidence builds over minutes, and a rate
+learned only in its quiet moments would be biased low.
 """
 
 from __future__ import annotations
@@ -91,29 +93,63 @@ class Baseline:
 
 @dataclass(eq=False)
 class RateBaseline:
-    """Each entity's Poisson rate per second: its discounted count over its discounted seconds, shrunk to a prior."""
+    """Each entity's Poisson rate per second: its discounted count over its discounted seconds, shrunk to a prior.
+
+    Once it has ``learn_s`` of history, what it sees is held back for
+    ``delay_s`` and learned only if the entity stayed clean all that time
+    (``update``'s ``clean``): a slow fault that is detected within the delay
+    is never learned, and a healthy entity's rate is learned from all its
+    samples, not only from its quiet ones (which would bias it low).
+    """
 
     halflife_s: float
     prior_s: float
+    learn_s: float
+    delay_s: float
     count: F32
     seconds: F32
+    pending_count: F32
+    pending_seconds: F32
+    pending_clean: B
+    history_s: F32  # seconds seen in all (not discounted)
 
     @classmethod
-    def empty(cls, n: int, *, halflife_s: float, prior_s: float) -> RateBaseline:
+    def empty(cls, n: int, *, halflife_s: float, prior_s: float, learn_s: float = 0.0,
+              delay_s: float = 0.0) -> RateBaseline:
         """Return rates of ``n`` entities with no history."""
-        return cls(halflife_s, prior_s, np.zeros(n, np.float32), np.zeros(n, np.float32))
+        def zeros() -> F32:
+            return np.zeros(n, np.float32)
+
+        return cls(halflife_s, prior_s, learn_s, delay_s, zeros(), zeros(), zeros(), zeros(), np.ones(n, bool),
+                   zeros())
+
+    def learned(self) -> B:
+        """Return which entities have ``learn_s`` of history."""
+        return np.asarray(self.history_s >= self.learn_s)
 
     def rate(self, prior_per_s: float) -> F32:
         """Return each entity's rate per second, ``prior_s`` seconds of ``prior_per_s`` blended in."""
         prior = np.float32(self.prior_s)
         return ((self.count + prior * np.float32(prior_per_s)) / (self.seconds + prior)).astype(np.float32)
 
-    def update(self, counts: Floats, accept: B, seconds: Floats) -> None:
-        """Add ``counts`` over ``seconds`` where ``accept``, forgetting with the half-life."""
+    def update(self, counts: Floats, seconds: Floats, *, accept: B, clean: B) -> None:
+        """Add ``counts`` over ``seconds`` where ``accept``; ``clean`` says where the entity is healthy now."""
         dt = _interval(seconds, accept & np.isfinite(counts))
-        ok = dt > 0
-        decay = np.exp2(-dt / np.float32(self.halflife_s))
-        np.multiply(self.count, decay, out=self.count, where=ok)
-        np.add(self.count, np.nan_to_num(counts, nan=0.0).astype(np.float32), out=self.count, where=ok)
-        np.multiply(self.seconds, decay, out=self.seconds, where=ok)
-        np.add(self.seconds, dt, out=self.seconds, where=ok)
+        np.add(self.pending_count, np.nan_to_num(counts, nan=0.0).astype(np.float32), out=self.pending_count,
+               where=dt > 0)
+        self.pending_seconds += dt
+        self.pending_clean &= clean
+        # Learning: every sample counts at once.  Then: a window is learned when it is delay_s long.
+        due = (self.pending_seconds > 0) & (~self.learned() | (self.pending_seconds >= self.delay_s))
+        if not due.any():
+            return
+        commit = due & self.pending_clean
+        decay = np.exp2(-self.pending_seconds / np.float32(self.halflife_s))
+        np.multiply(self.count, decay, out=self.count, where=commit)
+        np.add(self.count, self.pending_count, out=self.count, where=commit)
+        np.multiply(self.seconds, decay, out=self.seconds, where=commit)
+        np.add(self.seconds, self.pending_seconds, out=self.seconds, where=commit)
+        np.add(self.history_s, self.pending_seconds, out=self.history_s, where=commit)
+        np.copyto(self.pending_count, np.float32(0.0), where=due)
+        np.copyto(self.pending_seconds, np.float32(0.0), where=due)
+        np.copyto(self.pending_clean, True, where=due)

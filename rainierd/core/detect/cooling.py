@@ -32,7 +32,7 @@ class CoolingParams:
     inlet_floor_c: float = 0.5
     fan_floor_rpm: float = 100.0
     temp_floor_c: float = 1.0
-    raise_after_s: float = 3.0
+    raise_after_s: float = 2.0
     clear_after_s: float = 10.0
 
 

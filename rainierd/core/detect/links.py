@@ -88,13 +88,19 @@ class PathParams:
     # capped, so a burst is not loss.
     loss_detect: float = 2e-7
     loss_min_per_s: float = 0.05
-    loss_exponent: float = 22.0
+    loss_exponent: float = 20.0
     loss_h_min: float = 10.0  # packets: the threshold of a port whose rate is near zero
     loss_packet_bytes: float = 8_192.0  # EFA's SRD packet (jumbo frames), to turn bytes into packets
     loss_floor_per_s: float = 0.01  # the background rate assumed at least
     loss_background_halflife_s: float = 600.0  # how slowly the fleet's background adapts
     loss_prior_s: float = 30.0  # seconds of the fleet's background a port's own rate starts from
-    loss_learn_s: float = 300.0  # seconds of its own history before a port is judged for slow loss
+    # A port is judged for slow loss only after loss_learn_s of its own history: the test needs its
+    # rate to a few %, and a port sending 0.5 retransmits a second counts ~900 in half an hour (3 %).
+    # Its rate is then taken loss_margin_se standard errors high, so what it does not know yet about
+    # its rate is not read as loss.
+    loss_learn_s: float = 1_800.0
+    loss_margin_se: float = 1.0
+    loss_delay_s: float = 900.0  # then a port's rate learns what it saw this long ago, if it stayed healthy
     loss_baseline_halflife_s: float = 3_600.0
 
 
@@ -354,7 +360,8 @@ class EfaDetector:
         baseline = {"halflife_s": p.baseline_halflife_s, "learn_s": p.baseline_learn_s, "clip": p.baseline_clip}
         self.share_base = Baseline.empty(n, **baseline)  # throughput / its UltraServer's median
         self.latency_base = Baseline.empty(n, **baseline)
-        self.retrans_base = RateBaseline.empty(n, halflife_s=p.loss_baseline_halflife_s, prior_s=p.loss_prior_s)
+        self.retrans_base = RateBaseline.empty(n, halflife_s=p.loss_baseline_halflife_s, prior_s=p.loss_prior_s,
+                                               learn_s=p.loss_learn_s, delay_s=p.loss_delay_s)
         self.share = np.full(n, np.nan, np.float32)  # EWMA of throughput / its own share of its UltraServer's
         self.latency_ratio = np.full(n, np.nan, np.float32)  # EWMA of latency / its own level
         self.retrans_share = np.zeros(n, np.float32)  # EWMA of bytes retransmitted above its own rate / bytes sent
@@ -419,7 +426,7 @@ class EfaDetector:
         flag(reasons, self.latency.update(lat_dev, lat_ok & ~down & self.latency_base.learned(), seconds=held)
              | (outside & far_latency),
              Reason.LATENCY)
-        rate_learned = self.retrans_base.seconds >= np.float32(p.baseline_learn_s)
+        rate_learned = self.retrans_base.history_s >= np.float32(p.baseline_learn_s)
         flag(reasons, self.retrans.update(excess, fresh & rate_learned, seconds=held), Reason.RETRANSMITS)
         flag(reasons, slow_loss, Reason.LOSS_RATE)
         flag(reasons, down, Reason.DOWN)
@@ -429,7 +436,7 @@ class EfaDetector:
         changes = self.tracker.update(candidate, reasons, fresh, tick, seconds=held)
         healthy = fresh & (self.tracker.state == HEALTHY)
         self._learn(share, latency, healthy & active, healthy & lat_ok, held)
-        self._learn_rate(retrans, own_rate, healthy, rate_learned, dt)
+        self._learn_rate(retrans, own_rate, fresh, dt)
         return changes
 
     def _learn(self, share: F32, latency: F32, share_ok: B, lat_ok: B, held: F32) -> None:
@@ -438,16 +445,27 @@ class EfaDetector:
         self.share_base.update(share, share_ok & (self.throughput.s < 0.25 * p.z_h), held)
         self.latency_base.update(latency, lat_ok & (self.latency.s < 0.25 * p.z_h), held)
 
-    def _learn_rate(self, retrans: F32, own_rate: F32, healthy: B, learned: B, dt: F32) -> None:
-        """Fold the retransmits into each healthy, calm port's own rate (every sample, until it has learned)."""
-        p = self.params
-        calm = ((self.retrans.s < 0.25 * p.retrans_h) & (self.loss < 0.25)) | ~learned
-        # Learning caps a burst loosely (ten times the rate it has learned, plus ten): a cap near the
-        # learned rate would hold a port that really retransmits more at the prior it started from.
-        loose = own_rate * np.nan_to_num(dt, nan=0.0).astype(np.float32)
+    def _learn_rate(self, retrans: F32, own_rate: F32, fresh: B, dt: F32) -> None:
+        """Fold the retransmits into each port's own rate: learned after a delay, if the port stayed healthy.
+
+        A burst (a count beyond a few deviations of the rate it has learned)
+        counts as that rate: bursts are not the trickle, and a rate that
+        learned them would hide loss.  For its first seconds a port caps
+        bursts only loosely (ten times its rate, plus ten): a strict cap near
+        a rate still at the prior would hold a port that really retransmits
+        more at the prior for good.
+        """
+        interval = np.nan_to_num(dt, nan=0.0).astype(np.float32)
+        counted = np.nan_to_num(retrans, nan=0.0).astype(np.float32)
+        loose = own_rate * interval
         loose *= np.float32(10.0)
         loose += np.float32(10.0)
-        self.retrans_base.update(np.minimum(retrans, loose), healthy & calm, dt)
+        np.minimum(counted, loose, out=counted)
+        settled = self.retrans_base.history_s >= np.float32(self.params.baseline_learn_s)
+        burst = settled & (counted > self._burst_cap(own_rate, interval))
+        np.copyto(counted, own_rate * interval, where=burst)
+        clean = (self.tracker.state == HEALTHY) & ~self.lossy & (self.retrans.s < 0.25 * self.params.retrans_h)
+        self.retrans_base.update(counted, dt, accept=fresh & np.isfinite(retrans), clean=clean)
 
     def _own_rate(self) -> F32:
         """Return each port's baseline retransmit rate per second: its own history, shrunk to the fleet's."""
@@ -456,6 +474,14 @@ class EfaDetector:
         rate = self.retrans_base.rate(max(background, p.loss_floor_per_s))
         np.maximum(rate, np.float32(p.loss_floor_per_s), out=rate)
         return rate
+
+    def _in_control_rate(self, own_rate: F32) -> F32:
+        """Return the slow-loss test's in-control rate: the port's own, plus loss_margin_se standard errors."""
+        p = self.params
+        exposure = self.retrans_base.seconds + np.float32(p.loss_prior_s)
+        margin = np.sqrt(own_rate / exposure, dtype=np.float32)
+        margin *= np.float32(p.loss_margin_se)
+        return (own_rate + margin).astype(np.float32)
 
     @staticmethod
     def _burst_cap(alternative: F32, dt_s: F32) -> F32:
@@ -484,13 +510,19 @@ class EfaDetector:
         rise = np.nan_to_num(sent_bytes_s, nan=0.0).astype(np.float32)
         rise *= np.float32(p.loss_detect / p.loss_packet_bytes)
         np.maximum(rise, np.float32(p.loss_min_per_s), out=rise)
-        # Counts above a few standard deviations of the alternative are a burst, not a rate (before
-        # there is a background, nothing is capped).
-        cap = self._burst_cap(own_rate + rise, interval) if started else np.float32(np.inf)
-        clipped = np.minimum(np.where(ok, counts, 0.0), cap)
+        # Counts above a few standard deviations of the alternative are a burst, not a rate: a burst
+        # counts as the alternative's mean, so bursts add no more evidence of loss than loss itself
+        # would (a cap at the threshold would add several packets a burst, and bursts come every few
+        # minutes).  Before there is a background, nothing is a burst.
+        counted = np.where(ok, counts, np.float32(0.0))
+        if started:
+            burst = counted > self._burst_cap(own_rate + rise, interval)
+            np.copyto(counted, (own_rate + rise) * interval, where=burst)
+        clipped = counted
         self._update_background(clipped, interval, ok)
         if not started:  # the first interval only sets the background
             return np.zeros(counts.shape, bool)
+        own_rate = self._in_control_rate(own_rate)
         # Lucas's Poisson CUSUM between rate r and r + d: reference value k = d / ln(1 + d / r).  Its
         # healthy drift is r - k < 0, and an excursion reaches h with chance exp(-2 (k - r) h / r):
         # h = loss_exponent r / (2 (k - r)) gives every port the same false-alarm rate.
@@ -504,7 +536,7 @@ class EfaDetector:
         np.minimum(step, np.float32(0.25), out=step)
         # A port is judged for slow loss only once its own rate has loss_learn_s of history: before, its
         # rate is mostly the fleet's, and a port that always retransmitted more would read as lossy.
-        judged = ok & (self.retrans_base.seconds >= p.loss_learn_s)
+        judged = ok & self.retrans_base.learned()
         np.add(self.loss, step.astype(np.float32), out=self.loss, where=judged)
         # Hysteresis: raised at h, cleared under half of it, so noise around the threshold during a
         # fault is one detection; the ceiling bounds how long it takes to clear once the loss has ended.
