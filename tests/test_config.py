@@ -14,8 +14,9 @@ import pytest
 
 from rainierd.core.analysis import MonitorCore
 from rainierd.core.config import MonitorConfig
-from rainierd.core.detect import DetectionParams, PathParams
+from rainierd.core.detect import ChipParams, CoolingParams, DetectionParams, PathParams
 from rainierd.core.ingest import Message
+from rainierd.core.model import ModelParams
 from rainierd.hardware import TRN2
 from rainierd.inventory import load_topology
 from rainierd.settings import Settings, load_settings
@@ -121,6 +122,68 @@ class TestInjectedHardware:
         paths = PathParams(raise_after_s=5.0, clear_after_s=30.0)
         core = MonitorCore(build_topology("demo"), MonitorConfig(detection=DetectionParams(paths=paths)))
         assert core.detector.links.params is core.detector.efa.params is paths
+
+
+def _moved(params: object) -> object:
+    """Return ``params`` with every numeric field moved off its default (x 1.37), so each can be traced."""
+    changes = {f.name: type(v)(v * 1.37 + 1) for f in dataclasses.fields(params)  # type: ignore[arg-type]
+               if isinstance(v := getattr(params, f.name), (int, float)) and not isinstance(v, bool)}
+    return replace(params, **changes)  # type: ignore[type-var]
+
+
+class TestEveryDetectionSettingReachesItsDetector:
+    """Every threshold, persistence, baseline and model figure, each moved off its default, is the one the
+    detector that uses it holds: in its CUSUMs, its trackers, its baselines, its slow-loss test, the model."""
+
+    @pytest.fixture
+    def core(self) -> MonitorCore:
+        detection = DetectionParams(paths=_moved(PathParams()), chips=_moved(ChipParams()),  # type: ignore[arg-type]
+                                    cooling=_moved(CoolingParams()))  # type: ignore[arg-type]
+        return MonitorCore(build_topology("demo"), MonitorConfig(detection=detection,
+                                                                 model=_moved(ModelParams())))  # type: ignore[arg-type]
+
+    def test_paths(self, core: MonitorCore) -> None:
+        links, efa = core.detector.links, core.detector.efa
+        p = links.params
+        assert p == core.config.detection.paths
+        assert efa.params == p
+        for cusum in (links.bw, links.latency, efa.throughput, efa.latency):
+            assert (cusum.k, cusum.h, cusum.cap, cusum.ceiling) == pytest.approx(
+                (p.z_k, p.z_h, p.z_cap, p.z_h + p.drain_s * p.z_k))
+        assert (links.errors.k, links.errors.h, links.errors.cap) == pytest.approx(
+            (p.errors_k, p.errors_h, p.errors_cap))
+        assert (efa.retrans.k, efa.retrans.h, efa.retrans.cap) == pytest.approx(
+            (p.retrans_k, p.retrans_h, p.retrans_cap))
+        for band in (links.band, efa.band):
+            assert band.h == pytest.approx(0.5 * p.band_h_s)
+        for tracker in (links.tracker, efa.tracker):
+            assert tracker.clear_after_s == pytest.approx(p.clear_after_s)
+            assert tracker.raise_after_s[1] == pytest.approx(p.raise_after_s)
+        for base in (links.bw_base, links.latency_base, efa.share_base, efa.latency_base):
+            assert (base.halflife_s, base.learn_s, base.clip) == pytest.approx(
+                (p.baseline_halflife_s, p.baseline_learn_s, p.baseline_clip))
+        rates = efa.retrans_base
+        assert (rates.halflife_s, rates.prior_s, rates.learn_s, rates.delay_s) == pytest.approx(
+            (p.loss_baseline_halflife_s, p.loss_prior_s, p.loss_learn_s, p.loss_delay_s))
+
+    def test_chips_and_cooling(self, core: MonitorCore) -> None:
+        chips, cooling = core.detector.chips, core.detector.cooling
+        c = chips.params
+        assert replace(c, stale_after_s=0.0) == replace(core.config.detection.chips, stale_after_s=0.0)
+        assert c.stale_after_s == core.config.stale_after_s  # derived from the staleness setting
+        assert (chips.cusum.k, chips.cusum.h, chips.cusum.cap, chips.cusum.ceiling) == pytest.approx(
+            (c.z_k, c.z_h, c.z_cap, c.z_h + c.drain_s * c.z_k))
+        assert chips.tracker.clear_after_s == pytest.approx(c.clear_after_s)
+        assert chips.tracker.raise_after_s[2] == pytest.approx(c.throttle_after_s)
+        assert (chips.baseline.halflife_s, chips.baseline.learn_s, chips.baseline.clip) == pytest.approx(
+            (c.baseline_halflife_s, c.baseline_learn_s, c.baseline_clip))
+        k = cooling.params
+        assert k == core.config.detection.cooling
+        assert (cooling.nodes.raise_after_s[1], cooling.nodes.clear_after_s) == pytest.approx(
+            (k.raise_after_s, k.clear_after_s))
+
+    def test_model(self, core: MonitorCore) -> None:
+        assert core.model == core.config.model
 
 
 def _with_lanes(frame: NodeFrame, lanes: int) -> np.ndarray:
