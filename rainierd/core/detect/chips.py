@@ -142,7 +142,9 @@ class ChipDetector:
         evidence = fresh | stale
         changes = self.tracker.update(candidate, reasons, evidence, tick,
                                       seconds=held)
-        quiet = judged & (self.tracker.state == HEALTHY) & (self.cusum.s < 0.25 * p.z_h)
+        # (Half its threshold, not a quarter as for paths: a chip's efficiency wanders by a fraction of a %
+        # with the phase at which its publisher samples utilisation, and a level frozen early stays off.)
+        quiet = judged & (self.tracker.state == HEALTHY) & (self.cusum.s < 0.5 * p.z_h)
         self.baseline.update(relative, quiet, held)
         return changes
 
