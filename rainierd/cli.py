@@ -73,6 +73,9 @@ _ROLE_FLAGS: list[tuple[str, str, dict[str, Any]]] = [
      {"type": float, "help": "simulator: random faults at calibrated rates times this (default 0: none)"}),
     ("--noise", "noise", {"type": float, "help": "simulator: telemetry noise level (default 1)"}),
     ("--time-scale", "time_scale", {"type": float, "help": "simulator: simulated seconds per second"}),
+    ("--profile", "profile",
+     {"help": "simulator: ideal (default) or realistic telemetry: per-entity heterogeneity, heavy tails, "
+              "publishers off the tick (docs/simulator-profiles.md)"}),
     ("--truth-file", "truth_file", {"type": Path, "help": "simulator: write ground truth as JSON lines"}),
     ("--metrics-addr", "metrics_addr", {"help": f"exporter listen address (default {DEFAULT_METRICS_ADDR})"}),
     ("--web-config-file", "web_config_file",

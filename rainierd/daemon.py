@@ -30,6 +30,7 @@ from rainierd.mqtt import MAX_PACKET_OVERHEAD, mqtt_config, supervise
 from rainierd.settings import Settings
 from rainierd.sim import FleetParams, Simulator
 from rainierd.sim.faults import load_scenario
+from rainierd.sim.profile import PROFILES
 from rainierd.status import ConnectionState
 
 __all__ = ["Role", "run_role"]
@@ -81,6 +82,7 @@ async def _run_role(role: Role, settings: Settings, stop: asyncio.Event) -> None
                 batch_nodes=settings.batch_nodes,
                 fault_acceleration=settings.fault_acceleration, truth_file=settings.truth_file,
                 params=FleetParams(noise=settings.noise, time_scale=settings.time_scale),
+                profile=PROFILES[settings.profile],
             )
             coroutines["sim-ticks"] = sim.produce(stop)
             coroutines["sim-mqtt-publish"] = supervise(sim_mqtt, sim.publish, state=ConnectionState())

@@ -78,6 +78,8 @@ class Settings(BaseSettings):
     )
     noise: float = Field(1.0, ge=0.0, le=10.0, description="simulator telemetry noise, 1 = default")
     time_scale: float = Field(1.0, gt=0.0, le=1e6, description="simulated seconds per tick second (diurnal cycle)")
+    profile: Literal["ideal", "realistic"] = Field(
+        "ideal", description="simulator telemetry profile: ideal, or realistic (docs/simulator-profiles.md)")
     truth_file: Path | None = Field(None, description="simulator: write ground truth here (JSON lines)")
     metrics_addr: str = DEFAULT_METRICS_ADDR
     web_config_file: Path | None = Field(

@@ -50,6 +50,7 @@ class TestInvalid:
             ({"mqtt_url": "mqtt://user:pw@broker:1883"}, "mqtt_url"),
             ({"metrics_addr": "localhost"}, "metrics_addr"),
             ({"log_format": "xml"}, "log_format"),
+            ({"profile": "lifelike"}, "profile"),
         ],
     )
     def test_bad_value_names_the_setting(self, flags: dict[str, object], named: str) -> None:
