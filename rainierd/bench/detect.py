@@ -81,6 +81,9 @@ SLOW_FAULT_S: Final = {(FaultKind.EFA_LOSS, 3e-7): 900.0}
 # after half an hour of monitoring (as on a fleet the monitor has watched for a while; the detector
 # judges no port for slow loss before PathParams.loss_learn_s of its own history).
 SLOW_WARMUP_S: Final = 1_800.0
+# Slow faults are two a seed: a fleet of 16 UltraServers (1,024 ports) keeps them a small minority of
+# the peers whose background they are judged against, at a quarter of a 64-UltraServer run's cost.
+SLOW_ULTRASERVERS: Final = 16
 # The tick length and profile whose figures head the report (and that other ticks compare against).
 HEADLINE_TICK_S: Final = 1.0
 DEFAULT_PROFILES: Final = ("realistic", "ideal")
@@ -383,7 +386,8 @@ def _fault_runs(
     """
     per_run = max(1, ultraservers // 4)  # faults stay a minority of peers
     warmup, jitter, tail = ticks_of(WARMUP_S, tick_s), ticks_of(JITTER_S, tick_s), ticks_of(TAIL_S, tick_s)
-    topo = build_fleet(1, ultraservers)
+    sizes = (ultraservers, min(ultraservers, SLOW_ULTRASERVERS))
+    topos = tuple(build_fleet(1, n) for n in sizes)
     all_cells = cells(kinds)
     runs = []
     for seed in range(seeds):
@@ -394,13 +398,14 @@ def _fault_runs(
         for group_index, group in enumerate((quick, slow)):
             for chunk in range(0, len(group), per_run):
                 picked = [all_cells[i] for i in group[chunk:chunk + per_run]]
-                hosts = rng.choice(ultraservers, size=len(picked), replace=False)
+                fleet, topo = sizes[group_index], topos[group_index]
+                hosts = rng.choice(fleet, size=len(picked), replace=False)
                 settle = warmup if group_index == 0 else ticks_of(SLOW_WARMUP_S, tick_s)
                 faults = [_place(c, topo, int(us), rng, settle + ticks_of(int(rng.integers(0, JITTER_S)), tick_s),
                                  tick_s=tick_s)
                           for c, us in zip(picked, hosts, strict=True)]
                 ticks = settle + jitter + max(f.end_tick - f.start_tick for f in faults) + tail
-                runs.append((ultraservers, faults, seed * 1_000 + 500 * group_index + chunk, ticks))
+                runs.append((fleet, faults, seed * 1_000 + 500 * group_index + chunk, ticks))
     return runs
 
 
@@ -546,7 +551,7 @@ def bench_detect(
             "seeds": seeds, "ultraservers": ultraservers, "chips": ultraservers * 64,
             "profiles": list(profiles), "ticks_s": list(ticks_s), "tick_s": headline_tick,
             "kinds": None if kinds is None else sorted(str(k) for k in kinds), "quick": quick,
-            "warmup_s": WARMUP_S, "slow_warmup_s": SLOW_WARMUP_S,
+            "warmup_s": WARMUP_S, "slow_warmup_s": SLOW_WARMUP_S, "slow_ultraservers": SLOW_ULTRASERVERS,
             "jitter_s": JITTER_S, "fault_s": FAULT_S, "tail_s": TAIL_S, "grace_s": GRACE_S,
             "slow_fault_s": {f"{kind.value}@{severity:g}": s for (kind, severity), s in SLOW_FAULT_S.items()},
             "ticks_per_run": ticks_of(WARMUP_S + JITTER_S + FAULT_S + TAIL_S, headline_tick),

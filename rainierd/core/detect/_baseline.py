@@ -40,7 +40,7 @@ __all__ = ["Baseline", "RateBaseline"]
 
 def _interval(seconds: Floats, accept: B) -> F32:
     """Return each entity's interval where it is accepted and known, else 0."""
-    out = np.nan_to_num(seconds, nan=0.0).astype(np.float32)
+    out = np.fmax(seconds, np.float32(0.0)).astype(np.float32, copy=False)  # NaN: 0
     np.copyto(out, np.float32(0.0), where=~accept | (out < 0))
     return out
 
@@ -70,23 +70,30 @@ class Baseline:
         return np.where(self.learned(), self.level, peer).astype(np.float32)
 
     def update(self, x: Floats, accept: B, seconds: Floats) -> None:
-        """Fold ``x`` in where ``accept`` (NaN and non-positive intervals count as nothing)."""
-        dt = _interval(seconds, accept & np.isfinite(x))
-        ok = dt > 0
+        """Fold ``x`` in where ``accept`` (NaN and non-positive intervals count as nothing).
+
+        Each sample weighs its interval over the entity's window: its history
+        (a plain mean while learning) up to ``halflife_s / ln 2`` (from then on
+        an exponential forgetting of that half-life, to first order in the
+        interval).  Once learned, a sample pulls the level by at most ``clip``
+        of it, times that weight.
+        """
+        ok = accept & (seconds > 0) & np.isfinite(x)  # a NaN interval compares False
         if not ok.any():
             return
         level = self.level
         first = ok & np.isnan(level)
         np.copyto(level, x, where=first, casting="unsafe")
-        # A plain mean while learning, then an exponential forgetting of the given half-life.
-        with np.errstate(invalid="ignore", divide="ignore"):
-            learning = dt / (self.history_s + dt)
-        weight = np.maximum(learning, 1.0 - np.exp2(-dt / np.float32(self.halflife_s)))
-        learned = self.learned()
-        target = np.asarray(x, np.float32).copy()
-        lo, hi = level * np.float32(1.0 - self.clip), level * np.float32(1.0 + self.clip)
-        np.clip(target, np.minimum(lo, hi), np.maximum(lo, hi), out=target, where=learned)  # winsorised once learned
-        step = (target - level) * weight
+        dt = np.where(ok, seconds, np.float32(0.0)).astype(np.float32, copy=False)
+        window = self.history_s + dt
+        np.minimum(window, np.float32(self.halflife_s / np.log(2.0)), out=window)
+        step = np.subtract(x, level, dtype=np.float32)
+        bound = np.abs(level)
+        bound *= np.float32(self.clip)
+        np.copyto(bound, np.float32(np.inf), where=self.history_s < self.learn_s)  # winsorised once learned
+        np.clip(step, -bound, bound, out=step)
+        step *= dt
+        np.divide(step, window, out=step, where=ok)
         np.add(level, step, out=level, where=ok & ~first)
         self.history_s += dt
 
@@ -135,8 +142,8 @@ class RateBaseline:
     def update(self, counts: Floats, seconds: Floats, *, accept: B, clean: B) -> None:
         """Add ``counts`` over ``seconds`` where ``accept``; ``clean`` says where the entity is healthy now."""
         dt = _interval(seconds, accept & np.isfinite(counts))
-        np.add(self.pending_count, np.nan_to_num(counts, nan=0.0).astype(np.float32), out=self.pending_count,
-               where=dt > 0)
+        counted = np.fmax(counts, np.float32(0.0)).astype(np.float32, copy=False)  # NaN: 0
+        np.add(self.pending_count, counted, out=self.pending_count, where=dt > 0)
         self.pending_seconds += dt
         self.pending_clean &= clean
         # Learning: every sample counts at once.  Then: a window is learned when it is delay_s long.

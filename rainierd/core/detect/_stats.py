@@ -133,7 +133,7 @@ class ClippedCusum:
         np.copyto(step, np.float32(0.0), where=np.isnan(step))
         step -= np.float32(self.k)
         if seconds is not None:
-            step *= np.nan_to_num(seconds, nan=0.0).astype(np.float32, copy=False)
+            step *= np.fmax(seconds, np.float32(0.0)).astype(np.float32, copy=False)  # NaN: 0 s
             np.minimum(step, np.float32(0.5 * self.h), out=step)
         step += self.s
         np.clip(step, 0.0, self.ceiling, out=step)

@@ -204,7 +204,7 @@ class LinkDetector:
 
     def _count_drops(self, dropped: B, fresh: B, dt: F32) -> None:
         """Decay each link's drop count over its interval and count a drop where one begins."""
-        decay = np.exp(-np.nan_to_num(dt, nan=0.0) / np.float32(self.params.flap_window_s)).astype(np.float32)
+        decay = np.exp(-np.fmax(dt, np.float32(0.0)) / np.float32(self.params.flap_window_s)).astype(np.float32)
         np.multiply(self.drops, decay, out=self.drops, where=fresh)
         np.add(self.drops, np.float32(1.0), out=self.drops, where=dropped & ~self.was_dropped)
         np.copyto(self.was_dropped, dropped, where=fresh)
@@ -455,8 +455,8 @@ class EfaDetector:
         a rate still at the prior would hold a port that really retransmits
         more at the prior for good.
         """
-        interval = np.nan_to_num(dt, nan=0.0).astype(np.float32)
-        counted = np.nan_to_num(retrans, nan=0.0).astype(np.float32)
+        interval = np.fmax(dt, np.float32(0.0)).astype(np.float32, copy=False)
+        counted = np.fmax(retrans, np.float32(0.0)).astype(np.float32, copy=False)
         loose = own_rate * interval
         loose *= np.float32(10.0)
         loose += np.float32(10.0)
@@ -486,7 +486,7 @@ class EfaDetector:
     @staticmethod
     def _burst_cap(alternative: F32, dt_s: F32) -> F32:
         """Return the most retransmits an interval counts: a few deviations over the alternative; more is a burst."""
-        expected: F32 = alternative * np.nan_to_num(dt_s, nan=0.0).astype(np.float32)
+        expected: F32 = alternative * np.fmax(dt_s, np.float32(0.0)).astype(np.float32, copy=False)
         cap: F32 = np.sqrt(expected, dtype=np.float32)
         cap *= np.float32(3.0)
         cap += expected
@@ -507,7 +507,7 @@ class EfaDetector:
         started = np.isfinite(self.background_per_s)
         interval = np.where(ok, dt_s, np.float32(0.0))  # seconds each port's count covers (0: none)
         # The rise to detect: loss_detect of the packets the port sends, at least loss_min_per_s.
-        rise = np.nan_to_num(sent_bytes_s, nan=0.0).astype(np.float32)
+        rise = np.fmax(sent_bytes_s, np.float32(0.0)).astype(np.float32)
         rise *= np.float32(p.loss_detect / p.loss_packet_bytes)
         np.maximum(rise, np.float32(p.loss_min_per_s), out=rise)
         # Counts above a few standard deviations of the alternative are a burst, not a rate: a burst
