@@ -60,7 +60,8 @@ class PathParams:
     retrans_k: float = 2.0
     retrans_h: float = 32.0
     down_below: float = 0.05  # bandwidth ratio (to the link's own level, at its group's pace) under which it is down
-    drop_below: float = 0.5  # a sample this low with every lane up counts as a drop
+    drop_below: float = 0.5  # a sample this low with every lane up counts as a drop (with retraining replays)
+    retrain_replays: float = 10.0  # replays in one interval that mean the link retrained (a CRC burst makes a few)
     idle_below: float = 0.05  # a group whose links carry under this share of their levels is not communicating
     latency_band: float = 3.0  # latency this many times its kind's median is degraded whatever its baseline
     bandwidth_band: float = 0.5  # a learned level under this share of its kind's is degraded whatever it learned
@@ -191,13 +192,14 @@ class LinkDetector:
         contention), so near-zero bandwidth with lanes up must persist for two
         samples, and a dip under half its level with every lane up (``full``)
         counts as a drop (a brief down inside the interval) only with the
-        replays a retraining link makes.
+        replays a retraining link makes: it replays its whole in-flight window,
+        tens of packets, where a CRC burst on a healthy link replays a few.
         """
         p, table = self.params, self.state.links
         low = fresh & (ratio < p.down_below) & up
         down = ~up | (low & self.was_low)
         np.copyto(self.was_low, low, where=fresh)
-        retrained = counter_delta(table, "replay_total") > 0
+        retrained = counter_delta(table, "replay_total") >= np.float32(p.retrain_replays)
         dropped = fresh & (down | (full & (ratio < p.drop_below) & retrained))
         self._count_drops(dropped, fresh, table.dt_s)
         return down, dropped
