@@ -27,6 +27,12 @@ def redact_secrets(
     return event
 
 
+def _stderr_logger(*_args: object) -> structlog.PrintLogger:
+    """Return a logger writing to the process's stderr as it is now, not as it was when logging was set up
+    (a CLI run in process by a test, or a redirected stderr, must not leave loggers on a closed file)."""
+    return structlog.PrintLogger(sys.stderr)
+
+
 def configure_logging(*, log_format: str, level: str) -> None:
     """Configure structlog for the process; ``auto`` means console on a TTY."""
     use_json = log_format == "json" or (log_format == "auto" and not sys.stderr.isatty())
@@ -45,6 +51,6 @@ def configure_logging(*, log_format: str, level: str) -> None:
     structlog.configure(
         processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        logger_factory=_stderr_logger,
         cache_logger_on_first_use=False,
     )

@@ -32,22 +32,23 @@ GOLDEN = Path(__file__).parent / "golden" / "scrape-demo.prom"
 
 
 def scrape_of_fixed_scenario() -> str:
-    """Render the registry after 40 ticks of the demo fleet with three faults, seed 7."""
+    """Render the registry after 60 ticks of the demo fleet with three faults, seed 7 (the faults start after
+    the monitor's baselines have 30 s of history, as on a fleet it has been watching)."""
     topo = build_topology("demo")
     faults = [
-        Fault(FaultKind.NL_DEGRADED, 5, 0.5, 10, 100),
-        Fault(FaultKind.STRAGGLER, 100, 0.10, 10, 100),
-        Fault(FaultKind.EFA_DOWN, 70, 0.0, 20, 100),
+        Fault(FaultKind.NL_DEGRADED, 5, 0.5, 35, 100),
+        Fault(FaultKind.STRAGGLER, 100, 0.10, 35, 100),
+        Fault(FaultKind.EFA_DOWN, 70, 0.0, 45, 100),
     ]
     model = FleetModel(topo, np.random.default_rng(7), tick_s=1.0, start_s=1.8e9, faults=faults)
     core = MonitorCore(topo)
     events: Counter[tuple[str, str]] = Counter()
-    for tick in range(40):
+    for tick in range(60):
         analysis = core.step([f for _t, f in tick_frames(topo, model.step(tick), publisher="golden")])
         events.update((e.entity, e.after) for e in analysis.events)
     snapshot = MonitorSnapshot(
-        generation=40, throughput=analysis.throughput, chips_total=topo.n_chips, analysis_s=0.002,
-        analysed_ticks=40, lost=analysis.lost, health=analysis.health, events=events, lag_s=0.25,
+        generation=60, throughput=analysis.throughput, chips_total=topo.n_chips, analysis_s=0.002,
+        analysed_ticks=60, lost=analysis.lost, health=analysis.health, events=events, lag_s=0.25,
     )
     lag = LagHistogram()
     lag.observe(np.array([0.25, 0.5, 0.75, 1.2, 3.5]))
