@@ -162,7 +162,6 @@ class LinkDetector:
         self.drops = np.zeros(n, np.float32)
         self.was_dropped = np.zeros(n, dtype=bool)
         self.was_low = np.zeros(n, dtype=bool)  # the last sample's bandwidth was near zero with lanes up
-        self.bw_ratio = np.full(n, np.nan, np.float32)  # EWMA of bandwidth / its own level at its group's pace
         self.now_ratio = np.ones(n, np.float32)  # the latest such ratio
         # A drop (lanes gone, or bandwidth far below any noise) raises at once.
         self.tracker = StateTracker.create(n, raise_after_s=[0.0, p.raise_after_s, 0.0], clear_after_s=p.clear_after_s)
@@ -263,7 +262,6 @@ class LinkDetector:
         lat_ok = fresh & up & (latency > 0)
         lat_dev = _deviation(latency, self.latency_base.reference(self._per_link(lat_center)), lat_ok,
                              floor=p.latency_floor, sample=self.sample)
-        self.bw_ratio = ewma(self.bw_ratio, ratio, bw_judged, alpha=p.ewma_alpha)
         np.copyto(self.now_ratio, ratio, where=fresh)
         errors = counter_delta(table, "crc_errors_total", "replay_total")
         errors /= dt  # per second
@@ -520,8 +518,7 @@ class EfaDetector:
         if started:
             burst = counted > self._burst_cap(own_rate + rise, interval)
             np.copyto(counted, (own_rate + rise) * interval, where=burst)
-        clipped = counted
-        self._update_background(clipped, interval, ok)
+        self._update_background(counted, interval, ok)
         if not started:  # the first interval only sets the background
             return np.zeros(counts.shape, bool)
         own_rate = self._in_control_rate(own_rate)
@@ -531,7 +528,7 @@ class EfaDetector:
         k_per_s = rise / np.log1p(rise / own_rate)
         h = np.float32(0.5 * p.loss_exponent) * own_rate / (k_per_s - own_rate)
         np.maximum(h, np.float32(p.loss_h_min), out=h)
-        step = clipped - k_per_s * interval
+        step = counted - k_per_s * interval
         step /= h  # the CUSUM is kept in units of each port's own threshold
         # No one interval raises alone: after a long gap (a node back from silence) a burst or two in
         # its one interval would otherwise read as minutes of loss.
