@@ -31,7 +31,7 @@ from rainierd.bridge.run import run_bridge
 from rainierd.daemon import run_role
 from rainierd.errors import ConfigError, RainierdError
 from rainierd.logs import configure_logging
-from rainierd.promrules import write_overridden
+from rainierd.promrules import RULES_DIR, write_overridden
 from rainierd.settings import DEFAULT_METRICS_ADDR, Settings, load_settings
 from rainierd.topology import PRESETS
 from rainierd.wire import json_schema
@@ -119,7 +119,8 @@ def _parser() -> argparse.ArgumentParser:
     rules = commands.add_parser("rules", help="write test-sized copies of the Prometheus rules")
     rules.add_argument("output", type=Path, help="directory to write the copies to")
     rules.add_argument("--for", dest="for_", required=True, help="the `for:` of every alert, e.g. 5s")
-    rules.add_argument("--source", type=Path, default=Path("deploy/prometheus/rules"))
+    rules.add_argument("--source", type=Path, default=RULES_DIR,
+                       help="directory of rule files (default: the ones shipped with rainierd)")
     _bench_parsers(commands.add_parser("bench", help="benchmarks (see benchmarks/README.md)"))
     return parser
 

@@ -11,7 +11,10 @@ from typing import Final
 
 from rainierd.errors import ConfigError
 
-__all__ = ["override_for", "write_overridden"]
+__all__ = ["RULES_DIR", "override_for", "write_overridden"]
+
+RULES_DIR: Final = Path(__file__).parent / "rules"
+"""The shipped rule files (package data: an installed wheel has them too)."""
 
 _FOR: Final = re.compile(r"^(\s*for:\s*)\S+(.*)$", re.MULTILINE)
 _DURATION: Final = re.compile(r"^(\d+(ms|s|m|h))+$")

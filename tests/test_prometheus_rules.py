@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from rainierd.promrules import RULES_DIR
+
 ROOT = Path(__file__).parents[1]
 RULES = sorted((ROOT / "deploy" / "prometheus" / "rules").glob("*.yml"))
 TESTS = sorted((ROOT / "deploy" / "prometheus" / "tests").glob("*.yml"))
@@ -67,3 +69,10 @@ def test_deploy_prometheus_config_is_valid() -> None:
     """The compose deployment's Prometheus configuration passes promtool check config."""
     result = run("check", "config", str(ROOT / "deploy" / "prometheus" / "prometheus.yml"))
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_deployed_rules_are_the_ones_the_package_ships() -> None:
+    """deploy/prometheus/rules is the package's rules: `rainierd rules` from a wheel writes the same files."""
+    assert (ROOT / "deploy" / "prometheus" / "rules").resolve() == RULES_DIR.resolve()
+    assert [p.name for p in RULES] == sorted(p.name for p in RULES_DIR.glob("*.yml"))
+    assert len(RULES) >= 2
