@@ -31,7 +31,7 @@ from rainierd.bridge.run import run_bridge
 from rainierd.daemon import run_role
 from rainierd.errors import ConfigError, RainierdError
 from rainierd.logs import configure_logging
-from rainierd.promrules import RULES_DIR, write_overridden
+from rainierd.promrules import RULES_DIR, write_rules
 from rainierd.settings import DEFAULT_METRICS_ADDR, Settings, load_settings
 from rainierd.topology import PRESETS
 from rainierd.wire import json_schema
@@ -116,9 +116,16 @@ def _parser() -> argparse.ArgumentParser:
         neuron.add_argument(flag, dest=dest, default=None, **kwargs)
     commands.add_parser("version", help="print the version")
     commands.add_parser("schema", help="print the JSON Schema of the JSON frame form")
-    rules = commands.add_parser("rules", help="write test-sized copies of the Prometheus rules")
+    rules = commands.add_parser(
+        "rules", help="write copies of the Prometheus rules: test-sized, for your runbooks, or for Kubernetes")
     rules.add_argument("output", type=Path, help="directory to write the copies to")
-    rules.add_argument("--for", dest="for_", required=True, help="the `for:` of every alert, e.g. 5s")
+    rules.add_argument("--for", dest="for_", default=None,
+                       help="the `for:` of every alert, e.g. 5s (default: the production durations)")
+    rules.add_argument("--runbook-base", default=None, metavar="URL",
+                       help="address of your runbooks document; each alert links URL#section "
+                            "(default: docs/runbooks.md of the public repository)")
+    rules.add_argument("--kubernetes", action="store_true",
+                       help="write one prometheus-operator PrometheusRule, OUTPUT/prometheusrule.yaml")
     rules.add_argument("--source", type=Path, default=RULES_DIR,
                        help="directory of rule files (default: the ones shipped with rainierd)")
     _bench_parsers(commands.add_parser("bench", help="benchmarks (see benchmarks/README.md)"))
@@ -231,7 +238,8 @@ def _main(args: argparse.Namespace) -> int:
         return 0
     if args.command == "rules":
         try:
-            for path in write_overridden(args.source, args.output, args.for_):
+            for path in write_rules(args.source, args.output, duration=args.for_,
+                                    runbook_base=args.runbook_base, kubernetes=args.kubernetes):
                 print(path)
         except ConfigError as exc:
             print(f"rainierd: {exc}", file=sys.stderr)

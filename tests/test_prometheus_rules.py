@@ -6,11 +6,13 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from rainierd.promrules import RULES_DIR
+from rainierd.errors import ConfigError
+from rainierd.promrules import RULES_DIR, RUNBOOK_BASE, rebase_runbooks, write_overridden
 
 ROOT = Path(__file__).parents[1]
 RULES = sorted((ROOT / "deploy" / "prometheus" / "rules").glob("*.yml"))
@@ -56,13 +58,54 @@ def test_every_alert_has_severity_summary_description_and_runbook() -> None:
             assert key in block, (block.split()[0], key)
 
 
+def runbook_urls(text: str) -> list[str]:
+    return re.findall(r"runbook_url:\s*(\S+)", text)
+
+
 def test_runbook_links_resolve() -> None:
-    """Every runbook_url anchor is a heading of docs/runbooks.md."""
+    """Every runbook_url is docs/runbooks.md of the public repository, absolute, at one of its headings."""
     headings = re.findall(r"^## (.+)$", (ROOT / "docs" / "runbooks.md").read_text(), re.MULTILINE)
     anchors = {re.sub(r"[^a-z0-9 -]", "", h.lower()).replace(" ", "-") for h in headings}
-    links = set(re.findall(r"runbook_url: docs/runbooks\.md#([\w-]+)", "".join(p.read_text() for p in RULES)))
-    assert links
-    assert links <= anchors
+    urls = runbook_urls("".join(p.read_text() for p in RULES))
+    assert RUNBOOK_BASE.startswith("https://")
+    assert RUNBOOK_BASE.endswith("/docs/runbooks.md")
+    assert {url.partition("#")[0] for url in urls} == {RUNBOOK_BASE}
+    assert len(urls) == len(re.findall(r"- alert: ", "".join(p.read_text() for p in RULES)))
+    assert {url.partition("#")[2] for url in urls} <= anchors
+
+
+def test_runbook_base_moves_every_link_and_nothing_else(tmp_path: Path) -> None:
+    """`--runbook-base` points each alert at the same section of the user's document and leaves every other line."""
+    written = write_overridden(RULES_DIR, tmp_path, None, runbook_base="https://wiki.example.com/ops/rainierd")
+    for source, copy in zip(sorted(RULES_DIR.glob("*.yml")), written, strict=True):
+        before, after = source.read_text().splitlines(), copy.read_text().splitlines()
+        changed = [(a, b) for a, b in zip(before, after, strict=True) if a != b]
+        assert changed == [(a, a.replace(RUNBOOK_BASE, "https://wiki.example.com/ops/rainierd"))
+                           for a in before if RUNBOOK_BASE in a]
+    assert {url.partition("#")[0] for p in written for url in runbook_urls(p.read_text())} == {
+        "https://wiki.example.com/ops/rainierd"}
+    result = run("check", "rules", *map(str, written))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("base", ["docs/runbooks.md", "ftp://wiki.example.com/r", "https://wiki.example.com/r#x"])
+def test_runbook_base_must_be_an_absolute_http_url(base: str) -> None:
+    """A relative, non-http or fragment-carrying base is refused before anything is written."""
+    with pytest.raises(ConfigError, match="--runbook-base"):
+        rebase_runbooks("runbook_url: x\n", base)
+
+
+def test_rules_command_writes_test_sized_rebased_copies(tmp_path: Path) -> None:
+    """`rainierd rules OUT --for 5s --runbook-base URL` writes promtool-clean copies with both applied."""
+    result = subprocess.run(
+        [sys.executable, "-m", "rainierd", "rules", str(tmp_path), "--for", "5s",
+         "--runbook-base", "https://wiki.example.com/r"],
+        capture_output=True, text=True, check=False, timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    text = (tmp_path / "rainierd-alerts.yml").read_text()
+    assert set(re.findall(r"for: (\S+)", text)) == {"5s"}
+    assert {url.partition("#")[0] for url in runbook_urls(text)} == {"https://wiki.example.com/r"}
 
 
 def test_deploy_prometheus_config_is_valid() -> None:
