@@ -115,7 +115,7 @@ class TestServer:
 
     async def request(self, port: int, head: bytes) -> bytes:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(head + b"\r\n\r\n")
+        writer.write(head + b"\r\nConnection: close\r\n\r\n")  # read to EOF: one request
         response = await reader.read()
         writer.close()
         return response

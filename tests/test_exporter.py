@@ -4,9 +4,15 @@ HTTP endpoint's routes, probes and per-generation render cache."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import gzip
+import http.client
 import re
+import ssl
 from collections.abc import Iterator
+from pathlib import Path
 
+import bcrypt
 import numpy as np
 import pytest
 from prometheus_client import generate_latest
@@ -18,6 +24,8 @@ from rainierd.core.analysis import HealthView
 from rainierd.exporter import FleetCollector, Health, MetricsServer, MonitorCollector, MonitorSnapshot, build_registry
 from rainierd.exporter.fast import UltraServerFamilies
 from rainierd.exporter.health import EntityFamilies
+from rainierd.exporter.http import accepts_gzip
+from rainierd.exporter.webconfig import WebConfig, load_web_config
 from rainierd.exporter.wiring import build_exporter
 from rainierd.hardware import TRN2
 from rainierd.sim.fleet import FleetModel
@@ -25,6 +33,7 @@ from rainierd.sim.frames import tick_frames
 from rainierd.status import ConnectionState
 from rainierd.topology import build_topology
 from rainierd.wire import decode_binary, encode_binary
+from tests.certs import make_pki
 
 
 def demo_snapshot(ticks: int = 2) -> MonitorSnapshot:
@@ -106,7 +115,8 @@ class TestCollectors:
 
 async def http_get(port: int, request: bytes) -> tuple[int, bytes]:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(request)
+    # Read to EOF, so ask for one request a connection (the server keeps HTTP/1.1 alive by default).
+    writer.write(request.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n", 1))
     response = await reader.read()
     writer.close()
     status = int(response.split(b" ", 2)[1])
@@ -213,3 +223,95 @@ class TestBeforeAnyTelemetry:
         assert "rainier_mqtt_connected" in before  # the monitor's own state is there from the start
         current[0] = demo_snapshot(ticks=2)
         assert fleet <= names()
+
+
+def demo_server(web: WebConfig | None = None) -> MetricsServer:
+    """A server of the demo fleet's whole exporter (UltraServer and entity families included)."""
+    topo = build_topology("demo")
+    snap = demo_snapshot()
+    exporter = build_exporter(topo, lambda: snap, stats=IngestStats(), connection=ConnectionState())
+    return MetricsServer(exporter.registry, host="127.0.0.1", port=0, generation=lambda: 1,
+                         healthy=lambda: Health(True, "ok"), ready=lambda: Health(True, "ready"),
+                         extra=exporter.extra, web=web)
+
+
+def fetch_twice(connection: http.client.HTTPConnection, headers: dict[str, str]) -> list[tuple[
+        int, dict[str, str], bytes, object]]:
+    """GET /metrics twice on one connection; return (status, headers, body, socket) of each."""
+    out = []
+    for _ in range(2):
+        connection.request("GET", "/metrics", headers=headers)
+        response = connection.getresponse()
+        body = response.read()
+        out.append((response.status, {k.lower(): v for k, v in response.getheaders()}, body, connection.sock))
+    connection.close()
+    return out
+
+
+class TestGzipAndKeepAlive:
+    async def test_gzip_when_accepted_on_one_kept_alive_connection(self) -> None:
+        """A client that accepts gzip gets the same exposition gzipped, twice over one connection, and
+        prometheus-client's parser reads it; the render is compressed once, not per scrape."""
+        server = demo_server()
+        await server.start()
+        task = asyncio.create_task(server.serve_forever())
+        plain = await server.metrics_body()
+        connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+        first, second = await asyncio.to_thread(fetch_twice, connection, {"Accept-Encoding": "gzip"})
+        task.cancel()
+        assert first[3] is second[3] is not None  # the same socket, still open
+        for status, headers, body, _sock in (first, second):
+            assert (status, headers["content-encoding"], headers["connection"], headers["vary"]) == (
+                200, "gzip", "keep-alive", "Accept-Encoding")
+            assert int(headers["content-length"]) == len(body) < len(plain) / 4
+            assert gzip.decompress(body) == plain
+        families = {f.name for f in text_string_to_metric_families(gzip.decompress(first[2]).decode())}
+        assert {"rainier_fleet_fp8_peak_flops", "rainier_ultraserver_fp8_effective_flops"} <= families
+        assert server.compressions == 1
+
+    async def test_identity_without_gzip_and_close_on_request(self) -> None:
+        """Without Accept-Encoding (or with gzip;q=0) the body is plain; ``Connection: close`` is honoured."""
+        server = demo_server()
+        await server.start()
+        task = asyncio.create_task(server.serve_forever())
+        connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+        first, second = await asyncio.to_thread(fetch_twice, connection, {"Accept-Encoding": "gzip;q=0, identity"})
+        closing = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+        closed = await asyncio.to_thread(fetch_twice, closing, {"Connection": "close"})
+        task.cancel()
+        assert first[3] is second[3]
+        assert "content-encoding" not in first[1]
+        assert first[2] == second[2] == await server.metrics_body()
+        assert closed[0][1]["connection"] == "close"
+        assert closed[0][3] is None  # http.client dropped the socket the server closed
+        assert server.compressions == 0
+
+    @pytest.mark.parametrize(("value", "gzip_ok"), [
+        (None, False), (b"", False), (b"gzip", True), (b"deflate, gzip;q=1.0, *;q=0.5", True),
+        (b"gzip;q=0", False), (b"*", True), (b"*;q=0, identity", False), (b"GZIP", True), (b"br", False),
+    ])
+    def test_accept_encoding(self, value: bytes | None, gzip_ok: bool) -> None:
+        """gzip is served for ``gzip`` or ``*`` unless its quality is 0."""
+        assert accepts_gzip(value) is gzip_ok
+
+    async def test_tls_and_basic_auth_keep_working(self, tmp_path: Path) -> None:
+        """Over TLS with basic auth, a kept-alive connection gets gzip once authorised, and 401 without it."""
+        pki = make_pki(tmp_path)
+        password = b"correct horse"
+        (tmp_path / "web.yml").write_text(
+            "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\nbasic_auth_users:\n"
+            f"  prometheus: {bcrypt.hashpw(password, bcrypt.gensalt(rounds=4)).decode()}\n")
+        server = demo_server(load_web_config(tmp_path / "web.yml"))
+        await server.start()
+        task = asyncio.create_task(server.serve_forever())
+        context = ssl.create_default_context(cafile=pki.ca_cert)
+        authorised = {"Accept-Encoding": "gzip",
+                      "Authorization": "Basic " + base64.b64encode(b"prometheus:" + password).decode()}
+        connection = http.client.HTTPSConnection("127.0.0.1", server.port, timeout=5, context=context)
+        first, second = await asyncio.to_thread(fetch_twice, connection, authorised)
+        anonymous = http.client.HTTPSConnection("127.0.0.1", server.port, timeout=5, context=context)
+        refused = await asyncio.to_thread(fetch_twice, anonymous, {"Accept-Encoding": "gzip"})
+        task.cancel()
+        assert first[3] is second[3] is not None
+        assert gzip.decompress(second[2]) == await server.metrics_body()
+        assert [r[0] for r in refused] == [401, 401]

@@ -160,7 +160,7 @@ class TestClientCertificates:
 
     async def get(self, port: int, context: ssl.SSLContext) -> bytes:
         reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
-        writer.write(b"GET /healthz HTTP/1.1\r\n\r\n")
+        writer.write(b"GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n")
         response = await reader.read()
         writer.close()
         return response
