@@ -16,7 +16,8 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from types import UnionType
+from typing import Any, Final, Literal, NoReturn, Union, get_args, get_origin
 
 import structlog
 
@@ -30,9 +31,11 @@ from rainierd.bench.transport import SIZES as TRANSPORT_SIZES
 from rainierd.bridge.run import run_bridge
 from rainierd.daemon import run_role
 from rainierd.errors import ConfigError, RainierdError
+from rainierd.healthcheck import DEFAULT_TIMEOUT_S
+from rainierd.healthcheck import check as check_health
 from rainierd.logs import configure_logging
 from rainierd.promrules import RULES_DIR, write_rules
-from rainierd.settings import DEFAULT_METRICS_ADDR, Settings, load_settings
+from rainierd.settings import Settings, flag_name, load_settings, role_settings
 from rainierd.topology import PRESETS
 from rainierd.wire import json_schema
 
@@ -41,49 +44,33 @@ __all__ = ["entry", "main"]
 # Roles that hold the fleet's state; see ``entry``.
 _DAEMONS = frozenset({"run", "simulate", "monitor", "bridge"})
 
-# Flags of the daemon roles, as (flag, settings field, argparse keywords).
-_ROLE_FLAGS: list[tuple[str, str, dict[str, Any]]] = [
-    ("--mqtt-url", "mqtt_url", {"help": "mqtt://host:port or mqtts://host:port (run: embedded broker if unset)"}),
-    ("--mqtt-username", "mqtt_username", {}),
-    ("--mqtt-ca-file", "mqtt_ca_file", {"type": Path, "help": "CA bundle for mqtts://"}),
-    ("--mqtt-cert-file", "mqtt_cert_file", {"type": Path, "help": "client certificate for mqtts://"}),
-    ("--mqtt-key-file", "mqtt_key_file", {"type": Path}),
-    ("--mqtt-client-id", "mqtt_client_id", {}),
-    ("--mqtt-qos", "mqtt_qos", {"type": int, "choices": [0, 1]}),
-    ("--mqtt-protocol", "mqtt_protocol",
-     {"choices": ["3.1.1", "5"], "help": "MQTT version (default 5; 3.1.1 for brokers without 5, e.g. NATS)"}),
-    ("--topology", "topology",
-     {"help": f"inventory FILE.toml, a preset ({', '.join(PRESETS)}; default demo), or sites=S,ultraservers=U"}),
-    ("--tick", "tick_s", {"type": float, "help": "seconds per telemetry tick (default 1)"}),
-    ("--ticks", "ticks", {"type": int, "help": "simulator: stop after N ticks (default 0: run for ever)"}),
-    ("--seed", "seed", {"type": int}),
-    ("--encoding", "encoding", {"help": "simulator frame encoding: binary (default) or json"}),
-    ("--batch-nodes", "batch_nodes",
-     {"type": int, "help": "simulator: nodes per batch frame (default 128; 0: one frame per node; binary only)"}),
-    ("--reconnect-grace", "reconnect_grace_s",
-     {"type": float, "help": "monitor: seconds after (re)connecting before silence is judged (default 20)"}),
-    ("--state-file", "state_file",
-     {"type": Path, "help": "monitor: where sequence accounting survives restarts (docs/reliability.md)"}),
-    ("--max-seq-jump", "max_seq_jump",
-     {"type": int, "help": "monitor: largest believable forward jump of a stream's seq (default 100000)"}),
-    ("--max-backlog-bytes", "max_backlog_bytes",
-     {"type": int, "help": "monitor: bytes queued for analysis at most (default 512 MiB); the oldest drop"}),
-    ("--scenario", "scenario", {"type": Path, "help": "simulator: TOML fault scenario (docs/scenarios.md)"}),
-    ("--fault-acceleration", "fault_acceleration",
-     {"type": float, "help": "simulator: random faults at calibrated rates times this (default 0: none)"}),
-    ("--noise", "noise", {"type": float, "help": "simulator: telemetry noise level (default 1)"}),
-    ("--time-scale", "time_scale", {"type": float, "help": "simulator: simulated seconds per second"}),
-    ("--profile", "profile",
-     {"help": "simulator: ideal (default) or realistic telemetry: per-entity heterogeneity, heavy tails, "
-              "publishers off the tick (docs/simulator-profiles.md)"}),
-    ("--truth-file", "truth_file", {"type": Path, "help": "simulator: write ground truth as JSON lines"}),
-    ("--metrics-addr", "metrics_addr", {"help": f"exporter listen address (default {DEFAULT_METRICS_ADDR})"}),
-    ("--web-config-file", "web_config_file",
-     {"type": Path, "help": "exporter: TLS and basic auth, exporter-toolkit format (docs/exporter-security.md)"}),
-    ("--stale-after-ticks", "stale_after_ticks", {"type": int}),
-    ("--log-format", "log_format", {"help": "json, console or auto (console on a terminal)"}),
-    ("--log-level", "log_level", {}),
-]
+_METAVARS: Final[dict[Any, str]] = {Path: "FILE", int: "N", float: "NUMBER", str: "VALUE"}
+
+
+def _add_settings(parser: argparse.ArgumentParser, role: str) -> None:
+    """Give ``parser`` a flag for each setting ``role`` reads, generated from the settings model.
+
+    Every flag defaults to None, so only what is given on the command line
+    overrides the environment and the config file (``load_settings``).
+    """
+    group = parser.add_argument_group("settings", "each also RAINIERD_<NAME> or a key in the --config file")
+    for name in role_settings(role):
+        field = Settings.model_fields[name]
+        kind: Any = field.annotation
+        if get_origin(kind) in (Union, UnionType):
+            kind = next(arg for arg in get_args(kind) if arg is not type(None))
+        kwargs: dict[str, Any] = {}
+        if get_origin(kind) is Literal:
+            kwargs["choices"] = list(get_args(kind))
+            kind = type(kwargs["choices"][0])
+        else:
+            kwargs["metavar"] = "SECONDS" if name.endswith("_s") else _METAVARS.get(kind, "VALUE")
+        if kind in (int, float, Path):
+            kwargs["type"] = kind
+        # An unset setting's description says what unset means.
+        default = "" if field.default is None else f"; default {field.default}"
+        text = f"{field.description} (RAINIERD_{name.upper()}{default})"
+        group.add_argument(flag_name(name), dest=name, default=None, help=text.replace("%", "%%"), **kwargs)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -102,8 +89,7 @@ def _parser() -> argparse.ArgumentParser:
     ):
         role = commands.add_parser(name, help=text, description=text)
         role.add_argument("--config", type=Path, default=argparse.SUPPRESS, help="TOML settings file")
-        for flag, dest, kwargs in _ROLE_FLAGS:
-            role.add_argument(flag, dest=dest, default=None, **kwargs)
+        _add_settings(role, name)
     bridge = commands.add_parser("bridge", help="bridge a node's own telemetry sources to MQTT")
     sources = bridge.add_subparsers(dest="bridge", required=True, parser_class=_Parser)
     text = "neuron-monitor's reports on stdin (plus EFA sysfs counters) -> this node's frames"
@@ -112,8 +98,15 @@ def _parser() -> argparse.ArgumentParser:
     neuron.add_argument("--node", required=True, help="this node: its inventory hostname, or n<id>")
     neuron.add_argument("--efa-sysfs", type=Path, default=Path("/sys"),
                         help="root of the EFA driver's counters (default /sys)")
-    for flag, dest, kwargs in _ROLE_FLAGS:
-        neuron.add_argument(flag, dest=dest, default=None, **kwargs)
+    _add_settings(neuron, "bridge")
+    text = ("probe the role listening at metrics_addr, from the same settings (RAINIERD_*, --config); "
+            "exit 0 healthy, 1 not, with one line saying why")
+    check = commands.add_parser("healthcheck", help=text, description=text)
+    check.add_argument("--config", type=Path, default=argparse.SUPPRESS, help="TOML settings file")
+    check.add_argument("--ready", action="store_true", help="ask /readyz instead of /healthz")
+    check.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+                       help=f"give up after this long (default {DEFAULT_TIMEOUT_S:g})")
+    _add_settings(check, "healthcheck")
     commands.add_parser("version", help="print the version")
     commands.add_parser("schema", help="print the JSON Schema of the JSON frame form")
     rules = commands.add_parser(
@@ -210,7 +203,7 @@ def _soak_parser(soak: argparse.ArgumentParser) -> None:
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    flags = {dest: getattr(args, dest) for _flag, dest, _kw in _ROLE_FLAGS}
+    flags = {name: getattr(args, name) for name in role_settings(args.command)}
     config = args.config
     if config is None and (env := os.environ.get("RAINIERD_CONFIG")):
         config = Path(env)
@@ -254,6 +247,10 @@ def _main(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"rainierd: {exc}", file=sys.stderr)
         return 2
+    if args.command == "healthcheck":
+        verdict = check_health(settings, probe="readyz" if args.ready else "healthz", timeout_s=args.timeout)
+        print(f"{'healthy' if verdict.ok else 'unhealthy'}: {verdict.reason}")
+        return 0 if verdict.ok else 1
     configure_logging(log_format=settings.log_format, level=settings.log_level)
     log = structlog.get_logger("rainierd")
     try:

@@ -2,7 +2,9 @@
 clean stop on SIGINT/SIGTERM (or when a bounded simulation ends) with exit 0.
 
 ``run`` = embedded broker (unless --mqtt-url) + simulator + monitor;
-``simulate`` = simulator only; ``monitor`` = monitor and exporter only.
+``simulate`` = simulator only (and its own /healthz and /readyz when
+``metrics_addr`` is set: see ``rainierd.healthcheck`` for why);
+``monitor`` = monitor and exporter only.
 """
 
 from __future__ import annotations
@@ -12,14 +14,16 @@ import contextlib
 import gc
 import secrets
 import sys
+import time
 from typing import Final, Literal
 
 import numpy as np
 import structlog
+from prometheus_client import CollectorRegistry
 
 from rainierd._malloc import keep_freed_memory
 from rainierd.broker import EmbeddedBroker
-from rainierd.exporter import MetricsServer
+from rainierd.exporter import Health, MetricsServer
 from rainierd.exporter.webconfig import load_web_config
 from rainierd.exporter.wiring import build_exporter
 from rainierd.inventory import load_topology
@@ -42,6 +46,31 @@ Role = Literal["run", "simulate", "monitor"]
 # before the event loop gets it back: 1 ms instead of Python's 5 ms keeps the
 # loop's lag under 10 ms at Rainier scale (rainierd bench scrape).
 SWITCH_INTERVAL_S: Final = 0.001
+
+
+class _SimulatorProbes:
+    """A simulator's probe verdicts: alive while its ticks advance, ready while its broker is connected.
+
+    Progress is observed when probed, so a stall is reported at most one
+    probe interval late; the allowance matches the monitor's (ten ticks + 5 s).
+    """
+
+    def __init__(self, sim: Simulator, connection: ConnectionState) -> None:
+        self._sim, self._connection = sim, connection
+        self._seen = (-1, time.monotonic())  # (ticks produced, when that count was first seen)
+
+    def healthy(self) -> Health:
+        """Return healthy unless the tick count has not moved for ten ticks and 5 s."""
+        ticks, now = self._sim.ticks_produced, time.monotonic()
+        if ticks != self._seen[0]:
+            self._seen = (ticks, now)
+        elif now - self._seen[1] > 10 * self._sim.tick_s + 5:
+            return Health(False, f"simulator stalled after {ticks} ticks")
+        return Health(True, "ok")
+
+    def ready(self) -> Health:
+        """Return ready while the publishing session is connected."""
+        return Health(True, "ready") if self._connection.connected else Health(False, "mqtt not connected")
 
 
 async def run_role(role: Role, settings: Settings) -> None:
@@ -84,8 +113,19 @@ async def _run_role(role: Role, settings: Settings, stop: asyncio.Event) -> None
                 params=FleetParams(noise=settings.noise, time_scale=settings.time_scale),
                 profile=PROFILES[settings.profile],
             )
+            sim_connection = ConnectionState()
             coroutines["sim-ticks"] = sim.produce(stop)
-            coroutines["sim-mqtt-publish"] = supervise(sim_mqtt, sim.publish, state=ConnectionState())
+            coroutines["sim-mqtt-publish"] = supervise(sim_mqtt, sim.publish, state=sim_connection)
+            if role == "simulate" and "metrics_addr" in settings.model_fields_set:
+                probes = _SimulatorProbes(sim, sim_connection)
+                host, port = settings.metrics_host_port
+                sim_server = MetricsServer(
+                    CollectorRegistry(), host=host, port=port, generation=lambda: 0,
+                    healthy=probes.healthy, ready=probes.ready,
+                    web=None if settings.web_config_file is None else load_web_config(settings.web_config_file),
+                )
+                await sim_server.start()
+                coroutines["sim-probes-http"] = sim_server.serve_forever()
         if role in ("run", "monitor"):
             mon_mqtt = mqtt_config(settings, client_id=f"rainierd-monitor-{nonce}", url=url,
                                    suffix="monitor" if role == "run" else None, protocol=protocol,

@@ -8,9 +8,9 @@ one line naming the setting (the CLI exits 2), never later in a task.
 from __future__ import annotations
 
 import tomllib
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Final, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
@@ -21,11 +21,46 @@ from rainierd.core.config import MonitorConfig
 from rainierd.errors import ConfigError
 from rainierd.hardware import TRN2
 from rainierd.inventory import load_inventory
-from rainierd.topology import parse_topology
+from rainierd.topology import PRESETS, parse_topology
 
-__all__ = ["DEFAULT_METRICS_ADDR", "Settings", "load_settings", "parse_host_port"]
+__all__ = [
+    "DEFAULT_METRICS_ADDR", "ROLE_PARTS", "Part", "Settings", "Use", "flag_name", "load_settings", "parse_host_port",
+    "role_settings",
+]
 
 DEFAULT_METRICS_ADDR = "127.0.0.1:9780"
+
+# The parts of rainierd that read settings.  "http" is the listening side of
+# a role (the exporter, or a simulator's probes); "fleet" the inventory.
+Part = Literal["mqtt", "fleet", "simulator", "monitor", "http", "log"]
+
+# Which parts each command runs, so which settings it reads and lists.
+ROLE_PARTS: Final[dict[str, frozenset[Part]]] = {
+    "run": frozenset({"mqtt", "fleet", "simulator", "monitor", "http", "log"}),
+    "simulate": frozenset({"mqtt", "fleet", "simulator", "http", "log"}),
+    "monitor": frozenset({"mqtt", "fleet", "monitor", "http", "log"}),
+    "bridge": frozenset({"mqtt", "fleet", "log"}),
+    # It probes a role's HTTP side from the same settings, and writes no log.
+    "healthcheck": frozenset({"http"}),
+}
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class Use:
+    """Which parts of rainierd read a setting (``Annotated`` metadata on a field).
+
+    ``secret`` keeps it off the command line (environment and file only), and
+    ``flag`` names its flag when the default does not fit.
+    """
+
+    parts: tuple[Part, ...]
+    secret: bool = False
+    flag: str | None = None
+
+    def __init__(self, *parts: Part, secret: bool = False, flag: str | None = None) -> None:
+        object.__setattr__(self, "parts", parts)
+        object.__setattr__(self, "secret", secret)
+        object.__setattr__(self, "flag", flag)
 
 
 def parse_host_port(value: str, *, default_port: int | None = None) -> tuple[str, int]:
@@ -44,77 +79,120 @@ def parse_host_port(value: str, *, default_port: int | None = None) -> tuple[str
 
 
 class Settings(BaseSettings):
-    """Every setting of every role; see README.md "Configuration"."""
+    """Every setting of every role; see README.md "Configuration".
+
+    Each field says, in its ``Annotated`` metadata, which parts of rainierd read
+    it (``Use``); each role names its parts (``ROLE_PARTS``).  The command line
+    is generated from this: a role lists exactly the settings it reads, each
+    flag with its description as help, so a new setting is written once, here.
+    """
 
     model_config = SettingsConfigDict(env_prefix="RAINIERD_", extra="forbid", frozen=True)
 
-    mqtt_url: str | None = Field(
-        None, description="mqtt://host:port or mqtts://host:port; `run` without it embeds a broker"
+    mqtt_url: Annotated[str | None, Use("mqtt")] = Field(
+        None, description="mqtt://host:port or mqtts://host:port (TLS, default port 8883); "
+        "`run` without it embeds a broker, other roles default to mqtt://127.0.0.1:1883",
     )
-    mqtt_username: str | None = None
-    mqtt_password: SecretStr | None = None
-    mqtt_ca_file: Path | None = None
-    mqtt_cert_file: Path | None = None
-    mqtt_key_file: Path | None = None
-    mqtt_client_id: str | None = Field(None, max_length=64)
-    mqtt_qos: Literal[0, 1] = 0
-    mqtt_protocol: Literal["3.1.1", "5"] = Field(
+    mqtt_username: Annotated[str | None, Use("mqtt")] = Field(
+        None, description="broker user name (unset: connect anonymously)")
+    mqtt_password: Annotated[SecretStr | None, Use("mqtt", secret=True)] = Field(
+        None, description="broker password; never logged, and never a flag (a command line is visible to ps)",
+    )
+    mqtt_ca_file: Annotated[Path | None, Use("mqtt")] = Field(
+        None, description="CA bundle that signs the broker's certificate for mqtts:// (unset: the system CAs)",
+    )
+    mqtt_cert_file: Annotated[Path | None, Use("mqtt")] = Field(
+        None, description="client certificate for mqtts:// (unset: none)")
+    mqtt_key_file: Annotated[Path | None, Use("mqtt")] = Field(
+        None, description="private key of the client certificate (unset: in the certificate file)")
+    mqtt_client_id: Annotated[str | None, Use("mqtt")] = Field(
+        None, max_length=64, description="MQTT client id, also the publisher id in frames "
+        "(unset: rainierd-<role>-<random>; run adds -sim and -monitor to a given one)",
+    )
+    mqtt_qos: Annotated[Literal[0, 1], Use("mqtt")] = Field(
+        0, description="QoS of telemetry publishes and subscriptions")
+    mqtt_protocol: Annotated[Literal["3.1.1", "5"], Use("mqtt")] = Field(
         "5", description="MQTT protocol version; 3.1.1 for brokers without MQTT 5 (NATS)",
     )
-    mqtt_keepalive_s: int = Field(30, ge=5, le=3600)
-    topology: str = "demo"
-    efa_ports_per_node: int = Field(16, ge=1, le=64)
-    tick_s: float = Field(1.0, gt=0.0, le=3600.0)
-    ticks: int = Field(0, ge=0, description="stop the simulator after this many ticks; 0 runs forever")
-    seed: int = Field(0, ge=0)
-    encoding: Literal["binary", "json"] = "binary"
-    batch_nodes: int = Field(
+    mqtt_keepalive_s: Annotated[int, Use("mqtt")] = Field(
+        30, ge=5, le=3600, description="seconds between MQTT keep-alive pings")
+    topology: Annotated[str, Use("fleet")] = Field(
+        "demo", description=f"inventory FILE.toml, a preset ({', '.join(PRESETS)}), or sites=S,ultraservers=U",
+    )
+    efa_ports_per_node: Annotated[int, Use("fleet")] = Field(
+        16, ge=1, le=64, description="EFA ports per trn2.48xlarge node (an inferred figure, so configurable)")
+    tick_s: Annotated[float, Use("simulator", "monitor")] = Field(
+        1.0, gt=0.0, le=3600.0, description="seconds between telemetry samples")
+    ticks: Annotated[int, Use("simulator")] = Field(
+        0, ge=0, description="stop the simulator after this many ticks; 0 runs forever")
+    seed: Annotated[int, Use("simulator")] = Field(
+        0, ge=0, description="simulator random seed (same seed, same telemetry)")
+    encoding: Annotated[Literal["binary", "json"], Use("simulator")] = Field(
+        "binary", description="simulator frame encoding")
+    batch_nodes: Annotated[int, Use("simulator")] = Field(
         128, ge=0, le=4_096,
         description="simulator: nodes per batch frame (binary only; 0 publishes one frame per node)",
     )
-    scenario: Path | None = Field(None, description="TOML fault scenario for the simulator (docs/scenarios.md)")
-    fault_acceleration: float = Field(
+    scenario: Annotated[Path | None, Use("simulator")] = Field(
+        None, description="TOML fault scenario for the simulator (docs/scenarios.md; unset: no scenario)")
+    fault_acceleration: Annotated[float, Use("simulator")] = Field(
         0.0, ge=0.0, le=1e9, description="random faults at the calibrated rates times this; 0 injects none",
     )
-    noise: float = Field(1.0, ge=0.0, le=10.0, description="simulator telemetry noise, 1 = default")
-    time_scale: float = Field(1.0, gt=0.0, le=1e6, description="simulated seconds per tick second (diurnal cycle)")
-    profile: Literal["ideal", "realistic"] = Field(
+    noise: Annotated[float, Use("simulator")] = Field(
+        1.0, ge=0.0, le=10.0, description="simulator telemetry noise, 1 = default")
+    time_scale: Annotated[float, Use("simulator")] = Field(
+        1.0, gt=0.0, le=1e6, description="simulated seconds per tick second (diurnal cycle)")
+    profile: Annotated[Literal["ideal", "realistic"], Use("simulator")] = Field(
         "ideal", description="simulator telemetry profile: ideal, or realistic (docs/simulator-profiles.md)")
-    truth_file: Path | None = Field(None, description="simulator: write ground truth here (JSON lines)")
-    metrics_addr: str = DEFAULT_METRICS_ADDR
-    web_config_file: Path | None = Field(
-        None, description="exporter: TLS and basic auth, an exporter-toolkit web config (docs/exporter-security.md); "
-        "read when the exporter starts",
+    truth_file: Annotated[Path | None, Use("simulator")] = Field(
+        None, description="simulator: write ground truth here, JSON lines (unset: nowhere)")
+    metrics_addr: Annotated[str, Use("http")] = Field(
+        DEFAULT_METRICS_ADDR, description="HTTP listen address, host:port (loopback unless you say otherwise): "
+        "the exporter's /metrics and probes; a simulator serves its /healthz and /readyz there only when "
+        "this is set",
     )
-    stale_after_ticks: int = Field(3, ge=1, le=1000)
-    max_frame_bytes: int = Field(1_048_576, ge=1_024, le=64 * 2**20)
-    max_clock_skew_s: float = Field(
+    web_config_file: Annotated[Path | None, Use("http")] = Field(
+        None, description="exporter: TLS and basic auth, an exporter-toolkit web config (docs/exporter-security.md); "
+        "read when the exporter starts (unset: plain HTTP, no auth)",
+    )
+    stale_after_ticks: Annotated[int, Use("monitor")] = Field(
+        3, ge=1, le=1000,
+        description="monitor: a chip not heard from for this many ticks of listening stops counting as delivering",
+    )
+    max_frame_bytes: Annotated[int, Use("monitor")] = Field(
+        1_048_576, ge=1_024, le=64 * 2**20,
+        description="monitor: larger payloads are rejected as they arrive (over MQTT 5 the broker never sends "
+                    "more than this plus 4 KiB)",
+    )
+    max_clock_skew_s: Annotated[float, Use("monitor")] = Field(
         300.0, gt=0.0, le=86_400.0,
         description="monitor: a frame whose sample time is further than this from the monitor's clock is rejected",
     )
-    reconnect_grace_s: float = Field(
+    reconnect_grace_s: Annotated[float, Use("monitor")] = Field(
         20.0, ge=0.0, le=3_600.0,
         description="monitor: after (re)connecting, judge no silence for this long while publishers reconnect "
                     "(rainierd's clients back off up to 15 s)",
     )
-    state_file: Path | None = Field(
+    state_file: Annotated[Path | None, Use("monitor")] = Field(
         None, description="monitor: keep sequence accounting here across restarts, so loss is counted exactly "
                           "(docs/reliability.md); unset keeps nothing",
     )
-    max_seq_jump: int = Field(
+    max_seq_jump: Annotated[int, Use("monitor")] = Field(
         100_000, ge=16, le=2**40,
         description="monitor: a frame numbered more than this many frames past its stream's last is rejected "
                     "(seq_jump) unless the next frame continues from it",
     )
-    max_backlog_bytes: int = Field(
+    max_backlog_bytes: Annotated[int, Use("monitor")] = Field(
         512 * 2**20, ge=2**20, le=64 * 2**30,
         description="monitor: payload bytes queued for analysis at most; beyond it the oldest are dropped",
     )
-    max_entity_series: int = Field(
+    max_entity_series: Annotated[int, Use("monitor")] = Field(
         1_000, ge=10, le=1_000_000, description="per-entity series per family (unhealthy links, chips, ...) at most",
     )
-    log_format: Literal["auto", "json", "console"] = "auto"
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_format: Annotated[Literal["auto", "json", "console"], Use("log")] = Field(
+        "auto", description="log format: json, console, or auto (console on a terminal)")
+    log_level: Annotated[Literal["debug", "info", "warning", "error"], Use("log")] = Field(
+        "info", description="least severe log level written")
 
     @field_validator("topology")
     @classmethod
@@ -180,8 +258,30 @@ class _FileSource(PydanticBaseSettingsSource):
         return dict(self.values)
 
 
-def _flag_name(field: str) -> str:
-    return {"tick_s": "--tick"}.get(field, "--" + field.replace("_", "-"))
+def _use(field: str) -> Use:
+    use = next((m for m in Settings.model_fields[field].metadata if isinstance(m, Use)), None)
+    if use is None:
+        raise TypeError(f"setting {field} says nothing of who reads it: annotate it with Use(...)")
+    return use
+
+
+def flag_name(field: str) -> str:
+    """Return the command-line flag of setting ``field``: its name in kebab case, less a unit suffix ``_s``
+    (the help says "seconds"), unless the field names its own."""
+    use = _use(field)
+    if use.flag is not None:
+        return use.flag
+    return "--" + field.removesuffix("_s").replace("_", "-")
+
+
+def role_settings(role: str) -> list[str]:
+    """Return the settings ``role`` reads that may be given as flags, in the model's order.
+
+    Raises KeyError for a command that reads no settings.
+    """
+    parts = ROLE_PARTS[role]
+    return [name for name in Settings.model_fields
+            if not _use(name).secret and parts.intersection(_use(name).parts)]
 
 
 def load_settings(flags: dict[str, Any], config_file: Path | None = None) -> Settings:
@@ -215,6 +315,7 @@ def load_settings(flags: dict[str, Any], config_file: Path | None = None) -> Set
     except ValidationError as exc:
         error = exc.errors(include_url=False)[0]
         name = str(error["loc"][0]) if error["loc"] else "?"
-        where = f"{_flag_name(name)} / RAINIERD_{name.upper()}"
+        where = (f"RAINIERD_{name.upper()}" if name not in Settings.model_fields or _use(name).secret
+                 else f"{flag_name(name)} / RAINIERD_{name.upper()}")
         message = error["msg"].removeprefix("Value error, ")
         raise ConfigError(f"invalid setting {name} ({where}): {message}") from None
