@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry
 
 from rainierd._malloc import keep_freed_memory
 from rainierd.broker import EmbeddedBroker
-from rainierd.exporter import Health, MetricsServer
+from rainierd.exporter import Health, MetricsServer, UltraServerProbe
 from rainierd.exporter.webconfig import load_web_config
 from rainierd.exporter.wiring import build_exporter
 from rainierd.inventory import load_topology
@@ -149,6 +149,7 @@ async def _run_role(role: Role, settings: Settings, stop: asyncio.Event) -> None
                 exporter.registry, host=host, port=port, generation=lambda: monitor.generation,
                 healthy=monitor.healthy, ready=monitor.ready, extra=exporter.extra,
                 web=None if settings.web_config_file is None else load_web_config(settings.web_config_file),
+                prober=UltraServerProbe(topology, monitor.core, lambda: monitor.snapshot, lock=monitor.state_lock),
             )
             await server.start()
             coroutines["monitor-mqtt-subscribe"] = supervise(

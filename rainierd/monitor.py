@@ -131,6 +131,9 @@ class Monitor:
         self.lag = LagHistogram()
         self.clock = clock or ListeningClock()
         self.snapshot: MonitorSnapshot | None = None
+        # Held while an analysis mutates the state in its worker thread: a drill-down probe
+        # (exporter/probe.py) reads one UltraServer's live state under it, never a half-applied tick.
+        self.state_lock = asyncio.Lock()
         self.generation = 0
         self.events: Counter[tuple[str, str]] = Counter()
         # Events wait here for the MQTT session; when it is down the oldest go.
@@ -325,8 +328,9 @@ class Monitor:
         waited_s = time.time() - window[0].rx_wall_s if window else 0.0
         # Events are numbered by the monitor's own analyses: publishers' ticks
         # are each their own and are never compared.
-        analysis = await asyncio.to_thread(self.core.analyse, window, now_s=self.clock.now(),
-                                           tick=self.generation + 1)
+        async with self.state_lock:
+            analysis = await asyncio.to_thread(self.core.analyse, window, now_s=self.clock.now(),
+                                               tick=self.generation + 1)
         finished_wall = time.time()
         self.ingest.record(analysis.flush)
         self.note_rejections(analysis.flush.rejected)
@@ -343,7 +347,7 @@ class Monitor:
             generation=self.generation, throughput=analysis.throughput, chips_total=self.topology.n_present_chips,
             analysis_s=elapsed, analysed_ticks=analysed, lost=analysis.lost,
             health=analysis.health, events=self.events.copy(), lag_s=finished_wall - self.state.latest_t_s,
-            detail=analysis.detail,
+            detail=analysis.detail, aggregates=analysis.aggregates,
         )
         self._last_analysis = time.monotonic()
         return self.snapshot

@@ -49,6 +49,7 @@ def scrape_of_fixed_scenario() -> str:
     snapshot = MonitorSnapshot(
         generation=60, throughput=analysis.throughput, chips_total=topo.n_chips, analysis_s=0.002,
         analysed_ticks=60, lost=analysis.lost, health=analysis.health, events=events, lag_s=0.25,
+        aggregates=analysis.aggregates,
     )
     lag = LagHistogram()
     lag.observe(np.array([0.25, 0.5, 0.75, 1.2, 3.5]))

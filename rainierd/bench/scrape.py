@@ -45,7 +45,14 @@ for _ in range(count):
         body = r.read()
     out.append(time.perf_counter() - started)
     time.sleep(interval)
-print(json.dumps({"latency_s": out, "bytes": len(body),
+gz = []
+for _ in range(3):  # as Prometheus asks: gzip (the first may compress; later ones are served compressed)
+    started = time.perf_counter()
+    request = urllib.request.Request(url, headers={"Accept-Encoding": "gzip"})
+    with urllib.request.urlopen(request, timeout=30) as r:
+        gzipped = r.read()
+    gz.append(time.perf_counter() - started)
+print(json.dumps({"latency_s": out, "bytes": len(body), "gzip_bytes": len(gzipped), "gzip_latency_s": gz,
                   "series": sum(1 for line in body.splitlines() if line and not line.startswith(b"#"))}))
 """
 
@@ -63,7 +70,7 @@ def _snapshot(preset: str, seed: int) -> tuple[MonitorCore, MonitorSnapshot, Any
     snap = MonitorSnapshot(generation=1, throughput=analysis.throughput, chips_total=topo.n_present_chips,
                            analysis_s=0.0,
                            analysed_ticks=12, lost=analysis.lost, health=analysis.health, events=Counter(),
-                           lag_s=0.1)
+                           lag_s=0.1, aggregates=analysis.aggregates)
     return core, snap, topo
 
 
@@ -107,6 +114,7 @@ async def _serve_and_scrape(preset: str, *, scrapes: int, interval_s: float, see
     lags = list(lag.samples)
     return {
         "topology": preset, "chips": topo.n_chips, "series": client["series"], "bytes": client["bytes"],
+        "gzip_bytes": client["gzip_bytes"], "gzip_scrape_latency_s_last": client["gzip_latency_s"][-1],
         "scrapes": len(latency),
         "scrape_latency_s": {"median": statistics.median(latency), "p99": float(np.percentile(latency, 99)),
                              "max": max(latency)},

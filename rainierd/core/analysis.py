@@ -13,6 +13,7 @@ from typing import Final
 import numpy as np
 
 from rainierd._types import F64, I64, Floats
+from rainierd.core.aggregates import Aggregates, CounterSums, aggregate
 from rainierd.core.config import MonitorConfig
 from rainierd.core.detect import STATE_NAMES, Event, FleetDetector
 from rainierd.core.detect._stats import PeerSample
@@ -124,6 +125,7 @@ class Analysis:
     lost: LostByCause
     health: HealthView
     detail: DetailView | None = None
+    aggregates: Aggregates | None = None
 
 
 class MonitorCore:
@@ -144,6 +146,7 @@ class MonitorCore:
         self.ingest = Ingest(self.state, self.stats, max_frame_bytes=config.max_frame_bytes,
                              max_clock_skew_s=config.max_clock_skew_s, max_seq_jump=config.max_seq_jump)
         self.detector = FleetDetector(self.state, hardware=config.hardware, params=config.detection_params())
+        self.counter_sums = CounterSums(topology)  # the raw telemetry's counters as monotonic sums
         self.analyses = 0  # analyses run: what events are numbered by, unless the caller says otherwise
 
     def analyse(self, messages: Sequence[Message], *, now_s: float, tick: int | None = None) -> Analysis:
@@ -172,7 +175,10 @@ class MonitorCore:
         lost = lost_by_cause(throughput, self.detector, params=self.model)
         detail = self.topology.names.detail
         detail_view = DetailView.of(self.state, detail, throughput.chip_effective) if detail else None
-        return Analysis(flush, events, throughput, lost, HealthView.of(self.detector), detail_view)
+        self.counter_sums.update(self.state)
+        aggregates = aggregate(self.state, self.counter_sums, chip_fresh=throughput.chip_fresh,
+                               stale_after_s=self.stale_after_s)
+        return Analysis(flush, events, throughput, lost, HealthView.of(self.detector), detail_view, aggregates)
 
     def step(self, frames: Sequence[Frame], *, now_s: float | None = None) -> Analysis:
         """Admit ``frames`` as received at their own sample time, and analyse at once (benchmarks, tests).

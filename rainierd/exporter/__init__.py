@@ -1,5 +1,6 @@
-"""The Prometheus edge: collectors over the monitor's snapshot and stats, and
-the HTTP server that exposes them with health probes.
+"""The Prometheus edge: collectors over the monitor's snapshot and stats, the
+drill-down probe of one UltraServer, and the HTTP server that exposes them
+with health probes.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from rainierd.exporter.collectors import (
 )
 from rainierd.exporter.health import EntityFamilies, HealthCollector
 from rainierd.exporter.http import Health, MetricsServer
+from rainierd.exporter.probe import UltraServerProbe
 from rainierd.exporter.snapshot import MonitorSnapshot
 
 __all__ = [
@@ -23,5 +25,6 @@ __all__ = [
     "MetricsServer",
     "MonitorCollector",
     "MonitorSnapshot",
+    "UltraServerProbe",
     "build_registry",
 ]

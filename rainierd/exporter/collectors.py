@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
+import numpy as np
 import structlog
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
 from prometheus_client.core import (
@@ -27,6 +28,7 @@ from prometheus_client.registry import Collector
 
 from rainierd import __version__
 from rainierd.core.ingest import IngestStats
+from rainierd.exporter.fast import AGGREGATE_FAMILIES, family_values
 from rainierd.exporter.snapshot import MonitorSnapshot
 from rainierd.status import BacklogState, CheckpointState, ConnectionState, LagHistogram
 from rainierd.topology import Topology
@@ -47,7 +49,8 @@ ENCODINGS = ("binary", "json")
 
 
 class FleetCollector(Collector):
-    """FP8 throughput of the fleet and its sites (UltraServers: exporter/fast.py)."""
+    """FP8 throughput of the fleet and its sites, and the sites' raw telemetry aggregates and facility
+    (UltraServers: exporter/fast.py)."""
 
     def __init__(self, topology: Topology, snapshot: Callable[[], MonitorSnapshot | None]) -> None:
         self._snapshot = snapshot
@@ -79,6 +82,40 @@ class FleetCollector(Collector):
             "Chips whose telemetry is fresh (within stale_after_ticks of the latest tick).",
             value=tp.chips_fresh,
         )
+        yield from self._site_aggregates(snap)
+
+    def _site_family(self, name: str, text: str, kind: str, values: list[float]) -> Metric:
+        labels = ["site", "site_name"] if self._site_names else ["site"]
+        family = (CounterMetricFamily if kind == "counter" else GaugeMetricFamily)(name, text, labels=labels)
+        for s, value in enumerate(values):
+            if not math.isnan(value):  # unknown: no series
+                family.add_metric([self._sites[s], *self._site_names[s:s + 1]], value)
+        return family
+
+    def _site_aggregates(self, snap: MonitorSnapshot) -> Iterator[Metric]:
+        aggregates = snap.aggregates
+        if aggregates is None:
+            return
+        for family in AGGREGATE_FAMILIES:
+            values = family_values(family, snap, "site")
+            assert values is not None
+            yield self._site_family(f"rainier_site_{family.name.removesuffix('_total')}", f"{family.help}, per site.",
+                                    family.kind, values.tolist())
+        yield CounterMetricFamily(
+            "rainier_fleet_fp8_flop", "FP8 FLOP executed by the fleet's chips (monotonic: increases summed).",
+            value=float(aggregates.site_counters["fp8_flop_total"].sum()),
+        )
+        yield self._site_family("rainier_site_outside_temperature_celsius", "Outside air at the site.", "gauge",
+                                np.round(aggregates.site_outside_c, 2).tolist())
+        yield self._site_family("rainier_site_cooling_water_assist", "1 while the site's cooling uses water "
+                                "(evaporative assist), 0 on outside air alone.", "gauge",
+                                aggregates.site_water_assist.tolist())
+        yield self._site_family("rainier_site_water_cubic_meters", "Water the site's cooling used "
+                                "(monotonic: increases summed).", "counter",
+                                (aggregates.site_counters["water_l_total"] / 1e3).tolist())
+        yield self._site_family("rainier_site_it_energy_joules", "Energy the site's IT equipment used "
+                                "(monotonic: increases summed).", "counter",
+                                aggregates.site_counters["it_energy_j_total"].tolist())
 
 
 class MonitorCollector(Collector):

@@ -1,40 +1,99 @@
-"""The one part of a scrape that grows with the fleet, rendered straight to
-exposition text: the per-UltraServer FP8 families (3 x 7,800 series at
-Rainier scale).
+"""The part of a scrape that grows with the fleet, rendered straight to
+exposition text: the per-UltraServer families (FP8 throughput, and the raw
+telemetry's max, mean and counter sums; 18 x 7,800 series at Rainier scale).
 
 prometheus-client builds a Python object per sample and takes about 10 us a
 series to render; these families are fixed label sets over numpy arrays, so
 their label blocks are built once and each render only formats the values
-(``repr`` of a float is the same text prometheus-client writes).
+(``repr`` of a float is the same text prometheus-client writes).  Gauges
+that come from float32 telemetry are rounded to what float32 holds, so
+``71.3`` is not written ``71.30000305175781``; an unknown value (NaN: no
+fresh chip or node knows it) has no series.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Final, NamedTuple
 
+import numpy as np
+
+from rainierd._types import F64
 from rainierd.exporter.snapshot import MonitorSnapshot
 from rainierd.topology import Topology
 
-__all__ = ["UltraServerFamilies"]
+__all__ = ["AGGREGATE_FAMILIES", "UltraServerFamilies"]
 
 _LEVELS = ("peak", "delivered", "effective")
 
 
+class Family(NamedTuple):
+    """One aggregate family: its name after the level prefix, help, type, and how to read and round it."""
+
+    name: str
+    help: str
+    kind: str
+    field: str
+    stat: str  # "max", "mean" or "sum" (a counter)
+    decimals: int | None  # round to this many decimals (None: as is)
+    scale: float = 1.0
+
+
+AGGREGATE_FAMILIES: Final = (
+    Family("chip_max_temperature_celsius", "Hottest chip's temperature", "gauge", "temp_c", "max", 2),
+    Family("chip_mean_temperature_celsius", "Mean chip temperature", "gauge", "temp_c", "mean", 2),
+    Family("chip_max_power_watts", "Largest chip power", "gauge", "power_w", "max", 1),
+    Family("chip_mean_power_watts", "Mean chip power", "gauge", "power_w", "mean", 1),
+    Family("chip_max_hbm_used_bytes", "Largest HBM in use on one chip", "gauge", "hbm_used_bytes", "max", 0),
+    Family("chip_mean_hbm_used_bytes", "Mean HBM in use per chip", "gauge", "hbm_used_bytes", "mean", 0),
+    Family("chip_ecc_corrected_errors_total", "Corrected ECC errors of its chips (monotonic: increases summed)",
+           "counter", "ecc_corrected_total", "sum", None),
+    Family("chip_ecc_uncorrected_errors_total",
+           "Uncorrected ECC errors of its chips (monotonic: increases summed)", "counter", "ecc_uncorrected_total",
+           "sum", None),
+    Family("node_max_inlet_temperature_celsius", "Warmest node inlet air", "gauge", "inlet_c", "max", 2),
+    Family("node_mean_inlet_temperature_celsius", "Mean node inlet air", "gauge", "inlet_c", "mean", 2),
+    Family("node_max_outlet_temperature_celsius", "Warmest node outlet air", "gauge", "outlet_c", "max", 2),
+    Family("node_mean_outlet_temperature_celsius", "Mean node outlet air", "gauge", "outlet_c", "mean", 2),
+    Family("node_max_fan_rpm", "Fastest node fan speed", "gauge", "fan_rpm", "max", 0),
+    Family("node_mean_fan_rpm", "Mean node fan speed", "gauge", "fan_rpm", "mean", 0),
+    Family("fp8_flop_total", "FP8 FLOP executed by its chips (monotonic: increases summed)", "counter",
+           "fp8_flop_total", "sum", None),
+)
+"""The raw telemetry's aggregates, per UltraServer (``rainier_ultraserver_…``) and per site (``rainier_site_…``),
+over fresh chips and nodes (exporter/collectors.py renders the site ones)."""
+
+
+def family_values(family: Family, snap: MonitorSnapshot, level: str) -> F64 | None:
+    """Return ``family``'s values at ``level`` (``ultraserver`` or ``site``), rounded, or None before any."""
+    aggregates = snap.aggregates
+    if aggregates is None:
+        return None
+    if family.stat == "sum":
+        counters = aggregates.ultraserver_counters if level == "ultraserver" else aggregates.site_counters
+        return counters[family.field] * family.scale
+    extremes = aggregates.gauges[family.field]
+    values: F64 = getattr(extremes, f"{level}_{family.stat}") * family.scale
+    return values if family.decimals is None else np.round(values, family.decimals)
+
+
 class UltraServerFamilies:
-    """Renders ``rainier_ultraserver_fp8_{peak,delivered,effective}_flops`` for every UltraServer."""
+    """Renders the per-UltraServer families for every UltraServer."""
 
     def __init__(self, topology: Topology, snapshot: Callable[[], MonitorSnapshot | None]) -> None:
         self._snapshot = snapshot
         names = topology.names
-        labels = [f'{{site="s{site}",ultraserver="u{us}"{names.site_label(site)}{names.ultraserver_label(us)}}} '
-                  for us, site in enumerate(topology.ultraserver_site.tolist())]
-        self._prefixes = {level: [f"rainier_ultraserver_fp8_{level}_flops{lb}" for lb in labels]
+        self._labels = [f'{{site="s{site}",ultraserver="u{us}"{names.site_label(site)}{names.ultraserver_label(us)}}} '
+                        for us, site in enumerate(topology.ultraserver_site.tolist())]
+        self._prefixes = {level: [f"rainier_ultraserver_fp8_{level}_flops{lb}" for lb in self._labels]
                           for level in _LEVELS}
+        self._aggregates = {f.name: [f"rainier_ultraserver_{f.name}{lb}" for lb in self._labels]
+                            for f in AGGREGATE_FAMILIES}
 
     @property
     def series(self) -> int:
-        """Return how many series a render holds."""
-        return sum(len(p) for p in self._prefixes.values())
+        """Return how many series a render holds at most (every aggregate known)."""
+        return len(self._labels) * (len(_LEVELS) + len(AGGREGATE_FAMILIES))
 
     def render(self) -> bytes:
         """Return the families as exposition text (empty before the first snapshot)."""
@@ -48,4 +107,19 @@ class UltraServerFamilies:
             parts.append(f"# HELP {name} UltraServer FP8 {level} throughput, dense FLOP/s.\n# TYPE {name} gauge\n")
             parts.append("\n".join(map(str.__add__, self._prefixes[level], values)))
             parts.append("\n")
+        for family in AGGREGATE_FAMILIES:
+            values_or_none = family_values(family, snap, "ultraserver")
+            if values_or_none is None:
+                break
+            name = f"rainier_ultraserver_{family.name}"
+            # Text format 0.0.4: HELP and TYPE name the samples, ``_total`` included.
+            parts.append(f"# HELP {name} {family.help}, per UltraServer.\n# TYPE {name} {family.kind}\n")
+            prefixes = self._aggregates[family.name]
+            known = np.flatnonzero(~np.isnan(values_or_none))
+            if known.size == len(prefixes):
+                parts.append("\n".join(map(str.__add__, prefixes, map(repr, values_or_none.tolist()))))
+            else:
+                parts.append("\n".join(prefixes[i] + repr(v)
+                                       for i, v in zip(known.tolist(), values_or_none[known].tolist(), strict=True)))
+            parts.append("\n" if known.size else "")
         return "".join(parts).encode()

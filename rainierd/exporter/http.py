@@ -48,7 +48,7 @@ _REQUEST_TIMEOUT_S: Final = 5.0
 # Longer than any sensible scrape interval (Prometheus's default is 1 m), so a
 # scraper's connection lives from one scrape to the next.
 _IDLE_TIMEOUT_S: Final = 130.0
-_GZIP_LEVEL: Final = 6
+_GZIP_LEVEL: Final = 1  # at rainier: 1.03 MB in 31 ms; level 6 saves 13 % for 3x the CPU (92 ms)
 _UNAUTHORIZED: Final = (("WWW-Authenticate", 'Basic realm="rainierd"'),)
 
 

@@ -8,11 +8,12 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from rainierd.core.aggregates import Aggregates
 from rainierd.core.analysis import DetailView, HealthView
 from rainierd.core.model import LostByCause
 from rainierd.core.throughput import Throughput
 
-__all__ = ["DetailView", "HealthView", "MonitorSnapshot"]
+__all__ = ["Aggregates", "DetailView", "HealthView", "MonitorSnapshot"]
 
 @dataclass(frozen=True, eq=False)
 class MonitorSnapshot:
@@ -28,3 +29,4 @@ class MonitorSnapshot:
     events: Counter[tuple[str, str]] = field(default_factory=Counter)  # cumulative, by (entity, new state)
     lag_s: float = float("nan")  # wall time at analysis minus the newest sample's time
     detail: DetailView | None = None  # the inventory's detail nodes' chips, one by one
+    aggregates: Aggregates | None = None  # the raw telemetry per UltraServer and site

@@ -1,0 +1,234 @@
+"""The drill-down: one UltraServer's 64 chips, 192 NeuronLinks, 64 EFA ports
+and 4 nodes, one series each with its health state, served on demand at
+``/probe?target=u<id>`` in the style of the blackbox and SNMP exporters.
+
+Exporting every chip, link and port all the time would be about 19 million
+series at ``rainier``; an UltraServer is about 2,500, so Prometheus scrapes
+this only for the UltraServers it is told to.  ``/probe/targets`` tells it
+which: a Prometheus HTTP service discovery document of the UltraServers that
+have an unhealthy entity now (worst first, at most ``max_targets``), so the
+drill-down is there for every UltraServer in trouble without anyone editing
+a config; a static target list adds any others (docs/metrics.md).
+
+A probe reads the monitor's live state, not the snapshot (which holds no
+per-entity arrays: copying them every tick would cost ~100 MB of memory
+traffic at ``rainier``), under the lock the monitor holds while an analysis
+mutates that state, so it never sees a half-applied tick; it waits at most
+one analysis.  Building one costs a few fancy-indexed slices and ~2,500
+lines of text (``rainierd bench scrape`` reports its time).
+
+Query errors: no or several ``target``, or one that is not ``u<id>``, an id
+or a name of the inventory, is 400; an UltraServer the fleet does not have
+is 404; before any telemetry has been analysed, 503.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import re
+import time
+import urllib.parse
+from collections.abc import Callable
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+
+from rainierd.core.analysis import MonitorCore
+from rainierd.core.detect import STATE_NAMES
+from rainierd.core.state import Table
+from rainierd.exporter.snapshot import MonitorSnapshot
+from rainierd.topology import LINK_KIND_NAMES, Topology
+
+__all__ = ["UltraServerProbe"]
+
+_TARGET: Final = re.compile(r"u?([0-9]{1,9})")
+_US_PER_S: Final = 1e-6
+
+# (metric, help, type, table, field, scale): the per-entity figures of a probe.
+_CHIP_FIGURES: Final = (
+    ("rainier_chip_utilization_ratio", "Mean NeuronCore utilisation of the chip.", "gauge", "util", 1.0),
+    ("rainier_chip_clock_ratio", "Clock / nominal clock of the chip.", "gauge", "clock_ratio", 1.0),
+    ("rainier_chip_temperature_celsius", "Hottest sensor of the chip.", "gauge", "temp_c", 1.0),
+    ("rainier_chip_power_watts", "Power of the chip.", "gauge", "power_w", 1.0),
+    ("rainier_chip_hbm_used_bytes", "HBM in use on the chip.", "gauge", "hbm_used_bytes", 1.0),
+    ("rainier_chip_ecc_corrected_errors_total", "Corrected ECC errors (its publisher's total).", "counter",
+     "ecc_corrected_total", 1.0),
+    ("rainier_chip_ecc_uncorrected_errors_total", "Uncorrected ECC errors (its publisher's total).", "counter",
+     "ecc_uncorrected_total", 1.0),
+)
+_LINK_FIGURES: Final = (
+    ("rainier_neuronlink_bandwidth_bytes_per_second", "NeuronLink bandwidth over the last tick's transfers.",
+     "gauge", "bw_bytes_s", 1.0),
+    ("rainier_neuronlink_lanes_up", "NeuronLink lanes up.", "gauge", "lanes_up", 1.0),
+    ("rainier_neuronlink_latency_seconds", "NeuronLink latency.", "gauge", "latency_us", _US_PER_S),
+    ("rainier_neuronlink_crc_errors_total", "NeuronLink CRC errors (its publisher's total).", "counter",
+     "crc_errors_total", 1.0),
+    ("rainier_neuronlink_replays_total", "NeuronLink replays (its publisher's total).", "counter",
+     "replay_total", 1.0),
+)
+_EFA_FIGURES: Final = (
+    ("rainier_efa_port_transmit_bytes_total", "EFA bytes sent (its publisher's total).", "counter",
+     "tx_bytes_total", 1.0),
+    ("rainier_efa_port_receive_bytes_total", "EFA bytes received (its publisher's total).", "counter",
+     "rx_bytes_total", 1.0),
+    ("rainier_efa_port_retransmit_packets_total", "EFA packets retransmitted (its publisher's total).", "counter",
+     "retrans_pkts_total", 1.0),
+    ("rainier_efa_port_latency_seconds", "EFA latency.", "gauge", "latency_us", _US_PER_S),
+)
+_NODE_FIGURES: Final = (
+    ("rainier_node_inlet_temperature_celsius", "Node inlet air.", "gauge", "inlet_c", 1.0),
+    ("rainier_node_outlet_temperature_celsius", "Node outlet air.", "gauge", "outlet_c", 1.0),
+    ("rainier_node_fan_rpm", "Node fan speed.", "gauge", "fan_rpm", 1.0),
+    ("rainier_node_power_watts", "Node power, chips and host.", "gauge", "power_w", 1.0),
+)
+_STATE_HELP: Final = {entity: ", ".join(f"{i} {name}" for i, name in enumerate(names))
+                      for entity, names in STATE_NAMES.items()}
+
+
+class UltraServerProbe:
+    """Serves ``/probe`` and ``/probe/targets`` over a monitor's core (see the module docstring)."""
+
+    def __init__(
+        self,
+        topology: Topology,
+        core: MonitorCore,
+        snapshot: Callable[[], MonitorSnapshot | None],
+        *,
+        lock: asyncio.Lock,
+        max_targets: int = 50,
+    ) -> None:
+        self._topo, self._core, self._snapshot, self._lock = topology, core, snapshot, lock
+        self._max_targets = max_targets
+        self._names = {name: u for u, name in enumerate(topology.names.ultraservers)}
+        self._present = np.asarray(topology.node_present.reshape(topology.n_ultraservers, -1).any(axis=1), bool)
+        self.last_duration_s = float("nan")
+
+    def resolve(self, query: str) -> tuple[str, int]:
+        """Return ("200 OK", UltraServer id) for a probe's query string, or (error status, -1)."""
+        targets = urllib.parse.parse_qs(query, keep_blank_values=True).get("target", [])
+        if len(targets) != 1:
+            return "400 Bad Request", -1
+        target = targets[0]
+        if target in self._names:
+            return "200 OK", self._names[target]
+        match = _TARGET.fullmatch(target)
+        if match is None:
+            return "400 Bad Request", -1
+        us = int(match.group(1))
+        if us >= self._topo.n_ultraservers or not self._present[us]:
+            return "404 Not Found", us
+        return "200 OK", us
+
+    async def probe(self, query: str) -> tuple[str, bytes]:
+        """Return (status, body) for ``/probe?<query>``: the UltraServer's series, or a one-line error."""
+        status, us = self.resolve(query)
+        if status.startswith("400"):
+            return status, (b"want exactly one target: u<id> (0 .. "
+                            + str(self._topo.n_ultraservers - 1).encode() + b"), an id, or an inventory name; "
+                            b"e.g. /probe?target=u0\n")
+        if status.startswith("404"):
+            return status, f"no UltraServer u{us} in this fleet ({self._topo.n_ultraservers} UltraServers)\n".encode()
+        async with self._lock:
+            snap = self._snapshot()
+            if snap is None or snap.throughput.tick < 0:
+                return "503 Service Unavailable", b"no telemetry analysed yet\n"
+            started = time.perf_counter()
+            body = self.render(us, snap)
+            self.last_duration_s = time.perf_counter() - started
+        return "200 OK", body + (f"# HELP rainier_probe_duration_seconds Time this probe took to build.\n"
+                                 f"# TYPE rainier_probe_duration_seconds gauge\n"
+                                 f"rainier_probe_duration_seconds {self.last_duration_s!r}\n").encode()
+
+    def render(self, us: int, snap: MonitorSnapshot) -> bytes:
+        """Return UltraServer ``us``'s per-entity series as exposition text (call with the state steady)."""
+        topo, state = self._topo, self._core.state
+        trackers = self._core.detector.trackers()
+        nodes = np.arange(us * topo.nodes_per_ultraserver, (us + 1) * topo.nodes_per_ultraserver)
+        nodes = nodes[topo.node_present[nodes]]
+        chips = (nodes[:, None] * topo.chips_per_node + np.arange(topo.chips_per_node)).ravel()
+        links = (nodes[:, None] * topo.links_per_node + np.arange(topo.links_per_node)).ravel()
+        ports = (nodes[:, None] * topo.efa_ports_per_node + np.arange(topo.efa_ports_per_node)).ravel()
+        site = int(topo.ultraserver_site[us])
+        where = f'site="s{site}",ultraserver="u{us}"'
+        names = topo.names
+        out: list[str] = []
+
+        chip_blocks = [f'chip="{c}",node="n{n}",{where}{names.node_labels(n)}'
+                       for c, n in zip(chips.tolist(), topo.chip_node[chips].tolist(), strict=True)]
+        for figure in _CHIP_FIGURES:
+            self._figure(out, figure, blocks=chip_blocks, table=state.chips, ids=chips)
+        effective = np.where(snap.throughput.chip_fresh[chips], snap.throughput.chip_effective[chips], np.nan)
+        _family(out, "rainier_chip_fp8_effective_flops", "FP8 FLOP/s the chip executed.", kind="gauge",
+                blocks=chip_blocks, values=effective)
+        self._state(out, "chip", chip_blocks, trackers["chip"].state[chips])
+
+        link_blocks = [
+            f'link="{i}",kind="{LINK_KIND_NAMES[k]}",chip_a="{a}",chip_b="{b}",node="n{n}",{where}'
+            for i, k, a, b, n in zip(links.tolist(), topo.link_kind[links].tolist(), topo.link_a[links].tolist(),
+                                     topo.link_b[links].tolist(), topo.link_node[links].tolist(), strict=True)
+        ]
+        for figure in _LINK_FIGURES:
+            self._figure(out, figure, blocks=link_blocks, table=state.links, ids=links)
+        self._state(out, "neuronlink", link_blocks, trackers["neuronlink"].state[links])
+
+        port_blocks = [f'port="{p}",chip="{c}",node="n{n}",{where}'
+                       for p, c, n in zip(ports.tolist(), topo.efa_chip[ports].tolist(), topo.efa_node[ports].tolist(),
+                                          strict=True)]
+        for figure in _EFA_FIGURES:
+            self._figure(out, figure, blocks=port_blocks, table=state.efa, ids=ports)
+        self._state(out, "efa", port_blocks, trackers["efa"].state[ports])
+
+        node_blocks = [f'node="n{n}",{where}{names.node_labels(n)}' for n in nodes.tolist()]
+        for figure in _NODE_FIGURES:
+            self._figure(out, figure, blocks=node_blocks, table=state.cooling, ids=nodes)
+        self._state(out, "node", node_blocks, trackers["node"].state[nodes])
+        self._state(out, "ultraserver", [where], trackers["ultraserver"].state[[us]])
+        return "".join(out).encode()
+
+    @staticmethod
+    def _figure(out: list[str], figure: tuple[str, str, str, str, float], *, blocks: list[str], table: Table,
+                ids: npt.NDArray[np.int64]) -> None:
+        metric, text, kind, name, scale = figure
+        if name in table.gauges:
+            values = table.gauges[name][ids].astype(np.float64)
+        else:
+            values = table.totals[name][ids].astype(np.float64)
+            values[~table.has(name)[ids]] = np.nan
+        _family(out, metric, text, kind=kind, blocks=blocks, values=values * scale)
+
+    @staticmethod
+    def _state(out: list[str], entity: str, blocks: list[str], states: npt.NDArray[np.integer[Any]]) -> None:
+        metric = f"rainier_{'efa_port' if entity == 'efa' else entity}_health_state"
+        _family(out, metric, f"Health state of the {entity}: {_STATE_HELP[entity]}.", kind="gauge", blocks=blocks,
+                values=states.astype(np.float64))
+
+    def targets(self) -> bytes:
+        """Return the HTTP service-discovery JSON: the UltraServers with an unhealthy entity, worst first."""
+        snap = self._snapshot()
+        if snap is None or snap.health is None:
+            return b"[]\n"
+        topo = self._topo
+        node_of = {"neuronlink": topo.link_node, "efa": topo.efa_node, "chip": topo.chip_node}
+        counts = np.zeros(topo.n_ultraservers, np.int64)
+        for entity, ids in snap.health.ids.items():
+            if entity == "ultraserver":
+                owners = ids
+            else:
+                owners = topo.node_ultraserver[node_of[entity][ids] if entity in node_of else ids]
+            np.add.at(counts, owners, 1)
+        bad = np.flatnonzero(counts)
+        worst = bad[np.argsort(-counts[bad], kind="stable")][: self._max_targets]
+        groups = [{"targets": [f"u{u}"], "labels": {"site": f"s{topo.ultraserver_site[u]}", "ultraserver": f"u{u}"}}
+                  for u in worst.tolist()]
+        return (json.dumps(groups) + "\n").encode()
+
+
+def _family(out: list[str], metric: str, text: str, *, kind: str, blocks: list[str],
+            values: npt.NDArray[np.float64]) -> None:
+    """Append one family, a series per block whose value is known (not NaN)."""
+    out.append(f"# HELP {metric} {text}\n# TYPE {metric} {kind}\n")
+    out.extend(f"{metric}{{{b}}} {v!r}\n" for b, v in zip(blocks, values.tolist(), strict=True)
+               if not math.isnan(v))
