@@ -150,6 +150,9 @@ class TestEveryDetectionSettingReachesItsDetector:
         for cusum in (links.bw, links.latency, efa.throughput, efa.latency):
             assert (cusum.k, cusum.h, cusum.cap, cusum.ceiling) == pytest.approx(
                 (p.z_k, p.z_h, p.z_cap, p.z_h + p.drain_s * p.z_k))
+        for cusum in (links.bw, links.latency, links.errors, links.band, efa.throughput, efa.latency, efa.retrans,
+                      efa.band):
+            assert cusum.samples == pytest.approx(p.samples_to_raise)
         assert (links.errors.k, links.errors.h, links.errors.cap) == pytest.approx(
             (p.errors_k, p.errors_h, p.errors_cap))
         assert (efa.retrans.k, efa.retrans.h, efa.retrans.cap) == pytest.approx(
@@ -171,8 +174,8 @@ class TestEveryDetectionSettingReachesItsDetector:
         c = chips.params
         assert replace(c, stale_after_s=0.0) == replace(core.config.detection.chips, stale_after_s=0.0)
         assert c.stale_after_s == core.config.stale_after_s  # derived from the staleness setting
-        assert (chips.cusum.k, chips.cusum.h, chips.cusum.cap, chips.cusum.ceiling) == pytest.approx(
-            (c.z_k, c.z_h, c.z_cap, c.z_h + c.drain_s * c.z_k))
+        assert (chips.cusum.k, chips.cusum.h, chips.cusum.cap, chips.cusum.ceiling, chips.cusum.samples) == (
+            pytest.approx((c.z_k, c.z_h, c.z_cap, c.z_h + c.drain_s * c.z_k, c.samples_to_raise)))
         assert chips.tracker.clear_after_s == pytest.approx(c.clear_after_s)
         assert chips.tracker.raise_after_s[2] == pytest.approx(c.throttle_after_s)
         assert (chips.baseline.halflife_s, chips.baseline.learn_s, chips.baseline.clip) == pytest.approx(

@@ -291,6 +291,42 @@ class TestThroughput:
         assert np.array_equal(tp.chip_effective[:16], tp.chip_delivered[:16])  # type: ignore[attr-defined]
 
 
+    def test_no_rate_is_taken_across_a_restart_even_when_the_counters_moved_forward(self) -> None:
+        """An agent that restarted twice seconds apart (sequence back to 0, then 1) leaves counters that never
+        went backwards but count only since its last start: no rate across the restart; the next sample has one."""
+        fleet = Fleet()
+        for _ in range(3):
+            _, frames = fleet.frames()
+            fleet.feed(frames)
+        topic, frame = frames[0]
+        chips = frame.chips.copy()
+        chips["fp8_flop_total"] = frame.chips["fp8_flop_total"] + 1e12  # forward, but from a new start
+        _, later = fleet.frames()
+        fleet.feed([(topic, replace(later[0][1], seq=0, chips=chips)), *later[1:]])
+        flops = fleet.state.chips.rates["fp8_flop_total"]
+        assert np.isnan(flops[:16]).all()
+        assert np.isfinite(flops[16:]).all()
+        assert fleet.stats.publisher_restarts == 1
+        _, after = fleet.frames()
+        nxt = after[0][1]
+        chips = nxt.chips.copy()
+        chips["fp8_flop_total"] = frame.chips["fp8_flop_total"] + 2e12
+        fleet.feed([(topic, replace(nxt, seq=1, chips=chips)), *after[1:]])
+        assert np.isfinite(fleet.state.chips.rates["fp8_flop_total"][:16]).all()
+
+    def test_no_rate_is_taken_across_publishers(self) -> None:
+        """Another publisher taking a node over counts from its own start: that node's first sample has no rate."""
+        fleet = Fleet()
+        for _ in range(3):
+            _, frames = fleet.frames()
+            fleet.feed(frames)
+        _, frames = fleet.frames()
+        topic, frame = frames[0]
+        fleet.feed([(topic, replace(frame, publisher="standby")), *frames[1:]])
+        assert np.isnan(fleet.state.efa.rates["tx_bytes_total"][:fleet.topo.efa_ports_per_node]).all()
+        assert np.isfinite(fleet.state.efa.rates["tx_bytes_total"][fleet.topo.efa_ports_per_node:]).all()
+
+
 class TestSimulator:
     def test_same_seed_same_telemetry(self) -> None:
         """Two models with one seed produce identical records."""

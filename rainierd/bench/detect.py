@@ -77,6 +77,9 @@ GRACE_S: Final = 10.0
 # Faults only a long-horizon test can see get a longer window (and runs of their own): silent EFA
 # loss of 3e-7 adds ~0.18 retransmits/s to a 0.2/s background, found in about 4 minutes.
 SLOW_FAULT_S: Final = {(FaultKind.EFA_LOSS, 3e-7): 900.0}
+# ... and a longer tail: a rate test sees loss end no faster than it saw it begin (minutes), so its
+# time to clear is measured over ten minutes after the fault, not one.
+SLOW_TAIL_S: Final = 600.0
 # A slow test judges a port against its own retransmit rate, which needs history: slow faults start
 # after half an hour of monitoring (as on a fleet the monitor has watched for a while; the detector
 # judges no port for slow loss before PathParams.loss_learn_s of its own history).
@@ -113,6 +116,11 @@ def ticks_of(seconds: float, tick_s: float) -> int:
 def fault_seconds(kind: FaultKind, severity: float) -> float:
     """Return how long a fault of ``kind`` at ``severity`` lasts in the benchmark."""
     return SLOW_FAULT_S.get((kind, severity), FAULT_S)
+
+
+def tail_seconds(kind: FaultKind, severity: float) -> float:
+    """Return how long after a fault of ``kind`` at ``severity`` its clear and its duplicates are looked for."""
+    return SLOW_TAIL_S if (kind, severity) in SLOW_FAULT_S else TAIL_S
 
 
 def fault_ticks(kind: FaultKind, severity: float, tick_s: float = 1.0) -> int:
@@ -292,10 +300,11 @@ def _p95(values: Sequence[float]) -> float | None:
 def _grade_run(run: RunResult, topo: Topology, rows: dict[tuple[str, float], Tally],
                true_pos: Counter[str], false_pos: Counter[str]) -> None:
     """Add one run's faults to ``rows`` and its raises to the true and false positives."""
-    grace, tail = ticks_of(GRACE_S, run.tick_s), ticks_of(TAIL_S, run.tick_s)
+    grace = ticks_of(GRACE_S, run.tick_s)
     raised = [e for e in run.events if e.raised]
     used: set[int] = set()
     for fault in run.faults:
+        tail = ticks_of(tail_seconds(fault.kind, fault.severity), run.tick_s)
         tally = rows[str(fault.kind), fault.severity]
         tally.faults += 1
         entity, target = _expected(fault)
@@ -321,7 +330,8 @@ def _grade_run(run: RunResult, topo: Topology, rows: dict[tuple[str, float], Tal
         false_pos[entity] += len(duplicates)
         used.update(later)
     for i, event in enumerate(raised):
-        if i in used or any(_explains(f, event, topo, tail) for f in run.faults):
+        if i in used or any(_explains(f, event, topo, ticks_of(tail_seconds(f.kind, f.severity), run.tick_s))
+                            for f in run.faults):
             continue
         false_pos[event.entity] += 1
 
@@ -385,7 +395,7 @@ def _fault_runs(
     The draws do not depend on ``tick_s``: every tick length gets the same faults at the same times.
     """
     per_run = max(1, ultraservers // 4)  # faults stay a minority of peers
-    warmup, jitter, tail = ticks_of(WARMUP_S, tick_s), ticks_of(JITTER_S, tick_s), ticks_of(TAIL_S, tick_s)
+    warmup, jitter = ticks_of(WARMUP_S, tick_s), ticks_of(JITTER_S, tick_s)
     sizes = (ultraservers, min(ultraservers, SLOW_ULTRASERVERS))
     topos = tuple(build_fleet(1, n) for n in sizes)
     all_cells = cells(kinds)
@@ -401,6 +411,7 @@ def _fault_runs(
                 fleet, topo = sizes[group_index], topos[group_index]
                 hosts = rng.choice(fleet, size=len(picked), replace=False)
                 settle = warmup if group_index == 0 else ticks_of(SLOW_WARMUP_S, tick_s)
+                tail = ticks_of(TAIL_S if group_index == 0 else SLOW_TAIL_S, tick_s)
                 faults = [_place(c, topo, int(us), rng, settle + ticks_of(int(rng.integers(0, JITTER_S)), tick_s),
                                  tick_s=tick_s)
                           for c, us in zip(picked, hosts, strict=True)]
@@ -552,7 +563,7 @@ def bench_detect(
             "profiles": list(profiles), "ticks_s": list(ticks_s), "tick_s": headline_tick,
             "kinds": None if kinds is None else sorted(str(k) for k in kinds), "quick": quick,
             "warmup_s": WARMUP_S, "slow_warmup_s": SLOW_WARMUP_S, "slow_ultraservers": SLOW_ULTRASERVERS,
-            "jitter_s": JITTER_S, "fault_s": FAULT_S, "tail_s": TAIL_S, "grace_s": GRACE_S,
+            "jitter_s": JITTER_S, "fault_s": FAULT_S, "tail_s": TAIL_S, "slow_tail_s": SLOW_TAIL_S, "grace_s": GRACE_S,
             "slow_fault_s": {f"{kind.value}@{severity:g}": s for (kind, severity), s in SLOW_FAULT_S.items()},
             "ticks_per_run": ticks_of(WARMUP_S + JITTER_S + FAULT_S + TAIL_S, headline_tick),
             "grace_ticks": ticks_of(GRACE_S, headline_tick),

@@ -485,8 +485,11 @@ class Ingest:
                 rejected["stale_seq"] += advance.stale
             if advance.jumps:
                 rejected["seq_jump"] += advance.jumps
+            rebased = advance.rebased[advance.keep]
             frames = frames[advance.keep]
             self._scatter(w, frames, samples)
+            if rebased.any():
+                self._forget_rates(w.node[frames[rebased]].astype(np.int64))
             tally.add(advance, int(frames.size))
             applied_t_s.append(w.t_s[frames])
             receive_lag_s.append(w.rx_wall_s[frames] - w.t_s[frames])
@@ -504,6 +507,15 @@ class Ingest:
             self.state.latest_tick = min(int(w.tick[chosen][at]), _MAX_TICK)
         lags = np.concatenate(receive_lag_s)
         return np.concatenate(applied_t_s), lags[np.isfinite(lags)]
+
+    def _forget_rates(self, nodes: I64) -> None:
+        """Make the counter rates of ``nodes``' entities unknown: their publisher counts from a new start."""
+        topo = self.state.topology
+        per_node = {"chips": topo.chips_per_node, "links": topo.links_per_node, "efa": topo.efa_ports_per_node,
+                    "cooling": 1}
+        for kind, table in self.state.tables().items():
+            per = per_node[kind]
+            table.forget_rates((nodes[:, None] * per + np.arange(per)).ravel())
 
     def _scatter(self, w: _Window, frames: I64, samples: Counter[str]) -> None:
         """Store the records of ``frames`` (good, one per node) in the state tables."""
@@ -592,6 +604,8 @@ class Ingest:
                 site, {name: record[name] for name in record.dtype.names or ()},
                 t_s=np.array([frame.t_s]), rx_s=np.array([item.rx_s]), known=(1 << len(record.dtype.names or ())) - 1,
             )
+            if advance.rebased.any():
+                self.state.facility.forget_rates(site)
             applied += 1
         return applied
 

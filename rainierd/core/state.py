@@ -154,6 +154,16 @@ class Table:
         self.known[at] = known
 
 
+    def forget_rates(self, ids: I64) -> None:
+        """Make the rates of ``ids`` unknown: their last sample counted from another start than the one before.
+
+        A publisher that restarted (or another that took over) counts from its
+        own start; a difference across the two is no rate, even when it is not
+        negative (two restarts seconds apart leave counters that never went back).
+        """
+        for rate in self.rates.values():
+            rate[ids] = np.nan
+
     def _store_counters(
         self, at: slice | I64, columns: dict[str, npt.NDArray[Any]], known: int | U16, dt: F32, rate: F64,
     ) -> None:

@@ -13,7 +13,8 @@ frame.  Against the stream's last applied frame, a frame is:
   applied);
 * **a restart**: not newer, yet sampled later than the last one applied (its
   publisher restarted with the same id and counts from its start again):
-  applied, counted, and the stream starts over from it;
+  applied, counted, and the stream starts over from it; its counters count
+  from the publisher's new start, so no rate is taken across it (``rebased``);
 * **stale**: anything else not newer (a duplicate, a replay): rejected;
 * **a jump**: newer by more than ``max_jump`` frames: rejected, not believed
   (one corrupt or forged ``seq`` would otherwise count a million frames lost
@@ -53,6 +54,7 @@ class Advance:
     """What one generation did to its streams."""
 
     keep: B  # per frame: apply it
+    rebased: B  # per frame: applied, but its counters count from another start (a restart, another publisher)
     lost: int  # frames counted lost now: missing for longer than the window, or left behind by a restart
     late: int  # frames that were missing and arrived after all (not lost, not applied)
     restarts: int  # same publisher counting from its start again
@@ -121,6 +123,7 @@ class Streams:
         lost += int((seq[confirmed] - last[confirmed] - np.uint64(2)).sum(dtype=np.uint64))
         return Advance(
             keep=keep,
+            rebased=keep & (known >= 0) & restarted,
             lost=lost,
             late=int(late.sum()),
             restarts=int(restart.sum()),

@@ -44,6 +44,7 @@ __all__ = ["CAUSES", "FleetModel", "FleetParams", "TickSample", "TickTruth"]
 
 F64 = npt.NDArray[np.float64]
 B = npt.NDArray[np.bool_]
+U64 = npt.NDArray[np.uint64]
 
 _EFA_PACKET_BYTES: Final = 8192
 
@@ -125,6 +126,7 @@ class TickSample:
     node_silent: B
     node_t_s: F64  # when each node sampled (Unix seconds); t_s is the tick's nominal time
     node_reset: B  # nodes whose agent restarted this tick: their counters began again from zero
+    node_seq: U64  # each node's frame sequence number: ticks since its agent (re)started, as a real agent counts
 
 
 class FleetModel:
@@ -185,6 +187,7 @@ class FleetModel:
         power0 = self.hw.chip_idle_power_w + (self.hw.chip_power_w - self.hw.chip_idle_power_w) * p.util_mean
         self._temp_c = self._inlet_c(0.0)[topo.chip_node] + p.thermal_resistance_c_per_w * power0
         self._last_tick = -1
+        self._agent_start = np.zeros(topology.n_nodes, np.uint64)  # the tick each node's agent last started
         self._group_lost = np.zeros(self.n_groups)
         # Each node's interval since its previous sample; None while every node samples on the tick.
         self._node_dt: F64 | None = None
@@ -364,6 +367,7 @@ class FleetModel:
         inlet_node = self._inlet_c(sim_s) + e.node_inlet_rise_c
         node_t_s = self._node_times(tick)
         node_reset = self._reset_counters()
+        self._agent_start[node_reset] = np.uint64(tick)
 
         group = self._pace(e)
         flops, power, clock, util_true = self._step_chips(tick, e, group, inlet_node)
@@ -388,7 +392,7 @@ class FleetModel:
         )
         return TickSample(
             tick, truth.t_s, self.chips, self.links, self.efa, self.cooling, self.facility, truth,
-            chip_silent, e.node_silent.copy(), node_t_s, node_reset,
+            chip_silent, e.node_silent.copy(), node_t_s, node_reset, np.uint64(tick) - self._agent_start,
         )
 
     def _pace(self, e: Effects) -> dict[str, F64]:

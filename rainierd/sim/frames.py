@@ -32,8 +32,10 @@ def tick_frames(
 ) -> Iterator[tuple[str, NodeFrame | FacilityFrame]]:
     """Yield (topic, frame) for every node and site of one tick.
 
-    A frame's sequence number is its tick: each topic gets one frame a tick,
-    so consecutive frames on a topic differ by exactly one.  A node frame's
+    A node frame's sequence number counts its agent's ticks since it (re)started
+    (the tick itself unless the profile restarts agents): each topic gets one
+    frame a tick, so consecutive frames differ by exactly one, and a restarted
+    agent numbers from 0 again, as a real one does.  A node frame's
     time is when that node sampled (``sample.node_t_s``).  A lost node
     yields nothing; a failed chip is left out of its node's frame.
     """
@@ -45,7 +47,7 @@ def tick_frames(
         chip_records = sample.chips[chips.start:chips.stop]
         silent = sample.chip_silent[chips.start:chips.stop]
         yield node_topic(*topo.node_path(node)), NodeFrame(
-            publisher, sample.tick, sample.tick, float(sample.node_t_s[node]), node,
+            publisher, int(sample.node_seq[node]), sample.tick, float(sample.node_t_s[node]), node,
             chip_records[~silent] if silent.any() else chip_records,
             sample.links[links.start:links.stop],
             sample.efa[efa.start:efa.stop],
@@ -75,7 +77,7 @@ def tick_batches(
     frame per ``nodes_per_batch`` consecutive nodes of a site, then each
     site's facility frame.
 
-    Each node entry's sequence number is the tick, as in ``tick_frames``; a
+    Each node entry's sequence number is its agent's, as in ``tick_frames``; a
     lost node is left out of its batch and a failed chip out of its node.
     """
     topo = topology
@@ -135,6 +137,6 @@ def _batch(
     n = int(node_ok.sum())
     return NodeBatch(
         publisher, sample.tick, sample.tick, sample.t_s, site, nodes[node_ok],
-        np.full(n, sample.tick, np.uint64), np.full(n, sample.tick, np.uint64), sample.node_t_s[first:last][node_ok],
+        sample.node_seq[first:last][node_ok], np.full(n, sample.tick, np.uint64), sample.node_t_s[first:last][node_ok],
         counts, batch_columns,
     )

@@ -113,20 +113,27 @@ class ClippedCusum:
     cap: float
     ceiling: float
     s: F32
+    samples: float = 2.0  # with ``seconds``, one sample adds at most h / samples
 
     @classmethod
-    def zeros(cls, n: int, *, k: float, h: float, cap: float, ceiling: float | None = None) -> ClippedCusum:
+    def zeros(
+        cls, n: int, *, k: float, h: float, cap: float, ceiling: float | None = None, samples: float = 2.0,
+    ) -> ClippedCusum:
         """Return a CUSUM of ``n`` entities at rest."""
-        return cls(k, h, cap, ceiling if ceiling is not None else 2.0 * h, np.zeros(n, np.float32))
+        if samples < 1.0:
+            raise ValueError(f"a CUSUM needs at least one sample to raise, not {samples}")
+        return cls(k, h, cap, ceiling if ceiling is not None else 2.0 * h, np.zeros(n, np.float32), samples)
 
     def update(self, x: Floats, mask: B, *, scratch: F32 | None = None, seconds: Floats | None = None) -> B:
         """Add the evidence ``x`` where ``mask`` (NaN counts as none); return the alarm mask.
 
         With ``seconds`` (each entity's interval), ``x``, ``k`` and ``cap`` are
         rates per second and each step is weighted by its interval, so the
-        CUSUM reads the same evidence in the same time at any tick length;
-        no one interval adds more than ``h/2``, so at a long tick a single
-        burst still cannot raise alone (two intervals must agree).
+        CUSUM reads the same evidence in the same time at any tick length,
+        except that no one interval adds more than ``h / samples``: at a long
+        tick an interval's average cannot tell a second-long spike from a
+        step that filled it, so ``samples`` intervals must agree before an
+        alarm (at a short tick the per-second cap binds first).
         ``scratch`` (an array like ``x``, float32) saves allocating a fleet-sized step.
         """
         step = np.minimum(x, np.float32(self.cap), out=scratch, dtype=np.float32)
@@ -134,7 +141,7 @@ class ClippedCusum:
         step -= np.float32(self.k)
         if seconds is not None:
             step *= np.fmax(seconds, np.float32(0.0)).astype(np.float32, copy=False)  # NaN: 0 s
-            np.minimum(step, np.float32(0.5 * self.h), out=step)
+            np.minimum(step, np.float32(self.h / self.samples), out=step)
         step += self.s
         np.clip(step, 0.0, self.ceiling, out=step)
         np.copyto(self.s, step, where=mask)

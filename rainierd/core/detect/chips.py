@@ -38,11 +38,12 @@ class ChipParams:
     stale_after_s: float = 3.0  # set from the monitor's configuration (stale_after_ticks x tick)
     clock_margin: float = 0.03  # below the site's median clock by more than this: throttled
     active_util: float = 0.2  # efficiency is judged only while the chip is busy
-    efficiency_floor: float = 0.003
+    efficiency_floor: float = 0.004
     z_cap: float = 6.0
     z_k: float = 1.5
     z_h: float = 16.0  # z-seconds (each step weighted by its sample's interval)
     drain_s: float = 3.0  # a saturated CUSUM falls under z_h within this many clean seconds
+    samples_to_raise: float = 3.0  # samples that must agree at a long tick (at 1 s the cap binds: 4.5 z-s each)
     throttle_after_s: float = 2.0
     clear_after_s: float = 5.0
     ewma_alpha: float = 0.2
@@ -68,7 +69,8 @@ class ChipDetector:
     def __post_init__(self) -> None:
         n, p = self.state.topology.n_chips, self.params
         self.seen = np.zeros(n, dtype=np.uint32)
-        self.cusum = ClippedCusum.zeros(n, k=p.z_k, h=p.z_h, cap=p.z_cap, ceiling=p.z_h + p.drain_s * p.z_k)
+        self.cusum = ClippedCusum.zeros(n, k=p.z_k, h=p.z_h, cap=p.z_cap, ceiling=p.z_h + p.drain_s * p.z_k,
+                                         samples=p.samples_to_raise)
         self.efficiency = np.full(n, np.nan, np.float32)  # EWMA, relative to the group's median and its own level
         self.baseline = Baseline.empty(n, halflife_s=p.baseline_halflife_s, learn_s=p.baseline_learn_s,
                                        clip=p.baseline_clip)

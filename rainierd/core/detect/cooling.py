@@ -2,7 +2,8 @@
 
 A node's cooling is degraded when its inlet air, its fans or its chips'
 temperature stand out from the other nodes of its site (robust z-scores, so a
-site-wide diurnal rise moves the median, not the alarms) for a few ticks.  An
+site-wide diurnal rise moves the median, not the alarms) for a few seconds;
+chips still hot but cooling down (their air is back) are recovering, not failing.  An
 UltraServer's cooling is degraded when at least half its nodes' are.  A node
 is lost when every chip of it has gone stale.
 """
@@ -33,7 +34,13 @@ class CoolingParams:
     fan_floor_rpm: float = 100.0
     temp_floor_c: float = 1.0
     raise_after_s: float = 2.0
-    clear_after_s: float = 10.0
+    clear_after_s: float = 5.0
+    # Chips cool with a time constant of tens of seconds once their air is back: a node whose chips
+    # are still hot but cooling is recovering, not failing.  Hot counts only while the node's
+    # temperature is not falling: under its own recent level (an average over cooling_trend_s) by
+    # less than cooling_fall_z site sigmas.
+    cooling_trend_s: float = 5.0
+    cooling_fall_z: float = 1.0
 
 
 @dataclass(eq=False)
@@ -47,6 +54,7 @@ class CoolingDetector:
         topo, p = self.state.topology, self.params
         self.seen = np.zeros(topo.n_nodes, dtype=np.uint32)
         self.sample = PeerSample.of(topo.n_nodes)
+        self.temp_trend = np.full(topo.n_nodes, np.nan, np.float32)  # each node's recent temperature z
         self.nodes = StateTracker.create(topo.n_nodes, raise_after_s=[0.0, p.raise_after_s, 0.0],
                                          clear_after_s=p.clear_after_s)
         # An UltraServer's state follows its nodes' at once: their trackers already persist.
@@ -78,7 +86,7 @@ class CoolingDetector:
         reasons = np.zeros(topo.n_nodes, dtype=np.int32)
         flag(reasons, fresh & (inlet_z > p.z_alarm), Reason.INLET)
         flag(reasons, fresh & (fan_z > p.z_alarm), Reason.FANS)
-        flag(reasons, fresh & (temp_z > p.z_alarm), Reason.TEMPERATURE)
+        flag(reasons, fresh & (temp_z > p.z_alarm) & ~self._cooling_down(temp_z, fresh, table.dt_s), Reason.TEMPERATURE)
         flag(reasons, lost, Reason.SILENT)
         candidate = np.where(lost, NODE_LOST, np.where(reasons != 0, NODE_COOLING, NODE_HEALTHY))
         node_changes = self.nodes.update(candidate, reasons, fresh | lost, tick,
@@ -91,6 +99,16 @@ class CoolingDetector:
             us_degraded.astype(np.int64), us_reasons, np.ones(topo.n_ultraservers, dtype=bool), tick,
         )
         return node_changes, us_changes
+
+    def _cooling_down(self, temp_z: F32, fresh: B, dt_s: F32) -> B:
+        """Return which nodes' temperature is falling (under their recent level); fold this sample in."""
+        p = self.params
+        falling = temp_z < self.temp_trend - np.float32(p.cooling_fall_z)  # NaN (no history): not falling
+        weight = (1.0 - np.exp(-np.fmax(np.nan_to_num(dt_s, nan=0.0), 0.0) / p.cooling_trend_s)).astype(np.float32)
+        blended = self.temp_trend + weight * (temp_z - self.temp_trend)
+        np.copyto(blended, temp_z, where=np.isnan(self.temp_trend))
+        np.copyto(self.temp_trend, blended, where=fresh)
+        return np.asarray(falling & fresh, dtype=bool)
 
     def lost_nodes(self) -> B:
         """Return which nodes are lost now."""

@@ -49,8 +49,13 @@ class PathParams:
     # A saturated CUSUM falls back under h within drain_s seconds of clean evidence (its ceiling is
     # h + drain_s x k): with clear_after_s this bounds how long an alarm outlives its fault.
     drain_s: float = 3.0
-    bw_floor: float = 0.01  # smallest bandwidth-ratio sigma believed
-    latency_floor: float = 0.02
+    # However long the tick, this many samples must agree before a CUSUM raises: an interval's
+    # average cannot tell a second-long spike from a step that filled it, and at a 5 s tick one
+    # entity in forty sees a spike every interval (docs/detection.md, "Long ticks").  At a 1 s tick
+    # the per-second cap binds first (z: 4 z-s a sample, 5 to raise), so this changes nothing there.
+    samples_to_raise: float = 6.0
+    bw_floor: float = 0.02  # smallest bandwidth-ratio sigma believed
+    latency_floor: float = 0.03
     # Error and retransmit CUSUMs take rates per second, each step weighted by its interval: the same
     # storm raises in the same seconds at any tick (h is in errors; at a 1 s tick, as before).
     errors_cap: float = 10.0  # errors a second counted at most
@@ -61,6 +66,9 @@ class PathParams:
     retrans_h: float = 32.0
     down_below: float = 0.05  # bandwidth ratio (to the link's own level, at its group's pace) under which it is down
     drop_below: float = 0.5  # a sample this low with every lane up counts as a drop (with retraining replays)
+    # The shortest drop an interval's average must show (flaps last 0.5-3 s: MegaScale): at a long tick a
+    # drop of drop_min_s dilutes to 1 - drop_min_s / interval, so the threshold rises to that.
+    drop_min_s: float = 0.5
     retrain_replays: float = 10.0  # replays in one interval that mean the link retrained (a CRC burst makes a few)
     idle_below: float = 0.05  # a group whose links carry under this share of their levels is not communicating
     latency_band: float = 3.0  # latency this many times its kind's median is degraded whatever its baseline
@@ -68,7 +76,11 @@ class PathParams:
     band_h_s: float = 10.0  # seconds outside a band (half of them net of any inside it) before it counts
     flap_window_s: float = 60.0  # decay time of the drop count
     flap_drops: float = 1.8  # ~2 drops within the window is flapping
-    flap_hold_s: float = 25.0  # extra clean seconds a link that dropped recently needs to clear
+    flap_hold_s: float = 25.0  # extra clean seconds a link that blipped recently needs to clear
+    # A drop this short is a blip, the flapping signature (down 0.5-3 s, up 5-30 s: MegaScale, Alibaba
+    # HPN): only after a blip does a link wait flap_hold_s to clear.  A link that was down longer was
+    # reseated, replaced or retrained for good, and clears like any other fault.
+    flap_blip_s: float = 10.0
     recent_drop: float = 0.3  # drop count above which a drop was recent (~70 s)
     raise_after_s: float = 2.0  # persistence a degraded state needs
     clear_after_s: float = 5.0  # clean seconds to clear
@@ -101,6 +113,12 @@ class PathParams:
     # its rate is not read as loss.
     loss_learn_s: float = 1_800.0
     loss_margin_se: float = 1.0
+    # Hysteresis of the loss test, in units of each port's h: raised at 1, cleared under loss_clear,
+    # the sum held under loss_ceiling.  Clearing drains (ceiling - clear) h at the healthy drift, about
+    # half of what raising took: a rate test cannot know that loss ended much faster than it saw it
+    # begin, and a narrower band would let noise during the loss clear and re-raise it.
+    loss_ceiling: float = 1.25
+    loss_clear: float = 0.75
     loss_delay_s: float = 900.0  # then a port's rate learns what it saw this long ago, if it stayed healthy
     loss_baseline_halflife_s: float = 3_600.0
 
@@ -118,9 +136,9 @@ def slow_path_stretch(latency_ratio: F32, share: F32, retrans_share: F32, *, lat
     return stretch.astype(np.float32, copy=False)
 
 
-def _cusum(n: int, *, k: float, h: float, cap: float, drain_s: float) -> ClippedCusum:
+def _cusum(n: int, p: PathParams, *, k: float, h: float, cap: float) -> ClippedCusum:
     """Return a CUSUM whose ceiling lets a saturated sum fall under ``h`` in ``drain_s`` clean seconds."""
-    return ClippedCusum.zeros(n, k=k, h=h, cap=cap, ceiling=h + drain_s * k)
+    return ClippedCusum.zeros(n, k=k, h=h, cap=cap, ceiling=h + p.drain_s * k, samples=p.samples_to_raise)
 
 
 def _deviation(values: F32, reference: F32, ok: B, *, floor: float, sample: PeerSample) -> F32:
@@ -136,7 +154,8 @@ def _deviation(values: F32, reference: F32, ok: B, *, floor: float, sample: Peer
 
 def _band(n: int, p: PathParams) -> ClippedCusum:
     """Return the persistence of being outside the wide band against peers: a spike is not a drift."""
-    return ClippedCusum.zeros(n, k=0.5, h=0.5 * p.band_h_s, cap=1.0, ceiling=0.5 * p.band_h_s + p.drain_s * 0.5)
+    return ClippedCusum.zeros(n, k=0.5, h=0.5 * p.band_h_s, cap=1.0, ceiling=0.5 * p.band_h_s + p.drain_s * 0.5,
+                              samples=p.samples_to_raise)
 
 
 @dataclass(eq=False)
@@ -152,15 +171,17 @@ class LinkDetector:
         n = topo.n_links
         p = self.params
         self.seen = np.zeros(n, dtype=np.uint32)
-        self.bw = _cusum(n, k=p.z_k, h=p.z_h, cap=p.z_cap, drain_s=p.drain_s)
-        self.latency = _cusum(n, k=p.z_k, h=p.z_h, cap=p.z_cap, drain_s=p.drain_s)
-        self.errors = _cusum(n, k=p.errors_k, h=p.errors_h, cap=p.errors_cap, drain_s=p.drain_s)
+        self.bw = _cusum(n, p, k=p.z_k, h=p.z_h, cap=p.z_cap)
+        self.latency = _cusum(n, p, k=p.z_k, h=p.z_h, cap=p.z_cap)
+        self.errors = _cusum(n, p, k=p.errors_k, h=p.errors_h, cap=p.errors_cap)
         self.band = _band(n, p)
         baseline = {"halflife_s": p.baseline_halflife_s, "learn_s": p.baseline_learn_s, "clip": p.baseline_clip}
         self.bw_base = Baseline.empty(n, **baseline)  # bandwidth / nominal, at its group's pace
         self.latency_base = Baseline.empty(n, **baseline)
         self.drops = np.zeros(n, np.float32)
         self.was_dropped = np.zeros(n, dtype=bool)
+        self.down_s = np.zeros(n, np.float32)  # seconds of the current (or last) run of dropped samples
+        self.last_down_s = np.full(n, np.inf, np.float32)  # how long the last drop that ended lasted
         self.was_low = np.zeros(n, dtype=bool)  # the last sample's bandwidth was near zero with lanes up
         self.now_ratio = np.ones(n, np.float32)  # the latest such ratio
         # A drop (lanes gone, or bandwidth far below any noise) raises at once.
@@ -183,14 +204,14 @@ class LinkDetector:
         """Return each link's figure of its kind, by broadcasting over the nodes' common link order."""
         return np.tile(per_kind[self.kind_order], self.state.topology.n_nodes).astype(np.float32)
 
-    def _downs(self, fresh: B, full: B, ratio: F32, up: B) -> tuple[B, B]:
+    def _downs(self, fresh: B, full: B, ratio: F32, up: B, held: F32) -> tuple[B, B]:
         """Return (down, dropped this sample), and count the drops that begin.
 
         No lane up is the link down.  Bandwidth alone never is, in one
         sample: a healthy link's interval average has heavy tails (a stall,
         contention), so near-zero bandwidth with lanes up must persist for two
-        samples, and a dip under half its level with every lane up (``full``)
-        counts as a drop (a brief down inside the interval) only with the
+        samples, and a dip under half its level (at a long tick, under
+        1 - drop_min_s / interval) with every lane up (``full``) counts as a drop (a brief down inside the interval) only with the
         replays a retraining link makes: it replays its whole in-flight window,
         tens of packets, where a CRC burst on a healthy link replays a few.
         """
@@ -199,15 +220,20 @@ class LinkDetector:
         down = ~up | (low & self.was_low)
         np.copyto(self.was_low, low, where=fresh)
         retrained = counter_delta(table, "replay_total") >= np.float32(p.retrain_replays)
-        dropped = fresh & (down | (full & (ratio < p.drop_below) & retrained))
-        self._count_drops(dropped, fresh, table.dt_s)
+        below = np.maximum(np.float32(p.drop_below), np.float32(1.0) - np.float32(p.drop_min_s) / held)
+        dropped = fresh & (down | (full & (ratio < below) & retrained))
+        self._count_drops(dropped, fresh, table.dt_s, held)
         return down, dropped
 
-    def _count_drops(self, dropped: B, fresh: B, dt: F32) -> None:
-        """Decay each link's drop count over its interval and count a drop where one begins."""
+    def _count_drops(self, dropped: B, fresh: B, dt: F32, held: F32) -> None:
+        """Decay each link's drop count over its interval, count a drop where one begins, time each drop."""
         decay = np.exp(-np.fmax(dt, np.float32(0.0)) / np.float32(self.params.flap_window_s)).astype(np.float32)
         np.multiply(self.drops, decay, out=self.drops, where=fresh)
-        np.add(self.drops, np.float32(1.0), out=self.drops, where=dropped & ~self.was_dropped)
+        begins = dropped & ~self.was_dropped
+        np.add(self.drops, np.float32(1.0), out=self.drops, where=begins)
+        np.copyto(self.down_s, np.float32(0.0), where=begins)
+        np.add(self.down_s, np.nan_to_num(held, nan=0.0), out=self.down_s, where=dropped)
+        np.copyto(self.last_down_s, self.down_s, where=fresh & ~dropped & self.was_dropped)
         np.copyto(self.was_dropped, dropped, where=fresh)
 
     def _kind_centers(self, share: F32, latency: F32, judged: B) -> tuple[F32, F32, F32]:
@@ -267,7 +293,7 @@ class LinkDetector:
         errors /= dt  # per second
 
         all_lanes = self.hardware.neuronlink_lanes
-        down, dropped = self._downs(fresh, communicating & (lanes == all_lanes), ratio, up)
+        down, dropped = self._downs(fresh, communicating & (lanes == all_lanes), ratio, up, held)
         # The wide band against peers: a link far slower than its kind, or whose own level has sunk
         # far under its kind's, is degraded whatever its baseline learned.
         far_latency = lat_ok & (latency > np.float32(p.latency_band) * self._per_link(lat_center))
@@ -289,14 +315,15 @@ class LinkDetector:
         flag(reasons, self.errors.update(errors, fresh, scratch=errors, seconds=held), Reason.ERRORS)
         flag(reasons, self.drops >= p.flap_drops, Reason.FLAPPING)
         flag(reasons, dropped, Reason.DOWN)
-        # A drop raises at once; a link that dropped recently must stay clean
+        # A drop raises at once; a link that blipped (dropped briefly) recently must stay clean
         # for flap_hold_s more before it clears, so a flapping link is one
         # event for its whole episode, never a string of downs.  Flapping names
         # the episode but holds nothing by itself: the hold does, for a bounded
         # time after the last drop, however many drops came before.
         candidate = ((reasons & ~np.int32(Reason.FLAPPING)) != 0).astype(np.int8)  # DEGRADED
         candidate[dropped] = DOWN
-        np.copyto(self.tracker.hold_s, np.float32(p.flap_hold_s), where=self.drops > p.recent_drop)
+        blipped = np.where(self.last_down_s < p.flap_blip_s, np.float32(p.flap_hold_s), np.float32(0.0))
+        np.copyto(self.tracker.hold_s, blipped, where=self.drops > p.recent_drop)
         changes = self.tracker.update(candidate, reasons, fresh, tick,
                                       seconds=held)
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -353,9 +380,9 @@ class EfaDetector:
         n = topo.n_efa
         self.per_us = topo.efa_ports_per_node * topo.nodes_per_ultraserver
         self.seen = np.zeros(n, dtype=np.uint32)
-        self.throughput = _cusum(n, k=p.z_k, h=p.z_h, cap=p.z_cap, drain_s=p.drain_s)
-        self.latency = _cusum(n, k=p.z_k, h=p.z_h, cap=p.z_cap, drain_s=p.drain_s)
-        self.retrans = _cusum(n, k=p.retrans_k, h=p.retrans_h, cap=p.retrans_cap, drain_s=p.drain_s)
+        self.throughput = _cusum(n, p, k=p.z_k, h=p.z_h, cap=p.z_cap)
+        self.latency = _cusum(n, p, k=p.z_k, h=p.z_h, cap=p.z_cap)
+        self.retrans = _cusum(n, p, k=p.retrans_k, h=p.retrans_h, cap=p.retrans_cap)
         self.band = _band(n, p)
         baseline = {"halflife_s": p.baseline_halflife_s, "learn_s": p.baseline_learn_s, "clip": p.baseline_clip}
         self.share_base = Baseline.empty(n, **baseline)  # throughput / its UltraServer's median
@@ -364,6 +391,7 @@ class EfaDetector:
                                                learn_s=p.loss_learn_s, delay_s=p.loss_delay_s)
         self.share = np.full(n, np.nan, np.float32)  # EWMA of throughput / its own share of its UltraServer's
         self.latency_ratio = np.full(n, np.nan, np.float32)  # EWMA of latency / its own level
+        self.was_low = np.zeros(n, dtype=bool)  # the last sample's traffic was near zero
         self.retrans_share = np.zeros(n, np.float32)  # EWMA of bytes retransmitted above its own rate / bytes sent
         self.sample = PeerSample.of(n)
         self.loss = np.zeros(n, np.float32)  # Poisson CUSUM of retransmits over the port's rate, in its own h
@@ -414,7 +442,7 @@ class EfaDetector:
         excess -= np.maximum(np.float32(0.0), 2.0 * np.sqrt(own_rate) - np.float32(p.retrans_k))
         unresponsive = counter_delta(table, "unresponsive_remote_events_total") > 0
 
-        down = active & ((ratio < p.down_below) | unresponsive)
+        down = self._downs(active, ratio, unresponsive, fresh)
         shortfall = 1.0 - ratio
         shortfall /= np.float32(scale)
         far_latency = lat_ok & (latency > np.float32(p.latency_band * lat_center))
@@ -438,6 +466,18 @@ class EfaDetector:
         self._learn(share, latency, healthy & active, healthy & lat_ok, held)
         self._learn_rate(retrans, own_rate, fresh, dt)
         return changes
+
+    def _downs(self, active: B, ratio: F32, unresponsive: B, fresh: B) -> B:
+        """Return which ports are down: traffic near zero in two samples running, or the remote unresponsive.
+
+        One sample is not enough: an agent that restarted twice within a few
+        seconds leaves counters that never went backwards but moved only since
+        its last start, which reads as one interval of near-zero traffic.
+        """
+        low = active & (ratio < self.params.down_below)
+        down = (low & self.was_low) | (active & unresponsive)
+        np.copyto(self.was_low, low, where=fresh)
+        return down
 
     def _learn(self, share: F32, latency: F32, share_ok: B, lat_ok: B, held: F32) -> None:
         """Fold the sample into the baselines of healthy ports with little evidence against them (_baseline.py)."""
@@ -537,11 +577,11 @@ class EfaDetector:
         # rate is mostly the fleet's, and a port that always retransmitted more would read as lossy.
         judged = ok & self.retrans_base.learned()
         np.add(self.loss, step.astype(np.float32), out=self.loss, where=judged)
-        # Hysteresis: raised at h, cleared under half of it, so noise around the threshold during a
+        # Hysteresis: raised at h, cleared under loss_clear of it, so noise around the threshold during a
         # fault is one detection; the ceiling bounds how long it takes to clear once the loss has ended.
-        np.clip(self.loss, 0.0, np.float32(1.5), out=self.loss)
+        np.clip(self.loss, 0.0, np.float32(p.loss_ceiling), out=self.loss)
         self.lossy |= self.loss >= 1.0
-        self.lossy &= self.loss > 0.5
+        self.lossy &= self.loss > np.float32(p.loss_clear)
         return self.lossy
 
     def _update_background(self, clipped: F32, interval: F32, ok: B) -> None:
