@@ -211,8 +211,9 @@ class LinkDetector:
         sample: a healthy link's interval average has heavy tails (a stall,
         contention), so near-zero bandwidth with lanes up must persist for two
         samples, and a dip under half its level (at a long tick, under
-        1 - drop_min_s / interval) with every lane up (``full``) counts as a drop (a brief down inside the interval) only with the
-        replays a retraining link makes: it replays its whole in-flight window,
+        1 - drop_min_s / interval) with every lane up (``full``) counts as a
+        drop (a brief down inside the interval) only with the replays a
+        retraining link makes: it replays its whole in-flight window,
         tens of packets, where a CRC burst on a healthy link replays a few.
         """
         p, table = self.params, self.state.links
