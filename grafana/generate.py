@@ -1,0 +1,468 @@
+"""Write rainierd's Grafana dashboards (grafana/dashboards/*.json) from one
+description, so every dashboard shares its datasource, site and UltraServer
+variables, its alert and health-event annotations and its panel conventions
+(a unit on every panel, one unit per axis, readable table columns).
+
+    python grafana/generate.py          # rewrite the JSON files
+    python grafana/generate.py --check  # exit 1 if they differ from what this writes
+
+tests/test_dashboards.py fails when the committed JSON drifts from this file.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+OUT = Path(__file__).parent / "dashboards"
+DS = {"type": "prometheus", "uid": "${datasource}"}
+SITE = 'site=~"$site"'
+US = 'ultraserver="$ultraserver"'
+RATE = "$__rate_interval"
+DRILL = "/d/rainierd-ultraserver/rainierd-ultraserver?var-datasource=${datasource}&var-site=${__data.fields.site}" \
+        "&var-ultraserver=${__data.fields.ultraserver}&${__url_time_range}"
+
+Panel = dict[str, Any]
+
+STATE_MAPS = {
+    "chip": ["healthy", "straggler", "throttled", "stale", "failed"],
+    "neuronlink": ["healthy", "degraded", "down"],
+    "efa": ["healthy", "degraded", "down"],
+    "node": ["healthy", "cooling_degraded", "lost"],
+}
+_COLOURS = ["green", "yellow", "orange", "purple", "red"]
+
+
+def state_mappings(entity: str) -> list[dict[str, Any]]:
+    """Value mappings of a ``rainier_<entity>_health_state`` code to its name and a colour."""
+    names = STATE_MAPS[entity]
+    colours = _COLOURS if len(names) == 5 else ["green", "orange", "red"]
+    return [{"type": "value", "options": {str(i): {"text": name, "color": colours[i], "index": i}
+                                          for i, name in enumerate(names)}}]
+
+
+def target(expr: str, legend: str = "", *, ref: str = "A", instant: bool = False, table: bool = False) -> Panel:
+    """A Prometheus query of a panel."""
+    out: Panel = {"datasource": DS, "refId": ref, "expr": expr, "legendFormat": legend or "__auto"}
+    if instant:
+        out |= {"instant": True, "range": False}
+    if table:
+        out["format"] = "table"
+    return out
+
+
+class Layout:
+    """Places panels left to right, rows of height ``h`` on a 24-column grid."""
+
+    def __init__(self) -> None:
+        self.x = self.y = self.row_h = 0
+        self.next_id = 1
+        self.panels: list[Panel] = []
+
+    def add(self, panel: Panel, w: int, h: int) -> None:
+        if self.x + w > 24:
+            self.x, self.y = 0, self.y + self.row_h
+            self.row_h = 0
+        panel["id"] = self.next_id
+        panel["gridPos"] = {"x": self.x, "y": self.y, "w": w, "h": h}
+        self.next_id += 1
+        self.x += w
+        self.row_h = max(self.row_h, h)
+        self.panels.append(panel)
+
+    def row(self, title: str) -> None:
+        self.x, self.y = 0, self.y + self.row_h
+        self.row_h = 1
+        self.panels.append({"type": "row", "title": title, "id": self.next_id, "collapsed": False, "panels": [],
+                            "gridPos": {"x": 0, "y": self.y, "w": 24, "h": 1}})
+        self.next_id += 1
+        self.x = 24  # the next panel starts a new line
+
+
+def panel(kind: str, title: str, unit: str, targets: list[Panel], *, description: str = "",
+          mappings: list[dict[str, Any]] | None = None, overrides: list[dict[str, Any]] | None = None,
+          options: dict[str, Any] | None = None, custom: dict[str, Any] | None = None,
+          transformations: list[dict[str, Any]] | None = None, thresholds: list[tuple[float | None, str]] | None = None,
+          decimals: int | None = None) -> Panel:
+    """A panel with its unit, datasource variable and any mappings, overrides and transformations."""
+    defaults: dict[str, Any] = {"unit": unit, "mappings": mappings or []}
+    if custom:
+        defaults["custom"] = custom
+    if decimals is not None:
+        defaults["decimals"] = decimals
+    if thresholds:
+        defaults["thresholds"] = {"mode": "absolute", "steps": [{"value": v, "color": c} for v, c in thresholds]}
+    out: Panel = {"type": kind, "title": title, "datasource": DS, "targets": targets,
+                  "fieldConfig": {"defaults": defaults, "overrides": overrides or []}}
+    if description:
+        out["description"] = description
+    if options:
+        out["options"] = options
+    if transformations:
+        out["transformations"] = transformations
+    return out
+
+
+def table(title: str, unit: str, expr: str, columns: dict[str, str], *, value: str, description: str = "",
+          mappings: list[dict[str, Any]] | None = None, drill: bool = True) -> Panel:
+    """An instant table with readable column names (organize), the value column last, and a drill-down link
+    on its UltraServer column."""
+    names = columns | {"Value": value}
+    order = {name: i for i, name in enumerate(names)}
+    overrides = [{"matcher": {"id": "byName", "options": "Value"},
+                  "properties": [{"id": "unit", "value": unit}, {"id": "mappings", "value": mappings or []}]}]
+    if drill:
+        overrides.append({"matcher": {"id": "byName", "options": "ultraserver"}, "properties": [
+            {"id": "links", "value": [{"title": "Drill into ${__value.text}", "url": DRILL}]}]})
+    organize = {"id": "organize", "options": {
+        "excludeByName": {k: True for k in ("Time", "__name__", "instance", "job") if k not in columns},
+        "indexByName": order, "renameByName": names}}
+    return panel("table", title, unit, [target(expr, instant=True, table=True)], description=description,
+                 overrides=overrides, transformations=[organize], options={"showHeader": True})
+
+
+def timeseries(title: str, unit: str, *targets: Panel, description: str = "", stack: bool = False,
+               min_zero: bool = True) -> Panel:
+    custom: dict[str, Any] = {"lineWidth": 1, "fillOpacity": 10 if stack else 0, "showPoints": "never"}
+    if stack:
+        custom["stacking"] = {"mode": "normal", "group": "A"}
+    out = panel("timeseries", title, unit, list(targets), description=description, custom=custom,
+                options={"legend": {"displayMode": "table", "placement": "right", "calcs": ["lastNotNull"]},
+                         "tooltip": {"mode": "multi", "sort": "desc"}})
+    if min_zero:
+        out["fieldConfig"]["defaults"]["min"] = 0
+    return out
+
+
+def refs(*targets: Panel) -> list[Panel]:
+    return [t | {"refId": chr(ord("A") + i)} for i, t in enumerate(targets)]
+
+
+def datasource_var() -> Panel:
+    return {"name": "datasource", "label": "Data source", "type": "datasource", "query": "prometheus",
+            "current": {}, "hide": 0, "refresh": 1, "options": [], "regex": ""}
+
+
+def query_var(name: str, label: str, query: str, *, multi: bool, include_all: bool) -> Panel:
+    return {"name": name, "label": label, "type": "query", "datasource": DS,
+            "definition": query, "query": {"query": query, "refId": f"{name}-var"},
+            "refresh": 2, "sort": 3, "multi": multi, "includeAll": include_all, "current": {}, "options": [],
+            "hide": 0, "regex": ""}
+
+
+def annotations() -> dict[str, Any]:
+    """Firing alerts (from ``ALERTS``) and health events (a rise of ``rainier_health_events_total``)."""
+    return {"list": [
+        {"builtIn": 1, "datasource": {"type": "grafana", "uid": "-- Grafana --"}, "enable": True, "hide": True,
+         "iconColor": "rgba(0, 211, 255, 1)", "name": "Annotations & Alerts", "type": "dashboard"},
+        {"name": "Firing alerts", "datasource": DS, "enable": True, "iconColor": "red",
+         "expr": 'ALERTS{alertstate="firing"}', "step": "30s", "titleFormat": "{{alertname}}",
+         "tagKeys": "severity,site,ultraserver", "textFormat": "{{alertname}} {{site}} {{ultraserver}}",
+         "useValueForTime": False},
+        {"name": "Health events", "datasource": DS, "enable": True, "iconColor": "orange",
+         "expr": f'sum by (entity, state) (increase(rainier_health_events_total[{RATE}])) > 0',
+         "step": "30s", "titleFormat": "{{entity}} → {{state}}", "tagKeys": "entity,state",
+         "textFormat": "{{entity}} entities became {{state}}"},
+    ]}
+
+
+def dashboard(uid: str, title: str, panels: list[Panel], variables: list[Panel], description: str) -> Panel:
+    return {
+        "uid": uid, "title": title, "description": description, "tags": ["rainierd", "trainium2"],
+        "timezone": "utc", "schemaVersion": 39, "version": 1, "editable": True, "graphTooltip": 1,
+        "refresh": "30s", "time": {"from": "now-1h", "to": "now"},
+        "templating": {"list": variables}, "annotations": annotations(), "panels": panels,
+        "links": [{"title": "rainierd dashboards", "type": "dashboards", "tags": ["rainierd"], "asDropdown": True,
+                   "includeVars": False, "keepTime": True}],
+    }
+
+
+def site_vars() -> list[Panel]:
+    return [datasource_var(),
+            query_var("site", "Site", "label_values(rainier_site_fp8_peak_flops, site)", multi=True,
+                      include_all=True)]
+
+
+def fleet() -> Panel:
+    lay = Layout()
+    lay.row("Throughput")
+    lay.add(panel("stat", "Effective FP8 (FLOP/s)", "flops",
+                  [target(f"sum(rainier_site_fp8_effective_flops{{{SITE}}})")]), 6, 5)
+    ratio = panel("gauge", "Effective / peak (%)", "percentunit",
+                  [target(f"sum(rainier_site_fp8_effective_flops{{{SITE}}}) "
+                          f"/ sum(rainier_site_fp8_peak_flops{{{SITE}}})")],
+                  thresholds=[(None, "red"), (0.9, "orange"), (0.97, "green")])
+    ratio["fieldConfig"]["defaults"] |= {"min": 0, "max": 1}
+    lay.add(ratio, 6, 5)
+    lay.add(panel("stat", "Unhealthy entities now (count)", "short",
+                  [target("sum by (entity) (rainier:unhealthy:sum_by_entity_state)", "{{entity}}")],
+                  thresholds=[(None, "green"), (1, "orange")]), 12, 5)
+    lay.add(timeseries("FP8 peak, delivered, effective (FLOP/s)", "flops", *refs(
+        target(f"sum(rainier_site_fp8_peak_flops{{{SITE}}})", "peak"),
+        target(f"sum(rainier_site_fp8_delivered_flops{{{SITE}}})", "delivered"),
+        target(f"sum(rainier_site_fp8_effective_flops{{{SITE}}})", "effective"),
+        target(f"sum(rate(rainier_site_fp8_flop_total{{{SITE}}}[{RATE}]))", "executed (FLOP counter rate)"),
+    ), min_zero=False), 12, 8)
+    lay.add(timeseries("Lost FP8 by cause (FLOP/s)", "flops",
+                       target(f"sum by (cause) (rainier_site_fp8_lost_flops{{{SITE}}})", "{{cause}}"),
+                       stack=True), 12, 8)
+    lay.add(table("Worst UltraServers by effective / peak (%)", "percentunit",
+                  f"bottomk(10, rainier:ultraserver_fp8_effective:ratio{{{SITE}}})",
+                  {"ultraserver": "UltraServer", "site": "Site"}, value="Effective / peak",
+                  description="Click an UltraServer for its chips, NeuronLinks and EFA ports."), 12, 8)
+    lay.add(timeseries("Unhealthy entities by state (count)", "short",
+                       target("sum by (entity, state) (rainier:unhealthy:sum_by_entity_state)",
+                              "{{entity}} {{state}}"), stack=True), 12, 8)
+    lay.row("Unhealthy entities")
+    lay.add(table("Unhealthy NeuronLinks (state)", "short", f"rainier_neuronlink_unhealthy{{{SITE}}}",
+                  {"link": "Link", "kind": "Kind", "state": "State", "site": "Site", "ultraserver": "UltraServer",
+                   "node": "Node"}, value="Unhealthy"), 8, 8)
+    lay.add(table("Unhealthy EFA ports (state)", "short", f"rainier_efa_port_unhealthy{{{SITE}}}",
+                  {"port": "Port", "state": "State", "site": "Site", "ultraserver": "UltraServer", "node": "Node"},
+                  value="Unhealthy"), 8, 8)
+    lay.add(table("Unhealthy chips (state)", "short", f"rainier_chip_unhealthy{{{SITE}}}",
+                  {"chip": "Chip", "state": "State", "site": "Site", "ultraserver": "UltraServer", "node": "Node"},
+                  value="Unhealthy"), 8, 8)
+    lay.add(timeseries("Lowest NeuronLink bandwidth / kind median (%)", "percentunit",
+                       target(f"rainier_neuronlink_worst_bandwidth_ratio{{{SITE}}}", "link {{link}} {{ultraserver}}")),
+            12, 8)
+    lay.add(timeseries("Lowest EFA port traffic / UltraServer median (%)", "percentunit",
+                       target(f"rainier_efa_port_worst_traffic_ratio{{{SITE}}}", "port {{port}} {{ultraserver}}")),
+            12, 8)
+    lay.row("Cooling and chips (per site; hottest UltraServers)")
+    lay.add(timeseries("Chip temperature, hottest and mean (°C)", "celsius", *refs(
+        target(f"max by (site) (rainier_site_chip_max_temperature_celsius{{{SITE}}})", "{{site}} hottest"),
+        target(f"avg by (site) (rainier_site_chip_mean_temperature_celsius{{{SITE}}})", "{{site}} mean"),
+    ), min_zero=False), 8, 8)
+    lay.add(timeseries("Node inlet and outlet air, warmest and mean (°C)", "celsius", *refs(
+        target(f"max by (site) (rainier_site_node_max_inlet_temperature_celsius{{{SITE}}})", "{{site}} inlet max"),
+        target(f"avg by (site) (rainier_site_node_mean_inlet_temperature_celsius{{{SITE}}})", "{{site}} inlet mean"),
+        target(f"max by (site) (rainier_site_node_max_outlet_temperature_celsius{{{SITE}}})", "{{site}} outlet max"),
+        target(f"avg by (site) (rainier_site_node_mean_outlet_temperature_celsius{{{SITE}}})",
+               "{{site}} outlet mean"),
+        target(f"avg by (site) (rainier_site_outside_temperature_celsius{{{SITE}}})", "{{site}} outside"),
+    ), min_zero=False), 8, 8)
+    lay.add(timeseries("Node fan speed, fastest and mean (rpm)", "rotrpm", *refs(
+        target(f"max by (site) (rainier_site_node_max_fan_rpm{{{SITE}}})", "{{site}} fastest"),
+        target(f"avg by (site) (rainier_site_node_mean_fan_rpm{{{SITE}}})", "{{site}} mean"),
+    )), 8, 8)
+    lay.add(timeseries("Chip power, largest and mean (W)", "watt", *refs(
+        target(f"max by (site) (rainier_site_chip_max_power_watts{{{SITE}}})", "{{site}} largest"),
+        target(f"avg by (site) (rainier_site_chip_mean_power_watts{{{SITE}}})", "{{site}} mean"),
+    )), 8, 8)
+    lay.add(timeseries("HBM in use per chip, largest and mean (bytes)", "bytes", *refs(
+        target(f"max by (site) (rainier_site_chip_max_hbm_used_bytes{{{SITE}}})", "{{site}} largest"),
+        target(f"avg by (site) (rainier_site_chip_mean_hbm_used_bytes{{{SITE}}})", "{{site}} mean"),
+    )), 8, 8)
+    lay.add(timeseries("ECC errors (errors/s)", "cps", *refs(
+        target(f"sum by (site) (rate(rainier_site_chip_ecc_corrected_errors_total{{{SITE}}}[{RATE}]))",
+               "{{site}} corrected"),
+        target(f"sum by (site) (rate(rainier_site_chip_ecc_uncorrected_errors_total{{{SITE}}}[{RATE}]))",
+               "{{site}} uncorrected"),
+    )), 8, 8)
+    lay.add(table("Hottest UltraServers (°C)", "celsius",
+                  f"topk(10, rainier_ultraserver_chip_max_temperature_celsius{{{SITE}}})",
+                  {"ultraserver": "UltraServer", "site": "Site"}, value="Hottest chip"), 8, 8)
+    lay.add(table("UltraServers with uncorrected ECC errors in the last hour (errors)", "short",
+                  f"topk(10, increase(rainier_ultraserver_chip_ecc_uncorrected_errors_total{{{SITE}}}[1h]))",
+                  {"ultraserver": "UltraServer", "site": "Site"}, value="Uncorrected ECC errors"), 8, 8)
+    lay.add(timeseries("Water assist (on/off)", "bool_on_off",
+                       target(f"rainier_site_cooling_water_assist{{{SITE}}}", "{{site}}")), 8, 8)
+    lay.row("Water and energy (per site)")
+    lay.add(timeseries("Cooling water (L/h)", "litreh",
+                       target(f"sum by (site) (rate(rainier_site_water_cubic_meters_total{{{SITE}}}[{RATE}])) "
+                              f"* 1000 * 3600", "{{site}}")), 8, 8)
+    lay.add(timeseries("IT power (W)", "watt",
+                       target(f"sum by (site) (rate(rainier_site_it_energy_joules_total{{{SITE}}}[{RATE}]))",
+                              "{{site}}")), 8, 8)
+    lay.add(timeseries("Water usage effectiveness over the last hour (L/kWh)", "suffix: L/kWh",
+                       target(f"sum by (site) (increase(rainier_site_water_cubic_meters_total{{{SITE}}}[1h])) * 1000"
+                              f" / (sum by (site) (increase(rainier_site_it_energy_joules_total{{{SITE}}}[1h])) "
+                              f"/ 3.6e6)", "{{site}}"),
+                       description="Water the cooling used per kWh of IT energy (AWS quotes 0.15 L/kWh for its "
+                                   "fleet; the industry 0.375). 0 while the sites run on outside air alone."),
+            8, 8)
+    return dashboard("rainierd-fleet", "rainierd: Trainium2 fleet", lay.panels, site_vars(),
+                     "Fleet FP8 throughput, health and cooling from rainierd. Drill into an UltraServer from the "
+                     "tables.")
+
+
+def ultraserver() -> Panel:
+    lay = Layout()
+    lay.row("UltraServer $ultraserver")
+    lay.add(timeseries("FP8 peak and effective (FLOP/s)", "flops", *refs(
+        target(f"sum(rainier_ultraserver_fp8_peak_flops{{{US}}})", "peak"),
+        target(f"sum(rainier_ultraserver_fp8_effective_flops{{{US}}})", "effective"),
+        target(f"sum(rate(rainier_ultraserver_fp8_flop_total{{{US}}}[{RATE}]))", "executed (FLOP counter rate)"),
+    )), 8, 8)
+    lay.add(timeseries("Lost FP8 by cause (FLOP/s)", "flops",
+                       target(f"sum by (cause) (rainier_ultraserver_fp8_lost_flops{{{US}}})", "{{cause}}"),
+                       stack=True), 8, 8)
+    lay.add(timeseries("Chip temperature, hottest and mean (°C)", "celsius", *refs(
+        target(f"max(rainier_ultraserver_chip_max_temperature_celsius{{{US}}})", "hottest"),
+        target(f"avg(rainier_ultraserver_chip_mean_temperature_celsius{{{US}}})", "mean"),
+    ), min_zero=False), 8, 8)
+    heat = {"calculate": False, "yAxis": {"axisPlacement": "left", "reverse": False},
+            "rowsFrame": {"layout": "auto"}, "cellGap": 1,
+            "color": {"mode": "scheme", "scheme": "Turbo", "steps": 64, "exponent": 0.5, "fill": "dark-orange"},
+            "tooltip": {"show": True, "yHistogram": False}, "legend": {"show": True}}
+    lay.row("Chips (drill-down probe)")
+    lay.add(panel("heatmap", "Chip temperature, chip by chip (°C)", "celsius",
+                  [target(f"rainier_chip_temperature_celsius{{{US}}}", "{{chip}}")],
+                  options=heat | {"yAxis": {"axisLabel": "chip", "axisPlacement": "left"}},
+                  description="One row per chip of the UltraServer, from the /probe scrape job."), 12, 10)
+    lay.add(panel("heatmap", "Chip utilisation, chip by chip (%)", "percentunit",
+                  [target(f"rainier_chip_utilization_ratio{{{US}}}", "{{chip}}")],
+                  options=heat | {"color": heat["color"] | {"scheme": "Greens"},
+                                  "yAxis": {"axisLabel": "chip", "axisPlacement": "left"}}), 12, 10)
+    lay.add(panel("status-history", "Chip health states (state)", "none",
+                  [target(f"rainier_chip_health_state{{{US}}}", "chip {{chip}}")],
+                  mappings=state_mappings("chip"), options={"showValue": "never", "rowHeight": 0.9}), 12, 10)
+    lay.add(timeseries("Chip power (W)", "watt", target(f"rainier_chip_power_watts{{{US}}}", "chip {{chip}}")),
+            12, 10)
+    lay.row("NeuronLinks (drill-down probe)")
+    lay.add(panel("status-history", "NeuronLink health states (state)", "none",
+                  [target(f"rainier_neuronlink_health_state{{{US}}}", "{{link}} {{kind}} {{chip_a}}-{{chip_b}}")],
+                  mappings=state_mappings("neuronlink"), options={"showValue": "never", "rowHeight": 0.9}), 12, 12)
+    lay.add(table("NeuronLinks, worst state first (state)", "none",
+                  f"sort_desc(rainier_neuronlink_health_state{{{US}}})",
+                  {"link": "Link", "kind": "Kind", "chip_a": "Chip A", "chip_b": "Chip B", "node": "Node"},
+                  value="State", mappings=state_mappings("neuronlink"), drill=False), 12, 12)
+    lay.add(timeseries("NeuronLink bandwidth (bytes/s)", "Bps",
+                       target(f"rainier_neuronlink_bandwidth_bytes_per_second{{{US}}}", "{{link}} {{kind}}")), 8, 8)
+    lay.add(timeseries("NeuronLink lanes up (lanes)", "short",
+                       target(f"min by (node) (rainier_neuronlink_lanes_up{{{US}}})", "fewest on {{node}}")), 8, 8)
+    lay.add(timeseries("NeuronLink replays and CRC errors (events/s)", "cps", *refs(
+        target(f"sum by (node) (rate(rainier_neuronlink_replays_total{{{US}}}[{RATE}]))", "replays {{node}}"),
+        target(f"sum by (node) (rate(rainier_neuronlink_crc_errors_total{{{US}}}[{RATE}]))", "CRC {{node}}"),
+    )), 8, 8)
+    lay.row("EFA ports (drill-down probe)")
+    lay.add(panel("status-history", "EFA port health states (state)", "none",
+                  [target(f"rainier_efa_port_health_state{{{US}}}", "port {{port}}")],
+                  mappings=state_mappings("efa"), options={"showValue": "never", "rowHeight": 0.9}), 12, 10)
+    lay.add(table("EFA ports, worst state first (state)", "none", f"sort_desc(rainier_efa_port_health_state{{{US}}})",
+                  {"port": "Port", "chip": "Chip", "node": "Node"}, value="State", mappings=state_mappings("efa"),
+                  drill=False), 12, 10)
+    lay.add(timeseries("EFA traffic sent (bytes/s)", "Bps",
+                       target(f"rate(rainier_efa_port_transmit_bytes_total{{{US}}}[{RATE}])", "port {{port}}")), 8, 8)
+    lay.add(timeseries("EFA retransmitted packets (packets/s)", "pps",
+                       target(f"rate(rainier_efa_port_retransmit_packets_total{{{US}}}[{RATE}])", "port {{port}}")),
+            8, 8)
+    lay.add(timeseries("EFA latency (s)", "s",
+                       target(f"rainier_efa_port_latency_seconds{{{US}}}", "port {{port}}")), 8, 8)
+    lay.row("Nodes: cooling (drill-down probe)")
+    lay.add(panel("state-timeline", "Node health states (state)", "none",
+                  [target(f"rainier_node_health_state{{{US}}}", "{{node}}")], mappings=state_mappings("node")), 6, 8)
+    lay.add(timeseries("Node inlet and outlet air (°C)", "celsius", *refs(
+        target(f"rainier_node_inlet_temperature_celsius{{{US}}}", "{{node}} inlet"),
+        target(f"rainier_node_outlet_temperature_celsius{{{US}}}", "{{node}} outlet"),
+    ), min_zero=False), 6, 8)
+    lay.add(timeseries("Node fan speed (rpm)", "rotrpm", target(f"rainier_node_fan_rpm{{{US}}}", "{{node}}")), 6, 8)
+    lay.add(timeseries("Node power (W)", "watt", target(f"rainier_node_power_watts{{{US}}}", "{{node}}")), 6, 8)
+    variables = [*site_vars(), query_var(
+        "ultraserver", "UltraServer", 'label_values(rainier_ultraserver_fp8_peak_flops{site=~"$site"}, ultraserver)',
+        multi=False, include_all=False)]
+    return dashboard("rainierd-ultraserver", "rainierd: UltraServer drill-down", lay.panels, variables,
+                     "One UltraServer's 64 chips, 192 NeuronLinks, 64 EFA ports and 4 nodes from rainierd's "
+                     "/probe?target=<ultraserver> scrape job (docs/metrics.md: the UltraServers with an unhealthy "
+                     "entity are probed automatically); its aggregates from /metrics.")
+
+
+def self_health() -> Panel:
+    job = 'job=~"$job"'
+    lay = Layout()
+    lay.row("Ingest")
+    lay.add(timeseries("Frames decoded (frames/s)", "suffix: frames/s",
+                       target(f"sum by (encoding) (rate(rainier_ingest_frames_total{{{job}}}[{RATE}]))",
+                              "{{encoding}}")), 8, 8)
+    lay.add(timeseries("Telemetry received (bytes/s)", "Bps",
+                       target(f"sum(rate(rainier_ingest_bytes_total{{{job}}}[{RATE}]))", "payload")), 8, 8)
+    lay.add(timeseries("Frames lost / decoded (%)", "percentunit",
+                       target(f"sum(rate(rainier_ingest_frames_lost_total{{{job}}}[{RATE}])) / "
+                              f"clamp_min(sum(rate(rainier_ingest_frames_total{{{job}}}[{RATE}])), 1)", "lost")), 8, 8)
+    lay.add(timeseries("Rejected frames by reason (frames/s)", "suffix: frames/s",
+                       target(f"sum by (reason) (rate(rainier_ingest_decode_errors_total{{{job}}}[{RATE}]))",
+                              "{{reason}}"), stack=True), 8, 8)
+    lay.add(timeseries("Frames missing now (frames)", "short",
+                       target(f"sum(rainier_ingest_frames_missing{{{job}}})", "missing")), 8, 8)
+    lay.add(timeseries("Inbox drops (messages/s)", "suffix: messages/s",
+                       target(f"sum(rate(rainier_monitor_backlog_dropped_messages_total{{{job}}}[{RATE}]))",
+                              "dropped")), 8, 8)
+    lay.row("Lag and backlog")
+    lay.add(timeseries("Processing lag and sample lag p99 (s)", "s", *refs(
+        target(f"max(rainier_monitor_lag_seconds{{{job}}})", "processing lag"),
+        target(f"histogram_quantile(0.99, sum by (le) (rate(rainier_monitor_sample_lag_seconds_bucket{{{job}}}"
+               f"[{RATE}])))", "sample lag p99"),
+        target(f"max(rainier_monitor_backlog_seconds{{{job}}})", "oldest message waited"),
+    )), 8, 8)
+    lay.add(timeseries("Backlog (messages)", "short",
+                       target(f"sum(rainier_monitor_backlog_messages{{{job}}})", "messages")), 8, 8)
+    lay.add(timeseries("Backlog (bytes)", "bytes",
+                       target(f"sum(rainier_monitor_backlog_bytes{{{job}}})", "bytes")), 8, 8)
+    lay.add(timeseries("Overloaded (on/off)", "bool_on_off",
+                       target(f"max(rainier_monitor_overloaded{{{job}}})", "overloaded")), 8, 8)
+    lay.add(timeseries("MQTT session up (on/off)", "bool_on_off",
+                       target(f"min(rainier_mqtt_connected{{{job}}})", "connected")), 8, 8)
+    lay.add(timeseries("MQTT connection failures (failures/s)", "cps",
+                       target(f"sum(rate(rainier_mqtt_connection_failures_total{{{job}}}[{RATE}]))", "failures")),
+            8, 8)
+    lay.row("Cost")
+    lay.add(timeseries("Analysis duration (s)", "s",
+                       target(f"max(rainier_monitor_analysis_duration_seconds{{{job}}})", "analysis")), 8, 8)
+    lay.add(timeseries("Event-loop lag: worst over 10 s and p99 (s)", "s", *refs(
+        target(f"max(rainier_event_loop_lag_seconds{{{job}}})", "worst (10 s)"),
+        target(f"histogram_quantile(0.99, sum by (le) (rate(rainier_event_loop_probe_lag_seconds_bucket{{{job}}}"
+               f"[{RATE}])))", "p99"),
+    )), 8, 8)
+    lay.add(timeseries("Scrape duration (s)", "s", *refs(
+        target(f"max by (job) (scrape_duration_seconds{{{job}}})", "{{job}} scrape"),
+        target(f"max by (collector) (rainier_exporter_collector_duration_seconds{{{job}}})",
+               "collector {{collector}}"),
+        target(f"max(rainier_probe_duration_seconds{{{job}}})", "drill-down probe build"),
+    )), 8, 8)
+    lay.add(timeseries("Samples per scrape (series)", "short",
+                       target(f"sum by (job) (scrape_samples_scraped{{{job}}})", "{{job}}")), 8, 8)
+    lay.add(timeseries("CPU (cores)", "short",
+                       target(f"sum by (job) (rate(process_cpu_seconds_total{{{job}}}[{RATE}]))", "{{job}}")), 8, 8)
+    lay.add(timeseries("Resident memory (bytes)", "bytes",
+                       target(f"max by (job) (process_resident_memory_bytes{{{job}}})", "{{job}}")), 8, 8)
+    lay.add(timeseries("Per-entity series over budget (series/s)", "suffix: series/s",
+                       target(f"sum by (family) (rate(rainier_exporter_series_dropped_total{{{job}}}[{RATE}]))",
+                              "{{family}}")), 8, 8)
+    lay.add(table("Build (version)", "short", f"rainier_build_info{{{job}}}",
+                  {"instance": "Instance", "version": "Version", "wire_version": "Wire version"}, value="Up",
+                  drill=False), 8, 8)
+    variables = [datasource_var(), query_var(
+        "job", "Job", 'label_values({__name__=~"rainier_build_info|rainier_probe_duration_seconds"}, job)',
+        multi=True, include_all=True)]
+    return dashboard("rainierd-self", "rainierd: self-health", lay.panels, variables,
+                     "Is rainierd keeping up? Ingest, losses and rejections, lag, backlog and what it costs.")
+
+
+DASHBOARDS = {"rainierd-fleet.json": fleet, "rainierd-ultraserver.json": ultraserver, "rainierd-self.json": self_health}
+
+
+def render() -> dict[str, str]:
+    """Return each dashboard file's text."""
+    return {name: json.dumps(build(), indent=2, ensure_ascii=False) + "\n" for name, build in DASHBOARDS.items()}
+
+
+def main(argv: list[str]) -> int:
+    drift = []
+    for name, text in render().items():
+        path = OUT / name
+        if "--check" in argv:
+            if not path.exists() or path.read_text() != text:
+                drift.append(name)
+        else:
+            path.write_text(text)
+    if drift:
+        print("out of date (run python grafana/generate.py):", ", ".join(drift), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
