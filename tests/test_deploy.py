@@ -1,0 +1,291 @@
+"""The deployment files are checked by machines, offline: the compose file
+against the compose-spec schema and its own promises (pinned images,
+health-gated start order, credentials from outside, loopback ports, a broker
+health probe that works against the shipped broker config), Alertmanager's
+config with amtool, and the Kubernetes manifests with kubernetes-validate
+plus the PrometheusRule against the rule files it is generated from."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from rainierd.promrules import RULES_DIR, prometheus_rule
+from tests.integration.test_authorisation import ShippedBroker, shipped_broker  # noqa: F401 (a fixture)
+
+ROOT = Path(__file__).parents[1]
+DEPLOY = ROOT / "deploy"
+COMPOSE = DEPLOY / "compose.yaml"
+VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+
+
+def tool(name: str) -> str:
+    """Return the path of ``name`` in the venv or on PATH; fail naming how to install it."""
+    here = Path(sys.executable).parent / name
+    path = str(here) if here.exists() else shutil.which(name)
+    if path is None:
+        pytest.fail(f"{name} is missing: pip install -e .[test] (check-jsonschema, kubernetes-validate), "
+                    "apt-get install prometheus-alertmanager (amtool)")
+    return path
+
+
+def compose() -> dict[str, Any]:
+    return dict(yaml.safe_load(COMPOSE.read_text()))
+
+
+class TestCompose:
+    """deploy/compose.yaml."""
+
+    def test_matches_the_compose_spec(self) -> None:
+        """check-jsonschema accepts the file against the compose-spec schema it carries."""
+        result = subprocess.run([tool("check-jsonschema"), "--builtin-schema", "vendor.compose-spec", str(COMPOSE)],
+                                capture_output=True, text=True, check=False, timeout=60)
+        assert result.returncode == 0, result.stdout + result.stderr
+
+    def test_runs_the_whole_stack(self) -> None:
+        """The stack is the broker, simulator, monitor, Prometheus, Alertmanager and Grafana."""
+        assert set(compose()["services"]) == {
+            "mosquitto", "simulate", "monitor", "prometheus", "alertmanager", "grafana"}
+
+    def test_every_image_is_pinned_to_a_release(self) -> None:
+        """No floating tag: every image names an exact x.y.z release, rainierd's own the package version."""
+        images = {name: s["image"] for name, s in compose()["services"].items()}
+        assert {name: bool(re.fullmatch(r"[\w./-]+:v?\d+\.\d+\.\d+", image)) for name, image in images.items()} == (
+            dict.fromkeys(images, True))
+        assert {images["simulate"], images["monitor"]} == {f"rainierd:{VERSION}"}
+
+    def test_start_order_waits_for_health(self) -> None:
+        """Every depends_on is long-form, and waits for service_healthy wherever the dependency has a healthcheck."""
+        services = compose()["services"]
+        checked = {name for name, s in services.items() if "healthcheck" in s}
+        assert {"mosquitto", "prometheus", "alertmanager", "grafana"} <= checked
+        for name, service in services.items():
+            depends = service.get("depends_on", {})
+            assert isinstance(depends, dict), name
+            for dependency, how in depends.items():
+                expected = "service_healthy" if dependency in checked else how["condition"]
+                assert how["condition"] == expected, (name, dependency)
+        assert services["simulate"]["depends_on"]["mosquitto"] == {"condition": "service_healthy"}
+        assert services["monitor"]["depends_on"]["mosquitto"] == {"condition": "service_healthy"}
+
+    def test_grafana_admin_comes_from_the_environment_without_a_default(self) -> None:
+        """Grafana's admin user and password must be set by whoever starts the stack: compose refuses otherwise."""
+        env = compose()["services"]["grafana"]["environment"]
+        assert re.fullmatch(r"\$\{GF_ADMIN_USER:\?[^}]+\}", env["GF_SECURITY_ADMIN_USER"])
+        assert re.fullmatch(r"\$\{GF_ADMIN_PASSWORD:\?[^}]+\}", env["GF_SECURITY_ADMIN_PASSWORD"])
+
+    def test_ports_are_published_on_loopback_only(self) -> None:
+        """Only Prometheus, Alertmanager and Grafana publish a port, each on 127.0.0.1."""
+        ports = {name: s.get("ports", []) for name, s in compose()["services"].items() if s.get("ports")}
+        assert ports == {"prometheus": ["127.0.0.1:9090:9090"], "alertmanager": ["127.0.0.1:9093:9093"],
+                         "grafana": ["127.0.0.1:3000:3000"]}
+
+    def test_rainierd_containers_are_locked_down(self) -> None:
+        """simulate and monitor run read-only, without capabilities or privilege escalation, with their own
+        broker credentials."""
+        services = compose()["services"]
+        for name, user in (("simulate", "rainierd-sim"), ("monitor", "rainierd-monitor")):
+            service = services[name]
+            assert (service["read_only"], service["cap_drop"], service["security_opt"]) == (
+                True, ["ALL"], ["no-new-privileges:true"]), name
+            assert service["env_file"] == [f"./secrets/{user}.env"]
+
+    def test_the_broker_wants_a_password(self) -> None:
+        """The shipped Mosquitto refuses anonymous clients and checks the ACL."""
+        conf = (DEPLOY / "mosquitto" / "mosquitto.conf").read_text()
+        assert re.findall(r"^(allow_anonymous|password_file|acl_file) (.+)$", conf, re.MULTILINE) == [
+            ("allow_anonymous", "false"), ("password_file", "/mosquitto/config/passwd"),
+            ("acl_file", "/mosquitto/config/acl")]
+
+    def test_prometheus_alerts_go_to_the_compose_alertmanager(self) -> None:
+        """Prometheus's alerting target is the alertmanager service on its port, and the rules are loaded."""
+        config = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
+        assert config["alerting"] == {"alertmanagers": [{"static_configs": [{"targets": ["alertmanager:9093"]}]}]}
+        assert config["rule_files"] == ["/etc/prometheus/rules/*.yml"]
+
+    def test_alertmanager_config_passes_amtool(self) -> None:
+        """amtool check-config accepts deploy/alertmanager/alertmanager.yml."""
+        result = subprocess.run([tool("amtool"), "check-config", str(DEPLOY / "alertmanager" / "alertmanager.yml")],
+                                capture_output=True, text=True, check=False, timeout=60)
+        assert result.returncode == 0, result.stdout + result.stderr
+
+    def test_references_exist(self) -> None:
+        """Every file the compose file mounts or names exists (after make-credentials for secrets and passwd)."""
+        text = COMPOSE.read_text()
+        assert "docs/deploy.md" in text
+        assert (ROOT / "docs" / "deploy.md").exists()
+        generated = {"./mosquitto/passwd"}
+        mounts = {v.split(":")[0] for s in compose()["services"].values() for v in s.get("volumes", [])
+                  if v.startswith(".")}
+        assert {m for m in mounts - generated if not (DEPLOY / m).exists()} == set()
+
+    @pytest.mark.broker
+    def test_the_broker_healthcheck_passes_for_its_user_only(
+        self, shipped_broker: ShippedBroker, tmp_path: Path,  # noqa: F811 (the imported fixture)
+    ) -> None:
+        """The mosquitto service's healthcheck, run against the shipped broker config and make-credentials'
+        users, succeeds with the healthcheck user's credentials and fails with a user the ACL denies $SYS."""
+        command = compose()["services"]["mosquitto"]["healthcheck"]["test"]
+        assert command[0] == "CMD-SHELL"
+        shell = command[1].replace("$$", "$").replace("-p 1883", f"-p {shipped_broker.port}")
+
+        def probe(user: str) -> int:
+            lines = (tmp_path / "secrets" / f"{user}.env").read_text().splitlines()
+            env = {**os.environ, **dict(line.split("=", 1) for line in lines)}
+            return subprocess.run(["sh", "-c", shell], env=env, capture_output=True, check=False, timeout=20).returncode
+
+        assert (probe("rainierd-healthcheck"), probe("rainierd-sim") != 0) == (0, True)
+
+
+KUBE = DEPLOY / "kubernetes" / "base"
+CUSTOM_KINDS = {"ServiceMonitor", "PrometheusRule"}  # prometheus-operator's CRDs: not in kubernetes-validate
+
+
+def kustomization() -> dict[str, Any]:
+    return dict(yaml.safe_load((KUBE / "kustomization.yaml").read_text()))
+
+
+def manifests() -> list[dict[str, Any]]:
+    """Render the kustomization by reading its resources: it has no generators or transformers to apply."""
+    return [doc for name in kustomization()["resources"] for doc in yaml.safe_load_all((KUBE / name).read_text())]
+
+
+def one(kind: str, name: str) -> dict[str, Any]:
+    (found,) = [m for m in manifests() if m["kind"] == kind and m["metadata"]["name"] == name]
+    return found
+
+
+def deployments() -> list[dict[str, Any]]:
+    return [m for m in manifests() if m["kind"] == "Deployment"]
+
+
+class TestKubernetes:
+    """deploy/kubernetes/ (kustomize)."""
+
+    def test_kustomization_lists_every_manifest(self) -> None:
+        """Every manifest file is a resource of the kustomization, which uses nothing but resources."""
+        assert set(kustomization()) == {"apiVersion", "kind", "resources"}
+        assert sorted(kustomization()["resources"]) == sorted(
+            p.name for p in KUBE.glob("*.yaml") if p.name != "kustomization.yaml")
+
+    def test_builtin_kinds_pass_kubernetes_validate_strict(self, tmp_path: Path) -> None:
+        """kubernetes-validate --strict accepts every manifest of a built-in kind (unknown fields rejected)."""
+        builtin = [m for m in manifests() if m["kind"] not in CUSTOM_KINDS]
+        assert {m["kind"] for m in builtin} == {"ConfigMap", "PersistentVolumeClaim", "Deployment", "Service"}
+        path = tmp_path / "rendered.yaml"
+        path.write_text(yaml.safe_dump_all(builtin))
+        result = subprocess.run([tool("kubernetes-validate"), "--strict", str(path)],
+                                capture_output=True, text=True, check=False, timeout=120)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert result.stdout.count(" passed for resource ") == len(builtin), result.stdout
+
+    def test_prometheusrule_is_generated_from_the_rule_files(self) -> None:
+        """The shipped PrometheusRule is exactly what `rainierd rules --kubernetes` makes of rainierd/rules/*.yml:
+        change a rule and this fails until it is regenerated (docs/deploy.md says how)."""
+        assert (KUBE / "prometheusrule.yaml").read_text() == prometheus_rule()
+
+    def test_prometheusrule_carries_every_group_unchanged(self) -> None:
+        """Its groups are the rule files' groups, in order, every field as the files have it."""
+        groups = [g for p in sorted(RULES_DIR.glob("*.yml")) for g in yaml.safe_load(p.read_text())["groups"]]
+        rule = one("PrometheusRule", "rainierd")
+        assert (rule["apiVersion"], list(rule["spec"])) == ("monitoring.coreos.com/v1", ["groups"])
+        assert rule["spec"]["groups"] == groups
+
+    def test_servicemonitor_scrapes_the_monitor_service_as_job_rainierd(self) -> None:
+        """The ServiceMonitor selects the monitor's Service, scrapes its named metrics port, and takes the job name
+        the alerting rules expect from the Service's label."""
+        monitor, service = one("ServiceMonitor", "rainierd-monitor"), one("Service", "rainierd-monitor")
+        spec = monitor["spec"]
+        assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+        assert set(spec) == {"jobLabel", "selector", "endpoints"}
+        assert spec["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+        assert service["metadata"]["labels"][spec["jobLabel"]] == "rainierd"
+        assert [e["port"] for e in spec["endpoints"]] == [p["name"] for p in service["spec"]["ports"]] == ["metrics"]
+        assert {k for e in spec["endpoints"] for k in e} <= {"port", "path", "interval", "scrapeTimeout"}
+
+    def test_service_reaches_the_monitor_even_when_not_ready(self) -> None:
+        """The Service selects the monitor pods, targets their metrics port, and publishes them while not ready."""
+        service, deployment = one("Service", "rainierd-monitor"), one("Deployment", "rainierd-monitor")
+        assert service["spec"]["selector"] == deployment["spec"]["template"]["metadata"]["labels"]
+        assert service["spec"]["publishNotReadyAddresses"] is True
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        assert container["ports"] == [{"name": "metrics", "containerPort": 9780, "protocol": "TCP"}]
+
+    def test_one_image_whose_command_is_the_role(self) -> None:
+        """Both Deployments run the package version's image, the role as its argument."""
+        roles = {d["metadata"]["name"]: (c["image"], c["args"])
+                 for d in deployments() for c in d["spec"]["template"]["spec"]["containers"]}
+        assert roles == {"rainierd-monitor": (f"rainierd:{VERSION}", ["monitor"]),
+                         "rainierd-simulate": (f"rainierd:{VERSION}", ["simulate"])}
+
+    def test_pods_run_unprivileged(self) -> None:
+        """Every pod runs as uid 10001, non-root, RuntimeDefault seccomp, read-only root, no capabilities,
+        no privilege escalation, no service account token."""
+        for deployment in deployments():
+            pod = deployment["spec"]["template"]["spec"]
+            assert pod["automountServiceAccountToken"] is False
+            assert pod["securityContext"].items() >= {
+                "runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001,
+                "seccompProfile": {"type": "RuntimeDefault"}}.items()
+            for container in pod["containers"]:
+                assert container["securityContext"] == {
+                    "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                    "capabilities": {"drop": ["ALL"]}}
+
+    def test_probes_ask_health_and_readiness_where_the_role_listens(self) -> None:
+        """Liveness (and the monitor's startup) probes ask /healthz, readiness /readyz, on a named port at the
+        address the role is told to listen on."""
+        probes = {}
+        for deployment in deployments():
+            (container,) = deployment["spec"]["template"]["spec"]["containers"]
+            env = {e["name"]: e["value"] for e in container["env"]}
+            ((port,),) = [[p["name"]] for p in container["ports"] if p["containerPort"] == 9780]
+            assert env["RAINIERD_METRICS_ADDR"] == "0.0.0.0:9780"
+            probes[deployment["metadata"]["name"]] = {
+                k: (container[k]["httpGet"]["path"], container[k]["httpGet"]["port"] == port)
+                for k in ("startupProbe", "livenessProbe", "readinessProbe") if k in container}
+        assert probes == {
+            "rainierd-monitor": {"startupProbe": ("/healthz", True), "livenessProbe": ("/healthz", True),
+                                 "readinessProbe": ("/readyz", True)},
+            "rainierd-simulate": {"livenessProbe": ("/healthz", True), "readinessProbe": ("/readyz", True)},
+        }
+
+    def test_every_container_has_measured_requests_and_a_memory_limit(self) -> None:
+        """No container runs unbounded: CPU and memory requests, a memory limit at least the request."""
+        for deployment in deployments():
+            for container in deployment["spec"]["template"]["spec"]["containers"]:
+                resources = container["resources"]
+                assert set(resources["requests"]) == {"cpu", "memory"}
+                assert set(resources["limits"]) == {"memory"}
+                request, limit = (int(re.fullmatch(r"(\d+)Mi", v)[1])  # type: ignore[index]
+                                  for v in (resources["requests"]["memory"], resources["limits"]["memory"]))
+                assert limit >= request
+
+    def test_mqtt_credentials_come_from_secrets(self) -> None:
+        """Each role reads its broker credentials from its own Secret; no credential is written in a manifest."""
+        secrets = {d["metadata"]["name"]: [s["secretRef"]["name"] for c in d["spec"]["template"]["spec"]["containers"]
+                                           for s in c["envFrom"] if "secretRef" in s] for d in deployments()}
+        assert secrets == {"rainierd-monitor": ["rainierd-monitor-mqtt"], "rainierd-simulate": ["rainierd-sim-mqtt"]}
+        assert "Secret" not in {m["kind"] for m in manifests()}
+        assert not re.search(r"PASSWORD|USERNAME", yaml.safe_dump_all(
+            [m for m in manifests() if m["kind"] != "PrometheusRule"]).split("# ")[0].replace("RAINIERD_MQTT_URL", ""))
+
+    def test_kubectl_kustomize_renders_the_same_manifests(self) -> None:
+        """Where kubectl is installed, its kustomize renders exactly the files' documents."""
+        kubectl = shutil.which("kubectl")
+        if kubectl is None:
+            pytest.skip("kubectl is not installed: the other tests read the files, which is the same rendering")
+        result = subprocess.run([kubectl, "kustomize", str(KUBE)], capture_output=True, text=True, check=False,
+                                timeout=60)
+        assert result.returncode == 0, result.stderr
+        key = lambda m: (m["kind"], m["metadata"]["name"])  # noqa: E731
+        assert sorted(yaml.safe_load_all(result.stdout), key=key) == sorted(manifests(), key=key)
