@@ -1,0 +1,157 @@
+"""Every dashboard against real data: ``rainierd run`` (embedded broker, demo
+fleet, 0.5 s ticks) with faults on a NeuronLink, an EFA port and a chip of
+UltraServer u1, and a real Prometheus (1 s scrapes, the project's rules with
+test-sized ``for:``) scraping /metrics and the drill-down probe, its targets
+found through /probe/targets as docs/metrics.md configures it.  Every
+variable must resolve and every panel and annotation query, substituted as
+Grafana would, must return data."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rainierd.promrules import RULES_DIR, write_overridden
+from tests.helpers import current_values, free_port, poll_until, start_prometheus
+from tests.test_dashboards import (
+    UIDS,
+    load,
+    prometheus_get,
+    queries,
+    substitute,
+    variable_selector,
+    variables,
+)
+
+TICK_S = 0.5
+SCRAPE_S = 1.0
+SCENARIO = """
+[[fault]]
+kind = "nl_degraded"
+target = 224          # a ring link of node n4, UltraServer u1
+severity = 0.5
+at_s = 6
+for_s = 600
+
+[[fault]]
+kind = "efa_degraded"
+target = 70           # node n4, UltraServer u1
+severity = 0.25
+at_s = 6
+for_s = 600
+
+[[fault]]
+kind = "chip_failed"
+target = 100          # node n6, UltraServer u1
+at_s = 6
+for_s = 600
+"""
+
+
+def probe_job(metrics_port: int) -> dict[str, Any]:
+    """The drill-down scrape job, as docs/metrics.md gives it (addresses and intervals test-sized)."""
+    return {
+        "job_name": "rainierd-ultraserver", "metrics_path": "/probe", "scrape_interval": f"{SCRAPE_S:g}s",
+        "http_sd_configs": [{"url": f"http://127.0.0.1:{metrics_port}/probe/targets", "refresh_interval": "1s"}],
+        "relabel_configs": [
+            {"source_labels": ["__address__"], "target_label": "__param_target"},
+            {"source_labels": ["__param_target"], "target_label": "instance"},
+            {"target_label": "__address__", "replacement": f"127.0.0.1:{metrics_port}"},
+        ],
+    }
+
+
+@pytest.fixture
+def prometheus(tmp_path: Path) -> Iterator[Any]:
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(metrics_port: int) -> int:
+        rules = write_overridden(RULES_DIR, tmp_path / "rules", "2s")
+        proc, port = start_prometheus(tmp_path, {
+            "global": {"scrape_interval": f"{SCRAPE_S:g}s", "evaluation_interval": "1s"},
+            "rule_files": [str(p) for p in rules],
+            "scrape_configs": [
+                {"job_name": "rainierd", "static_configs": [{"targets": [f"127.0.0.1:{metrics_port}"]}]},
+                probe_job(metrics_port),
+            ],
+        })
+        procs.append(proc)
+        return port
+
+    yield start
+    for proc in procs:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def resolve(port: int, variable: dict[str, Any], chosen: dict[str, list[str]]) -> list[str]:
+    """Return the values a ``label_values`` variable offers, as Grafana asks Prometheus for them."""
+    selector, label = variable_selector(variable)
+    params = [("match[]", substitute(selector, chosen))] if selector else []
+    result = prometheus_get(port, f"/api/v1/label/{label}/values", [*params, ("start", str(time.time() - 300))])
+    return sorted(result["data"])
+
+
+def empty_queries(port: int, dashboard: dict[str, Any], chosen: dict[str, list[str]], since: float,
+                  ) -> dict[str, str]:
+    """Return {where: expr} of the dashboard's queries with no data: tables as instant queries now, the rest
+    as range queries since ``since`` (as Grafana asks)."""
+    instant = {f"panel {p['title']!r} {t['refId']}" for p in dashboard["panels"] for t in p.get("targets", [])
+               if t.get("instant")}
+    empty = {}
+    for where, expr in queries(dashboard):
+        text = substitute(expr, chosen, SCRAPE_S)
+        if where in instant:
+            result = prometheus_get(port, "/api/v1/query", {"query": text})
+        else:
+            now = time.time()
+            result = prometheus_get(port, "/api/v1/query_range",
+                                    {"query": text, "start": str(since), "end": str(now), "step": "2"})
+        assert result["status"] == "success", (where, text, result.get("error"))
+        if not result["data"]["result"]:
+            empty[where] = text
+    return empty
+
+
+def test_every_panel_has_data_and_every_variable_resolves(start_rainierd: Any, prometheus: Any,
+                                                          tmp_path: Path) -> None:
+    """With faults on a NeuronLink, an EFA port and a chip of u1 detected, each variable of each dashboard
+    offers values (u1 among the UltraServers, both scrape jobs among the jobs) and every panel and annotation
+    query returns data, the drill-down's from the probe job its service discovery found."""
+    scenario = tmp_path / "scenario.toml"
+    scenario.write_text(SCENARIO)
+    metrics_port = free_port()
+    start_rainierd("run", "--tick", str(TICK_S), "--scenario", str(scenario),
+                   "--metrics-addr", f"127.0.0.1:{metrics_port}", name="run")
+    poll_until(lambda: "rainier_monitor_last_tick" in current_values(metrics_port), 20, "rainierd to analyse")
+    prom_port = prometheus(metrics_port)
+    since = time.time()
+    chosen = {"site": ["s0"], "ultraserver": ["u1"], "job": ["rainierd", "rainierd-ultraserver"]}
+    dashboards = {name: load(name) for name in UIDS}
+    remaining: dict[str, dict[str, str]] = {}
+
+    def all_have_data() -> bool:
+        remaining.clear()
+        for name, dashboard in dashboards.items():
+            empty = empty_queries(prom_port, dashboard, chosen, since)
+            if empty:
+                remaining[name] = empty
+        return not remaining
+
+    try:
+        poll_until(all_have_data, 75, "every dashboard query to return data")
+    except AssertionError:
+        pytest.fail(f"queries without data: {remaining}")
+    offered = {(name, v["name"]): resolve(prom_port, v, chosen)
+               for name, dashboard in dashboards.items() for v in variables(dashboard) if v["type"] == "query"}
+    assert offered == {
+        ("rainierd-fleet.json", "site"): ["s0"],
+        ("rainierd-ultraserver.json", "site"): ["s0"],
+        ("rainierd-ultraserver.json", "ultraserver"): ["u0", "u1"],
+        ("rainierd-self.json", "job"): ["rainierd", "rainierd-ultraserver"],
+    }
