@@ -175,3 +175,27 @@ def test_neuronlink_fault_reaches_the_receiver_through_alertmanager(
                                                "ultraserver": "u1"}
     # Detection in about a tick, 1 s scrapes and evaluations, for: 2s, a 1 s group_wait.
     assert FAULT_AT_S < arrived_s < FAULT_AT_S + 12
+
+
+def post_alerts(port: int, alerts: list[dict[str, Any]]) -> None:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/api/v2/alerts", data=json.dumps(alerts).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+    with urllib.request.urlopen(request, timeout=5):
+        pass
+
+
+def test_an_ultraserver_cooling_alert_silences_its_nodes_cooling_alerts(alertmanager: int, receiver: Receiver) -> None:
+    """With the shipped inhibition, a node cooling alert in an UltraServer whose cooling is degraded as a whole is
+    not sent, while one in another UltraServer is."""
+    rack = {"site": "s0", "ultraserver": "u3", "severity": "critical", "state": "cooling_degraded"}
+    post_alerts(alertmanager, [
+        {"labels": {"alertname": "RainierUltraServerCoolingDegraded", **rack}},
+        {"labels": {"alertname": "RainierNodeCoolingDegraded", **rack, "node": "n12", "severity": "warning"}},
+        {"labels": {"alertname": "RainierNodeCoolingDegraded", **rack, "ultraserver": "u4", "node": "n17",
+                    "severity": "warning"}},
+    ])
+    poll_until(lambda: len(firing_alerts(receiver)) >= 2, 15, "two notifications at the receiver")
+    time.sleep(2)  # the inhibited alert's group would have flushed by now
+    sent = sorted((a["labels"]["alertname"], a["labels"]["ultraserver"], a["labels"].get("node"))
+                  for a in firing_alerts(receiver))
+    assert sent == [("RainierNodeCoolingDegraded", "u4", "n17"), ("RainierUltraServerCoolingDegraded", "u3", None)]
