@@ -39,7 +39,7 @@ from rainierd.settings import Settings, flag_name, load_settings, role_settings
 from rainierd.topology import PRESETS
 from rainierd.wire import json_schema
 
-__all__ = ["entry", "main"]
+__all__ = ["command_settings", "entry", "main"]
 
 # Roles that hold the fleet's state; see ``entry``.
 _DAEMONS = frozenset({"run", "simulate", "monitor", "bridge"})
@@ -208,6 +208,15 @@ def _settings(args: argparse.Namespace) -> Settings:
     if config is None and (env := os.environ.get("RAINIERD_CONFIG")):
         config = Path(env)
     return load_settings(flags, config)
+
+
+def command_settings(argv: Sequence[str]) -> Settings:
+    """Return the settings a role's command line would run with (its flags, over the environment, over the
+    config file), without running it.
+
+    Raises SystemExit(2) for a usage error, ConfigError for an invalid setting.
+    """
+    return _settings(_parser().parse_args(argv))
 
 
 async def _daemon(args: argparse.Namespace, settings: Settings) -> None:

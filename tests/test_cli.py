@@ -1,0 +1,178 @@
+"""Specification of the command line: each role's flags are generated from the
+settings model, list exactly the settings that role reads, each with help, and
+each reaches its setting; the utility commands keep working."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rainierd import __version__
+from rainierd.cli import command_settings, main
+from rainierd.promrules import RULES_DIR
+from rainierd.settings import Settings, flag_name
+
+MQTT = ["mqtt_url", "mqtt_username", "mqtt_ca_file", "mqtt_cert_file", "mqtt_key_file", "mqtt_client_id",
+        "mqtt_qos", "mqtt_protocol", "mqtt_keepalive_s"]
+FLEET = ["topology", "efa_ports_per_node"]
+SIMULATOR = ["ticks", "seed", "encoding", "batch_nodes", "scenario", "fault_acceleration", "noise", "time_scale",
+             "profile", "truth_file"]
+MONITOR = ["stale_after_ticks", "max_frame_bytes", "max_clock_skew_s", "reconnect_grace_s", "state_file",
+           "max_seq_jump", "max_backlog_bytes", "max_entity_series"]
+HTTP = ["metrics_addr", "web_config_file"]
+LOG = ["log_format", "log_level"]
+
+# What each command reads, so what its --help lists; written out, so a change is a decision.
+ROLE_SETTINGS: dict[str, set[str]] = {
+    "run": {*MQTT, *FLEET, "tick_s", *SIMULATOR, *MONITOR, *HTTP, *LOG},
+    "simulate": {*MQTT, *FLEET, "tick_s", *SIMULATOR, *HTTP, *LOG},
+    "monitor": {*MQTT, *FLEET, "tick_s", *MONITOR, *HTTP, *LOG},
+    "bridge": {*MQTT, *FLEET, *LOG},
+    "healthcheck": set(HTTP),
+}
+ARGV = {"run": ["run"], "simulate": ["simulate"], "monitor": ["monitor"], "healthcheck": ["healthcheck"],
+        "bridge": ["bridge", "neuron-monitor", "--node", "n0"]}
+
+# A value off the default for every setting a flag can carry: (command-line text, the setting it makes).
+VALUES: dict[str, tuple[str, Any]] = {
+    "mqtt_url": ("mqtts://broker.example:8884", "mqtts://broker.example:8884"),
+    "mqtt_username": ("rainierd", "rainierd"),
+    "mqtt_ca_file": ("ca.pem", Path("ca.pem")),
+    "mqtt_cert_file": ("client.pem", Path("client.pem")),
+    "mqtt_key_file": ("client.key", Path("client.key")),
+    "mqtt_client_id": ("collector-7", "collector-7"),
+    "mqtt_qos": ("1", 1),
+    "mqtt_protocol": ("3.1.1", "3.1.1"),
+    "mqtt_keepalive_s": ("45", 45),
+    "topology": ("ultraserver", "ultraserver"),
+    "efa_ports_per_node": ("8", 8),
+    "tick_s": ("0.5", 0.5),
+    "ticks": ("12", 12),
+    "seed": ("9", 9),
+    "encoding": ("json", "json"),
+    "batch_nodes": ("0", 0),
+    "scenario": ("faults.toml", Path("faults.toml")),
+    "fault_acceleration": ("100", 100.0),
+    "noise": ("0.5", 0.5),
+    "time_scale": ("60", 60.0),
+    "profile": ("realistic", "realistic"),
+    "truth_file": ("truth.jsonl", Path("truth.jsonl")),
+    "metrics_addr": ("0.0.0.0:9999", "0.0.0.0:9999"),
+    "web_config_file": ("web.yml", Path("web.yml")),
+    "stale_after_ticks": ("5", 5),
+    "max_frame_bytes": ("2048", 2048),
+    "max_clock_skew_s": ("30", 30.0),
+    "reconnect_grace_s": ("3", 3.0),
+    "state_file": ("state.bin", Path("state.bin")),
+    "max_seq_jump": ("1000", 1000),
+    "max_backlog_bytes": ("2097152", 2_097_152),
+    "max_entity_series": ("50", 50),
+    "log_format": ("json", "json"),
+    "log_level": ("debug", "debug"),
+}
+
+
+def listed_flags(role: str, capsys: pytest.CaptureFixture[str]) -> dict[str, str]:
+    """Return {flag: its help text} of the settings section of ``role``'s --help."""
+    with pytest.raises(SystemExit) as info:
+        main([*ARGV[role][:-2], "--help"] if role == "bridge" else [*ARGV[role], "--help"])
+    assert info.value.code == 0
+    section = capsys.readouterr().out.split("\nsettings:\n", 1)[1]
+    entries = re.split(r"\n  (?=--)", "\n" + section)[1:]
+    return {entry.split()[0]: " ".join(entry.split()[1:]) for entry in entries}
+
+
+class TestRoleFlags:
+    @pytest.mark.parametrize("role", list(ROLE_SETTINGS))
+    def test_help_lists_exactly_the_settings_the_role_reads(
+        self, role: str, capsys: pytest.CaptureFixture[str],
+    ) -> None:
+        """A role's --help lists one flag per setting it reads, and no other."""
+        assert set(listed_flags(role, capsys)) == {flag_name(name) for name in ROLE_SETTINGS[role]}
+
+    @pytest.mark.parametrize("role", list(ROLE_SETTINGS))
+    def test_every_flag_has_help_naming_its_environment_variable(
+        self, role: str, capsys: pytest.CaptureFixture[str],
+    ) -> None:
+        """Each flag's help is the setting's description followed by its RAINIERD_* name."""
+        listed = listed_flags(role, capsys)
+        for name in ROLE_SETTINGS[role]:
+            description = Settings.model_fields[name].description
+            assert description, f"{name} has no description"
+            text = listed[flag_name(name)]
+            assert f"RAINIERD_{name.upper()}" in text, (name, text)
+            assert " ".join(description.split()[:3]) in text, (name, text)
+
+    @pytest.mark.parametrize("role", list(ROLE_SETTINGS))
+    def test_every_flag_reaches_its_setting(self, role: str) -> None:
+        """Each flag, given a value off the default, sets exactly that setting."""
+        defaults = command_settings(ARGV[role])
+        for name in ROLE_SETTINGS[role]:
+            text, value = VALUES[name]
+            settings = command_settings([*ARGV[role], flag_name(name), text])
+            assert getattr(settings, name) == value != getattr(defaults, name), name
+            changed = {f for f in Settings.model_fields if getattr(settings, f) != getattr(defaults, f)}
+            assert changed == {name}
+
+    def test_every_setting_but_the_secret_is_some_roles_flag(self) -> None:
+        """Every setting has a flag in some role except the MQTT password, which a command line would show."""
+        assert set(Settings.model_fields) - set().union(*ROLE_SETTINGS.values()) == {"mqtt_password"}
+        assert set(VALUES) == set().union(*ROLE_SETTINGS.values())
+
+    @pytest.mark.parametrize(("role", "flag"), [
+        ("simulate", "--state-file"), ("monitor", "--scenario"), ("bridge", "--tick"), ("healthcheck", "--topology"),
+        ("run", "--mqtt-password"),
+    ])
+    def test_a_flag_the_role_does_not_read_is_a_usage_error(
+        self, role: str, flag: str, capsys: pytest.CaptureFixture[str],
+    ) -> None:
+        """A flag for a setting the role ignores (or the password, never a flag) exits 2 naming it."""
+        with pytest.raises(SystemExit) as info:
+            command_settings([*ARGV[role], flag, "x"])
+        assert info.value.code == 2
+        assert flag in capsys.readouterr().err
+
+    def test_flags_beat_the_environment_which_beats_the_file(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """A role's settings come from its flags over RAINIERD_* over --config, as the healthcheck's do."""
+        config = tmp_path / "rainierd.toml"
+        config.write_text('metrics_addr = "127.0.0.1:1"\nlog_level = "warning"\nseed = 4\n')
+        monkeypatch.setenv("RAINIERD_LOG_LEVEL", "error")
+        monkeypatch.setenv("RAINIERD_SEED", "5")
+        s = command_settings(["--config", str(config), "simulate", "--seed", "6"])
+        assert (s.metrics_addr, s.log_level, s.seed) == ("127.0.0.1:1", "error", 6)
+        monkeypatch.setenv("RAINIERD_CONFIG", str(config))
+        assert command_settings(["healthcheck"]).metrics_addr == "127.0.0.1:1"
+
+
+class TestUtilities:
+    def test_version(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """`rainierd version` prints the package's version."""
+        assert main(["version"]) == 0
+        assert capsys.readouterr().out == f"rainierd {__version__}\n"
+
+    def test_schema_is_json_schema(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """`rainierd schema` prints a JSON Schema document."""
+        assert main(["schema"]) == 0
+        assert json.loads(capsys.readouterr().out)["$schema"].startswith("https://json-schema.org/")
+
+    def test_rules_default_to_the_packaged_ones(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """`rainierd rules OUT --for 5s` writes a copy of each rule file shipped inside the package."""
+        assert main(["rules", str(tmp_path), "--for", "5s"]) == 0
+        written = sorted(Path(line).name for line in capsys.readouterr().out.split())
+        assert written == sorted(p.name for p in RULES_DIR.glob("*.yml"))
+        assert written
+
+    @pytest.mark.parametrize("argv", [["bench", "--help"], ["bench", "scrape", "--help"],
+                                      ["bridge", "neuron-monitor", "--help"], ["rules", "--help"]])
+    def test_other_commands_still_parse(self, argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+        """The benchmark, bridge and rules commands keep their own options."""
+        with pytest.raises(SystemExit) as info:
+            main(argv)
+        assert info.value.code == 0
+        assert "usage: rainierd" in capsys.readouterr().out
