@@ -53,7 +53,7 @@ from rainierd.settings import Settings
 
 __all__ = ["DEFAULT_TIMEOUT_S", "PASSWORD_ENV", "USER_ENV", "check"]
 
-DEFAULT_TIMEOUT_S: Final = 2.0  # under the Dockerfile's HEALTHCHECK --timeout, so this reports, not Docker
+DEFAULT_TIMEOUT_S: Final = 2.0  # well under the Dockerfile's HEALTHCHECK --timeout, so this reports, not Docker
 USER_ENV: Final = "RAINIERD_HEALTHCHECK_USER"
 PASSWORD_ENV: Final = "RAINIERD_HEALTHCHECK_PASSWORD"
 _ANY_ADDRESS: Final = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}
