@@ -57,11 +57,6 @@ def query(port: int, expr: str) -> dict[str, object]:
         return dict(json.load(response))
 
 
-def dashboard_queries() -> list[str]:
-    dashboard = json.loads((ROOT / "grafana" / "dashboards" / "rainierd-fleet.json").read_text())
-    return [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
-
-
 def firing(port: int) -> dict[str, dict[str, str]]:
     return {str(a["labels"]["alertname"]): a["labels"] for a in alerts(port)  # type: ignore[index]
             if a["state"] == "firing"}
@@ -71,8 +66,8 @@ def firing(port: int) -> dict[str, dict[str, str]]:
 def test_neuronlink_alert_fires_alone_and_resolves(
     mosquitto: Broker, start_rainierd: object, prometheus: object, tmp_path: Path,
 ) -> None:
-    """The NeuronLink alert fires with the link's labels within bounded time, no other alert fires, and it resolves;
-    meanwhile every query of the Grafana dashboard is valid PromQL, and its fleet panels have data."""
+    """The NeuronLink alert fires with the link's labels within bounded time, no other alert fires, and it resolves
+    (the dashboards' queries are checked against a running rainierd in test_dashboards_e2e.py)."""
     scenario = tmp_path / "scenario.toml"
     scenario.write_text(f'[[fault]]\nkind = "nl_degraded"\ntarget = 224\nseverity = 0.75\n'
                         f"at_s = {FAULT_AT_S}\nfor_s = {FAULT_FOR_S}\n")
@@ -98,7 +93,6 @@ def test_neuronlink_alert_fires_alone_and_resolves(
         seen.update(now)
         if fired_at is None and "RainierNeuronLinkDegraded" in now:
             fired_at = time.monotonic() - started
-            panels = {expr: query(prom_port, expr) for expr in dashboard_queries()}
         if fired_at is not None and not now:
             resolved_at = time.monotonic() - started
             break
@@ -114,10 +108,3 @@ def test_neuronlink_alert_fires_alone_and_resolves(
     assert fired_at < FAULT_AT_S + 10
     assert resolved_at is not None
     assert resolved_at > FAULT_AT_S + FAULT_FOR_S
-    assert {expr: r["status"] for expr, r in panels.items()} == dict.fromkeys(panels, "success")
-    empty = {expr for expr, r in panels.items() if not r["data"]["result"]}  # type: ignore[index]
-    # Only the panels that show problems this scenario does not have may be empty.
-    assert empty <= {
-        "rainier_efa_port_unhealthy", "rainier_chip_unhealthy",
-        "sum by (reason) (rate(rainier_ingest_decode_errors_total[5m])) > 0",
-    }
