@@ -81,6 +81,16 @@ def test_neuronlink_alert_fires_alone_and_resolves(
         assert time.monotonic() < deadline, "monitor did not connect"
         time.sleep(0.1)
     prom_port = prometheus(metrics_port)  # type: ignore[operator]
+    # Until Prometheus's first scrape there is no `up` series and RainierdTargetMissing (absent, its `for:`
+    # test-sized here) may fire: it is right to, and it resolves at the next evaluation once the target is up.
+    # Watch alerts from then on.
+    deadline = time.monotonic() + 15
+    while query(prom_port, 'up{job="rainierd"} == 1')["data"]["result"] == []:  # type: ignore[index]
+        assert time.monotonic() < deadline, "Prometheus never scraped the monitor"
+        time.sleep(0.2)
+    while "RainierdTargetMissing" in firing(prom_port):
+        assert time.monotonic() < deadline, "RainierdTargetMissing stayed firing with the target up"
+        time.sleep(0.2)
     started = time.monotonic()
     start_rainierd(  # type: ignore[operator]
         "simulate", "--mqtt-url", mosquitto.url, "--tick", str(TICK_S), "--scenario", str(scenario), name="simulate",
