@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import shutil
 import socket
 import subprocess
@@ -15,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from rainierd.promrules import RULES_DIR, write_overridden
 
 
 def free_port() -> int:
@@ -121,3 +124,17 @@ def start_prometheus(workdir: Path, config: dict[str, object]) -> tuple[subproce
         proc.kill()
         raise
     return proc, port
+
+
+def rules_for_tests(target: Path, duration: str = "2s") -> list[Path]:
+    """Write the shipped rules with every ``for:`` set to ``duration``, but RainierdTargetMissing's (1m).
+
+    Until Prometheus's first scrape there is no ``up`` series, and a test-sized
+    ``for:`` would fire the absent-target alert while Prometheus starts on a busy
+    machine: right for the rule, noise for a test of another alert.
+    """
+    paths = write_overridden(RULES_DIR, target, duration)
+    for path in paths:
+        text = path.read_text()
+        path.write_text(re.sub(r"(- alert: RainierdTargetMissing\n(?:[^\n]*\n)*?\s*for:\s*)\S+", r"\g<1>1m", text))
+    return paths

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 import yaml
 
-from rainierd.promrules import RULES_DIR, RUNBOOK_BASE, write_overridden
-from tests.helpers import Broker, current_values, free_port, poll_until, start_prometheus
+from rainierd.promrules import RUNBOOK_BASE
+from tests.helpers import Broker, current_values, free_port, poll_until, rules_for_tests, start_prometheus
 
 ROOT = Path(__file__).parents[2]
 TICK_S = 0.5
@@ -140,7 +140,7 @@ def test_neuronlink_fault_reaches_the_receiver_through_alertmanager(
     start_rainierd("monitor", "--mqtt-url", mosquitto.url, "--metrics-addr", f"127.0.0.1:{metrics_port}",
                    "--tick", str(TICK_S), name="monitor")
     poll_until(lambda: current_values(metrics_port).get("rainier_mqtt_connected") == 1, 10, "monitor to connect")
-    rules = write_overridden(RULES_DIR, tmp_path / "rules", "2s")
+    rules = rules_for_tests(tmp_path / "rules")
     prom, _ = start_prometheus(tmp_path, {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "rule_files": [str(p) for p in rules],

@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from rainierd.promrules import write_overridden
-from tests.helpers import Broker, current_values, free_port, start_prometheus
+from tests.helpers import Broker, current_values, free_port, rules_for_tests, start_prometheus
 
 ROOT = Path(__file__).parents[2]
 TICK_S = 0.5
@@ -30,7 +29,7 @@ def prometheus(tmp_path: Path) -> Iterator[object]:
     procs: list[subprocess.Popen[bytes]] = []
 
     def start(target_port: int) -> int:
-        rules = write_overridden(ROOT / "deploy" / "prometheus" / "rules", tmp_path / "rules", "2s")
+        rules = rules_for_tests(tmp_path / "rules")
         proc, port = start_prometheus(tmp_path, {
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
             "rule_files": [str(p) for p in rules],

@@ -16,8 +16,7 @@ from typing import Any
 
 import pytest
 
-from rainierd.promrules import RULES_DIR, write_overridden
-from tests.helpers import current_values, free_port, poll_until, start_prometheus
+from tests.helpers import current_values, free_port, poll_until, rules_for_tests, start_prometheus
 from tests.test_dashboards import (
     UIDS,
     load,
@@ -71,7 +70,7 @@ def prometheus(tmp_path: Path) -> Iterator[Any]:
     procs: list[subprocess.Popen[bytes]] = []
 
     def start(metrics_port: int) -> int:
-        rules = write_overridden(RULES_DIR, tmp_path / "rules", "2s")
+        rules = rules_for_tests(tmp_path / "rules")
         proc, port = start_prometheus(tmp_path, {
             "global": {"scrape_interval": f"{SCRAPE_S:g}s", "evaluation_interval": "1s"},
             "rule_files": [str(p) for p in rules],
