@@ -67,6 +67,15 @@ class TestClippedCusum:
         alarms = [bool(cusum.update(np.array([6.0]), np.array([True]), seconds=one)[0]) for _ in range(5)]
         assert alarms == [False] * 4 + [True]
 
+    def test_an_unknown_figure_neither_adds_nor_drains(self) -> None:
+        """NaN (a rate across a counter restart) is no sample: an alarm in progress is not drained by it."""
+        cusum = ClippedCusum.zeros(1, k=2, h=20, cap=6)
+        for _ in range(10):
+            cusum.update(np.array([6.0]), np.array([True]))
+        before = float(cusum.s[0])
+        assert bool(cusum.update(np.array([np.nan]), np.array([True]))[0])
+        assert cusum.s[0] == before
+
     def test_masked_entities_keep_their_sum(self) -> None:
         """Entities without a new sample are left as they are."""
         cusum = ClippedCusum.zeros(2, k=2, h=20, cap=6)

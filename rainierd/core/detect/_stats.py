@@ -125,7 +125,11 @@ class ClippedCusum:
         return cls(k, h, cap, ceiling if ceiling is not None else 2.0 * h, np.zeros(n, np.float32), samples)
 
     def update(self, x: Floats, mask: B, *, scratch: F32 | None = None, seconds: Floats | None = None) -> B:
-        """Add the evidence ``x`` where ``mask`` (NaN counts as none); return the alarm mask.
+        """Add the evidence ``x`` where ``mask``; return the alarm mask.
+
+        A NaN is no sample for this figure (a rate across a counter restart, a
+        field the publisher left out): the sum stays as it was, so an unknown
+        figure neither adds evidence nor drains it as if it were healthy.
 
         With ``seconds`` (each entity's interval), ``x``, ``k`` and ``cap`` are
         rates per second and each step is weighted by its interval, so the
@@ -136,6 +140,7 @@ class ClippedCusum:
         alarm (at a short tick the per-second cap binds first).
         ``scratch`` (an array like ``x``, float32) saves allocating a fleet-sized step.
         """
+        known = mask & ~np.isnan(x)
         step = np.minimum(x, np.float32(self.cap), out=scratch, dtype=np.float32)
         np.copyto(step, np.float32(0.0), where=np.isnan(step))
         step -= np.float32(self.k)
@@ -144,5 +149,5 @@ class ClippedCusum:
             np.minimum(step, np.float32(self.h / self.samples), out=step)
         step += self.s
         np.clip(step, 0.0, self.ceiling, out=step)
-        np.copyto(self.s, step, where=mask)
+        np.copyto(self.s, step, where=known)
         return self.s >= self.h

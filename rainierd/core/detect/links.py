@@ -69,7 +69,7 @@ class PathParams:
     # The shortest drop an interval's average must show (flaps last 0.5-3 s: MegaScale): at a long tick a
     # drop of drop_min_s dilutes to 1 - drop_min_s / interval, so the threshold rises to that.
     drop_min_s: float = 0.5
-    retrain_replays: float = 10.0  # replays in one interval that mean the link retrained (a CRC burst makes a few)
+    retrain_replays: float = 20.0  # replays in one interval that mean the link retrained (a CRC burst makes ~5)
     idle_below: float = 0.05  # a group whose links carry under this share of their levels is not communicating
     latency_band: float = 3.0  # latency this many times its kind's median is degraded whatever its baseline
     bandwidth_band: float = 0.5  # a learned level under this share of its kind's is degraded whatever it learned
@@ -80,7 +80,7 @@ class PathParams:
     # A drop this short is a blip, the flapping signature (down 0.5-3 s, up 5-30 s: MegaScale, Alibaba
     # HPN): only after a blip does a link wait flap_hold_s to clear.  A link that was down longer was
     # reseated, replaced or retrained for good, and clears like any other fault.
-    flap_blip_s: float = 10.0
+    flap_blip_s: float = 15.0
     recent_drop: float = 0.3  # drop count above which a drop was recent (~70 s)
     raise_after_s: float = 2.0  # persistence a degraded state needs
     clear_after_s: float = 5.0  # clean seconds to clear
