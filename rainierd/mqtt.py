@@ -1,5 +1,11 @@
 """The MQTT edge: connection settings, and a supervisor that keeps one aiomqtt
-session alive with jittered exponential backoff.
+session alive with jittered exponential backoff, failing over between brokers.
+
+A client may be given several brokers (the nodes of a clustered broker,
+``mqtt_url`` as comma-separated URLs; docs/scaling.md).  It connects to the
+first that answers and stays there; when that broker goes away it tries the
+next at once, and backs off only after every broker of the list has failed
+in turn.  TLS, credentials and the will apply to every broker alike.
 
 The supervisor is the only place that catches ``aiomqtt.MqttError``, plain or
 inside the ExceptionGroup of a session's own TaskGroup.  Each
@@ -35,7 +41,7 @@ from rainierd.settings import Settings
 from rainierd.status import ConnectionState
 from rainierd.wire.topics import status_topic
 
-__all__ = ["MAX_PACKET_OVERHEAD", "MqttConfig", "mqtt_config", "supervise"]
+__all__ = ["MAX_PACKET_OVERHEAD", "Broker", "MqttConfig", "mqtt_config", "parse_brokers", "supervise"]
 
 log = structlog.get_logger("rainierd.mqtt")
 
@@ -49,13 +55,42 @@ _STABLE_AFTER_S: Final = 10.0
 
 
 @dataclass(frozen=True, slots=True)
-class MqttConfig:
-    """Where and how to connect; ``password`` never appears in repr or logs."""
+class Broker:
+    """One broker address: a node of a cluster, or the only one."""
 
     host: str
     port: int
-    client_id: str
     tls: bool = False
+
+    @property
+    def url(self) -> str:
+        """Return the broker URL (never with credentials: they are not part of it)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{'mqtts' if self.tls else 'mqtt'}://{host}:{self.port}"
+
+
+def parse_brokers(urls: str) -> tuple[Broker, ...]:
+    """Return the brokers of ``mqtt://host:port[,mqtts://host:port...]``, in order.
+
+    The settings validate each URL; this only reads them.
+    """
+    brokers = []
+    for url in urls.split(","):
+        parts = urlsplit(url.strip())
+        tls = parts.scheme == "mqtts"
+        brokers.append(Broker(parts.hostname or "127.0.0.1", parts.port or (8883 if tls else 1883), tls))
+    return tuple(brokers)
+
+
+@dataclass(frozen=True, slots=True)
+class MqttConfig:
+    """Where and how to connect; ``password`` never appears in repr or logs.
+
+    ``brokers`` are tried in order (fail-over); every other field applies to each.
+    """
+
+    brokers: tuple[Broker, ...]
+    client_id: str
     username: str | None = None
     password: str | None = field(default=None, repr=False)
     ca_file: Path | None = None
@@ -68,8 +103,8 @@ class MqttConfig:
 
     @property
     def url(self) -> str:
-        """Return the broker URL, without credentials."""
-        return f"{'mqtts' if self.tls else 'mqtt'}://{self.host}:{self.port}"
+        """Return the broker URLs, comma-separated, without credentials."""
+        return ",".join(broker.url for broker in self.brokers)
 
 
 def mqtt_config(
@@ -83,14 +118,10 @@ def mqtt_config(
     monitor) never share an id and take each other's session over.
     ``protocol`` overrides the settings' (the embedded broker speaks 3.1.1 only).
     """
-    parts = urlsplit(url or settings.mqtt_url or "mqtt://127.0.0.1:1883")
-    tls = parts.scheme == "mqtts"
     return MqttConfig(
-        host=parts.hostname or "127.0.0.1",
-        port=parts.port or (8883 if tls else 1883),
+        brokers=parse_brokers(url or settings.mqtt_url or "mqtt://127.0.0.1:1883"),
         client_id=(f"{settings.mqtt_client_id}-{suffix}" if suffix else settings.mqtt_client_id)
         if settings.mqtt_client_id else client_id,
-        tls=tls,
         username=settings.mqtt_username,
         password=settings.mqtt_password.get_secret_value() if settings.mqtt_password else None,
         ca_file=settings.mqtt_ca_file,
@@ -103,8 +134,8 @@ def mqtt_config(
     )
 
 
-def _tls_context(config: MqttConfig) -> ssl.SSLContext | None:
-    if not config.tls:
+def _tls_context(config: MqttConfig, broker: Broker) -> ssl.SSLContext | None:
+    if not broker.tls:
         return None
     context = ssl.create_default_context(cafile=str(config.ca_file) if config.ca_file else None)
     if config.cert_file is not None:
@@ -112,21 +143,21 @@ def _tls_context(config: MqttConfig) -> ssl.SSLContext | None:
     return context
 
 
-def _client(config: MqttConfig) -> aiomqtt.Client:
+def _client(config: MqttConfig, broker: Broker) -> aiomqtt.Client:
     status = status_topic(config.client_id)
     properties = None
     if config.protocol == "5" and config.max_packet_bytes is not None:
         properties = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
         properties.MaximumPacketSize = config.max_packet_bytes
     return aiomqtt.Client(
-        config.host,
-        config.port,
+        broker.host,
+        broker.port,
         identifier=config.client_id,
         username=config.username,
         password=config.password,
         will=aiomqtt.Will(status, b"offline", qos=1, retain=True),
         keepalive=config.keepalive_s,
-        tls_context=_tls_context(config),
+        tls_context=_tls_context(config, broker),
         timeout=10.0,
         protocol=aiomqtt.ProtocolVersion.V5 if config.protocol == "5" else aiomqtt.ProtocolVersion.V311,
         properties=properties,
@@ -175,18 +206,29 @@ async def supervise(
 ) -> None:
     """Run ``session`` on a connected client for ever, reconnecting on failure.
 
+    Brokers are tried in ``config.brokers`` order, from the first; a failure
+    (refused, timed out, or a connection lost) moves to the next broker at
+    once, after a jitter of at most ``_BACKOFF_BASE_S`` so that the clients of
+    a lost node do not all arrive at the same instant.  Only when every broker
+    has failed in turn does the client back off, exponentially and jittered,
+    before the next round; a session that had run for ``_STABLE_AFTER_S``
+    starts the backoff afresh.  With one broker this is plain backoff.
+
     Returns when ``session`` returns; cancellation propagates.
     """
     rng = rng or random.Random()
-    attempt = 0
+    attempt = 0  # rounds of the whole broker list that failed in a row
+    index = 0
+    failed_this_round = 0
     loop = asyncio.get_running_loop()
     while True:
+        broker = config.brokers[index]
         started = loop.time()
         failure: BaseException | None = None
         try:
-            async with _client(config) as client:
-                state.connected, state.connects = True, state.connects + 1
-                log.info("mqtt connected", broker=config.url, client_id=config.client_id)
+            async with _client(config, broker) as client:
+                state.connected, state.connects, state.broker = True, state.connects + 1, broker.url
+                log.info("mqtt connected", broker=broker.url, client_id=config.client_id)
                 await client.publish(status_topic(config.client_id), b"online", qos=1, retain=True)
                 try:
                     await _until_disconnected(client, session)
@@ -212,9 +254,15 @@ async def supervise(
         state.connected = False
         state.failures += 1
         if loop.time() - started > _STABLE_AFTER_S:
-            attempt = 0
-        delay = min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2**attempt) * rng.uniform(0.5, 1.0)
-        attempt += 1
-        log.warning("mqtt connection failed; retrying", broker=config.url, error=str(failure),
-                    retry_in_s=round(delay, 2))
+            attempt, failed_this_round = 0, 0
+        failed_this_round += 1
+        index = (index + 1) % len(config.brokers)
+        if failed_this_round < len(config.brokers):
+            delay = _BACKOFF_BASE_S * rng.uniform(0.0, 1.0)
+        else:
+            delay = min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2**attempt) * rng.uniform(0.5, 1.0)
+            attempt += 1
+            failed_this_round = 0
+        log.warning("mqtt connection failed; retrying", broker=broker.url, error=str(failure),
+                    next_broker=config.brokers[index].url, retry_in_s=round(delay, 2))
         await asyncio.sleep(delay)

@@ -22,6 +22,7 @@ from rainierd.errors import ConfigError
 from rainierd.hardware import TRN2
 from rainierd.inventory import load_inventory
 from rainierd.topology import PRESETS, parse_topology
+from rainierd.wire.topics import Shard, parse_shard
 
 __all__ = [
     "DEFAULT_METRICS_ADDR", "ROLE_PARTS", "Part", "Settings", "Use", "flag_name", "load_settings", "parse_host_port",
@@ -90,8 +91,9 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="RAINIERD_", extra="forbid", frozen=True)
 
     mqtt_url: Annotated[str | None, Use("mqtt")] = Field(
-        None, description="mqtt://host:port or mqtts://host:port (TLS, default port 8883); "
-        "`run` without it embeds a broker, other roles default to mqtt://127.0.0.1:1883",
+        None, description="mqtt://host:port or mqtts://host:port (TLS, default port 8883); several, "
+        "comma-separated, are the nodes of a clustered broker: the first that answers is used, the next when it "
+        "goes away; `run` without it embeds a broker, other roles default to mqtt://127.0.0.1:1883",
     )
     mqtt_username: Annotated[str | None, Use("mqtt")] = Field(
         None, description="broker user name (unset: connect anonymously)")
@@ -189,6 +191,10 @@ class Settings(BaseSettings):
     max_entity_series: Annotated[int, Use("monitor")] = Field(
         1_000, ge=10, le=1_000_000, description="per-entity series per family (unhealthy links, chips, ...) at most",
     )
+    shard: Annotated[str, Use("monitor")] = Field(
+        "0/1", description="monitor: watch shard i of N (i/N, i from 0) of the fleet's UltraServers, subscribing "
+        "to its share of the topics only (docs/wire-format.md); 0/1 is the whole fleet",
+    )
     log_format: Annotated[Literal["auto", "json", "console"], Use("log")] = Field(
         "auto", description="log format: json, console, or auto (console on a terminal)")
     log_level: Annotated[Literal["debug", "info", "warning", "error"], Use("log")] = Field(
@@ -211,18 +217,27 @@ class Settings(BaseSettings):
     def _mqtt_url(cls, value: str | None) -> str | None:
         if value is None:
             return None
-        parts = urlsplit(value)
-        if parts.scheme not in ("mqtt", "mqtts"):
-            raise ValueError(f"{value!r} must start mqtt:// or mqtts://")
-        if parts.username or parts.password:
-            raise ValueError("put credentials in mqtt_username / mqtt_password, not in the URL")
-        try:
-            parts.port  # noqa: B018 - raises on a bad port
-        except ValueError:
-            raise ValueError(f"{value!r} has an invalid port") from None
-        if not parts.hostname:
-            raise ValueError(f"{value!r} has no host")
-        return value
+        urls = [url.strip() for url in value.split(",")]
+        for url in urls:
+            parts = urlsplit(url)
+            if parts.scheme not in ("mqtt", "mqtts"):
+                raise ValueError(f"{url!r} must start mqtt:// or mqtts://")
+            if parts.username or parts.password:
+                raise ValueError("put credentials in mqtt_username / mqtt_password, not in the URL")
+            try:
+                parts.port  # noqa: B018 - raises on a bad port
+            except ValueError:
+                raise ValueError(f"{url!r} has an invalid port") from None
+            if not parts.hostname:
+                raise ValueError(f"{url!r} has no host")
+        if len(set(urls)) != len(urls):
+            raise ValueError(f"{value!r} names a broker twice")
+        return ",".join(urls)
+
+    @field_validator("shard")
+    @classmethod
+    def _shard(cls, value: str) -> str:
+        return str(parse_shard(value))  # raises ValueError saying what is wrong
 
     @field_validator("metrics_addr")
     @classmethod
@@ -237,6 +252,11 @@ class Settings(BaseSettings):
             max_clock_skew_s=self.max_clock_skew_s, max_seq_jump=self.max_seq_jump,
             hardware=replace(TRN2, efa_ports_per_node=self.efa_ports_per_node),
         )
+
+    @property
+    def monitor_shard(self) -> Shard:
+        """Return the share of the fleet a monitor watches."""
+        return parse_shard(self.shard)
 
     @property
     def metrics_host_port(self) -> tuple[str, int]:

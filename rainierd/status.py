@@ -24,6 +24,7 @@ class ConnectionState:
     """Whether a supervised session is connected, for /readyz and metrics."""
 
     connected: bool = False
+    broker: str | None = None  # URL of the broker of the current or last connection (fail-over: which node)
     connects: int = 0
     failures: int = 0
     status_overwritten: int = 0  # another client wrote this one's retained status; it was said again
