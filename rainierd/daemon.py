@@ -133,7 +133,7 @@ async def _run_role(role: Role, settings: Settings, stop: asyncio.Event) -> None
             monitor = Monitor(
                 topology, settings.monitor_config(), max_backlog_bytes=settings.max_backlog_bytes,
                 checkpoint_file=settings.state_file, reconnect_grace_s=settings.reconnect_grace_s,
-                qos=settings.mqtt_qos,
+                qos=settings.mqtt_qos, shard=settings.monitor_shard,
             )
             monitor.restore()
             loop_lag = LoopLag()
@@ -142,14 +142,15 @@ async def _run_role(role: Role, settings: Settings, stop: asyncio.Event) -> None
                 backlog=monitor.backlog, lag=monitor.lag,
                 loop_lag=lambda: loop_lag.worst_s, loop_lag_histogram=loop_lag.histogram,
                 checkpoint=monitor.checkpoint if settings.state_file is not None else None,
-                max_entity_series=settings.max_entity_series,
+                max_entity_series=settings.max_entity_series, shard=settings.monitor_shard,
             )
             host, port = settings.metrics_host_port
             server = MetricsServer(
                 exporter.registry, host=host, port=port, generation=lambda: monitor.generation,
                 healthy=monitor.healthy, ready=monitor.ready, extra=exporter.extra,
                 web=None if settings.web_config_file is None else load_web_config(settings.web_config_file),
-                prober=UltraServerProbe(topology, monitor.core, lambda: monitor.snapshot, lock=monitor.state_lock),
+                prober=UltraServerProbe(monitor.topology, monitor.core, lambda: monitor.snapshot,
+                                        lock=monitor.state_lock),
             )
             await server.start()
             coroutines["monitor-mqtt-subscribe"] = supervise(
@@ -165,4 +166,6 @@ async def _run_role(role: Role, settings: Settings, stop: asyncio.Event) -> None
         # event loop whichever thread ran it; frozen, it takes under 1 ms.
         gc.collect()
         gc.freeze()
-        await run_until_stopped(role, stop, coroutines, topology=topology.name, chips=topology.n_chips, broker=url)
+        shard = {"shard": settings.shard} if role != "simulate" and settings.shard != "0/1" else {}
+        await run_until_stopped(role, stop, coroutines, topology=topology.name, chips=topology.n_chips, broker=url,
+                                **shard)

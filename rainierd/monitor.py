@@ -31,9 +31,10 @@ from rainierd.core.config import MonitorConfig
 from rainierd.core.detect import Event
 from rainierd.core.ingest import Message
 from rainierd.exporter import Health, MonitorSnapshot
+from rainierd.shards import shard_view
 from rainierd.status import BacklogState, CheckpointState, ConnectionState, LagHistogram
 from rainierd.topology import Topology
-from rainierd.wire.topics import EVENTS_ROOT, status_topic, telemetry_filters
+from rainierd.wire.topics import EVENTS_ROOT, WHOLE_FLEET, Shard, status_topic, telemetry_filters
 
 __all__ = ["ListeningClock", "Monitor"]
 
@@ -104,7 +105,7 @@ class ListeningClock:
 
 
 class Monitor:
-    """Holds the fleet state and turns MQTT messages into snapshots."""
+    """Holds the fleet state (of its shard's share, when sharded) and turns MQTT messages into snapshots."""
 
     def __init__(
         self,
@@ -116,8 +117,10 @@ class Monitor:
         clock: ListeningClock | None = None,
         checkpoint_file: Path | None = None,
         reconnect_grace_s: float = 0.0,
+        shard: Shard = WHOLE_FLEET,
     ) -> None:
-        self.topology = topology
+        self.shard = shard
+        self.topology = topology = shard_view(topology, shard)
         self.config = config
         self.tick_s = config.tick_s
         self.max_frame_bytes = config.max_frame_bytes
@@ -151,6 +154,8 @@ class Monitor:
         self.checkpoint = CheckpointState()
         self._status_restore: asyncio.Task[None] | None = None
         self._fleet = f"{topology.name}: {topology.n_nodes} nodes, {topology.n_sites} sites"
+        if not shard.whole:  # another shard's accounting is not this one's
+            self._fleet += f", shard {shard}"
 
     # -- checkpoint -----------------------------------------------------------------
 
@@ -246,8 +251,11 @@ class Monitor:
         ``online`` may stand there, whoever wrote it (the broker's ACL should
         keep others out; docs/security.md).
         """
-        for topic_filter in telemetry_filters():
-            await client.subscribe(topic_filter, qos=self.qos)
+        filters = telemetry_filters(self.shard, n_sites=self.topology.n_sites)
+        if len(filters) == 1:
+            await client.subscribe(filters[0], qos=self.qos)
+        else:  # a shard's filters (up to 129) in one SUBSCRIBE: one round trip, not one each
+            await client.subscribe([(topic_filter, self.qos) for topic_filter in filters])
         own_status = status_topic(client.identifier)
         await client.subscribe(own_status, qos=1)
         self.clock.hear("disconnected")

@@ -22,7 +22,7 @@ FLEET = ["topology", "efa_ports_per_node"]
 SIMULATOR = ["ticks", "seed", "encoding", "batch_nodes", "scenario", "fault_acceleration", "noise", "time_scale",
              "profile", "truth_file"]
 MONITOR = ["stale_after_ticks", "max_frame_bytes", "max_clock_skew_s", "reconnect_grace_s", "state_file",
-           "max_seq_jump", "max_backlog_bytes", "max_entity_series"]
+           "max_seq_jump", "max_backlog_bytes", "max_entity_series", "shard"]
 HTTP = ["metrics_addr", "web_config_file"]
 LOG = ["log_format", "log_level"]
 
@@ -71,6 +71,7 @@ VALUES: dict[str, tuple[str, Any]] = {
     "max_seq_jump": ("1000", 1000),
     "max_backlog_bytes": ("2097152", 2_097_152),
     "max_entity_series": ("50", 50),
+    "shard": ("1/4", "1/4"),
     "log_format": ("json", "json"),
     "log_level": ("debug", "debug"),
 }

@@ -99,7 +99,7 @@ class TestMonitoring:
         assert analysis.throughput.chips_fresh == 144
         assert all(n == 0 for n in analysis.health.unknown.values()), analysis.health.unknown
         assert {t for t, _f in frames if parse_topic(t) and parse_topic(t).kind == "node"} == {  # type: ignore[union-attr]
-            f"rainier/v1/telemetry/s{s}/u{u}/n{n}" for n in np.flatnonzero(topo.node_present).tolist()
+            f"rainier/v1/telemetry/s{s}/b{u % 256}/u{u}/n{n}" for n in np.flatnonzero(topo.node_present).tolist()
             for s, u, _ in [topo.node_path(n)]
         }
         absent = model.step(3)

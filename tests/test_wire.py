@@ -403,17 +403,25 @@ class TestPartialJson:
 class TestTopics:
     def test_telemetry_topics_parse_back(self) -> None:
         """Topics built for a node, a site and a batch parse back to their address."""
-        assert node_topic(2, 5_000, 3) == "rainier/v1/telemetry/s2/u5000/n3"
-        assert parse_topic(node_topic(2, 5_000, 3)) == TopicAddress("node", 2, 5_000, 3)
+        assert node_topic(2, 5_000, 3) == "rainier/v1/telemetry/s2/b136/u5000/n3"  # 5,000 % 256 = 136
+        assert parse_topic(node_topic(2, 5_000, 3)) == TopicAddress("node", 2, 5_000, 3, 136)
         assert parse_topic(facility_topic(1)) == TopicAddress("facility", 1)
-        assert parse_topic(batch_topic(4, "agg-7.a_b")) == TopicAddress("batch", 4)
+        assert parse_topic(batch_topic(4, 9, "agg-7.a_b")) == TopicAddress("batch", 4, bucket=9)
+
+    def test_topics_without_a_bucket_still_parse(self) -> None:
+        """The layout before shards (no bucket level) is still telemetry, for an unsharded monitor."""
+        assert parse_topic("rainier/v1/telemetry/s2/u5000/n3") == TopicAddress("node", 2, 5_000, 3)
+        assert parse_topic("rainier/v1/telemetry/s4/batch/agg") == TopicAddress("batch", 4)
 
     @pytest.mark.parametrize("topic", [
         "rainier/v2/telemetry/s0/u0/n0", "rainier/v1/s0/u0/n0", "rainier/v1/telemetry/s0/u0",
         "rainier/v1/telemetry/s0/batch/", "rainier/v1/telemetry/s0/batch/a/b", "rainier/v1/events/chip/3", "x",
+        "rainier/v1/telemetry/s0/b1/u0/n0", "rainier/v1/telemetry/s0/b07/u7/n28",
+        "rainier/v1/telemetry/s0/b256/batch/a",
     ])
     def test_other_topics_are_not_telemetry(self, topic: str) -> None:
-        """Topics outside the v1 telemetry tree (events among them) parse to None."""
+        """Topics outside the v1 telemetry tree (events among them), or naming a bucket not the UltraServer's
+        (or not spelled as the shards subscribe to it), parse to None."""
         assert parse_topic(topic) is None
 
     def test_the_telemetry_filter_never_matches_other_kinds(self) -> None:

@@ -18,7 +18,7 @@ from typing import Final, NamedTuple
 
 import numpy as np
 
-from rainierd._types import F64
+from rainierd._types import F64, I64
 from rainierd.exporter.snapshot import MonitorSnapshot
 from rainierd.topology import Topology
 
@@ -80,15 +80,24 @@ def family_values(family: Family, snap: MonitorSnapshot, level: str) -> F64 | No
 class UltraServerFamilies:
     """Renders the per-UltraServer families for every UltraServer."""
 
-    def __init__(self, topology: Topology, snapshot: Callable[[], MonitorSnapshot | None]) -> None:
+    def __init__(
+        self, topology: Topology, snapshot: Callable[[], MonitorSnapshot | None], *,
+        ultraservers: I64 | None = None,
+    ) -> None:
         self._snapshot = snapshot
         names = topology.names
+        # A shard renders its own UltraServers only (None: every one).
+        self._ids = ultraservers
+        ids = range(topology.n_ultraservers) if ultraservers is None else ultraservers.tolist()
         self._labels = [f'{{site="s{site}",ultraserver="u{us}"{names.site_label(site)}{names.ultraserver_label(us)}}} '
-                        for us, site in enumerate(topology.ultraserver_site.tolist())]
+                        for us, site in ((us, int(topology.ultraserver_site[us])) for us in ids)]
         self._prefixes = {level: [f"rainier_ultraserver_fp8_{level}_flops{lb}" for lb in self._labels]
                           for level in _LEVELS}
         self._aggregates = {f.name: [f"rainier_ultraserver_{f.name}{lb}" for lb in self._labels]
                             for f in AGGREGATE_FAMILIES}
+
+    def _take(self, values: F64) -> F64:
+        return values if self._ids is None else values[self._ids]
 
     @property
     def series(self) -> int:
@@ -103,7 +112,7 @@ class UltraServerFamilies:
         parts = []
         for level in _LEVELS:
             name = f"rainier_ultraserver_fp8_{level}_flops"
-            values = map(repr, getattr(snap.throughput, f"ultraserver_{level}").tolist())
+            values = map(repr, self._take(getattr(snap.throughput, f"ultraserver_{level}")).tolist())
             parts.append(f"# HELP {name} UltraServer FP8 {level} throughput, dense FLOP/s.\n# TYPE {name} gauge\n")
             parts.append("\n".join(map(str.__add__, self._prefixes[level], values)))
             parts.append("\n")
@@ -111,6 +120,7 @@ class UltraServerFamilies:
             values_or_none = family_values(family, snap, "ultraserver")
             if values_or_none is None:
                 break
+            values_or_none = self._take(values_or_none)
             name = f"rainier_ultraserver_{family.name}"
             # Text format 0.0.4: HELP and TYPE name the samples, ``_total`` included.
             parts.append(f"# HELP {name} {family.help}, per UltraServer.\n# TYPE {name} {family.kind}\n")

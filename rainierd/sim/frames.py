@@ -1,9 +1,10 @@
 """Cutting one tick of the simulated fleet into frames: one per node and site,
-or batch frames that carry many nodes of a site at once.
+or batch frames that carry many nodes of a site and topic bucket at once.
 
 Because a node's chips, links and ports have contiguous ids, each frame's
-records are slices (views) of the tick's fleet-wide arrays, and a batch's
-columns are slices of the fleet-wide record fields.
+records are slices (views) of the tick's fleet-wide arrays; a batch's
+columns are gathered from the fleet-wide record fields (a bucket's
+UltraServers are every 256th of a site, not one run).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import numpy.typing as npt
 from rainierd.sim.fleet import TickSample
 from rainierd.topology import Topology
 from rainierd.wire.records import RECORD_KINDS, FacilityFrame, NodeBatch, NodeFrame, column_dtypes
-from rainierd.wire.topics import batch_topic, facility_topic, node_topic
+from rainierd.wire.topics import BUCKETS, batch_topic, bucket_of, facility_topic, node_topic
 
 __all__ = ["tick_batches", "tick_frames"]
 
@@ -73,30 +74,34 @@ def tick_batches(
     nodes_per_batch: int,
     sites: range | None = None,
 ) -> Iterator[tuple[str, NodeBatch | FacilityFrame]]:
-    """Yield (topic, frame) for one tick as an aggregation tier would: a batch
-    frame per ``nodes_per_batch`` consecutive nodes of a site, then each
-    site's facility frame.
+    """Yield (topic, frame) for one tick as an aggregation tier would: for each
+    site and topic bucket (``rainierd.wire.topics``), that bucket's nodes of
+    the site in batch frames of at most ``nodes_per_batch``, then each site's
+    facility frame.
 
-    Each node entry's sequence number is its agent's, as in ``tick_frames``; a
-    lost node is left out of its batch and a failed chip out of its node.
+    A batch holds one bucket's nodes so that it reaches exactly the one
+    monitor shard that owns them.  Each node entry's sequence number is its
+    agent's, as in ``tick_frames``; a lost node is left out of its batch and a
+    failed chip out of its node.
     """
     topo = topology
     per_kind = {"chips": topo.chips_per_node, "links": topo.links_per_node, "efa": topo.efa_ports_per_node,
                 "cooling": 1}
     records = {"chips": sample.chips, "links": sample.links, "efa": sample.efa, "cooling": sample.cooling}
-    # Each batch's columns are strided views of the fleet-wide records; the
-    # encoder copies each once, contiguous, into the message.
     columns = {kind: {name: records[kind][name] for name in column_dtypes(records[kind].dtype)}
                for kind in RECORD_KINDS}
-    keep = {kind: None if kind != "chips" else ~sample.chip_silent for kind in RECORD_KINDS}
+    per_us = topo.nodes_per_ultraserver
     for site in sites if sites is not None else range(topo.n_sites):
-        span = topo.site_nodes(site)
-        for first in range(span.start, span.stop, nodes_per_batch):
-            last = min(first + nodes_per_batch, span.stop)
-            batch = _batch(sample, topo, publisher=publisher, site=site, first=first, last=last, per_kind=per_kind,
-                           columns=columns, keep=keep)
-            if batch is not None:
-                yield batch_topic(site, f"n{first}-{last - 1}"), batch
+        span = topo.site_ultraservers(site)
+        for first_us in range(span.start, min(span.start + BUCKETS, span.stop)):  # one bucket each
+            ultraservers = np.arange(first_us, span.stop, BUCKETS, dtype=np.int64)
+            nodes = (ultraservers[:, None] * per_us + np.arange(per_us)).ravel()
+            for first in range(0, nodes.size, nodes_per_batch):
+                chunk = nodes[first:first + nodes_per_batch]
+                batch = _batch(sample, topo, publisher=publisher, site=site, nodes=chunk, per_kind=per_kind,
+                               columns=columns)
+                if batch is not None:
+                    yield batch_topic(site, bucket_of(first_us), f"n{chunk[0]}-{chunk[-1]}"), batch
     yield from _facility_frames(topo, sample, publisher, sites)
 
 
@@ -106,37 +111,31 @@ def _batch(
     *,
     publisher: str,
     site: int,
-    first: int,
-    last: int,
+    nodes: npt.NDArray[np.int64],
     per_kind: dict[str, int],
     columns: dict[str, dict[str, npt.NDArray[Any]]],
-    keep: dict[str, npt.NDArray[np.bool_] | None],
 ) -> NodeBatch | None:
-    silent = sample.node_silent[first:last] | ~topo.node_present[first:last]
-    nodes = np.arange(first, last, dtype=np.uint32)
-    chip_keep = keep["chips"]
-    assert chip_keep is not None
-    node_ok = ~silent
+    """Return the batch frame of ``nodes`` (ascending ids of one site), or None if none of them publishes."""
+    node_ok = ~(sample.node_silent[nodes] | ~topo.node_present[nodes])
     if not node_ok.any():
         return None
-    chip_ok = chip_keep[first * per_kind["chips"]:last * per_kind["chips"]]
+    sent = nodes[node_ok]
     counts: dict[str, npt.NDArray[np.uint16]] = {}
     batch_columns: dict[str, dict[str, npt.NDArray[Any]]] = {}
     for kind in RECORD_KINDS:
         k = per_kind[kind]
-        window = slice(first * k, last * k)
-        mask = np.repeat(node_ok, k)
+        # The records of the sending nodes, in node order: one gather per column (the encoder copies anyway).
+        take = (sent[:, None] * k + np.arange(k)).ravel()
         if kind == "chips":
-            mask &= chip_ok
-        if mask.all():
-            batch_columns[kind] = {name: values[window] for name, values in columns[kind].items()}
-            counts[kind] = np.full(last - first, k, np.uint16)
+            ok = ~sample.chip_silent[take]
+            if not ok.all():
+                take = take[ok]
+            counts[kind] = ok.reshape(-1, k).sum(axis=1).astype(np.uint16)
         else:
-            batch_columns[kind] = {name: values[window][mask] for name, values in columns[kind].items()}
-            counts[kind] = mask.reshape(-1, k).sum(axis=1).astype(np.uint16)[node_ok]
-    n = int(node_ok.sum())
+            counts[kind] = np.full(sent.size, k, np.uint16)
+        batch_columns[kind] = {name: values[take] for name, values in columns[kind].items()}
     return NodeBatch(
-        publisher, sample.tick, sample.tick, sample.t_s, site, nodes[node_ok],
-        sample.node_seq[first:last][node_ok], np.full(n, sample.tick, np.uint64), sample.node_t_s[first:last][node_ok],
+        publisher, sample.tick, sample.tick, sample.t_s, site, sent.astype(np.uint32),
+        sample.node_seq[sent], np.full(sent.size, sample.tick, np.uint64), sample.node_t_s[sent],
         counts, batch_columns,
     )
