@@ -103,12 +103,13 @@ def rogue_frames(node: int) -> tuple[str, bytes]:
 
 
 def rogue_batch() -> bytes:
-    """A valid, current batch frame of every node of site 0, from a publisher id the monitor has never seen."""
+    """A valid, current batch frame of every node of bucket 0 of site 0 (node 3's UltraServer), from a publisher
+    id the monitor has never seen."""
     model = FleetModel(TOPO, np.random.default_rng(8), tick_s=1.0, start_s=time.time())
     frames = tick_batches(TOPO, model.step(0), publisher="rogue-batch", nodes_per_batch=TOPO.n_nodes)
-    batches = [frame for _topic, frame in frames if isinstance(frame, NodeBatch)]
-    assert len(batches) == 1
-    return encode_binary(batches[0])
+    topic, batch = next((t, f) for t, f in frames if isinstance(f, NodeBatch))
+    assert topic.startswith("rainier/v1/telemetry/s0/b0/batch/")
+    return encode_binary(batch)
 
 
 async def connect_fails(broker: ShippedBroker, username: str | None, password: str | None) -> str:
@@ -164,7 +165,8 @@ def test_the_shipped_broker_refuses_what_a_client_may_not_write(
         async with aiomqtt.Client("127.0.0.1", broker.port, identifier="n3", username="n3",
                                   password=broker.password("n3")) as n3:
             await n3.publish(*rogue_frames(4), qos=1)  # another node's telemetry: refused
-            await n3.publish("rainier/v1/telemetry/s0/batch/n3", rogue_batch(), qos=1)  # every node at once: refused
+            await n3.publish("rainier/v1/telemetry/s0/batch/n3", rogue_batch(), qos=1)  # many nodes at once: refused
+            await n3.publish("rainier/v1/telemetry/s0/b0/batch/n3", rogue_batch(), qos=1)  # in either layout
             await n3.publish(forged_event, b'{"entity": "chip", "id": 5, "after": "failed"}', qos=1, retain=True)
             await n3.publish(monitor_status, b"offline", qos=1, retain=True)
             await n3.publish(*rogue_frames(3), qos=1)  # its own node's telemetry: the allowed control

@@ -271,7 +271,7 @@ class Fuzzer:
         return republish(payload, f"forged-{self.rng.randrange(10**9)}")
 
     def topic(self) -> str:
-        return self.rng.choice([*(t for t, _ in self.next.nodes), self.next.facility[0], batch_topic(0, "fuzz")])
+        return self.rng.choice([*(t for t, _ in self.next.nodes), self.next.facility[0], batch_topic(0, 0, "fuzz")])
 
     def float_field(self, kind: str) -> tuple[int, str]:
         dtype = dict(_NODE_RECORDS)[kind]
@@ -643,13 +643,13 @@ class Fuzzer:
                                     node_topic(path[0], path[1] + 1, node), node_topic(0, 0, 9)])
                 return topic, self.forged(payload), "topic_mismatch"
             case 1:  # a node's frame on a facility or batch topic
-                return rng.choice([facility_topic(0), batch_topic(0, "n0-7")]), payload, "topic_mismatch"
+                return rng.choice([facility_topic(0), batch_topic(0, 0, "n0-7")]), payload, "topic_mismatch"
             case 2:  # a facility frame on a node's, another site's or a batch topic
-                topic = rng.choice([*others, facility_topic(rng.randrange(1, 10**6)), batch_topic(0, "x")])
+                topic = rng.choice([*others, facility_topic(rng.randrange(1, 10**6)), batch_topic(0, 0, "x")])
                 return topic, self.forged(self.next.facility[1]), "topic_mismatch"
             case 3:  # a batch on another site's batch topic, a node's topic, or the facility topic
                 _, _, single = self.single()
-                topic = rng.choice([batch_topic(rng.randrange(1, 10**6), "x"), *others, facility_topic(0)])
+                topic = rng.choice([batch_topic(rng.randrange(1, 10**6), 0, "x"), *others, facility_topic(0)])
                 return topic, single, "topic_mismatch"
             case _:
                 _, _, doc = self.json_node()
