@@ -1,0 +1,90 @@
+"""Monitor shards end to end over a real Mosquitto: ``rainierd simulate``
+publishes a fleet with faults, two ``rainierd monitor --shard i/2`` and one
+unsharded monitor listen at once, and the shards' /metrics add up to the
+unsharded monitor's: the same fleet totals, the same frames, the same
+unhealthy components."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import Broker, current_values, free_port, sample_values, scrape, wait_until
+
+TICK_S = 0.5
+TICKS = 24
+TOPOLOGY = "sites=2,ultraservers=8"  # 16 UltraServers, 1,024 chips: 8 a shard
+# A failed chip of u3 (shard 1), a NeuronLink of u2 down (shard 0), a lost node of u5 (shard 1).
+SCENARIO = """
+[[fault]]
+kind = "chip_failed"
+target = 200
+at_s = 2
+for_s = 600
+
+[[fault]]
+kind = "nl_down"
+target = 390
+at_s = 2
+for_s = 600
+
+[[fault]]
+kind = "node_lost"
+target = 21
+at_s = 2
+for_s = 600
+"""
+TOTALS = ("rainier_fleet_fp8_peak_flops", "rainier_fleet_fp8_delivered_flops", "rainier_fleet_fp8_effective_flops",
+          "rainier_fleet_chips", "rainier_fleet_chips_reporting", "rainier_fleet_fp8_flop_total",
+          "rainier_ingest_frames_applied_total")
+
+
+def unhealthy(values: dict[str, float]) -> set[str]:
+    """Return the unhealthy entity series (``rainier_<entity>_unhealthy{…}``) of a scrape."""
+    return {k for k, v in values.items() if re.match(r"rainier_\w+_unhealthy\{", k) and v == 1}
+
+
+@pytest.mark.broker
+async def test_two_shards_add_up_to_one_monitor(mosquitto: Broker, start_rainierd: object, tmp_path: Path) -> None:
+    """Fed by one simulator, two shards' fleet totals sum to one monitor's within 1e-9 relative, and their
+    unhealthy components together are its, each exported by one shard only."""
+    scenario = tmp_path / "faults.toml"
+    scenario.write_text(SCENARIO)
+    ports = {name: free_port() for name in ("whole", "s0", "s1")}
+    shards = {"whole": "0/1", "s0": "0/2", "s1": "1/2"}
+    for name, port in ports.items():
+        start_rainierd(  # type: ignore[operator]
+            "monitor", "--mqtt-url", mosquitto.url, "--metrics-addr", f"127.0.0.1:{port}", "--tick", str(TICK_S),
+            "--topology", TOPOLOGY, "--shard", shards[name], "--stale-after-ticks", "1000",
+            "--reconnect-grace", "0", name=f"monitor-{name}",
+        )
+    for port in ports.values():
+        await wait_until(lambda p=port: current_values(p).get("rainier_mqtt_connected") == 1, 10,  # type: ignore[misc]
+                         "the monitors to connect")
+    sim = start_rainierd(  # type: ignore[operator]
+        "simulate", "--mqtt-url", mosquitto.url, "--tick", str(TICK_S), "--ticks", str(TICKS), "--seed", "5",
+        "--topology", TOPOLOGY, "--scenario", str(scenario), name="simulate",
+    )
+    assert await asyncio.to_thread(sim.proc.wait, TICKS * TICK_S + 15) == 0, sim.log()
+    last = TICKS - 1
+    for port in ports.values():
+        await wait_until(lambda p=port: current_values(p).get("rainier_monitor_last_tick") == last,  # type: ignore[misc]
+                         10, f"every monitor to analyse tick {last}")
+    await asyncio.sleep(3 * TICK_S)  # every monitor has analysed again since the last frame arrived
+    values = {name: sample_values(scrape(port)) for name, port in ports.items()}
+
+    whole, parts = values["whole"], [values["s0"], values["s1"]]
+    assert {k: sum(p[k] for p in parts) for k in TOTALS} == pytest.approx({k: whole[k] for k in TOTALS}, rel=1e-9)
+    assert all(0 < p["rainier_fleet_chips"] < whole["rainier_fleet_chips"] for p in parts)
+    assert [p['rainier_shards{shard="%d"}' % i] for i, p in enumerate(parts)] == [2, 2]
+    assert {p["rainier_fleet_chips_inventory"] for p in [whole, *parts]} == {1024}
+    found = [unhealthy(p) for p in parts]
+    assert found[0] | found[1] == unhealthy(whole)
+    assert not found[0] & found[1]
+    assert all(found), found  # each shard detected its own faults
+    assert whole["rainier_ingest_frames_lost_total"] == sum(p["rainier_ingest_frames_lost_total"] for p in parts) == 0
+    rejected = [k for p in parts for k, v in p.items() if k.startswith("rainier_ingest_decode_errors_total") and v]
+    assert rejected == []  # a shard never hears another's frames
