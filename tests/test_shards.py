@@ -9,12 +9,16 @@ runs the same over a real broker with real processes."""
 from __future__ import annotations
 
 import math
+import shutil
+import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from rainierd.core.analysis import Analysis, MonitorCore
 from rainierd.core.ingest import IngestStats, Message
@@ -36,10 +40,12 @@ from rainierd.wire.topics import (
     parse_topic,
     telemetry_filters,
 )
+from tests.test_deploy import tool
 
 # 32 UltraServers, 2,048 chips: each shard's share of a site (8 UltraServers) is enough peers that one
 # UltraServer's fault stands out from it as from the whole site (detection is relative to site peers).
 TOPO = build_topology("sites=2,ultraservers=16")
+DEPLOY = Path(__file__).parents[1] / "deploy"
 
 
 def matches(topic_filter: str, topic: str) -> bool:
@@ -236,3 +242,47 @@ def _snapshot(analysis: Analysis, topo: Topology) -> MonitorSnapshot:
         analysed_ticks=TICKS, lost=analysis.lost, health=analysis.health, events={}, lag_s=0.5,
         detail=analysis.detail, aggregates=analysis.aggregates,
     )
+
+
+class TestShardedDeployments:
+    """deploy/compose.sharded.yaml and deploy/kubernetes/sharded, checked offline as the base ones are."""
+
+    def test_compose_override_matches_the_compose_spec_and_gives_each_monitor_its_shard(self) -> None:
+        """check-jsonschema accepts the override; its two monitors are shards 0/2 and 1/2, both scraped."""
+        path = DEPLOY / "compose.sharded.yaml"
+        result = subprocess.run([tool("check-jsonschema"), "--builtin-schema", "vendor.compose-spec", str(path)],
+                                capture_output=True, text=True, check=False, timeout=60)
+        assert result.returncode == 0, result.stdout + result.stderr
+        services = yaml.safe_load(path.read_text())["services"]
+        assert {n: s["environment"]["RAINIERD_SHARD"] for n, s in services.items() if "environment" in s} == {
+            "monitor": "0/2", "monitor-1": "1/2"}
+        scrape = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.sharded.yml").read_text())["scrape_configs"]
+        assert [c["static_configs"][0]["targets"] for c in scrape if c["job_name"] == "rainierd"] == [
+            ["monitor:9780", "monitor-1:9780"]]
+
+    def test_kubernetes_overlay_renders_a_statefulset_of_shards_that_validates_strictly(self, tmp_path: Path) -> None:
+        """kubectl kustomize renders the overlay: a StatefulSet whose pod ordinal is the shard index and whose
+        replicas are the shard count, in place of the monitor Deployment and its volume; kubernetes-validate
+        --strict accepts every built-in kind."""
+        kubectl = shutil.which("kubectl")
+        if kubectl is None:
+            pytest.fail("kubectl is missing: apt-get install kubernetes-client (scripts/test does)")
+        rendered = subprocess.run([kubectl, "kustomize", str(DEPLOY / "kubernetes" / "sharded")],
+                                  capture_output=True, text=True, check=True, timeout=60).stdout
+        manifests = [m for m in yaml.safe_load_all(rendered) if m]
+        kinds = sorted((m["kind"], m["metadata"]["name"]) for m in manifests)
+        assert ("StatefulSet", "rainierd-monitor") in kinds
+        assert ("Deployment", "rainierd-monitor") not in kinds
+        assert ("PersistentVolumeClaim", "rainierd-monitor-state") not in kinds
+        (shards,) = [m for m in manifests if m["kind"] == "StatefulSet"]
+        env = {e["name"]: e for e in shards["spec"]["template"]["spec"]["containers"][0]["env"]}
+        assert env["RAINIERD_POD_INDEX"]["valueFrom"]["fieldRef"]["fieldPath"] == (
+            "metadata.labels['apps.kubernetes.io/pod-index']")
+        assert env["RAINIERD_SHARD"]["value"] == f"$(RAINIERD_POD_INDEX)/{shards['spec']['replicas']}"
+        builtin = [m for m in manifests if m["kind"] not in ("ServiceMonitor", "PrometheusRule")]
+        path = tmp_path / "rendered.yaml"
+        path.write_text(yaml.safe_dump_all(builtin))
+        result = subprocess.run([tool("kubernetes-validate"), "--strict", str(path)],
+                                capture_output=True, text=True, check=False, timeout=120)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert result.stdout.count(" passed for resource ") == len(builtin), result.stdout

@@ -79,7 +79,7 @@ async def test_two_shards_add_up_to_one_monitor(mosquitto: Broker, start_rainier
     whole, parts = values["whole"], [values["s0"], values["s1"]]
     assert {k: sum(p[k] for p in parts) for k in TOTALS} == pytest.approx({k: whole[k] for k in TOTALS}, rel=1e-9)
     assert all(0 < p["rainier_fleet_chips"] < whole["rainier_fleet_chips"] for p in parts)
-    assert [p['rainier_shards{shard="%d"}' % i] for i, p in enumerate(parts)] == [2, 2]
+    assert [p[f'rainier_shards{{shard="{i}"}}'] for i, p in enumerate(parts)] == [2, 2]
     assert {p["rainier_fleet_chips_inventory"] for p in [whole, *parts]} == {1024}
     found = [unhealthy(p) for p in parts]
     assert found[0] | found[1] == unhealthy(whole)
