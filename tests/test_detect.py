@@ -91,6 +91,13 @@ class TestRobustStats:
         assert center == pytest.approx(1.0, abs=0.003)
         assert scale == pytest.approx(0.01, rel=0.15)
 
+    def test_a_nan_is_no_value(self) -> None:
+        """One entity's unknown figure (a rate across a restart) leaves the fleet's median and scale finite."""
+        values = np.concatenate([np.random.default_rng(0).normal(1.0, 0.01, 1000), [np.nan]])
+        center, scale = robust_center_scale(values, np.ones(values.size, bool), floor=1e-6)
+        assert center == pytest.approx(1.0, abs=0.003)
+        assert scale == pytest.approx(0.01, rel=0.15)
+
     def test_floor(self) -> None:
         """Identical values give the floor as scale, never zero."""
         assert robust_center_scale(np.ones(10), np.ones(10, bool), floor=0.01) == (1.0, 0.01)

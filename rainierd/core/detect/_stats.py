@@ -64,10 +64,14 @@ def robust_center_scale(
 ) -> tuple[float, float]:
     """Return (median, 1.4826 x MAD) of ``values[mask]`` (on ``sample``), the scale at least ``floor``.
 
-    With ``relative`` the scale is that of ``values / median`` instead.  With
-    nothing selected returns (nan, floor): callers then see no deviation.
+    With ``relative`` the scale is that of ``values / median`` instead.  NaNs
+    are ignored; with nothing (finite) selected returns (nan, floor): callers
+    then see no deviation.
     """
     selected = sample.take(values, mask).astype(np.float64)
+    # A NaN (a rate across a restart) is no value: one would make the median, and so every entity's
+    # deviation in the fleet, NaN for the tick.
+    selected = selected[np.isfinite(selected)]
     if selected.size == 0:
         return float("nan"), floor
     center = float(np.median(selected))
