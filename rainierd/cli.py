@@ -23,6 +23,7 @@ import structlog
 
 from rainierd import __version__
 from rainierd.bench import run_bench
+from rainierd.bench.cluster import ENGINES
 from rainierd.bench.core import SWEEP
 from rainierd.bench.detect import FULL as DETECT_FULL
 from rainierd.bench.detect import QUICK as DETECT_QUICK
@@ -185,11 +186,30 @@ def _bench_parsers(bench: argparse.ArgumentParser) -> None:
     transport.add_argument("--mb-per-s", type=float, default=116.0, help="offered (116: one rainier tick a second)")
     transport.add_argument("--seconds", type=float, default=10.0)
     transport.add_argument("--json", action="store_true")
+    _cluster_parsers(kinds)
     run = kinds.add_parser("run", help="CPU and memory of a whole `rainierd run` process")
     run.add_argument("--topology", default="demo", choices=list(PRESETS))
     run.add_argument("--seconds", type=float, default=60.0, help="measurement window")
     run.add_argument("--warmup", type=float, default=5.0)
     run.add_argument("--json", action="store_true")
+
+
+def _cluster_parsers(kinds: argparse._SubParsersAction[_Parser]) -> None:
+    cluster = kinds.add_parser("cluster", help="a three-node NATS and RabbitMQ cluster against one Mosquitto: "
+                                               "throughput of rainierd frames, failover, retained messages, wills")
+    cluster.add_argument("--engines", nargs="+", default=["mosquitto", *ENGINES],
+                         choices=["mosquitto", *ENGINES])
+    cluster.add_argument("--size", type=int, default=463_000, help="message bytes (a rainier batch frame: ~463 KB)")
+    cluster.add_argument("--mb-per-s", type=float, nargs="+", default=[116.0, 232.0],
+                         help="offered rates (116: one rainier tick a second)")
+    cluster.add_argument("--seconds", type=float, default=10.0)
+    cluster.add_argument("--json", action="store_true")
+    plan = kinds.add_parser("plan", help="the deployment for N chips from the measured figures (docs/scaling.md)")
+    plan.add_argument("--chips", type=float, nargs="+", default=[499_200, 1e6, 5e6],
+                      help="fleet sizes in chips (default: rainier, 1M, 5M)")
+    plan.add_argument("--tick", type=float, default=1.0, help="seconds between samples")
+    plan.add_argument("--figures", help="measured figures JSON (default: benchmarks/plan-figures.json's copy)")
+    plan.add_argument("--json", action="store_true")
 
 
 def _soak_parser(soak: argparse.ArgumentParser) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from rainierd.bench import core, detect, ingest, process, scrape, soak, transport
+from rainierd.bench import clusterbench, core, detect, ingest, plan, process, scrape, soak, transport
 
 __all__ = ["run_bench"]
 
@@ -25,6 +25,10 @@ def run_bench(args: argparse.Namespace) -> int:
         return scrape.main(args)
     if args.bench == "soak":
         return soak.main(args)
+    if args.bench == "cluster":
+        return clusterbench.main(args)
+    if args.bench == "plan":
+        return plan.main(args)
     if args.bench == "run":
         return process.main(args)
     raise AssertionError(f"unknown benchmark {args.bench!r}")  # argparse restricts the choices
