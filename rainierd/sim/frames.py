@@ -20,7 +20,7 @@ from rainierd.topology import Topology
 from rainierd.wire.records import RECORD_KINDS, FacilityFrame, NodeBatch, NodeFrame, column_dtypes
 from rainierd.wire.topics import BUCKETS, batch_topic, bucket_of, facility_topic, node_topic
 
-__all__ = ["tick_batches", "tick_frames"]
+__all__ = ["batches_per_tick", "tick_batches", "tick_frames"]
 
 
 def tick_frames(
@@ -103,6 +103,17 @@ def tick_batches(
                 if batch is not None:
                     yield batch_topic(site, bucket_of(first_us), f"n{chunk[0]}-{chunk[-1]}"), batch
     yield from _facility_frames(topo, sample, publisher, sites)
+
+
+def batches_per_tick(topology: Topology, nodes_per_batch: int) -> int:
+    """Return how many batch frames ``tick_batches`` yields a tick at most (every node present and heard)."""
+    total = 0
+    for site in range(topology.n_sites):
+        span = topology.site_ultraservers(site)
+        for first_us in range(span.start, min(span.start + BUCKETS, span.stop)):
+            nodes = len(range(first_us, span.stop, BUCKETS)) * topology.nodes_per_ultraserver
+            total += -(-nodes // nodes_per_batch)
+    return total
 
 
 def _batch(

@@ -28,7 +28,7 @@ import structlog
 
 from rainierd.sim.faults import Fault, random_faults
 from rainierd.sim.fleet import FleetModel, FleetParams, TickTruth
-from rainierd.sim.frames import tick_batches, tick_frames
+from rainierd.sim.frames import batches_per_tick, tick_batches, tick_frames
 from rainierd.sim.profile import PROFILES, Profile
 from rainierd.topology import Topology
 from rainierd.wire import encode_binary, encode_json
@@ -103,8 +103,9 @@ class Simulator:
         self._profile = profile
         self._truth_file = truth_file
         self._truth_out: TextIO | None = None
-        node_messages = (sum(-(-len(topology.site_nodes(s)) // self.batch_nodes) for s in range(topology.n_sites))
-                         if self.batch_nodes else topology.n_nodes)
+        # Batches hold one topic bucket's nodes of a site each (sim/frames.py), so a tick is more of them
+        # than the site's nodes over the batch size.
+        node_messages = batches_per_tick(topology, self.batch_nodes) if self.batch_nodes else topology.n_nodes
         per_tick = node_messages + topology.n_sites + 1
         self.outbox: asyncio.Queue[Outgoing] = asyncio.Queue(max(100, _OUTBOX_TICKS * per_tick))
         self.dropped = 0  # frames dropped from the outbox
