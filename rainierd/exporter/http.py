@@ -122,6 +122,7 @@ class MetricsServer:
         self._prober = prober
         self._cache: _Render | None = None
         self._server: asyncio.Server | None = None
+        self._connections: dict[asyncio.StreamWriter, asyncio.Task[None]] = {}  # open ones, with their handlers
         self._render_lock = asyncio.Lock()
         self.renders = 0
         self.compressions = 0
@@ -189,13 +190,32 @@ class MetricsServer:
     async def serve_forever(self) -> None:
         """Serve until cancelled; ``start`` must have been awaited."""
         assert self._server is not None, "start() first"
-        async with self._server:
-            await self._server.serve_forever()
+        try:
+            async with self._server:
+                await self._server.serve_forever()
+        finally:
+            await self._close_connections()
+
+    async def _close_connections(self) -> None:
+        """End every open (kept-alive) connection, so no handler is left for the loop's shutdown to cancel.
+
+        A handler cancelled while it waits for a request would be logged with
+        a traceback by asyncio's stream callback (Python 3.11); closed, it
+        reads end-of-stream and returns.
+        """
+        for writer in list(self._connections):
+            writer.close()
+        handlers = list(self._connections.values())
+        if handlers:
+            await asyncio.wait(handlers, timeout=1.0)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         # OSError covers a peer that resets and, under TLS, one that breaks the TLS stream.
         # A handshake that fails never gets here: asyncio closes it, logging only in debug mode.
         timeout_s = _REQUEST_TIMEOUT_S  # the first request must come promptly; later ones may idle
+        task = asyncio.current_task()
+        if task is not None:
+            self._connections[writer] = task
         try:
             while True:
                 try:
@@ -221,6 +241,7 @@ class MetricsServer:
                     return
                 timeout_s = _IDLE_TIMEOUT_S
         finally:
+            self._connections.pop(writer, None)
             writer.close()
 
     async def _respond(self, head: bytes) -> tuple[_Response, bool]:
