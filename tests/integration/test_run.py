@@ -16,7 +16,10 @@ def wait_for_metrics(port: int, timeout_s: float) -> dict[str, float]:
             values = sample_values(scrape(port))
         except OSError:
             values = {}
-        if values.get("rainier_fleet_fp8_effective_flops", 0) > 0:
+        # Every UltraServer effective, not only the fleet: a tick's batches (one per topic bucket) may land in
+        # different analysis windows, and the first window with rates can hold one UltraServer's.
+        groups = [v for k, v in values.items() if k.startswith("rainier_ultraserver_fp8_effective_flops{")]
+        if len(groups) == 2 and all(v > 0 for v in groups):
             return values
         time.sleep(0.2)
     raise AssertionError(f"no effective FP8 on /metrics within {timeout_s} s")
