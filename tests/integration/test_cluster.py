@@ -8,6 +8,7 @@ and a healthy fleet raises no event."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -156,6 +157,10 @@ async def test_a_node_killed_and_restarted_mid_run_loses_only_what_is_counted(
             for n in ports] == [{}, {}, {}]
     assert [unhealthy(values[n]) for n in ports] == [set(), set(), set()]
     for name in ("whole", "s0"):
-        connected = [line for line in monitors[name].log().splitlines() if '"mqtt connected"' in line]
-        assert [nats.nodes[1].url in connected[0], nats.nodes[2].url in connected[-1]] == [True, True], connected
+        # Connected first to node 2, then (after the kill) to node 3.  Node 3 may in turn drop the session when node
+        # 2 rejoins (seen once in CI: the list then wraps back to node 2); that is fail-over too, and the counts above
+        # already hold it to account.
+        brokers = [json.loads(line)["broker"] for line in monitors[name].log().splitlines()
+                   if '"mqtt connected"' in line]
+        assert [brokers[0] == nats.nodes[1].url, nats.nodes[2].url in brokers[1:]] == [True, True], (name, brokers)
     assert all(m.proc.poll() is None for m in monitors.values())
