@@ -198,7 +198,18 @@ def fleet() -> Panel:
     lay.add(ratio, 6, 5)
     lay.add(panel("stat", "Unhealthy entities now (count)", "short",
                   [target("sum by (entity) (rainier:unhealthy:sum_by_entity_state)", "{{entity}}")],
-                  thresholds=[(None, "green"), (1, "orange")]), 12, 5)
+                  thresholds=[(None, "green"), (1, "orange")]), 6, 5)
+    lay.add(panel("stat", "Monitor shards reporting (shards)", "short",
+                  refs(target("rainier:shards_reporting", "reporting"),
+                       target("rainier:shards_expected", "expected")),
+                  thresholds=[(None, "text")], decimals=0,
+                  description="Monitor shards exporting metrics, of the shards the fleet is split into "
+                              "(--shard i/N); fewer reporting than expected is alert RainierdShardMissing."), 3, 5)
+    lay.add(panel("stat", "Chips no shard monitors (chips)", "short", [target("rainier:fleet_chips_unmonitored")],
+                  thresholds=[(None, "green"), (1, "red")], decimals=0,
+                  description="Chips of the inventory that no reporting monitor shard watches: left out of "
+                              "every fleet and site figure, undetected. Fleet-wide, whatever the site "
+                              "variable says."), 3, 5)
     lay.add(timeseries("FP8 peak, delivered, effective (FLOP/s)", "flops", *refs(
         target(f"sum(rainier_site_fp8_peak_flops{{{SITE}}})", "peak"),
         target(f"sum(rainier_site_fp8_delivered_flops{{{SITE}}})", "delivered"),

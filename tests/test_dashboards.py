@@ -149,6 +149,15 @@ class TestFiles:
         assert exprs["Firing alerts"] == 'ALERTS{alertstate="firing"}'
         assert "rainier_health_events_total" in exprs["Health events"]
 
+    def test_the_fleet_shows_shard_coverage(self) -> None:
+        """The fleet dashboard's top row shows monitor shards reporting against expected and the chips no shard
+        watches, from the recording rules the RainierdShardMissing runbook reads."""
+        top = [p for p in load("rainierd-fleet.json")["panels"] if p["gridPos"]["y"] == 1]
+        shown = {p["title"]: [t["expr"] for t in p["targets"]] for p in top}
+        assert shown["Monitor shards reporting (shards)"] == ["rainier:shards_reporting", "rainier:shards_expected"]
+        assert shown["Chips no shard monitors (chips)"] == ["rainier:fleet_chips_unmonitored"]
+        assert sum(p["gridPos"]["w"] for p in top) == 24
+
     def test_tables_have_readable_columns_and_the_worst_table_drills_down(self) -> None:
         """Every table renames its columns (organize); the fleet's worst-UltraServer table links each
         UltraServer to the drill-down dashboard with the datasource, site and UltraServer."""
