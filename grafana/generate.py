@@ -53,6 +53,11 @@ def target(expr: str, legend: str = "", *, ref: str = "A", instant: bool = False
     return out
 
 
+def p99(histogram: str, selector: str) -> str:
+    """The 99th percentile of ``histogram`` over the rate interval, every series matching ``selector`` pooled."""
+    return f"histogram_quantile(0.99, sum by (le) (rate({histogram}_bucket{{{selector}}}[{RATE}])))"
+
+
 class Layout:
     """Places panels left to right, rows of height ``h`` on a 24-column grid."""
 
@@ -384,64 +389,48 @@ def ultraserver() -> Panel:
 def self_health() -> Panel:
     job = 'job=~"$job"'
     lay = Layout()
+
+    def add(title: str, unit: str, *queries: tuple[str, str], stack: bool = False) -> None:
+        """Add an 8 x 8 time series of ``queries``, (expression, legend) pairs: every self-health panel's size."""
+        lay.add(timeseries(title, unit, *refs(*(target(expr, legend) for expr, legend in queries)), stack=stack), 8, 8)
+
     lay.row("Ingest")
-    lay.add(timeseries("Frames decoded (frames/s)", "suffix: frames/s",
-                       target(f"sum by (encoding) (rate(rainier_ingest_frames_total{{{job}}}[{RATE}]))",
-                              "{{encoding}}")), 8, 8)
-    lay.add(timeseries("Telemetry received (bytes/s)", "Bps",
-                       target(f"sum(rate(rainier_ingest_bytes_total{{{job}}}[{RATE}]))", "payload")), 8, 8)
-    lay.add(timeseries("Frames lost / decoded (%)", "percentunit",
-                       target(f"sum(rate(rainier_ingest_frames_lost_total{{{job}}}[{RATE}])) / "
-                              f"clamp_min(sum(rate(rainier_ingest_frames_total{{{job}}}[{RATE}])), 1)", "lost")), 8, 8)
-    lay.add(timeseries("Rejected frames by reason (frames/s)", "suffix: frames/s",
-                       target(f"sum by (reason) (rate(rainier_ingest_decode_errors_total{{{job}}}[{RATE}]))",
-                              "{{reason}}"), stack=True), 8, 8)
-    lay.add(timeseries("Frames missing now (frames)", "short",
-                       target(f"sum(rainier_ingest_frames_missing{{{job}}})", "missing")), 8, 8)
-    lay.add(timeseries("Inbox drops (messages/s)", "suffix: messages/s",
-                       target(f"sum(rate(rainier_monitor_backlog_dropped_messages_total{{{job}}}[{RATE}]))",
-                              "dropped")), 8, 8)
+    add("Frames decoded (frames/s)", "suffix: frames/s",
+        (f"sum by (encoding) (rate(rainier_ingest_frames_total{{{job}}}[{RATE}]))", "{{encoding}}"))
+    add("Telemetry received (bytes/s)", "Bps", (f"sum(rate(rainier_ingest_bytes_total{{{job}}}[{RATE}]))", "payload"))
+    add("Frames lost / decoded (%)", "percentunit",
+        (f"sum(rate(rainier_ingest_frames_lost_total{{{job}}}[{RATE}])) / "
+         f"clamp_min(sum(rate(rainier_ingest_frames_total{{{job}}}[{RATE}])), 1)", "lost"))
+    add("Rejected frames by reason (frames/s)", "suffix: frames/s",
+        (f"sum by (reason) (rate(rainier_ingest_decode_errors_total{{{job}}}[{RATE}]))", "{{reason}}"), stack=True)
+    add("Frames missing now (frames)", "short", (f"sum(rainier_ingest_frames_missing{{{job}}})", "missing"))
+    add("Inbox drops (messages/s)", "suffix: messages/s",
+        (f"sum(rate(rainier_monitor_backlog_dropped_messages_total{{{job}}}[{RATE}]))", "dropped"))
     lay.row("Lag and backlog")
-    lay.add(timeseries("Processing lag and sample lag p99 (s)", "s", *refs(
-        target(f"max(rainier_monitor_lag_seconds{{{job}}})", "processing lag"),
-        target(f"histogram_quantile(0.99, sum by (le) (rate(rainier_monitor_sample_lag_seconds_bucket{{{job}}}"
-               f"[{RATE}])))", "sample lag p99"),
-        target(f"max(rainier_monitor_backlog_seconds{{{job}}})", "oldest message waited"),
-    )), 8, 8)
-    lay.add(timeseries("Backlog (messages)", "short",
-                       target(f"sum(rainier_monitor_backlog_messages{{{job}}})", "messages")), 8, 8)
-    lay.add(timeseries("Backlog (bytes)", "bytes",
-                       target(f"sum(rainier_monitor_backlog_bytes{{{job}}})", "bytes")), 8, 8)
-    lay.add(timeseries("Overloaded (on/off)", "bool_on_off",
-                       target(f"max(rainier_monitor_overloaded{{{job}}})", "overloaded")), 8, 8)
-    lay.add(timeseries("MQTT session up (on/off)", "bool_on_off",
-                       target(f"min(rainier_mqtt_connected{{{job}}})", "connected")), 8, 8)
-    lay.add(timeseries("MQTT connection failures (failures/s)", "cps",
-                       target(f"sum(rate(rainier_mqtt_connection_failures_total{{{job}}}[{RATE}]))", "failures")),
-            8, 8)
+    add("Processing lag and sample lag p99 (s)", "s",
+        (f"max(rainier_monitor_lag_seconds{{{job}}})", "processing lag"),
+        (p99("rainier_monitor_sample_lag_seconds", job), "sample lag p99"),
+        (f"max(rainier_monitor_backlog_seconds{{{job}}})", "oldest message waited"))
+    add("Backlog (messages)", "short", (f"sum(rainier_monitor_backlog_messages{{{job}}})", "messages"))
+    add("Backlog (bytes)", "bytes", (f"sum(rainier_monitor_backlog_bytes{{{job}}})", "bytes"))
+    add("Overloaded (on/off)", "bool_on_off", (f"max(rainier_monitor_overloaded{{{job}}})", "overloaded"))
+    add("MQTT session up (on/off)", "bool_on_off", (f"min(rainier_mqtt_connected{{{job}}})", "connected"))
+    add("MQTT connection failures (failures/s)", "cps",
+        (f"sum(rate(rainier_mqtt_connection_failures_total{{{job}}}[{RATE}]))", "failures"))
     lay.row("Cost")
-    lay.add(timeseries("Analysis duration (s)", "s",
-                       target(f"max(rainier_monitor_analysis_duration_seconds{{{job}}})", "analysis")), 8, 8)
-    lay.add(timeseries("Event-loop lag: worst over 10 s and p99 (s)", "s", *refs(
-        target(f"max(rainier_event_loop_lag_seconds{{{job}}})", "worst (10 s)"),
-        target(f"histogram_quantile(0.99, sum by (le) (rate(rainier_event_loop_probe_lag_seconds_bucket{{{job}}}"
-               f"[{RATE}])))", "p99"),
-    )), 8, 8)
-    lay.add(timeseries("Scrape duration (s)", "s", *refs(
-        target(f"max by (job) (scrape_duration_seconds{{{job}}})", "{{job}} scrape"),
-        target(f"max by (collector) (rainier_exporter_collector_duration_seconds{{{job}}})",
-               "collector {{collector}}"),
-        target(f"max(rainier_probe_duration_seconds{{{job}}})", "drill-down probe build"),
-    )), 8, 8)
-    lay.add(timeseries("Samples per scrape (series)", "short",
-                       target(f"sum by (job) (scrape_samples_scraped{{{job}}})", "{{job}}")), 8, 8)
-    lay.add(timeseries("CPU (cores)", "short",
-                       target(f"sum by (job) (rate(process_cpu_seconds_total{{{job}}}[{RATE}]))", "{{job}}")), 8, 8)
-    lay.add(timeseries("Resident memory (bytes)", "bytes",
-                       target(f"max by (job) (process_resident_memory_bytes{{{job}}})", "{{job}}")), 8, 8)
-    lay.add(timeseries("Per-entity series over budget (series/s)", "suffix: series/s",
-                       target(f"sum by (family) (rate(rainier_exporter_series_dropped_total{{{job}}}[{RATE}]))",
-                              "{{family}}")), 8, 8)
+    add("Analysis duration (s)", "s", (f"max(rainier_monitor_analysis_duration_seconds{{{job}}})", "analysis"))
+    add("Event-loop lag: worst over 10 s and p99 (s)", "s",
+        (f"max(rainier_event_loop_lag_seconds{{{job}}})", "worst (10 s)"),
+        (p99("rainier_event_loop_probe_lag_seconds", job), "p99"))
+    add("Scrape duration (s)", "s",
+        (f"max by (job) (scrape_duration_seconds{{{job}}})", "{{job}} scrape"),
+        (f"max by (collector) (rainier_exporter_collector_duration_seconds{{{job}}})", "collector {{collector}}"),
+        (f"max(rainier_probe_duration_seconds{{{job}}})", "drill-down probe build"))
+    add("Samples per scrape (series)", "short", (f"sum by (job) (scrape_samples_scraped{{{job}}})", "{{job}}"))
+    add("CPU (cores)", "short", (f"sum by (job) (rate(process_cpu_seconds_total{{{job}}}[{RATE}]))", "{{job}}"))
+    add("Resident memory (bytes)", "bytes", (f"max by (job) (process_resident_memory_bytes{{{job}}})", "{{job}}"))
+    add("Per-entity series over budget (series/s)", "suffix: series/s",
+        (f"sum by (family) (rate(rainier_exporter_series_dropped_total{{{job}}}[{RATE}]))", "{{family}}"))
     lay.add(table("Build (version)", "short", f"rainier_build_info{{{job}}}",
                   {"instance": "Instance", "version": "Version", "wire_version": "Wire version"}, value="Up",
                   drill=False), 8, 8)
