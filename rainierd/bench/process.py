@@ -7,47 +7,28 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
+from rainierd.bench._proc import cpu_s, free_port, rss_bytes
+
 __all__ = ["bench_process", "main"]
-
-
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _rss_bytes(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    return 0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def bench_process(topology: str, *, warmup_s: float, window_s: float) -> dict[str, Any]:
     """Run ``rainierd run`` and return its CPU share, RSS and stop time."""
     cmd = [sys.executable, "-m", "rainierd", "run", "--topology", topology,
-           "--metrics-addr", f"127.0.0.1:{_free_port()}", "--log-format", "json"]
+           "--metrics-addr", f"127.0.0.1:{free_port()}", "--log-format", "json"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         time.sleep(warmup_s)
-        cpu0, t0 = _cpu_s(proc.pid), time.monotonic()
+        cpu0, t0 = cpu_s(proc.pid), time.monotonic()
         time.sleep(window_s)
-        cpu1, t1 = _cpu_s(proc.pid), time.monotonic()
-        rss = _rss_bytes(proc.pid)
+        cpu1, t1 = cpu_s(proc.pid), time.monotonic()
+        rss = rss_bytes(proc.pid)
         stop_started = time.monotonic()
         proc.send_signal(signal.SIGINT)
         code = proc.wait(timeout=30)
