@@ -32,6 +32,7 @@ from typing import Any
 import aiomqtt
 
 from rainierd.bench._proc import cpu_s, mosquitto
+from rainierd.bench._table import print_table
 from rainierd.bench.cluster import Cluster, cluster
 from rainierd.mqtt import MqttConfig, parse_brokers, supervise
 from rainierd.status import ConnectionState
@@ -218,12 +219,12 @@ def main(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
-    print("| engine | offered MB/s | received MB/s | share | CPU per node |")
-    print("|---|---|---|---|---|")
-    for result in report["results"]:
-        for r in result["throughput"]:
-            print(f"| {result['engine']} | {r['offered_mb_per_s']:.0f} | {r['mb_per_s']:.1f} | "
-                  f"{r['received_share']:.3f} | {' / '.join(f'{c:.2f}' for c in r['node_cpu_share'])} |")
+    print_table(
+        ("engine", "offered MB/s", "received MB/s", "share", "CPU per node"),
+        ((result["engine"], f"{r['offered_mb_per_s']:.0f}", f"{r['mb_per_s']:.1f}", f"{r['received_share']:.3f}",
+          " / ".join(f"{c:.2f}" for c in r["node_cpu_share"]))
+         for result in report["results"] for r in result["throughput"]),
+    )
     for result in report["results"]:
         for key in ("failover", "retained_and_wills"):
             if key in result:

@@ -27,6 +27,7 @@ import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
 
 from rainierd.bench._proc import cpu_s, mosquitto
+from rainierd.bench._table import print_table
 
 __all__ = ["SIZES", "bench_transport", "main"]
 
@@ -116,12 +117,12 @@ def main(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
-    print("| message | offered | received msgs/s | MB/s | share received | subscriber CPU | Mosquitto CPU |")
-    print("|---|---|---|---|---|---|---|")
-    for r in report["results"]:
-        print(f"| {r['message_bytes']:,} B | {r['offered_mb_per_s']:.0f} MB/s | {r['messages_per_s']:,.0f} | "
-              f"{r['mb_per_s']:.0f} | {r['received_share']:.3f} | {r['subscriber_cpu_share']:.2f} | "
-              f"{r['mosquitto_cpu_share']:.2f} |")
+    print_table(
+        ("message", "offered", "received msgs/s", "MB/s", "share received", "subscriber CPU", "Mosquitto CPU"),
+        ((f"{r['message_bytes']:,} B", f"{r['offered_mb_per_s']:.0f} MB/s", f"{r['messages_per_s']:,.0f}",
+          f"{r['mb_per_s']:.0f}", f"{r['received_share']:.3f}", f"{r['subscriber_cpu_share']:.2f}",
+          f"{r['mosquitto_cpu_share']:.2f}") for r in report["results"]),
+    )
     return 0
 
 
