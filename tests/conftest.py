@@ -1,5 +1,6 @@
 """Shared fixtures: a real Mosquitto started per test on a free loopback port,
-and rainierd subprocesses that are always stopped after the test.
+and rainierd subprocesses and real Prometheus servers that are always stopped
+after the test.
 """
 
 from __future__ import annotations
@@ -12,13 +13,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import Broker, free_port, wait_for_port
+from tests.helpers import Broker, free_port, start_prometheus, wait_for_port
 
 HERE = Path(__file__).parent
 
@@ -117,6 +118,26 @@ def start_rainierd(tmp_path: Path) -> Iterator[object]:
         if daemon.proc.poll() is None:
             daemon.proc.kill()
             daemon.proc.wait()
+
+
+StartPrometheus = Callable[[dict[str, object]], int]
+
+
+@pytest.fixture
+def prometheus(tmp_path: Path) -> Iterator[StartPrometheus]:
+    """Return a function that starts a real Prometheus with a given config (tests.helpers.start_prometheus, in
+    ``tmp_path``) and returns its port; every one started is stopped after the test."""
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(config: dict[str, object]) -> int:
+        proc, port = start_prometheus(tmp_path, config)
+        procs.append(proc)
+        return port
+
+    yield start
+    for proc in procs:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 @dataclass(frozen=True)

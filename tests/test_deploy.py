@@ -11,7 +11,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -20,22 +19,13 @@ import pytest
 import yaml
 
 from rainierd.promrules import RULES_DIR, prometheus_rule
+from tests.helpers import assert_valid_strictly, kustomize, tool
 from tests.integration.test_authorisation import ShippedBroker, shipped_broker  # noqa: F401 (a fixture)
 
 ROOT = Path(__file__).parents[1]
 DEPLOY = ROOT / "deploy"
 COMPOSE = DEPLOY / "compose.yaml"
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
-
-
-def tool(name: str) -> str:
-    """Return the path of ``name`` in the venv or on PATH; fail naming how to install it."""
-    here = Path(sys.executable).parent / name
-    path = str(here) if here.exists() else shutil.which(name)
-    if path is None:
-        pytest.fail(f"{name} is missing: pip install -e .[test] (check-jsonschema, kubernetes-validate), "
-                    "apt-get install prometheus-alertmanager (amtool)")
-    return path
 
 
 def compose() -> dict[str, Any]:
@@ -183,12 +173,7 @@ class TestKubernetes:
         """kubernetes-validate --strict accepts every manifest of a built-in kind (unknown fields rejected)."""
         builtin = [m for m in manifests() if m["kind"] not in CUSTOM_KINDS]
         assert {m["kind"] for m in builtin} == {"ConfigMap", "PersistentVolumeClaim", "Deployment", "Service"}
-        path = tmp_path / "rendered.yaml"
-        path.write_text(yaml.safe_dump_all(builtin))
-        result = subprocess.run([tool("kubernetes-validate"), "--strict", str(path)],
-                                capture_output=True, text=True, check=False, timeout=120)
-        assert result.returncode == 0, result.stdout + result.stderr
-        assert result.stdout.count(" passed for resource ") == len(builtin), result.stdout
+        assert_valid_strictly(builtin, tmp_path)
 
     def test_prometheusrule_is_generated_from_the_rule_files(self) -> None:
         """The shipped PrometheusRule is exactly what `rainierd rules --kubernetes` makes of rainierd/rules/*.yml:
@@ -283,11 +268,7 @@ class TestKubernetes:
 
     def test_kubectl_kustomize_renders_the_same_manifests(self) -> None:
         """Where kubectl is installed, its kustomize renders exactly the files' documents."""
-        kubectl = shutil.which("kubectl")
-        if kubectl is None:
+        if shutil.which("kubectl") is None:
             pytest.skip("kubectl is not installed: the other tests read the files, which is the same rendering")
-        result = subprocess.run([kubectl, "kustomize", str(KUBE)], capture_output=True, text=True, check=False,
-                                timeout=60)
-        assert result.returncode == 0, result.stderr
         key = lambda m: (m["kind"], m["metadata"]["name"])  # noqa: E731
-        assert sorted(yaml.safe_load_all(result.stdout), key=key) == sorted(manifests(), key=key)
+        assert sorted(kustomize(KUBE), key=key) == sorted(manifests(), key=key)

@@ -9,7 +9,6 @@ runs the same over a real broker with real processes."""
 from __future__ import annotations
 
 import math
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -40,7 +39,7 @@ from rainierd.wire.topics import (
     parse_topic,
     telemetry_filters,
 )
-from tests.test_deploy import tool
+from tests.helpers import assert_valid_strictly, kustomize, tool
 
 # 32 UltraServers, 2,048 chips: each shard's share of a site (8 UltraServers) is enough peers that one
 # UltraServer's fault stands out from it as from the whole site (detection is relative to site peers).
@@ -264,12 +263,7 @@ class TestShardedDeployments:
         """kubectl kustomize renders the overlay: a StatefulSet whose pod ordinal is the shard index and whose
         replicas are the shard count, in place of the monitor Deployment and its volume; kubernetes-validate
         --strict accepts every built-in kind."""
-        kubectl = shutil.which("kubectl")
-        if kubectl is None:
-            pytest.fail("kubectl is missing: apt-get install kubernetes-client (scripts/test does)")
-        rendered = subprocess.run([kubectl, "kustomize", str(DEPLOY / "kubernetes" / "sharded")],
-                                  capture_output=True, text=True, check=True, timeout=60).stdout
-        manifests = [m for m in yaml.safe_load_all(rendered) if m]
+        manifests = kustomize(DEPLOY / "kubernetes" / "sharded")
         kinds = sorted((m["kind"], m["metadata"]["name"]) for m in manifests)
         assert ("StatefulSet", "rainierd-monitor") in kinds
         assert ("Deployment", "rainierd-monitor") not in kinds
@@ -280,12 +274,7 @@ class TestShardedDeployments:
             "metadata.labels['apps.kubernetes.io/pod-index']")
         assert env["RAINIERD_SHARD"]["value"] == f"$(RAINIERD_POD_INDEX)/{shards['spec']['replicas']}"
         builtin = [m for m in manifests if m["kind"] not in ("ServiceMonitor", "PrometheusRule")]
-        path = tmp_path / "rendered.yaml"
-        path.write_text(yaml.safe_dump_all(builtin))
-        result = subprocess.run([tool("kubernetes-validate"), "--strict", str(path)],
-                                capture_output=True, text=True, check=False, timeout=120)
-        assert result.returncode == 0, result.stdout + result.stderr
-        assert result.stdout.count(" passed for resource ") == len(builtin), result.stdout
+        assert_valid_strictly(builtin, tmp_path)
 
 
 @pytest.mark.parametrize(("sites", "ultraservers"), [(1, 2), (1, 512), (3, 40), (2, 700)])

@@ -6,43 +6,20 @@ HTTP API which alerts fire."""
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import Broker, current_values, free_port, rules_for_tests, start_prometheus
+from tests.conftest import StartPrometheus
+from tests.helpers import Broker, current_values, free_port, rainierd_prometheus_config
 
 ROOT = Path(__file__).parents[2]
 TICK_S = 0.5
 FAULT_AT_S = 8.0
 FAULT_FOR_S = 15.0
-
-
-@pytest.fixture
-def prometheus(tmp_path: Path) -> Iterator[object]:
-    """Return a function that starts Prometheus scraping a given port; stopped after the test."""
-    procs: list[subprocess.Popen[bytes]] = []
-
-    def start(target_port: int) -> int:
-        rules = rules_for_tests(tmp_path / "rules")
-        proc, port = start_prometheus(tmp_path, {
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "rule_files": [str(p) for p in rules],
-            "scrape_configs": [{"job_name": "rainierd",
-                                "static_configs": [{"targets": [f"127.0.0.1:{target_port}"]}]}],
-        })
-        procs.append(proc)
-        return port
-
-    yield start
-    for proc in procs:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 def alerts(port: int) -> list[dict[str, object]]:
@@ -63,7 +40,7 @@ def firing(port: int) -> dict[str, dict[str, str]]:
 
 @pytest.mark.broker
 def test_neuronlink_alert_fires_alone_and_resolves(
-    mosquitto: Broker, start_rainierd: object, prometheus: object, tmp_path: Path,
+    mosquitto: Broker, start_rainierd: object, prometheus: StartPrometheus, tmp_path: Path,
 ) -> None:
     """The NeuronLink alert fires with the link's labels within bounded time, no other alert fires, and it resolves
     (the dashboards' queries are checked against a running rainierd in test_dashboards_e2e.py)."""
@@ -79,7 +56,7 @@ def test_neuronlink_alert_fires_alone_and_resolves(
     while current_values(metrics_port).get("rainier_mqtt_connected") != 1:
         assert time.monotonic() < deadline, "monitor did not connect"
         time.sleep(0.1)
-    prom_port = prometheus(metrics_port)  # type: ignore[operator]
+    prom_port = prometheus(rainierd_prometheus_config(metrics_port, tmp_path / "rules"))
     # Until Prometheus's first scrape there is no `up` series and RainierdTargetMissing (absent, its `for:`
     # test-sized here) may fire: it is right to, and it resolves at the next evaluation once the target is up.
     # Watch alerts from then on.

@@ -8,15 +8,14 @@ Grafana would, must return data."""
 
 from __future__ import annotations
 
-import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.helpers import current_values, free_port, poll_until, rules_for_tests, start_prometheus
+from tests.conftest import StartPrometheus
+from tests.helpers import current_values, free_port, poll_until, rainierd_prometheus_config
 from tests.test_dashboards import (
     UIDS,
     load,
@@ -65,29 +64,6 @@ def probe_job(metrics_port: int) -> dict[str, Any]:
     }
 
 
-@pytest.fixture
-def prometheus(tmp_path: Path) -> Iterator[Any]:
-    procs: list[subprocess.Popen[bytes]] = []
-
-    def start(metrics_port: int) -> int:
-        rules = rules_for_tests(tmp_path / "rules")
-        proc, port = start_prometheus(tmp_path, {
-            "global": {"scrape_interval": f"{SCRAPE_S:g}s", "evaluation_interval": "1s"},
-            "rule_files": [str(p) for p in rules],
-            "scrape_configs": [
-                {"job_name": "rainierd", "static_configs": [{"targets": [f"127.0.0.1:{metrics_port}"]}]},
-                probe_job(metrics_port),
-            ],
-        })
-        procs.append(proc)
-        return port
-
-    yield start
-    for proc in procs:
-        proc.terminate()
-        proc.wait(timeout=10)
-
-
 def resolve(port: int, variable: dict[str, Any], chosen: dict[str, list[str]]) -> list[str]:
     """Return the values a ``label_values`` variable offers, as Grafana asks Prometheus for them."""
     selector, label = variable_selector(variable)
@@ -117,7 +93,7 @@ def empty_queries(port: int, dashboard: dict[str, Any], chosen: dict[str, list[s
     return empty
 
 
-def test_every_panel_has_data_and_every_variable_resolves(start_rainierd: Any, prometheus: Any,
+def test_every_panel_has_data_and_every_variable_resolves(start_rainierd: Any, prometheus: StartPrometheus,
                                                           tmp_path: Path) -> None:
     """With faults on a NeuronLink, an EFA port and a chip of u1 detected, each variable of each dashboard
     offers values (u1 among the UltraServers, both scrape jobs among the jobs) and every panel and annotation
@@ -128,7 +104,8 @@ def test_every_panel_has_data_and_every_variable_resolves(start_rainierd: Any, p
     start_rainierd("run", "--tick", str(TICK_S), "--scenario", str(scenario),
                    "--metrics-addr", f"127.0.0.1:{metrics_port}", name="run")
     poll_until(lambda: "rainier_monitor_last_tick" in current_values(metrics_port), 20, "rainierd to analyse")
-    prom_port = prometheus(metrics_port)
+    prom_port = prometheus(rainierd_prometheus_config(metrics_port, tmp_path / "rules", probe_job(metrics_port),
+                                                      scrape_s=SCRAPE_S))
     since = time.time()
     chosen = {"site": ["s0"], "ultraserver": ["u1"], "job": ["rainierd", "rainierd-ultraserver"]}
     dashboards = {name: load(name) for name in UIDS}

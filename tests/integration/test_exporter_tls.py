@@ -8,20 +8,18 @@ from __future__ import annotations
 import http.client
 import os
 import ssl
-import subprocess
 import urllib.error
 import urllib.request
 from base64 import b64encode
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import bcrypt
 import pytest
 
 from tests.certs import Pki, make_pki
-from tests.conftest import Daemon
-from tests.helpers import Broker, free_port, poll_until, start_prometheus, wait_for_port
+from tests.conftest import Daemon, StartPrometheus
+from tests.helpers import Broker, free_port, poll_until, wait_for_port
 from tests.integration.test_alerts_e2e import query
 
 USER = "prometheus"
@@ -35,23 +33,6 @@ def pki(tmp_path: Path) -> Pki:
     directory = tmp_path / "pki"
     directory.mkdir()
     return make_pki(directory)
-
-
-@pytest.fixture
-def prometheus(tmp_path: Path) -> Iterator[Callable[[dict[str, Any]], int]]:
-    """Return a function that starts Prometheus with one scrape config (1 s scrapes); stopped after the test."""
-    procs: list[subprocess.Popen[bytes]] = []
-
-    def start(scrape_config: dict[str, Any]) -> int:
-        proc, port = start_prometheus(tmp_path, {"global": {"scrape_interval": "1s"},
-                                                 "scrape_configs": [scrape_config]})
-        procs.append(proc)
-        return port
-
-    yield start
-    for proc in procs:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 def get(url: str, *, context: ssl.SSLContext | None, authorization: str | None = None) -> tuple[int, dict[str, str]]:
@@ -76,7 +57,7 @@ def first_value(port: int, expr: str) -> float | None:
 
 @pytest.mark.broker
 def test_prometheus_scrapes_over_tls_with_basic_auth(
-    mosquitto: Broker, start_rainierd: Start, prometheus: Callable[[dict[str, Any]], int], pki: Pki, tmp_path: Path,
+    mosquitto: Broker, start_rainierd: Start, prometheus: StartPrometheus, pki: Pki, tmp_path: Path,
 ) -> None:
     """Prometheus with scheme https, the CA and the password scrapes the monitor (up == 1, its metrics arrive);
     plain HTTP, no credentials and a wrong password are refused; the password is in no log line."""
@@ -104,12 +85,12 @@ def test_prometheus_scrapes_over_tls_with_basic_auth(
     assert get(f"{url}/metrics", context=trusted, authorization=basic(USER, password))[0] == 200
     assert monitor.proc.poll() is None
 
-    prom_port = prometheus({
+    prom_port = prometheus({"global": {"scrape_interval": "1s"}, "scrape_configs": [{
         "job_name": JOB, "scheme": "https",
         "tls_config": {"ca_file": str(pki.ca_cert)},
         "basic_auth": {"username": USER, "password": password},
         "static_configs": [{"targets": [f"127.0.0.1:{port}"]}],
-    })
+    }]})
     poll_until(lambda: first_value(prom_port, f'up{{job="{JOB}"}}') == 1, 20, "Prometheus to scrape the monitor")
     poll_until(lambda: first_value(prom_port, f'rainier_mqtt_connected{{job="{JOB}"}}') == 1, 20,
                "the monitor's metrics in Prometheus")
