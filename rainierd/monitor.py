@@ -14,6 +14,7 @@ its own backlog never makes a healthy fleet look silent.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections import Counter, deque
@@ -47,6 +48,7 @@ _RECEIVE_LAG_HISTORY: Final = 300  # windows over which the receive-lag floor is
 # Events announced between yields to the event loop: ~25 us each (a log line,
 # an outbox entry), and a probe waits out two batches, so ~7 ms of loop lag.
 _ANNOUNCE_BATCH: Final = 128
+_STOP_ANALYSIS_S: Final = 0.5  # the last window is analysed on a stop only if an analysis takes less (2 s grace)
 
 
 class ListeningClock:
@@ -152,6 +154,7 @@ class Monitor:
         self.checkpoint_file = checkpoint_file
         self.reconnect_grace_s = reconnect_grace_s
         self.checkpoint = CheckpointState()
+        self._recorded = True  # the last analysis's counts are recorded (False while one runs)
         self._status_restore: asyncio.Task[None] | None = None
         self._fleet = f"{topology.name}: {topology.n_nodes} nodes, {topology.n_sites} sites"
         if not shard.whole:  # another shard's accounting is not this one's
@@ -190,7 +193,13 @@ class Monitor:
         state = self.checkpoint
         try:
             arrays = self.ingest.checkpoint()  # copies, taken while no analysis runs
-            await asyncio.to_thread(save_checkpoint, path, arrays, fleet=self._fleet)
+            writing = asyncio.ensure_future(asyncio.to_thread(save_checkpoint, path, arrays, fleet=self._fleet))
+            try:
+                await asyncio.shield(writing)
+            except asyncio.CancelledError:
+                with contextlib.suppress(Exception):  # a failed write: the save on the way out tries again
+                    await writing  # the thread writes on: the save on the way out must not race it for the file
+                raise
         except Exception as exc:  # a checkpoint that cannot be written must not stop the monitor
             state.failures += 1
             # An older checkpoint left behind would, after a restart, take back counters lower than those
@@ -336,11 +345,19 @@ class Monitor:
         waited_s = time.time() - window[0].rx_wall_s if window else 0.0
         # Events are numbered by the monitor's own analyses: publishers' ticks
         # are each their own and are never compared.
-        async with self.state_lock:
-            analysis = await asyncio.to_thread(self.core.analyse, window, now_s=self.clock.now(),
-                                               tick=self.generation + 1)
+        job = asyncio.ensure_future(self._analyse_locked(window, tick=self.generation + 1))
+        self._recorded = False
+        try:
+            analysis = await asyncio.shield(job)
+        except asyncio.CancelledError:
+            # A stop: the thread runs on regardless and advances the streams, so wait for it and record what it
+            # applied and lost; a checkpoint saved on the way out then stays consistent (its frames counted once).
+            self.ingest.record((await job).flush)
+            self._recorded = True
+            raise
         finished_wall = time.time()
         self.ingest.record(analysis.flush)
+        self._recorded = True
         self.note_rejections(analysis.flush.rejected)
         self.lag.observe(finished_wall - analysis.flush.applied_t_s)
         elapsed = time.perf_counter() - started
@@ -359,6 +376,11 @@ class Monitor:
         )
         self._last_analysis = time.monotonic()
         return self.snapshot
+
+    async def _analyse_locked(self, window: list[Message], *, tick: int) -> Analysis:
+        # Its own task: the lock is held until the thread is done, even when the caller is cancelled.
+        async with self.state_lock:
+            return await asyncio.to_thread(self.core.analyse, window, now_s=self.clock.now(), tick=tick)
 
     def _judge_load(self, analysis: Analysis, *, waited_s: float, elapsed_s: float) -> None:
         """Decide whether the monitor is behind, from what this window shows."""
@@ -421,19 +443,45 @@ class Monitor:
         """
         loop = asyncio.get_running_loop()
         quiet_s = min(0.1, self.tick_s / 10)
-        while True:
-            began = loop.time()
-            await self.analyse_once()
+        try:
+            while True:
+                began = loop.time()
+                await self.analyse_once()
+                await self.save_checkpoint_now()
+                if after is not None:
+                    await after()
+                due, earliest = began + self.tick_s, began + self.tick_s / 2
+                if self.backlog.bytes >= self.max_backlog_bytes // 2:
+                    continue  # a capped window left a full one behind: take it at once
+                while (now := loop.time()) < due:
+                    if self._inbox and now >= earliest and now - self._last_rx >= quiet_s:
+                        break
+                    await asyncio.sleep(min(quiet_s / 2, due - now))
+        except asyncio.CancelledError:
+            await self._last_checkpoint()
+            raise
+
+    async def _last_checkpoint(self) -> None:
+        """On a stop, account for the frames already received and save the checkpoint.
+
+        Frames received but not analysed would otherwise be lost to the next
+        run, and a stream first heard among them would be first heard by the
+        next run, its earlier frames outside the accounting (nothing before a
+        stream's first frame can be counted lost: it may predate the monitor).
+        The stop stays within its grace: the last window is analysed only if
+        the monitor is keeping up and its last analysis took under
+        ``_STOP_ANALYSIS_S``.  An analysis left unrecorded leaves the last
+        checkpoint as it is.
+        """
+        if self.checkpoint_file is None or not self._recorded:
+            return
+        last = self.snapshot.analysis_s if self.snapshot is not None else 0.0
+        try:
+            if self._inbox and not self.backlog.overloaded and last < _STOP_ANALYSIS_S:
+                await self.analyse_once()
             await self.save_checkpoint_now()
-            if after is not None:
-                await after()
-            due, earliest = began + self.tick_s, began + self.tick_s / 2
-            if self.backlog.bytes >= self.max_backlog_bytes // 2:
-                continue  # a capped window left a full one behind: take it at once
-            while (now := loop.time()) < due:
-                if self._inbox and now >= earliest and now - self._last_rx >= quiet_s:
-                    break
-                await asyncio.sleep(min(quiet_s / 2, due - now))
+        except asyncio.CancelledError:  # stopped again: keep the last checkpoint
+            log.warning("stopped again while saving the last stream checkpoint; the previous one stands")
 
     # -- probes -------------------------------------------------------------------------
 
