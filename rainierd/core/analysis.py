@@ -18,7 +18,7 @@ from rainierd.core.config import MonitorConfig
 from rainierd.core.detect import STATE_NAMES, Event, FleetDetector
 from rainierd.core.detect._stats import PeerSample
 from rainierd.core.ingest import FlushResult, Ingest, IngestStats, Message, Received
-from rainierd.core.model import LostByCause, lost_by_cause
+from rainierd.core.model import HealthyShares, LostByCause, lost_by_cause
 from rainierd.core.state import FleetState
 from rainierd.core.throughput import Throughput, compute_throughput
 from rainierd.topology import Topology
@@ -146,6 +146,9 @@ class MonitorCore:
         self.ingest = Ingest(self.state, self.stats, max_frame_bytes=config.max_frame_bytes,
                              max_clock_skew_s=config.max_clock_skew_s, max_seq_jump=config.max_seq_jump)
         self.detector = FleetDetector(self.state, hardware=config.hardware, params=config.detection_params())
+        # Each group's healthy share of peak, what a stall of it costs (per group: shards add up).
+        self.healthy_shares = HealthyShares.empty(topology.n_ultraservers,
+                                                  halflife_s=config.model.healthy_share_halflife_s)
         self.counter_sums = CounterSums(topology)  # the raw telemetry's counters as monotonic sums
         self.analyses = 0  # analyses run: what events are numbered by, unless the caller says otherwise
 
@@ -172,7 +175,7 @@ class MonitorCore:
         throughput = compute_throughput(
             self.state, peak_flops_per_chip=self.peak_flops_per_chip, stale_after_s=self.stale_after_s,
         )
-        lost = lost_by_cause(throughput, self.detector, params=self.model)
+        lost = lost_by_cause(throughput, self.detector, params=self.model, shares=self.healthy_shares)
         detail = self.topology.names.detail
         detail_view = DetailView.of(self.state, detail, throughput.chip_effective) if detail else None
         self.counter_sums.update(self.state)

@@ -13,8 +13,12 @@ NeuronLink and EFA paths keep::
 The group delivers ``effective = healthy / step``, so what it loses is
 ``effective * (step - 1)``, split over the three terms in proportion to each
 term's excess over its healthy value.  A group with a failed or lost member
-stalls: it loses all it would deliver healthy (the fleet's median healthy
-share of peak), to ``failed_chip`` or ``stale_telemetry``.
+stalls: it loses all it would deliver healthy, to ``failed_chip`` or
+``stale_telemetry``: its own healthy share of peak, learned while it ran
+(``HealthyShares``: effective plus what the other causes cost it, with a
+minute's half-life), or the median of the running groups' for a group never
+seen running.  Per group, so monitor shards value a stall exactly as one
+monitor of the whole fleet does.
 """
 
 from __future__ import annotations
@@ -23,13 +27,14 @@ from dataclasses import dataclass
 from typing import Final
 
 import numpy as np
+import numpy.typing as npt
 
 from rainierd._types import F64
 from rainierd.core.detect import FleetDetector
 from rainierd.core.detect.chips import FAILED, STALE, STRAGGLER
 from rainierd.core.throughput import Throughput
 
-__all__ = ["CAUSES", "LostByCause", "ModelParams", "group_loss", "lost_by_cause"]
+__all__ = ["CAUSES", "HealthyShares", "LostByCause", "ModelParams", "group_loss", "lost_by_cause"]
 
 CAUSES: Final = (
     "failed_chip", "thermal_throttle", "straggler", "degraded_neuronlink", "degraded_efa", "stale_telemetry",
@@ -45,6 +50,9 @@ class ModelParams:
     # Share of an EFA collective's time that is latency-bound rather than bandwidth-bound: a port L
     # times slower to answer stretches it by 1 + share x (L - 1) (docs/throughput-model.md).
     efa_latency_share: float = 0.3
+    # How fast a group's learned healthy share of peak follows it (the diurnal swing moves it by a
+    # few % over hours): what a stall of the group costs is that share of its peak.
+    healthy_share_halflife_s: float = 60.0
 
 
 @dataclass(frozen=True, eq=False)
@@ -57,6 +65,28 @@ class LostByCause:
     def fleet(self) -> dict[str, float]:
         """Return the fleet's lost FLOP/s per cause."""
         return {cause: float(values.sum()) for cause, values in self.site.items()}
+
+
+@dataclass(eq=False)
+class HealthyShares:
+    """Each UltraServer's healthy share of peak, learned while it runs (NaN: never seen running)."""
+
+    halflife_s: float
+    share: F64
+    last_s: float = float("nan")
+
+    @classmethod
+    def empty(cls, n_ultraservers: int, *, halflife_s: float) -> HealthyShares:
+        """Return shares of ``n_ultraservers`` groups that have not run yet."""
+        return cls(halflife_s, np.full(n_ultraservers, np.nan))
+
+    def update(self, healthy: F64, running: npt.NDArray[np.bool_], now_s: float) -> None:
+        """Fold this analysis's healthy shares of the running groups in (a plain copy where there is none)."""
+        dt = now_s - self.last_s if np.isfinite(self.last_s) else 0.0
+        self.last_s = now_s
+        weight = 1.0 - 0.5 ** (max(dt, 0.0) / self.halflife_s)
+        blended = np.where(np.isnan(self.share), healthy, self.share + weight * (healthy - self.share))
+        np.copyto(self.share, blended, where=running & np.isfinite(healthy))
 
 
 def group_loss(
@@ -74,8 +104,14 @@ def group_loss(
 
 def lost_by_cause(
     throughput: Throughput, detector: FleetDetector, *, params: ModelParams | None = None,
+    shares: HealthyShares | None = None,
 ) -> LostByCause:
-    """Return lost FP8 FLOP/s by cause from the throughput and the detectors' verdicts."""
+    """Return lost FP8 FLOP/s by cause from the throughput and the detectors' verdicts.
+
+    With ``shares`` (kept by the caller across analyses) a stalled group is
+    valued at its own healthy share, learned here while it runs; without, or
+    for a group never seen running, at the running groups' median.
+    """
     params = params or ModelParams()
     topo = detector.state.topology
     n_us = topo.n_ultraservers
@@ -101,7 +137,13 @@ def lost_by_cause(
     healthy_share = float(np.median(share)) if share.size else 0.0
 
     terms = group_loss(effective, s_min=s_min, f_nl=f_nl, f_efa=f_efa, params=params)
-    stall_loss = np.maximum(healthy_share * peak - effective, 0.0)
+    own_share = np.full(n_us, healthy_share)
+    if shares is not None:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            healthy = (effective + terms["compute"] + terms["neuronlink"] + terms["efa"]) / peak
+        shares.update(healthy, running, detector.state.now_s)
+        own_share = np.where(np.isnan(shares.share), healthy_share, shares.share)
+    stall_loss = np.maximum(own_share * peak - effective, 0.0)
     zero = np.zeros(n_us)
     per_us_lost = {
         "failed_chip": np.where(failed, stall_loss, zero),
