@@ -29,6 +29,7 @@ from rainierd.bench.detect import FULL as DETECT_FULL
 from rainierd.bench.detect import QUICK as DETECT_QUICK
 from rainierd.bench.ingest import DEFAULT_SIZES, NAIVE_CHIPS
 from rainierd.bench.transport import SIZES as TRANSPORT_SIZES
+from rainierd.bench.tsdb import ENGINES as TSDB_ENGINES
 from rainierd.bridge.run import run_bridge
 from rainierd.daemon import run_role
 from rainierd.errors import ConfigError, RainierdError
@@ -204,12 +205,35 @@ def _cluster_parsers(kinds: argparse._SubParsersAction[_Parser]) -> None:
                          help="offered rates (116: one rainier tick a second)")
     cluster.add_argument("--seconds", type=float, default=10.0)
     cluster.add_argument("--json", action="store_true")
+    _tsdb_parser(kinds.add_parser("tsdb", help="samples/s one real Prometheus and one VictoriaMetrics ingest "
+                                               "from rainierd targets, ramped until they fall behind"))
     plan = kinds.add_parser("plan", help="the deployment for N chips from the measured figures (docs/scaling.md)")
     plan.add_argument("--chips", type=float, nargs="+", default=[499_200, 1e6, 5e6],
                       help="fleet sizes in chips (default: rainier, 1M, 5M)")
     plan.add_argument("--tick", type=float, default=1.0, help="seconds between samples")
     plan.add_argument("--figures", help="measured figures JSON (default: benchmarks/plan-figures.json's copy)")
     plan.add_argument("--json", action="store_true")
+
+
+def _tsdb_parser(tsdb: argparse.ArgumentParser) -> None:
+    tsdb.add_argument("--engines", nargs="+", default=list(TSDB_ENGINES), choices=list(TSDB_ENGINES))
+    tsdb.add_argument("--topology", default="rainier", choices=list(PRESETS),
+                      help="the fleet each target exports, one shard's worth (default rainier: ~150k series)")
+    tsdb.add_argument("--variants", type=int, default=4, help="successive ticks rendered; scrapes cycle through them")
+    tsdb.add_argument("--interval", type=float, default=1.0, help="scrape interval in seconds")
+    tsdb.add_argument("--window", type=int, default=15, help="intervals measured per step, after warm-up")
+    tsdb.add_argument("--start", type=int, default=1, help="targets in the first step; each next doubles")
+    tsdb.add_argument("--max-targets", type=int, default=16)
+    tsdb.add_argument("--refine", type=int, default=1,
+                      help="steps between the last sustained and the first failing count (bisection)")
+    tsdb.add_argument("--budget", type=float, default=210.0, help="seconds per engine; no step starts past it")
+    tsdb.add_argument("--memory-cap-gib", type=float, default=8.0,
+                      help="no step that would take the TSDB's RSS past this (projected from the last step)")
+    tsdb.add_argument("--wait-for-file", metavar="PATH",
+                      help="on a shared machine: before rendering and each step, wait (scraping nothing) until "
+                           "PATH exists")
+    tsdb.add_argument("--seed", type=int, default=0)
+    tsdb.add_argument("--json", action="store_true")
 
 
 def _soak_parser(soak: argparse.ArgumentParser) -> None:

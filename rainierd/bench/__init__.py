@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from rainierd.bench import clusterbench, core, detect, ingest, plan, process, scrape, soak, transport
+from rainierd.bench import clusterbench, core, detect, ingest, plan, process, scrape, soak, transport, tsdb
 
 __all__ = ["run_bench"]
 
@@ -27,6 +27,8 @@ def run_bench(args: argparse.Namespace) -> int:
         return soak.main(args)
     if args.bench == "cluster":
         return clusterbench.main(args)
+    if args.bench == "tsdb":
+        return tsdb.main(args)
     if args.bench == "plan":
         return plan.main(args)
     if args.bench == "run":

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import statistics
 import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -32,9 +34,9 @@ from rainierd.sim.faults import random_faults
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
 from rainierd.status import ConnectionState
-from rainierd.topology import build_topology
+from rainierd.topology import Topology, build_topology
 
-__all__ = ["bench_scrape", "main"]
+__all__ = ["bench_scrape", "main", "snapshots"]
 
 _CLIENT = """
 import json, sys, time, urllib.request
@@ -60,6 +62,12 @@ print(json.dumps({"latency_s": out, "bytes": len(body), "gzip_bytes": len(gzippe
 
 
 def _snapshot(preset: str, seed: int) -> tuple[MonitorCore, MonitorSnapshot, Any]:
+    return next(snapshots(preset, seed))
+
+
+def snapshots(preset: str, seed: int) -> Iterator[tuple[MonitorCore, MonitorSnapshot, Topology]]:
+    """Yield the monitor's snapshot of a simulated ``preset`` fleet with some faults, a tick at a time, from its
+    twelfth tick on (with the core that made it, for its stats, and the topology)."""
     topo = build_topology(preset)
     rng = np.random.default_rng(seed)
     # Faults at 2e3 x the calibrated rates over 1,000 ticks: a busy fleet's worth of unhealthy entities.
@@ -67,13 +75,13 @@ def _snapshot(preset: str, seed: int) -> tuple[MonitorCore, MonitorSnapshot, Any
               for f in random_faults(topo, rng, ticks=1_000, tick_s=1.0, acceleration=2e3)]
     model = FleetModel(topo, rng, tick_s=1.0, start_s=1.8e9, faults=faults)
     core = MonitorCore(topo)
-    for tick in range(12):
+    for tick in itertools.count():
         analysis = core.step([f for _t, f in tick_frames(topo, model.step(tick), publisher="bench")])
-    snap = MonitorSnapshot(generation=1, throughput=analysis.throughput, chips_total=topo.n_present_chips,
-                           analysis_s=0.0,
-                           analysed_ticks=12, lost=analysis.lost, health=analysis.health, events=Counter(),
-                           lag_s=0.1, aggregates=analysis.aggregates)
-    return core, snap, topo
+        if tick >= 11:
+            yield core, MonitorSnapshot(generation=tick - 10, throughput=analysis.throughput,
+                                        chips_total=topo.n_present_chips, analysis_s=0.0, analysed_ticks=tick + 1,
+                                        lost=analysis.lost, health=analysis.health, events=Counter(), lag_s=0.1,
+                                        aggregates=analysis.aggregates), topo
 
 
 async def _serve_and_scrape(preset: str, *, scrapes: int, interval_s: float, seed: int) -> dict[str, Any]:

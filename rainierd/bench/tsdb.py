@@ -1,0 +1,492 @@
+"""``rainierd bench tsdb``: how many samples a second one real Prometheus, and
+one real single-node VictoriaMetrics, ingest on this machine, scraping what
+rainierd serves.  ``rainierd bench plan`` sizes the Prometheus tier from it.
+
+The exporter renders a simulated fleet (``--topology``, the snapshot ``bench
+scrape`` uses) at ``--variants`` successive ticks, so series names, labels
+and cardinality are the daemon's own and values change on every scrape.  A
+separate process (``bench/_targets.py``) serves those pre-rendered, pre-gzipped
+bodies on many loopback ports; each port is one target, as a monitor shard
+is.  The TSDB scrapes K of them every ``--interval``, and the ramp doubles K
+until a step is not sustained, then tries once between the last sustained
+step and the first that was not.
+
+A step is **sustained** when, over its window of whole intervals: every
+target was scraped once per interval (none missed), no scrape failed, none
+took as long as the interval, and the samples appended (the TSDB's own
+counter) were at least 99 % of those offered (K x series per target / the
+interval).  The first part is read back from the TSDB (its ``up`` and
+``scrape_duration_seconds`` series); CPU and RSS come from /proc.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import itertools
+import json
+import math
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rainierd.bench._proc import cpu_s, free_port, max_rss_bytes, rss_bytes, scrape, wait_until
+from rainierd.bench._table import print_table
+
+__all__ = [
+    "ENGINES",
+    "SUSTAINED_SHARE",
+    "Engine",
+    "Scrapes",
+    "Step",
+    "bench_tsdb",
+    "main",
+    "metric_sum",
+    "next_targets",
+    "quiet_phase",
+    "scrape_counts",
+    "shortfalls",
+]
+
+SUSTAINED_SHARE = 0.99  # appended / offered a sustained step reaches
+_JOB = "rainierd"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Engine:
+    """One TSDB: how to start it, and which of its own metrics count what it ingested."""
+
+    name: str
+    package: str  # the Debian package
+    binary: str
+    ready_path: str
+    appended: str  # counter family: samples appended to its storage
+    series: str  # its count of active series (a series key of its /metrics)
+
+    def argv(self, *, config: Path, data: Path, port: int) -> list[str]:
+        """Return its command line: ``config`` to scrape, storage in ``data``, HTTP on 127.0.0.1:``port``."""
+        if self.name == "prometheus":
+            return [self.binary, f"--config.file={config}", f"--storage.tsdb.path={data}",
+                    f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"]
+        # latencyOffset 0: the step's scrapes are read back at once, not 30 s later.
+        return [self.binary, f"-promscrape.config={config}", f"-storageDataPath={data}",
+                f"-httpListenAddr=127.0.0.1:{port}", "-search.latencyOffset=0s", "-loggerLevel=WARN"]
+
+
+ENGINES: dict[str, Engine] = {
+    "prometheus": Engine(name="prometheus", package="prometheus", binary="prometheus", ready_path="/-/ready",
+                         appended="prometheus_tsdb_head_samples_appended_total",
+                         series="prometheus_tsdb_head_series"),
+    # vm_rows_added_to_storage_total, not vm_rows_inserted_total: rows that reached the storage, not the
+    # ingestion path's intake; hour_metric_ids is what its docs call active series.
+    "victoria-metrics": Engine(name="victoria-metrics", package="victoria-metrics", binary="victoria-metrics",
+                               ready_path="/health", appended="vm_rows_added_to_storage_total",
+                               series='vm_cache_entries{type="storage/hour_metric_ids"}'),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Scrapes:
+    """What the TSDB recorded of a step's scrapes: counts, and durations in seconds."""
+
+    expected: int
+    ok: int
+    failed: int
+    missed: int
+    overrun: int  # took the whole interval or longer
+    duration_p50_s: float | None
+    duration_p99_s: float | None
+    duration_max_s: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Step:
+    """One step of the ramp: K targets scraped for a window of whole intervals."""
+
+    targets: int
+    scraped_series: int  # targets x series per target
+    tsdb_series: float  # the TSDB's own count of active series at the window's end
+    window_s: float
+    offered_samples_per_s: float
+    appended_samples_per_s: float
+    scrapes: Scrapes
+    tsdb_cpu_cores: float
+    tsdb_rss_bytes: int
+    tsdb_max_rss_bytes: int
+    targets_cpu_cores: float  # the process serving every target
+    warmup_s: float
+    shortfalls: tuple[str, ...]  # why it was not sustained; empty when it was
+
+    @property
+    def sustained(self) -> bool:
+        """Return whether the step met every part of the rule."""
+        return not self.shortfalls
+
+
+def metric_sum(values: Mapping[str, float], name: str) -> float:
+    """Return the sum of family ``name``'s samples over all its label sets in a parsed scrape (0 if absent)."""
+    return sum(v for series, v in values.items() if series == name or series.startswith(name + "{"))
+
+
+def scrape_counts(up: Mapping[str, Sequence[float]], durations: Mapping[str, Sequence[float]], *,
+                  targets: Sequence[str], per_target: int, interval_s: float) -> Scrapes:
+    """Return the scrape counts of a window from each target's ``up`` values and scrape durations.
+
+    A target expected ``per_target`` scrapes; fewer recorded (successful or
+    not) are missed.  A scrape is failed when ``up`` is 0 and overran when it
+    took ``interval_s`` or longer.
+    """
+    ok = sum(sum(1 for v in up.get(t, ()) if v == 1) for t in targets)
+    failed = sum(sum(1 for v in up.get(t, ()) if v != 1) for t in targets)
+    missed = sum(max(0, per_target - len(up.get(t, ()))) for t in targets)
+    every = [d for t in targets for d in durations.get(t, ())]
+    return Scrapes(
+        expected=per_target * len(targets), ok=ok, failed=failed, missed=missed,
+        overrun=sum(1 for d in every if d >= interval_s),
+        duration_p50_s=float(np.percentile(every, 50)) if every else None,
+        duration_p99_s=float(np.percentile(every, 99)) if every else None,
+        duration_max_s=max(every, default=None),
+    )
+
+
+def shortfalls(scrapes: Scrapes, *, offered_per_s: float, appended_per_s: float) -> tuple[str, ...]:
+    """Return why a step was not sustained (module docstring), one phrase each; empty when it was."""
+    found = []
+    if scrapes.missed:
+        found.append(f"{scrapes.missed} of {scrapes.expected} scrapes missed")
+    if scrapes.failed:
+        found.append(f"{scrapes.failed} scrapes failed")
+    if scrapes.overrun:
+        found.append(f"{scrapes.overrun} scrapes took the whole interval")
+    if appended_per_s < SUSTAINED_SHARE * offered_per_s:
+        found.append(f"appended {appended_per_s / offered_per_s:.3f} of offered")
+    return tuple(found)
+
+
+def next_targets(history: Sequence[tuple[int, bool]], *, start: int, factor: float, max_targets: int,
+                 refine: int) -> int | None:
+    """Return the next step's target count after ``history`` of (targets, sustained), or None when done.
+
+    The ramp starts at ``start`` and multiplies by ``factor`` (at least +1) up
+    to ``max_targets`` while every step is sustained.  After the first step
+    that is not, it tries up to ``refine`` times the midpoint between the
+    largest sustained count and the smallest not sustained, while one lies
+    strictly between them.
+    """
+    if not history:
+        return min(start, max_targets)
+    failed = [k for k, ok in history if not ok]
+    if not failed:
+        last = history[-1][0]
+        return None if last >= max_targets else min(max_targets, max(last + 1, math.floor(last * factor)))
+    below = max((k for k, ok in history if ok and k < min(failed)), default=0)
+    middle = (below + min(failed)) // 2
+    refinements = len(history) - 1 - next(i for i, (_k, ok) in enumerate(history) if not ok)
+    if refinements >= refine or middle <= below or any(k == middle for k, _ in history):
+        return None
+    return middle
+
+
+def quiet_phase(samples: Sequence[tuple[float, float]], period_s: float) -> float:
+    """Return the phase (seconds mod ``period_s``) in the middle of the longest run of a counter not changing.
+
+    ``samples`` are (time, value) over about one period, in time order.  A
+    window that starts and ends there does not cut through a scrape's append,
+    so counting whole intervals counts whole scrapes.
+    """
+    best_start, best_length = samples[0][0], -1.0
+    run_start = samples[0][0]
+    for (_t0, v0), (t1, v1) in itertools.pairwise(samples):
+        if v1 != v0:
+            run_start = t1
+        elif t1 - run_start > best_length:
+            best_start, best_length = run_start, t1 - run_start
+    return (best_start + max(best_length, 0.0) / 2) % period_s
+
+
+def _config(ports: Sequence[int], interval_s: float) -> dict[str, Any]:
+    interval = f"{round(interval_s * 1000)}ms"
+    return {"global": {"scrape_interval": interval, "scrape_timeout": interval},
+            "scrape_configs": [{"job_name": _JOB, "static_configs": [{"targets": [f"127.0.0.1:{p}" for p in ports]}]
+                                if ports else []}]}
+
+
+@dataclass
+class _Tsdb:
+    engine: Engine
+    proc: subprocess.Popen[bytes]
+    port: int
+    config: Path
+
+    def targets(self, ports: Sequence[int], interval_s: float) -> None:
+        self.config.write_text(json.dumps(_config(ports, interval_s)))
+        self.proc.send_signal(signal.SIGHUP)  # both reread their scrape config on SIGHUP
+
+    def metrics(self) -> dict[str, float]:
+        return scrape(self.port)
+
+    def query(self, expr: str, at: float) -> dict[str, list[float]]:
+        """Return {instance: values} of a range selector evaluated at ``at``."""
+        query = urllib.parse.urlencode({"query": expr, "time": f"{at:.3f}", "nocache": "1"})
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/api/v1/query?{query}", timeout=60) as response:
+            result = json.load(response)["data"]["result"]
+        return {r["metric"]["instance"]: [float(v) for _t, v in r["values"]] for r in result}
+
+
+@contextlib.contextmanager
+def _running(engine: Engine, workdir: Path, interval_s: float) -> Iterator[_Tsdb]:
+    binary = shutil.which(engine.binary)
+    if binary is None:
+        raise RuntimeError(f"{engine.binary} is missing: apt-get install {engine.package}")
+    port, config = free_port(), workdir / f"{engine.name}.yml"
+    config.write_text(json.dumps(_config([], interval_s)))
+    with (workdir / f"{engine.name}.log").open("w") as log:
+        proc = subprocess.Popen(engine.argv(config=config, data=workdir / engine.name, port=port),
+                                stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_until(f"{engine.name} to be ready", lambda: _answers(port, engine.ready_path), 60)
+        yield _Tsdb(engine, proc, port, config)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _answers(port: int, path: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def _served(port: int) -> int:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/count", timeout=10) as response:
+        return int(response.read())
+
+
+def _log(message: str) -> None:
+    print(f"bench tsdb: {message}", file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Run:
+    interval_s: float
+    window_intervals: int
+    series_per_target: int
+    targets_pid: int
+
+
+def _step(tsdb: _Tsdb, ports: Sequence[int], run: _Run) -> Step:
+    interval = run.interval_s
+    started = time.monotonic()
+    before = {p: _served(p) for p in ports}
+    tsdb.targets(ports, interval)
+    # Warm: every target scraped three times since the reload, so its series exist and two scrapes were appended.
+    with contextlib.suppress(RuntimeError):  # a TSDB that cannot get there fails the step on missed scrapes
+        wait_until("every target scraped", lambda: all(_served(p) >= before[p] + 3 for p in ports),
+                   max(30.0, 20 * interval))
+    warmup_s = time.monotonic() - started
+    polls: list[tuple[float, float]] = []
+    while not polls or polls[-1][0] - polls[0][0] < interval:
+        polls.append((time.time(), metric_sum(tsdb.metrics(), tsdb.engine.appended)))
+        time.sleep(interval / 25)
+    phase = quiet_phase(polls, interval)
+    now = time.time()
+    t0 = now - now % interval + phase
+    while t0 < now + 0.05:
+        t0 += interval
+    window = run.window_intervals * interval
+    time.sleep(t0 - time.time())
+    wall0, m0, cpu0, tcpu0 = time.time(), tsdb.metrics(), cpu_s(tsdb.proc.pid), cpu_s(run.targets_pid)
+    time.sleep(max(0.0, t0 + window - time.time()))
+    wall1, m1, cpu1, tcpu1 = time.time(), tsdb.metrics(), cpu_s(tsdb.proc.pid), cpu_s(run.targets_pid)
+    rss, hwm = rss_bytes(tsdb.proc.pid), max_rss_bytes(tsdb.proc.pid)
+    time.sleep(interval + 2.0)  # the window's last scrapes finish and are flushed (VictoriaMetrics: ~1 s)
+    selector = f'{{job="{_JOB}"}}[{round(window * 1000)}ms]'
+    up = tsdb.query(f"up{selector}", wall1)
+    durations = tsdb.query(f"scrape_duration_seconds{selector}", wall1)
+    scrapes = scrape_counts(up, durations, targets=[f"127.0.0.1:{p}" for p in ports],
+                            per_target=run.window_intervals, interval_s=interval)
+    elapsed = wall1 - wall0
+    offered = len(ports) * run.series_per_target / interval
+    appended = (metric_sum(m1, tsdb.engine.appended) - metric_sum(m0, tsdb.engine.appended)) / elapsed
+    return Step(
+        targets=len(ports), scraped_series=len(ports) * run.series_per_target,
+        tsdb_series=m1.get(tsdb.engine.series, float("nan")), window_s=elapsed,
+        offered_samples_per_s=offered, appended_samples_per_s=appended, scrapes=scrapes,
+        tsdb_cpu_cores=(cpu1 - cpu0) / elapsed, tsdb_rss_bytes=rss, tsdb_max_rss_bytes=hwm,
+        targets_cpu_cores=(tcpu1 - tcpu0) / elapsed, warmup_s=warmup_s,
+        shortfalls=shortfalls(scrapes, offered_per_s=offered, appended_per_s=appended),
+    )
+
+
+def _wait_for(gate: Path | None, idle: Callable[[], None]) -> None:
+    """Return once ``gate`` exists, scraping nothing meanwhile (a shared machine's signal that it is free)."""
+    if gate is None or gate.exists():
+        return
+    idle()
+    _log(f"waiting for {gate}")
+    while not gate.exists():
+        time.sleep(10)
+
+
+def _ramp(engine: Engine, ports: Sequence[int], run: _Run, args: argparse.Namespace,
+          workdir: Path) -> dict[str, Any]:
+    gate = Path(args.wait_for_file) if args.wait_for_file else None
+    steps: list[Step] = []
+    stopped = "a step was not sustained"
+    started = time.monotonic()
+    with _running(engine, workdir, run.interval_s) as tsdb:
+        while (k := next_targets([(s.targets, s.sustained) for s in steps], start=args.start, factor=2.0,
+                                 max_targets=len(ports), refine=args.refine)) is not None:
+            if steps:
+                last = steps[-1]
+                step_s = last.warmup_s + last.window_s + 3 * run.interval_s + 3
+                if time.monotonic() - started + step_s * 1.2 > args.budget:
+                    stopped = "time budget"
+                    break
+                if last.tsdb_max_rss_bytes * k / last.targets > args.memory_cap_gib * 2**30:
+                    stopped = "memory cap"
+                    break
+            _wait_for(gate, lambda: tsdb.targets([], run.interval_s))
+            step = _step(tsdb, ports[:k], run)
+            _log(f"{engine.name}: {k} targets, {step.appended_samples_per_s:,.0f} of "
+                 f"{step.offered_samples_per_s:,.0f} samples/s, CPU {step.tsdb_cpu_cores:.2f}, "
+                 f"{'sustained' if step.sustained else '; '.join(step.shortfalls)}")
+            steps.append(step)
+        else:
+            if all(s.sustained for s in steps):
+                stopped = "max targets"
+    failed = [s.targets for s in steps if not s.sustained]
+    best = max((s for s in steps if s.sustained and s.targets < min(failed, default=math.inf)),
+               key=lambda s: s.targets, default=None)
+    return {"engine": engine.name, "version": _version(engine.package), "stopped_because": stopped,
+            "ceiling_found": bool(failed), "largest_sustained": _row(best) if best else None,
+            "steps": [_row(s) for s in steps]}
+
+
+def _row(step: Step) -> dict[str, Any]:
+    return {**asdict(step), "sustained": step.sustained}
+
+
+def _version(package: str) -> str:
+    out = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", package], capture_output=True, text=True,
+                         check=False)
+    return out.stdout.strip() or "unknown"
+
+
+def _render(topology: str, variants: int, seed: int, directory: Path) -> dict[str, Any]:
+    """Write ``variants`` successive renders of the exporter (plain and gzipped, as it serves them)."""
+    import asyncio  # noqa: PLC0415  (only here: the controller is otherwise synchronous)
+
+    from rainierd.bench.scrape import snapshots  # noqa: PLC0415  (pulls in the simulator and the core)
+    from rainierd.exporter import Health, MetricsServer  # noqa: PLC0415
+    from rainierd.exporter.wiring import build_exporter  # noqa: PLC0415
+    from rainierd.status import ConnectionState  # noqa: PLC0415
+
+    made = snapshots(topology, seed)
+    core, snap, topo = next(made)
+    current = [snap]
+    exporter = build_exporter(topo, lambda: current[0], stats=core.stats,
+                              connection=ConnectionState(connected=True), loop_lag=lambda: 0.0)
+    server = MetricsServer(exporter.registry, host="127.0.0.1", port=0, generation=lambda: current[0].generation,
+                           healthy=lambda: Health(True, "ok"), ready=lambda: Health(True, "ready"),
+                           extra=exporter.extra)
+
+    async def render() -> list[int]:
+        series = []
+        for i in range(variants):
+            if i:
+                current[0] = next(made)[1]
+                await server.refresh()  # the next tick's values
+            plain = await server.metrics_body(gzip=False)
+            (directory / f"body-{i}").write_bytes(plain)
+            (directory / f"body-{i}.gz").write_bytes(await server.metrics_body(gzip=True))
+            series.append(sum(1 for line in plain.splitlines() if line and not line.startswith(b"#")))
+        return series
+
+    series = asyncio.run(render())
+    plain = (directory / "body-0").read_bytes()
+    return {"topology": topology, "chips": topo.n_chips, "series_per_target": round(sum(series) / len(series)),
+            "series_per_variant": series,
+            "body_bytes": len(plain), "gzip_bytes": (directory / f"body-{variants - 1}.gz").stat().st_size}
+
+
+def _machine() -> dict[str, Any]:
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), platform.processor())
+    memory = next(int(line.split()[1]) * 1024 for line in Path("/proc/meminfo").read_text().splitlines()
+                  if line.startswith("MemTotal:"))
+    return {"cores": os.cpu_count(), "cpu": model, "memory_bytes": memory, "kernel": platform.release()}
+
+
+def bench_tsdb(args: argparse.Namespace) -> dict[str, Any]:
+    """Return the report: the rendered targets, then each engine's ramp (module docstring)."""
+    gate = Path(args.wait_for_file) if args.wait_for_file else None
+    with tempfile.TemporaryDirectory(prefix="rainierd-tsdb-") as tmp:
+        workdir = Path(tmp)
+        bodies = workdir / "bodies"
+        bodies.mkdir()
+        _wait_for(gate, lambda: None)
+        _log(f"rendering {args.variants} scrapes of {args.topology}")
+        rendered = _render(args.topology, args.variants, args.seed, bodies)
+        server = subprocess.Popen([sys.executable, "-m", "rainierd.bench._targets", str(bodies),
+                                   str(args.max_targets)], stdout=subprocess.PIPE, text=True)
+        try:
+            assert server.stdout is not None
+            ports = json.loads(server.stdout.readline())
+            run = _Run(interval_s=args.interval, window_intervals=args.window,
+                       series_per_target=rendered["series_per_target"], targets_pid=server.pid)
+            engines = [_ramp(ENGINES[name], ports, run, args, workdir) for name in args.engines]
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+    return {"benchmark": "tsdb", "date": datetime.date.today().isoformat(), "machine": _machine(),
+            "targets": {**rendered, "variants": args.variants}, "interval_s": args.interval,
+            "window_intervals": args.window,
+            "rule": f"sustained: over the window every target scraped once per interval, no scrape failed or took "
+                    f"the whole interval, and appended samples/s >= {SUSTAINED_SHARE} x offered",
+            "engines": engines}
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the benchmark and print JSON or a table."""
+    report = bench_tsdb(args)
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    rows = []
+    for engine in report["engines"]:
+        for s in engine["steps"]:
+            sc = s["scrapes"]
+            rows.append([engine["engine"], str(s["targets"]), f"{s['scraped_series']:,}",
+                         f"{s['offered_samples_per_s']:,.0f}", f"{s['appended_samples_per_s']:,.0f}",
+                         f"{_ms(sc['duration_p50_s'])} / {_ms(sc['duration_p99_s'])}",
+                         f"{sc['missed']} / {sc['failed']} / {sc['overrun']}", f"{s['tsdb_cpu_cores']:.2f}",
+                         f"{s['tsdb_rss_bytes'] / 2**20:,.0f} MiB", f"{s['targets_cpu_cores']:.2f}",
+                         "yes" if s["sustained"] else "no: " + "; ".join(s["shortfalls"])])
+    print_table(["engine", "targets", "series", "offered samples/s", "appended samples/s", "scrape p50 / p99",
+                 "missed / failed / overran", "TSDB CPU (cores)", "TSDB RSS", "targets CPU", "sustained"], rows)
+    return 0
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:,.0f} ms"
