@@ -13,7 +13,8 @@ from rainierd.bench.plan import FIGURES_FILE, Figures, Plan, load_figures, plan
 
 ROUND = Figures(
     shard_chip_samples_per_s=500_000, bytes_per_chip_sample=200, broker_node_bytes_per_s=100e6,
-    prometheus_samples_per_s=1e6, scrape_interval_s=5, headroom=0.5, series_fixed=270, series_per_ultraserver=18,
+    prometheus_samples_per_s=1e6, victoria_metrics_samples_per_s=2e6, scrape_interval_s=5, headroom=0.5,
+    series_fixed=270, series_per_ultraserver=18,
     series_entity_budget=5_000, series_top_k=30, min_broker_nodes=3,
 )
 
@@ -25,7 +26,7 @@ class TestPlan:
             chips=1_000_000, tick_s=1.0, ultraservers=15_625, chip_samples_per_s=1e6, wire_bytes_per_s=200e6,
             shards=4, ultraservers_per_shard=3_907, broker_nodes=8,
             series_per_shard=270 + 18 * 3_907 + 5_000 + 30, series=4 * (270 + 18 * 3_907 + 5_000 + 30),
-            samples_per_s=4 * (270 + 18 * 3_907 + 5_000 + 30) / 5, prometheus_servers=1,
+            samples_per_s=4 * (270 + 18 * 3_907 + 5_000 + 30) / 5, prometheus_servers=1, victoria_metrics_nodes=1,
         )
 
     def test_a_small_fleet_keeps_one_shard_and_a_three_node_quorum(self) -> None:
@@ -46,6 +47,11 @@ class TestPlan:
         per_shard = 270 + 18 * 3_907 + 5_000 + 30
         assert (big.shards, big.series, big.samples_per_s, big.prometheus_servers) == (
             20, 20 * per_shard, 20 * per_shard, 4)
+
+    def test_victoria_metrics_nodes_from_its_own_figure(self) -> None:
+        """The same 1.5M samples/s over half of a VictoriaMetrics node's 2M is two nodes."""
+        big = plan(5_000_000, replace(ROUND, scrape_interval_s=1))
+        assert (big.prometheus_servers, big.victoria_metrics_nodes) == (4, 2)
 
 
 class TestFigures:

@@ -14,8 +14,10 @@ The arithmetic, per fleet at one tick:
 - series = shards x (fixed + 18 per UltraServer + the per-entity budget +
   top-K) (docs/metrics.md's budget; the /probe drill-down is extra), and
   samples/s = series / the scrape interval; Prometheus servers =
-  ceil(samples/s / one server's ingestion figure): more than one means
-  federation by shard, or remote write to a horizontally scalable store.
+  ceil(samples/s / (one server's measured ingestion x headroom)): more than
+  one means federation by shard, or remote write to a horizontally scalable
+  store; VictoriaMetrics nodes, likewise from one single-node
+  VictoriaMetrics's measured ingestion (``bench tsdb``).
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ class Figures:
     shard_chip_samples_per_s: float  # one monitor process keeps up with this (bench ingest, largest passing)
     bytes_per_chip_sample: float  # wire bytes, batch frames (bench ingest at rainier)
     broker_node_bytes_per_s: float  # one broker node carries this, in + out (bench cluster)
-    prometheus_samples_per_s: float  # one Prometheus server ingests this
+    prometheus_samples_per_s: float  # one Prometheus server ingests this (bench tsdb, largest sustained step)
+    victoria_metrics_samples_per_s: float  # one single-node VictoriaMetrics ingests this (bench tsdb)
     scrape_interval_s: float  # deploy/prometheus/prometheus.yml
     headroom: float  # the share of a measured ceiling a deployment may use
     series_fixed: int  # fleet and per-site aggregates, self-metrics (docs/metrics.md)
@@ -67,6 +70,7 @@ class Plan:
     series: int
     samples_per_s: float
     prometheus_servers: int
+    victoria_metrics_nodes: int
 
 
 def load_figures(path: Path = FIGURES_FILE) -> Figures:
@@ -92,8 +96,13 @@ def plan(chips: int, figures: Figures, *, tick_s: float = 1.0) -> Plan:
         chips=chips, tick_s=tick_s, ultraservers=ultraservers, chip_samples_per_s=rate, wire_bytes_per_s=wire,
         shards=shards, ultraservers_per_shard=per_shard, broker_nodes=brokers, series_per_shard=series_per_shard,
         series=series, samples_per_s=samples,
-        prometheus_servers=max(1, math.ceil(samples / (figures.prometheus_samples_per_s * figures.headroom))),
+        prometheus_servers=_servers(samples, figures.prometheus_samples_per_s, figures.headroom),
+        victoria_metrics_nodes=_servers(samples, figures.victoria_metrics_samples_per_s, figures.headroom),
     )
+
+
+def _servers(samples_per_s: float, one_server: float, headroom: float) -> int:
+    return max(1, math.ceil(samples_per_s / (one_server * headroom)))
 
 
 def main(args: argparse.Namespace) -> int:
@@ -105,12 +114,12 @@ def main(args: argparse.Namespace) -> int:
                           "plans": [asdict(p) for p in plans]}, indent=2))
         return 0
     print("| chips | tick | chip-samples/s | wire MB/s | monitor shards (UltraServers each) | broker nodes | "
-          "series (per shard) | samples/s | Prometheus servers |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "series (per shard) | samples/s | Prometheus servers | or VictoriaMetrics nodes |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for p in plans:
         print(f"| {p.chips:,} | {p.tick_s:g} s | {p.chip_samples_per_s:,.0f} | {p.wire_bytes_per_s / 1e6:,.0f} | "
               f"{p.shards} ({p.ultraservers_per_shard:,}) | {p.broker_nodes} | {p.series:,} ({p.series_per_shard:,}) | "
-              f"{p.samples_per_s:,.0f} | {p.prometheus_servers} |")
+              f"{p.samples_per_s:,.0f} | {p.prometheus_servers} | {p.victoria_metrics_nodes} |")
     return 0
 
 
