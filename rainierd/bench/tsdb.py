@@ -314,7 +314,7 @@ def _step(tsdb: _Tsdb, ports: Sequence[int], run: _Run) -> Step:
     while t0 < now + 0.05:
         t0 += interval
     window = run.window_intervals * interval
-    time.sleep(t0 - time.time())
+    time.sleep(max(0.0, t0 - time.time()))
     wall0, m0, cpu0, tcpu0 = time.time(), tsdb.metrics(), cpu_s(tsdb.proc.pid), cpu_s(run.targets_pid)
     time.sleep(max(0.0, t0 + window - time.time()))
     wall1, m1, cpu1, tcpu1 = time.time(), tsdb.metrics(), cpu_s(tsdb.proc.pid), cpu_s(run.targets_pid)
