@@ -152,7 +152,8 @@ async def test_a_node_killed_and_restarted_mid_run_loses_only_what_is_counted(
 
     assert (accounted(values["whole"]), accounted(values["s0"]) + accounted(values["s1"])) == (sent, sent)
     assert [values[n]["rainier_ingest_frames_missing"] for n in ports] == [0, 0, 0]
-    assert values["whole"]["rainier_ingest_frames_lost_total"] > 0  # the kill did lose frames: they are counted
+    # Whether the kill loses frames depends on timing (CI saw both: some counted lost, and none, the monitor back
+    # on node 3 before the routes dropped a frame); either way every frame is applied or counted lost, above.
     assert [{k: v for k, v in values[n].items() if k.startswith("rainier_health_events_total") and v}
             for n in ports] == [{}, {}, {}]
     assert [unhealthy(values[n]) for n in ports] == [set(), set(), set()]
