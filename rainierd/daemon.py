@@ -15,27 +15,27 @@ import gc
 import secrets
 import sys
 import time
-from typing import Final, Literal
+from collections.abc import Callable, Coroutine
+from typing import Any, Final, Literal
 
 import numpy as np
 import structlog
-from prometheus_client import CollectorRegistry
 
 from rainierd._malloc import keep_freed_memory
 from rainierd.broker import EmbeddedBroker
-from rainierd.exporter import Health, MetricsServer, UltraServerProbe
+from rainierd.connection import ConnectionState
+from rainierd.exporter import MetricsServer, UltraServerProbe, build_exporter
 from rainierd.exporter.webconfig import load_web_config
-from rainierd.exporter.wiring import build_exporter
 from rainierd.inventory import load_topology
 from rainierd.lifecycle import run_until_stopped, stop_on_signals
 from rainierd.looplag import LoopLag
 from rainierd.monitor import Monitor
 from rainierd.mqtt import MAX_PACKET_OVERHEAD, mqtt_config, supervise
+from rainierd.probes import Verdict
 from rainierd.settings import Settings
 from rainierd.sim import FleetParams, Simulator
 from rainierd.sim.faults import load_scenario
 from rainierd.sim.profile import PROFILES
-from rainierd.status import ConnectionState
 
 __all__ = ["Role", "run_role"]
 
@@ -46,6 +46,10 @@ Role = Literal["run", "simulate", "monitor"]
 # before the event loop gets it back: 1 ms instead of Python's 5 ms keeps the
 # loop's lag under 10 ms at Rainier scale (rainierd bench scrape).
 SWITCH_INTERVAL_S: Final = 0.001
+
+
+def _NO_METRICS() -> bytes:  # noqa: N802 (a constant's role: the simulator serves probes, not metrics)
+    return b""
 
 
 class _SimulatorProbes:
@@ -59,18 +63,18 @@ class _SimulatorProbes:
         self._sim, self._connection = sim, connection
         self._seen = (-1, time.monotonic())  # (ticks produced, when that count was first seen)
 
-    def healthy(self) -> Health:
+    def healthy(self) -> Verdict:
         """Return healthy unless the tick count has not moved for ten ticks and 5 s."""
         ticks, now = self._sim.ticks_produced, time.monotonic()
         if ticks != self._seen[0]:
             self._seen = (ticks, now)
         elif now - self._seen[1] > 10 * self._sim.tick_s + 5:
-            return Health(False, f"simulator stalled after {ticks} ticks")
-        return Health(True, "ok")
+            return Verdict(False, f"simulator stalled after {ticks} ticks")
+        return Verdict(True, "ok")
 
-    def ready(self) -> Health:
+    def ready(self) -> Verdict:
         """Return ready while the publishing session is connected."""
-        return Health(True, "ready") if self._connection.connected else Health(False, "mqtt not connected")
+        return Verdict(True, "ready") if self._connection.connected else Verdict(False, "mqtt not connected")
 
 
 async def run_role(role: Role, settings: Settings) -> None:
@@ -89,6 +93,8 @@ async def run_role(role: Role, settings: Settings) -> None:
 async def _run_role(role: Role, settings: Settings, stop: asyncio.Event) -> None:
     topology = load_topology(settings.topology, efa_ports_per_node=settings.efa_ports_per_node)
     nonce = secrets.token_hex(4)
+    web = None if settings.web_config_file is None else load_web_config(settings.web_config_file)
+    host, port = settings.metrics_host_port
     async with contextlib.AsyncExitStack() as stack:
         url = settings.mqtt_url
         protocol: Literal["3.1.1", "5"] | None = None
@@ -97,7 +103,9 @@ async def _run_role(role: Role, settings: Settings, stop: asyncio.Event) -> None
             broker = await stack.enter_async_context(
                 EmbeddedBroker(max_packet_bytes=settings.max_frame_bytes + MAX_PACKET_OVERHEAD))
             url, protocol = f"mqtt://127.0.0.1:{broker.port}", "3.1.1"
-        coroutines = {}
+        # First every part and every listening socket; the tasks only once all are bound, so a port in use
+        # fails the start before any coroutine exists.
+        coroutines: dict[str, Callable[[], Coroutine[Any, Any, None]]] = {}
         if role in ("run", "simulate"):
             sim_mqtt = mqtt_config(settings, client_id=f"rainierd-sim-{nonce}", url=url,
                                    suffix="sim" if role == "run" else None, protocol=protocol)
@@ -114,52 +122,38 @@ async def _run_role(role: Role, settings: Settings, stop: asyncio.Event) -> None
                 profile=PROFILES[settings.profile],
             )
             sim_connection = ConnectionState()
-            coroutines["sim-ticks"] = sim.produce(stop)
-            coroutines["sim-mqtt-publish"] = supervise(sim_mqtt, sim.publish, state=sim_connection)
             if role == "simulate" and "metrics_addr" in settings.model_fields_set:
                 probes = _SimulatorProbes(sim, sim_connection)
-                host, port = settings.metrics_host_port
-                sim_server = MetricsServer(
-                    CollectorRegistry(), host=host, port=port, generation=lambda: 0,
-                    healthy=probes.healthy, ready=probes.ready,
-                    web=None if settings.web_config_file is None else load_web_config(settings.web_config_file),
-                )
-                await sim_server.start()
-                coroutines["sim-probes-http"] = sim_server.serve_forever()
+                await stack.enter_async_context(MetricsServer(
+                    _NO_METRICS, host=host, port=port, generation=lambda: 0, healthy=probes.healthy,
+                    ready=probes.ready, web=web,
+                ))
+            coroutines["sim-ticks"] = lambda: sim.produce(stop)
+            coroutines["sim-mqtt-publish"] = lambda: supervise(sim_mqtt, sim.publish, state=sim_connection)
         if role in ("run", "monitor"):
             mon_mqtt = mqtt_config(settings, client_id=f"rainierd-monitor-{nonce}", url=url,
                                    suffix="monitor" if role == "run" else None, protocol=protocol,
                                    max_packet_bytes=settings.max_frame_bytes + MAX_PACKET_OVERHEAD)
+            loop_lag = LoopLag()
             monitor = Monitor(
                 topology, settings.monitor_config(), max_backlog_bytes=settings.max_backlog_bytes,
                 checkpoint_file=settings.state_file, reconnect_grace_s=settings.reconnect_grace_s,
-                qos=settings.mqtt_qos, shard=settings.monitor_shard,
+                qos=settings.mqtt_qos, shard=settings.monitor_shard, loop_lag=loop_lag,
             )
             monitor.restore()
-            loop_lag = LoopLag()
-            exporter = build_exporter(
-                topology, lambda: monitor.snapshot, stats=monitor.stats, connection=monitor.connection,
-                backlog=monitor.backlog, lag=monitor.lag,
-                loop_lag=lambda: loop_lag.worst_s, loop_lag_histogram=loop_lag.histogram,
-                checkpoint=monitor.checkpoint if settings.state_file is not None else None,
-                max_entity_series=settings.max_entity_series, shard=settings.monitor_shard,
-            )
-            host, port = settings.metrics_host_port
-            server = MetricsServer(
-                exporter.registry, host=host, port=port, generation=lambda: monitor.generation,
-                healthy=monitor.healthy, ready=monitor.ready, extra=exporter.extra,
-                web=None if settings.web_config_file is None else load_web_config(settings.web_config_file),
+            exporter = build_exporter(topology, lambda: monitor.snapshot,
+                                      max_entity_series=settings.max_entity_series, shard=settings.monitor_shard)
+            server = await stack.enter_async_context(MetricsServer(
+                exporter.render, host=host, port=port, generation=lambda: monitor.generation,
+                healthy=monitor.healthy, ready=monitor.ready, web=web,
                 prober=UltraServerProbe(monitor.topology, monitor.core, lambda: monitor.snapshot,
                                         lock=monitor.state_lock),
-            )
-            await server.start()
-            coroutines["monitor-mqtt-subscribe"] = supervise(
-                mon_mqtt, monitor.consume, state=monitor.connection,
-            )
-            coroutines["monitor-analyse"] = monitor.analyse(after=server.refresh)
-            coroutines["monitor-listening-clock"] = monitor.clock.keep()
-            coroutines["exporter-http"] = server.serve_forever()
-            coroutines["loop-lag"] = loop_lag.run()
+            ))
+            coroutines["monitor-mqtt-subscribe"] = lambda: supervise(mon_mqtt, monitor.session.consume,
+                                                                     state=monitor.connection)
+            coroutines["monitor-analyse"] = lambda: monitor.analyse(after=server.refresh)
+            coroutines["monitor-listening-clock"] = monitor.clock.keep
+            coroutines["loop-lag"] = loop_lag.run
         # What is built so far (topology, names, label blocks, the core: ~50,000
         # objects at rainier) lives as long as the process.  A full collection
         # walked it all with the GIL held, 35-85 ms at rainier, and stalled the
@@ -167,5 +161,5 @@ async def _run_role(role: Role, settings: Settings, stop: asyncio.Event) -> None
         gc.collect()
         gc.freeze()
         shard = {"shard": settings.shard} if role != "simulate" and settings.shard != "0/1" else {}
-        await run_until_stopped(role, stop, coroutines, topology=topology.name, chips=topology.n_chips, broker=url,
-                                **shard)
+        await run_until_stopped(role, stop, {name: make() for name, make in coroutines.items()},
+                                topology=topology.name, chips=topology.n_chips, broker=url, **shard)

@@ -47,8 +47,8 @@ from collections.abc import Mapping
 from typing import Final, Literal
 
 from rainierd.errors import ConfigError
-from rainierd.exporter.http import Health
 from rainierd.exporter.webconfig import load_web_config
+from rainierd.probes import Verdict
 from rainierd.settings import Settings
 
 __all__ = ["DEFAULT_TIMEOUT_S", "PASSWORD_ENV", "USER_ENV", "check"]
@@ -66,7 +66,7 @@ def check(
     probe: Literal["healthz", "readyz"] = "healthz",
     timeout_s: float = DEFAULT_TIMEOUT_S,
     environ: Mapping[str, str] | None = None,
-) -> Health:
+) -> Verdict:
     """Return the verdict of the role listening at ``settings.metrics_addr`` on ``/healthz`` (or ``/readyz``).
 
     Never raises for what the probe finds (nothing listening, a refusal, a
@@ -75,7 +75,7 @@ def check(
     host, port = settings.metrics_host_port
     host = _ANY_ADDRESS.get(host, host)
     prepared = _prepare(settings, os.environ if environ is None else environ)
-    if isinstance(prepared, Health):
+    if isinstance(prepared, Verdict):
         return prepared
     context, headers = prepared
     scheme = "https" if context is not None else "http"
@@ -87,24 +87,24 @@ def check(
         response = connection.getresponse()
         body = response.read(_MAX_BODY_BYTES).decode(errors="replace").strip().replace("\n", " ")
     except ConnectionRefusedError:
-        return Health(False, f"{url}: nothing listening (a simulator serves its probes only when "
+        return Verdict(False, f"{url}: nothing listening (a simulator serves its probes only when "
                              "metrics_addr is set)")
     except TimeoutError:
-        return Health(False, f"{url}: no answer within {timeout_s:g} s")
+        return Verdict(False, f"{url}: no answer within {timeout_s:g} s")
     except ssl.SSLError as exc:
-        return Health(False, f"{url}: TLS failed: {exc.reason or exc}")
+        return Verdict(False, f"{url}: TLS failed: {exc.reason or exc}")
     except (OSError, http.client.HTTPException) as exc:
-        return Health(False, f"{url}: {exc or type(exc).__name__}")
+        return Verdict(False, f"{url}: {exc or type(exc).__name__}")
     finally:
         connection.close()
     if response.status == http.client.OK:
-        return Health(True, f"{url}: {body or 'ok'}")
+        return Verdict(True, f"{url}: {body or 'ok'}")
     if response.status == http.client.UNAUTHORIZED:
-        return Health(False, f"{url}: 401, the server refused the healthcheck's credentials")
-    return Health(False, f"{url}: {response.status} {body or response.reason}")
+        return Verdict(False, f"{url}: 401, the server refused the healthcheck's credentials")
+    return Verdict(False, f"{url}: {response.status} {body or response.reason}")
 
 
-def _prepare(settings: Settings, env: Mapping[str, str]) -> Health | tuple[ssl.SSLContext | None, dict[str, str]]:
+def _prepare(settings: Settings, env: Mapping[str, str]) -> Verdict | tuple[ssl.SSLContext | None, dict[str, str]]:
     """Return the TLS context and headers the web config calls for, or the verdict that it cannot be probed."""
     headers = {"User-Agent": "rainierd-healthcheck", "Connection": "close"}
     if settings.web_config_file is None:
@@ -112,11 +112,11 @@ def _prepare(settings: Settings, env: Mapping[str, str]) -> Health | tuple[ssl.S
     try:
         web = load_web_config(settings.web_config_file)
     except ConfigError as exc:
-        return Health(False, str(exc))
+        return Verdict(False, str(exc))
     context: ssl.SSLContext | None = None
     if web.tls is not None:
         if web.tls.client_auth_type == "RequireAndVerifyClientCert":
-            return Health(False, "the web config requires client certificates; the healthcheck has none "
+            return Verdict(False, "the web config requires client certificates; the healthcheck has none "
                                  "(probe /healthz from a client that has one)")
         context = ssl.create_default_context()
         context.check_hostname = False
@@ -127,7 +127,7 @@ def _prepare(settings: Settings, env: Mapping[str, str]) -> Health | tuple[ssl.S
         password = env.get(PASSWORD_ENV)
         if user is None or password is None:
             missing = PASSWORD_ENV if user is not None else f"{USER_ENV} and {PASSWORD_ENV}"
-            return Health(False, f"the web config asks for basic auth: set {missing}")
+            return Verdict(False, f"the web config asks for basic auth: set {missing}")
         token = base64.b64encode(f"{user}:{password}".encode()).decode()
         headers["Authorization"] = f"Basic {token}"
     return context, headers

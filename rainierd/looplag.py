@@ -15,7 +15,7 @@ from typing import Final
 
 import numpy as np
 
-from rainierd.status import LagHistogram
+from rainierd.histogram import LagHistogram
 
 __all__ = ["LOOP_LAG_BUCKETS_S", "LoopLag"]
 

@@ -37,8 +37,8 @@ import structlog
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
+from rainierd.connection import ConnectionState
 from rainierd.settings import Settings
-from rainierd.status import ConnectionState
 from rainierd.wire.topics import status_topic
 
 __all__ = ["MAX_PACKET_OVERHEAD", "Broker", "MqttConfig", "mqtt_config", "parse_brokers", "supervise"]

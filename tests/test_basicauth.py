@@ -9,11 +9,11 @@ from base64 import b64encode
 
 import bcrypt
 import pytest
-from prometheus_client import CollectorRegistry
 
-from rainierd.exporter import Health, MetricsServer
+from rainierd.exporter import MetricsServer
 from rainierd.exporter.basicauth import BasicAuth
 from rainierd.exporter.webconfig import WebConfig
+from rainierd.probes import Verdict
 
 PASSWORD = b"correct horse"
 # Cost 4, bcrypt's least, except where the cost itself is the point.
@@ -107,8 +107,8 @@ class TestServer:
     @pytest.fixture
     async def server(self) -> MetricsServer:
         web = WebConfig(tls=None, basic_auth_users=(("prometheus", HASH),))
-        server = MetricsServer(CollectorRegistry(), host="127.0.0.1", port=0, generation=lambda: 1,
-                               healthy=lambda: Health(True, "ok"), ready=lambda: Health(True, "ready"), web=web)
+        server = MetricsServer(bytes, host="127.0.0.1", port=0, generation=lambda: 1,
+                               healthy=lambda: Verdict(True, "ok"), ready=lambda: Verdict(True, "ready"), web=web)
         await server.start()
         self.task = asyncio.create_task(server.serve_forever())
         return server

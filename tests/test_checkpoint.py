@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rainierd.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from rainierd.core import Ingest
 from rainierd.core.config import MonitorConfig
 from rainierd.core.streams import WINDOW
 from rainierd.monitor import Monitor
+from rainierd.monitor.checkpoint_file import CheckpointError, load_checkpoint, save_checkpoint
 from rainierd.topology import build_topology
 from tests.helpers import wait_until
 from tests.test_core import Fleet
@@ -203,14 +203,14 @@ class TestMonitorSaves:
         monitor = Monitor(build_topology("demo"), MonitorConfig(),
                           checkpoint_file=path)
         await monitor.save_checkpoint_now()
-        assert (path.exists(), monitor.checkpoint.saves, monitor.checkpoint.failures) == (True, 1, 0)
+        assert (path.exists(), monitor.checkpointer.saves, monitor.checkpointer.failures) == (True, 1, 0)
         blocker = tmp_path / ".streams.npz.tmp"
         blocker.mkdir()  # the temporary file cannot be created
         await monitor.save_checkpoint_now()
-        assert (path.exists(), monitor.checkpoint.failures) == (False, 1)
+        assert (path.exists(), monitor.checkpointer.failures) == (False, 1)
         blocker.rmdir()
         await monitor.save_checkpoint_now()
-        assert (path.exists(), monitor.checkpoint.saves) == (True, 2)
+        assert (path.exists(), monitor.checkpointer.saves) == (True, 2)
 
     async def test_a_stop_records_the_frames_received_but_not_yet_analysed(self, tmp_path: Path) -> None:
         """A tick analysed, the next received, then the stop: the checkpoint holds both ticks' frames, so the next
@@ -221,13 +221,13 @@ class TestMonitorSaves:
         ticks = tick_messages(2)
         feed(monitor, ticks[0])
         analysing = asyncio.create_task(monitor.analyse())
-        await wait_until(lambda: monitor.checkpoint.saves == 1, 10, "the first analysis and save")
+        await wait_until(lambda: monitor.checkpointer.saves == 1, 10, "the first analysis and save")
         feed(monitor, ticks[1])  # a minute before the next analysis is due
         analysing.cancel()
         with pytest.raises(asyncio.CancelledError):
             await analysing
-        assert (monitor.stats.frames_applied, monitor.checkpoint.saves) == (18, 2)
-        assert restored(path).stats.frames_applied == 18
+        assert (monitor.core.stats.frames_applied, monitor.checkpointer.saves) == (18, 2)
+        assert restored(path).core.stats.frames_applied == 18
 
     async def test_a_stop_during_an_analysis_records_it_before_saving(self, tmp_path: Path) -> None:
         """Cancelled while its analysis runs in a thread (which runs on regardless, advancing the streams), the
@@ -237,11 +237,11 @@ class TestMonitorSaves:
         feed(monitor, tick_messages(1)[0])
         analysing = asyncio.create_task(monitor.analyse())
         await asyncio.sleep(0)  # the analysis is handed to its thread
-        assert monitor.checkpoint.saves == 0
+        assert monitor.checkpointer.saves == 0
         analysing.cancel()
         with pytest.raises(asyncio.CancelledError):
             await analysing
-        assert restored(path).stats.frames_applied == monitor.stats.frames_applied == 9
+        assert restored(path).core.stats.frames_applied == monitor.core.stats.frames_applied == 9
 
     def test_an_unusable_file_is_ignored_at_start(self, tmp_path: Path) -> None:
         """A monitor given a corrupt checkpoint starts afresh instead of failing to start."""
@@ -250,4 +250,4 @@ class TestMonitorSaves:
         monitor = Monitor(build_topology("demo"), MonitorConfig(),
                           checkpoint_file=path)
         assert monitor.restore() is False
-        assert monitor.stats.frames_applied == 0
+        assert monitor.core.stats.frames_applied == 0

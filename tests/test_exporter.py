@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import gzip
 import http.client
 import re
@@ -15,22 +16,22 @@ from pathlib import Path
 import bcrypt
 import numpy as np
 import pytest
-from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
+from rainierd.connection import Connection
 from rainierd.core import FleetState, Ingest, IngestStats, Received, compute_throughput
 from rainierd.core.analysis import HealthView
-from rainierd.exporter import FleetCollector, Health, MetricsServer, MonitorCollector, MonitorSnapshot, build_registry
-from rainierd.exporter.fast import UltraServerFamilies
-from rainierd.exporter.health import EntityFamilies
+from rainierd.exporter import EntityFamilies, FleetCollector, MetricsServer, build_exporter, build_registry
 from rainierd.exporter.http import accepts_gzip
+from rainierd.exporter.selfstatus import IngestCollector, MqttCollector
+from rainierd.exporter.ultraservers import UltraServerFamilies
 from rainierd.exporter.webconfig import WebConfig, load_web_config
-from rainierd.exporter.wiring import build_exporter
 from rainierd.hardware import TRN2
+from rainierd.monitor.snapshot import IngestCounts, MonitorSnapshot, MonitorStatus, Receipts
+from rainierd.probes import Verdict
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
-from rainierd.status import ConnectionState
 from rainierd.topology import build_topology
 from rainierd.wire import decode_binary, encode_binary
 from tests.certs import make_pki
@@ -49,9 +50,19 @@ def demo_snapshot(ticks: int = 2) -> MonitorSnapshot:
     return MonitorSnapshot(generation=1, throughput=tp, chips_total=topo.n_chips, analysis_s=0.01, analysed_ticks=2)
 
 
+def with_status(status: MonitorStatus, snap: MonitorSnapshot | None = None) -> MonitorSnapshot:
+    """Return ``snap`` (the demo's by default) carrying ``status``."""
+    return dataclasses.replace(snap or demo_snapshot(), status=status)
+
+
 class Broken(Collector):
     def collect(self) -> Iterator[object]:  # type: ignore[override]
         raise RuntimeError("source unavailable")
+
+
+class BrokenText:
+    def render(self) -> bytes:
+        raise RuntimeError("family unavailable")
 
 
 class TestCollectors:
@@ -59,7 +70,7 @@ class TestCollectors:
         """Fleet, site and UltraServer FP8 series carry the snapshot's sums."""
         snap = demo_snapshot()
         registry = build_registry({"fleet": FleetCollector(build_topology("demo"), lambda: snap)},
-                                  process_metrics=False)
+                                  process_metrics=False).registry
         get = registry.get_sample_value
         assert get("rainier_fleet_fp8_peak_flops") == pytest.approx(128 * 1.299e15)
         assert get("rainier_fleet_fp8_effective_flops") == pytest.approx(snap.throughput.fleet_effective)
@@ -84,33 +95,62 @@ class TestCollectors:
     def test_no_snapshot_no_fleet_series(self) -> None:
         """Before the first analysis the fleet collector exports nothing rather than zeros."""
         registry = build_registry({"fleet": FleetCollector(build_topology("demo"), lambda: None)},
-                                  process_metrics=False)
+                                  process_metrics=False).registry
         assert registry.get_sample_value("rainier_fleet_fp8_peak_flops") is None
 
     def test_ingest_counters(self) -> None:
-        """Ingest counters are exported with every known reason present from the start."""
+        """Ingest counters come from the snapshot's status, the inbox's oversize refusals among the reasons,
+        with every known reason present from the start."""
         stats = IngestStats()
         stats.frames["binary"] += 5
         stats.reject("truncated")
         stats.frames_lost = 2
-        registry = build_registry({"monitor": MonitorCollector(stats, lambda: None, ConnectionState())},
-                                  process_metrics=False)
+        receipts = Receipts(oversize=3)
+        receipts.messages["binary"] += 9
+        snap = with_status(MonitorStatus(ingest=IngestCounts.of(stats, receipts)))
+        registry = build_registry({"ingest": IngestCollector(lambda: snap)}, process_metrics=False).registry
         get = registry.get_sample_value
         assert get("rainier_ingest_frames_total", {"encoding": "binary"}) == 5
+        assert get("rainier_ingest_messages_total", {"encoding": "binary"}) == 9
         assert get("rainier_ingest_decode_errors_total", {"reason": "truncated"}) == 1
+        assert get("rainier_ingest_decode_errors_total", {"reason": "oversize"}) == 3
         assert get("rainier_ingest_decode_errors_total", {"reason": "non_finite"}) == 0
         assert get("rainier_ingest_frames_lost_total") == 2
-        assert get("rainier_mqtt_connected") == 0
+
+    def test_the_status_is_a_frozen_copy(self) -> None:
+        """Counters changed after the snapshot was taken do not reach a scrape of it."""
+        stats = IngestStats()
+        snap = with_status(MonitorStatus(ingest=IngestCounts.of(stats)))
+        stats.frames_lost = 7
+        registry = build_registry({"ingest": IngestCollector(lambda: snap)}, process_metrics=False).registry
+        assert registry.get_sample_value("rainier_ingest_frames_lost_total") == 0
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            snap.status.ingest.frames_lost = 7  # type: ignore[misc]
 
     def test_a_failing_collector_drops_only_its_group(self) -> None:
         """A collector that raises reports success 0; the others still export."""
-        registry = build_registry({"broken": Broken(), "monitor": MonitorCollector(
-            IngestStats(), lambda: None, ConnectionState())}, process_metrics=False)
+        snap = with_status(MonitorStatus(connection=Connection(connected=True)))
+        registry = build_registry({"broken": Broken(), "mqtt": MqttCollector(lambda: snap)},
+                                  process_metrics=False).registry
         get = registry.get_sample_value
         assert get("rainier_exporter_collector_success", {"collector": "broken"}) == 0
-        assert get("rainier_exporter_collector_success", {"collector": "monitor"}) == 1
-        assert get("rainier_ingest_frames_lost_total") == 0
+        assert get("rainier_exporter_collector_success", {"collector": "mqtt"}) == 1
+        assert get("rainier_mqtt_connected") == 1
         assert get("rainier_build_info", {"version": "0.1.0", "wire_version": "1"}) == 1
+
+    def test_a_failing_text_family_drops_only_itself_and_says_so(self) -> None:
+        """A text-rendered family that raises is left out of the scrape, which goes on, and reports success 0
+        with its duration; the families beside it render."""
+        snap = demo_snapshot()
+        topo = build_topology("demo")
+        exporter = build_registry({"fleet": FleetCollector(topo, lambda: snap)}, texts={
+            "broken": BrokenText(), "ultraservers": UltraServerFamilies(topo, lambda: snap)}, process_metrics=False)
+        families = {f.name: f for f in text_string_to_metric_families(exporter.render().decode())}
+        success = {s.labels["collector"]: s.value for s in families["rainier_exporter_collector_success"].samples}
+        assert success == {"broken": 0.0, "ultraservers": 1.0, "fleet": 1.0, "build_info": 1.0}
+        assert "rainier_ultraserver_fp8_effective_flops" in families
+        duration = {s.labels["collector"] for s in families["rainier_exporter_collector_duration_seconds"].samples}
+        assert duration == set(success)
 
 
 async def http_get(port: int, request: bytes) -> tuple[int, bytes]:
@@ -127,11 +167,11 @@ class TestHttp:
     @pytest.fixture
     async def server(self) -> MetricsServer:
         self.generation = 1
-        self.ready = Health(False, "mqtt not connected")
+        self.ready = Verdict(False, "mqtt not connected")
         snap = demo_snapshot()
-        registry = build_registry({"fleet": FleetCollector(build_topology("demo"), lambda: snap)})
-        server = MetricsServer(registry, host="127.0.0.1", port=0, generation=lambda: self.generation,
-                               healthy=lambda: Health(True, "ok"), ready=lambda: self.ready)
+        exporter = build_registry({"fleet": FleetCollector(build_topology("demo"), lambda: snap)})
+        server = MetricsServer(exporter.render, host="127.0.0.1", port=0, generation=lambda: self.generation,
+                               healthy=lambda: Verdict(True, "ok"), ready=lambda: self.ready)
         await server.start()
         self.task = asyncio.create_task(server.serve_forever())
         return server
@@ -143,7 +183,7 @@ class TestHttp:
         assert b"rainier_fleet_fp8_peak_flops 1.66272e+17" in body
         assert await http_get(server.port, b"GET /healthz HTTP/1.1\r\n\r\n") == (200, b"ok\n")
         assert await http_get(server.port, b"GET /readyz HTTP/1.1\r\n\r\n") == (503, b"mqtt not connected\n")
-        self.ready = Health(True, "ready")
+        self.ready = Verdict(True, "ready")
         assert await http_get(server.port, b"GET /readyz HTTP/1.1\r\n\r\n") == (200, b"ready\n")
         assert (await http_get(server.port, b"GET /nope HTTP/1.1\r\n\r\n"))[0] == 404
         assert (await http_get(server.port, b"POST /metrics HTTP/1.1\r\n\r\n"))[0] == 405
@@ -209,11 +249,11 @@ class TestBeforeAnyTelemetry:
         topo = build_topology("demo")
         current: list[MonitorSnapshot] = [demo_snapshot(ticks=0)]
         assert current[0].throughput.tick < 0
-        exporter = build_exporter(topo, lambda: current[0], stats=IngestStats(), connection=ConnectionState(),
-                                  process_metrics=False)
+        current[0] = with_status(MonitorStatus(), current[0])
+        exporter = build_exporter(topo, lambda: current[0], process_metrics=False)
 
         def names() -> set[str]:
-            text = generate_latest(exporter.registry).decode() + exporter.extra().decode()
+            text = exporter.render().decode()
             return {family.name for family in text_string_to_metric_families(text) if family.samples}
 
         fleet = {"rainier_fleet_fp8_effective_flops", "rainier_fleet_chips_reporting",
@@ -229,10 +269,9 @@ def demo_server(web: WebConfig | None = None) -> MetricsServer:
     """A server of the demo fleet's whole exporter (UltraServer and entity families included)."""
     topo = build_topology("demo")
     snap = demo_snapshot()
-    exporter = build_exporter(topo, lambda: snap, stats=IngestStats(), connection=ConnectionState())
-    return MetricsServer(exporter.registry, host="127.0.0.1", port=0, generation=lambda: 1,
-                         healthy=lambda: Health(True, "ok"), ready=lambda: Health(True, "ready"),
-                         extra=exporter.extra, web=web)
+    exporter = build_exporter(topo, lambda: snap)
+    return MetricsServer(exporter.render, host="127.0.0.1", port=0, generation=lambda: 1,
+                         healthy=lambda: Verdict(True, "ok"), ready=lambda: Verdict(True, "ready"), web=web)
 
 
 def fetch_twice(connection: http.client.HTTPConnection, headers: dict[str, str]) -> list[tuple[

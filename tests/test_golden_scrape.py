@@ -16,16 +16,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from prometheus_client import generate_latest
 
+from rainierd.connection import Connection
 from rainierd.core.analysis import MonitorCore
-from rainierd.exporter import MonitorSnapshot
-from rainierd.exporter.wiring import build_exporter
+from rainierd.exporter import build_exporter
+from rainierd.histogram import LagHistogram
 from rainierd.looplag import LoopLag
+from rainierd.monitor.snapshot import Backlog, IngestCounts, MonitorSnapshot, MonitorStatus
 from rainierd.sim.faults import Fault, FaultKind
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
-from rainierd.status import BacklogState, ConnectionState, LagHistogram
 from rainierd.topology import build_topology
 
 GOLDEN = Path(__file__).parent / "golden" / "scrape-demo.prom"
@@ -46,22 +46,20 @@ def scrape_of_fixed_scenario() -> str:
     for tick in range(60):
         analysis = core.step([f for _t, f in tick_frames(topo, model.step(tick), publisher="golden")])
         events.update((e.entity, e.after) for e in analysis.events)
-    snapshot = MonitorSnapshot(
-        generation=60, throughput=analysis.throughput, chips_total=topo.n_chips, analysis_s=0.002,
-        analysed_ticks=60, lost=analysis.lost, health=analysis.health, events=events, lag_s=0.25,
-        aggregates=analysis.aggregates,
-    )
     lag = LagHistogram()
     lag.observe(np.array([0.25, 0.5, 0.75, 1.2, 3.5]))
     loop_lag = LoopLag()
     for lag_s in (0.0004, 0.0004, 0.0021, 0.009, 0.12):
         loop_lag.observe(lag_s)
-    backlog = BacklogState(messages=3, bytes=12_000, oldest_s=0.4, dropped_messages=2, dropped_bytes=8_000)
-    exporter = build_exporter(topo, lambda: snapshot, stats=core.stats,
-                              connection=ConnectionState(connected=True, connects=1), backlog=backlog, lag=lag,
-                              loop_lag=lambda: 0.001, loop_lag_histogram=loop_lag.histogram,
-                              process_metrics=False)
-    text = (generate_latest(exporter.registry) + exporter.extra()).decode()
+    status = MonitorStatus(
+        ingest=IngestCounts.of(core.stats), connection=Connection(connected=True, connects=1),
+        backlog=Backlog(messages=3, bytes=12_000, oldest_s=0.4, dropped_messages=2, dropped_bytes=8_000),
+        sample_lag=lag.frozen(), loop_lag_worst_s=0.001, loop_lag=loop_lag.histogram.frozen(),
+    )
+    snapshot = MonitorSnapshot.of(analysis, generation=60, chips_total=topo.n_present_chips, analysis_s=0.002,
+                                  analysed_ticks=60, events=events, lag_s=0.25, status=status)
+    exporter = build_exporter(topo, lambda: snapshot, process_metrics=False)
+    text = exporter.render().decode()
     # Collector durations are wall-clock: the only values that differ run to run.
     return re.sub(r"^(rainier_exporter_collector_duration_seconds\{[^}]*\}) \S+$", r"\1 0.0", text, flags=re.M)
 

@@ -13,21 +13,21 @@ from pathlib import Path
 
 import bcrypt
 import pytest
-from prometheus_client import CollectorRegistry
 
 from rainierd import __version__
 from rainierd.cli import main
+from rainierd.connection import ConnectionState
 from rainierd.daemon import _SimulatorProbes
-from rainierd.exporter import Health, MetricsServer
+from rainierd.exporter import MetricsServer
 from rainierd.exporter.webconfig import load_web_config
+from rainierd.probes import Verdict
 from rainierd.settings import load_settings
-from rainierd.status import ConnectionState
 from tests.certs import Pki, make_pki
 from tests.helpers import free_port, poll_until
 
 ROOT = Path(__file__).resolve().parent.parent
 PASSWORD = "correct horse"
-OK, READY = Health(True, "ok"), Health(True, "ready")
+OK, READY = Verdict(True, "ok"), Verdict(True, "ready")
 HASH = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(rounds=4)).decode()
 
 
@@ -39,12 +39,12 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 
 @asynccontextmanager
 async def serving(
-    *, healthy: Health = OK, ready: Health = READY, host: str = "127.0.0.1",
+    *, healthy: Verdict = OK, ready: Verdict = READY, host: str = "127.0.0.1",
     web_config: Path | None = None,
 ) -> AsyncIterator[int]:
     """Serve a real MetricsServer whose probes answer ``healthy`` and ``ready``; yield its port."""
     server = MetricsServer(
-        CollectorRegistry(), host=host, port=0, generation=lambda: 0, healthy=lambda: healthy,
+        bytes, host=host, port=0, generation=lambda: 0, healthy=lambda: healthy,
         ready=lambda: ready, web=None if web_config is None else load_web_config(web_config),
     )
     port = await server.start()
@@ -81,13 +81,13 @@ class TestVerdicts:
 
     async def test_unhealthy_exits_1_with_the_roles_reason(self, capsys: pytest.CaptureFixture[str]) -> None:
         """A role answering 503 makes exit 1 and one line carrying the role's own reason."""
-        async with serving(healthy=Health(False, "analysis stalled")) as port:
+        async with serving(healthy=Verdict(False, "analysis stalled")) as port:
             assert await healthcheck(capsys, "--metrics-addr", f"127.0.0.1:{port}") == 1
         assert one_line(capsys) == f"unhealthy: http://127.0.0.1:{port}/healthz: 503 analysis stalled"
 
     async def test_ready_asks_readyz(self, capsys: pytest.CaptureFixture[str]) -> None:
         """--ready probes /readyz, which may fail while /healthz passes."""
-        async with serving(ready=Health(False, "mqtt not connected")) as port:
+        async with serving(ready=Verdict(False, "mqtt not connected")) as port:
             assert await healthcheck(capsys, "--metrics-addr", f"127.0.0.1:{port}") == 0
             assert await healthcheck(capsys, "--metrics-addr", f"127.0.0.1:{port}", "--ready") == 1
         assert one_line(capsys) == f"unhealthy: http://127.0.0.1:{port}/readyz: 503 mqtt not connected"
@@ -203,8 +203,8 @@ class TestSimulatorProbes:
             now[0] += step_s
             sim.ticks_produced = ticks
             verdicts.append(probes.healthy())
-        assert verdicts == [Health(True, "ok")] * 4 + [Health(False, "simulator stalled after 20 ticks"),
-                                                      Health(True, "ok")]
+        assert verdicts == [Verdict(True, "ok")] * 4 + [Verdict(False, "simulator stalled after 20 ticks"),
+                                                      Verdict(True, "ok")]
 
     def test_ready_while_connected(self) -> None:
         """/readyz follows the publishing session's connection."""
@@ -212,7 +212,7 @@ class TestSimulatorProbes:
         probes = _SimulatorProbes(FakeSimulator(), connection)  # type: ignore[arg-type]
         before = probes.ready()
         connection.connected = True
-        assert (before, probes.ready()) == (Health(False, "mqtt not connected"), Health(True, "ready"))
+        assert (before, probes.ready()) == (Verdict(False, "mqtt not connected"), Verdict(True, "ready"))
 
 
 def probe(port: int, *flags: str) -> tuple[int, str]:

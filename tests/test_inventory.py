@@ -11,7 +11,7 @@ import pytest
 from rainierd.core.analysis import MonitorCore
 from rainierd.core.ingest import Received
 from rainierd.errors import ConfigError
-from rainierd.exporter.health import EntityFamilies
+from rainierd.exporter.entities import EntityFamilies
 from rainierd.inventory import load_inventory, load_topology
 from rainierd.settings import load_settings
 from rainierd.sim.fleet import FleetModel

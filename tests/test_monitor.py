@@ -48,8 +48,8 @@ class TestOnMessage:
         snap = await monitor.analyse_once()
         assert (snap.throughput.tick, snap.throughput.chips_fresh) == (1, 128)
         assert snap.throughput.fleet_effective > 0.5 * snap.throughput.fleet_peak
-        assert sum(monitor.stats.rejected.values()) == 0
-        assert (monitor.stats.messages["binary"], monitor.stats.frames["binary"]) == (18, 18)
+        assert sum(monitor.status().ingest.rejected.values()) == 0
+        assert (monitor.status().ingest.messages["binary"], monitor.status().ingest.frames["binary"]) == (18, 18)
 
     async def test_json_frames_are_admitted_too(self, monitor: Monitor) -> None:
         """The JSON form feeds the same state as the binary form."""
@@ -58,7 +58,7 @@ class TestOnMessage:
                 monitor.on_message(topic, payload)
         snap = await monitor.analyse_once()
         assert snap.throughput.chips_fresh == 128
-        assert monitor.stats.frames["json"] == 18
+        assert monitor.status().ingest.frames["json"] == 18
 
     @pytest.mark.parametrize(
         ("topic", "payload", "reason"),
@@ -80,7 +80,7 @@ class TestOnMessage:
         """Each malformed payload is rejected under its own reason, without raising."""
         monitor.on_message(topic, payload)
         await monitor.analyse_once()
-        assert dict(monitor.stats.rejected) == {reason: 1}
+        assert dict(monitor.status().ingest.rejected) == {reason: 1}
 
     async def test_bad_frames_leave_good_state_alone(self, monitor: Monitor) -> None:
         """Interleaving garbage and misaddressed frames with a good tick changes nothing of it."""
@@ -88,16 +88,16 @@ class TestOnMessage:
         for topic, payload in good[0]:
             monitor.on_message(topic, payload)
         await monitor.analyse_once()
-        before = {name: values.copy() for name, values in monitor.state.chips.gauges.items()}
+        before = {name: values.copy() for name, values in monitor.core.state.chips.gauges.items()}
         node0_topic, node0_payload = good[1][0]
         monitor.on_message("rainier/v1/telemetry/s0/u1/n3", node0_payload)  # node 0's frame on node 7's topic
         monitor.on_message(node0_topic, node0_payload[:-1])
         monitor.on_message(node0_topic, b"RNRW" + b"\xff" * 60)
         await monitor.analyse_once()
-        after = monitor.state.chips.gauges
+        after = monitor.core.state.chips.gauges
         assert all(np.array_equal(before[name], after[name], equal_nan=True) for name in before)
-        assert monitor.stats.rejected["topic_mismatch"] == 1
-        assert sum(monitor.stats.rejected.values()) == 3
+        assert monitor.status().ingest.rejected["topic_mismatch"] == 1
+        assert sum(monitor.status().ingest.rejected.values()) == 3
 
 
     async def test_nan_in_a_binary_frame_is_rejected_at_admission(self, monitor: Monitor) -> None:
@@ -119,10 +119,10 @@ class TestOnMessage:
         for good_topic, good in frames[1:-1]:
             monitor.on_message(good_topic, encode_binary(good))
         await monitor.analyse_once()
-        assert dict(monitor.stats.rejected) == {"non_finite": 2}
-        assert (monitor.state.chips.samples[:16] == 0).all()
-        assert (monitor.state.chips.samples[16:] == 1).all()
-        assert monitor.state.facility.samples[0] == 0
+        assert dict(monitor.status().ingest.rejected) == {"non_finite": 2}
+        assert (monitor.core.state.chips.samples[:16] == 0).all()
+        assert (monitor.core.state.chips.samples[16:] == 1).all()
+        assert monitor.core.state.facility.samples[0] == 0
 
 
 class TestEvents:
@@ -143,7 +143,7 @@ class TestEvents:
                 await asyncio.sleep(0)
 
         seen: list[int] = []
-        monkeypatch.setattr(monitor, "_announce", lambda _event: seen.append(turns))
+        monkeypatch.setattr(monitor.events, "announce", lambda _event: seen.append(turns))
         other = asyncio.create_task(take_turns())
         await monitor.analyse_once()
         other.cancel()
@@ -214,7 +214,8 @@ class TestBacklog:
         for messages in ticks:
             for topic, payload in messages:
                 monitor.on_message(topic, payload)
-        backlog = monitor.backlog
+        backlog = monitor.status().backlog
+        assert backlog is not None
         assert backlog.bytes <= 100_000 < backlog.bytes + sizes[0]
         assert backlog.dropped_messages + backlog.messages == len(sizes)
         assert backlog.dropped_bytes + backlog.bytes == sum(sizes)
@@ -226,12 +227,12 @@ class TestBacklog:
         for messages in tick_messages(3):
             for topic, payload in messages:
                 monitor.on_message(topic, payload)
-        queued = monitor.backlog.messages
-        first = monitor._take_window()
+        queued = len(monitor.inbox)
+        first = monitor.inbox.take_window()
         assert sum(len(m.payload) for m in first[:-1]) < 50_000 <= sum(len(m.payload) for m in first)
-        rest = monitor._take_window()
+        rest = monitor.inbox.take_window()
         assert len(first) + len(rest) == queued
-        assert (monitor.backlog.messages, monitor.backlog.bytes) == (0, 0)
+        assert (len(monitor.inbox), monitor.inbox.bytes) == (0, 0)
 
     async def test_a_monitor_that_falls_behind_says_so_and_judges_no_silence(self) -> None:
         """Six ticks arriving at once after a stall: drops counted, overload raised, no node or chip lost."""
@@ -250,15 +251,16 @@ class TestBacklog:
             for topic, payload in messages:
                 monitor.on_message(topic, payload)
         snap = await monitor.analyse_once()
-        assert monitor.backlog.overloaded
-        assert monitor.backlog.dropped_messages > 0
+        assert monitor.load.overloaded
+        assert monitor.inbox.dropped_messages > 0
         assert not monitor.ready().ok
         for messages in ticks[8:]:
             t.t += 1.0
             for topic, payload in messages:
                 monitor.on_message(topic, payload)
             snap = await monitor.analyse_once()
-        assert not monitor.backlog.overloaded
-        assert sum(monitor.events.values()) == 0
+        assert not monitor.load.overloaded
+        assert sum(monitor.events.counts.values()) == 0
         assert snap.throughput.chips_fresh == 128
-        assert monitor.stats.frames_lost + monitor.stats.frames_missing > 0  # dropped messages show as gaps
+        ingest = monitor.status().ingest
+        assert ingest.frames_lost + ingest.frames_missing > 0  # dropped messages show as gaps

@@ -1,4 +1,4 @@
-"""Specification of the drill-down probe (exporter/probe.py): one UltraServer's
+"""Specification of the drill-down probe (exporter/drilldown.py): one UltraServer's
 chips, NeuronLinks, EFA ports and nodes with their health states on demand,
 clear errors for bad and unknown targets, and the service discovery of the
 UltraServers worth probing, served over HTTP as Prometheus asks for them."""
@@ -16,12 +16,12 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
 
 from rainierd.core.analysis import MonitorCore
-from rainierd.exporter import Health, MetricsServer, MonitorSnapshot, UltraServerProbe
-from rainierd.exporter.wiring import build_exporter
+from rainierd.exporter import MetricsServer, UltraServerProbe, build_exporter
+from rainierd.monitor.snapshot import MonitorSnapshot, MonitorStatus
+from rainierd.probes import Verdict
 from rainierd.sim.faults import Fault, FaultKind
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
-from rainierd.status import ConnectionState
 from rainierd.topology import build_topology
 
 # Link 224 is a ring link of node n4, in UltraServer u1.
@@ -37,9 +37,8 @@ def probed() -> tuple[MonitorCore, MonitorSnapshot]:
     core = MonitorCore(topo)
     for tick in range(45):
         analysis = core.step([f for _t, f in tick_frames(topo, model.step(tick), publisher="probe")])
-    snap = MonitorSnapshot(generation=45, throughput=analysis.throughput, chips_total=topo.n_chips,
-                           analysis_s=0.0, analysed_ticks=45, lost=analysis.lost, health=analysis.health,
-                           events=Counter(), aggregates=analysis.aggregates)
+    snap = MonitorSnapshot.of(analysis, generation=45, chips_total=topo.n_present_chips, analysis_s=0.0,
+                              analysed_ticks=45, events=Counter(), lag_s=0.0, status=MonitorStatus())
     return core, snap
 
 
@@ -113,10 +112,10 @@ class TestProbe:
     async def test_over_http(self, probed: tuple[MonitorCore, MonitorSnapshot]) -> None:
         """The server routes /probe and /probe/targets: 200 exposition text, 400 and 404 as plain text."""
         core, snap = probed
-        exporter = build_exporter(core.topology, lambda: snap, stats=core.stats, connection=ConnectionState())
-        server = MetricsServer(exporter.registry, host="127.0.0.1", port=0, generation=lambda: 1,
-                               healthy=lambda: Health(True, "ok"), ready=lambda: Health(True, "ok"),
-                               extra=exporter.extra, prober=prober(probed))
+        exporter = build_exporter(core.topology, lambda: snap)
+        server = MetricsServer(exporter.render, host="127.0.0.1", port=0, generation=lambda: 1,
+                               healthy=lambda: Verdict(True, "ok"), ready=lambda: Verdict(True, "ok"),
+                               prober=prober(probed))
         await server.start()
         task = asyncio.create_task(server.serve_forever())
 

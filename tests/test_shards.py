@@ -21,13 +21,12 @@ import yaml
 
 from rainierd.core.analysis import Analysis, MonitorCore
 from rainierd.core.ingest import IngestStats, Message
-from rainierd.exporter import MonitorSnapshot
-from rainierd.exporter.wiring import build_exporter
+from rainierd.exporter import build_exporter
+from rainierd.monitor.snapshot import IngestCounts, MonitorSnapshot, MonitorStatus
 from rainierd.shards import shard_view
 from rainierd.sim.faults import Fault, FaultKind
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import batches_per_tick, tick_batches, tick_frames
-from rainierd.status import ConnectionState
 from rainierd.topology import Topology, build_fleet, build_topology
 from rainierd.wire import encode_binary
 from rainierd.wire.topics import (
@@ -220,13 +219,12 @@ class TestTwoShardsAddUpToOneMonitor:
         _whole, shards = runs
         shard = Shard(1, 2)
         snapshot = _snapshot(shards[1].last, shard_view(TOPO, shard))
-        exporter = build_exporter(TOPO, lambda: snapshot, stats=IngestStats(), connection=ConnectionState(),
-                                  shard=shard, process_metrics=False)
+        exporter = build_exporter(TOPO, lambda: snapshot, shard=shard, process_metrics=False)
         registry = exporter.registry
         assert registry.get_sample_value("rainier_shards", {"shard": "1"}) == 2
         assert registry.get_sample_value("rainier_fleet_chips_inventory") == TOPO.n_chips
         assert registry.get_sample_value("rainier_fleet_chips") == TOPO.n_chips / 2
-        text = exporter.extra().decode()
+        text = exporter.render().decode()
         assert {line.split('ultraserver="')[1].split('"')[0] for line in text.splitlines()
                 if line.startswith("rainier_ultraserver_fp8_peak_flops")} == {f"u{u}" for u in range(1, 32, 2)}
         assert registry.get_sample_value("rainier_site_water_cubic_meters_total", {"site": "s1"}) is not None
@@ -234,11 +232,9 @@ class TestTwoShardsAddUpToOneMonitor:
 
 
 def _snapshot(analysis: Analysis, topo: Topology) -> MonitorSnapshot:
-    return MonitorSnapshot(
-        generation=1, throughput=analysis.throughput, chips_total=topo.n_present_chips, analysis_s=0.01,
-        analysed_ticks=TICKS, lost=analysis.lost, health=analysis.health, events={}, lag_s=0.5,
-        detail=analysis.detail, aggregates=analysis.aggregates,
-    )
+    return MonitorSnapshot.of(analysis, generation=1, chips_total=topo.n_present_chips, analysis_s=0.01,
+                              analysed_ticks=TICKS, events={}, lag_s=0.5,
+                              status=MonitorStatus(ingest=IngestCounts.of(IngestStats())))
 
 
 class TestShardedDeployments:

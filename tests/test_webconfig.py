@@ -12,11 +12,11 @@ from pathlib import Path
 
 import bcrypt
 import pytest
-from prometheus_client import CollectorRegistry
 
 from rainierd.errors import ConfigError
-from rainierd.exporter import Health, MetricsServer
+from rainierd.exporter import MetricsServer
 from rainierd.exporter.webconfig import TLSServerConfig, WebConfig, load_web_config
+from rainierd.probes import Verdict
 from tests.certs import Pki, make_pki
 
 # Cost 4, bcrypt's least: these tests are about the format, not the cost.
@@ -152,8 +152,8 @@ class TestClientCertificates:
     async def server(self, pki: Pki) -> MetricsServer:
         web = load_web_config(write(pki.directory, TLS + "  client_auth_type: RequireAndVerifyClientCert\n"
                                                          "  client_ca_file: ca.crt\n"))
-        server = MetricsServer(CollectorRegistry(), host="127.0.0.1", port=0, generation=lambda: 1,
-                               healthy=lambda: Health(True, "ok"), ready=lambda: Health(True, "ok"), web=web)
+        server = MetricsServer(bytes, host="127.0.0.1", port=0, generation=lambda: 1,
+                               healthy=lambda: Verdict(True, "ok"), ready=lambda: Verdict(True, "ok"), web=web)
         await server.start()
         self.task = asyncio.create_task(server.serve_forever())
         return server

@@ -34,8 +34,8 @@ import aiomqtt
 from rainierd.bench._proc import cpu_s, mosquitto
 from rainierd.bench._table import print_table
 from rainierd.bench.cluster import Cluster, cluster
+from rainierd.connection import ConnectionState
 from rainierd.mqtt import MqttConfig, parse_brokers, supervise
-from rainierd.status import ConnectionState
 from rainierd.wire.topics import status_topic
 
 __all__ = ["bench_cluster", "main"]

@@ -25,15 +25,17 @@ from typing import Any
 
 import numpy as np
 
+from rainierd.connection import Connection
 from rainierd.core.analysis import MonitorCore
 from rainierd.daemon import SWITCH_INTERVAL_S
-from rainierd.exporter import Health, MetricsServer, MonitorSnapshot
+from rainierd.exporter import MetricsServer
 from rainierd.exporter.wiring import build_exporter
 from rainierd.looplag import LoopLag
+from rainierd.monitor.snapshot import IngestCounts, MonitorSnapshot, MonitorStatus
+from rainierd.probes import Verdict
 from rainierd.sim.faults import random_faults
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
-from rainierd.status import ConnectionState
 from rainierd.topology import Topology, build_topology
 
 __all__ = ["bench_scrape", "main", "snapshots"]
@@ -78,22 +80,21 @@ def snapshots(preset: str, seed: int) -> Iterator[tuple[MonitorCore, MonitorSnap
     for tick in itertools.count():
         analysis = core.step([f for _t, f in tick_frames(topo, model.step(tick), publisher="bench")])
         if tick >= 11:
-            yield core, MonitorSnapshot(generation=tick - 10, throughput=analysis.throughput,
-                                        chips_total=topo.n_present_chips, analysis_s=0.0, analysed_ticks=tick + 1,
-                                        lost=analysis.lost, health=analysis.health, events=Counter(), lag_s=0.1,
-                                        aggregates=analysis.aggregates), topo
+            status = MonitorStatus(ingest=IngestCounts.of(core.stats), connection=Connection(connected=True),
+                                   loop_lag_worst_s=0.0)
+            yield core, MonitorSnapshot.of(analysis, generation=tick - 10, chips_total=topo.n_present_chips,
+                                           analysis_s=0.0, analysed_ticks=tick + 1, events=Counter(), lag_s=0.1,
+                                           status=status), topo
 
 
 async def _serve_and_scrape(preset: str, *, scrapes: int, interval_s: float, seed: int) -> dict[str, Any]:
-    core, snap, topo = _snapshot(preset, seed)
+    _core, snap, topo = _snapshot(preset, seed)
     sys.setswitchinterval(SWITCH_INTERVAL_S)  # as the daemon runs
     generation = 1
     lag = LoopLag(interval_s=0.01, window=1_000_000)
-    exporter = build_exporter(topo, lambda: snap, stats=core.stats, connection=ConnectionState(connected=True),
-                              loop_lag=lambda: lag.worst_s)
-    server = MetricsServer(exporter.registry, host="127.0.0.1", port=0, generation=lambda: generation,
-                           healthy=lambda: Health(True, "ok"), ready=lambda: Health(True, "ready"),
-                           extra=exporter.extra)
+    exporter = build_exporter(topo, lambda: snap)
+    server = MetricsServer(exporter.render, host="127.0.0.1", port=0, generation=lambda: generation,
+                           healthy=lambda: Verdict(True, "ok"), ready=lambda: Verdict(True, "ready"))
     port = await server.start()
     render_s: list[float] = []
 

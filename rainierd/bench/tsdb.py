@@ -398,18 +398,15 @@ def _render(topology: str, variants: int, seed: int, directory: Path) -> dict[st
     import asyncio  # noqa: PLC0415  (only here: the controller is otherwise synchronous)
 
     from rainierd.bench.scrape import snapshots  # noqa: PLC0415  (pulls in the simulator and the core)
-    from rainierd.exporter import Health, MetricsServer  # noqa: PLC0415
-    from rainierd.exporter.wiring import build_exporter  # noqa: PLC0415
-    from rainierd.status import ConnectionState  # noqa: PLC0415
+    from rainierd.exporter import MetricsServer, build_exporter  # noqa: PLC0415
+    from rainierd.probes import Verdict  # noqa: PLC0415
 
     made = snapshots(topology, seed)
-    core, snap, topo = next(made)
+    _core, snap, topo = next(made)
     current = [snap]
-    exporter = build_exporter(topo, lambda: current[0], stats=core.stats,
-                              connection=ConnectionState(connected=True), loop_lag=lambda: 0.0)
-    server = MetricsServer(exporter.registry, host="127.0.0.1", port=0, generation=lambda: current[0].generation,
-                           healthy=lambda: Health(True, "ok"), ready=lambda: Health(True, "ready"),
-                           extra=exporter.extra)
+    exporter = build_exporter(topo, lambda: current[0])
+    server = MetricsServer(exporter.render, host="127.0.0.1", port=0, generation=lambda: current[0].generation,
+                           healthy=lambda: Verdict(True, "ok"), ready=lambda: Verdict(True, "ready"))
 
     async def render() -> list[int]:
         series = []

@@ -25,12 +25,12 @@ import structlog
 
 from rainierd.bridge.efa_sysfs import read_efa_counters
 from rainierd.bridge.neuron_monitor import NeuronMonitorNode
+from rainierd.connection import ConnectionState
 from rainierd.errors import ConfigError
 from rainierd.inventory import load_topology
 from rainierd.lifecycle import run_until_stopped, stop_on_signals
 from rainierd.mqtt import mqtt_config, supervise
 from rainierd.settings import Settings
-from rainierd.status import ConnectionState
 from rainierd.topology import Topology
 from rainierd.wire.topics import node_topic
 

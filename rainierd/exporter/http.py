@@ -14,7 +14,7 @@ for the compression.  Connections are HTTP/1.1 keep-alive: Prometheus keeps
 one per target, so a scrape costs no TCP (or TLS) handshake; an idle
 connection is closed after ``_IDLE_TIMEOUT_S``.
 
-``/probe?target=u<id>`` and ``/probe/targets`` (exporter/probe.py) serve one
+``/probe?target=u<id>`` and ``/probe/targets`` (exporter/drilldown.py) serve one
 UltraServer's chips, links and ports on demand and the Prometheus HTTP
 service discovery of the UltraServers worth probing.
 
@@ -34,12 +34,13 @@ from dataclasses import dataclass
 from typing import Final, NamedTuple, Protocol
 
 import structlog
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from rainierd.exporter.basicauth import BasicAuth
 from rainierd.exporter.webconfig import WebConfig
+from rainierd.probes import Verdict
 
-__all__ = ["Health", "MetricsServer", "Prober", "accepts_gzip"]
+__all__ = ["MetricsServer", "Prober", "accepts_gzip"]
 
 log = structlog.get_logger("rainierd.exporter")
 
@@ -52,16 +53,8 @@ _GZIP_LEVEL: Final = 1  # at rainier: 1.03 MB in 31 ms; level 6 saves 13 % for 3
 _UNAUTHORIZED: Final = (("WWW-Authenticate", 'Basic realm="rainierd"'),)
 
 
-@dataclass(frozen=True, slots=True)
-class Health:
-    """A probe's verdict: ok, and a one-line reason."""
-
-    ok: bool
-    reason: str
-
-
 class Prober(Protocol):
-    """What serves ``/probe`` (exporter/probe.py): one UltraServer's entities, and the targets worth probing."""
+    """What serves ``/probe`` (exporter/drilldown.py): one UltraServer's entities, and the targets worth probing."""
 
     def probe(self, query: str) -> Awaitable[tuple[str, bytes]]:
         """Return (HTTP status line, exposition text or a one-line error) for the query string ``query``."""
@@ -94,31 +87,31 @@ def _gzip(body: bytes) -> bytes:
 
 
 class MetricsServer:
-    """Serves the registry and the health probes on ``host:port``.
+    """Serves ``exposition`` (the exporter's render) and the health probes on ``host:port``.
 
-    With ``web`` it serves over TLS if ``web.tls`` is set and asks for basic
-    auth if ``web`` has users; building the server loads the certificate, so
-    it raises ConfigError if that fails.  With ``prober`` it also serves
-    ``/probe`` and ``/probe/targets``.
+    An async context manager: entering binds the socket (raising OSError
+    before anything else starts), leaving closes it and every kept-alive
+    connection.  With ``web`` it serves over TLS if ``web.tls`` is set and
+    asks for basic auth if ``web`` has users; building the server loads the
+    certificate, so it raises ConfigError if that fails.  With ``prober`` it
+    also serves ``/probe`` and ``/probe/targets``.
     """
 
     def __init__(
         self,
-        registry: CollectorRegistry,
+        exposition: Callable[[], bytes],
         *,
         host: str,
         port: int,
         generation: Callable[[], int],
-        healthy: Callable[[], Health],
-        ready: Callable[[], Health],
-        extra: Callable[[], bytes] | None = None,
+        healthy: Callable[[], Verdict],
+        ready: Callable[[], Verdict],
         web: WebConfig | None = None,
         prober: Prober | None = None,
     ) -> None:
-        self.registry = registry
+        self._exposition = exposition
         self.host, self.port = host, port
         self._generation, self._healthy, self._ready = generation, healthy, ready
-        self._extra = extra
         self._prober = prober
         self._cache: _Render | None = None
         self._server: asyncio.Server | None = None
@@ -134,9 +127,7 @@ class MetricsServer:
             self.auth = BasicAuth(web.basic_auth_users) if web.basic_auth_users else None
 
     def _render(self, gzip: bool) -> tuple[bytes, bytes | None]:
-        body = generate_latest(self.registry)
-        if self._extra is not None:
-            body += self._extra()
+        body = self._exposition()
         return body, _gzip(body) if gzip else None
 
     async def refresh(self) -> None:
@@ -187,14 +178,28 @@ class MetricsServer:
                  tls=self._ssl is not None, basic_auth=self.auth is not None)
         return self.port
 
+    async def close(self) -> None:
+        """Stop listening and end every open connection."""
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+            await self._close_connections()
+            await server.wait_closed()
+
+    async def __aenter__(self) -> MetricsServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.close()
+
     async def serve_forever(self) -> None:
-        """Serve until cancelled; ``start`` must have been awaited."""
+        """Serve until cancelled, then close; ``start`` must have been awaited."""
         assert self._server is not None, "start() first"
         try:
-            async with self._server:
-                await self._server.serve_forever()
+            await self._server.serve_forever()
         finally:
-            await self._close_connections()
+            await self.close()
 
     async def _close_connections(self) -> None:
         """End every open (kept-alive) connection, so no handler is left for the loop's shutdown to cancel.

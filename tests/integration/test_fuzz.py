@@ -37,7 +37,7 @@ import aiomqtt
 import numpy as np
 import pytest
 
-from rainierd.exporter.collectors import DECODE_REASONS
+from rainierd.exporter.selfstatus import DECODE_REASONS
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_batches, tick_frames
 from rainierd.topology import build_topology

@@ -19,7 +19,7 @@ from typing import Final, NamedTuple
 import numpy as np
 
 from rainierd._types import F64, I64
-from rainierd.exporter.snapshot import MonitorSnapshot
+from rainierd.monitor.snapshot import MonitorSnapshot
 from rainierd.topology import Topology
 
 __all__ = ["AGGREGATE_FAMILIES", "UltraServerFamilies"]
@@ -61,7 +61,7 @@ AGGREGATE_FAMILIES: Final = (
            "fp8_flop_total", "sum", None),
 )
 """The raw telemetry's aggregates, per UltraServer (``rainier_ultraserver_…``) and per site (``rainier_site_…``),
-over fresh chips and nodes (exporter/collectors.py renders the site ones)."""
+over fresh chips and nodes (exporter/fleet.py renders the site ones)."""
 
 
 def family_values(family: Family, snap: MonitorSnapshot, level: str) -> F64 | None:

@@ -1,10 +1,10 @@
 """Detection results as metrics.
 
-``HealthCollector`` (prometheus-client) carries the small, fixed families: how
+``DetectionCollector`` (prometheus-client) carries the small, fixed families: how
 many entities are in each unhealthy state, the events so far, lost FP8 by
 cause for the fleet and each site, and the budget's drop counter.
 ``EntityFamilies`` renders the families whose size follows the fleet's health
-straight to text (exporter/fast.py explains why): one series per unhealthy
+straight to text (exporter/ultraservers.py explains why): one series per unhealthy
 NeuronLink, EFA port, chip, node and UltraServer, never one per healthy
 entity, with their reasons, lost FP8 per UltraServer where non-zero, and the
 ``worst_k`` lowest gray-failure ratios fleet-wide.
@@ -28,10 +28,10 @@ from prometheus_client.registry import Collector
 from rainierd.core.detect import STATE_NAMES
 from rainierd.core.detect._common import reason_names
 from rainierd.core.model import CAUSES
-from rainierd.exporter.snapshot import DetailView, MonitorSnapshot
+from rainierd.monitor.snapshot import DetailView, MonitorSnapshot
 from rainierd.topology import LINK_KIND_NAMES, Topology
 
-__all__ = ["ENTITY_FAMILIES", "EntityFamilies", "HealthCollector"]
+__all__ = ["ENTITY_FAMILIES", "DetectionCollector", "EntityFamilies"]
 
 log = structlog.get_logger("rainierd.exporter")
 
@@ -186,7 +186,7 @@ def _node_info(topo: Topology) -> str:
     return "".join(lines)
 
 
-class HealthCollector(Collector):
+class DetectionCollector(Collector):
     """The fixed-size detection metrics from the latest snapshot."""
 
     def __init__(
@@ -215,7 +215,7 @@ class HealthCollector(Collector):
         )
         for entity, names in STATE_NAMES.items():
             for state in names:
-                events.add_metric([entity, state], snap.events[entity, state])
+                events.add_metric([entity, state], snap.events.get((entity, state), 0))
         yield events
         if snap.lost is not None:
             fleet = GaugeMetricFamily("rainier_fleet_fp8_lost_flops", "FP8 FLOP/s lost, by cause.", labels=["cause"])

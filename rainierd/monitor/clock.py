@@ -1,0 +1,67 @@
+"""The monitor's listening clock: entities age only while the monitor can
+actually hear them, so a broker outage, its own backlog or a stalled process
+never makes a healthy fleet look silent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+__all__ = ["ListeningClock"]
+
+
+class ListeningClock:
+    """Seconds the monitor has been able to listen.
+
+    It advances with the monotonic clock only while the monitor is connected
+    and keeping up, and only as far as the process has been seen running:
+    each ``now`` or ``observe`` moves it by at most ``max_step_s``, so a
+    process that was stopped or starved of CPU for a minute gains half a
+    second, not a minute.  Entities' ages are measured on it, so an entity
+    turns silent only after the monitor has truly listened for its whole
+    ``stale_after`` and heard nothing: a broker outage, the monitor's own
+    backlog or a stalled process pauses the clock instead of ageing the fleet.
+    """
+
+    def __init__(self, now: Callable[[], float] = time.monotonic, *, max_step_s: float = 0.5) -> None:
+        self._now = now
+        self._max_step_s = max_step_s
+        self._value = 0.0
+        self._seen = now()
+        self._deaf: set[str] = {"disconnected"}
+
+    def observe(self) -> float:
+        """Move the clock on by the time since it was last seen (capped), if listening; return it."""
+        now = self._now()
+        step = min(max(now - self._seen, 0.0), self._max_step_s)
+        self._seen = now
+        if not self._deaf:
+            self._value += step
+        return self._value
+
+    def now(self) -> float:
+        """Return the listening time so far."""
+        return self.observe()
+
+    def deafen(self, why: str) -> None:
+        """Stop the clock for ``why`` (it runs again once every reason is lifted)."""
+        self.observe()
+        self._deaf.add(why)
+
+    def hear(self, why: str) -> None:
+        """Lift ``why``; the clock runs again when no reason is left."""
+        self.observe()
+        self._deaf.discard(why)
+
+    @property
+    def listening(self) -> bool:
+        """Return True while the clock runs."""
+        return not self._deaf
+
+    async def keep(self, interval_s: float = 0.1) -> None:
+        """Observe the clock every ``interval_s`` until cancelled, so it keeps time while nothing arrives."""
+        while True:
+            self.observe()
+            await asyncio.sleep(interval_s)

@@ -1,0 +1,56 @@
+"""Detection events on their way out: counted by entity and state, logged,
+and published to MQTT (retained, so a late subscriber sees each entity's
+last change) from an outbox that drops its oldest when the session is down.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from typing import Final
+
+import aiomqtt
+import structlog
+
+from rainierd.core.detect import Event
+from rainierd.dropqueue import DropOldestQueue
+from rainierd.wire.topics import EVENTS_ROOT
+
+__all__ = ["EventLog"]
+
+log = structlog.get_logger("rainierd.monitor")
+
+OUTBOX_EVENTS: Final = 10_000
+
+
+class EventLog:
+    """Counts, logs and queues each event; ``publish`` drains the queue on a connected client."""
+
+    def __init__(self, *, qos: int) -> None:
+        self._qos = max(qos, 1)
+        self.counts: Counter[tuple[str, str]] = Counter()  # cumulative, by (entity, new state)
+        self.outbox: DropOldestQueue[tuple[Event, float]] = DropOldestQueue(OUTBOX_EVENTS)
+
+    def announce(self, event: Event) -> None:
+        """Count, log and queue one event for publishing."""
+        self.counts[event.entity, event.after] += 1
+        t_s = time.time()
+        fields = event.as_dict() | {"t_s": round(t_s, 3)}
+        if event.after == "healthy":
+            log.info("health recovered", **fields)
+        else:
+            log.warning("health degraded", **fields)
+        self.outbox.offer((event, t_s))
+
+    async def publish(self, client: aiomqtt.Client) -> None:
+        """Publish queued events on ``client`` until cancelled."""
+        while True:
+            event, t_s = await self.outbox.get()
+            try:
+                await client.publish(
+                    f"{EVENTS_ROOT}/{event.entity}/{event.id}", json.dumps(event.as_dict() | {"t_s": t_s}).encode(),
+                    qos=self._qos, retain=True,
+                )
+            finally:
+                self.outbox.task_done()

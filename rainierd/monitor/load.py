@@ -1,0 +1,85 @@
+"""Whether the monitor is keeping up with its input, judged once a window.
+
+Behind means: the inbox overflowed, the oldest message waited over two
+ticks, the analysis took longer than a tick, or messages now reach the inbox
+later than their usual floor (they queue before it, in the socket or the
+broker).  While behind, the listening clock stops (silence is not judged)
+and ``/readyz`` says so; it ends after a few clean windows, so it does not
+flap.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Final
+
+import numpy as np
+import structlog
+
+from rainierd._types import F64
+from rainierd.monitor.clock import ListeningClock
+from rainierd.monitor.snapshot import Backlog
+
+__all__ = ["LoadJudge"]
+
+log = structlog.get_logger("rainierd.monitor")
+
+CLEAN_WINDOWS_TO_RECOVER: Final = 3  # analyses without a sign of overload before it ends
+RECEIVE_LAG_HISTORY: Final = 300  # windows over which the receive-lag floor is taken
+
+
+class LoadJudge:
+    """Keeps the overload state from what each analysed window shows."""
+
+    def __init__(self, *, tick_s: float, clock: ListeningClock) -> None:
+        self._tick_s, self._clock = tick_s, clock
+        self.overloaded = False
+        self.episodes = 0
+        self.reasons: tuple[str, ...] = ()
+        self.oldest_s = 0.0
+        self.receive_offset_s = (float("nan"), float("nan"))
+        self._dropped_seen = 0
+        self._clean_windows = 0
+        self._floor: deque[float] = deque(maxlen=RECEIVE_LAG_HISTORY)
+
+    def judge(self, *, waited_s: float, elapsed_s: float, dropped_messages: int, receive_lag_s: F64) -> None:
+        """Decide whether the monitor is behind, from one window's wait, analysis time and receive lags."""
+        self.oldest_s = waited_s
+        reasons = []
+        if dropped_messages > self._dropped_seen:
+            reasons.append("inbox_full")
+            self._dropped_seen = dropped_messages
+        if waited_s > 2 * self._tick_s:
+            reasons.append("backlog")
+        if elapsed_s > self._tick_s:
+            reasons.append("analysis_overrun")
+        # Messages that queue before the inbox (socket, broker) show as a
+        # receive lag above its usual floor; the floor absorbs clock skew.
+        if receive_lag_s.size:
+            median = float(np.median(receive_lag_s))
+            self.receive_offset_s = (median, float(np.abs(receive_lag_s).max()))
+            self._floor.append(median)
+            if median - min(self._floor) > max(self._tick_s, 1.0):
+                reasons.append("receive_lag")
+        if reasons:
+            self._clean_windows = 0
+            if not self.overloaded:
+                self.overloaded = True
+                self.episodes += 1
+                self._clock.deafen("overloaded")
+                log.warning("monitor falling behind; silence is not judged until it catches up",
+                            reasons=reasons, waited_s=round(waited_s, 2), analysis_s=round(elapsed_s, 3),
+                            dropped_messages=dropped_messages)
+            self.reasons = tuple(reasons)
+        elif self.overloaded:
+            self._clean_windows += 1
+            if self._clean_windows >= CLEAN_WINDOWS_TO_RECOVER:
+                self.overloaded, self.reasons = False, ()
+                self._clock.hear("overloaded")
+                log.info("monitor caught up", dropped_messages=dropped_messages)
+
+    def backlog(self, *, messages: int, bytes_: int, dropped_messages: int, dropped_bytes: int) -> Backlog:
+        """Return the backlog status: the inbox's figures with this judgement."""
+        return Backlog(messages=messages, bytes=bytes_, oldest_s=self.oldest_s, dropped_messages=dropped_messages,
+                       dropped_bytes=dropped_bytes, overloaded=self.overloaded, overload_episodes=self.episodes,
+                       reasons=self.reasons, receive_offset_s=self.receive_offset_s)

@@ -1,0 +1,239 @@
+"""The monitor role's analysis loop: once a tick it takes the inbox's window,
+analyses it in a worker thread (decoding, checks, detection: the core), and
+publishes one frozen ``MonitorSnapshot`` — the tick's conclusions and the
+monitor's own status — for everything that reads the monitor.
+
+The parts it drives each have their room: the listening clock (``clock``),
+the inbox (``inbox``), the load judgement (``load``), the MQTT session
+(``session``), the event outbox (``events``) and the stream checkpoint
+(``checkpointing``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Final
+
+import structlog
+
+from rainierd.connection import ConnectionState
+from rainierd.core.analysis import Analysis, MonitorCore
+from rainierd.core.config import MonitorConfig
+from rainierd.core.ingest import Message
+from rainierd.histogram import LagHistogram
+from rainierd.looplag import LoopLag
+from rainierd.monitor.checkpointing import Checkpointer
+from rainierd.monitor.clock import ListeningClock
+from rainierd.monitor.events import EventLog
+from rainierd.monitor.inbox import Inbox
+from rainierd.monitor.load import LoadJudge
+from rainierd.monitor.rejections import RejectionLog
+from rainierd.monitor.session import Session
+from rainierd.monitor.snapshot import IngestCounts, MonitorSnapshot, MonitorStatus
+from rainierd.probes import Verdict
+from rainierd.shards import shard_view
+from rainierd.topology import Topology
+from rainierd.wire.topics import WHOLE_FLEET, Shard
+
+__all__ = ["Monitor"]
+
+log = structlog.get_logger("rainierd.monitor")
+
+# Events announced between yields to the event loop: ~25 us each (a log line,
+# an outbox entry), and a probe waits out two batches, so ~7 ms of loop lag.
+_ANNOUNCE_BATCH: Final = 128
+_STOP_ANALYSIS_S: Final = 0.5  # the last window is analysed on a stop only if an analysis takes less (2 s grace)
+
+
+class Monitor:
+    """Holds the fleet state (of its shard's share, when sharded) and turns MQTT messages into snapshots."""
+
+    def __init__(
+        self,
+        topology: Topology,
+        config: MonitorConfig,
+        *,
+        max_backlog_bytes: int = 512 * 2**20,
+        qos: int = 0,
+        clock: ListeningClock | None = None,
+        checkpoint_file: Path | None = None,
+        reconnect_grace_s: float = 0.0,
+        shard: Shard = WHOLE_FLEET,
+        loop_lag: LoopLag | None = None,
+    ) -> None:
+        self.shard = shard
+        self.topology = topology = shard_view(topology, shard)
+        self.tick_s = config.tick_s
+        self.core = MonitorCore(topology, config)
+        self.clock = clock = clock or ListeningClock()
+        self._rejections = RejectionLog()
+        self.inbox = Inbox(max_frame_bytes=config.max_frame_bytes, max_backlog_bytes=max_backlog_bytes,
+                           listening_s=clock.now, rejections=self._rejections)
+        self.load = LoadJudge(tick_s=config.tick_s, clock=clock)
+        self.events = EventLog(qos=qos)
+        self.session = Session(shard=shard, n_sites=topology.n_sites, qos=qos, inbox=self.inbox,
+                               events=self.events, clock=clock, reconnect_grace_s=reconnect_grace_s)
+        fleet = f"{topology.name}: {topology.n_nodes} nodes, {topology.n_sites} sites"
+        if not shard.whole:  # another shard's accounting is not this one's
+            fleet += f", shard {shard}"
+        self.checkpointer = None if checkpoint_file is None else Checkpointer(checkpoint_file, self.core.ingest,
+                                                                              fleet=fleet)
+        self._sample_lag = LagHistogram()
+        self._loop_lag = loop_lag
+        # The one value every reader takes: replaced, never mutated, once per analysis.
+        self.snapshot: MonitorSnapshot | None = None
+        # Held while an analysis mutates the state in its worker thread: a drill-down probe
+        # (exporter/drilldown.py) reads one UltraServer's live state under it, never a half-applied tick.
+        self.state_lock = asyncio.Lock()
+        self.generation = 0
+        self._recorded = True  # the last analysis's counts are recorded (False while one runs)
+        self._last_analysis: float | None = None
+
+    @property
+    def connection(self) -> ConnectionState:
+        """Return the MQTT session's live connection state (``mqtt.supervise`` writes it)."""
+        return self.session.connection
+
+    def restore(self) -> bool:
+        """Continue the sequence accounting of the checkpoint file, if there is a usable one."""
+        return self.checkpointer.restore() if self.checkpointer is not None else False
+
+    def on_message(self, topic: str, payload: bytes) -> None:
+        """Queue one MQTT message for the next analysis (what the session does with each)."""
+        self.inbox.put(topic, payload)
+
+    def status(self) -> MonitorStatus:
+        """Return the monitor's own status as of now (call it on the loop, between analyses)."""
+        inbox, loop_lag = self.inbox, self._loop_lag
+        return MonitorStatus(
+            ingest=IngestCounts.of(self.core.stats, inbox.receipts),
+            connection=self.connection.frozen(),
+            backlog=self.load.backlog(messages=len(inbox), bytes_=inbox.bytes,
+                                      dropped_messages=inbox.dropped_messages, dropped_bytes=inbox.dropped_bytes),
+            sample_lag=self._sample_lag.frozen(),
+            checkpoint=None if self.checkpointer is None else self.checkpointer.frozen(),
+            loop_lag_worst_s=None if loop_lag is None else loop_lag.worst_s,
+            loop_lag=None if loop_lag is None else loop_lag.histogram.frozen(),
+            events_dropped=self.events.outbox.dropped,
+        )
+
+    async def analyse_once(self) -> MonitorSnapshot:
+        """Analyse what arrived since the last call and publish a new snapshot."""
+        started = time.perf_counter()
+        window = self.inbox.take_window()
+        waited_s = time.time() - window[0].rx_wall_s if window else 0.0
+        # Events are numbered by the monitor's own analyses: publishers' ticks
+        # are each their own and are never compared.
+        job = asyncio.ensure_future(self._analyse_locked(window, tick=self.generation + 1))
+        self._recorded = False
+        ingest = self.core.ingest
+        try:
+            analysis = await asyncio.shield(job)
+        except asyncio.CancelledError:
+            # A stop: the thread runs on regardless and advances the streams, so wait for it and record what it
+            # applied and lost; a checkpoint saved on the way out then stays consistent (its frames counted once).
+            ingest.record((await job).flush)
+            self._recorded = True
+            raise
+        finished_wall = time.time()
+        ingest.record(analysis.flush)
+        self._recorded = True
+        self._rejections.window(analysis.flush.rejected)
+        self._sample_lag.observe(finished_wall - analysis.flush.applied_t_s)
+        elapsed = time.perf_counter() - started
+        self.load.judge(waited_s=waited_s, elapsed_s=elapsed, dropped_messages=self.inbox.dropped_messages,
+                        receive_lag_s=analysis.flush.receive_lag_s)
+        for count, event in enumerate(analysis.events, 1):
+            self.events.announce(event)
+            if count % _ANNOUNCE_BATCH == 0:
+                await asyncio.sleep(0)  # rainier falling silent is 31,200 node events: 0.8 s in one go
+        self.generation += 1
+        self.snapshot = MonitorSnapshot.of(
+            analysis, generation=self.generation, chips_total=self.topology.n_present_chips, analysis_s=elapsed,
+            analysed_ticks=self.generation, events=self.events.counts,
+            lag_s=finished_wall - self.core.state.latest_t_s, status=self.status(),
+        )
+        self._last_analysis = time.monotonic()
+        return self.snapshot
+
+    async def _analyse_locked(self, window: list[Message], *, tick: int) -> Analysis:
+        # Its own task: the lock is held until the thread is done, even when the caller is cancelled.
+        async with self.state_lock:
+            return await asyncio.to_thread(self.core.analyse, window, now_s=self.clock.now(), tick=tick)
+
+    async def save_checkpoint_now(self) -> None:
+        """Save the sequence accounting as of the analysis just finished, if there is a checkpoint file."""
+        if self.checkpointer is not None:
+            await self.checkpointer.save()
+
+    async def analyse(self, after: Callable[[], Awaitable[None]] | None = None) -> None:
+        """Run ``analyse_once`` (then ``after``) about once a tick until cancelled.
+
+        An analysis runs a tick after the last one began, or earlier (but not
+        before half a tick) once a burst of messages has ended: publishers that
+        send a tick's frames together then wait ~0.1 s for analysis instead of
+        up to a whole tick, however their clock's phase falls against ours.
+        """
+        loop = asyncio.get_running_loop()
+        quiet_s = min(0.1, self.tick_s / 10)
+        inbox = self.inbox
+        try:
+            while True:
+                began = loop.time()
+                await self.analyse_once()
+                await self.save_checkpoint_now()
+                if after is not None:
+                    await after()
+                due, earliest = began + self.tick_s, began + self.tick_s / 2
+                if inbox.full_window_waiting:
+                    continue  # a capped window left a full one behind: take it at once
+                while (now := loop.time()) < due:
+                    if len(inbox) and now >= earliest and now - inbox.last_rx_s >= quiet_s:
+                        break
+                    await asyncio.sleep(min(quiet_s / 2, due - now))
+        except asyncio.CancelledError:
+            await self._last_checkpoint()
+            raise
+
+    async def _last_checkpoint(self) -> None:
+        """On a stop, account for the frames already received and save the checkpoint.
+
+        Frames received but not analysed would otherwise be lost to the next
+        run, and a stream first heard among them would be first heard by the
+        next run, its earlier frames outside the accounting (nothing before a
+        stream's first frame can be counted lost: it may predate the monitor).
+        The stop stays within its grace: the last window is analysed only if
+        the monitor is keeping up and its last analysis took under
+        ``_STOP_ANALYSIS_S``.  An analysis left unrecorded leaves the last
+        checkpoint as it is.
+        """
+        if self.checkpointer is None or not self._recorded:
+            return
+        last = self.snapshot.analysis_s if self.snapshot is not None else 0.0
+        try:
+            if len(self.inbox) and not self.load.overloaded and last < _STOP_ANALYSIS_S:
+                await self.analyse_once()
+            await self.checkpointer.save()
+        except asyncio.CancelledError:  # stopped again: keep the last checkpoint
+            log.warning("stopped again while saving the last stream checkpoint; the previous one stands")
+
+    # -- probes -------------------------------------------------------------------------
+
+    def healthy(self) -> Verdict:
+        """Return healthy unless analysis has stalled for 10 ticks."""
+        if self._last_analysis is not None and time.monotonic() - self._last_analysis > 10 * self.tick_s + 5:
+            return Verdict(False, "analysis stalled")
+        return Verdict(True, "ok")
+
+    def ready(self) -> Verdict:
+        """Return ready once connected, a tick has been analysed, and while keeping up."""
+        if not self.connection.connected:
+            return Verdict(False, "mqtt not connected")
+        if self.snapshot is None or not self.snapshot.computed:
+            return Verdict(False, "no telemetry analysed yet")
+        if self.load.overloaded:
+            return Verdict(False, f"overloaded: {', '.join(self.load.reasons)}")
+        return Verdict(True, "ready")

@@ -1,0 +1,47 @@
+"""Rejected frames in the log without flooding it: the first few of each
+reason in full, then one line every thousand (every one is counted in the
+metrics regardless).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from typing import Final
+
+import structlog
+
+__all__ = ["RejectionLog"]
+
+log = structlog.get_logger("rainierd.monitor")
+
+LOG_FIRST: Final = 5  # occurrences of a reason logged in full before sampling
+LOG_EVERY: Final = 1_000
+
+
+def worth_logging(before: int, after: int) -> bool:
+    """Return whether going from ``before`` to ``after`` occurrences deserves a line."""
+    return before < LOG_FIRST or after // LOG_EVERY > before // LOG_EVERY
+
+
+class RejectionLog:
+    """Counts rejections by reason and logs them sampled."""
+
+    def __init__(self) -> None:
+        self._seen: Counter[str] = Counter()
+
+    def one(self, reason: str, *, topic: str, detail: str) -> None:
+        """Log one rejected payload, with its topic and why (both truncated: they are the sender's words)."""
+        before = self._seen[reason]
+        self._seen[reason] += 1
+        if worth_logging(before, before + 1):
+            log.warning("frame rejected", reason=reason, topic=topic[:200], detail=detail[:200],
+                        occurrences=before + 1)
+
+    def window(self, rejected: Mapping[str, int]) -> None:
+        """Log the rejections of one analysed window, by reason."""
+        for reason, count in rejected.items():
+            before = self._seen[reason]
+            self._seen[reason] += count
+            if worth_logging(before, self._seen[reason]):
+                log.warning("frames rejected", reason=reason, count=count, occurrences=self._seen[reason])

@@ -1,0 +1,92 @@
+"""The monitor's MQTT session, one connection's worth: subscribe to its
+shard's telemetry, hand every message to the inbox, publish the event
+outbox, and keep its own retained status saying ``online``.
+
+``mqtt.supervise`` runs ``consume`` once per connection and is the only
+place that catches the transport's errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiomqtt
+import structlog
+
+from rainierd.connection import ConnectionState
+from rainierd.monitor.clock import ListeningClock
+from rainierd.monitor.events import EventLog
+from rainierd.monitor.inbox import Inbox
+from rainierd.wire.topics import Shard, status_topic, telemetry_filters
+
+__all__ = ["Session"]
+
+log = structlog.get_logger("rainierd.monitor")
+
+
+class Session:
+    """What the monitor does while connected."""
+
+    def __init__(
+        self, *, shard: Shard, n_sites: int, qos: int, inbox: Inbox, events: EventLog, clock: ListeningClock,
+        reconnect_grace_s: float = 0.0,
+    ) -> None:
+        self._filters = telemetry_filters(shard, n_sites=n_sites)
+        self._qos, self._inbox, self._events, self._clock = qos, inbox, events, clock
+        self._reconnect_grace_s = reconnect_grace_s
+        self.connection = ConnectionState()  # written by mqtt.supervise
+        self._status_restore: asyncio.Task[None] | None = None
+
+    async def consume(self, client: aiomqtt.Client) -> None:
+        """Subscribe to telemetry, queue messages and publish events until cancelled.
+
+        It also watches its own retained status: while it serves, nothing but
+        ``online`` may stand there, whoever wrote it (the broker's ACL should
+        keep others out; docs/security.md).
+        """
+        if len(self._filters) == 1:
+            await client.subscribe(self._filters[0], qos=self._qos)
+        else:  # a shard's filters (up to 129) in one SUBSCRIBE: one round trip, not one each
+            await client.subscribe([(topic_filter, self._qos) for topic_filter in self._filters])
+        own_status = status_topic(client.identifier)
+        await client.subscribe(own_status, qos=1)
+        self._clock.hear("disconnected")
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(self._events.publish(client), name="monitor-publish-events")
+                tg.create_task(self._grace(), name="monitor-reconnect-grace")
+                async for message in client.messages:
+                    payload = message.payload
+                    if not isinstance(payload, bytes | bytearray):
+                        payload = str(payload).encode()
+                    topic = message.topic.value
+                    if topic == own_status:
+                        if payload != b"online" and (self._status_restore is None or self._status_restore.done()):
+                            self._status_restore = tg.create_task(self._restore_status(client, own_status, payload),
+                                                                  name="monitor-restore-status")
+                        continue
+                    self._inbox.put(topic, bytes(payload))
+        finally:
+            self._clock.deafen("disconnected")
+
+    async def _grace(self) -> None:
+        """Judge no silence for ``reconnect_grace_s`` after connecting.
+
+        When the broker comes back, every publisher reconnects on its own
+        backoff (rainierd's back off up to 15 s): until they have, a node that
+        is quiet is a node still reconnecting, not a lost one.
+        """
+        if self._reconnect_grace_s <= 0:
+            return
+        self._clock.deafen("publishers_reconnecting")
+        try:
+            await asyncio.sleep(self._reconnect_grace_s)
+        finally:
+            self._clock.hear("publishers_reconnecting")
+
+    async def _restore_status(self, client: aiomqtt.Client, topic: str, payload: bytes) -> None:
+        """Say online again.  Another client wrote here, or this id's previous session's will fired late."""
+        self.connection.status_overwritten += 1
+        log.warning("this monitor's status was overwritten while it serves; saying online again", topic=topic,
+                    status=payload[:16].decode(errors="replace"), occurrences=self.connection.status_overwritten)
+        await client.publish(topic, b"online", qos=1, retain=True)

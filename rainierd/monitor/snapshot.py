@@ -1,0 +1,157 @@
+"""The one value the monitor publishes per analysis: what the tick concluded
+and the monitor's own status, frozen.  The exporter, the probes, the daemon,
+the benchmarks and the tests read only this; none of them reaches into the
+live objects the event loop and the analysis thread keep mutating.
+
+Built in one place (``MonitorSnapshot.of``), so every reader sees the same
+fields filled the same way.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from rainierd.connection import Connection
+from rainierd.core.aggregates import Aggregates
+from rainierd.core.analysis import Analysis, DetailView, HealthView
+from rainierd.core.ingest import IngestStats
+from rainierd.core.model import LostByCause
+from rainierd.core.throughput import Throughput
+from rainierd.histogram import Histogram
+
+__all__ = [
+    "Aggregates", "Backlog", "Checkpointing", "DetailView", "HealthView", "IngestCounts", "MonitorSnapshot",
+    "MonitorStatus", "Receipts",
+]
+
+def _empty() -> Mapping[str, int]:
+    return MappingProxyType({})
+
+
+def _frozen(counts: Mapping[str, int]) -> Mapping[str, int]:
+    return MappingProxyType(dict(counts))
+
+
+@dataclass(slots=True)
+class Receipts:
+    """What reached the monitor's inbox: payloads and bytes by encoding, and payloads refused as oversize.
+
+    Written only by the inbox; the core's ``IngestStats`` counts what
+    happened to the frames after that.
+    """
+
+    messages: Counter[str] = field(default_factory=Counter)
+    bytes: Counter[str] = field(default_factory=Counter)
+    oversize: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class IngestCounts:
+    """The ingest counters as of one analysis: the inbox's receipts joined with the core's frame counts."""
+
+    messages: Mapping[str, int] = field(default_factory=_empty)  # payloads received, by encoding
+    bytes: Mapping[str, int] = field(default_factory=_empty)  # payload bytes, by encoding
+    frames: Mapping[str, int] = field(default_factory=_empty)  # frames decoded (a batch carries many), by encoding
+    rejected: Mapping[str, int] = field(default_factory=_empty)  # by reason (oversize included)
+    frames_lost: int = 0
+    frames_late: int = 0
+    frames_missing: int = 0
+    publisher_changes: int = 0
+    publisher_restarts: int = 0
+    frames_applied: int = 0
+    samples_applied: Mapping[str, int] = field(default_factory=_empty)  # entity samples, by record kind
+
+    @classmethod
+    def of(cls, stats: IngestStats, receipts: Receipts | None = None) -> IngestCounts:
+        """Return the counters of ``stats`` (the core's) and ``receipts`` (the inbox's), copied."""
+        receipts = receipts or Receipts()
+        rejected = Counter(stats.rejected)
+        if receipts.oversize:
+            rejected["oversize"] += receipts.oversize
+        return cls(
+            messages=_frozen(receipts.messages), bytes=_frozen(receipts.bytes), frames=_frozen(stats.frames),
+            rejected=_frozen(rejected), frames_lost=stats.frames_lost, frames_late=stats.frames_late,
+            frames_missing=stats.frames_missing, publisher_changes=stats.publisher_changes,
+            publisher_restarts=stats.publisher_restarts, frames_applied=stats.frames_applied,
+            samples_applied=_frozen(stats.samples_applied),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Backlog:
+    """Messages waiting for analysis, what overflow dropped, and whether the monitor is behind."""
+
+    messages: int = 0
+    bytes: int = 0
+    oldest_s: float = 0.0  # how long the oldest message of the last window waited
+    dropped_messages: int = 0
+    dropped_bytes: int = 0
+    overloaded: bool = False
+    overload_episodes: int = 0
+    reasons: tuple[str, ...] = ()
+    # Wall time at receipt minus sample time over the last window, (median, largest magnitude):
+    # publishers' clock offsets plus transport delay.
+    receive_offset_s: tuple[float, float] = (float("nan"), float("nan"))
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpointing:
+    """How the monitor's stream checkpoint (``--state-file``) is keeping up."""
+
+    saves: int = 0
+    failures: int = 0
+    last_save_wall_s: float = float("nan")  # wall time of the last checkpoint written
+
+
+@dataclass(frozen=True, slots=True)
+class MonitorStatus:
+    """The monitor's view of itself at one analysis."""
+
+    ingest: IngestCounts = field(default_factory=IngestCounts)
+    connection: Connection = field(default_factory=Connection)
+    backlog: Backlog | None = None
+    sample_lag: Histogram | None = None  # frame sample time to the end of the analysis that applied it
+    checkpoint: Checkpointing | None = None  # None: no --state-file
+    loop_lag_worst_s: float | None = None  # worst event-loop lag of the last window (None: not measured)
+    loop_lag: Histogram | None = None
+    events_dropped: int = 0  # events the outbox dropped while the MQTT session was down
+
+
+@dataclass(frozen=True, eq=False)
+class MonitorSnapshot:
+    """What one analysis concluded, with the monitor's status at the time."""
+
+    generation: int
+    throughput: Throughput
+    chips_total: int  # chips this monitor watches: its shard's present chips
+    analysis_s: float
+    analysed_ticks: int
+    lost: LostByCause | None = None
+    health: HealthView | None = None
+    events: Mapping[tuple[str, str], int] = field(default_factory=dict)  # cumulative, by (entity, new state)
+    lag_s: float = float("nan")  # wall time at analysis minus the newest sample's time
+    detail: DetailView | None = None  # the inventory's detail nodes' chips, one by one
+    aggregates: Aggregates | None = None  # the raw telemetry per UltraServer and site
+    status: MonitorStatus = field(default_factory=MonitorStatus)
+
+    @classmethod
+    def of(
+        cls, analysis: Analysis, *, generation: int, chips_total: int, analysis_s: float, analysed_ticks: int,
+        events: Mapping[tuple[str, str], int], lag_s: float, status: MonitorStatus,
+    ) -> MonitorSnapshot:
+        """Return the snapshot of ``analysis``: every reader's fields, filled the one way."""
+        return cls(
+            generation=generation, throughput=analysis.throughput, chips_total=chips_total, analysis_s=analysis_s,
+            analysed_ticks=analysed_ticks, lost=analysis.lost, health=analysis.health,
+            events=MappingProxyType(dict(events)), lag_s=lag_s, detail=analysis.detail,
+            aggregates=analysis.aggregates, status=status,
+        )
+
+    @property
+    def computed(self) -> bool:
+        """Return whether any telemetry has been applied (before that the fleet's figures are absent)."""
+        return self.throughput.tick >= 0
+
