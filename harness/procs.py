@@ -1,7 +1,7 @@
-"""What the process benchmarks need from outside a process: its CPU time and
-memory (Linux /proc), free loopback ports, a throwaway Mosquitto, a fleet of
-``rainierd monitor`` and ``rainierd simulate`` around it, and a parsed scrape
-of a /metrics endpoint.
+"""Processes the tests and benchmarks start and watch from outside: free
+loopback ports, a throwaway Mosquitto and a real Prometheus started from the
+machine's binaries (never installed from here: a missing one is named with
+how to install it), and a process's CPU time and memory from Linux /proc.
 """
 
 from __future__ import annotations
@@ -10,38 +10,37 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO
+
+from harness.waits import poll_until
 
 __all__ = [
+    "BENCH_MOSQUITTO_CONF",
     "Broker",
-    "Fleet",
+    "MissingBinaryError",
+    "MosquittoProcess",
     "cpu_s",
-    "fleet",
     "free_port",
-    "histogram_buckets",
-    "histogram_delta",
-    "histogram_quantile",
-    "last_log",
     "max_rss_bytes",
     "mosquitto",
+    "require_binary",
     "rss_bytes",
     "runqueue_wait_s",
-    "scrape",
-    "wait_until",
+    "start_prometheus",
+    "wait_for_port",
 ]
 
-_MOSQUITTO_CONF = """\
+# What a benchmark's Mosquitto runs with; ``@PORT@`` becomes a free port.
+BENCH_MOSQUITTO_CONF = """\
 # A throwaway Mosquitto for one benchmark: loopback only, nothing kept on disk.
-listener {port} 127.0.0.1
+listener @PORT@ 127.0.0.1
 allow_anonymous true
 persistence false
 log_dest stdout
@@ -52,6 +51,41 @@ log_type warning
 max_queued_messages 1000000
 max_queued_bytes 0
 """
+
+
+class MissingBinaryError(RuntimeError):
+    """A program the harness starts is not on this machine; the message says how to install it."""
+
+
+def require_binary(name: str, *, package: str, also: Sequence[str] = ()) -> str:
+    """Return the path of program ``name`` (on PATH, else the first of ``also`` that exists).
+
+    Raises MissingBinaryError naming the Debian ``package`` that carries it and
+    scripts/install-tools, which installs it.
+    """
+    found = shutil.which(name) or next((path for path in also if Path(path).exists()), None)
+    if found is None:
+        message = f"{name} is missing: sudo apt-get install {package} (or sudo scripts/install-tools {package})"
+        raise MissingBinaryError(message)
+    return found
+
+
+def free_port() -> int:
+    """Return a TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_port(port: int, timeout_s: float = 10.0) -> None:
+    """Block until something accepts TCP connections on 127.0.0.1:port; raise TimeoutError after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout_s} s")
 
 
 def cpu_s(pid: int) -> float:
@@ -72,29 +106,21 @@ def rss_bytes(pid: int) -> int:
     return _status_kib(pid, "VmRSS:") * 1024
 
 
+def max_rss_bytes(pid: int) -> int:
+    """Return the peak resident memory of ``pid`` so far."""
+    return _status_kib(pid, "VmHWM:") * 1024
+
+
 def runqueue_wait_s(pid: int, tid: int | None = None) -> float:
     """Return the seconds thread ``tid`` of ``pid`` (default its main thread) has waited for a CPU while runnable."""
     fields = Path(f"/proc/{pid}/task/{tid or pid}/schedstat").read_text().split()
     return int(fields[1]) / 1e9
 
 
-def max_rss_bytes(pid: int) -> int:
-    """Return the peak resident memory of ``pid`` so far."""
-    return _status_kib(pid, "VmHWM:") * 1024
-
-
-def free_port() -> int:
-    """Return a TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @dataclass(frozen=True)
 class Broker:
-    """A running Mosquitto."""
+    """A running MQTT broker on a loopback port."""
 
-    proc: subprocess.Popen[bytes]
     port: int
 
     @property
@@ -103,140 +129,98 @@ class Broker:
         return f"mqtt://127.0.0.1:{self.port}"
 
 
-@contextlib.contextmanager
-def mosquitto(workdir: Path) -> Iterator[Broker]:
-    """Run a Mosquitto on a free loopback port for the duration of the block."""
-    binary = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
-    if not Path(binary).exists():
-        raise RuntimeError("the mosquitto binary is missing: apt-get install mosquitto")
-    port = free_port()
-    config = workdir / f"mosquitto-{port}.conf"
-    config.write_text(_MOSQUITTO_CONF.format(port=port))
-    with (workdir / f"mosquitto-{port}.log").open("w") as log:
-        proc = subprocess.Popen([binary, "-c", str(config)], stdout=log, stderr=subprocess.STDOUT)
-        try:
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline:
-                with socket.socket() as s:
-                    if s.connect_ex(("127.0.0.1", port)) == 0:
-                        break
-                time.sleep(0.05)
-            yield Broker(proc, port)
-        finally:
-            proc.terminate()
-            proc.wait(timeout=10)
+class MosquittoProcess:
+    """A real Mosquitto on a fixed free port, configured from ``config`` (``@PORT@`` replaced), that its
+    user may kill and start again; its config and log live in ``workdir``.
 
-
-@dataclass(frozen=True)
-class Fleet:
-    """A Mosquitto with ``rainierd monitor`` and ``rainierd simulate`` attached, each a process."""
-
-    broker: Broker
-    monitor: subprocess.Popen[bytes]
-    simulate: subprocess.Popen[bytes]
-    metrics_port: int
-    monitor_log: Path
-    simulate_log: Path
-
-
-@contextlib.contextmanager
-def fleet(topology: str, *, tick_s: float, ticks: int, batch_nodes: int, workdir: Path) -> Iterator[Fleet]:
-    """Run Mosquitto, then the monitor, then (once it is connected) the simulator for ``ticks`` ticks.
-
-    On leaving, the simulator (if still running) and the monitor are stopped
-    with SIGINT, killed if they take more than 30 s.  Raises RuntimeError if
-    the monitor does not connect within two minutes.
+    Raises MissingBinaryError when the mosquitto binary is missing.
     """
+
+    def __init__(self, workdir: Path, config: str) -> None:
+        self.binary = require_binary("mosquitto", package="mosquitto", also=["/usr/sbin/mosquitto"])
+        self.port = free_port()
+        self.config = workdir / f"mosquitto-{self.port}.conf"
+        self.config.write_text(config.replace("@PORT@", str(self.port)))
+        self._log: IO[bytes] = (workdir / f"mosquitto-{self.port}.log").open("ab")
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """Return its URL."""
+        return f"mqtt://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        """Return the running broker's process id; raises RuntimeError when it is not running."""
+        if self.proc is None:
+            raise RuntimeError(f"the Mosquitto on port {self.port} is not running")
+        return self.proc.pid
+
+    def start(self) -> None:
+        """Start the broker; return once it accepts connections (TimeoutError after 10 s)."""
+        self.proc = subprocess.Popen([self.binary, "-c", str(self.config)], stdout=self._log,
+                                     stderr=subprocess.STDOUT)
+        wait_for_port(self.port)
+
+    def kill(self) -> None:
+        """SIGKILL the broker: no clean disconnect, as when a broker host dies."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait(timeout=5)
+            self.proc = None
+
+    def stop(self) -> None:
+        """SIGTERM the broker, wait for it, and close its log."""
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+            self.proc = None
+        self._log.close()
+
+
+@contextlib.contextmanager
+def mosquitto(workdir: Path, config: str = BENCH_MOSQUITTO_CONF) -> Iterator[MosquittoProcess]:
+    """Run a Mosquitto on a free loopback port for the duration of the block.
+
+    Raises MissingBinaryError when the mosquitto binary is missing.
+    """
+    broker = MosquittoProcess(workdir, config)
+    try:
+        broker.start()
+        yield broker
+    finally:
+        broker.stop()
+
+
+def start_prometheus(workdir: Path, config: dict[str, object]) -> tuple[subprocess.Popen[bytes], int]:
+    """Start a real Prometheus with ``config`` on a free loopback port; return it and its port once ready.
+
+    The config is written as JSON (which is YAML); its TSDB and log live in
+    ``workdir``.  Ready means ``/-/ready`` answers 200: the port opens before
+    the TSDB and the rules are loaded, and the API answers 503 until then.
+    Raises MissingBinaryError, or AssertionError when it is not ready within 30 s.
+    """
+    binary = require_binary("prometheus", package="prometheus")
+    path = workdir / "prometheus.yml"
+    path.write_text(json.dumps(config))
     port = free_port()
-    rainierd = [sys.executable, "-m", "rainierd"]
-    common = ["--topology", topology, "--tick", str(tick_s), "--log-format", "json"]
-    monitor_log, sim_log = workdir / f"monitor-{port}.log", workdir / f"simulate-{port}.log"
-    with mosquitto(workdir) as broker, contextlib.ExitStack() as running:
-        with monitor_log.open("w") as out:
-            monitor = subprocess.Popen([*rainierd, "monitor", *common, "--mqtt-url", broker.url,
-                                        "--metrics-addr", f"127.0.0.1:{port}"], stdout=out, stderr=subprocess.STDOUT)
-        running.callback(_stop, monitor)
-        wait_until("the monitor to connect", lambda: scrape(port).get("rainier_mqtt_connected") == 1, 120)
-        with sim_log.open("w") as out:
-            sim = subprocess.Popen([*rainierd, "simulate", *common, "--mqtt-url", broker.url, "--ticks", str(ticks),
-                                    "--batch-nodes", str(batch_nodes)], stdout=out, stderr=subprocess.STDOUT)
-        running.callback(_stop, sim)
-        yield Fleet(broker, monitor, sim, port, monitor_log, sim_log)
+    with (workdir / "prometheus.log").open("w") as log:
+        proc = subprocess.Popen(
+            [binary, f"--config.file={path}", f"--storage.tsdb.path={workdir / 'tsdb'}",
+             f"--web.listen-address=127.0.0.1:{port}"],
+            stdout=log, stderr=subprocess.STDOUT,
+        )
 
+    def ready() -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/-/ready", timeout=2):
+                return True
+        except OSError:  # refused, or 503 while starting
+            return False
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGINT)
     try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
+        poll_until(ready, 30, "prometheus to become ready")
+    except AssertionError:
         proc.kill()
-        proc.wait()
-
-
-def wait_until(what: str, condition: Callable[[], bool], timeout_s: float) -> None:
-    """Return once ``condition()`` is true; raise RuntimeError naming ``what`` after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.25)
-    raise RuntimeError(f"timed out after {timeout_s} s waiting for {what}")
-
-
-def last_log(path: Path, event: str) -> dict[str, Any]:
-    """Return the last JSON log line of ``path`` whose event is ``event`` ({} if none)."""
-    found: dict[str, Any] = {}
-    for line in path.read_text(errors="replace").splitlines():
-        if line.startswith("{") and f'"{event}"' in line:
-            found = json.loads(line)
-    return found
-
-
-def scrape(port: int, timeout_s: float = 30.0) -> dict[str, float]:
-    """Return {series: value} of a scrape of 127.0.0.1:port/metrics ({} while nothing answers)."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout_s) as response:
-            text = response.read().decode()
-    except OSError:
-        return {}
-    values = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            series, value = line.rsplit(" ", 1)
-            values[series] = float(value)
-    return values
-
-
-def histogram_buckets(values: dict[str, float], name: str) -> list[tuple[float, float]]:
-    """Return the cumulative (upper bound, count) buckets of histogram ``name`` (unlabelled) in a scrape."""
-    buckets = []
-    prefix = f"{name}_bucket{{"
-    for series, count in values.items():
-        if series.startswith(prefix):
-            bound = series.split('le="', 1)[1].split('"', 1)[0]
-            buckets.append((float("inf") if bound == "+Inf" else float(bound), count))
-    return sorted(buckets)
-
-
-def histogram_delta(after: dict[str, float], before: dict[str, float], name: str) -> list[tuple[float, float]]:
-    """Return the buckets of histogram ``name`` counted between two scrapes."""
-    return [(bound, a - b) for (bound, a), (_, b)
-            in zip(histogram_buckets(after, name), histogram_buckets(before, name), strict=True)]
-
-
-def histogram_quantile(q: float, buckets: list[tuple[float, float]]) -> float | None:
-    """Return the ``q`` quantile of cumulative (upper bound, count) buckets, as Prometheus interpolates it."""
-    if not buckets or buckets[-1][1] <= 0:
-        return None
-    rank = q * buckets[-1][1]
-    lower_bound, lower_count = 0.0, 0.0
-    for bound, count in buckets:
-        if count >= rank:
-            if bound == float("inf"):
-                return lower_bound
-            width = count - lower_count
-            return lower_bound + (bound - lower_bound) * ((rank - lower_count) / width if width else 1.0)
-        lower_bound, lower_count = bound, count
-    return None
+        raise
+    return proc, port

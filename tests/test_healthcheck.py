@@ -15,6 +15,8 @@ import bcrypt
 import pytest
 from prometheus_client import CollectorRegistry
 
+from harness.procs import free_port
+from harness.waits import poll_until
 from rainierd import __version__
 from rainierd.cli import main
 from rainierd.daemon import _SimulatorProbes
@@ -23,7 +25,6 @@ from rainierd.exporter.webconfig import load_web_config
 from rainierd.settings import load_settings
 from rainierd.status import ConnectionState
 from tests.certs import Pki, make_pki
-from tests.helpers import free_port, poll_until
 
 ROOT = Path(__file__).resolve().parent.parent
 PASSWORD = "correct horse"
