@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from benchmarks.__main__ import main
 from benchmarks.detect import RunResult, fault_runs, grade, ticks_of
-
 from rainierd.core.detect import Event
 from rainierd.sim.faults import Fault, FaultKind
 
