@@ -443,7 +443,12 @@ def _machine() -> dict[str, Any]:
 
 
 def bench_tsdb(args: argparse.Namespace) -> dict[str, Any]:
-    """Return the report: the rendered targets, then each engine's ramp (module docstring)."""
+    """Return the report: the rendered targets, then each engine's ramp (module docstring).
+
+    Raises MissingBinaryError, before rendering anything, when an engine is not installed.
+    """
+    for name in args.engines:
+        require_binary(ENGINES[name].binary, package=ENGINES[name].package)
     gate = Path(args.wait_for_file) if args.wait_for_file else None
     with tempfile.TemporaryDirectory(prefix="rainierd-tsdb-") as tmp:
         workdir = Path(tmp)
