@@ -3,7 +3,7 @@ controls: time to detect in seconds, and loss_rate raises where there is no faul
 
     .venv/bin/python benchmarks/slow-loss-sweep.py            # prints JSON
 
-In process, no MQTT (as `rainierd bench detect`); one fault on one port of 4 UltraServers, 5 seeds per
+In process, no MQTT (as `python -m benchmarks detect`); one fault on one port of 4 UltraServers, 5 seeds per
 tick length; controls are 4 runs of 16 UltraServers (1,024 ports) over 3,600 s.
 """
 

@@ -1,5 +1,6 @@
 """The ``rainierd`` command line: parses flags, loads settings, configures
-logging and hands over to a role, a benchmark or a small utility.
+logging and hands over to a role or a small utility.  (The benchmarks live
+outside the package: ``python -m benchmarks`` in a source checkout.)
 
 Exit codes: 0 success or a clean stop, 1 a runtime failure, 2 bad usage or an
 invalid setting (one line on stderr naming it).
@@ -22,14 +23,6 @@ from typing import Any, Final, Literal, NoReturn, Union, get_args, get_origin
 import structlog
 
 from rainierd import __version__
-from rainierd.bench import run_bench
-from rainierd.bench.cluster import ENGINES
-from rainierd.bench.core import SWEEP
-from rainierd.bench.detect import FULL as DETECT_FULL
-from rainierd.bench.detect import QUICK as DETECT_QUICK
-from rainierd.bench.ingest import DEFAULT_SIZES, NAIVE_CHIPS
-from rainierd.bench.transport import SIZES as TRANSPORT_SIZES
-from rainierd.bench.tsdb import ENGINES as TSDB_ENGINES
 from rainierd.bridge.run import run_bridge
 from rainierd.daemon import run_role
 from rainierd.errors import ConfigError, RainierdError
@@ -38,13 +31,15 @@ from rainierd.healthcheck import check as check_health
 from rainierd.logs import configure_logging
 from rainierd.promrules import RULES_DIR, write_rules
 from rainierd.settings import Settings, flag_name, load_settings, role_settings
-from rainierd.topology import PRESETS
 from rainierd.wire import json_schema
 
 __all__ = ["command_settings", "entry", "main"]
 
 # Roles that hold the fleet's state; see ``entry``.
 _DAEMONS = frozenset({"run", "simulate", "monitor", "bridge"})
+
+_BENCH_MOVED: Final = ("rainierd: the benchmarks are no longer part of rainierd: from a source checkout, run "
+                       "python -m benchmarks KIND (benchmarks/README.md)")
 
 _METAVARS: Final[dict[Any, str]] = {Path: "FILE", int: "N", float: "NUMBER", str: "VALUE"}
 
@@ -123,127 +118,19 @@ def _parser() -> argparse.ArgumentParser:
                        help="write one prometheus-operator PrometheusRule, OUTPUT/prometheusrule.yaml")
     rules.add_argument("--source", type=Path, default=RULES_DIR,
                        help="directory of rule files (default: the ones shipped with rainierd)")
-    _bench_parsers(commands.add_parser("bench", help="benchmarks (see benchmarks/README.md)"))
+    # The benchmarks left the package; the old command says where they went.
+    commands.add_parser("bench", help="moved: python -m benchmarks, from a source checkout", add_help=False)
     return parser
 
 
-def _bench_parsers(bench: argparse.ArgumentParser) -> None:
-    kinds = bench.add_subparsers(dest="bench", required=True, parser_class=_Parser)
-    core = kinds.add_parser("core", help="per-tick cost of the monitor's core, from 64 to 1,000,000 chips")
-    core.add_argument("--topology", nargs="+", default=list(SWEEP),
-                      help="presets or sites=S,ultraservers=U (default: a sweep from 64 to 1,000,000 chips)")
-    core.add_argument("--repeat", type=int, default=10, help="ticks measured per size (after one warm-up)")
-    core.add_argument("--batch-nodes", type=int, default=128, help="nodes per batch frame (0: one frame per node)")
-    core.add_argument("--seed", type=int, default=0)
-    core.add_argument("--plot", help="also draw the scaling curve to this PNG (needs matplotlib)")
-    core.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    detect = kinds.add_parser("detect", help="detection quality against injected ground truth")
-    detect.add_argument("--seeds", type=int, help=f"seeds per cell (default {DETECT_FULL.seeds}; "
-                                                   f"--quick {DETECT_QUICK.seeds})")
-    detect.add_argument("--ultraservers", type=int,
-                        help=f"UltraServers in each fault run (default {DETECT_FULL.ultraservers}; "
-                             f"--quick {DETECT_QUICK.ultraservers})")
-    detect.add_argument("--control-seeds", type=int, help=f"fault-free runs (default {DETECT_FULL.control_seeds}; "
-                                                           f"--quick {DETECT_QUICK.control_seeds})")
-    detect.add_argument("--control-ultraservers", type=int,
-                        help=f"UltraServers in each fault-free run (default {DETECT_FULL.control_ultraservers}; "
-                             f"--quick {DETECT_QUICK.control_ultraservers})")
-    # --control-ticks is the old name, from when every tick was 1 s.
-    detect.add_argument("--control-seconds", "--control-ticks", dest="control_seconds", type=float,
-                        help=f"length of each fault-free run (default {DETECT_FULL.control_seconds:g} s; "
-                             f"--quick {DETECT_QUICK.control_seconds:g} s)")
-    detect.add_argument("--quick", action="store_true",
-                        help="a smoke run: one seed, small fleets, short controls (explicit sizes still win)")
-    detect.add_argument("--profile", nargs="+", metavar="NAME",
-                        help="simulator profiles, the first heading the report (default: realistic ideal)")
-    detect.add_argument("--tick", nargs="+", type=float, metavar="SECONDS",
-                        help="tick lengths in seconds, e.g. 0.5 1 5 (default 1); other ticks compare against 1 s")
-    detect.add_argument("--kinds", nargs="+", metavar="KIND", help="grade only these fault kinds (default: all)")
-    detect.add_argument("--noise", type=float, default=1.0)
-    detect.add_argument("--jobs", type=int, default=0, help="worker processes (default: one per core)")
-    detect.add_argument("--output", help="also write the JSON report to this file")
-    detect.add_argument("--json", action="store_true", help="print the JSON report instead of the tables")
-    scrape = kinds.add_parser("scrape", help="/metrics latency, size and event-loop lag")
-    scrape.add_argument("--topology", nargs="+", default=["demo", "rainier"], choices=list(PRESETS))
-    scrape.add_argument("--scrapes", type=int, default=100)
-    scrape.add_argument("--interval", type=float, default=0.1, help="seconds between scrapes")
-    scrape.add_argument("--seed", type=int, default=0)
-    scrape.add_argument("--json", action="store_true")
-    ingest = kinds.add_parser("ingest", help="simulate -> real Mosquitto -> monitor, swept up in fleet size")
-    ingest.add_argument("--topology", nargs="+", default=list(DEFAULT_SIZES), help="sizes, smallest first")
-    ingest.add_argument("--tick", type=float, default=1.0)
-    ingest.add_argument("--warmup", type=float, default=20.0, help="seconds before the measured window")
-    ingest.add_argument("--seconds", type=float, default=120.0, help="measured window per size")
-    ingest.add_argument("--batch-nodes", type=int, default=128)
-    ingest.add_argument("--no-naive", dest="naive", action="store_false", help="skip the naive baseline")
-    ingest.add_argument("--naive-chips", type=int, nargs="+", default=list(NAIVE_CHIPS))
-    ingest.add_argument("--naive-seconds", type=float, default=20.0)
-    ingest.add_argument("--json", action="store_true")
-    _soak_parser(kinds.add_parser("soak", help="simulate -> real Mosquitto -> monitor at one size for a long "
-                                               "while: RSS growth, frames lost, sample and event-loop lag"))
-    transport = kinds.add_parser("transport", help="cost of moving a Rainier tick a second through Mosquitto, "
-                                                   "by message size")
-    transport.add_argument("--sizes", type=int, nargs="+", default=list(TRANSPORT_SIZES), help="message bytes")
-    transport.add_argument("--mb-per-s", type=float, default=116.0, help="offered (116: one rainier tick a second)")
-    transport.add_argument("--seconds", type=float, default=10.0)
-    transport.add_argument("--json", action="store_true")
-    _cluster_parsers(kinds)
-    run = kinds.add_parser("run", help="CPU and memory of a whole `rainierd run` process")
-    run.add_argument("--topology", default="demo", choices=list(PRESETS))
-    run.add_argument("--seconds", type=float, default=60.0, help="measurement window")
-    run.add_argument("--warmup", type=float, default=5.0)
-    run.add_argument("--json", action="store_true")
-
-
-def _cluster_parsers(kinds: argparse._SubParsersAction[_Parser]) -> None:
-    cluster = kinds.add_parser("cluster", help="a three-node NATS and RabbitMQ cluster against one Mosquitto: "
-                                               "throughput of rainierd frames, failover, retained messages, wills")
-    cluster.add_argument("--engines", nargs="+", default=["mosquitto", *ENGINES],
-                         choices=["mosquitto", *ENGINES])
-    cluster.add_argument("--size", type=int, default=463_000, help="message bytes (a rainier batch frame: ~463 KB)")
-    cluster.add_argument("--mb-per-s", type=float, nargs="+", default=[116.0, 232.0],
-                         help="offered rates (116: one rainier tick a second)")
-    cluster.add_argument("--seconds", type=float, default=10.0)
-    cluster.add_argument("--json", action="store_true")
-    _tsdb_parser(kinds.add_parser("tsdb", help="samples/s one real Prometheus and one VictoriaMetrics ingest "
-                                               "from rainierd targets, ramped until they fall behind"))
-    plan = kinds.add_parser("plan", help="the deployment for N chips from the measured figures (docs/scaling.md)")
-    plan.add_argument("--chips", type=float, nargs="+", default=[499_200, 1e6, 5e6],
-                      help="fleet sizes in chips (default: rainier, 1M, 5M)")
-    plan.add_argument("--tick", type=float, default=1.0, help="seconds between samples")
-    plan.add_argument("--figures", help="measured figures JSON (default: benchmarks/plan-figures.json's copy)")
-    plan.add_argument("--json", action="store_true")
-
-
-def _tsdb_parser(tsdb: argparse.ArgumentParser) -> None:
-    tsdb.add_argument("--engines", nargs="+", default=list(TSDB_ENGINES), choices=list(TSDB_ENGINES))
-    tsdb.add_argument("--topology", default="rainier", choices=list(PRESETS),
-                      help="the fleet each target exports, one shard's worth (default rainier: ~150k series)")
-    tsdb.add_argument("--variants", type=int, default=4, help="successive ticks rendered; scrapes cycle through them")
-    tsdb.add_argument("--interval", type=float, default=1.0, help="scrape interval in seconds")
-    tsdb.add_argument("--window", type=int, default=15, help="intervals measured per step, after warm-up")
-    tsdb.add_argument("--start", type=int, default=1, help="targets in the first step; each next doubles")
-    tsdb.add_argument("--max-targets", type=int, default=16)
-    tsdb.add_argument("--refine", type=int, default=1,
-                      help="steps between the last sustained and the first failing count (bisection)")
-    tsdb.add_argument("--budget", type=float, default=210.0, help="seconds per engine; no step starts past it")
-    tsdb.add_argument("--memory-cap-gib", type=float, default=8.0,
-                      help="no step that would take the TSDB's RSS past this (projected from the last step)")
-    tsdb.add_argument("--wait-for-file", metavar="PATH",
-                      help="on a shared machine: before rendering and each step, wait (scraping nothing) until "
-                           "PATH exists")
-    tsdb.add_argument("--seed", type=int, default=0)
-    tsdb.add_argument("--json", action="store_true")
-
-
-def _soak_parser(soak: argparse.ArgumentParser) -> None:
-    soak.add_argument("--topology", default="rainier", help="a preset or sites=S,ultraservers=U (default rainier)")
-    soak.add_argument("--tick", type=float, default=5.0)
-    soak.add_argument("--seconds", type=float, default=600.0, help="measured window, after the warm-up")
-    soak.add_argument("--warmup", type=float, default=60.0, help="seconds before the measured window")
-    soak.add_argument("--sample-interval", type=float, default=5.0, help="seconds between RSS reads and scrapes")
-    soak.add_argument("--batch-nodes", type=int, default=128)
-    soak.add_argument("--json", action="store_true")
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    """Parse ``argv``; whatever follows the old ``bench`` command is accepted, for it only says where the
+    benchmarks went."""
+    parser = _parser()
+    args, rest = parser.parse_known_args(argv)
+    if rest and args.command != "bench":
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    return args
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -272,7 +159,7 @@ async def _daemon(args: argparse.Namespace, settings: Settings) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the process exit code."""
-    return _main(_parser().parse_args(argv))
+    return _main(_parse(argv))
 
 
 def _main(args: argparse.Namespace) -> int:
@@ -292,9 +179,8 @@ def _main(args: argparse.Namespace) -> int:
             return 2
         return 0
     if args.command == "bench":
-        # Benchmarks print their report on stdout; logs go to stderr only.
-        configure_logging(log_format="auto", level="warning")
-        return run_bench(args)
+        print(_BENCH_MOVED, file=sys.stderr)
+        return 2
     try:
         settings = _settings(args)
     except ConfigError as exc:
@@ -332,10 +218,9 @@ def entry() -> NoReturn:
     would then spend about two seconds freeing that heap object by object,
     past the two seconds a supervisor gives between SIGTERM and SIGKILL.  So a
     daemon role flushes its streams and ends with ``os._exit``; every other
-    command (benchmarks with worker pools and temporary directories) exits
-    normally.
+    command exits normally.
     """
-    args = _parser().parse_args()
+    args = _parse(None)
     code = _main(args)
     if args.command in _DAEMONS:
         logging.shutdown()

@@ -19,41 +19,20 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import Broker, free_port, start_prometheus, wait_for_port
+from harness import procs
+from harness.procs import Broker, free_port, start_prometheus, wait_for_port
 
 HERE = Path(__file__).parent
 
 
-class MosquittoProcess:
-    """A real Mosquitto on a fixed free port that a test may kill and start again."""
+class MosquittoProcess(procs.MosquittoProcess):
+    """A real Mosquitto with tests/mosquitto.conf on a fixed free port that a test may kill and start again."""
 
     def __init__(self, tmp_path: Path) -> None:
-        self.binary = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
-        if not Path(self.binary).exists():
-            pytest.fail("the mosquitto binary is missing: apt-get install mosquitto (.ci/run does)")
-        self.port = free_port()
-        self.config = tmp_path / "mosquitto.conf"
-        self.config.write_text((HERE / "mosquitto.conf").read_text().replace("@PORT@", str(self.port)))
-        self.log = (tmp_path / "mosquitto.log").open("a")
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen([self.binary, "-c", str(self.config)], stdout=self.log, stderr=subprocess.STDOUT)
-        wait_for_port(self.port)
-
-    def kill(self) -> None:
-        """SIGKILL the broker: no clean disconnect, as when a broker host dies."""
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait(timeout=5)
-            self.proc = None
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait(timeout=5)
-            self.proc = None
-        self.log.close()
+        try:
+            super().__init__(tmp_path, (HERE / "mosquitto.conf").read_text())
+        except procs.MissingBinaryError as exc:
+            pytest.fail(str(exc))
 
 
 @pytest.fixture
@@ -125,7 +104,7 @@ StartPrometheus = Callable[[dict[str, object]], int]
 
 @pytest.fixture
 def prometheus(tmp_path: Path) -> Iterator[StartPrometheus]:
-    """Return a function that starts a real Prometheus with a given config (tests.helpers.start_prometheus, in
+    """Return a function that starts a real Prometheus with a given config (harness.procs.start_prometheus, in
     ``tmp_path``) and returns its port; every one started is stopped after the test."""
     procs: list[subprocess.Popen[bytes]] = []
 

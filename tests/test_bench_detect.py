@@ -1,4 +1,4 @@
-"""Specification of ``rainierd bench detect``: how runs are graded against the
+"""Specification of ``python -m benchmarks detect``: how runs are graded against the
 injected faults (hand-made events at a 0.5 s tick), how durations in seconds
 become ticks, and one tiny real run through the command line."""
 
@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from rainierd.bench.detect import RunResult, _fault_runs, grade, ticks_of
-from rainierd.cli import main
+from benchmarks.__main__ import main
+from benchmarks.detect import RunResult, fault_runs, grade, ticks_of
 from rainierd.core.detect import Event
 from rainierd.sim.faults import Fault, FaultKind
 
@@ -100,7 +100,7 @@ class TestSeconds:
         def shape(tick_s: float) -> list[tuple[str, int, float, float]]:
             return [(str(f.kind), f.target, f.start_tick * tick_s,
                      0.0 if f.kind is FaultKind.NL_FLAPPING else (f.end_tick - f.start_tick) * tick_s)
-                    for _us, faults, _seed, _ticks in _fault_runs(1, 4, tick_s=tick_s) for f in faults]
+                    for _us, faults, _seed, _ticks in fault_runs(1, 4, tick_s=tick_s) for f in faults]
 
         second = shape(1.0)
         assert shape(0.5) == second
@@ -112,7 +112,7 @@ class TestCommandLine:
     def test_tiny_run(self, capsys: pytest.CaptureFixture[str]) -> None:
         """A quick run prints only the JSON report on stdout, a section per profile and tick, and its
         progress on stderr."""
-        code = main(["bench", "detect", "--quick", "--ultraservers", "2", "--control-ultraservers", "2",
+        code = main(["detect", "--quick", "--ultraservers", "2", "--control-ultraservers", "2",
                      "--control-seconds", "120", "--kinds", "nl_down", "--profile", "ideal", "--tick", "1", "0.5",
                      "--jobs", "2", "--json"])
         out, err = capsys.readouterr()
@@ -134,7 +134,7 @@ class TestCommandLine:
 
     def test_unknown_profile(self, capsys: pytest.CaptureFixture[str]) -> None:
         """An unknown profile is refused before anything runs, on stderr, with exit code 2."""
-        code = main(["bench", "detect", "--profile", "nonesuch", "--json"])
+        code = main(["detect", "--profile", "nonesuch", "--json"])
         out, err = capsys.readouterr()
         assert (code, out) == (2, "")
         assert "unknown profile nonesuch" in err

@@ -1,4 +1,4 @@
-"""``rainierd bench plan``: the deployment arithmetic from measured figures,
+"""``python -m benchmarks plan``: the deployment arithmetic from measured figures,
 pinned on round numbers a reader can check by hand, and the stored figures
 file read as the command reads it."""
 
@@ -9,7 +9,7 @@ import subprocess
 import sys
 from dataclasses import asdict, fields, replace
 
-from rainierd.bench.plan import FIGURES_FILE, Figures, Plan, load_figures, plan
+from benchmarks.plan import FIGURES_FILE, Figures, Plan, load_figures, plan
 
 ROUND = Figures(
     shard_chip_samples_per_s=500_000, bytes_per_chip_sample=200, broker_node_bytes_per_s=100e6,
@@ -64,8 +64,8 @@ class TestFigures:
         assert load_figures() == Figures(**{k: v["value"] for k, v in document["figures"].items()})
 
     def test_the_command_prints_json_for_each_size(self) -> None:
-        """`rainierd bench plan --chips ... --json` prints one plan per size, from the stored figures."""
-        out = subprocess.run([sys.executable, "-m", "rainierd", "bench", "plan", "--chips", "499200", "1000000",
+        """`python -m benchmarks plan --chips ... --json` prints one plan per size, from the stored figures."""
+        out = subprocess.run([sys.executable, "-m", "benchmarks", "plan", "--chips", "499200", "1000000",
                               "--json"], capture_output=True, text=True, check=True).stdout
         report = json.loads(out)
         figures = load_figures()

@@ -1,4 +1,4 @@
-"""Specification of ``rainierd bench tsdb``'s pure parts: reading a TSDB's own
+"""Specification of ``python -m benchmarks tsdb``'s pure parts: reading a TSDB's own
 counters, counting a step's scrapes, the sustained rule, the ramp, and the
 window's phase.  No timings are asserted; the measurement itself needs a real
 Prometheus and VictoriaMetrics and is run by hand (docs/scaling.md)."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from rainierd.bench.tsdb import Scrapes, metric_sum, next_targets, quiet_phase, scrape_counts, shortfalls
+from benchmarks.tsdb import Scrapes, metric_sum, next_targets, quiet_phase, scrape_counts, shortfalls
 
 # As the two engines expose them (Prometheus 2.42 labels its counter by sample type).
 PROMETHEUS = {

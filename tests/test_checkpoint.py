@@ -11,13 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from harness.waits import wait_until
 from rainierd.core import Ingest
 from rainierd.core.config import MonitorConfig
 from rainierd.core.streams import WINDOW
 from rainierd.monitor import Monitor
 from rainierd.monitor.checkpoint_file import CheckpointError, load_checkpoint, save_checkpoint
 from rainierd.topology import build_topology
-from tests.helpers import wait_until
 from tests.test_core import Fleet
 from tests.test_monitor import tick_messages
 

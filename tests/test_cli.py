@@ -214,10 +214,16 @@ class TestUtilities:
         assert written == sorted(p.name for p in RULES_DIR.glob("*.yml"))
         assert written
 
-    @pytest.mark.parametrize("argv", [["bench", "--help"], ["bench", "scrape", "--help"],
-                                      ["bridge", "neuron-monitor", "--help"], ["rules", "--help"]])
+    @pytest.mark.parametrize("argv", [["bench"], ["bench", "core", "--topology", "demo"], ["bench", "--help"]])
+    def test_bench_points_to_the_benchmarks(self, argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+        """`rainierd bench ...` runs nothing: one line on stderr names `python -m benchmarks`, exit code 2."""
+        assert main(argv) == 2
+        out, err = capsys.readouterr()
+        assert (out, err.count("\n"), "python -m benchmarks KIND" in err) == ("", 1, True)
+
+    @pytest.mark.parametrize("argv", [["bridge", "neuron-monitor", "--help"], ["rules", "--help"]])
     def test_other_commands_still_parse(self, argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
-        """The benchmark, bridge and rules commands keep their own options."""
+        """The bridge and rules commands keep their own options."""
         with pytest.raises(SystemExit) as info:
             main(argv)
         assert info.value.code == 0

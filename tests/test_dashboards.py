@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import start_prometheus
+from harness.procs import start_prometheus
 
 ROOT = Path(__file__).parents[1]
 DASHBOARDS = ROOT / "grafana" / "dashboards"

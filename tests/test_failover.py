@@ -15,12 +15,14 @@ import aiomqtt
 import pytest
 import structlog
 
+from harness.procs import free_port
+from harness.scrape import current_values
+from harness.waits import wait_until
 from rainierd.connection import ConnectionState
 from rainierd.errors import ConfigError
 from rainierd.mqtt import Broker, MqttConfig, mqtt_config, parse_brokers, supervise
 from rainierd.settings import load_settings
 from tests.conftest import Daemon, MosquittoProcess
-from tests.helpers import current_values, free_port, wait_until
 from tests.integration.test_accounting import assert_every_frame_accounted, flowing, settled
 
 

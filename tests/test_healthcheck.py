@@ -14,6 +14,8 @@ from pathlib import Path
 import bcrypt
 import pytest
 
+from harness.procs import free_port
+from harness.waits import poll_until
 from rainierd import __version__
 from rainierd.cli import main
 from rainierd.connection import ConnectionState
@@ -23,7 +25,6 @@ from rainierd.exporter.webconfig import load_web_config
 from rainierd.probes import Verdict
 from rainierd.settings import load_settings
 from tests.certs import Pki, make_pki
-from tests.helpers import free_port, poll_until
 
 ROOT = Path(__file__).resolve().parent.parent
 PASSWORD = "correct horse"

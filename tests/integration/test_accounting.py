@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.procs import free_port
+from harness.scrape import current_values
+from harness.waits import wait_until
 from tests.conftest import Daemon, MosquittoProcess
-from tests.helpers import current_values, free_port, wait_until
 
 TICK_S = 0.25
 HEALTH_EVENTS = "rainier_health_events_total"

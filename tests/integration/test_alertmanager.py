@@ -22,8 +22,11 @@ from typing import Any
 import pytest
 import yaml
 
+from harness.procs import Broker, free_port, start_prometheus
+from harness.scrape import current_values
+from harness.waits import poll_until
 from rainierd.promrules import RUNBOOK_BASE
-from tests.helpers import Broker, current_values, free_port, poll_until, rules_for_tests, start_prometheus
+from tests.helpers import rules_for_tests
 
 ROOT = Path(__file__).parents[2]
 TICK_S = 0.5

@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.procs import Broker, free_port
+from harness.scrape import current_values
 from tests.conftest import StartPrometheus
-from tests.helpers import Broker, current_values, free_port, rainierd_prometheus_config
+from tests.helpers import rainierd_prometheus_config
 
 ROOT = Path(__file__).parents[2]
 TICK_S = 0.5

@@ -21,13 +21,15 @@ import aiomqtt
 import numpy as np
 import pytest
 
+from harness.procs import free_port, wait_for_port
+from harness.scrape import current_values
+from harness.waits import poll_until
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_batches, tick_frames
 from rainierd.topology import build_topology
 from rainierd.wire import NodeBatch, encode_binary
 from rainierd.wire.topics import status_topic
 from tests.conftest import Daemon
-from tests.helpers import current_values, free_port, poll_until, wait_for_port
 
 ROOT = Path(__file__).parents[2]
 DEPLOY = ROOT / "deploy" / "mosquitto"

@@ -9,8 +9,10 @@ import json
 
 import pytest
 
+from harness.procs import free_port
+from harness.scrape import current_values
+from harness.waits import wait_until
 from tests.conftest import MosquittoProcess
-from tests.helpers import current_values, free_port, wait_until
 
 TICK_S = 0.5
 

@@ -14,9 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from rainierd.bench.cluster import Cluster, cluster
+from harness.cluster import Cluster, cluster
+from harness.procs import free_port
+from harness.scrape import current_values, sample_values, scrape
+from harness.waits import wait_until
 from tests.conftest import Daemon
-from tests.helpers import current_values, free_port, sample_values, scrape, wait_until
 from tests.integration.test_accounting import sim_totals
 from tests.integration.test_shards_e2e import SCENARIO, TOPOLOGY, TOTALS, unhealthy
 

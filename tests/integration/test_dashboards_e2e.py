@@ -14,8 +14,11 @@ from typing import Any
 
 import pytest
 
+from harness.procs import free_port
+from harness.scrape import current_values
+from harness.waits import poll_until
 from tests.conftest import StartPrometheus
-from tests.helpers import current_values, free_port, poll_until, rainierd_prometheus_config
+from tests.helpers import rainierd_prometheus_config
 from tests.test_dashboards import (
     UIDS,
     load,

@@ -12,7 +12,9 @@ from pathlib import Path
 import aiomqtt
 import pytest
 
-from tests.helpers import Broker, current_values, free_port, wait_until
+from harness.procs import Broker, free_port
+from harness.scrape import current_values
+from harness.waits import wait_until
 
 TICK_S = 0.5
 # After the monitor's baselines have 30 s of history: an entity is judged by a change in itself, so a

@@ -17,9 +17,10 @@ from pathlib import Path
 import bcrypt
 import pytest
 
+from harness.procs import Broker, free_port, wait_for_port
+from harness.waits import poll_until
 from tests.certs import Pki, make_pki
 from tests.conftest import Daemon, StartPrometheus
-from tests.helpers import Broker, free_port, poll_until, wait_for_port
 from tests.integration.test_alerts_e2e import query
 
 USER = "prometheus"

@@ -37,6 +37,9 @@ import aiomqtt
 import numpy as np
 import pytest
 
+from harness.procs import Broker, free_port
+from harness.scrape import current_values, sample_values, scrape
+from harness.waits import wait_until
 from rainierd.exporter.selfstatus import DECODE_REASONS
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_batches, tick_frames
@@ -55,7 +58,6 @@ from rainierd.wire import (
 )
 from rainierd.wire.binary import BATCH_HEADER, HEADER
 from rainierd.wire.topics import batch_topic, facility_topic, node_topic
-from tests.helpers import Broker, current_values, free_port, sample_values, scrape, wait_until
 
 TOPO: Final = build_topology("demo")
 PUBLISHER: Final = "fuzz-fleet"

@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.procs import Broker, free_port
+from harness.scrape import current_values, scrape
+from harness.waits import wait_until
 from rainierd.inventory import load_inventory
-from tests.helpers import Broker, current_values, free_port, scrape, wait_until
 
 ROOT = Path(__file__).parents[2]
 INVENTORY = ROOT / "tests" / "data" / "inventory-two-sites.toml"

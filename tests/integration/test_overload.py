@@ -13,7 +13,9 @@ import signal
 
 import pytest
 
-from tests.helpers import Broker, current_values, free_port, scrape, wait_until
+from harness.procs import Broker, free_port
+from harness.scrape import current_values, scrape
+from harness.waits import wait_until
 
 TICK_S = 0.5
 # 64 nodes: one 237 KB batch a tick, so a few seconds of stall overflow a 1 MiB inbox.

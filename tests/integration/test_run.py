@@ -6,7 +6,8 @@ import json
 import socket
 import time
 
-from tests.helpers import free_port, sample_values, scrape
+from harness.procs import free_port
+from harness.scrape import sample_values, scrape
 
 
 def wait_for_metrics(port: int, timeout_s: float) -> dict[str, float]:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import time
 
+from harness.procs import free_port
+from harness.scrape import current_values
 from tests.conftest import SecureBroker
-from tests.helpers import current_values, free_port
 
 
 def test_tls_and_password_authentication(secure_mosquitto: SecureBroker, start_rainierd: object) -> None:

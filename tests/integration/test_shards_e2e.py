@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import Broker, current_values, free_port, sample_values, scrape, wait_until
+from harness.procs import Broker, free_port
+from harness.scrape import current_values, sample_values, scrape
+from harness.waits import wait_until
 
 TICK_S = 0.5
 TICKS = 24

@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from harness.procs import free_port
 from tests.conftest import Daemon, MosquittoProcess
-from tests.helpers import free_port
 
 GRACE_S = 2.0
 Start = Callable[..., Daemon]

@@ -1,4 +1,4 @@
-"""``rainierd bench plan``: the deployment for a fleet of N chips, computed from
+"""``benchmarks plan``: the deployment for a fleet of N chips, computed from
 figures measured on this machine (benchmarks/plan-figures.json, each with the
 command that produced it), as docs/scaling.md explains.
 
@@ -27,11 +27,13 @@ import json
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from rainierd.hardware import TRN2
 
-__all__ = ["FIGURES_FILE", "Figures", "Plan", "load_figures", "main", "plan"]
+__all__ = ["FIGURES_FILE", "HELP", "Figures", "Plan", "add_arguments", "load_figures", "plan", "run"]
+
+HELP: Final = "the deployment for N chips from the measured figures (docs/scaling.md)"
 
 FIGURES_FILE = Path(__file__).with_name("plan-figures.json")
 
@@ -105,7 +107,16 @@ def _servers(samples_per_s: float, one_server: float, headroom: float) -> int:
     return max(1, math.ceil(samples_per_s / (one_server * headroom)))
 
 
-def main(args: argparse.Namespace) -> int:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Give ``parser`` this benchmark's options."""
+    parser.add_argument("--chips", type=float, nargs="+", default=[499_200, 1e6, 5e6],
+                        help="fleet sizes in chips (default: rainier, 1M, 5M)")
+    parser.add_argument("--tick", type=float, default=1.0, help="seconds between samples")
+    parser.add_argument("--figures", help="measured figures JSON (default: benchmarks/plan-figures.json)")
+    parser.add_argument("--json", action="store_true")
+
+
+def run(args: argparse.Namespace) -> int:
     """Print the plan for each ``--chips`` as a table, or JSON with ``--json``."""
     figures = load_figures(Path(args.figures) if args.figures else FIGURES_FILE)
     plans = [plan(int(chips), figures, tick_s=args.tick) for chips in args.chips]

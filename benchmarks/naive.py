@@ -2,9 +2,9 @@
 one JSON message per chip and tick, decoded one at a time, and one
 prometheus-client Gauge child per chip and metric.
 
-``python -m rainierd.bench.naive publish PORT CHIPS TICK_S SECONDS`` publishes
+``python -m benchmarks.naive publish PORT CHIPS TICK_S SECONDS`` publishes
 (raw paho in a background thread, as fast as it can go, so the publisher is
-not what limits the measurement); ``python -m rainierd.bench.naive monitor
+not what limits the measurement); ``python -m benchmarks.naive monitor
 PORT METRICS_PORT`` subscribes with aiomqtt and exports
 ``naive_messages_total`` and ``naive_lag_seconds_sum`` next to its gauges.
 """

@@ -1,4 +1,4 @@
-"""``rainierd bench run``: the cost of a whole ``rainierd run`` process, from
+"""``benchmarks run``: the cost of a whole ``rainierd run`` process, from
 outside: CPU share and resident memory over a steady-state window, and how
 long SIGINT takes to stop it.  Linux only (reads /proc).
 """
@@ -11,11 +11,14 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Any
+from typing import Any, Final
 
-from rainierd.bench._proc import cpu_s, free_port, rss_bytes
+from harness.procs import cpu_s, free_port, rss_bytes
+from rainierd.topology import PRESETS
 
-__all__ = ["bench_process", "main"]
+__all__ = ["HELP", "add_arguments", "bench_process", "run"]
+
+HELP: Final = "CPU and memory of a whole `rainierd run` process"
 
 
 def bench_process(topology: str, *, warmup_s: float, window_s: float) -> dict[str, Any]:
@@ -48,7 +51,15 @@ def bench_process(topology: str, *, warmup_s: float, window_s: float) -> dict[st
     }
 
 
-def main(args: argparse.Namespace) -> int:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Give ``parser`` this benchmark's options."""
+    parser.add_argument("--topology", default="demo", choices=list(PRESETS))
+    parser.add_argument("--seconds", type=float, default=60.0, help="measurement window")
+    parser.add_argument("--warmup", type=float, default=5.0)
+    parser.add_argument("--json", action="store_true")
+
+
+def run(args: argparse.Namespace) -> int:
     """Run the benchmark and print JSON or a line of text."""
     result = bench_process(args.topology, warmup_s=args.warmup, window_s=args.seconds)
     if args.json:

@@ -1,7 +1,7 @@
 """A simulated fleet's telemetry as a byte stream, for benchmarks that must
 measure a monitor without the simulator in the same process.
 
-``python -m rainierd.bench.feed TOPOLOGY TICKS BATCH_NODES SEED`` writes, for
+``python -m benchmarks.feed TOPOLOGY TICKS BATCH_NODES SEED`` writes, for
 each tick, its messages as ``u32 topic length | topic | u32 payload length |
 payload``, then a ``u32 0`` that ends the tick; ``read_tick`` reads one tick
 back.  A batch size of 0 feeds one frame per node.  It makes each tick only

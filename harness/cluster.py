@@ -1,11 +1,11 @@
-"""A three-node clustered MQTT broker on loopback ports, from an existing
-engine installed from Debian's packages: NATS (``nats-server``: its MQTT
+"""A three-node clustered MQTT broker on loopback ports, from an engine
+already installed from Debian's packages (scripts/install-tools): NATS (``nats-server``: its MQTT
 gateway needs JetStream, and JetStream in a cluster needs a server name per
 node) or RabbitMQ (``rabbitmq-server`` with ``rabbitmq_mqtt``: three Erlang
 nodes on one host need distinct node names, ports, data and log directories,
 a shared cookie, and here an epmd of their own on a free port).
 
-Used by ``rainierd bench cluster`` (the measurements that chose the engine,
+Used by ``python -m benchmarks cluster`` (the measurements that chose the engine,
 docs/scaling.md), by ``scripts/cluster`` (a cluster to try rainierd against)
 and by the cluster tests.  Each node may be killed (SIGKILL, as when its host
 dies) and started again; nothing binds beyond 127.0.0.1 and nothing of the
@@ -28,16 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from rainierd.bench._proc import free_port
+from harness.procs import free_port, require_binary
 
-__all__ = ["ENGINES", "Cluster", "Engine", "Node", "cluster", "ensure_installed"]
+__all__ = ["ENGINES", "Cluster", "Engine", "Node", "cluster", "server_binary"]
 
 Engine = Literal["nats", "rabbitmq"]
 ENGINES: tuple[Engine, ...] = ("nats", "rabbitmq")
-_PACKAGES: dict[Engine, tuple[str, str]] = {
-    "nats": ("nats-server", "/usr/sbin/nats-server"),
-    "rabbitmq": ("rabbitmq-server", "/usr/lib/rabbitmq/bin/rabbitmq-server"),
-}
 _RABBIT_BIN = Path("/usr/lib/rabbitmq/bin")
 
 _NATS_CONF = """\
@@ -78,20 +74,15 @@ log.file.level = warning
 """
 
 
-def ensure_installed(engine: Engine) -> str:
-    """Return the engine's server binary, installing its Debian package (as root) when it is missing.
+def server_binary(engine: Engine) -> str:
+    """Return the engine's server binary.
 
-    Raises RuntimeError when it is missing and cannot be installed.
+    Raises MissingBinaryError (naming the Debian package) when it is not installed:
+    nothing here installs anything.
     """
-    package, binary = _PACKAGES[engine]
-    if Path(binary).exists():
-        return binary
-    if os.geteuid() != 0:
-        message = f"{binary} is missing: apt-get install {package} (as root)"
-        raise RuntimeError(message)
-    subprocess.run(["apt-get", "install", "-y", "--no-install-recommends", package], check=True,
-                   env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"}, stdout=subprocess.DEVNULL)
-    return binary
+    if engine == "nats":
+        return require_binary("nats-server", package="nats-server", also=["/usr/sbin/nats-server"])
+    return require_binary(str(_RABBIT_BIN / "rabbitmq-server"), package="rabbitmq-server")
 
 
 def _port_open(port: int) -> bool:
@@ -247,10 +238,10 @@ def _rabbitmqctl(node: Node, *args: str, timeout_s: float = 120.0) -> None:
 def cluster(engine: Engine, workdir: Path) -> Iterator[Cluster]:
     """Start a three-node cluster of ``engine`` under ``workdir``; kill it on exit.
 
-    Raises RuntimeError when the engine is missing and cannot be installed,
-    TimeoutError when the cluster does not form.
+    Raises MissingBinaryError when the engine is not installed, TimeoutError when
+    the cluster does not form.
     """
-    binary = ensure_installed(engine)
+    binary = server_binary(engine)
     workdir.mkdir(parents=True, exist_ok=True)
     extra: list[subprocess.Popen[bytes]] = []
     if engine == "nats":

@@ -1,4 +1,4 @@
-"""``rainierd bench soak``: one fleet size for a long while, as a user runs it.
+"""``benchmarks soak``: one fleet size for a long while, as a user runs it.
 
 A real Mosquitto, ``rainierd monitor`` and ``rainierd simulate`` as separate
 processes (the ingest benchmark's fleet), at one size and tick.  After the
@@ -27,31 +27,23 @@ import time
 from pathlib import Path
 from typing import Any, Final
 
-from rainierd.bench._proc import (
-    Fleet,
-    cpu_s,
-    fleet,
-    histogram_delta,
-    histogram_quantile,
-    max_rss_bytes,
-    rss_bytes,
-    runqueue_wait_s,
-    scrape,
-)
-from rainierd.bench.ingest import account_frames, settle
+from benchmarks._fleet import Fleet, fleet, monitor_values
+from benchmarks._progress import Progress
+from benchmarks.ingest import account_frames, settle
+from harness.procs import cpu_s, max_rss_bytes, rss_bytes, runqueue_wait_s
+from harness.scrape import histogram_delta, histogram_quantile
 from rainierd.topology import build_topology
 
-__all__ = ["bench_soak", "main"]
+__all__ = ["HELP", "add_arguments", "bench_soak", "run"]
+
+HELP: Final = ("simulate -> real Mosquitto -> monitor at one size for a long while: RSS growth, frames lost, "
+        "sample and event-loop lag")
 
 MAX_RSS_GROWTH: Final = 0.02
 MAX_LOOP_LAG_P99_S: Final = 0.010
 _SAMPLE_LAG: Final = "rainier_monitor_sample_lag_seconds"
 _LOOP_LAG: Final = "rainier_event_loop_probe_lag_seconds"
 _MIB: Final = 2**20
-
-
-def _log(message: str) -> None:
-    print(f"bench soak: {message}", file=sys.stderr, flush=True)
 
 
 def _rss(pid: int) -> int | None:
@@ -73,19 +65,25 @@ def _slope_per_hour(points: list[tuple[float, int]]) -> float | None:
     return slope * 3600
 
 
-def _sample(running: Fleet, *, until: float, sample_s: float, started: float) -> list[dict[str, Any]]:
-    """Read RSS and scrape the monitor every ``sample_s`` until the monotonic time ``until``."""
-    samples = []
+def _sample(running: Fleet, *, until: float, sample_s: float, started: float, phase: str, total_s: float,
+            progress: Progress) -> list[dict[str, Any]]:
+    """Read RSS and scrape the monitor every ``sample_s`` until the monotonic time ``until``, each read a step
+    of ``progress`` (``total_s``: the seconds of warm-up and window together)."""
+    samples: list[dict[str, Any]] = []
     while (now := time.monotonic()) < until:
         time.sleep(min(sample_s, until - now))
-        values = scrape(running.metrics_port)
+        values = monitor_values(running.metrics_port)
+        at_s = round(time.monotonic() - started, 1)
+        monitor_rss = _rss(running.monitor.pid)
         samples.append({
-            "t_s": round(time.monotonic() - started, 1),
-            "monitor_rss_bytes": _rss(running.monitor.pid), "simulate_rss_bytes": _rss(running.simulate.pid),
+            "t_s": at_s,
+            "monitor_rss_bytes": monitor_rss, "simulate_rss_bytes": _rss(running.simulate.pid),
             "loop_lag_worst_s": values.get("rainier_event_loop_lag_seconds"),
             "analysis_s": values.get("rainier_monitor_analysis_duration_seconds"),
             "load_1m": os.getloadavg()[0],
         })
+        progress.step(f"{phase}, {at_s:.0f} of {total_s:.0f} s: monitor RSS {(monitor_rss or 0) / _MIB:,.0f} MiB",
+                      left_fraction=max(0.0, 1 - at_s / total_s))
     return samples
 
 
@@ -99,20 +97,24 @@ def bench_soak(
           fleet(topology, tick_s=tick_s, ticks=ticks, batch_nodes=batch_nodes, workdir=Path(tmp)) as running):
         started = time.monotonic()
         procs = {"monitor": running.monitor.pid, "simulate": running.simulate.pid,
-                 "mosquitto": running.broker.proc.pid}
-        _sample(running, until=started + warmup_s, sample_s=sample_s, started=started)
-        before, t0 = scrape(running.metrics_port), time.monotonic()
+                 "mosquitto": running.broker.pid}
+        total_s = warmup_s + window_s
+        progress = Progress(math.ceil(warmup_s / sample_s) + math.ceil(window_s / sample_s), prefix="bench soak: ")
+        _sample(running, until=started + warmup_s, sample_s=sample_s, started=started, phase="warm-up",
+                total_s=total_s, progress=progress)
+        before, t0 = monitor_values(running.metrics_port), time.monotonic()
         cpu0 = {name: cpu_s(pid) for name, pid in procs.items()}
         waited0 = runqueue_wait_s(running.monitor.pid)
         rss0 = {name: _rss(pid) for name, pid in procs.items()}
-        _log(f"warm-up over: monitor RSS {(rss0['monitor'] or 0) / _MIB:,.0f} MiB; measuring {window_s:.0f} s")
-        samples = _sample(running, until=t0 + window_s, sample_s=sample_s, started=started)
-        after, t1 = scrape(running.metrics_port), time.monotonic()
+        progress.note(f"warm-up over: monitor RSS {(rss0['monitor'] or 0) / _MIB:,.0f} MiB; measuring {window_s:.0f} s")
+        samples = _sample(running, until=t0 + window_s, sample_s=sample_s, started=started, phase="measuring",
+                          total_s=total_s, progress=progress)
+        after, t1 = monitor_values(running.metrics_port), time.monotonic()
         rss1 = {name: _rss(pid) for name, pid in procs.items()}
         waited = (runqueue_wait_s(running.monitor.pid) - waited0) / (t1 - t0)
         usage = {name: {"cpu_share_of_one_core": (cpu_s(pid) - cpu0[name]) / (t1 - t0),
                         "max_rss_bytes": max_rss_bytes(pid)} for name, pid in procs.items()}
-        _log("window over; waiting for the simulator to finish and the monitor to drain")
+        progress.note("window over; waiting for the simulator to finish and the monitor to drain")
         _at_exit, end, finished = settle(running, tick_s=tick_s, ticks=ticks)
     frames = account_frames(end, finished)
     loop_lag = histogram_delta(after, before, _LOOP_LAG)
@@ -159,9 +161,21 @@ def bench_soak(
     return report
 
 
-def main(args: argparse.Namespace) -> int:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Give ``parser`` this benchmark's options."""
+    parser.add_argument("--topology", default="rainier", help="a preset or sites=S,ultraservers=U (default rainier)")
+    parser.add_argument("--tick", type=float, default=5.0)
+    parser.add_argument("--seconds", type=float, default=600.0, help="measured window, after the warm-up")
+    parser.add_argument("--warmup", type=float, default=60.0, help="seconds before the measured window")
+    parser.add_argument("--sample-interval", type=float, default=5.0, help="seconds between RSS reads and scrapes")
+    parser.add_argument("--batch-nodes", type=int, default=128)
+    parser.add_argument("--json", action="store_true")
+
+
+def run(args: argparse.Namespace) -> int:
     """Run the soak and print JSON or a table."""
-    _log(f"{args.topology} at a {args.tick} s tick: {args.warmup:.0f} s warm-up, {args.seconds:.0f} s measured")
+    print(f"bench soak: {args.topology} at a {args.tick} s tick: {args.warmup:.0f} s warm-up, "
+          f"{args.seconds:.0f} s measured", file=sys.stderr, flush=True)
     r = bench_soak(args.topology, tick_s=args.tick, window_s=args.seconds, warmup_s=args.warmup,
                    sample_s=args.sample_interval, batch_nodes=args.batch_nodes)
     if args.json:

@@ -1,4 +1,4 @@
-"""``rainierd bench transport``: what moving one Rainier tick a second through a
+"""``benchmarks transport``: what moving one Rainier tick a second through a
 real Mosquitto costs, as a function of message size: the measurement that
 chose batch frames (docs/performance.md).
 
@@ -26,10 +26,12 @@ import aiomqtt
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
 
-from rainierd.bench._proc import cpu_s, mosquitto
-from rainierd.bench._table import print_table
+from benchmarks._table import print_table
+from harness.procs import cpu_s, mosquitto
 
-__all__ = ["SIZES", "bench_transport", "main"]
+__all__ = ["HELP", "SIZES", "add_arguments", "bench_transport", "run"]
+
+HELP: Final = "cost of moving a Rainier tick a second through Mosquitto, by message size"
 
 SIZES: Final = (4_000, 16_000, 64_000, 256_000, 1_000_000)
 
@@ -83,16 +85,16 @@ async def subscribe(port: int, seconds: float) -> None:
 
 def run_size(size: int, *, mb_per_s: float, seconds: float, workdir: Path) -> dict[str, Any]:
     """Measure one message size."""
-    me = [sys.executable, "-m", "rainierd.bench.transport"]
+    me = [sys.executable, "-m", "benchmarks.transport"]
     with mosquitto(workdir) as broker:
         sub = subprocess.Popen([*me, "subscribe", str(broker.port), str(seconds + 60)], stdout=subprocess.PIPE,
                                text=True)
         assert sub.stdout is not None
         sub.stdout.readline()  # ready
-        broker_cpu0 = cpu_s(broker.proc.pid)
+        broker_cpu0 = cpu_s(broker.pid)
         pub = subprocess.run([*me, "publish", str(broker.port), str(size), str(mb_per_s), str(seconds)],
                              capture_output=True, text=True, check=True)
-        broker_cpu = cpu_s(broker.proc.pid) - broker_cpu0
+        broker_cpu = cpu_s(broker.pid) - broker_cpu0
         out, _ = sub.communicate(timeout=seconds + 120)
     sent, got = json.loads(pub.stdout), json.loads(out.splitlines()[-1])
     span = max(got["seconds"], 1e-9)
@@ -111,7 +113,15 @@ def bench_transport(sizes: list[int], *, mb_per_s: float, seconds: float) -> dic
     return {"benchmark": "transport", "results": results}
 
 
-def main(args: argparse.Namespace) -> int:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Give ``parser`` this benchmark's options."""
+    parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), help="message bytes")
+    parser.add_argument("--mb-per-s", type=float, default=116.0, help="offered (116: one rainier tick a second)")
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--json", action="store_true")
+
+
+def run(args: argparse.Namespace) -> int:
     """Run the benchmark and print JSON or a table."""
     report = bench_transport(list(args.sizes), mb_per_s=args.mb_per_s, seconds=args.seconds)
     if args.json:

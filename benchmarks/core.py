@@ -1,4 +1,4 @@
-"""``rainierd bench core``: what one tick costs the monitor at each fleet size,
+"""``benchmarks core``: what one tick costs the monitor at each fleet size,
 stage by stage, measured in a process that holds the monitor alone.
 
 For each size a fresh process runs the monitor's core (no MQTT) and reads a
@@ -31,8 +31,8 @@ from typing import Any, Final
 
 import numpy as np
 
+from benchmarks.feed import START_S, read_tick, request_tick
 from rainierd._malloc import keep_freed_memory
-from rainierd.bench.feed import START_S, read_tick, request_tick
 from rainierd.core.analysis import HealthView, MonitorCore
 from rainierd.core.config import MonitorConfig
 from rainierd.core.ingest import Message
@@ -40,7 +40,9 @@ from rainierd.core.model import lost_by_cause
 from rainierd.core.throughput import compute_throughput
 from rainierd.topology import build_topology
 
-__all__ = ["SWEEP", "bench_core", "main"]
+__all__ = ["HELP", "SWEEP", "add_arguments", "bench_core", "run"]
+
+HELP: Final = "per-tick cost of the monitor's core, from 64 to 1,000,000 chips"
 
 SWEEP: Final = (
     "ultraserver", "sites=1,ultraservers=16", "sites=1,ultraservers=256", "sites=2,ultraservers=1000",
@@ -58,7 +60,7 @@ def measure(topology: str, *, repeat: int, batch_nodes: int, seed: int) -> dict[
     topo = build_topology(topology)
     core = MonitorCore(topo, MonitorConfig(max_frame_bytes=64 * 2**20))
     feeder = subprocess.Popen(
-        [sys.executable, "-m", "rainierd.bench.feed", topology, str(repeat + 1), str(batch_nodes), str(seed)],
+        [sys.executable, "-m", "benchmarks.feed", topology, str(repeat + 1), str(batch_nodes), str(seed)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )
     assert feeder.stdout is not None
@@ -125,7 +127,7 @@ def bench_core(topologies: list[str], *, repeat: int, batch_nodes: int, seed: in
     for topology in topologies:
         print(f"bench core: {topology} ...", file=sys.stderr, flush=True)
         out = subprocess.run(
-            [sys.executable, "-m", "rainierd.bench.core", topology, str(repeat), str(batch_nodes), str(seed)],
+            [sys.executable, "-m", "benchmarks.core", topology, str(repeat), str(batch_nodes), str(seed)],
             check=True, capture_output=True,
         )
         results.append(json.loads(out.stdout))
@@ -154,14 +156,25 @@ def plot(report: dict[str, Any], path: Path) -> None:
     right2 = right.twinx()
     right2.plot(chips, [r["max_rss_bytes"] / 2**20 for r in rows], marker="s", color="tab:red")
     right2.set_ylabel("max RSS, MiB (red)")
-    fig.suptitle(f"rainierd bench core: batch frames of {report['batch_nodes']} nodes, "
+    fig.suptitle(f"benchmarks core: batch frames of {report['batch_nodes']} nodes, "
                  f"{report['repeat']} ticks per size")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def main(args: argparse.Namespace) -> int:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Give ``parser`` this benchmark's options."""
+    parser.add_argument("--topology", nargs="+", default=list(SWEEP),
+                        help="presets or sites=S,ultraservers=U (default: a sweep from 64 to 1,000,000 chips)")
+    parser.add_argument("--repeat", type=int, default=10, help="ticks measured per size (after one warm-up)")
+    parser.add_argument("--batch-nodes", type=int, default=128, help="nodes per batch frame (0: one frame per node)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--plot", help="also draw the scaling curve to this PNG (needs matplotlib)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def run(args: argparse.Namespace) -> int:
     """Run the benchmark and print JSON or a table."""
     report = bench_core(list(args.topology), repeat=max(2, args.repeat), batch_nodes=args.batch_nodes, seed=args.seed)
     if args.plot:

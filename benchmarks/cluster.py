@@ -1,4 +1,4 @@
-"""``rainierd bench cluster``: the measurements that chose the clustered broker
+"""``benchmarks cluster``: the measurements that chose the clustered broker
 (docs/scaling.md), for each engine's three-node cluster on this machine and a
 single Mosquitto beside them as the baseline.
 
@@ -27,25 +27,25 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import aiomqtt
 
-from rainierd.bench._proc import cpu_s, mosquitto
-from rainierd.bench._table import print_table
-from rainierd.bench.cluster import Cluster, cluster
+from benchmarks._progress import Progress
+from benchmarks._table import print_table
+from harness.cluster import ENGINES, Cluster, cluster, server_binary
+from harness.procs import cpu_s, mosquitto, require_binary
 from rainierd.connection import ConnectionState
 from rainierd.mqtt import MqttConfig, parse_brokers, supervise
 from rainierd.wire.topics import status_topic
 
-__all__ = ["bench_cluster", "main"]
+__all__ = ["HELP", "add_arguments", "bench_cluster", "run"]
 
-_ME = [sys.executable, "-m", "rainierd.bench.clusterbench"]
-_TRANSPORT = [sys.executable, "-m", "rainierd.bench.transport"]
+HELP: Final = ("a three-node NATS and RabbitMQ cluster against one Mosquitto: throughput of rainierd frames, "
+        "failover, retained messages, wills")
 
-
-def _log(message: str) -> None:
-    print(f"bench cluster: {message}", file=sys.stderr, flush=True)
+_ME = [sys.executable, "-m", "benchmarks.cluster"]
+_TRANSPORT = [sys.executable, "-m", "benchmarks.transport"]
 
 
 def throughput(pub_port: int, sub_port: int, pids: list[int], *, size: int, mb_per_s: float,
@@ -183,37 +183,61 @@ async def _wills(running: Cluster) -> dict[str, Any]:
     }
 
 
-def bench_engine(engine: str, *, size: int, mb_per_s: list[float], seconds: float, workdir: Path) -> dict[str, Any]:
-    """Measure one engine's cluster (or ``mosquitto``, one node)."""
+def bench_engine(engine: str, *, size: int, mb_per_s: list[float], seconds: float, workdir: Path,
+                 progress: Progress) -> dict[str, Any]:
+    """Measure one engine's cluster (or ``mosquitto``, one node), each phase a step of ``progress``
+    (one for Mosquitto, four for a cluster)."""
     if engine == "mosquitto":
         with mosquitto(workdir) as broker:
-            runs = [throughput(broker.port, broker.port, [broker.proc.pid], size=size, mb_per_s=rate,
+            runs = [throughput(broker.port, broker.port, [broker.pid], size=size, mb_per_s=rate,
                                seconds=seconds) for rate in mb_per_s]
+        progress.step(f"{engine}: throughput {[round(r['mb_per_s'], 1) for r in runs]} MB/s")
         return {"engine": engine, "nodes": 1, "throughput": runs}
     formed = time.monotonic()
     with cluster(engine, workdir / engine) as running:  # type: ignore[arg-type]
         formed_s = time.monotonic() - formed
-        _log(f"{engine}: cluster formed in {formed_s:.1f} s")
+        progress.step(f"{engine}: cluster formed in {formed_s:.1f} s")
         pids = _node_pids(running)
         ports = [n.mqtt_port for n in running.nodes]
         runs = [throughput(ports[0], ports[1], pids, size=size, mb_per_s=rate, seconds=seconds)
                 for rate in mb_per_s]
-        _log(f"{engine}: throughput {[round(r['mb_per_s'], 1) for r in runs]} MB/s")
+        progress.step(f"{engine}: throughput {[round(r['mb_per_s'], 1) for r in runs]} MB/s")
         wills = asyncio.run(_wills(running))
+        progress.step(f"{engine}: retained messages and wills")
         failover = asyncio.run(_failover(running))
+        progress.step(f"{engine}: failover")
     return {"engine": engine, "nodes": 3, "cluster_formed_s": formed_s, "throughput": runs,
             "failover": failover, "retained_and_wills": wills}
 
 
 def bench_cluster(engines: list[str], *, size: int, mb_per_s: list[float], seconds: float) -> dict[str, Any]:
-    """Return the report over every engine."""
+    """Return the report over every engine.
+
+    Raises MissingBinaryError, before anything runs, when an engine is not installed.
+    """
+    require_binary("mosquitto", package="mosquitto", also=["/usr/sbin/mosquitto"])
+    for engine in engines:
+        if engine != "mosquitto":
+            server_binary(engine)  # type: ignore[arg-type]
+    progress = Progress(sum(1 if e == "mosquitto" else 4 for e in engines), prefix="bench cluster: ")
     with tempfile.TemporaryDirectory(prefix="rainierd-bench-cluster-") as tmp:
-        results = [bench_engine(e, size=size, mb_per_s=mb_per_s, seconds=seconds, workdir=Path(tmp))
-                   for e in engines]
+        results = [bench_engine(e, size=size, mb_per_s=mb_per_s, seconds=seconds, workdir=Path(tmp),
+                                progress=progress) for e in engines]
+    progress.close()
     return {"benchmark": "cluster", "results": results}
 
 
-def main(args: argparse.Namespace) -> int:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Give ``parser`` this benchmark's options."""
+    parser.add_argument("--engines", nargs="+", default=["mosquitto", *ENGINES], choices=["mosquitto", *ENGINES])
+    parser.add_argument("--size", type=int, default=463_000, help="message bytes (a rainier batch frame: ~463 KB)")
+    parser.add_argument("--mb-per-s", type=float, nargs="+", default=[116.0, 232.0],
+                        help="offered rates (116: one rainier tick a second)")
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--json", action="store_true")
+
+
+def run(args: argparse.Namespace) -> int:
     """Run the benchmark and print JSON or a table."""
     report = bench_cluster(list(args.engines), size=args.size, mb_per_s=list(args.mb_per_s), seconds=args.seconds)
     if args.json:

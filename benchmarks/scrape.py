@@ -1,4 +1,4 @@
-"""``rainierd bench scrape``: what a Prometheus scrape costs, as the daemon
+"""``benchmarks scrape``: what a Prometheus scrape costs, as the daemon
 serves it.  An in-process exporter (the daemon's registry, UltraServer
 families and MetricsServer) holds a snapshot of a simulated fleet with some
 faults, re-renders it once a second as the monitor does after each analysis,
@@ -21,7 +21,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import replace
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
@@ -36,9 +36,11 @@ from rainierd.probes import Verdict
 from rainierd.sim.faults import random_faults
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
-from rainierd.topology import Topology, build_topology
+from rainierd.topology import PRESETS, Topology, build_topology
 
-__all__ = ["bench_scrape", "main", "snapshots"]
+__all__ = ["HELP", "add_arguments", "bench_scrape", "run", "snapshots"]
+
+HELP: Final = "/metrics latency, size and event-loop lag"
 
 _CLIENT = """
 import json, sys, time, urllib.request
@@ -146,7 +148,16 @@ def bench_scrape(presets: list[str], *, scrapes: int, interval_s: float, seed: i
     ]}
 
 
-def main(args: argparse.Namespace) -> int:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Give ``parser`` this benchmark's options."""
+    parser.add_argument("--topology", nargs="+", default=["demo", "rainier"], choices=list(PRESETS))
+    parser.add_argument("--scrapes", type=int, default=100)
+    parser.add_argument("--interval", type=float, default=0.1, help="seconds between scrapes")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true")
+
+
+def run(args: argparse.Namespace) -> int:
     """Run the benchmark and print JSON or a table."""
     report = bench_scrape(args.topology, scrapes=args.scrapes, interval_s=args.interval, seed=args.seed)
     if args.json:

@@ -1,4 +1,4 @@
-"""``rainierd bench ingest``: the real-time path end to end, as a user runs it.
+"""``benchmarks ingest``: the real-time path end to end, as a user runs it.
 
 For each fleet size, smallest first: a real Mosquitto, then ``rainierd
 monitor`` and ``rainierd simulate`` as separate processes sharing the
@@ -12,7 +12,7 @@ sustains the fleet's chip-samples/s with 0 frames lost, 0 events (the fleet
 is healthy) and a sample lag p99 within two ticks; the sweep stops at the
 first size that fails.
 
-The same run measures the naive baseline (bench/naive.py) at increasing
+The same run measures the naive baseline (benchmarks/naive.py) at increasing
 chip counts and reports the best rate it sustained, and the ratio.
 """
 
@@ -28,30 +28,24 @@ import time
 from pathlib import Path
 from typing import Any, Final
 
-from rainierd.bench._proc import (
-    Fleet,
-    cpu_s,
-    fleet,
-    free_port,
-    histogram_delta,
-    histogram_quantile,
-    last_log,
-    max_rss_bytes,
-    mosquitto,
-    scrape,
-    wait_until,
-)
+from benchmarks._fleet import Fleet, fleet, last_log, monitor_values
+from benchmarks._progress import Progress
+from harness.procs import cpu_s, free_port, max_rss_bytes, mosquitto
+from harness.scrape import current_values, histogram_delta, histogram_quantile
+from harness.waits import poll_until
 from rainierd.topology import build_topology
 
-__all__ = ["DEFAULT_SIZES", "account_frames", "bench_ingest", "main", "settle"]
+__all__ = ["DEFAULT_SIZES", "HELP", "account_frames", "add_arguments", "bench_ingest", "run", "settle"]
+
+HELP: Final = "simulate -> real Mosquitto -> monitor, swept up in fleet size"
 
 DEFAULT_SIZES: Final = ("sites=1,ultraservers=650", "sites=2,ultraservers=1300", "rainier", "rainier-1m")
 NAIVE_CHIPS: Final = (2_500, 5_000, 10_000, 20_000, 40_000)
 _LAG = "rainier_monitor_sample_lag_seconds"
 
 
-def _log(message: str) -> None:
-    print(f"bench ingest: {message}", file=sys.stderr, flush=True)
+def _naive_values(port: int) -> dict[str, float]:
+    return current_values(port, timeout_s=30.0, only=("naive_",))
 
 
 def _sum(values: dict[str, float], prefix: str) -> float:
@@ -78,11 +72,11 @@ def _measure(
     chips: int, topology: str, running: Fleet, *, tick_s: float, ticks: int, warmup_s: float, window_s: float,
 ) -> dict[str, Any]:
     port, sim = running.metrics_port, running.simulate
-    procs = {"simulate": sim.pid, "mosquitto": running.broker.proc.pid, "monitor": running.monitor.pid}
+    procs = {"simulate": sim.pid, "mosquitto": running.broker.pid, "monitor": running.monitor.pid}
     time.sleep(warmup_s)
-    before, cpu0, t0 = scrape(port), {name: cpu_s(pid) for name, pid in procs.items()}, time.monotonic()
+    before, cpu0, t0 = monitor_values(port), {name: cpu_s(pid) for name, pid in procs.items()}, time.monotonic()
     time.sleep(window_s)
-    after, t1 = scrape(port), time.monotonic()
+    after, t1 = monitor_values(port), time.monotonic()
     usage = _usage(procs, cpu0, t1 - t0)
     at_exit, end, finished = settle(running, tick_s=tick_s, ticks=ticks)
     seconds = t1 - t0
@@ -129,16 +123,16 @@ def settle(running: Fleet, *, tick_s: float, ticks: int) -> tuple[dict[str, floa
     port = running.metrics_port
     running.simulate.wait(timeout=ticks * tick_s + 120)
     # The fleet stops when the simulator does: events after this are true (every node falls silent).
-    at_exit = scrape(port)
+    at_exit = monitor_values(port)
 
     def applied() -> float:
-        return scrape(port).get("rainier_ingest_frames_applied_total", -1.0)
+        return monitor_values(port).get("rainier_ingest_frames_applied_total", -1.0)
 
     last = -2.0
     while (now := applied()) != last:  # drained when nothing more lands for three ticks
         last = now
         time.sleep(3 * tick_s)
-    return at_exit, scrape(port), last_log(running.simulate_log, "simulation finished")
+    return at_exit, monitor_values(port), last_log(running.simulate_log, "simulation finished")
 
 
 def account_frames(end: dict[str, float], finished: dict[str, Any]) -> dict[str, Any]:
@@ -164,21 +158,21 @@ def run_naive(chips: int, *, tick_s: float, seconds: float, workdir: Path) -> di
     """Run the naive baseline at ``chips`` chips; return the rate its monitor sustained."""
     port = free_port()
     with mosquitto(workdir) as broker:
-        naive = [sys.executable, "-m", "rainierd.bench.naive"]
+        naive = [sys.executable, "-m", "benchmarks.naive"]
         monitor = subprocess.Popen([*naive, "monitor", str(broker.port), str(port)])
         try:
-            wait_until("the naive monitor", lambda: "naive_messages_total" in scrape(port), 60)
+            poll_until(lambda: "naive_messages_total" in _naive_values(port), 60, "the naive monitor")
             pub = subprocess.run([*naive, "publish", str(broker.port), str(chips), str(tick_s), str(seconds)],
                                  capture_output=True, check=True, timeout=seconds + 120)
             sent = json.loads(pub.stdout)
             started = time.monotonic()
-            counts = [scrape(port).get("naive_messages_total", 0.0)]
+            counts = [_naive_values(port).get("naive_messages_total", 0.0)]
             while time.monotonic() - started < 60:  # let it drain what the broker queued
                 time.sleep(1.0)
-                counts.append(scrape(port).get("naive_messages_total", 0.0))
+                counts.append(_naive_values(port).get("naive_messages_total", 0.0))
                 if counts[-1] == counts[-2]:
                     break
-            end = scrape(port)
+            end = _naive_values(port)
             drain_s = time.monotonic() - started
         finally:
             monitor.kill()
@@ -203,26 +197,29 @@ def bench_ingest(
 ) -> dict[str, Any]:
     """Return the report: the sweep of rainierd, then the naive baseline, then the ratio."""
     results = []
+    progress = Progress(len(sizes) + len(naive_chips), prefix="bench ingest: ")
     with tempfile.TemporaryDirectory(prefix="rainierd-bench-ingest-") as tmp:
         workdir = Path(tmp)
         for size in sizes:
-            _log(f"{size} at a {tick_s} s tick: {warmup_s:.0f} s warm-up, {window_s:.0f} s measured")
+            progress.note(f"{size} at a {tick_s} s tick: {warmup_s:.0f} s warm-up, {window_s:.0f} s measured")
             result = run_size(size, tick_s=tick_s, warmup_s=warmup_s, window_s=window_s, batch_nodes=batch_nodes,
                               workdir=workdir)
             results.append(result)
-            _log(f"{size}: {result['chip_samples_per_s']:,.0f} chip-samples/s, "
+            progress.step(f"{size}: {result['chip_samples_per_s']:,.0f} chip-samples/s, "
                  f"lost {result['frames']['counted_lost']}, lag p99 {result['sample_lag_s']['p99']}, "
                  f"passed {result['passed']}")
             if not result["passed"]:
                 break
         naive = []
         for chips in naive_chips:
-            _log(f"naive baseline at {chips:,} chips")
+            progress.note(f"naive baseline at {chips:,} chips")
             run = run_naive(chips, tick_s=tick_s, seconds=naive_seconds, workdir=workdir)
             naive.append(run)
-            _log(f"naive {chips:,}: {run['processed_per_s']:,.0f} msgs/s, lost {run['lost']}, kept up {run['kept_up']}")
+            progress.step(f"naive {chips:,}: {run['processed_per_s']:,.0f} msgs/s, lost {run['lost']}, "
+                          f"kept up {run['kept_up']}")
             if not run["kept_up"]:
                 break
+    progress.close()
     passed = [r for r in results if r["passed"]]
     best = max(passed, key=lambda r: r["chips"]) if passed else None
     naive_best = max((n["processed_per_s"] for n in naive if n["kept_up"]), default=0.0)
@@ -238,7 +235,20 @@ def bench_ingest(
     }
 
 
-def main(args: argparse.Namespace) -> int:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Give ``parser`` this benchmark's options."""
+    parser.add_argument("--topology", nargs="+", default=list(DEFAULT_SIZES), help="sizes, smallest first")
+    parser.add_argument("--tick", type=float, default=1.0)
+    parser.add_argument("--warmup", type=float, default=20.0, help="seconds before the measured window")
+    parser.add_argument("--seconds", type=float, default=120.0, help="measured window per size")
+    parser.add_argument("--batch-nodes", type=int, default=128)
+    parser.add_argument("--no-naive", dest="naive", action="store_false", help="skip the naive baseline")
+    parser.add_argument("--naive-chips", type=int, nargs="+", default=list(NAIVE_CHIPS))
+    parser.add_argument("--naive-seconds", type=float, default=20.0)
+    parser.add_argument("--json", action="store_true")
+
+
+def run(args: argparse.Namespace) -> int:
     """Run the benchmark and print JSON or a table."""
     report = bench_ingest(
         list(args.topology), tick_s=args.tick, warmup_s=args.warmup, window_s=args.seconds,

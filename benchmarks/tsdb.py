@@ -1,11 +1,11 @@
-"""``rainierd bench tsdb``: how many samples a second one real Prometheus, and
+"""``benchmarks tsdb``: how many samples a second one real Prometheus, and
 one real single-node VictoriaMetrics, ingest on this machine, scraping what
-rainierd serves.  ``rainierd bench plan`` sizes the Prometheus tier from it.
+rainierd serves.  ``benchmarks plan`` sizes the Prometheus tier from it.
 
 The exporter renders a simulated fleet (``--topology``, the snapshot ``bench
 scrape`` uses) at ``--variants`` successive ticks, so series names, labels
 and cardinality are the daemon's own and values change on every scrape.  A
-separate process (``bench/_targets.py``) serves those pre-rendered, pre-gzipped
+separate process (``benchmarks/_targets.py``) serves those pre-rendered, pre-gzipped
 bodies on many loopback ports; each port is one target, as a monitor shard
 is.  The TSDB scrapes K of them every ``--interval``, and the ramp doubles K
 until a step is not sustained, then tries once between the last sustained
@@ -29,7 +29,6 @@ import json
 import math
 import os
 import platform
-import shutil
 import signal
 import subprocess
 import sys
@@ -40,27 +39,36 @@ import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
-from rainierd.bench._proc import cpu_s, free_port, max_rss_bytes, rss_bytes, scrape, wait_until
-from rainierd.bench._table import print_table
+from benchmarks._progress import Progress
+from benchmarks._table import print_table
+from harness.procs import cpu_s, free_port, max_rss_bytes, require_binary, rss_bytes
+from harness.scrape import current_values
+from harness.waits import poll_until
+from rainierd.topology import PRESETS
 
 __all__ = [
     "ENGINES",
+    "HELP",
     "SUSTAINED_SHARE",
     "Engine",
     "Scrapes",
     "Step",
+    "add_arguments",
     "bench_tsdb",
-    "main",
     "metric_sum",
     "next_targets",
     "quiet_phase",
+    "run",
     "scrape_counts",
     "shortfalls",
 ]
+
+HELP: Final = ("samples/s one real Prometheus and one VictoriaMetrics ingest from rainierd targets, ramped until "
+        "they fall behind")
 
 SUSTAINED_SHARE = 0.99  # appended / offered a sustained step reaches
 _JOB = "rainierd"
@@ -237,7 +245,9 @@ class _Tsdb:
         self.proc.send_signal(signal.SIGHUP)  # both reread their scrape config on SIGHUP
 
     def metrics(self) -> dict[str, float]:
-        return scrape(self.port)
+        """Return the two families of its own /metrics the benchmark reads ({} while it does not answer)."""
+        return current_values(self.port, timeout_s=30.0,
+                              only=(self.engine.appended, self.engine.series.split("{", 1)[0]))
 
     def query(self, expr: str, at: float) -> dict[str, list[float]]:
         """Return {instance: values} of a range selector evaluated at ``at``."""
@@ -249,16 +259,14 @@ class _Tsdb:
 
 @contextlib.contextmanager
 def _running(engine: Engine, workdir: Path, interval_s: float) -> Iterator[_Tsdb]:
-    binary = shutil.which(engine.binary)
-    if binary is None:
-        raise RuntimeError(f"{engine.binary} is missing: apt-get install {engine.package}")
+    require_binary(engine.binary, package=engine.package)
     port, config = free_port(), workdir / f"{engine.name}.yml"
     config.write_text(json.dumps(_config([], interval_s)))
     with (workdir / f"{engine.name}.log").open("w") as log:
         proc = subprocess.Popen(engine.argv(config=config, data=workdir / engine.name, port=port),
                                 stdout=log, stderr=subprocess.STDOUT)
     try:
-        wait_until(f"{engine.name} to be ready", lambda: _answers(port, engine.ready_path), 60)
+        poll_until(lambda: _answers(port, engine.ready_path), 60, f"{engine.name} to be ready")
         yield _Tsdb(engine, proc, port, config)
     finally:
         proc.terminate()
@@ -282,10 +290,6 @@ def _served(port: int) -> int:
         return int(response.read())
 
 
-def _log(message: str) -> None:
-    print(f"bench tsdb: {message}", file=sys.stderr, flush=True)
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _Run:
     interval_s: float
@@ -300,9 +304,9 @@ def _step(tsdb: _Tsdb, ports: Sequence[int], run: _Run) -> Step:
     before = {p: _served(p) for p in ports}
     tsdb.targets(ports, interval)
     # Warm: every target scraped three times since the reload, so its series exist and two scrapes were appended.
-    with contextlib.suppress(RuntimeError):  # a TSDB that cannot get there fails the step on missed scrapes
-        wait_until("every target scraped", lambda: all(_served(p) >= before[p] + 3 for p in ports),
-                   max(30.0, 20 * interval))
+    with contextlib.suppress(AssertionError):  # a TSDB that cannot get there fails the step on missed scrapes
+        poll_until(lambda: all(_served(p) >= before[p] + 3 for p in ports), max(30.0, 20 * interval),
+                   "every target scraped")
     warmup_s = time.monotonic() - started
     polls: list[tuple[float, float]] = []
     while not polls or polls[-1][0] - polls[0][0] < interval:
@@ -338,18 +342,18 @@ def _step(tsdb: _Tsdb, ports: Sequence[int], run: _Run) -> Step:
     )
 
 
-def _wait_for(gate: Path | None, idle: Callable[[], None]) -> None:
+def _wait_for(gate: Path | None, idle: Callable[[], None], progress: Progress) -> None:
     """Return once ``gate`` exists, scraping nothing meanwhile (a shared machine's signal that it is free)."""
     if gate is None or gate.exists():
         return
     idle()
-    _log(f"waiting for {gate}")
+    progress.note(f"waiting for {gate}")
     while not gate.exists():
         time.sleep(10)
 
 
-def _ramp(engine: Engine, ports: Sequence[int], run: _Run, args: argparse.Namespace,
-          workdir: Path) -> dict[str, Any]:
+def _ramp(engine: Engine, ports: Sequence[int], run: _Run, args: argparse.Namespace, *,
+          workdir: Path, progress: Progress) -> dict[str, Any]:
     gate = Path(args.wait_for_file) if args.wait_for_file else None
     steps: list[Step] = []
     stopped = "a step was not sustained"
@@ -366,9 +370,9 @@ def _ramp(engine: Engine, ports: Sequence[int], run: _Run, args: argparse.Namesp
                 if last.tsdb_max_rss_bytes * k / last.targets > args.memory_cap_gib * 2**30:
                     stopped = "memory cap"
                     break
-            _wait_for(gate, lambda: tsdb.targets([], run.interval_s))
+            _wait_for(gate, lambda: tsdb.targets([], run.interval_s), progress)
             step = _step(tsdb, ports[:k], run)
-            _log(f"{engine.name}: {k} targets, {step.appended_samples_per_s:,.0f} of "
+            progress.step(f"{engine.name}: {k} targets, {step.appended_samples_per_s:,.0f} of "
                  f"{step.offered_samples_per_s:,.0f} samples/s, CPU {step.tsdb_cpu_cores:.2f}, "
                  f"{'sustained' if step.sustained else '; '.join(step.shortfalls)}")
             steps.append(step)
@@ -397,7 +401,7 @@ def _render(topology: str, variants: int, seed: int, directory: Path) -> dict[st
     """Write ``variants`` successive renders of the exporter (plain and gzipped, as it serves them)."""
     import asyncio  # noqa: PLC0415  (only here: the controller is otherwise synchronous)
 
-    from rainierd.bench.scrape import snapshots  # noqa: PLC0415  (pulls in the simulator and the core)
+    from benchmarks.scrape import snapshots  # noqa: PLC0415  (pulls in the simulator and the core)
     from rainierd.exporter import MetricsServer, build_exporter  # noqa: PLC0415
     from rainierd.probes import Verdict  # noqa: PLC0415
 
@@ -436,24 +440,32 @@ def _machine() -> dict[str, Any]:
 
 
 def bench_tsdb(args: argparse.Namespace) -> dict[str, Any]:
-    """Return the report: the rendered targets, then each engine's ramp (module docstring)."""
+    """Return the report: the rendered targets, then each engine's ramp (module docstring).
+
+    Raises MissingBinaryError, before rendering anything, when an engine is not installed.
+    """
+    for name in args.engines:
+        require_binary(ENGINES[name].binary, package=ENGINES[name].package)
     gate = Path(args.wait_for_file) if args.wait_for_file else None
     with tempfile.TemporaryDirectory(prefix="rainierd-tsdb-") as tmp:
         workdir = Path(tmp)
         bodies = workdir / "bodies"
         bodies.mkdir()
-        _wait_for(gate, lambda: None)
-        _log(f"rendering {args.variants} scrapes of {args.topology}")
+        progress = Progress(prefix="bench tsdb: ")
+        _wait_for(gate, lambda: None, progress)
+        progress.note(f"rendering {args.variants} scrapes of {args.topology}")
         rendered = _render(args.topology, args.variants, args.seed, bodies)
-        server = subprocess.Popen([sys.executable, "-m", "rainierd.bench._targets", str(bodies),
+        server = subprocess.Popen([sys.executable, "-m", "benchmarks._targets", str(bodies),
                                    str(args.max_targets)], stdout=subprocess.PIPE, text=True)
         try:
             assert server.stdout is not None
             ports = json.loads(server.stdout.readline())
             run = _Run(interval_s=args.interval, window_intervals=args.window,
                        series_per_target=rendered["series_per_target"], targets_pid=server.pid)
-            engines = [_ramp(ENGINES[name], ports, run, args, workdir) for name in args.engines]
+            engines = [_ramp(ENGINES[name], ports, run, args, workdir=workdir, progress=progress)
+                       for name in args.engines]
         finally:
+            progress.close()
             server.terminate()
             server.wait(timeout=30)
     return {"benchmark": "tsdb", "date": datetime.date.today().isoformat(), "machine": _machine(),
@@ -464,7 +476,30 @@ def bench_tsdb(args: argparse.Namespace) -> dict[str, Any]:
             "engines": engines}
 
 
-def main(args: argparse.Namespace) -> int:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Give ``parser`` this benchmark's options."""
+    parser.add_argument("--engines", nargs="+", default=list(ENGINES), choices=list(ENGINES))
+    parser.add_argument("--topology", default="rainier", choices=list(PRESETS),
+                        help="the fleet each target exports, one shard's worth (default rainier: ~150k series)")
+    parser.add_argument("--variants", type=int, default=4,
+                        help="successive ticks rendered; scrapes cycle through them")
+    parser.add_argument("--interval", type=float, default=1.0, help="scrape interval in seconds")
+    parser.add_argument("--window", type=int, default=15, help="intervals measured per step, after warm-up")
+    parser.add_argument("--start", type=int, default=1, help="targets in the first step; each next doubles")
+    parser.add_argument("--max-targets", type=int, default=16)
+    parser.add_argument("--refine", type=int, default=1,
+                        help="steps between the last sustained and the first failing count (bisection)")
+    parser.add_argument("--budget", type=float, default=210.0, help="seconds per engine; no step starts past it")
+    parser.add_argument("--memory-cap-gib", type=float, default=8.0,
+                        help="no step that would take the TSDB's RSS past this (projected from the last step)")
+    parser.add_argument("--wait-for-file", metavar="PATH",
+                        help="on a shared machine: before rendering and each step, wait (scraping nothing) until "
+                             "PATH exists")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true")
+
+
+def run(args: argparse.Namespace) -> int:
     """Run the benchmark and print JSON or a table."""
     report = bench_tsdb(args)
     if args.json:

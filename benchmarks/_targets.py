@@ -1,4 +1,4 @@
-"""The scrape targets of ``rainierd bench tsdb``: a process of its own that
+"""The scrape targets of ``python -m benchmarks tsdb``: a process of its own that
 serves pre-rendered rainierd expositions on many loopback ports, so that what
 the benchmark measures is the time-series database, not the targets.
 
@@ -8,7 +8,7 @@ the cost of a ``write``.  ``GET /count`` on any port answers how many
 ``/metrics`` requests that port has served, which is how the benchmark knows a
 new target has been scraped.
 
-Run as ``python -m rainierd.bench._targets DIR COUNT``: ``DIR`` holds
+Run as ``python -m benchmarks._targets DIR COUNT``: ``DIR`` holds
 ``body-<i>`` and ``body-<i>.gz``; it listens on ``COUNT`` free ports and
 prints them as one JSON line on stdout, then serves until terminated.
 """

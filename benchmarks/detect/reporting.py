@@ -1,0 +1,61 @@
+"""The detection benchmark's tables: one per profile x tick length, as
+docs/detection.md shows them, each with its comparison to the headline tick.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["print_table"]
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _print_section(graded: dict[str, Any], cfg: dict[str, Any], profile: str) -> None:
+    """Print one profile x tick length: the table docs/detection.md shows, and what follows it."""
+    tick_s = graded["tick_s"]
+    print(f"\nprofile {profile}, {tick_s:g} s ticks: {graded['faults']} faults in {graded['fault_runs']} runs of "
+          f"{cfg['chips']} chips, {cfg['seeds']} seeds, noise {cfg['noise']}, grace {cfg['grace_s']:g} s")
+    print("| kind | severity | faults | recall | precision | F1 | TTD median s | TTD p95 s | TTC median s | "
+          "TTC p95 s | cleared early | not cleared | duplicates |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in graded["rows"]:
+        print(f"| {r['kind']} | {r['severity']:g} | {r['faults']} | {r['recall']:.3f} | {r['precision']:.3f} | "
+              f"{r['f1']:.3f} | {_fmt(r['ttd_median_s'], 'g')} | {_fmt(r['ttd_p95_s'], '.1f')} | "
+              f"{_fmt(r['ttc_median_s'], 'g')} | {_fmt(r['ttc_p95_s'], '.1f')} | {r['cleared_early']} | "
+              f"{r['not_cleared']} | {r['duplicates']} |")
+    if "comparison" in graded:
+        base = graded["comparison"]["baseline_tick_s"]
+        print(f"against {base:g} s ticks (F1 difference, TTD median difference in s):")
+        for r in graded["comparison"]["rows"]:
+            print(f"  {r['kind']} {r['severity']:g}: F1 {_fmt(r['f1_diff'], '+.3f')}, "
+                  f"TTD median {_fmt(r['ttd_median_s_diff'], '+g')} s")
+    c = graded["control"]
+    print(f"control: {c['runs']} fault-free runs x {c['chips']} chips x {c['seconds']:g} s "
+          f"({c['chip_days']:.0f} chip-days, diurnal swing included): {c['false_alarms']} false alarms = "
+          f"{_fmt(c['false_alarms_per_day_per_10k_chips'], '.2f')} per day per 10k chips "
+          f"(95 % upper bound {_fmt(c['upper_95_per_day_per_10k_chips'], '.2f')}) {c['by_entity']}")
+    e = graded["effective_fp8_error"]
+    print(f"fleet effective FP8 vs truth: median error {_fmt(e['median'], '.2e')}, p99 {_fmt(e['p99'], '.2e')}, "
+          f"max {_fmt(e['max'], '.2e')}")
+    print("lost FP8 by cause, estimate vs truth (summed over all runs):")
+    for cause, v in graded["lost_by_cause"].items():
+        print(f"  {cause:<20} truth {v['truth_flops_ticks']:.3e}  estimate {v['estimate_flops_ticks']:.3e}  "
+              f"error {_fmt(v['relative_error'], '.1%')}")
+    print(f"precision by entity: { {k: round(v, 4) for k, v in graded['precision_by_entity'].items()} }")
+    print(f"detection cost: {_fmt(graded['detect_s_per_tick_per_chip'], '.2e')} s per tick per chip "
+          f"(whole in-process pipeline)")
+
+
+def print_table(report: dict[str, Any]) -> None:
+    """Print one table per profile x tick length, each with its comparison to the headline tick."""
+    cfg = report["config"]
+    head = report["headline"]
+    print(f"detection benchmark: profiles {', '.join(cfg['profiles'])}, ticks "
+          f"{', '.join(f'{t:g}' for t in cfg['ticks_s'])} s; headline {head['profile']} at {head['tick_s']:g} s")
+    for profile, section in report["profiles"].items():
+        for graded in section["ticks"].values():
+            _print_section(graded, cfg, profile)
+    print(f"\nwall {report['wall_s']:.0f} s")

@@ -1,0 +1,243 @@
+"""Running the detection benchmark: the simulator and the monitor's core in
+one process (no MQTT) for every fault run and fault-free control run, of
+every profile and tick length, in a pool of worker processes; then each
+section graded (``grading``) and compared with the headline tick.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import statistics
+import time
+from collections.abc import Collection, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from typing import Any, Final
+
+import numpy as np
+
+from benchmarks._progress import Progress
+from benchmarks.detect.grading import RunResult, compare, control, grade
+from benchmarks.detect.placing import (
+    FAULT_S,
+    GRACE_S,
+    JITTER_S,
+    SLOW_FAULT_S,
+    SLOW_TAIL_S,
+    SLOW_ULTRASERVERS,
+    SLOW_WARMUP_S,
+    TAIL_S,
+    WARMUP_S,
+    fault_runs,
+    ticks_of,
+)
+from rainierd.core.analysis import MonitorCore
+from rainierd.core.config import MonitorConfig
+from rainierd.core.model import CAUSES
+from rainierd.sim.faults import Fault, FaultKind
+from rainierd.sim.fleet import FleetModel, FleetParams
+from rainierd.sim.frames import tick_batches
+from rainierd.topology import build_fleet
+
+__all__ = [
+    "DEFAULT_PROFILES", "FULL", "HEADLINE_TICK_S", "QUICK", "Job", "Scale", "available_profiles", "bench_detect",
+    "run_fleet",
+]
+
+# The tick length and profile whose figures head the report (and that other ticks compare against).
+HEADLINE_TICK_S: Final = 1.0
+DEFAULT_PROFILES: Final = ("realistic", "ideal")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Scale:
+    """How much the benchmark runs: seeds and fleet sizes of the fault and control runs."""
+
+    seeds: int
+    ultraservers: int
+    control_seeds: int
+    control_ultraservers: int
+    control_seconds: float
+
+
+FULL: Final = Scale(seeds=30, ultraservers=64, control_seeds=8, control_ultraservers=64, control_seconds=3_600.0)
+# A smoke run: every cell once, on fleets small enough for a minute or two on two cores.
+QUICK: Final = Scale(seeds=1, ultraservers=16, control_seeds=1, control_ultraservers=16, control_seconds=600.0)
+
+
+def available_profiles() -> dict[str, Any]:
+    """Return the simulator's profiles by name: ``rainierd.sim.profile.PROFILES`` where the fleet
+    model takes one, else only ``"ideal"`` (the model as it is), standing for ``None``.
+    """
+    try:
+        module = importlib.import_module("rainierd.sim.profile")
+    except ImportError:
+        return {"ideal": None}
+    profiles = getattr(module, "PROFILES", None)
+    if not isinstance(profiles, dict) or "profile" not in inspect.signature(FleetModel).parameters:
+        return {"ideal": None}
+    return dict(profiles)
+
+
+def _profile_kwargs(name: str) -> dict[str, Any]:
+    """Return the keyword arguments that give a ``FleetModel`` the profile ``name``.
+
+    Raises KeyError for a profile this simulator does not have.
+    """
+    profile = available_profiles()[name]
+    return {} if profile is None else {"profile": profile}
+
+
+def run_fleet(
+    ultraservers: int, faults: list[Fault], *, seed: int, ticks: int, noise: float = 1.0,
+    tick_s: float = 1.0, profile: str = "ideal",
+) -> RunResult:
+    """Simulate ``ticks`` ticks of ``tick_s`` of a fleet with ``faults`` and a diurnal swing; return events
+    and errors.
+
+    Raises KeyError for a ``profile`` the simulator does not have.
+    """
+    started = time.perf_counter()
+    topo = build_fleet(1, ultraservers, name=f"bench-{ultraservers}")
+    # One simulated day per run, so the diurnal swing is always in it.
+    params = FleetParams(noise=noise, time_scale=86_400.0 / (ticks * tick_s))
+    diurnal = Fault(FaultKind.DIURNAL, 0, 0.02, 0, ticks)
+    model = FleetModel(topo, np.random.default_rng(seed), tick_s=tick_s, start_s=0.0, params=params,
+                       faults=[*faults, diurnal], **_profile_kwargs(profile))
+    core = MonitorCore(topo, MonitorConfig(tick_s=tick_s))
+    result = RunResult(faults, [], topo.n_chips, ticks, tick_s=tick_s, profile=profile,
+                       lost_truth=dict.fromkeys(CAUSES, 0.0), lost_estimate=dict.fromkeys(CAUSES, 0.0))
+    settled = ticks_of(WARMUP_S / 2, tick_s)
+    for tick in range(ticks):
+        sample = model.step(tick)
+        # Batches, as the simulator publishes by default (the frames are the same; only the transport differs).
+        frames = [frame for _topic, frame in tick_batches(topo, sample, publisher="bench", nodes_per_batch=128)]
+        # Received at the tick's own time: the listening clock, whatever the publishers' clocks say.
+        analysis = core.step(frames, now_s=model.t_of(tick))
+        result.events.extend(analysis.events)
+        if tick < settled:
+            continue
+        truth = sample.truth.effective_flops
+        measured = analysis.throughput.fleet_effective
+        result.effective_error.append(abs(measured - truth) / truth if truth else 0.0)
+        estimate = analysis.lost.fleet()
+        for cause in CAUSES:
+            result.lost_truth[cause] += sample.truth.lost_flops[cause]
+            result.lost_estimate[cause] += estimate[cause]
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One run for the worker pool: which section of the report it belongs to and what to simulate."""
+
+    profile: str
+    tick_s: float
+    control: bool
+    ultraservers: int
+    faults: list[Fault]
+    seed: int
+    ticks: int
+    noise: float
+
+    @property
+    def work(self) -> float:
+        """Return the run's rough cost, for the estimate of the time left."""
+        return float(self.ultraservers * self.ticks)
+
+
+def _run(job: Job) -> RunResult:
+    return run_fleet(job.ultraservers, job.faults, seed=job.seed, ticks=job.ticks, noise=job.noise,
+                     tick_s=job.tick_s, profile=job.profile)
+
+
+def _run_all(jobs: list[Job], workers: int, progress: Progress) -> list[RunResult]:
+    """Run ``jobs`` in a pool, each completion a step of ``progress``; return results in job order."""
+    total_work = sum(job.work for job in jobs)
+    done_work = 0.0
+    results: list[RunResult | None] = [None] * len(jobs)
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        # The longest runs first, so the last ones to finish are short.
+        order = sorted(range(len(jobs)), key=lambda i: -jobs[i].work)
+        futures = {pool.submit(_run, jobs[i]): i for i in order}
+        for done, future in enumerate(as_completed(futures), start=1):
+            index = futures[future]
+            results[index] = future.result()
+            job = jobs[index]
+            done_work += job.work
+            progress.step(f"run {done} of {len(jobs)} (profile {job.profile}, tick {job.tick_s:g} s)",
+                          left_fraction=(total_work - done_work) / total_work)
+    progress.close()
+    return [r for r in results if r is not None]
+
+
+def bench_detect(
+    *, seeds: int, ultraservers: int, control_seeds: int, control_ultraservers: int, control_seconds: float,
+    jobs: int, noise: float = 1.0, profiles: Sequence[str] = ("ideal",), ticks_s: Sequence[float] = (1.0,),
+    kinds: Collection[FaultKind] | None = None, quick: bool = False,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Run the fault and control runs of every profile and tick length; return the graded report.
+
+    Each finished run is a step of ``progress`` (default: on stderr).  The first of ``profiles`` heads the
+    report, at ``HEADLINE_TICK_S`` if it is among ``ticks_s`` (else the first tick length).  Raises KeyError
+    for a profile the simulator does not have.
+    """
+    started = time.perf_counter()
+    for name in profiles:
+        _profile_kwargs(name)  # fail before starting any run
+    headline_tick = HEADLINE_TICK_S if HEADLINE_TICK_S in ticks_s else ticks_s[0]
+    plan: list[Job] = []
+    for profile in profiles:
+        for tick_s in ticks_s:
+            plan += [Job(profile, tick_s, False, us, faults, seed, run_ticks, noise)
+                     for us, faults, seed, run_ticks in fault_runs(seeds, ultraservers, tick_s=tick_s, kinds=kinds)]
+            plan += [Job(profile, tick_s, True, control_ultraservers, [], 500_000 + s,
+                         ticks_of(control_seconds, tick_s), noise) for s in range(control_seeds)]
+    results = _run_all(plan, jobs, Progress(len(plan)) if progress is None else progress)
+
+    sections: dict[str, dict[str, Any]] = {}
+    for profile in profiles:
+        per_tick: dict[str, dict[str, Any]] = {}
+        for tick_s in ticks_s:
+            mine = [(job, r) for job, r in zip(plan, results, strict=True)
+                    if (job.profile, job.tick_s) == (profile, tick_s)]
+            fault_results = [r for job, r in mine if not job.control]
+            graded = grade(fault_results, ultraservers)
+            graded["tick_s"] = tick_s
+            graded["control"] = control([r for job, r in mine if job.control], control_seconds)
+            graded["fault_runs"] = len(fault_results)
+            graded["faults"] = sum(len(r.faults) for r in fault_results)
+            graded["detect_s_per_tick_per_chip"] = statistics.median(
+                r.seconds / (r.ticks * r.chips) for r in fault_results) if fault_results else None
+            per_tick[str(tick_s)] = graded
+        headline = per_tick[str(headline_tick)]
+        for graded in per_tick.values():
+            if graded is not headline:
+                graded["comparison"] = compare(graded, headline, headline_tick)
+        sections[profile] = {**headline, "ticks": per_tick}
+
+    top = {k: v for k, v in sections[profiles[0]].items() if k != "ticks"}
+    return {
+        **top,
+        "headline": {"profile": profiles[0], "tick_s": headline_tick},
+        "profiles": sections,
+        "config": {
+            "seeds": seeds, "ultraservers": ultraservers, "chips": ultraservers * 64,
+            "profiles": list(profiles), "ticks_s": list(ticks_s), "tick_s": headline_tick,
+            "kinds": None if kinds is None else sorted(str(k) for k in kinds), "quick": quick,
+            "warmup_s": WARMUP_S, "slow_warmup_s": SLOW_WARMUP_S, "slow_ultraservers": SLOW_ULTRASERVERS,
+            "jitter_s": JITTER_S, "fault_s": FAULT_S, "tail_s": TAIL_S, "slow_tail_s": SLOW_TAIL_S, "grace_s": GRACE_S,
+            "slow_fault_s": {f"{kind.value}@{severity:g}": s for (kind, severity), s in SLOW_FAULT_S.items()},
+            "ticks_per_run": ticks_of(WARMUP_S + JITTER_S + FAULT_S + TAIL_S, headline_tick),
+            "grace_ticks": ticks_of(GRACE_S, headline_tick),
+            "fault_runs": top["fault_runs"], "faults": top["faults"], "runs_total": len(plan),
+            "noise": noise, "control_seeds": control_seeds, "control_ultraservers": control_ultraservers,
+            "control_seconds": control_seconds, "jobs": jobs,
+        },
+        "wall_s": time.perf_counter() - started,
+    }
+
+
