@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import rainierd
 from benchmarks.__main__ import BENCHMARKS
 
@@ -48,6 +50,20 @@ class TestThePackage:
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                              cwd=PACKAGE.parent, timeout=60).stdout
         assert out == "[]\n"
+
+
+    @pytest.mark.parametrize("argv", [("monitor", "--help"), ("healthcheck", "--metrics-addr", "127.0.0.1:1")],
+                             ids=["monitor-help", "healthcheck"])
+    def test_the_daemon_and_its_healthcheck_import_no_benchmark(self, argv: tuple[str, ...]) -> None:
+        """``rainierd monitor --help`` and ``rainierd healthcheck`` (here against a closed port: it exits 1)
+        import no module of ``benchmarks`` or ``harness``, as ``python -X importtime`` lists them."""
+        result = subprocess.run([sys.executable, "-X", "importtime", "-m", "rainierd", *argv], capture_output=True,
+                                text=True, check=False, cwd=PACKAGE.parent, timeout=60)
+        modules = [line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines()
+                   if line.startswith("import time:")]
+        assert "rainierd.cli" in modules  # the listing is real: it shows the command line's own import
+        assert (result.returncode, [m for m in modules if m.split(".")[0] in OUTSIDE]) == (
+            0 if argv[-1] == "--help" else 1, [])
 
 
 class TestTheEntryPoint:

@@ -26,6 +26,7 @@ import structlog
 from rainierd.bridge.efa_sysfs import read_efa_counters
 from rainierd.bridge.neuron_monitor import NeuronMonitorNode
 from rainierd.connection import ConnectionState
+from rainierd.dropqueue import DropOldestQueue
 from rainierd.errors import ConfigError
 from rainierd.inventory import load_topology
 from rainierd.lifecycle import run_until_stopped, stop_on_signals
@@ -84,7 +85,7 @@ async def _run_bridge(settings: Settings, *, node_name: str, efa_root: Path, sto
     config = mqtt_config(settings, client_id=f"n{node}")
     bridge = NeuronMonitorNode(topology, node, publisher=config.client_id)
     topic = node_topic(*topology.node_path(node))
-    outbox: asyncio.Queue[bytes] = asyncio.Queue(_OUTBOX)
+    outbox: DropOldestQueue[bytes] = DropOldestQueue(_OUTBOX)
     log.info("bridging neuron-monitor", node=topology.node_name(node), topic=topic, efa_sysfs=str(efa_root))
 
     async def read() -> None:
@@ -101,11 +102,8 @@ async def _run_bridge(settings: Settings, *, node_name: str, efa_root: Path, sto
                 bad += 1
                 log.warning("neuron-monitor line skipped", error=str(exc)[:200], skipped=bad)
                 continue
-            if outbox.full():
-                outbox.get_nowait()
-                outbox.task_done()
-                log.warning("bridge outbox full; dropped the oldest frame")
-            outbox.put_nowait(payload)
+            if outbox.offer(payload) is not None:
+                log.warning("bridge outbox full; dropped the oldest frame", dropped=outbox.dropped)
         log.info("neuron-monitor input ended", frames=bridge.seq)
         try:
             async with asyncio.timeout(_DRAIN_S):
