@@ -33,8 +33,8 @@ from rainierd.monitor import Monitor
 from rainierd.mqtt import MAX_PACKET_OVERHEAD, mqtt_config, supervise
 from rainierd.settings import Settings
 from rainierd.sim import FleetParams, Simulator
-from rainierd.sim.faults import load_scenario
 from rainierd.sim.profile import PROFILES
+from rainierd.sim.scenarios import load_scenario
 from rainierd.status import ConnectionState
 
 __all__ = ["Role", "run_role"]

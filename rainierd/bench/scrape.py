@@ -30,9 +30,9 @@ from rainierd.daemon import SWITCH_INTERVAL_S
 from rainierd.exporter import Health, MetricsServer, MonitorSnapshot
 from rainierd.exporter.wiring import build_exporter
 from rainierd.looplag import LoopLag
-from rainierd.sim.faults import random_faults
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
+from rainierd.sim.scenarios import random_faults
 from rainierd.status import ConnectionState
 from rainierd.topology import Topology, build_topology
 
