@@ -33,9 +33,9 @@ from rainierd.exporter.wiring import build_exporter
 from rainierd.looplag import LoopLag
 from rainierd.monitor.snapshot import IngestCounts, MonitorSnapshot, MonitorStatus
 from rainierd.probes import Verdict
-from rainierd.sim.faults import random_faults
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
+from rainierd.sim.scenarios import random_faults
 from rainierd.topology import PRESETS, Topology, build_topology
 
 __all__ = ["HELP", "add_arguments", "bench_scrape", "run", "snapshots"]

@@ -7,6 +7,9 @@ variables, its alert and health-event annotations and its panel conventions
     python grafana/generate.py --check  # exit 1 if they differ from what this writes
 
 tests/test_dashboards.py fails when the committed JSON drifts from this file.
+The health state names and their codes are the detectors' own
+(``rainierd.core.detect.STATE_NAMES``), so a state added there reaches the
+dashboards' value mappings on the next run.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import json
 import sys
 from pathlib import Path
 from typing import Any
+
+from rainierd.core.detect import STATE_NAMES
 
 OUT = Path(__file__).parent / "dashboards"
 DS = {"type": "prometheus", "uid": "${datasource}"}
@@ -26,18 +31,12 @@ DRILL = "/d/rainierd-ultraserver/rainierd-ultraserver?var-datasource=${datasourc
 
 Panel = dict[str, Any]
 
-STATE_MAPS = {
-    "chip": ["healthy", "straggler", "throttled", "stale", "failed"],
-    "neuronlink": ["healthy", "degraded", "down"],
-    "efa": ["healthy", "degraded", "down"],
-    "node": ["healthy", "cooling_degraded", "lost"],
-}
 _COLOURS = ["green", "yellow", "orange", "purple", "red"]
 
 
 def state_mappings(entity: str) -> list[dict[str, Any]]:
     """Value mappings of a ``rainier_<entity>_health_state`` code to its name and a colour."""
-    names = STATE_MAPS[entity]
+    names = STATE_NAMES[entity]
     colours = _COLOURS if len(names) == 5 else ["green", "orange", "red"]
     return [{"type": "value", "options": {str(i): {"text": name, "color": colours[i], "index": i}
                                           for i, name in enumerate(names)}}]
@@ -157,7 +156,7 @@ def query_var(name: str, label: str, query: str, *, multi: bool, include_all: bo
             "hide": 0, "regex": ""}
 
 
-def annotations() -> dict[str, Any]:
+def dashboard_annotations() -> dict[str, Any]:
     """Firing alerts (from ``ALERTS``) and health events (a rise of ``rainier_health_events_total``)."""
     return {"list": [
         {"builtIn": 1, "datasource": {"type": "grafana", "uid": "-- Grafana --"}, "enable": True, "hide": True,
@@ -178,7 +177,7 @@ def dashboard(uid: str, title: str, panels: list[Panel], variables: list[Panel],
         "uid": uid, "title": title, "description": description, "tags": ["rainierd", "trainium2"],
         "timezone": "utc", "schemaVersion": 39, "version": 1, "editable": True, "graphTooltip": 1,
         "refresh": "30s", "time": {"from": "now-1h", "to": "now"},
-        "templating": {"list": variables}, "annotations": annotations(), "panels": panels,
+        "templating": {"list": variables}, "annotations": dashboard_annotations(), "panels": panels,
         "links": [{"title": "rainierd dashboards", "type": "dashboards", "tags": ["rainierd"], "asDropdown": True,
                    "includeVars": False, "keepTime": True}],
     }

@@ -34,8 +34,8 @@ from rainierd.mqtt import MAX_PACKET_OVERHEAD, mqtt_config, supervise
 from rainierd.probes import Verdict
 from rainierd.settings import Settings
 from rainierd.sim import FleetParams, Simulator
-from rainierd.sim.faults import load_scenario
 from rainierd.sim.profile import PROFILES
+from rainierd.sim.scenarios import load_scenario
 
 __all__ = ["Role", "run_role"]
 

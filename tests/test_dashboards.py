@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from harness.procs import start_prometheus
+from rainierd.core.detect import STATE_NAMES
 
 ROOT = Path(__file__).parents[1]
 DASHBOARDS = ROOT / "grafana" / "dashboards"
@@ -102,6 +103,19 @@ class TestFiles:
         """The committed JSON is exactly what grafana/generate.py writes."""
         generate = runpy.run_path(str(ROOT / "grafana" / "generate.py"))
         assert generate["render"]() == {name: (DASHBOARDS / name).read_text() for name in UIDS}
+
+    def test_health_state_mappings_are_the_detectors_states(self) -> None:
+        """Each ``rainier_<entity>_health_state`` panel maps code i to the detectors' i-th state name."""
+        expected = {f"rainier_{'efa_port' if e == 'efa' else e}_health_state": list(names)
+                    for e, names in STATE_NAMES.items()}
+        found = {}
+        for panel in panels(load("rainierd-ultraserver.json")):
+            for mapping in panel.get("fieldConfig", {}).get("defaults", {}).get("mappings", []):
+                metric = re.search(r"rainier_\w+_health_state", panel["targets"][0]["expr"])
+                options = sorted(mapping["options"].items(), key=lambda item: int(item[0]))
+                found[metric.group(0) if metric else panel["title"]] = [option["text"] for _code, option in options]
+        assert found
+        assert {metric: expected[metric] for metric in found} == found
 
     @pytest.mark.parametrize("name", sorted(UIDS))
     def test_no_hard_coded_datasource(self, name: str) -> None:

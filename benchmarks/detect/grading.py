@@ -26,7 +26,7 @@ import numpy as np
 
 from benchmarks.detect.placing import GRACE_S, tail_seconds, ticks_of
 from rainierd.core.detect import Event
-from rainierd.core.model import CAUSES
+from rainierd.pace import CAUSES
 from rainierd.sim.faults import TARGETS, Fault, FaultKind
 from rainierd.topology import Topology, build_fleet
 

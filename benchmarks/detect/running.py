@@ -34,7 +34,7 @@ from benchmarks.detect.placing import (
 )
 from rainierd.core.analysis import MonitorCore
 from rainierd.core.config import MonitorConfig
-from rainierd.core.model import CAUSES
+from rainierd.pace import CAUSES
 from rainierd.sim.faults import Fault, FaultKind
 from rainierd.sim.fleet import FleetModel, FleetParams
 from rainierd.sim.frames import tick_batches

@@ -2,11 +2,9 @@
 UltraServer, site and fleet (docs/throughput-model.md has the derivation and a
 worked example, which tests/test_model.py checks).
 
-Each synchronous group runs at the pace of its slowest member and its
-collectives at the pace of its slowest path.  With c_nl and c_efa the shares
-of a healthy step spent in NeuronLink and EFA collectives (not overlapped),
-s the slowest member's speed, f_nl and f_efa the bandwidth shares its slowest
-NeuronLink and EFA paths keep::
+The step formula, its shares and the cause names are ``rainierd/pace.py``'s,
+shared with the simulator: each synchronous group runs at the pace of its
+slowest member and its collectives at the pace of its slowest path::
 
     step = (1 - c) / s + c_nl / f_nl + c_efa / f_efa        (healthy: 1)
 
@@ -24,7 +22,6 @@ monitor of the whole fleet does.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
 
 import numpy as np
 import numpy.typing as npt
@@ -33,26 +30,27 @@ from rainierd._types import F64
 from rainierd.core.detect import FleetDetector
 from rainierd.core.detect.chips import FAILED, STALE, STRAGGLER
 from rainierd.core.throughput import Throughput
+from rainierd.pace import CAUSES, SHARES, StepShares, step_excess
 
 __all__ = ["CAUSES", "HealthyShares", "LostByCause", "ModelParams", "group_loss", "lost_by_cause"]
 
-CAUSES: Final = (
-    "failed_chip", "thermal_throttle", "straggler", "degraded_neuronlink", "degraded_efa", "stale_telemetry",
-)
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelParams:
-    """Shares of a healthy step in collectives that compute does not hide (assumed; configurable)."""
+    """The monitor's step shares (defaults: ``rainierd.pace.SHARES``, the simulator's too) and how it learns
+    what a stall costs."""
 
-    comm_nl_share: float = 0.15
-    comm_efa_share: float = 0.10
-    # Share of an EFA collective's time that is latency-bound rather than bandwidth-bound: a port L
-    # times slower to answer stretches it by 1 + share x (L - 1) (docs/throughput-model.md).
-    efa_latency_share: float = 0.3
+    comm_nl_share: float = SHARES.comm_nl_share
+    comm_efa_share: float = SHARES.comm_efa_share
+    efa_latency_share: float = SHARES.efa_latency_share
     # How fast a group's learned healthy share of peak follows it (the diurnal swing moves it by a
     # few % over hours): what a stall of the group costs is that share of its peak.
     healthy_share_halflife_s: float = 60.0
+
+    @property
+    def shares(self) -> StepShares:
+        """Return the step shares these parameters price the step with."""
+        return StepShares(comm_nl_share=self.comm_nl_share, comm_efa_share=self.comm_efa_share,
+                          efa_latency_share=self.efa_latency_share)
 
 
 @dataclass(frozen=True, eq=False)
@@ -93,10 +91,7 @@ def group_loss(
     effective: F64, *, s_min: F64, f_nl: F64, f_efa: F64, params: ModelParams,
 ) -> dict[str, F64]:
     """Return lost FLOP/s per term (compute, neuronlink, efa) of groups that still run."""
-    c_nl, c_efa = params.comm_nl_share, params.comm_efa_share
-    compute = (1.0 - c_nl - c_efa) * (1.0 / s_min - 1.0)
-    nl = c_nl * (1.0 / f_nl - 1.0)
-    efa = c_efa * (1.0 / f_efa - 1.0)
+    compute, nl, efa = step_excess(s_min, f_nl, f_efa, shares=params.shares)
     # lost = effective * (step - 1), and step - 1 = compute + nl + efa: each
     # term's share of the loss is effective times that term.
     return {"compute": effective * compute, "neuronlink": effective * nl, "efa": effective * efa}

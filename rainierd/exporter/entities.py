@@ -27,8 +27,8 @@ from prometheus_client.registry import Collector
 
 from rainierd.core.detect import STATE_NAMES
 from rainierd.core.detect._common import reason_names
-from rainierd.core.model import CAUSES
 from rainierd.monitor.snapshot import DetailView, MonitorSnapshot
+from rainierd.pace import CAUSES
 from rainierd.topology import LINK_KIND_NAMES, Topology
 
 __all__ = ["ENTITY_FAMILIES", "DetectionCollector", "EntityFamilies"]

@@ -4,10 +4,12 @@ cutting of its ticks into frames, and the role that publishes them.
 
 from __future__ import annotations
 
-from rainierd.sim.fleet import FleetModel, FleetParams, TickSample, TickTruth
+from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
+from rainierd.sim.params import FleetParams
 from rainierd.sim.profile import PROFILES, Profile
 from rainierd.sim.publisher import Simulator, truth_payload
+from rainierd.sim.sample import TickSample, TickTruth
 
 __all__ = [
     "PROFILES", "FleetModel", "FleetParams", "Profile", "Simulator", "TickSample", "TickTruth", "tick_frames",

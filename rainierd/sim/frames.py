@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from rainierd.sim.fleet import TickSample
+from rainierd.sim.sample import TickSample
 from rainierd.topology import Topology
 from rainierd.wire.records import RECORD_KINDS, FacilityFrame, NodeBatch, NodeFrame, column_dtypes
 from rainierd.wire.topics import BUCKETS, batch_topic, bucket_of, facility_topic, node_topic

@@ -26,10 +26,13 @@ import aiomqtt
 import numpy as np
 import structlog
 
-from rainierd.sim.faults import Fault, random_faults
-from rainierd.sim.fleet import FleetModel, FleetParams, TickTruth
+from rainierd.sim.faults import Fault
+from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import batches_per_tick, tick_batches, tick_frames
+from rainierd.sim.params import FleetParams
 from rainierd.sim.profile import PROFILES, Profile
+from rainierd.sim.sample import TickTruth
+from rainierd.sim.scenarios import random_faults
 from rainierd.topology import Topology
 from rainierd.wire import encode_binary, encode_json
 from rainierd.wire.records import NodeBatch

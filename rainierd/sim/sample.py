@@ -1,0 +1,50 @@
+"""What one simulated tick yields: every record the fleet's agents would send,
+and the ground truth only the simulator knows; the values that cross from the
+fleet model to the framing (``sim/frames.py``) and the truth topic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from rainierd._types import F64, U64, B
+from rainierd.sim.faults import Fault
+
+__all__ = ["TickSample", "TickTruth"]
+
+
+@dataclass(frozen=True, eq=False)
+class TickTruth:
+    """What the simulator knows to be true for one tick."""
+
+    tick: int
+    t_s: float
+    chips: int
+    peak_flops: float
+    delivered_flops: float
+    effective_flops: float
+    lost_flops: dict[str, float] = field(default_factory=dict)  # by cause, fleet-wide
+    active_faults: tuple[Fault, ...] = ()
+    fault_lost_flops: tuple[float, ...] = ()  # per active fault: its synchronous group's loss
+
+
+@dataclass(frozen=True, eq=False)
+class TickSample:
+    """Every record of one tick; a node's frame is a slice of these arrays."""
+
+    tick: int
+    t_s: float
+    chips: npt.NDArray[np.void]
+    links: npt.NDArray[np.void]
+    efa: npt.NDArray[np.void]
+    cooling: npt.NDArray[np.void]
+    facility: npt.NDArray[np.void]
+    truth: TickTruth
+    chip_silent: B
+    node_silent: B
+    node_t_s: F64  # when each node sampled (Unix seconds); t_s is the tick's nominal time
+    node_reset: B  # nodes whose agent restarted this tick: their counters began again from zero
+    node_seq: U64  # each node's frame sequence number: ticks since its agent (re)started, as a real agent counts
