@@ -26,6 +26,7 @@ import aiomqtt
 import numpy as np
 import structlog
 
+from rainierd.dropqueue import DropOldestQueue
 from rainierd.sim.faults import Fault
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import batches_per_tick, tick_batches, tick_frames
@@ -110,7 +111,7 @@ class Simulator:
         # than the site's nodes over the batch size.
         node_messages = batches_per_tick(topology, self.batch_nodes) if self.batch_nodes else topology.n_nodes
         per_tick = node_messages + topology.n_sites + 1
-        self.outbox: asyncio.Queue[Outgoing] = asyncio.Queue(max(100, _OUTBOX_TICKS * per_tick))
+        self.outbox: DropOldestQueue[Outgoing] = DropOldestQueue(max(100, _OUTBOX_TICKS * per_tick))
         self.dropped = 0  # frames dropped from the outbox, or taken from it by a publish the broker's loss failed
         self.published = 0  # messages published
         self.frames_published = 0
@@ -143,10 +144,9 @@ class Simulator:
     def _enqueue(self, messages: list[Outgoing], tick: int) -> None:
         dropped = 0
         for message in messages:
-            if self.outbox.full():
-                dropped += self.outbox.get_nowait().frames
-                self.outbox.task_done()
-            self.outbox.put_nowait(message)
+            oldest = self.outbox.offer(message)
+            if oldest is not None:
+                dropped += oldest.frames
         if dropped:
             self.dropped += dropped
             log.warning("simulator outbox full; dropped the oldest frames", tick=tick, dropped_frames=dropped,
