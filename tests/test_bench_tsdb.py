@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.tsdb import Scrapes, metric_sum, next_targets, quiet_phase, scrape_counts, shortfalls
+from benchmarks.tsdb_rule import Scrapes, metric_sum, next_targets, quiet_phase, scrape_counts, shortfalls
 
 # As the two engines expose them (Prometheus 2.42 labels its counter by sample type).
 PROMETHEUS = {
