@@ -44,7 +44,6 @@ from benchmarks._progress import Progress
 from benchmarks._table import print_table
 from benchmarks.tsdb_rule import (
     SUSTAINED_SHARE,
-    Scrapes,
     Step,
     metric_sum,
     next_targets,
