@@ -44,7 +44,7 @@ log = structlog.get_logger("rainierd")
 Role = Literal["run", "simulate", "monitor"]
 # Worker threads (analysis, scrape rendering) hold the GIL for up to this long
 # before the event loop gets it back: 1 ms instead of Python's 5 ms keeps the
-# loop's lag under 10 ms at Rainier scale (rainierd bench scrape).
+# loop's lag under 10 ms at Rainier scale (python -m benchmarks scrape).
 SWITCH_INTERVAL_S: Final = 0.001
 
 

@@ -15,7 +15,7 @@ per-entity arrays: copying them every tick would cost ~100 MB of memory
 traffic at ``rainier``), under the lock the monitor holds while an analysis
 mutates that state, so it never sees a half-applied tick; it waits at most
 one analysis.  Building one costs a few fancy-indexed slices and ~2,500
-lines of text (``rainierd bench scrape`` reports its time).
+lines of text (``python -m benchmarks scrape`` reports its time).
 
 Query errors: no or several ``target``, or one that is not ``u<id>``, an id
 or a name of the inventory, is 400; an UltraServer the fleet does not have
