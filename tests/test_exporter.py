@@ -204,6 +204,22 @@ class TestHttp:
         self.task.cancel()
 
 
+class TestServerLifetime:
+    async def test_entering_binds_and_leaving_closes_even_a_kept_alive_connection(self) -> None:
+        """Inside ``async with`` the server answers at once (no task to start); on the way out its socket and a
+        connection kept alive between requests are closed."""
+        async with MetricsServer(lambda: b"# nothing\n", host="127.0.0.1", port=0, generation=lambda: 1,
+                                 healthy=lambda: Verdict(True, "ok"), ready=lambda: Verdict(True, "ready")) as server:
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            head = await reader.readuntil(b"ok\n")
+            assert (head.startswith(b"HTTP/1.1 200 OK"), b"keep-alive" in head) == (True, True)
+        assert await asyncio.wait_for(reader.read(), 2.0) == b""  # the kept-alive connection was closed
+        writer.close()
+        with pytest.raises(OSError):
+            await asyncio.open_connection("127.0.0.1", server.port)
+
+
 class TestEntityBudget:
     def snapshot_with(self, states: list[int], onsets: list[int]) -> MonitorSnapshot:
         snap = demo_snapshot()
