@@ -216,7 +216,7 @@ class TestServerLifetime:
             assert (head.startswith(b"HTTP/1.1 200 OK"), b"keep-alive" in head) == (True, True)
         assert await asyncio.wait_for(reader.read(), 2.0) == b""  # the kept-alive connection was closed
         writer.close()
-        with pytest.raises(OSError):
+        with pytest.raises(ConnectionRefusedError):
             await asyncio.open_connection("127.0.0.1", server.port)
 
 
