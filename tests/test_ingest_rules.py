@@ -21,8 +21,7 @@ def site_frame(fleet: Fleet) -> FacilityFrame:
     """Return the demo fleet's facility frame of its next tick."""
     sample = fleet.model.step(fleet.tick)
     fleet.tick += 1
-    frame = next(f for _, f in tick_frames(fleet.topo, sample, publisher="sim") if isinstance(f, FacilityFrame))
-    return frame
+    return next(f for _, f in tick_frames(fleet.topo, sample, publisher="sim") if isinstance(f, FacilityFrame))
 
 
 def rejected(fleet: Fleet, topic: str, frame: NodeFrame | NodeBatch | FacilityFrame) -> Counter[str]:
@@ -57,7 +56,7 @@ class TestNodeFrames:
         """A node frame must come on its own node's topic, not a batch's."""
         fleet = Fleet()
         _, frames = fleet.frames()
-        topic, frame = frames[0]
+        _, frame = frames[0]
         assert rejected(fleet, batch_topic(0, 0, "n0-0"), frame) == Counter(topic_mismatch=1)
 
     def test_a_topic_naming_another_ultraserver_is_a_topic_mismatch(self) -> None:
