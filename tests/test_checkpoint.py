@@ -14,6 +14,7 @@ import pytest
 from harness.waits import wait_until
 from rainierd.core import Ingest
 from rainierd.core.config import MonitorConfig
+from rainierd.core.ingest import COUNTERS
 from rainierd.core.streams import WINDOW
 from rainierd.monitor import Monitor
 from rainierd.monitor.checkpoint_file import CheckpointError, load_checkpoint, save_checkpoint
@@ -130,6 +131,20 @@ class TestFile:
         with pytest.raises(CheckpointError):
             load_checkpoint(path, fleet=FLEET)
 
+    def test_a_file_of_the_positional_layout_is_refused_and_the_monitor_starts_afresh(self, tmp_path: Path) -> None:
+        """A format-1 file (one positional counters array) is refused by its format; a monitor starts afresh."""
+        fleet = Fleet()
+        run_ticks(fleet, 2)
+        arrays = fleet.ingest.checkpoint()
+        counters = np.array([int(arrays.pop(f"counters.{name}")) for name in COUNTERS], np.int64)
+        path = tmp_path / "streams.npz"
+        np.savez(path, _format=np.array(1), _fleet=np.array(FLEET), counters=counters, **arrays)
+        with pytest.raises(CheckpointError, match="format 1, not 2"):
+            load_checkpoint(path, fleet=FLEET)
+        monitor = Monitor(build_topology("demo"), MonitorConfig(), checkpoint_file=path)
+        assert not monitor.restore()
+        assert monitor.core.stats.frames_applied == 0
+
     def test_another_fleets_file_is_refused(self, tmp_path: Path) -> None:
         path = tmp_path / "streams.npz"
         save_checkpoint(path, Fleet().ingest.checkpoint(), fleet=FLEET)
@@ -146,9 +161,13 @@ class TestRefusedWhole:
         run_ticks(source, 3)
         arrays = source.ingest.checkpoint()
         if mutate == "float counters":
-            arrays["counters"] = np.array([np.nan] * 5)
+            arrays["counters.frames_lost"] = np.array(np.nan)
         elif mutate == "text counters":
-            arrays["counters"] = np.array(["a"] * 5)
+            arrays["counters.frames_applied"] = np.array("a")
+        elif mutate == "a counter below zero":
+            arrays["counters.publisher_changes"] = np.array(-1, np.int64)
+        elif mutate == "a counter that is not one number":
+            arrays["counters.frames_late"] = np.array([1, 2], np.int64)
         elif mutate == "publisher below -1":
             arrays["nodes.publisher"][0] = -5
         elif mutate == "publisher beyond the table":
@@ -161,14 +180,18 @@ class TestRefusedWhole:
         elif mutate == "not UTF-8":
             arrays["publishers.utf8"] = np.frombuffer(b"\xff\xfe\xfd", np.uint8).copy()
         elif mutate == "counters missing":
-            del arrays["counters"]
+            del arrays["counters.frames_lost"]
+        elif mutate == "the positional layout":
+            counters = [int(arrays.pop(f"counters.{name}")) for name in COUNTERS]
+            arrays["counters"] = np.array(counters, np.int64)
         target = Fleet()
         run_ticks(target, 2)
         return target, arrays
 
     @pytest.mark.parametrize("mutate", [
         "float counters", "text counters", "publisher below -1", "publisher beyond the table", "names listed twice",
-        "lengths that do not add up", "not UTF-8", "counters missing",
+        "lengths that do not add up", "not UTF-8", "counters missing", "a counter below zero",
+        "a counter that is not one number", "the positional layout",
     ])
     def test_refused_and_nothing_changes(self, mutate: str) -> None:
         target, arrays = self.broken(mutate)

@@ -14,7 +14,15 @@ import pytest
 
 from rainierd.core.analysis import MonitorCore
 from rainierd.core.config import MonitorConfig
-from rainierd.core.detect import ChipParams, CoolingParams, DetectionParams, PathParams
+from rainierd.core.detect import (
+    ChipParams,
+    CoolingParams,
+    DetectionParams,
+    EfaParams,
+    NeuronLinkParams,
+    PathParams,
+    SlowLossParams,
+)
 from rainierd.core.ingest import Message
 from rainierd.core.model import ModelParams
 from rainierd.hardware import TRN2
@@ -119,9 +127,26 @@ class TestInjectedHardware:
         assert analysis.throughput.fleet_peak == pytest.approx(topo.n_chips * 1e15)
 
     def test_detection_parameters_are_the_ones_given(self) -> None:
-        paths = PathParams(raise_after_s=5.0, clear_after_s=30.0)
-        core = MonitorCore(build_topology("demo"), MonitorConfig(detection=DetectionParams(paths=paths)))
-        assert core.detector.links.params is core.detector.efa.params is paths
+        """Each path detector holds the very parameters given for it, and the slow-loss test its own."""
+        links, efa = NeuronLinkParams(raise_after_s=5.0), EfaParams(clear_after_s=30.0)
+        loss = SlowLossParams(loss_learn_s=60.0)
+        detection = DetectionParams(neuronlink=links, efa=efa, slow_loss=loss)
+        core = MonitorCore(build_topology("demo"), MonitorConfig(detection=detection))
+        assert core.detector.links.params is links
+        assert core.detector.efa.params is efa
+        assert core.detector.efa.slow_loss.params is loss
+
+    def test_the_path_detectors_parameters_share_one_base_and_nothing_else(self) -> None:
+        """NeuronLink and EFA parameters add disjoint fields to the shared PathParams; slow loss has its own."""
+        base = {f.name for f in dataclasses.fields(PathParams)}
+        links = {f.name for f in dataclasses.fields(NeuronLinkParams)} - base
+        efa = {f.name for f in dataclasses.fields(EfaParams)} - base
+        loss = {f.name for f in dataclasses.fields(SlowLossParams)}
+        assert base <= {f.name for f in dataclasses.fields(NeuronLinkParams)}
+        assert base <= {f.name for f in dataclasses.fields(EfaParams)}
+        assert not links & efa
+        assert not loss & (base | links | efa)
+        assert all(name.startswith("loss_") for name in loss)
 
 
 def _moved(params: object) -> object:
@@ -137,35 +162,56 @@ class TestEveryDetectionSettingReachesItsDetector:
 
     @pytest.fixture
     def core(self) -> MonitorCore:
-        detection = DetectionParams(paths=_moved(PathParams()), chips=_moved(ChipParams()),  # type: ignore[arg-type]
+        detection = DetectionParams(neuronlink=_moved(NeuronLinkParams()), efa=_moved(EfaParams()),  # type: ignore[arg-type]
+                                    slow_loss=_moved(SlowLossParams()), chips=_moved(ChipParams()),  # type: ignore[arg-type]
                                     cooling=_moved(CoolingParams()))  # type: ignore[arg-type]
         return MonitorCore(build_topology("demo"), MonitorConfig(detection=detection,
                                                                  model=_moved(ModelParams())))  # type: ignore[arg-type]
 
-    def test_paths(self, core: MonitorCore) -> None:
-        links, efa = core.detector.links, core.detector.efa
+    def test_neuronlinks(self, core: MonitorCore) -> None:
+        """The NeuronLink detector's CUSUMs, band, tracker and baselines hold its moved parameters."""
+        links = core.detector.links
         p = links.params
-        assert p == core.config.detection.paths
-        assert efa.params == p
-        for cusum in (links.bw, links.latency, efa.throughput, efa.latency):
+        assert p == core.config.detection.neuronlink
+        for cusum in (links.bw, links.latency):
             assert (cusum.k, cusum.h, cusum.cap, cusum.ceiling) == pytest.approx(
                 (p.z_k, p.z_h, p.z_cap, p.z_h + p.drain_s * p.z_k))
-        for cusum in (links.bw, links.latency, links.errors, links.band, efa.throughput, efa.latency, efa.retrans,
-                      efa.band):
+        for cusum in (links.bw, links.latency, links.errors, links.band):
             assert cusum.samples == pytest.approx(p.samples_to_raise)
         assert (links.errors.k, links.errors.h, links.errors.cap) == pytest.approx(
             (p.errors_k, p.errors_h, p.errors_cap))
-        assert (efa.retrans.k, efa.retrans.h, efa.retrans.cap) == pytest.approx(
-            (p.retrans_k, p.retrans_h, p.retrans_cap))
-        for band in (links.band, efa.band):
-            assert band.h == pytest.approx(0.5 * p.band_h_s)
-        for tracker in (links.tracker, efa.tracker):
-            assert tracker.clear_after_s == pytest.approx(p.clear_after_s)
-            assert tracker.raise_after_s[1] == pytest.approx(p.raise_after_s)
-        for base in (links.bw_base, links.latency_base, efa.share_base, efa.latency_base):
+        assert links.band.h == pytest.approx(0.5 * p.band_h_s)
+        assert links.tracker.clear_after_s == pytest.approx(p.clear_after_s)
+        assert links.tracker.raise_after_s[1] == pytest.approx(p.raise_after_s)
+        for base in (links.bw_base, links.latency_base):
             assert (base.halflife_s, base.learn_s, base.clip) == pytest.approx(
                 (p.baseline_halflife_s, p.baseline_learn_s, p.baseline_clip))
-        rates = efa.retrans_base
+
+    def test_efa(self, core: MonitorCore) -> None:
+        """The EFA detector's CUSUMs, band, tracker and baselines hold its own moved parameters, not the links'."""
+        efa = core.detector.efa
+        p = efa.params
+        assert p == core.config.detection.efa
+        for cusum in (efa.throughput, efa.latency):
+            assert (cusum.k, cusum.h, cusum.cap, cusum.ceiling) == pytest.approx(
+                (p.z_k, p.z_h, p.z_cap, p.z_h + p.drain_s * p.z_k))
+        for cusum in (efa.throughput, efa.latency, efa.retrans, efa.band):
+            assert cusum.samples == pytest.approx(p.samples_to_raise)
+        assert (efa.retrans.k, efa.retrans.h, efa.retrans.cap) == pytest.approx(
+            (p.retrans_k, p.retrans_h, p.retrans_cap))
+        assert efa.band.h == pytest.approx(0.5 * p.band_h_s)
+        assert efa.tracker.clear_after_s == pytest.approx(p.clear_after_s)
+        assert efa.tracker.raise_after_s[1] == pytest.approx(p.raise_after_s)
+        for base in (efa.share_base, efa.latency_base):
+            assert (base.halflife_s, base.learn_s, base.clip) == pytest.approx(
+                (p.baseline_halflife_s, p.baseline_learn_s, p.baseline_clip))
+
+    def test_slow_loss(self, core: MonitorCore) -> None:
+        """The slow-loss test and the ports' own retransmit rates hold the moved slow-loss parameters."""
+        test = core.detector.efa.slow_loss
+        p = test.params
+        assert p == core.config.detection.slow_loss
+        rates = test.rates
         assert (rates.halflife_s, rates.prior_s, rates.learn_s, rates.delay_s) == pytest.approx(
             (p.loss_baseline_halflife_s, p.loss_prior_s, p.loss_learn_s, p.loss_delay_s))
 

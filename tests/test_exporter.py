@@ -22,9 +22,10 @@ from prometheus_client.registry import Collector
 from rainierd.connection import Connection
 from rainierd.core import FleetState, Ingest, IngestStats, Received, compute_throughput
 from rainierd.core.analysis import HealthView
+from rainierd.core.ingest import FRAME_REASONS
 from rainierd.exporter import EntityFamilies, FleetCollector, MetricsServer, build_exporter, build_registry
 from rainierd.exporter.http import accepts_gzip
-from rainierd.exporter.selfstatus import IngestCollector, MqttCollector
+from rainierd.exporter.selfstatus import DECODE_REASONS, IngestCollector, MqttCollector
 from rainierd.exporter.ultraservers import UltraServerFamilies
 from rainierd.exporter.webconfig import WebConfig, load_web_config
 from rainierd.hardware import TRN2
@@ -103,7 +104,7 @@ class TestCollectors:
         with every known reason present from the start."""
         stats = IngestStats()
         stats.frames["binary"] += 5
-        stats.reject("truncated")
+        stats.rejected["truncated"] += 1
         stats.frames_lost = 2
         receipts = Receipts(oversize=3)
         receipts.messages["binary"] += 9
@@ -116,6 +117,11 @@ class TestCollectors:
         assert get("rainier_ingest_decode_errors_total", {"reason": "oversize"}) == 3
         assert get("rainier_ingest_decode_errors_total", {"reason": "non_finite"}) == 0
         assert get("rainier_ingest_frames_lost_total") == 2
+
+    def test_every_reason_the_core_judges_by_has_a_series_from_the_start(self) -> None:
+        """The exporter's list of rejection reasons holds every rule of the core's table, so none appears only
+        once it first happens (a rate over a series that did not exist reads as nothing)."""
+        assert [reason for reason in FRAME_REASONS if reason not in DECODE_REASONS] == []
 
     def test_the_status_is_a_frozen_copy(self) -> None:
         """Counters changed after the snapshot was taken do not reach a scrape of it."""

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from rainierd.core.analysis import MonitorCore
-from rainierd.core.detect.links import slow_path_stretch
+from rainierd.core.detect.efa import slow_path_stretch
 from rainierd.core.model import ModelParams, group_loss
 from rainierd.sim.faults import Fault, FaultKind
 from rainierd.sim.fleet import FleetModel

@@ -5,7 +5,9 @@ any instant leaves either the old checkpoint or the new one, never half.
 
 What is in it is ``Ingest.checkpoint()``: every stream's last applied
 sequence number, what it still has missing, its publisher, and the ingest
-counters that go with them.  Nothing of the fleet's state is kept: a
+counters that go with them, each under its own name.  Format 1 held the
+counters as one positional array; a file of it is refused (the monitor then
+starts afresh, as for any checkpoint it cannot use).  Nothing of the fleet's state is kept: a
 restarted monitor learns that again from the next tick.
 """
 
@@ -23,7 +25,7 @@ from rainierd.errors import RainierdError
 
 __all__ = ["CheckpointError", "load_checkpoint", "save_checkpoint"]
 
-FORMAT: Final = 1
+FORMAT: Final = 2  # 2: the counters as named arrays (counters.frames_applied, ...)
 
 
 class CheckpointError(RainierdError):
@@ -61,7 +63,8 @@ def load_checkpoint(path: Path, *, fleet: str) -> dict[str, npt.NDArray[Any]] | 
         raise CheckpointError(f"{path}: not a checkpoint ({exc})") from None
     found = arrays.pop("_format", None)
     if found is None or found.shape != () or int(found) != FORMAT:
-        raise CheckpointError(f"{path}: format {found!r}, not {FORMAT}")
+        shown = found.item() if found is not None and found.shape == () else found
+        raise CheckpointError(f"{path}: format {shown!r}, not {FORMAT}")
     theirs = arrays.pop("_fleet", None)
     if theirs is None or str(theirs) != fleet:
         raise CheckpointError(f"{path}: saved for fleet {theirs!s}, this one is {fleet}")

@@ -14,10 +14,13 @@ from typing import Any, Final
 import numpy as np
 
 from rainierd.core.detect._common import Reason, reason_names
+from rainierd.core.detect._paths import NEEDS, PathParams
 from rainierd.core.detect._tracker import StateTracker, Transitions
 from rainierd.core.detect.chips import ChipDetector, ChipParams
 from rainierd.core.detect.cooling import CoolingDetector, CoolingParams
-from rainierd.core.detect.links import NEEDS, EfaDetector, LinkDetector, PathParams
+from rainierd.core.detect.efa import EfaDetector, EfaParams
+from rainierd.core.detect.neuronlink import LinkDetector, NeuronLinkParams
+from rainierd.core.detect.slow_loss import SlowLossParams
 from rainierd.core.state import FleetState
 from rainierd.hardware import TRN2, Trainium2
 
@@ -26,10 +29,13 @@ __all__ = [
     "ChipParams",
     "CoolingParams",
     "DetectionParams",
+    "EfaParams",
     "Event",
     "FleetDetector",
+    "NeuronLinkParams",
     "PathParams",
     "Reason",
+    "SlowLossParams",
 ]
 
 STATE_NAMES: Final[dict[str, tuple[str, ...]]] = {
@@ -43,9 +49,11 @@ STATE_NAMES: Final[dict[str, tuple[str, ...]]] = {
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DetectionParams:
-    """Every detector's thresholds."""
+    """Every detector's thresholds, each detector's in its own class."""
 
-    paths: PathParams = field(default_factory=PathParams)
+    neuronlink: NeuronLinkParams = field(default_factory=NeuronLinkParams)
+    efa: EfaParams = field(default_factory=EfaParams)
+    slow_loss: SlowLossParams = field(default_factory=SlowLossParams)
     chips: ChipParams = field(default_factory=ChipParams)
     cooling: CoolingParams = field(default_factory=CoolingParams)
 
@@ -82,8 +90,8 @@ class FleetDetector:
         self.state = state
         self.hardware = hardware
         self.params = params or DetectionParams()
-        self.links = LinkDetector(state, self.params.paths, hardware)
-        self.efa = EfaDetector(state, self.params.paths)
+        self.links = LinkDetector(state, self.params.neuronlink, hardware)
+        self.efa = EfaDetector(state, self.params.efa, self.params.slow_loss)
         self.chips = ChipDetector(state, hardware.fp8_dense_flops, self.params.chips)
         self.cooling = CoolingDetector(state, self.params.cooling)
 

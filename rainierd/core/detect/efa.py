@@ -1,0 +1,211 @@
+"""EFA port health for the whole fleet: healthy, degraded or down, with the
+reasons.  Each port is compared with its own usual share of its UltraServer's
+traffic and with its UltraServer's ports (traffic follows the job), through
+per-port clipped CUSUMs of throughput, latency and retransmit bursts; the
+slow-loss test (``slow_loss.py``) judges the trickle below bursts.  Also what a
+degraded port costs its collectives (``slow_path_stretch``).  docs/detection.md
+explains the choices.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rainierd._types import F32, I64, B
+from rainierd.core.detect._baseline import Baseline
+from rainierd.core.detect._common import Reason, counter_delta, flag, new_samples, persistence_seconds
+from rainierd.core.detect._paths import DOWN, HEALTHY, NEEDS, PathParams, band, cusum, deviation
+from rainierd.core.detect._stats import PeerSample, ewma, robust_center_scale, row_nanmedian
+from rainierd.core.detect._tracker import StateTracker, Transitions
+from rainierd.core.detect.slow_loss import SlowLossParams, SlowLossTest
+from rainierd.core.state import FleetState
+
+__all__ = ["EfaDetector", "EfaParams", "slow_path_stretch"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EfaParams(PathParams):
+    """Thresholds of the EFA detector, beyond those it shares with NeuronLinks (``PathParams``)."""
+
+    # Retransmit CUSUMs take rates per second, each step weighted by its interval: the same burst
+    # raises in the same seconds at any tick (h is in retransmits; at a 1 s tick, as before).
+    retrans_cap: float = 10.0  # retransmits a second above the port's own baseline counted at most
+    retrans_k: float = 2.0
+    retrans_h: float = 32.0
+    ewma_alpha: float = 0.2
+
+
+def slow_path_stretch(latency_ratio: F32, share: F32, retrans_share: F32, *, latency_share: float) -> F32:
+    """Return how much a path stretches its group's collective: 1 + latency_share x (L - 1) + r.
+
+    L is its latency over its own level beyond what its lost throughput
+    explains (``latency_ratio x share``, at least 1: a degraded path's
+    queueing is priced in its throughput share), r the bytes it retransmits
+    above its own rate over the bytes it sends (docs/throughput-model.md).
+    """
+    slower = np.maximum(latency_ratio * share, np.float32(1.0))
+    stretch: F32 = (np.float32(1.0) + np.float32(latency_share) * (slower - np.float32(1.0)) + retrans_share)
+    return stretch.astype(np.float32, copy=False)
+
+
+@dataclass(eq=False)
+class EfaDetector:
+    """EFA port health for the whole fleet, each port compared with itself and its UltraServer's ports."""
+
+    state: FleetState
+    params: EfaParams = field(default_factory=EfaParams)
+    loss_params: SlowLossParams = field(default_factory=SlowLossParams)
+
+    def __post_init__(self) -> None:
+        topo, p = self.state.topology, self.params
+        n = topo.n_efa
+        self.per_us = topo.efa_ports_per_node * topo.nodes_per_ultraserver
+        self.seen = np.zeros(n, dtype=np.uint32)
+        self.throughput = cusum(n, p, k=p.z_k, h=p.z_h, cap=p.z_cap)
+        self.latency = cusum(n, p, k=p.z_k, h=p.z_h, cap=p.z_cap)
+        self.retrans = cusum(n, p, k=p.retrans_k, h=p.retrans_h, cap=p.retrans_cap)
+        self.band = band(n, p)
+        baseline = {"halflife_s": p.baseline_halflife_s, "learn_s": p.baseline_learn_s, "clip": p.baseline_clip}
+        self.share_base = Baseline.empty(n, **baseline)  # throughput / its UltraServer's median
+        self.latency_base = Baseline.empty(n, **baseline)
+        self.share = np.full(n, np.nan, np.float32)  # EWMA of throughput / its own share of its UltraServer's
+        self.latency_ratio = np.full(n, np.nan, np.float32)  # EWMA of latency / its own level
+        self.was_low = np.zeros(n, dtype=bool)  # the last sample's traffic was near zero
+        self.retrans_share = np.zeros(n, np.float32)  # EWMA of bytes retransmitted above its own rate / bytes sent
+        self.sample = PeerSample.of(n)
+        self.slow_loss = SlowLossTest(n, self.sample, self.loss_params)  # owns each port's own retransmit rate
+        self.tracker = StateTracker.create(n, raise_after_s=[0.0, p.raise_after_s, p.raise_after_s],
+                                           clear_after_s=p.clear_after_s)
+
+    def update(self, tick: int) -> Transitions:
+        """Fold in the ports' new samples; return the state changes."""
+        p, table = self.params, self.state.efa
+        fresh = new_samples(table, self.seen) & table.has(*NEEDS["efa"])
+        np.copyto(self.seen, table.samples)
+        dt = table.dt_s
+        # Evidence, persistence and learning count a sample after a gap as one typical interval.
+        held = persistence_seconds(dt, fresh, self.sample)
+        rate = table.rates["tx_bytes_total"] + table.rates["rx_bytes_total"]
+        np.copyto(rate, np.float32(np.nan), where=~fresh)
+        # Traffic follows the job: compare a port with its UltraServer's ports,
+        # so a stalled or slowed group does not look like a group of bad ports;
+        # then with its own usual share of them (traffic is never perfectly
+        # balanced).  An all-NaN group (stalled, silent) has no median: NaN.
+        ref = np.repeat(row_nanmedian(rate.reshape(-1, self.per_us)), self.per_us)
+        active = fresh & (ref > 0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            share: F32 = np.divide(rate, ref, dtype=np.float32)
+        np.copyto(share, np.float32(1.0), where=~active)
+        ratio = share / self.share_base.reference(1.0)
+        _, scale = robust_center_scale(ratio, active, floor=p.bw_floor, sample=self.sample)
+        self.share = ewma(self.share, ratio, active, alpha=p.ewma_alpha)
+        latency = table.gauges["latency_us"]
+        lat_ok = fresh & (latency > 0)
+        lat_center, _ = robust_center_scale(latency, lat_ok, floor=p.latency_floor, sample=self.sample)
+        lat_reference = self.latency_base.reference(lat_center)
+        lat_dev = deviation(latency, lat_reference, lat_ok, floor=p.latency_floor, sample=self.sample)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            self.latency_ratio = ewma(self.latency_ratio, latency / lat_reference, lat_ok, alpha=p.ewma_alpha)
+        retrans = counter_delta(table, "retrans_pkts_total")
+        own_rate = self.slow_loss.own_rate()
+        lossy = self.slow_loss.update(retrans, dt, fresh, own_rate, table.rates["tx_bytes_total"])
+        # Retransmit bursts are judged above the port's own rate: a trickle it always had, or that
+        # every port shares, is not a fault; and above two of its Poisson deviations a second, so a
+        # port with a high rate is held to the same false-alarm rate as a quiet one.
+        excess = retrans / dt
+        excess -= own_rate
+        self._price_retransmits(excess, fresh)
+        excess -= np.maximum(np.float32(0.0), 2.0 * np.sqrt(own_rate) - np.float32(p.retrans_k))
+        unresponsive = counter_delta(table, "unresponsive_remote_events_total") > 0
+
+        down = self._downs(active, ratio, unresponsive, fresh)
+        shortfall = 1.0 - ratio
+        shortfall /= np.float32(scale)
+        far_latency = lat_ok & (latency > np.float32(p.latency_band * lat_center))
+        reasons = np.zeros(share.shape, dtype=np.int32)
+        # Until a port has history it is judged only by hard evidence and the band (_baseline.py).
+        flag(reasons, self.throughput.update(shortfall, active & ~down & self.share_base.learned(), seconds=held),
+             Reason.BANDWIDTH)
+        outside = self.band.update(far_latency.astype(np.float32), fresh, seconds=held)
+        flag(reasons, self.latency.update(lat_dev, lat_ok & ~down & self.latency_base.learned(), seconds=held)
+             | (outside & far_latency),
+             Reason.LATENCY)
+        rate_learned = self.slow_loss.rates.history_s >= np.float32(p.baseline_learn_s)
+        flag(reasons, self.retrans.update(excess, fresh & rate_learned, seconds=held), Reason.RETRANSMITS)
+        flag(reasons, lossy, Reason.LOSS_RATE)
+        flag(reasons, down, Reason.DOWN)
+        flag(reasons, fresh & unresponsive, Reason.UNRESPONSIVE)
+        candidate = (reasons != 0).astype(np.int8)  # DEGRADED
+        candidate[down] = DOWN
+        changes = self.tracker.update(candidate, reasons, fresh, tick, seconds=held)
+        healthy = fresh & (self.tracker.state == HEALTHY)
+        self._learn(share, latency, healthy & active, healthy & lat_ok, held)
+        self.slow_loss.learn(retrans, own_rate, fresh, dt, settled_s=p.baseline_learn_s,
+                             healthy=(self.tracker.state == HEALTHY) & (self.retrans.s < 0.25 * p.retrans_h))
+        return changes
+
+    def _downs(self, active: B, ratio: F32, unresponsive: B, fresh: B) -> B:
+        """Return which ports are down: traffic near zero in two samples running, or the remote unresponsive.
+
+        One sample is not enough: an agent that restarted twice within a few
+        seconds leaves counters that never went backwards but moved only since
+        its last start, which reads as one interval of near-zero traffic.
+        """
+        low = active & (ratio < self.params.down_below)
+        down = (low & self.was_low) | (active & unresponsive)
+        np.copyto(self.was_low, low, where=fresh)
+        return down
+
+    def _learn(self, share: F32, latency: F32, share_ok: B, lat_ok: B, held: F32) -> None:
+        """Fold the sample into the baselines of healthy ports with little evidence against them (_baseline.py)."""
+        p = self.params
+        self.share_base.update(share, share_ok & (self.throughput.s < 0.25 * p.z_h), held)
+        self.latency_base.update(latency, lat_ok & (self.latency.s < 0.25 * p.z_h), held)
+
+    def _price_retransmits(self, excess_per_s: F32, fresh: B) -> None:
+        """Track each port's retransmitted bytes above its own rate as a share of the bytes it sends."""
+        table = self.state.efa
+        with np.errstate(invalid="ignore", divide="ignore"):
+            share = np.maximum(excess_per_s, np.float32(0.0)) * np.float32(self.loss_params.loss_packet_bytes)
+            share /= table.rates["tx_bytes_total"]
+        ok = fresh & np.isfinite(share)
+        self.retrans_share = ewma(self.retrans_share, share, ok, alpha=self.params.ewma_alpha)
+
+    def path_fraction(self, *, latency_share: float = 0.0) -> F32:
+        """Return, per port, the share of its bandwidth collectives get (1 if healthy), its slowness priced in."""
+        out = np.ones(self.state.topology.n_efa, np.float32)
+        bad = np.flatnonzero(self.tracker.state)
+        out[bad] = self._fraction(bad, latency_share)
+        return out
+
+    @property
+    def failover_fraction(self) -> float:
+        """Return the bandwidth share a node keeps when one of its ports is down (its other ports carry on)."""
+        return 1.0 - 1.0 / self.state.topology.efa_ports_per_node
+
+    def _fraction(self, ids: I64, latency_share: float) -> F32:
+        """Return the share of a healthy port's pace each port keeps: its throughput share over its stretch.
+
+        A port that keeps its traffic but answers slowly, or retransmits,
+        stretches its group's EFA collective by 1 + latency_share x (L - 1) + r
+        (docs/throughput-model.md): L its latency over its own level beyond
+        what its lost throughput explains (a degraded port's queueing is priced
+        in its throughput), r the bytes it retransmits above its own rate over
+        the bytes it sends.
+        """
+        measured = np.clip(np.nan_to_num(self.share[ids], nan=1.0), 0.0, 1.0)
+        stretch = slow_path_stretch(np.nan_to_num(self.latency_ratio[ids], nan=1.0), measured,
+                                    self.retrans_share[ids], latency_share=latency_share)
+        kept = np.maximum(measured / stretch, 0.05)
+        down = self.tracker.state[ids] == DOWN
+        return np.where(down, np.float32(self.failover_fraction), kept).astype(np.float32)
+
+    def slowest_by_ultraserver(self, *, latency_share: float = 0.0) -> F32:
+        """Return each UltraServer's lowest port fraction (1 where every port is healthy)."""
+        topo = self.state.topology
+        out = np.ones(topo.n_ultraservers, np.float32)
+        bad = np.flatnonzero(self.tracker.state)
+        np.minimum.at(out, topo.node_ultraserver[topo.efa_node[bad]], self._fraction(bad, latency_share))
+        return out

@@ -1,0 +1,262 @@
+"""NeuronLink health for the whole fleet: healthy, degraded or down, with the
+reasons.  Each link is compared with its own learned level at its group's pace
+and with the links of its kind (robust median/MAD), through per-link clipped
+CUSUMs for gray degradation; lanes and near-zero traffic are direct evidence of
+a hard fault, and a decaying count of drops tells a flapping link.
+docs/detection.md explains the choices.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rainierd._types import F32, I64, B
+from rainierd.core.detect._baseline import Baseline
+from rainierd.core.detect._common import Reason, counter_delta, flag, new_samples, persistence_seconds
+from rainierd.core.detect._paths import DOWN, HEALTHY, NEEDS, PathParams, band, cusum, deviation
+from rainierd.core.detect._stats import PeerSample, robust_center_scale, row_nanmedian
+from rainierd.core.detect._tracker import StateTracker, Transitions
+from rainierd.core.state import FleetState
+from rainierd.hardware import TRN2, Trainium2
+from rainierd.topology import LINK_KIND_NAMES
+
+__all__ = ["LinkDetector", "NeuronLinkParams"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NeuronLinkParams(PathParams):
+    """Thresholds of the NeuronLink detector, beyond those it shares with EFA (``PathParams``)."""
+
+    # Error CUSUMs take rates per second, each step weighted by its interval: the same storm
+    # raises in the same seconds at any tick (h is in errors; at a 1 s tick, as before).
+    errors_cap: float = 10.0  # errors a second counted at most
+    errors_k: float = 3.0  # errors a second that are noise
+    errors_h: float = 28.0
+    drop_below: float = 0.5  # a sample this low with every lane up counts as a drop (with retraining replays)
+    # The shortest drop an interval's average must show (flaps last 0.5-3 s: MegaScale): at a long tick a
+    # drop of drop_min_s dilutes to 1 - drop_min_s / interval, so the threshold rises to that.
+    drop_min_s: float = 0.5
+    retrain_replays: float = 20.0  # replays in one interval that mean the link retrained (a CRC burst makes ~5)
+    idle_below: float = 0.05  # a group whose links carry under this share of their levels is not communicating
+    bandwidth_band: float = 0.5  # a learned level under this share of its kind's is degraded whatever it learned
+    flap_window_s: float = 60.0  # decay time of the drop count
+    flap_drops: float = 1.8  # ~2 drops within the window is flapping
+    flap_hold_s: float = 25.0  # extra clean seconds a link that blipped recently needs to clear
+    # A drop this short is a blip, the flapping signature (down 0.5-3 s, up 5-30 s: MegaScale, Alibaba
+    # HPN): only after a blip does a link wait flap_hold_s to clear.  A link that was down longer was
+    # reseated, replaced or retrained for good, and clears like any other fault.
+    flap_blip_s: float = 15.0
+    recent_drop: float = 0.3  # drop count above which a drop was recent (~70 s)
+
+
+@dataclass(eq=False)
+class LinkDetector:
+    """NeuronLink health for the whole fleet."""
+
+    state: FleetState
+    params: NeuronLinkParams = field(default_factory=NeuronLinkParams)
+    hardware: Trainium2 = TRN2
+
+    def __post_init__(self) -> None:
+        topo = self.state.topology
+        n = topo.n_links
+        p = self.params
+        self.seen = np.zeros(n, dtype=np.uint32)
+        self.bw = cusum(n, p, k=p.z_k, h=p.z_h, cap=p.z_cap)
+        self.latency = cusum(n, p, k=p.z_k, h=p.z_h, cap=p.z_cap)
+        self.errors = cusum(n, p, k=p.errors_k, h=p.errors_h, cap=p.errors_cap)
+        self.band = band(n, p)
+        baseline = {"halflife_s": p.baseline_halflife_s, "learn_s": p.baseline_learn_s, "clip": p.baseline_clip}
+        self.bw_base = Baseline.empty(n, **baseline)  # bandwidth / nominal, at its group's pace
+        self.latency_base = Baseline.empty(n, **baseline)
+        self.drops = np.zeros(n, np.float32)
+        self.was_dropped = np.zeros(n, dtype=bool)
+        self.down_s = np.zeros(n, np.float32)  # seconds of the current (or last) run of dropped samples
+        self.last_down_s = np.full(n, np.inf, np.float32)  # how long the last drop that ended lasted
+        self.was_low = np.zeros(n, dtype=bool)  # the last sample's bandwidth was near zero with lanes up
+        self.now_ratio = np.ones(n, np.float32)  # the latest such ratio
+        # A drop (lanes gone, or bandwidth far below any noise) raises at once.
+        self.tracker = StateTracker.create(n, raise_after_s=[0.0, p.raise_after_s, 0.0], clear_after_s=p.clear_after_s)
+        self.sample = PeerSample.of(n)
+        kind = topo.link_kind
+        self.kind = kind.astype(np.int8)
+        # Every node reports its links in one order (topology.py), so a kind's
+        # figure reaches each link by broadcasting over that order, with no
+        # gather over millions of links.
+        self.per_node = topo.links_per_node
+        self.per_us = topo.links_per_node * topo.nodes_per_ultraserver
+        self.kind_order = kind[:self.per_node].copy()
+        assert (kind.reshape(-1, self.per_node) == self.kind_order).all(), "nodes must share one link order"
+        hw = self.hardware
+        # The nominal figure only sets the units (a share of nominal); no threshold is against it.
+        self.nominal = np.where(kind == 1, hw.neuronlink_ring_bytes_s, hw.neuronlink_intra_bytes_s).astype(np.float32)
+
+    def _per_link(self, per_kind: F32) -> F32:
+        """Return each link's figure of its kind, by broadcasting over the nodes' common link order."""
+        return np.tile(per_kind[self.kind_order], self.state.topology.n_nodes).astype(np.float32)
+
+    def _downs(self, fresh: B, full: B, ratio: F32, up: B, held: F32) -> tuple[B, B]:
+        """Return (down, dropped this sample), and count the drops that begin.
+
+        No lane up is the link down.  Bandwidth alone never is, in one
+        sample: a healthy link's interval average has heavy tails (a stall,
+        contention), so near-zero bandwidth with lanes up must persist for two
+        samples, and a dip under half its level (at a long tick, under
+        1 - drop_min_s / interval) with every lane up (``full``) counts as a
+        drop (a brief down inside the interval) only with the replays a
+        retraining link makes: it replays its whole in-flight window,
+        tens of packets, where a CRC burst on a healthy link replays a few.
+        """
+        p, table = self.params, self.state.links
+        low = fresh & (ratio < p.down_below) & up
+        down = ~up | (low & self.was_low)
+        np.copyto(self.was_low, low, where=fresh)
+        retrained = counter_delta(table, "replay_total") >= np.float32(p.retrain_replays)
+        below = np.maximum(np.float32(p.drop_below), np.float32(1.0) - np.float32(p.drop_min_s) / held)
+        dropped = fresh & (down | (full & (ratio < below) & retrained))
+        self._count_drops(dropped, fresh, table.dt_s, held)
+        return down, dropped
+
+    def _count_drops(self, dropped: B, fresh: B, dt: F32, held: F32) -> None:
+        """Decay each link's drop count over its interval, count a drop where one begins, time each drop."""
+        decay = np.exp(-np.fmax(dt, np.float32(0.0)) / np.float32(self.params.flap_window_s)).astype(np.float32)
+        np.multiply(self.drops, decay, out=self.drops, where=fresh)
+        begins = dropped & ~self.was_dropped
+        np.add(self.drops, np.float32(1.0), out=self.drops, where=begins)
+        np.copyto(self.down_s, np.float32(0.0), where=begins)
+        np.add(self.down_s, np.nan_to_num(held, nan=0.0), out=self.down_s, where=dropped)
+        np.copyto(self.last_down_s, self.down_s, where=fresh & ~dropped & self.was_dropped)
+        np.copyto(self.was_dropped, dropped, where=fresh)
+
+    def _kind_centers(self, share: F32, latency: F32, judged: B) -> tuple[F32, F32, F32]:
+        """Return each kind's median bandwidth share, latency and learned bandwidth level, on the peer sample.
+
+        They are the reference of a link that has no history yet, and the
+        wide band against peers that no learning moves.
+        """
+        picked = {name: self.sample.pick(a) for name, a in
+                  (("share", share), ("latency", latency), ("judged", judged), ("kind", self.kind),
+                   ("level", self.bw_base.level), ("learned", self.bw_base.learned()))}
+        n_kinds = len(LINK_KIND_NAMES)
+        share_center, lat_center, level_center = (np.full(n_kinds, np.nan, np.float32) for _ in range(3))
+        for kind in range(n_kinds):
+            of_kind = picked["kind"] == kind
+            share_center[kind], _ = robust_center_scale(picked["share"], of_kind & picked["judged"], floor=0.0)
+            lat_center[kind], _ = robust_center_scale(
+                picked["latency"], of_kind & picked["judged"] & (picked["latency"] > 0), floor=0.0)
+            level_center[kind], _ = robust_center_scale(picked["level"], of_kind & picked["learned"], floor=0.0)
+        return share_center, lat_center, level_center
+
+    def update(self, tick: int) -> Transitions:
+        """Fold in the links' new samples; return the state changes."""
+        p, table = self.params, self.state.links
+        # A link is judged only on samples that carry its bandwidth and lanes;
+        # without them it is unknown (never healthy, never down by default).
+        fresh = new_samples(table, self.seen) & table.has(*NEEDS["neuronlink"])
+        np.copyto(self.seen, table.samples)
+        dt = table.dt_s
+        # Evidence, persistence and learning count a sample after a gap as one typical interval.
+        held = persistence_seconds(dt, fresh, self.sample)
+        share = table.gauges["bw_bytes_s"] / self.nominal  # units only: a share of nominal
+        latency = table.gauges["latency_us"]
+        lanes = table.gauges["lanes_up"]
+        up = lanes > 0
+        share_center, lat_center, level_center = self._kind_centers(share, latency, fresh & up)
+        # Bandwidth: against the link's own level (its kind's median until it has history), then
+        # against its UltraServer's links at this moment, so a group that slows or idles as a whole
+        # (its job's pace, a straggler, the diurnal swing) is not a group of bad links.
+        relative = share / self.bw_base.reference(self._per_link(share_center))
+        paced = np.where(fresh & up, relative, np.float32(np.nan)).reshape(-1, self.per_us)
+        pace = np.repeat(row_nanmedian(paced), self.per_us)
+        communicating = pace > p.idle_below
+        with np.errstate(invalid="ignore", divide="ignore"):  # an idle or silent group: judged below as idle
+            ratio = np.divide(relative, pace, dtype=np.float32)
+        np.copyto(ratio, np.float32(1.0), where=~communicating)
+        bw_judged = fresh & up & communicating
+        _, bw_scale = robust_center_scale(ratio, bw_judged, floor=p.bw_floor, sample=self.sample)
+        bw_dev: F32 = np.subtract(np.float32(1.0), ratio, dtype=np.float32)
+        bw_dev /= np.float32(bw_scale)
+        # Latency: against its own level (its kind's median until it has history).
+        lat_ok = fresh & up & (latency > 0)
+        lat_dev = deviation(latency, self.latency_base.reference(self._per_link(lat_center)), lat_ok,
+                             floor=p.latency_floor, sample=self.sample)
+        np.copyto(self.now_ratio, ratio, where=fresh)
+        errors = counter_delta(table, "crc_errors_total", "replay_total")
+        errors /= dt  # per second
+
+        all_lanes = self.hardware.neuronlink_lanes
+        down, dropped = self._downs(fresh, communicating & (lanes == all_lanes), ratio, up, held)
+        # The wide band against peers: a link far slower than its kind, or whose own level has sunk
+        # far under its kind's, is degraded whatever its baseline learned.
+        far_latency = lat_ok & (latency > np.float32(p.latency_band) * self._per_link(lat_center))
+        far_level = self.bw_base.learned() & (self.bw_base.level < np.float32(p.bandwidth_band)
+                                              * self._per_link(level_center))
+
+        reasons = np.zeros(share.shape, dtype=np.int32)
+        flag(reasons, up & (lanes < all_lanes), Reason.LANES)
+        judged = bw_judged & ~down
+        # The evidence arrays are spent once added: each is its CUSUM's scratch.
+        outside = self.band.update((far_latency | far_level).astype(np.float32), fresh, seconds=held)
+        # Until a link has history it is judged only by hard evidence and the band (_baseline.py).
+        flag(reasons, self.bw.update(bw_dev, judged & self.bw_base.learned(), scratch=bw_dev, seconds=held)
+             | (outside & far_level),
+             Reason.BANDWIDTH)
+        flag(reasons, self.latency.update(lat_dev, lat_ok & ~down & self.latency_base.learned(), scratch=lat_dev,
+                                          seconds=held)
+             | (outside & far_latency), Reason.LATENCY)
+        flag(reasons, self.errors.update(errors, fresh, scratch=errors, seconds=held), Reason.ERRORS)
+        flag(reasons, self.drops >= p.flap_drops, Reason.FLAPPING)
+        flag(reasons, dropped, Reason.DOWN)
+        # A drop raises at once; a link that blipped (dropped briefly) recently must stay clean
+        # for flap_hold_s more before it clears, so a flapping link is one
+        # event for its whole episode, never a string of downs.  Flapping names
+        # the episode but holds nothing by itself: the hold does, for a bounded
+        # time after the last drop, however many drops came before.
+        candidate = ((reasons & ~np.int32(Reason.FLAPPING)) != 0).astype(np.int8)  # DEGRADED
+        candidate[dropped] = DOWN
+        blipped = np.where(self.last_down_s < p.flap_blip_s, np.float32(p.flap_hold_s), np.float32(0.0))
+        np.copyto(self.tracker.hold_s, blipped, where=self.drops > p.recent_drop)
+        changes = self.tracker.update(candidate, reasons, fresh, tick,
+                                      seconds=held)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            level = np.divide(share, pace, dtype=np.float32)
+        self._learn(level, latency, fresh & up & ~dropped & communicating, lat_ok, held)
+        return changes
+
+    def _learn(self, level: F32, latency: F32, bw_ok: B, lat_ok: B, dt: F32) -> None:
+        """Fold the sample into the baselines of healthy links with little evidence against them (_baseline.py)."""
+        p = self.params
+        healthy = self.tracker.state == HEALTHY
+        self.bw_base.update(level, bw_ok & healthy & (self.bw.s < 0.25 * p.z_h), dt)
+        self.latency_base.update(latency, lat_ok & healthy & (self.latency.s < 0.25 * p.z_h), dt)
+
+    def path_fraction(self) -> F32:
+        """Return, per link, the bandwidth share its collectives get now (1 if healthy).
+
+        From the latest sample, not the smoothed one: a flapping link held
+        unhealthy between drops costs only while it is actually down.  A link
+        that is down now costs half (its traffic reroutes over a neighbour).
+        """
+        out = np.ones(self.state.topology.n_links, np.float32)
+        bad = np.flatnonzero(self.tracker.state)
+        out[bad] = self._fraction(bad)
+        return out
+
+    def _fraction(self, ids: I64) -> F32:
+        lanes = self.state.links.gauges["lanes_up"][ids]
+        ratio = self.now_ratio[ids]
+        down_now = (lanes == 0) | (ratio < self.params.down_below)
+        return np.where(down_now, np.float32(0.5), np.clip(ratio, 0.05, 1.0)).astype(np.float32)
+
+    def slowest_by_ultraserver(self) -> F32:
+        """Return each UltraServer's lowest path fraction (1 where every link is healthy).
+
+        Only unhealthy links can be below 1, so only they are visited.
+        """
+        topo = self.state.topology
+        out = np.ones(topo.n_ultraservers, np.float32)
+        bad = np.flatnonzero(self.tracker.state)
+        np.minimum.at(out, topo.node_ultraserver[topo.link_node[bad]], self._fraction(bad))
+        return out

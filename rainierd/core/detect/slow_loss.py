@@ -1,0 +1,186 @@
+"""Slow EFA loss (docs/detection.md, layer 4): a Poisson CUSUM per port of its
+retransmits, in packets per second, so it means the same at any tick.
+
+In control: the port's own rate (``RateBaseline``: its history, shrunk to the
+fleet's background with a prior of ``loss_prior_s`` seconds).  Out of control:
+that rate plus ``loss_detect`` of the packets it sends (a loss fraction, so the
+test means the same at any load), at least ``loss_min_per_s``.  Each port's
+threshold is set by its own rate, so every port has the same false-alarm rate:
+Siegmund's approximation puts the chance that a healthy excursion reaches h at
+exp(-loss_exponent).  Counts a port can add in one interval are capped, so a
+burst is not loss.  The EFA detector owns one test, and reads each port's own
+rate from it (its retransmit CUSUM judges bursts above that rate).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rainierd._types import F32, B
+from rainierd.core.detect._baseline import RateBaseline
+from rainierd.core.detect._stats import PeerSample
+
+__all__ = ["SlowLossParams", "SlowLossTest", "burst_cap"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SlowLossParams:
+    """Thresholds of the slow-loss test (docs/detection.md, layer 4, justifies them)."""
+
+    loss_detect: float = 2e-7
+    loss_min_per_s: float = 0.05
+    loss_exponent: float = 20.0
+    loss_h_min: float = 10.0  # packets: the threshold of a port whose rate is near zero
+    loss_packet_bytes: float = 8_192.0  # EFA's SRD packet (jumbo frames), to turn bytes into packets
+    loss_floor_per_s: float = 0.01  # the background rate assumed at least
+    loss_background_halflife_s: float = 600.0  # how slowly the fleet's background adapts
+    loss_prior_s: float = 30.0  # seconds of the fleet's background a port's own rate starts from
+    # A port is judged for slow loss only after loss_learn_s of its own history: the test needs its
+    # rate to a few %, and a port sending 0.5 retransmits a second counts ~900 in half an hour (3 %).
+    # Its rate is then taken loss_margin_se standard errors high, so what it does not know yet about
+    # its rate is not read as loss.
+    loss_learn_s: float = 1_800.0
+    loss_margin_se: float = 1.0
+    # Hysteresis of the loss test, in units of each port's h: raised at 1, cleared under loss_clear,
+    # the sum held under loss_ceiling.  Clearing drains (ceiling - clear) h at the healthy drift, about
+    # half of what raising took: a rate test cannot know that loss ended much faster than it saw it
+    # begin, and a narrower band would let noise during the loss clear and re-raise it.
+    loss_ceiling: float = 1.25
+    loss_clear: float = 0.75
+    loss_delay_s: float = 900.0  # then a port's rate learns what it saw this long ago, if it stayed healthy
+    loss_baseline_halflife_s: float = 3_600.0
+
+
+def burst_cap(alternative: F32, dt_s: F32) -> F32:
+    """Return the most retransmits an interval counts: a few deviations over the alternative; more is a burst."""
+    expected: F32 = alternative * np.fmax(dt_s, np.float32(0.0)).astype(np.float32, copy=False)
+    cap: F32 = np.sqrt(expected, dtype=np.float32)
+    cap *= np.float32(3.0)
+    cap += expected
+    cap += np.float32(1.0)
+    return cap
+
+
+@dataclass(eq=False)
+class SlowLossTest:
+    """Each port's own retransmit rate and its slow-loss CUSUM, for ``n`` ports."""
+
+    n: int
+    sample: PeerSample  # the ports the fleet's background is estimated on
+    params: SlowLossParams = field(default_factory=SlowLossParams)
+
+    def __post_init__(self) -> None:
+        p = self.params
+        self.rates = RateBaseline.empty(self.n, halflife_s=p.loss_baseline_halflife_s, prior_s=p.loss_prior_s,
+                                        learn_s=p.loss_learn_s, delay_s=p.loss_delay_s)
+        self.loss = np.zeros(self.n, np.float32)  # Poisson CUSUM of retransmits over the port's rate, in its own h
+        self.lossy = np.zeros(self.n, bool)  # over h, and not yet back under half of it
+        self.background_per_s = float("nan")  # the fleet's retransmit rate per port, bursts clipped
+        self._background_s = 0.0  # seconds the background has been estimated over (a plain mean at first)
+
+    def own_rate(self) -> F32:
+        """Return each port's baseline retransmit rate per second: its own history, shrunk to the fleet's."""
+        p = self.params
+        background = self.background_per_s if np.isfinite(self.background_per_s) else p.loss_floor_per_s
+        rate = self.rates.rate(max(background, p.loss_floor_per_s))
+        np.maximum(rate, np.float32(p.loss_floor_per_s), out=rate)
+        return rate
+
+    def _in_control_rate(self, own_rate: F32) -> F32:
+        """Return the slow-loss test's in-control rate: the port's own, plus loss_margin_se standard errors."""
+        p = self.params
+        exposure = self.rates.seconds + np.float32(p.loss_prior_s)
+        margin = np.sqrt(own_rate / exposure, dtype=np.float32)
+        margin *= np.float32(p.loss_margin_se)
+        return (own_rate + margin).astype(np.float32)
+
+    def update(self, counts: F32, dt_s: F32, fresh: B, own_rate: F32, sent_bytes_s: F32) -> B:
+        """Fold each port's retransmits into its loss CUSUM; return where it is over its threshold.
+
+        The in-control rate is the port's own (``RateBaseline``: its history,
+        starting from the fleet's background, estimated on the peer sample
+        with each port's count capped, adapting over
+        ``loss_background_halflife_s``), so a trickle a port or its site
+        always had is not a fault, and neither is one every port shares.
+        """
+        p = self.params
+        ok = fresh & np.isfinite(counts) & (dt_s > 0)
+        started = np.isfinite(self.background_per_s)
+        interval = np.where(ok, dt_s, np.float32(0.0))  # seconds each port's count covers (0: none)
+        # The rise to detect: loss_detect of the packets the port sends, at least loss_min_per_s.
+        rise = np.fmax(sent_bytes_s, np.float32(0.0)).astype(np.float32)
+        rise *= np.float32(p.loss_detect / p.loss_packet_bytes)
+        np.maximum(rise, np.float32(p.loss_min_per_s), out=rise)
+        # Counts above a few standard deviations of the alternative are a burst, not a rate: a burst
+        # counts as the alternative's mean, so bursts add no more evidence of loss than loss itself
+        # would (a cap at the threshold would add several packets a burst, and bursts come every few
+        # minutes).  Before there is a background, nothing is a burst.
+        counted = np.where(ok, counts, np.float32(0.0))
+        if started:
+            burst = counted > burst_cap(own_rate + rise, interval)
+            np.copyto(counted, (own_rate + rise) * interval, where=burst)
+        self._update_background(counted, interval, ok)
+        if not started:  # the first interval only sets the background
+            return np.zeros(counts.shape, bool)
+        own_rate = self._in_control_rate(own_rate)
+        # Lucas's Poisson CUSUM between rate r and r + d: reference value k = d / ln(1 + d / r).  Its
+        # healthy drift is r - k < 0, and an excursion reaches h with chance exp(-2 (k - r) h / r):
+        # h = loss_exponent r / (2 (k - r)) gives every port the same false-alarm rate.
+        k_per_s = rise / np.log1p(rise / own_rate)
+        h = np.float32(0.5 * p.loss_exponent) * own_rate / (k_per_s - own_rate)
+        np.maximum(h, np.float32(p.loss_h_min), out=h)
+        step = counted - k_per_s * interval
+        step /= h  # the CUSUM is kept in units of each port's own threshold
+        # No one interval raises alone: after a long gap (a node back from silence) a burst or two in
+        # its one interval would otherwise read as minutes of loss.
+        np.minimum(step, np.float32(0.25), out=step)
+        # A port is judged for slow loss only once its own rate has loss_learn_s of history: before, its
+        # rate is mostly the fleet's, and a port that always retransmitted more would read as lossy.
+        judged = ok & self.rates.learned()
+        np.add(self.loss, step.astype(np.float32), out=self.loss, where=judged)
+        # Hysteresis: raised at h, cleared under loss_clear of it, so noise around the threshold during a
+        # fault is one detection; the ceiling bounds how long it takes to clear once the loss has ended.
+        np.clip(self.loss, 0.0, np.float32(p.loss_ceiling), out=self.loss)
+        self.lossy |= self.loss >= 1.0
+        self.lossy &= self.loss > np.float32(p.loss_clear)
+        return self.lossy
+
+    def _update_background(self, clipped: F32, interval: F32, ok: B) -> None:
+        """Fold this interval into the fleet's retransmit background (the prior of every port's own rate)."""
+        p = self.params
+        sample_ok, sample_dt = self.sample.pick(ok), self.sample.pick(interval)
+        seconds = float(sample_dt[sample_ok].sum())
+        if seconds <= 0:
+            return
+        now = float(self.sample.pick(clipped)[sample_ok].sum()) / seconds
+        step_s = float(np.median(sample_dt[sample_ok]))
+        # A plain mean over what has been seen, until that is longer than the half-life allows.
+        self._background_s += step_s
+        weight = max(1.0 - 0.5 ** (step_s / p.loss_background_halflife_s), step_s / self._background_s)
+        self.background_per_s = now if not np.isfinite(self.background_per_s) else (
+            self.background_per_s + weight * (now - self.background_per_s))
+
+    def learn(self, retrans: F32, own_rate: F32, fresh: B, dt: F32, *, settled_s: float, healthy: B) -> None:
+        """Fold the retransmits into each port's own rate: learned after a delay, if the port stayed healthy.
+
+        A burst (a count beyond a few deviations of the rate it has learned)
+        counts as that rate: bursts are not the trickle, and a rate that
+        learned them would hide loss.  For its first seconds a port caps
+        bursts only loosely (ten times its rate, plus ten): a strict cap near
+        a rate still at the prior would hold a port that really retransmits
+        more at the prior for good.  Bursts are told only once a port has
+        ``settled_s`` of history; a port learns only while ``healthy`` and not lossy.
+        """
+        interval = np.fmax(dt, np.float32(0.0)).astype(np.float32, copy=False)
+        counted = np.fmax(retrans, np.float32(0.0)).astype(np.float32, copy=False)
+        loose = own_rate * interval
+        loose *= np.float32(10.0)
+        loose += np.float32(10.0)
+        np.minimum(counted, loose, out=counted)
+        settled = self.rates.history_s >= np.float32(settled_s)
+        burst = settled & (counted > burst_cap(own_rate, interval))
+        np.copyto(counted, own_rate * interval, where=burst)
+        clean = healthy & ~self.lossy
+        self.rates.update(counted, dt, accept=fresh & np.isfinite(retrans), clean=clean)

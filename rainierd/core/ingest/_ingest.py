@@ -1,0 +1,187 @@
+"""``Ingest``: one window's way through the seams, in order: decode, join
+(``_window``), judge (``_rules``), account (``_accounting``), store
+(``_store``)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+
+from rainierd._types import F64
+from rainierd.core.ingest._accounting import Accounting, IngestStats, Tally
+from rainierd.core.ingest._rules import Family, judge
+from rainierd.core.ingest._store import Store
+from rainierd.core.ingest._values import FlushResult, Message, Received
+from rainierd.core.ingest._window import join_nodes, join_sites
+from rainierd.core.state import FleetState, Scratch
+from rainierd.errors import FrameError
+from rainierd.wire import decode_frame
+from rainierd.wire.records import FacilityFrame, NodeBatch
+from rainierd.wire.topics import parse_topic
+
+__all__ = ["Ingest"]
+
+_MAX_TICK: Final = 2**63 - 1  # ticks are u64 on the wire; what the monitor keeps is an int64
+
+
+class Ingest:
+    """Turns windows of frames into in-place updates of a FleetState."""
+
+    def __init__(
+        self, state: FleetState, stats: IngestStats, *, max_frame_bytes: int = 1 << 20,
+        max_clock_skew_s: float = 300.0, max_seq_jump: int = 100_000,
+    ) -> None:
+        self.state = state
+        self.stats = stats
+        self.max_frame_bytes = max_frame_bytes
+        self.max_clock_skew_s = max_clock_skew_s
+        topo = state.topology
+        self.accounting = Accounting(topo.n_nodes, topo.n_sites, stats, max_seq_jump=max_seq_jump)
+        self._families = {"nodes": Family.nodes(topo), "sites": Family.sites(topo)}
+        self._store = Store(state)
+        # The window's joined columns live here from one window to the next.
+        self._scratch = Scratch()
+
+    # -- decoding ---------------------------------------------------------------
+
+    def admit(self, messages: Sequence[Message]) -> FlushResult:
+        """Decode ``messages`` and apply their frames; decode failures count as rejections."""
+        received: list[Received] = []
+        rejected: Counter[str] = Counter()
+        frames: Counter[str] = Counter()
+        for message in messages:
+            address = parse_topic(message.topic)
+            if address is None:
+                rejected["bad_topic"] += 1
+                continue
+            try:
+                frame, encoding = decode_frame(message.payload, max_bytes=self.max_frame_bytes, check_finite=False)
+            except FrameError as exc:
+                rejected[exc.reason] += 1
+                continue
+            frames[encoding] += frame.n_nodes if isinstance(frame, NodeBatch) else 1
+            received.append(Received(message.rx_s, address, frame, message.rx_wall_s))
+        result = self.apply(received)
+        result.rejected.update(rejected)
+        result.frames.update(frames)
+        return result
+
+    # -- admission --------------------------------------------------------------
+
+    def apply(self, items: Iterable[Received]) -> FlushResult:
+        """Check every frame of a window, then apply the good ones; safe to run off the event loop.
+
+        It touches the state and the sequence streams, nothing else; ``record``
+        adds the result to the stats on the thread that owns them.
+        """
+        topo = self.state.topology
+        self.accounting.compact(above=4 * (topo.n_nodes + topo.n_sites) + 1_024)
+        nodes: list[Received] = []
+        sites: list[Received] = []
+        for item in items:
+            (sites if isinstance(item.frame, FacilityFrame) else nodes).append(item)
+        rejected: Counter[str] = Counter()
+        samples: Counter[str] = Counter()
+        tally = Tally()
+        applied_t_s, receive_lag_s = self._apply_nodes(nodes, rejected, samples, tally)
+        samples["facility"] += self._apply_sites(sites, rejected, tally)
+        return FlushResult(tally.applied, rejected, tally.lost, tally.changes, self.state.latest_tick, Counter(),
+                           applied_t_s, receive_lag_s, samples, tally.late, tally.restarts, self.missing())
+
+    def missing(self) -> int:
+        """Return how many frames are missing now and may still arrive late (not yet counted lost)."""
+        return self.accounting.missing()
+
+    def record(self, result: FlushResult) -> None:
+        """Add a window's result to the cumulative stats (``Accounting.record``)."""
+        self.accounting.record(result)
+
+    def checkpoint(self) -> dict[str, npt.NDArray[Any]]:
+        """Return the sequence accounting as named arrays (``Accounting.checkpoint``)."""
+        return self.accounting.checkpoint()
+
+    def restore(self, arrays: dict[str, npt.NDArray[Any]]) -> None:
+        """Continue from ``checkpoint()``'s arrays; raises ValueError, changing nothing, if they do not fit."""
+        self.accounting.restore(arrays)
+
+    def _apply_nodes(
+        self, items: list[Received], rejected: Counter[str], samples: Counter[str], tally: Tally,
+    ) -> tuple[F64, F64]:
+        if not items:
+            return np.zeros(0), np.zeros(0)
+        w = join_nodes(items, self._scratch)
+        good = np.flatnonzero(judge(w, self._families["nodes"], max_clock_skew_s=self.max_clock_skew_s,
+                                    rejected=rejected))
+        # Publisher ids are numbered only once a frame of theirs has passed every rule.
+        numbered = np.full(len(w.publishers), -1, np.int64)
+        for part in np.unique(w.part[good]).tolist():
+            numbered[part] = self.accounting.publisher(w.publishers[part])
+        publisher = numbered[w.part]
+        # Generation g holds each node's (g+1)-th good frame of the window, in arrival order.
+        by_node = good[np.argsort(w.entity[good], kind="stable")]
+        nodes_sorted = w.entity[by_node]
+        first = np.ones(by_node.size, dtype=bool)
+        first[1:] = nodes_sorted[1:] != nodes_sorted[:-1]
+        generation = np.arange(by_node.size) - np.maximum.accumulate(np.where(first, np.arange(by_node.size), 0))
+        applied_t_s, receive_lag_s, applied = [], [], []
+        streams = self.accounting.nodes
+        for g in range(int(generation.max(initial=-1)) + 1):
+            frames = np.sort(by_node[generation == g])
+            advance = streams.advance(w.entity[frames], publisher[frames], w.seq[frames], w.t_s[frames])
+            if advance.stale:
+                rejected["stale_seq"] += advance.stale
+            if advance.jumps:
+                rejected["seq_jump"] += advance.jumps
+            rebased = advance.rebased[advance.keep]
+            frames = frames[advance.keep]
+            self._store.nodes(w, frames, samples)
+            if rebased.any():
+                self._store.forget_rates(w.entity[frames[rebased]].astype(np.int64))
+            tally.add(advance, int(frames.size))
+            applied_t_s.append(w.t_s[frames])
+            receive_lag_s.append(w.rx_wall_s[frames] - w.t_s[frames])
+            applied.append(frames)
+        if not applied_t_s:
+            return np.zeros(0), np.zeros(0)
+        # "Latest" is the window's median sample, not its newest sample nor its largest tick: a publisher's
+        # tick is only its own count (one absurd tick would pin the gauge), and one node whose clock runs
+        # minutes fast (within max_clock_skew_s) would otherwise hold the lag gauge negative for good.
+        chosen = np.concatenate(applied)
+        if chosen.size:
+            times = w.t_s[chosen]
+            at = int(np.argpartition(times, times.size // 2)[times.size // 2])
+            self.state.latest_t_s = float(times[at])
+            self.state.latest_tick = min(int(w.tick[chosen][at]), _MAX_TICK)
+        lags = np.concatenate(receive_lag_s)
+        return np.concatenate(applied_t_s), lags[np.isfinite(lags)]
+
+    def _apply_sites(self, items: list[Received], rejected: Counter[str], tally: Tally) -> int:
+        """Check and apply facility frames (a handful a window); return how many were applied."""
+        if not items:
+            return 0
+        good = judge(join_sites(items), self._families["sites"], max_clock_skew_s=self.max_clock_skew_s,
+                     rejected=rejected)
+        applied = 0
+        streams = self.accounting.sites
+        for item in (item for item, ok in zip(items, good.tolist(), strict=True) if ok):
+            # One at a time: a handful of sites, and a site may repeat in a window.
+            frame = item.frame
+            assert isinstance(frame, FacilityFrame)
+            advance = streams.advance(
+                np.array([frame.site], np.int64), np.array([self.accounting.publisher(frame.publisher)], np.int64),
+                np.array([frame.seq], np.uint64), np.array([frame.t_s]),
+            )
+            tally.add(advance, int(advance.keep.sum()))
+            if advance.stale:
+                rejected["stale_seq"] += 1
+            if advance.jumps:
+                rejected["seq_jump"] += 1
+            if not advance.keep.all():
+                continue
+            self._store.site(frame, item.rx_s, rebased=bool(advance.rebased.any()))
+            applied += 1
+        return applied

@@ -1,0 +1,54 @@
+"""What goes into admission and what one window gives back: plain frozen values,
+so the window can be admitted off the event loop and its result handed back."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rainierd._types import F64
+from rainierd.wire.records import Frame
+from rainierd.wire.topics import TopicAddress
+
+__all__ = ["FlushResult", "Message", "Received"]
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One MQTT message as received: when (listening clock, and wall clock), where, what."""
+
+    rx_s: float
+    topic: str
+    payload: bytes
+    rx_wall_s: float = float("nan")
+
+
+@dataclass(frozen=True, slots=True)
+class Received:
+    """One decoded frame, when it was received and the topic it came on."""
+
+    rx_s: float
+    address: TopicAddress | None
+    frame: Frame
+    rx_wall_s: float = float("nan")
+
+
+@dataclass(frozen=True, eq=False)
+class FlushResult:
+    """What one window applied, rejected (by reason) and found missing."""
+
+    applied: int
+    rejected: Counter[str]
+    lost: int = 0
+    publisher_changes: int = 0
+    latest_tick: int = -1
+    frames: Counter[str] = field(default_factory=Counter)  # decoded, by encoding
+    applied_t_s: F64 = field(default_factory=lambda: np.zeros(0))  # sample times of the frames applied
+    # Wall time at receipt minus sample time, of the frames applied (a publisher's clock skew included).
+    receive_lag_s: F64 = field(default_factory=lambda: np.zeros(0))
+    samples: Counter[str] = field(default_factory=Counter)  # entity samples applied, by record kind
+    late: int = 0  # frames that were missing and arrived after all (never lost, not applied)
+    restarts: int = 0  # a publisher restarted under the same id
+    missing: int = 0  # frames missing after this window (may still come late; not yet lost)
