@@ -127,7 +127,7 @@ def firing_alerts(receiver: Receiver) -> list[dict[str, Any]]:
     return [alert for n in receiver.received() for alert in n["alerts"] if alert["status"] == "firing"]
 
 
-@pytest.mark.broker
+@pytest.mark.mosquitto
 def test_neuronlink_fault_reaches_the_receiver_through_alertmanager(
     mosquitto: Broker, start_rainierd: Any, alertmanager: int, receiver: Receiver, tmp_path: Path,
 ) -> None:

@@ -15,7 +15,7 @@ from tests.helpers import current_values, free_port, wait_until
 TICK_S = 0.5
 
 
-@pytest.mark.broker
+@pytest.mark.mosquitto
 async def test_monitor_survives_broker_kill_while_publishing_events(
     mosquitto_process: MosquittoProcess, start_rainierd: object,
 ) -> None:

@@ -55,7 +55,7 @@ def first_value(port: int, expr: str) -> float | None:
     return float(result[0]["value"][1]) if result else None
 
 
-@pytest.mark.broker
+@pytest.mark.mosquitto
 def test_prometheus_scrapes_over_tls_with_basic_auth(
     mosquitto: Broker, start_rainierd: Start, prometheus: StartPrometheus, pki: Pki, tmp_path: Path,
 ) -> None:

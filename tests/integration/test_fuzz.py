@@ -790,7 +790,7 @@ def by_category(payloads: Sequence[Hostile]) -> dict[str, Counter[str]]:
     return table
 
 
-@pytest.mark.broker
+@pytest.mark.mosquitto
 async def test_every_hostile_payload_is_refused_counted_by_reason_and_changes_nothing(
     mosquitto: Broker, start_rainierd: object,
 ) -> None:

@@ -20,7 +20,7 @@ TICK_S = 0.5
 TOPOLOGY = "sites=1,ultraservers=16"
 
 
-@pytest.mark.broker
+@pytest.mark.mosquitto
 async def test_a_starved_monitor_reports_drops_and_raises_no_false_event(
     mosquitto: Broker, start_rainierd: object,
 ) -> None:

@@ -16,7 +16,7 @@ TICK_S = 0.5
 TICKS = 8
 
 
-@pytest.mark.broker
+@pytest.mark.mosquitto
 @pytest.mark.parametrize("encoding", ["binary", "json"])
 async def test_simulate_to_monitor_matches_ground_truth(
     mosquitto: Broker, start_rainierd: object, encoding: str,

@@ -49,7 +49,7 @@ def unhealthy(values: dict[str, float]) -> set[str]:
     return {k for k, v in values.items() if re.match(r"rainier_\w+_unhealthy\{", k) and v == 1}
 
 
-@pytest.mark.broker
+@pytest.mark.mosquitto
 async def test_two_shards_add_up_to_one_monitor(mosquitto: Broker, start_rainierd: object, tmp_path: Path) -> None:
     """Fed by one simulator, two shards' fleet totals sum to one monitor's within 1e-9 relative, and their
     unhealthy components together are its, each exported by one shard only."""

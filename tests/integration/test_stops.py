@@ -65,7 +65,7 @@ ROLES = ["monitor", "simulate", "run", "bridge"]
 SIGNALS = [signal.SIGTERM, signal.SIGINT]
 
 
-@pytest.mark.broker
+@pytest.mark.mosquitto
 @pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: s.name)
 @pytest.mark.parametrize("role", ROLES)
 def test_stops_while_serving(role: str, sig: signal.Signals, mosquitto_process: MosquittoProcess,
@@ -96,7 +96,7 @@ def test_stops_while_the_broker_hangs(role: str, hung_broker: str, start_rainier
     assert_stops(daemon, signal.SIGTERM)
 
 
-@pytest.mark.broker
+@pytest.mark.mosquitto
 @pytest.mark.parametrize("role", ROLES)
 def test_stops_while_the_broker_restarts(role: str, mosquitto_process: MosquittoProcess,
                                          start_rainierd: Start) -> None:
@@ -120,7 +120,7 @@ def test_stops_while_finishing_its_ticks(role: str, start_rainierd: Start) -> No
     assert_stops(daemon, signal.SIGTERM)
 
 
-@pytest.mark.broker
+@pytest.mark.mosquitto
 @pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: s.name)
 def test_monitor_stops_while_overloaded(sig: signal.Signals, mosquitto_process: MosquittoProcess,
                                         start_rainierd: Start) -> None:
