@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
+from harness.timing import within
 from rainierd.promrules import RULES_DIR, write_overridden
 
 
@@ -32,7 +33,9 @@ def free_port() -> int:
 
 
 def wait_for_port(port: int, timeout_s: float = 10.0) -> None:
-    """Block until something accepts TCP connections on 127.0.0.1:port."""
+    """Block until something accepts TCP connections on 127.0.0.1:port (``timeout_s`` scaled by the harness's
+    slack, harness/timing.py)."""
+    timeout_s = within(timeout_s)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         with socket.socket() as s:
@@ -78,7 +81,9 @@ def current_values(port: int) -> dict[str, float]:
 
 
 async def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    """Poll a blocking ``condition`` (off the loop) until true; fail naming ``what`` after ``timeout_s``."""
+    """Poll a blocking ``condition`` (off the loop) until true; fail naming ``what`` after ``timeout_s`` (scaled
+    by the harness's slack, harness/timing.py)."""
+    timeout_s = within(timeout_s)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if await asyncio.to_thread(condition):
@@ -88,7 +93,9 @@ async def wait_until(condition: Callable[[], bool], timeout_s: float, what: str)
 
 
 def poll_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    """Poll ``condition`` every 0.1 s until true; fail naming ``what`` after ``timeout_s`` (blocking tests)."""
+    """Poll ``condition`` every 0.1 s until true; fail naming ``what`` after ``timeout_s`` (scaled by the harness's
+    slack, harness/timing.py; for blocking tests)."""
+    timeout_s = within(timeout_s)
     deadline = time.monotonic() + timeout_s
     while not condition():
         if time.monotonic() > deadline:
