@@ -22,11 +22,13 @@ from typing import Any
 import pytest
 import yaml
 
+from harness.timing import TICK_S
 from rainierd.promrules import RUNBOOK_BASE
 from tests.helpers import Broker, current_values, free_port, poll_until, rules_for_tests, start_prometheus
 
+pytestmark = [pytest.mark.e2e, pytest.mark.prometheus, pytest.mark.alertmanager]
+
 ROOT = Path(__file__).parents[2]
-TICK_S = 0.5
 FAULT_AT_S = 8.0
 
 

@@ -13,11 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from harness.timing import TICK_S
 from tests.conftest import StartPrometheus
 from tests.helpers import Broker, current_values, free_port, rainierd_prometheus_config
 
+pytestmark = [pytest.mark.e2e, pytest.mark.prometheus]
+
 ROOT = Path(__file__).parents[2]
-TICK_S = 0.5
 FAULT_AT_S = 8.0
 FAULT_FOR_S = 15.0
 

@@ -14,6 +14,8 @@ import pytest
 
 from tests.helpers import Broker, current_values, free_port, sample_values, scrape, wait_until
 
+pytestmark = pytest.mark.e2e
+
 DATA = Path(__file__).parents[1] / "data"
 SAMPLES = DATA / "neuron-monitor"
 HOST = "ip-10-0-17-8"  # node 0 of the two-site inventory

@@ -9,10 +9,9 @@ import json
 
 import pytest
 
+from harness.timing import TICK_S
 from tests.conftest import MosquittoProcess
 from tests.helpers import current_values, free_port, wait_until
-
-TICK_S = 0.5
 
 
 @pytest.mark.mosquitto

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from harness.timing import TICK_S
 from tests.conftest import StartPrometheus
 from tests.helpers import current_values, free_port, poll_until, rainierd_prometheus_config
 from tests.test_dashboards import (
@@ -26,7 +27,8 @@ from tests.test_dashboards import (
     variables,
 )
 
-TICK_S = 0.5
+pytestmark = [pytest.mark.e2e, pytest.mark.prometheus]
+
 SCRAPE_S = 1.0
 SCENARIO = """
 [[fault]]

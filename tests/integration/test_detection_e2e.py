@@ -12,9 +12,11 @@ from pathlib import Path
 import aiomqtt
 import pytest
 
+from harness.timing import TICK_S
 from tests.helpers import Broker, current_values, free_port, wait_until
 
-TICK_S = 0.5
+pytestmark = pytest.mark.e2e
+
 # After the monitor's baselines have 30 s of history: an entity is judged by a change in itself, so a
 # fault already there when it is first seen is found only by hard evidence or the band against peers.
 FAULT_AT_TICK = 80

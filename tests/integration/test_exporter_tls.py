@@ -17,10 +17,13 @@ from pathlib import Path
 import bcrypt
 import pytest
 
+from harness.timing import TICK_S
 from tests.certs import Pki, make_pki
 from tests.conftest import Daemon, StartPrometheus
 from tests.helpers import Broker, free_port, poll_until, wait_for_port
 from tests.integration.test_alerts_e2e import query
+
+pytestmark = pytest.mark.prometheus
 
 USER = "prometheus"
 JOB = "rainierd-tls"
@@ -68,7 +71,8 @@ def test_prometheus_scrapes_over_tls_with_basic_auth(
                    f"basic_auth_users:\n  {USER}: '{hashed}'\n")
     port = free_port()
     monitor = start_rainierd("monitor", "--mqtt-url", mosquitto.url, "--metrics-addr", f"127.0.0.1:{port}",
-                             "--web-config-file", str(web), "--tick", "0.5", "--log-level", "debug", name="monitor")
+                             "--web-config-file", str(web), "--tick", str(TICK_S), "--log-level", "debug",
+                             name="monitor")
     wait_for_port(port)
     url = f"https://127.0.0.1:{port}"
     trusted = ssl.create_default_context(cafile=pki.ca_cert)  # verifies the certificate and 127.0.0.1

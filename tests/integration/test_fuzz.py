@@ -37,6 +37,7 @@ import aiomqtt
 import numpy as np
 import pytest
 
+from harness.timing import TICK_S
 from rainierd.exporter.collectors import DECODE_REASONS
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_batches, tick_frames
@@ -59,7 +60,6 @@ from tests.helpers import Broker, current_values, free_port, sample_values, scra
 
 TOPO: Final = build_topology("demo")
 PUBLISHER: Final = "fuzz-fleet"
-TICK_S: Final = 0.5
 APPLIED_TICKS: Final = 5  # ticks 0..4 are applied before the fuzz, tick 5 after it
 MAX_FRAME_BYTES: Final = 65_536
 SEED: Final = 20_260_101

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from harness.timing import TICK_S
 from rainierd.inventory import load_inventory
 from tests.helpers import Broker, current_values, free_port, scrape, wait_until
 
 ROOT = Path(__file__).parents[2]
 INVENTORY = ROOT / "tests" / "data" / "inventory-two-sites.toml"
 PUBLISHER = ROOT / "examples" / "publisher.py"
-TICK_S = 0.5
 TICKS = 70
 PEAK = 1.299e15
 SKEWS = (-2.0, 1.5, 0.0, 2.0, -1.2, 0.7, -0.4, 1.9, -1.9)  # seconds each agent's clock is off

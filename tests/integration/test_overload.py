@@ -13,9 +13,9 @@ import signal
 
 import pytest
 
+from harness.timing import TICK_S
 from tests.helpers import Broker, current_values, free_port, scrape, wait_until
 
-TICK_S = 0.5
 # 64 nodes: one 237 KB batch a tick, so a few seconds of stall overflow a 1 MiB inbox.
 TOPOLOGY = "sites=1,ultraservers=16"
 

@@ -10,9 +10,11 @@ import json
 import aiomqtt
 import pytest
 
+from harness.timing import TICK_S
 from tests.helpers import Broker, current_values, free_port, sample_values, scrape, wait_until
 
-TICK_S = 0.5
+pytestmark = pytest.mark.e2e
+
 TICKS = 8
 
 

@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from harness.timing import TICK_S
 from tests.helpers import Broker, current_values, free_port, sample_values, scrape, wait_until
 
-TICK_S = 0.5
+pytestmark = pytest.mark.e2e
+
 TICKS = 24
 TOPOLOGY = "sites=2,ultraservers=8"  # 16 UltraServers, 1,024 chips: 8 a shard
 # A failed chip of u3 (shard 1), a NeuronLink of u2 down (shard 0), a lost node of u5 (shard 1).
