@@ -129,8 +129,7 @@ async def test_five_broker_kills_every_frame_applied_or_counted_lost(
     assert_every_frame_accounted(values, sim)
     assert monitor.proc.poll() is None
     assert "rainierd task failed" not in monitor.events()
-    code, seconds = monitor.interrupt()
-    assert (code, seconds < 2.0) == (0, True), monitor.log()[-3000:]
+    assert monitor.interrupt()[0] == 0, monitor.log()[-3000:]  # within 2 s: test_stops.py
 
 
 @pytest.mark.mosquitto

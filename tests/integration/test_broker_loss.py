@@ -53,8 +53,7 @@ async def test_monitor_survives_broker_kill_while_publishing_events(
     await wait_until(lambda: current_values(port)["rainier_monitor_analyses_total"] > analyses + 2, 10,
                      "analysis to go on after the outages")
     assert monitor.proc.poll() is None
-    code, seconds = monitor.interrupt()
-    assert (code, seconds < 2.0) == (0, True), monitor.log()
+    assert monitor.interrupt()[0] == 0, monitor.log()  # within 2 s: test_stops.py
     lines = [json.loads(line) for line in monitor.log().splitlines() if line.startswith("{")]
     assert not [line for line in lines if line["event"] == "rainierd task failed"]
     assert [line for line in lines if line["event"] == "mqtt connection failed; retrying"]

@@ -7,6 +7,7 @@ a fleet that kept publishing, and recovers."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -15,6 +16,7 @@ import pytest
 
 from harness.timing import TICK_S
 from tests.helpers import Broker, current_values, free_port, scrape, wait_until
+from tests.integration.test_accounting import accounted
 
 # 64 nodes: one 237 KB batch a tick, so a few seconds of stall overflow a 1 MiB inbox.
 TOPOLOGY = "sites=1,ultraservers=16"
@@ -59,16 +61,15 @@ async def test_a_starved_monitor_reports_drops_and_raises_no_false_event(
     assert events == {}, events
     finished = next(json.loads(line) for line in sim.log().splitlines()
                     if line.startswith("{") and '"simulation finished"' in line)
-    await asyncio.sleep(4 * TICK_S)  # the last frames land
+    sent = finished["frames_published"] + finished["frames_dropped"]
+    # The last frames land a window or more after the simulator ends: wait for them, not for a time.
+    with contextlib.suppress(AssertionError):
+        await wait_until(lambda: accounted(current_values(port)) >= sent, 10, "every frame to be applied or counted")
     values = current_values(port)
     # Every frame the simulator produced was applied or counted lost; none vanished.
-    applied = values["rainier_ingest_frames_applied_total"]
-    lost = values["rainier_ingest_frames_lost_total"] + values["rainier_ingest_frames_missing"]
-    assert applied + lost + values["rainier_ingest_frames_late_total"] == (
-        finished["frames_published"] + finished["frames_dropped"])
-    assert lost > 0
+    assert accounted(values) == sent, {k: v for k, v in values.items() if k.startswith("rainier_ingest_frames")}
+    assert values["rainier_ingest_frames_lost_total"] + values["rainier_ingest_frames_missing"] > 0
     log = monitor.log()
     assert "monitor falling behind" in log
     assert "monitor caught up" in log
-    code, seconds = monitor.interrupt()
-    assert (code, seconds < 2.0) == (0, True), monitor.log()
+    assert monitor.interrupt()[0] == 0, monitor.log()  # within 2 s: test_stops.py

@@ -62,5 +62,4 @@ async def test_simulate_to_monitor_matches_ground_truth(
     assert values["rainier_ingest_frames_applied_total"] == TICKS * 9
     rejected = {k: v for k, v in values.items() if k.startswith("rainier_ingest_decode_errors_total") and v}
     assert rejected == {}
-    code, seconds = monitor.interrupt()
-    assert (code, seconds < 2.0) == (0, True), monitor.log()
+    assert monitor.interrupt()[0] == 0, monitor.log()  # within 2 s: test_stops.py
