@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.timing import TICK_S
+from harness.timing import TICK_S, within
 from tests.conftest import StartPrometheus
 from tests.helpers import Broker, current_values, free_port, rainierd_prometheus_config
 
@@ -54,7 +54,7 @@ def test_neuronlink_alert_fires_alone_and_resolves(
         "monitor", "--mqtt-url", mosquitto.url, "--metrics-addr", f"127.0.0.1:{metrics_port}",
         "--tick", str(TICK_S), name="monitor",
     )
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + within(10)
     while current_values(metrics_port).get("rainier_mqtt_connected") != 1:
         assert time.monotonic() < deadline, "monitor did not connect"
         time.sleep(0.1)
@@ -62,7 +62,7 @@ def test_neuronlink_alert_fires_alone_and_resolves(
     # Until Prometheus's first scrape there is no `up` series and RainierdTargetMissing (absent, its `for:`
     # test-sized here) may fire: it is right to, and it resolves at the next evaluation once the target is up.
     # Watch alerts from then on.
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + within(15)
     while query(prom_port, 'up{job="rainierd"} == 1')["data"]["result"] == []:  # type: ignore[index]
         assert time.monotonic() < deadline, "Prometheus never scraped the monitor"
         time.sleep(0.2)

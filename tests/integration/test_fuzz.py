@@ -37,7 +37,7 @@ import aiomqtt
 import numpy as np
 import pytest
 
-from harness.timing import TICK_S
+from harness.timing import TICK_S, within
 from rainierd.exporter.collectors import DECODE_REASONS
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_batches, tick_frames
@@ -875,7 +875,7 @@ async def until_counted(metrics_port: int, total: int) -> None:
     """Wait until ``total`` rejections are counted, or until the count has stood still for 5 s (then the
     comparison by reason says what went missing)."""
     last, changed = -1, time.monotonic()
-    deadline = changed + 45
+    deadline = changed + within(45)
     while time.monotonic() < deadline:
         now = sum(rejections(await asyncio.to_thread(current_values, metrics_port)).values())
         if now >= total:
@@ -890,7 +890,7 @@ async def until_counted(metrics_port: int, total: int) -> None:
 async def settled(metrics_port: int) -> dict[str, float]:
     """Return a scrape once two analyses in a row left the fleet figures and rejection counts as they were."""
     previous = await asyncio.to_thread(current_values, metrics_port)
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + within(15)
     while time.monotonic() < deadline:
         await asyncio.sleep(2.5 * TICK_S)
         values = await asyncio.to_thread(current_values, metrics_port)

@@ -10,7 +10,7 @@ import json
 import aiomqtt
 import pytest
 
-from harness.timing import TICK_S
+from harness.timing import TICK_S, within
 from tests.helpers import Broker, current_values, free_port, sample_values, scrape, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -45,7 +45,7 @@ async def test_simulate_to_monitor_matches_ground_truth(
                 truths[truth["tick"]] = truth
                 if len(truths) == TICKS:
                     break
-        assert await asyncio.to_thread(sim.proc.wait, 10) == 0, sim.log()
+        assert await asyncio.to_thread(sim.proc.wait, within(10)) == 0, sim.log()
 
     last = TICKS - 1
     await wait_until(lambda: current_values(metrics_port).get("rainier_monitor_last_tick") == last, 10,
