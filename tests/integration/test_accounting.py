@@ -133,10 +133,6 @@ async def test_five_broker_kills_every_frame_applied_or_counted_lost(
 
 
 @pytest.mark.mosquitto
-@pytest.mark.xfail(strict=False, reason=(
-    "residual flake, open (2026-12-01): the main cause (frames received but unanalysed at a stop) and a simulator "
-    "miscount (a publish failed by the broker's kill counted nowhere) are fixed and it passed 20 of 21 local runs; "
-    "one failure was not captured and one unattributed failure in this file remains (docs/reliability.md)"))
 async def test_monitor_restarts_keep_exact_accounting(
     mosquitto_process: MosquittoProcess, start_rainierd: object, tmp_path: Path,
 ) -> None:
