@@ -2,7 +2,7 @@
 clustered broker, comma-separated; a client connects to the first that
 answers, moves to the next when its broker goes away, and backs off only
 after a whole round of the list has failed.  Real Mosquittos, real refused
-ports; no mock of the network."""
+ports; no mock of the network (so the whole file is in the integration tier)."""
 
 from __future__ import annotations
 
