@@ -7,6 +7,7 @@ unhealthy components."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 
 from harness.timing import TICK_S, within
 from tests.helpers import Broker, current_values, free_port, sample_values, scrape, wait_until
+from tests.integration.test_accounting import sim_totals
 
 pytestmark = pytest.mark.e2e
 
@@ -77,7 +79,17 @@ async def test_two_shards_add_up_to_one_monitor(mosquitto: Broker, start_rainier
     for port in ports.values():
         await wait_until(lambda p=port: current_values(p).get("rainier_monitor_last_tick") == last,  # type: ignore[misc]
                          10, f"every monitor to analyse tick {last}")
-    await asyncio.sleep(3 * TICK_S)  # every monitor has analysed again since the last frame arrived
+    # The last tick shows in the first window holding any of its frames; the rest may land a window later. Once the
+    # monitor, and the shards together, have applied every frame, each has analysed its last window.
+    published = sim_totals(sim)["frames_published"]
+
+    def every_frame_applied() -> bool:
+        applied = {name: current_values(port).get("rainier_ingest_frames_applied_total", 0)
+                   for name, port in ports.items()}
+        return applied["whole"] == applied["s0"] + applied["s1"] == published
+
+    with contextlib.suppress(AssertionError):
+        await wait_until(every_frame_applied, 10, "every frame to be applied")
     values = {name: sample_values(scrape(port)) for name, port in ports.items()}
 
     whole, parts = values["whole"], [values["s0"], values["s1"]]
