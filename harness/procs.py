@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from harness.timing import within
 from harness.waits import poll_until
 
 __all__ = [
@@ -78,7 +79,9 @@ def free_port() -> int:
 
 
 def wait_for_port(port: int, timeout_s: float = 10.0) -> None:
-    """Block until something accepts TCP connections on 127.0.0.1:port; raise TimeoutError after ``timeout_s``."""
+    """Block until something accepts TCP connections on 127.0.0.1:port; raise TimeoutError after ``timeout_s``
+    (scaled by the harness's slack)."""
+    timeout_s = within(timeout_s)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         with socket.socket() as s:

@@ -13,7 +13,6 @@ does nothing.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 from typing import Final
 
 __all__ = ["keep_freed_memory"]
@@ -26,12 +25,10 @@ _TRIM_THRESHOLD: Final = 1 << 30
 
 def keep_freed_memory() -> bool:
     """Raise glibc's mmap and trim thresholds; return True if it took effect."""
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return False
+    # The process's own symbols (dlopen(NULL)), which hold the C library's: ctypes.util.find_library would run
+    # `ldconfig -p` (or a compiler) in a subprocess at every daemon start to find the same library.
     try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
+        mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
         return False
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)

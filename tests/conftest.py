@@ -1,6 +1,12 @@
 """Shared fixtures: a real Mosquitto started per test on a free loopback port,
 and rainierd subprocesses and real Prometheus servers that are always stopped
-after the test.
+after the test; and the tiers (pyproject.toml names the markers).
+
+Every test under tests/integration/ is ``integration``; a test that uses a
+fixture starting a tool gets that tool's marker, and any test with a tool
+marker is ``integration`` wherever it lives.  A test outside the integration
+tier that starts a process fails: the unit tier (``pytest -m "not
+integration"``) must run on a machine with none of the tools, and fast.
 """
 
 from __future__ import annotations
@@ -23,6 +29,41 @@ from harness import procs
 from harness.procs import Broker, free_port, start_prometheus, wait_for_port
 
 HERE = Path(__file__).parent
+INTEGRATION_DIR = HERE / "integration"
+TOOLS = ("mosquitto", "prometheus", "alertmanager", "nats", "kubectl", "podman")
+# The fixtures that start a tool, and the tool (a test using one needs that binary).
+FIXTURE_TOOLS = {"mosquitto_process": "mosquitto", "mosquitto": "mosquitto", "secure_mosquitto": "mosquitto",
+                 "prometheus": "prometheus", "nats": "nats"}
+# Fixtures that start some process, whatever else the test does.
+PROCESS_FIXTURES = frozenset(FIXTURE_TOOLS) | {"start_rainierd"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test with the tools its fixtures start, and ``integration`` if it starts any process."""
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        for fixture, tool in FIXTURE_TOOLS.items():
+            if fixture in fixtures and item.get_closest_marker(tool) is None:
+                item.add_marker(tool)
+        if item.get_closest_marker("integration") is None and (
+            INTEGRATION_DIR in item.path.parents
+            or fixtures & PROCESS_FIXTURES
+            or any(item.get_closest_marker(marker) for marker in (*TOOLS, "e2e"))
+        ):
+            item.add_marker("integration")
+
+
+@pytest.fixture(autouse=True)
+def _unit_tests_start_no_process(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Outside the integration tier, starting a process fails the test: the unit tier promises to start none."""
+    if request.node.get_closest_marker("integration") is not None:
+        return
+
+    def refuse(self: subprocess.Popen[bytes], args: object, *rest: object, **kwargs: object) -> None:
+        raise AssertionError(f"a unit test starts no process (it started {args!r}): mark it integration "
+                             f"(a tool marker, pyproject.toml) or move it to tests/integration/")
+
+    monkeypatch.setattr(subprocess.Popen, "_execute_child", refuse)
 
 
 class MosquittoProcess(procs.MosquittoProcess):

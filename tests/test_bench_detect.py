@@ -23,7 +23,7 @@ def clear(tick: int, entity: str, id_: int) -> Event:
 
 
 # At 0.5 s a tick, the 10 s grace is 20 ticks and the 60 s tail 120.
-TICK_S = 0.5
+SAMPLE_TICK_S = 0.5  # the graded runs' sample tick (in-process, no clock): not harness/timing.py's TICK_S
 DOWN = Fault(FaultKind.NL_DOWN, 5, 0.0, 100, 340)
 FLAPPING = Fault(FaultKind.NL_FLAPPING, 7, 3.0, 100, 200)
 PORT_DOWN = Fault(FaultKind.EFA_DOWN, 3, 0.0, 100, 340)
@@ -42,7 +42,7 @@ EVENTS = [
 
 
 def graded_rows() -> list[dict[str, object]]:
-    run = RunResult([DOWN, FLAPPING, PORT_DOWN, THROTTLE], EVENTS, chips=64, ticks=460, tick_s=TICK_S)
+    run = RunResult([DOWN, FLAPPING, PORT_DOWN, THROTTLE], EVENTS, chips=64, ticks=460, tick_s=SAMPLE_TICK_S)
     rows: list[dict[str, object]] = grade([run], ultraservers=1)["rows"]
     return rows
 
@@ -76,7 +76,7 @@ class TestGrade:
 
     def test_positives_by_entity(self) -> None:
         """Found faults are true positives; duplicates and unexplained raises are false ones."""
-        run = RunResult([DOWN, FLAPPING, PORT_DOWN, THROTTLE], EVENTS, chips=64, ticks=460, tick_s=TICK_S)
+        run = RunResult([DOWN, FLAPPING, PORT_DOWN, THROTTLE], EVENTS, chips=64, ticks=460, tick_s=SAMPLE_TICK_S)
         report = grade([run], ultraservers=1)
         assert (report["true_positives"], report["false_positives"]) == (
             {"neuronlink": 2, "efa": 1}, {"neuronlink": 1, "efa": 0, "chip": 1})
@@ -85,7 +85,7 @@ class TestGrade:
         """A raise 10 s after the fault's end still detects it at 0.5 s ticks (20 ticks), and 10.5 s does not."""
         fault = Fault(FaultKind.NL_DOWN, 5, 0.0, 100, 340)
         late = [grade([RunResult([fault], [raise_(340 + extra, "neuronlink", 5)], chips=64, ticks=600,
-                                 tick_s=TICK_S)], ultraservers=1)["rows"][0]["detected"] for extra in (20, 21)]
+                                 tick_s=SAMPLE_TICK_S)], ultraservers=1)["rows"][0]["detected"] for extra in (20, 21)]
         assert late == [1, 0]
 
 

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from dataclasses import asdict, fields, replace
 
+import pytest
+
 from benchmarks.plan import FIGURES_FILE, Figures, Plan, load_figures, plan
 
 ROUND = Figures(
@@ -63,6 +65,7 @@ class TestFigures:
                 if not (entry.get("command") or entry.get("source"))] == []
         assert load_figures() == Figures(**{k: v["value"] for k, v in document["figures"].items()})
 
+    @pytest.mark.integration  # runs `python -m benchmarks plan`
     def test_the_command_prints_json_for_each_size(self) -> None:
         """`python -m benchmarks plan --chips ... --json` prints one plan per size, from the stored figures."""
         out = subprocess.run([sys.executable, "-m", "benchmarks", "plan", "--chips", "499200", "1000000",

@@ -35,6 +35,7 @@ def compose() -> dict[str, Any]:
 class TestCompose:
     """deploy/compose.yaml."""
 
+    @pytest.mark.integration  # runs check-jsonschema
     def test_matches_the_compose_spec(self) -> None:
         """check-jsonschema accepts the file against the compose-spec schema it carries."""
         result = subprocess.run([tool("check-jsonschema"), "--builtin-schema", "vendor.compose-spec", str(COMPOSE)],
@@ -104,6 +105,7 @@ class TestCompose:
         assert config["alerting"] == {"alertmanagers": [{"static_configs": [{"targets": ["alertmanager:9093"]}]}]}
         assert config["rule_files"] == ["/etc/prometheus/rules/*.yml"]
 
+    @pytest.mark.alertmanager
     def test_alertmanager_config_passes_amtool(self) -> None:
         """amtool check-config accepts deploy/alertmanager/alertmanager.yml."""
         result = subprocess.run([tool("amtool"), "check-config", str(DEPLOY / "alertmanager" / "alertmanager.yml")],
@@ -120,7 +122,7 @@ class TestCompose:
                   if v.startswith(".")}
         assert {m for m in mounts - generated if not (DEPLOY / m).exists()} == set()
 
-    @pytest.mark.broker
+    @pytest.mark.mosquitto
     def test_the_broker_healthcheck_passes_for_its_user_only(
         self, shipped_broker: ShippedBroker, tmp_path: Path,  # noqa: F811 (the imported fixture)
     ) -> None:
@@ -169,6 +171,7 @@ class TestKubernetes:
         assert sorted(kustomization()["resources"]) == sorted(
             p.name for p in KUBE.glob("*.yaml") if p.name != "kustomization.yaml")
 
+    @pytest.mark.integration  # runs kubernetes-validate
     def test_builtin_kinds_pass_kubernetes_validate_strict(self, tmp_path: Path) -> None:
         """kubernetes-validate --strict accepts every manifest of a built-in kind (unknown fields rejected)."""
         builtin = [m for m in manifests() if m["kind"] not in CUSTOM_KINDS]
@@ -266,6 +269,7 @@ class TestKubernetes:
         assert not re.search(r"PASSWORD|USERNAME", yaml.safe_dump_all(
             [m for m in manifests() if m["kind"] != "PrometheusRule"]).split("# ")[0].replace("RAINIERD_MQTT_URL", ""))
 
+    @pytest.mark.kubectl
     def test_kubectl_kustomize_renders_the_same_manifests(self) -> None:
         """Where kubectl is installed, its kustomize renders exactly the files' documents."""
         if shutil.which("kubectl") is None:

@@ -72,6 +72,7 @@ def test_scrape_matches_golden() -> None:
     assert text == GOLDEN.read_text()
 
 
+@pytest.mark.prometheus
 def test_golden_passes_promtool_check_metrics() -> None:
     """promtool check metrics finds no problem in the golden scrape."""
     promtool = shutil.which("promtool")

@@ -224,7 +224,7 @@ def probe(port: int, *flags: str) -> tuple[int, str]:
 
 
 class TestSimulateServesProbes:
-    @pytest.mark.broker
+    @pytest.mark.mosquitto
     def test_a_simulator_with_metrics_addr_is_healthy_and_ready(
         self, start_rainierd: Callable[..., object], mosquitto: object,
     ) -> None:

@@ -30,12 +30,14 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([promtool(), *args], capture_output=True, text=True, check=False, timeout=120)
 
 
+@pytest.mark.prometheus
 def test_rules_pass_promtool_check() -> None:
     """promtool check rules accepts every rule file."""
     result = run("check", "rules", *map(str, RULES))
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.prometheus
 def test_rule_unit_tests_pass() -> None:
     """promtool test rules passes for every alert (fires, ignores a blip, resolves) and the recording rules."""
     result = run("test", "rules", *map(str, TESTS))
@@ -74,6 +76,7 @@ def test_runbook_links_resolve() -> None:
     assert {url.partition("#")[2] for url in urls} <= anchors
 
 
+@pytest.mark.prometheus
 def test_runbook_base_moves_every_link_and_nothing_else(tmp_path: Path) -> None:
     """`--runbook-base` points each alert at the same section of the user's document and leaves every other line."""
     written = write_overridden(RULES_DIR, tmp_path, None, runbook_base="https://wiki.example.com/ops/rainierd")
@@ -95,6 +98,7 @@ def test_runbook_base_must_be_an_absolute_http_url(base: str) -> None:
         rebase_runbooks("runbook_url: x\n", base)
 
 
+@pytest.mark.integration  # runs `python -m rainierd rules`
 def test_rules_command_writes_test_sized_rebased_copies(tmp_path: Path) -> None:
     """`rainierd rules OUT --for 5s --runbook-base URL` writes promtool-clean copies with both applied."""
     result = subprocess.run(
@@ -108,6 +112,7 @@ def test_rules_command_writes_test_sized_rebased_copies(tmp_path: Path) -> None:
     assert {url.partition("#")[0] for url in runbook_urls(text)} == {"https://wiki.example.com/r"}
 
 
+@pytest.mark.prometheus
 def test_deploy_prometheus_config_is_valid() -> None:
     """The compose deployment's Prometheus configuration passes promtool check config."""
     result = run("check", "config", str(ROOT / "deploy" / "prometheus" / "prometheus.yml"))

@@ -240,6 +240,7 @@ def _snapshot(analysis: Analysis, topo: Topology) -> MonitorSnapshot:
 class TestShardedDeployments:
     """deploy/compose.sharded.yaml and deploy/kubernetes/sharded, checked offline as the base ones are."""
 
+    @pytest.mark.integration  # runs check-jsonschema
     def test_compose_override_matches_the_compose_spec_and_gives_each_monitor_its_shard(self) -> None:
         """check-jsonschema accepts the override; its two monitors are shards 0/2 and 1/2, both scraped."""
         path = DEPLOY / "compose.sharded.yaml"
@@ -253,6 +254,7 @@ class TestShardedDeployments:
         assert [c["static_configs"][0]["targets"] for c in scrape if c["job_name"] == "rainierd"] == [
             ["monitor:9780", "monitor-1:9780"]]
 
+    @pytest.mark.kubectl
     def test_kubernetes_overlay_renders_a_statefulset_of_shards_that_validates_strictly(self, tmp_path: Path) -> None:
         """kubectl kustomize renders the overlay: a StatefulSet whose pod ordinal is the shard index and whose
         replicas are the shard count, in place of the monitor Deployment and its volume; kubernetes-validate

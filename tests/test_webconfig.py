@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-import subprocess
 from pathlib import Path
 
 import bcrypt
@@ -127,10 +126,6 @@ class TestInvalid:
     )
     def test_error_is_one_line_naming_file_and_key(self, pki: Pki, tmp_path: Path, text: str, message: str) -> None:
         """A bad file raises ConfigError: one line naming the file and what in it is wrong."""
-        encrypted = pki.directory / "encrypted.key"
-        if not encrypted.exists():
-            subprocess.run(["openssl", "pkey", "-in", pki.server_key, "-aes256", "-passout", "pass:x",
-                            "-out", encrypted], check=True, capture_output=True)
         path = pki.directory / f"bad-{tmp_path.name}.yml"
         path.write_text(text)
         with pytest.raises(ConfigError) as info:

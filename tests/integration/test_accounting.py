@@ -9,16 +9,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from harness.procs import free_port
 from harness.scrape import current_values
+from harness.timing import FAST_TICK_S, within
 from harness.waits import wait_until
 from tests.conftest import Daemon, MosquittoProcess
 
-TICK_S = 0.25
+TICK_S = FAST_TICK_S  # many frames across many disruptions, in little wall time
 HEALTH_EVENTS = "rainier_health_events_total"
 
 
@@ -41,43 +43,66 @@ async def flowing(port: int, what: str) -> None:
     await wait_until(lambda: applied(port) > seen, 30, f"{what}: frames applied again")
 
 
-async def settled(port: int, sim: Daemon, timeout_s: float) -> dict[str, float]:
-    """Wait for the simulator to finish and for the monitor to have applied its last tick and accounted for
-    every frame (or, after a tick more, return what it has: the caller's assertion shows the difference)."""
-    code = await asyncio.to_thread(sim.proc.wait, timeout_s)
+def accounted(values: dict[str, float]) -> float:
+    """Return the frames a scrape says the monitor applied or counted: lost, missing now (they may still come
+    late), or late."""
+    return sum(values.get(f"rainier_ingest_frames_{name}", 0.0)
+               for name in ("applied_total", "lost_total", "missing", "late_total"))
+
+
+@dataclass(frozen=True)
+class Settled:
+    """A monitor's scrapes once the simulator has finished."""
+
+    at_last_tick: dict[str, float]  # as it applies the last tick: health before the fleet falls silent
+    counted: dict[str, float]  # once every frame sent is applied or counted (or the last tried: see settled)
+
+
+async def settled(port: int, sim: Daemon, timeout_s: float) -> Settled:
+    """Wait for the simulator to finish, then for the monitor to apply its last tick and to have applied or
+    counted every frame sent (or, after 10 s more, return what it has: the caller's assertion shows the
+    difference)."""
+    code = await asyncio.to_thread(sim.proc.wait, within(timeout_s))
     assert code == 0, sim.log()[-3000:]
     totals = sim_totals(sim)
     last, sent = totals["ticks"] - 1, totals["frames_published"] + totals["frames_dropped"]
-    seen: list[dict[str, float]] = []
+    at_last: list[dict[str, float]] = [{}]
+    counted: list[dict[str, float]] = [{}]
 
     def at_last_tick() -> bool:
-        # Read at once: a few ticks later the fleet, silent since the simulator ended, is rightly lost.
-        seen.append(current_values(port))
-        return seen[-1].get("rainier_monitor_last_tick") == last
+        # Read at once: a few ticks later the fleet, silent since the simulator ended, is rightly stale.
+        at_last[0] = current_values(port)
+        return at_last[0].get("rainier_monitor_last_tick") == last
 
-    def accounted() -> bool:
-        seen.append(current_values(port))
-        return seen[-1]["rainier_ingest_frames_applied_total"] + seen[-1]["rainier_ingest_frames_lost_total"] >= sent
+    def every_frame_counted() -> bool:
+        counted[0] = current_values(port)
+        return accounted(counted[0]) >= sent
 
     await wait_until(at_last_tick, 20, f"the monitor to apply tick {last}")
-    # "Last tick" is the window's median sample: a tick's last batch (one per topic bucket) may land in the
-    # next window, a fraction of a tick later.
+    # The last tick shows in the first window holding any of its frames. Its other batches (one per topic bucket),
+    # and after a restart or fail-over a backlog, land in later windows: on a loaded machine, seconds later (seen
+    # in test_cluster: 7,874 of 7,920 applied at the last tick, all 7,920 three seconds on, none lost). So wait
+    # for what the assertion needs, every frame applied or counted, not for a time.
     with contextlib.suppress(AssertionError):
-        await wait_until(accounted, 2 * TICK_S, "the last batches to land")
-    return seen[-1]
+        await wait_until(every_frame_counted, 10, "every frame sent to be applied or counted")
+    return Settled(at_last[0], counted[0])
 
 
-def assert_every_frame_accounted(values: dict[str, float], sim: Daemon) -> None:
+def assert_every_frame_accounted(values: Settled, sim: Daemon) -> None:
+    """Assert applied + lost == sent, nothing missing, and no health event or unhealthy component at the last
+    tick."""
     totals = sim_totals(sim)
     sent = totals["frames_published"] + totals["frames_dropped"]
-    assert values["rainier_ingest_frames_missing"] == 0
-    assert values["rainier_ingest_frames_applied_total"] + values["rainier_ingest_frames_lost_total"] == sent, (
-        values["rainier_ingest_frames_applied_total"], values["rainier_ingest_frames_lost_total"], totals)
-    assert sum(v for k, v in values.items() if k.startswith(HEALTH_EVENTS)) == 0
-    assert sum(v for k, v in values.items() if k.startswith("rainier_unhealthy{")) == 0
+    counts = {k.removeprefix("rainier_ingest_"): v for k, v in values.counted.items()
+              if k.startswith("rainier_ingest_frames")}
+    assert (counts["frames_applied_total"] + counts["frames_lost_total"], counts["frames_missing"]) == (sent, 0), \
+        (totals, counts)
+    health = values.at_last_tick
+    assert sum(v for k, v in health.items() if k.startswith(HEALTH_EVENTS)) == 0
+    assert sum(v for k, v in health.items() if k.startswith("rainier_unhealthy{")) == 0
 
 
-@pytest.mark.broker
+@pytest.mark.mosquitto
 async def test_five_broker_kills_every_frame_applied_or_counted_lost(
     mosquitto_process: MosquittoProcess, start_rainierd: object,
 ) -> None:
@@ -101,20 +126,15 @@ async def test_five_broker_kills_every_frame_applied_or_counted_lost(
         await flowing(port, f"after a {outage_s} s outage")
 
     values = await settled(port, sim, timeout_s=120)
-    assert values["rainier_mqtt_connection_failures_total"] >= 5
-    assert values["rainier_ingest_frames_lost_total"] > 0  # the outages did lose frames: they are counted
+    assert values.counted["rainier_mqtt_connection_failures_total"] >= 5
+    assert values.counted["rainier_ingest_frames_lost_total"] > 0  # the outages did lose frames: they are counted
     assert_every_frame_accounted(values, sim)
     assert monitor.proc.poll() is None
     assert "rainierd task failed" not in monitor.events()
-    code, seconds = monitor.interrupt()
-    assert (code, seconds < 2.0) == (0, True), monitor.log()[-3000:]
+    assert monitor.interrupt()[0] == 0, monitor.log()[-3000:]  # within 2 s: test_stops.py
 
 
-@pytest.mark.broker
-@pytest.mark.xfail(strict=False, reason=(
-    "residual flake, open (2026-12-01): the main cause (frames received but unanalysed at a stop) and a simulator "
-    "miscount (a publish failed by the broker's kill counted nowhere) are fixed and it passed 20 of 21 local runs; "
-    "one failure was not captured and one unattributed failure in this file remains (docs/reliability.md)"))
+@pytest.mark.mosquitto
 async def test_monitor_restarts_keep_exact_accounting(
     mosquitto_process: MosquittoProcess, start_rainierd: object, tmp_path: Path,
 ) -> None:
@@ -159,5 +179,5 @@ async def test_monitor_restarts_keep_exact_accounting(
         assert "stream checkpoint restored" in monitor.events()
 
     values = await settled(port, sim, timeout_s=120)
-    assert values["rainier_ingest_frames_lost_total"] > 0
+    assert values.counted["rainier_ingest_frames_lost_total"] > 0
     assert_every_frame_accounted(values, sim)

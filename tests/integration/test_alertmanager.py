@@ -24,12 +24,14 @@ import yaml
 
 from harness.procs import Broker, free_port, start_prometheus
 from harness.scrape import current_values
+from harness.timing import TICK_S
 from harness.waits import poll_until
 from rainierd.promrules import RUNBOOK_BASE
 from tests.helpers import rules_for_tests
 
+pytestmark = [pytest.mark.e2e, pytest.mark.prometheus, pytest.mark.alertmanager]
+
 ROOT = Path(__file__).parents[2]
-TICK_S = 0.5
 FAULT_AT_S = 8.0
 
 
@@ -130,7 +132,7 @@ def firing_alerts(receiver: Receiver) -> list[dict[str, Any]]:
     return [alert for n in receiver.received() for alert in n["alerts"] if alert["status"] == "firing"]
 
 
-@pytest.mark.broker
+@pytest.mark.mosquitto
 def test_neuronlink_fault_reaches_the_receiver_through_alertmanager(
     mosquitto: Broker, start_rainierd: Any, alertmanager: int, receiver: Receiver, tmp_path: Path,
 ) -> None:

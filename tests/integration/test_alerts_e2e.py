@@ -15,11 +15,13 @@ import pytest
 
 from harness.procs import Broker, free_port
 from harness.scrape import current_values
+from harness.timing import TICK_S, within
 from tests.conftest import StartPrometheus
 from tests.helpers import rainierd_prometheus_config
 
+pytestmark = [pytest.mark.e2e, pytest.mark.prometheus]
+
 ROOT = Path(__file__).parents[2]
-TICK_S = 0.5
 FAULT_AT_S = 8.0
 FAULT_FOR_S = 15.0
 
@@ -40,7 +42,7 @@ def firing(port: int) -> dict[str, dict[str, str]]:
             if a["state"] == "firing"}
 
 
-@pytest.mark.broker
+@pytest.mark.mosquitto
 def test_neuronlink_alert_fires_alone_and_resolves(
     mosquitto: Broker, start_rainierd: object, prometheus: StartPrometheus, tmp_path: Path,
 ) -> None:
@@ -54,7 +56,7 @@ def test_neuronlink_alert_fires_alone_and_resolves(
         "monitor", "--mqtt-url", mosquitto.url, "--metrics-addr", f"127.0.0.1:{metrics_port}",
         "--tick", str(TICK_S), name="monitor",
     )
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + within(10)
     while current_values(metrics_port).get("rainier_mqtt_connected") != 1:
         assert time.monotonic() < deadline, "monitor did not connect"
         time.sleep(0.1)
@@ -62,7 +64,7 @@ def test_neuronlink_alert_fires_alone_and_resolves(
     # Until Prometheus's first scrape there is no `up` series and RainierdTargetMissing (absent, its `for:`
     # test-sized here) may fire: it is right to, and it resolves at the next evaluation once the target is up.
     # Watch alerts from then on.
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + within(15)
     while query(prom_port, 'up{job="rainierd"} == 1')["data"]["result"] == []:  # type: ignore[index]
         assert time.monotonic() < deadline, "Prometheus never scraped the monitor"
         time.sleep(0.2)

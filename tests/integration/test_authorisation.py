@@ -23,6 +23,7 @@ import pytest
 
 from harness.procs import free_port, wait_for_port
 from harness.scrape import current_values
+from harness.timing import within
 from harness.waits import poll_until
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_batches, tick_frames
@@ -152,7 +153,7 @@ def test_the_shipped_broker_refuses_what_a_client_may_not_write(
     port = free_port()
     monitor = start_role(start_rainierd, broker, "monitor", "rainierd-monitor", "--metrics-addr", f"127.0.0.1:{port}")
     sim = start_role(start_rainierd, broker, "simulate", "rainierd-sim", "--seed", "3", "--ticks", "4")
-    assert sim.proc.wait(timeout=30) == 0, sim.log()
+    assert sim.proc.wait(timeout=within(30)) == 0, sim.log()
     poll_until(lambda: current_values(port).get("rainier_monitor_last_tick", -1) == 3, timeout_s=30,
                what=f"the monitor applies the simulator's frames\n{monitor.log()[-2000:]}")
     assert current_values(port)[CHANGES] == 0

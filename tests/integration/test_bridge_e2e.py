@@ -16,12 +16,14 @@ from harness.procs import Broker, free_port
 from harness.scrape import current_values, sample_values, scrape
 from harness.waits import wait_until
 
+pytestmark = pytest.mark.e2e
+
 DATA = Path(__file__).parents[1] / "data"
 SAMPLES = DATA / "neuron-monitor"
 HOST = "ip-10-0-17-8"  # node 0 of the two-site inventory
 
 
-@pytest.mark.broker
+@pytest.mark.mosquitto
 async def test_neuron_monitor_through_the_bridge(mosquitto: Broker, start_rainierd: object, tmp_path: Path) -> None:
     """Five reports, 1 s apart: chip utilisation, FP8 and ECC per chip on /metrics; links unknown, not down."""
     inventory = tmp_path / "fleet.toml"

@@ -11,13 +11,12 @@ import pytest
 
 from harness.procs import free_port
 from harness.scrape import current_values
+from harness.timing import TICK_S
 from harness.waits import wait_until
 from tests.conftest import MosquittoProcess
 
-TICK_S = 0.5
 
-
-@pytest.mark.broker
+@pytest.mark.mosquitto
 async def test_monitor_survives_broker_kill_while_publishing_events(
     mosquitto_process: MosquittoProcess, start_rainierd: object,
 ) -> None:
@@ -56,8 +55,7 @@ async def test_monitor_survives_broker_kill_while_publishing_events(
     await wait_until(lambda: current_values(port)["rainier_monitor_analyses_total"] > analyses + 2, 10,
                      "analysis to go on after the outages")
     assert monitor.proc.poll() is None
-    code, seconds = monitor.interrupt()
-    assert (code, seconds < 2.0) == (0, True), monitor.log()
+    assert monitor.interrupt()[0] == 0, monitor.log()  # within 2 s: test_stops.py
     lines = [json.loads(line) for line in monitor.log().splitlines() if line.startswith("{")]
     assert not [line for line in lines if line["event"] == "rainierd task failed"]
     assert [line for line in lines if line["event"] == "mqtt connection failed; retrying"]

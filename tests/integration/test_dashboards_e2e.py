@@ -16,6 +16,7 @@ import pytest
 
 from harness.procs import free_port
 from harness.scrape import current_values
+from harness.timing import TICK_S
 from harness.waits import poll_until
 from tests.conftest import StartPrometheus
 from tests.helpers import rainierd_prometheus_config
@@ -29,7 +30,8 @@ from tests.test_dashboards import (
     variables,
 )
 
-TICK_S = 0.5
+pytestmark = [pytest.mark.e2e, pytest.mark.prometheus]
+
 SCRAPE_S = 1.0
 SCENARIO = """
 [[fault]]

@@ -14,9 +14,11 @@ import pytest
 
 from harness.procs import Broker, free_port
 from harness.scrape import current_values
+from harness.timing import TICK_S
 from harness.waits import wait_until
 
-TICK_S = 0.5
+pytestmark = pytest.mark.e2e
+
 # After the monitor's baselines have 30 s of history: an entity is judged by a change in itself, so a
 # fault already there when it is first seen is found only by hard evidence or the band against peers.
 FAULT_AT_TICK = 80
@@ -37,7 +39,7 @@ for_s = 60
 """
 
 
-@pytest.mark.broker
+@pytest.mark.mosquitto
 async def test_scenario_degrades_exactly_one_link_and_one_port(
     mosquitto: Broker, start_rainierd: object, tmp_path: Path,
 ) -> None:

@@ -18,10 +18,13 @@ import bcrypt
 import pytest
 
 from harness.procs import Broker, free_port, wait_for_port
+from harness.timing import TICK_S
 from harness.waits import poll_until
 from tests.certs import Pki, make_pki
 from tests.conftest import Daemon, StartPrometheus
 from tests.integration.test_alerts_e2e import query
+
+pytestmark = pytest.mark.prometheus
 
 USER = "prometheus"
 JOB = "rainierd-tls"
@@ -56,7 +59,7 @@ def first_value(port: int, expr: str) -> float | None:
     return float(result[0]["value"][1]) if result else None
 
 
-@pytest.mark.broker
+@pytest.mark.mosquitto
 def test_prometheus_scrapes_over_tls_with_basic_auth(
     mosquitto: Broker, start_rainierd: Start, prometheus: StartPrometheus, pki: Pki, tmp_path: Path,
 ) -> None:
@@ -69,7 +72,8 @@ def test_prometheus_scrapes_over_tls_with_basic_auth(
                    f"basic_auth_users:\n  {USER}: '{hashed}'\n")
     port = free_port()
     monitor = start_rainierd("monitor", "--mqtt-url", mosquitto.url, "--metrics-addr", f"127.0.0.1:{port}",
-                             "--web-config-file", str(web), "--tick", "0.5", "--log-level", "debug", name="monitor")
+                             "--web-config-file", str(web), "--tick", str(TICK_S), "--log-level", "debug",
+                             name="monitor")
     wait_for_port(port)
     url = f"https://127.0.0.1:{port}"
     trusted = ssl.create_default_context(cafile=pki.ca_cert)  # verifies the certificate and 127.0.0.1

@@ -39,6 +39,7 @@ import pytest
 
 from harness.procs import Broker, free_port
 from harness.scrape import current_values, sample_values, scrape
+from harness.timing import TICK_S, within
 from harness.waits import wait_until
 from rainierd.exporter.selfstatus import DECODE_REASONS
 from rainierd.sim.fleet import FleetModel
@@ -61,7 +62,6 @@ from rainierd.wire.topics import batch_topic, facility_topic, node_topic
 
 TOPO: Final = build_topology("demo")
 PUBLISHER: Final = "fuzz-fleet"
-TICK_S: Final = 0.5
 APPLIED_TICKS: Final = 5  # ticks 0..4 are applied before the fuzz, tick 5 after it
 MAX_FRAME_BYTES: Final = 65_536
 SEED: Final = 20_260_101
@@ -792,7 +792,7 @@ def by_category(payloads: Sequence[Hostile]) -> dict[str, Counter[str]]:
     return table
 
 
-@pytest.mark.broker
+@pytest.mark.mosquitto
 async def test_every_hostile_payload_is_refused_counted_by_reason_and_changes_nothing(
     mosquitto: Broker, start_rainierd: object,
 ) -> None:
@@ -877,7 +877,7 @@ async def until_counted(metrics_port: int, total: int) -> None:
     """Wait until ``total`` rejections are counted, or until the count has stood still for 5 s (then the
     comparison by reason says what went missing)."""
     last, changed = -1, time.monotonic()
-    deadline = changed + 45
+    deadline = changed + within(45)
     while time.monotonic() < deadline:
         now = sum(rejections(await asyncio.to_thread(current_values, metrics_port)).values())
         if now >= total:
@@ -892,7 +892,7 @@ async def until_counted(metrics_port: int, total: int) -> None:
 async def settled(metrics_port: int) -> dict[str, float]:
     """Return a scrape once two analyses in a row left the fleet figures and rejection counts as they were."""
     previous = await asyncio.to_thread(current_values, metrics_port)
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + within(15)
     while time.monotonic() < deadline:
         await asyncio.sleep(2.5 * TICK_S)
         values = await asyncio.to_thread(current_values, metrics_port)

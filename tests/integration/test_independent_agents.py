@@ -16,19 +16,19 @@ import pytest
 
 from harness.procs import Broker, free_port
 from harness.scrape import current_values, scrape
+from harness.timing import TICK_S
 from harness.waits import wait_until
 from rainierd.inventory import load_inventory
 
 ROOT = Path(__file__).parents[2]
 INVENTORY = ROOT / "tests" / "data" / "inventory-two-sites.toml"
 PUBLISHER = ROOT / "examples" / "publisher.py"
-TICK_S = 0.5
 TICKS = 70
 PEAK = 1.299e15
 SKEWS = (-2.0, 1.5, 0.0, 2.0, -1.2, 0.7, -0.4, 1.9, -1.9)  # seconds each agent's clock is off
 
 
-@pytest.mark.broker
+@pytest.mark.mosquitto
 async def test_independent_agents_are_seen_exactly(mosquitto: Broker, start_rainierd: object, tmp_path: Path) -> None:
     """Figures match what was sent, loss is exactly the skipped frames, restarts are counted, names are on /metrics."""
     topo = load_inventory(INVENTORY)

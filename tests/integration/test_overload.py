@@ -7,6 +7,7 @@ a fleet that kept publishing, and recovers."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -15,14 +16,15 @@ import pytest
 
 from harness.procs import Broker, free_port
 from harness.scrape import current_values, scrape
+from harness.timing import TICK_S, within
 from harness.waits import wait_until
+from tests.integration.test_accounting import accounted
 
-TICK_S = 0.5
 # 64 nodes: one 237 KB batch a tick, so a few seconds of stall overflow a 1 MiB inbox.
 TOPOLOGY = "sites=1,ultraservers=16"
 
 
-@pytest.mark.broker
+@pytest.mark.mosquitto
 async def test_a_starved_monitor_reports_drops_and_raises_no_false_event(
     mosquitto: Broker, start_rainierd: object,
 ) -> None:
@@ -53,7 +55,7 @@ async def test_a_starved_monitor_reports_drops_and_raises_no_false_event(
     assert scrape(port, "/readyz").strip() == "ready"
     assert current_values(port)["rainier_fleet_chips_reporting"] == 1024
 
-    assert await asyncio.to_thread(sim.proc.wait, 60) == 0, sim.log()
+    assert await asyncio.to_thread(sim.proc.wait, within(60)) == 0, sim.log()
     # The fleet published until now: not one health event, lost or stale or any other.
     # (From here on it is truly silent, and stale_after later the monitor may rightly say so.)
     values = current_values(port)
@@ -61,16 +63,15 @@ async def test_a_starved_monitor_reports_drops_and_raises_no_false_event(
     assert events == {}, events
     finished = next(json.loads(line) for line in sim.log().splitlines()
                     if line.startswith("{") and '"simulation finished"' in line)
-    await asyncio.sleep(4 * TICK_S)  # the last frames land
+    sent = finished["frames_published"] + finished["frames_dropped"]
+    # The last frames land a window or more after the simulator ends: wait for them, not for a time.
+    with contextlib.suppress(AssertionError):
+        await wait_until(lambda: accounted(current_values(port)) >= sent, 10, "every frame to be applied or counted")
     values = current_values(port)
     # Every frame the simulator produced was applied or counted lost; none vanished.
-    applied = values["rainier_ingest_frames_applied_total"]
-    lost = values["rainier_ingest_frames_lost_total"] + values["rainier_ingest_frames_missing"]
-    assert applied + lost + values["rainier_ingest_frames_late_total"] == (
-        finished["frames_published"] + finished["frames_dropped"])
-    assert lost > 0
+    assert accounted(values) == sent, {k: v for k, v in values.items() if k.startswith("rainier_ingest_frames")}
+    assert values["rainier_ingest_frames_lost_total"] + values["rainier_ingest_frames_missing"] > 0
     log = monitor.log()
     assert "monitor falling behind" in log
     assert "monitor caught up" in log
-    code, seconds = monitor.interrupt()
-    assert (code, seconds < 2.0) == (0, True), monitor.log()
+    assert monitor.interrupt()[0] == 0, monitor.log()  # within 2 s: test_stops.py

@@ -5,6 +5,7 @@ ground truth with no frame lost."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 
 import aiomqtt
@@ -12,13 +13,15 @@ import pytest
 
 from harness.procs import Broker, free_port
 from harness.scrape import current_values, sample_values, scrape
+from harness.timing import TICK_S, within
 from harness.waits import wait_until
 
-TICK_S = 0.5
+pytestmark = pytest.mark.e2e
+
 TICKS = 8
 
 
-@pytest.mark.broker
+@pytest.mark.mosquitto
 @pytest.mark.parametrize("encoding", ["binary", "json"])
 async def test_simulate_to_monitor_matches_ground_truth(
     mosquitto: Broker, start_rainierd: object, encoding: str,
@@ -45,12 +48,15 @@ async def test_simulate_to_monitor_matches_ground_truth(
                 truths[truth["tick"]] = truth
                 if len(truths) == TICKS:
                     break
-        assert await asyncio.to_thread(sim.proc.wait, 10) == 0, sim.log()
+        assert await asyncio.to_thread(sim.proc.wait, within(10)) == 0, sim.log()
 
     last = TICKS - 1
     await wait_until(lambda: current_values(metrics_port).get("rainier_monitor_last_tick") == last, 10,
                    f"the monitor to analyse tick {last}")
-    await asyncio.sleep(2 * TICK_S)  # one more analysis after the last frame arrived
+    # The last tick shows in the first window holding any of its frames; the rest may land a window later.
+    with contextlib.suppress(AssertionError):
+        await wait_until(lambda: current_values(metrics_port).get("rainier_ingest_frames_applied_total") == TICKS * 9,
+                         10, "every frame to be applied")
     values = sample_values(scrape(metrics_port))
     truth = truths[last]
     assert values["rainier_fleet_fp8_peak_flops"] == truth["peak_flops"] == 128 * 1.299e15
@@ -62,5 +68,4 @@ async def test_simulate_to_monitor_matches_ground_truth(
     assert values["rainier_ingest_frames_applied_total"] == TICKS * 9
     rejected = {k: v for k, v in values.items() if k.startswith("rainier_ingest_decode_errors_total") and v}
     assert rejected == {}
-    code, seconds = monitor.interrupt()
-    assert (code, seconds < 2.0) == (0, True), monitor.log()
+    assert monitor.interrupt()[0] == 0, monitor.log()  # within 2 s: test_stops.py

@@ -27,16 +27,15 @@ def wait_for_metrics(port: int, timeout_s: float) -> dict[str, float]:
 
 
 def test_run_serves_fleet_metrics_and_stops_cleanly(start_rainierd: object) -> None:
-    """Within 10 s /metrics shows the demo fleet's peak and a plausible effective FP8; SIGINT exits 0 within 2 s."""
+    """Within 10 s /metrics shows the demo fleet's peak and a plausible effective FP8; SIGINT exits 0 (within 2 s:
+    test_stops.py)."""
     port = free_port()
     daemon = start_rainierd("run", "--metrics-addr", f"127.0.0.1:{port}")  # type: ignore[operator]
     values = wait_for_metrics(port, 10.0)
     assert values["rainier_fleet_fp8_peak_flops"] == 128 * 1.299e15
     assert 0.4 < values["rainier_fleet_fp8_effective_flops"] / values["rainier_fleet_fp8_peak_flops"] < 0.9
     assert values["rainier_mqtt_connected"] == 1
-    code, seconds = daemon.interrupt()
-    assert code == 0, daemon.log()
-    assert seconds < 2.0
+    assert daemon.interrupt()[0] == 0, daemon.log()
     events = [json.loads(line) for line in daemon.log().splitlines() if line.startswith("{")]
     broker = next(e for e in events if e["event"] == "embedded broker listening")
     assert broker["host"] == "127.0.0.1"
@@ -49,10 +48,8 @@ def test_sigterm_also_stops_cleanly(start_rainierd: object) -> None:
     port = free_port()
     daemon = start_rainierd("run", "--metrics-addr", f"127.0.0.1:{port}", "--tick", "0.2")  # type: ignore[operator]
     wait_for_metrics(port, 10.0)
-    started = time.monotonic()
     daemon.proc.terminate()
-    assert daemon.proc.wait(timeout=5) == 0
-    assert time.monotonic() - started < 2.0
+    assert daemon.proc.wait(timeout=5) == 0  # within 2 s: test_stops.py
 
 
 def test_metrics_port_in_use_fails_clearly(start_rainierd: object) -> None:

@@ -7,6 +7,7 @@ import time
 
 from harness.procs import free_port
 from harness.scrape import current_values
+from harness.timing import within
 from tests.conftest import SecureBroker
 
 
@@ -21,8 +22,8 @@ def test_tls_and_password_authentication(secure_mosquitto: SecureBroker, start_r
                              "--log-level", "debug", env=env, name="monitor")
     sim = start_rainierd("simulate", *common, "--ticks", "6", "--log-level", "debug",  # type: ignore[operator]
                          env=env, name="simulate")
-    assert sim.proc.wait(timeout=20) == 0, sim.log()
-    deadline = time.monotonic() + 10
+    assert sim.proc.wait(timeout=within(20)) == 0, sim.log()
+    deadline = time.monotonic() + within(10)
     while current_values(port).get("rainier_monitor_last_tick") != 5 and time.monotonic() < deadline:
         time.sleep(0.2)
     assert current_values(port)["rainier_monitor_last_tick"] == 5
@@ -42,7 +43,7 @@ def test_wrong_password_is_retried_not_fatal(secure_mosquitto: SecureBroker, sta
         "--mqtt-username", broker.username, "--metrics-addr", f"127.0.0.1:{port}",
         env={"RAINIERD_MQTT_PASSWORD": "wrong-password-123"}, name="monitor",
     )
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + within(10)
     while current_values(port).get("rainier_mqtt_connection_failures_total", 0) < 2 and time.monotonic() < deadline:
         time.sleep(0.2)
     values = current_values(port)
