@@ -43,6 +43,7 @@ class TestThePackage:
         module.write_text("import harness.procs\nfrom benchmarks.core import run\nfrom . import sibling\n")
         assert imported(module) & set(OUTSIDE) == {"benchmarks", "harness"}
 
+    @pytest.mark.integration  # starts a Python process, to see a fresh interpreter's imports
     def test_the_command_line_loads_no_benchmark(self) -> None:
         """Importing ``rainierd.cli`` (every daemon and HEALTHCHECK does) loads no benchmark or harness module."""
         code = ("import sys, rainierd.cli; "
@@ -52,6 +53,7 @@ class TestThePackage:
         assert out == "[]\n"
 
 
+    @pytest.mark.integration  # starts `python -X importtime -m rainierd`
     @pytest.mark.parametrize("argv", [("monitor", "--help"), ("healthcheck", "--metrics-addr", "127.0.0.1:1")],
                              ids=["monitor-help", "healthcheck"])
     def test_the_daemon_and_its_healthcheck_import_no_benchmark(self, argv: tuple[str, ...]) -> None:
@@ -66,6 +68,7 @@ class TestThePackage:
             0 if argv[-1] == "--help" else 1, [])
 
 
+@pytest.mark.integration  # starts `python -m benchmarks`
 class TestTheEntryPoint:
     def test_help_lists_every_benchmark(self) -> None:
         """``python -m benchmarks --help`` names each registered benchmark with its help line."""
