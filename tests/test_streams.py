@@ -109,7 +109,8 @@ class TestRestarts:
         for k in range(20):
             genuine.append(feed(s, k, float(k)))
             intruder.append(feed(s, 10**6 + k, k + 0.5, publisher=9))
-        assert all(a.keep.all() for a in genuine) and not any(a.keep.any() for a in intruder)
+        assert all(a.keep.all() for a in genuine)
+        assert not any(a.keep.any() for a in intruder)
         assert (tally(intruder)["unconfirmed"], tally(genuine)["lost"], int(s.publisher[0])) == (20, 0, 0)
 
     def test_streams_are_independent(self) -> None:
@@ -197,7 +198,8 @@ class TestJumps:
         s = Streams(1, max_jump=1_000)
         feed(s, 10, 10.0)
         advances = [feed(s, 10**6 + k, 110.0 + k) for k in range(CONFIRM)]
-        assert bool(advances[-1].keep[0]) and tally(advances)["lost"] == 99
+        assert bool(advances[-1].keep[0])
+        assert tally(advances)["lost"] == 99
 
     def test_a_burst_of_forged_frames_does_not_confirm(self) -> None:
         """CONFIRM consistent far-ahead frames received within one tick (a burst) are all refused."""
@@ -215,7 +217,8 @@ class TestJumps:
         for k in range(1, 3 * CONFIRM):
             refused.append(feed(s, 10**9 + k, k + 0.5, rx_s=k + 0.5))
             feed(s, k, float(k))
-        assert tally(refused)["jumps"] == 3 * CONFIRM - 1 and int(s.seq[0]) == 3 * CONFIRM - 1
+        assert tally(refused)["jumps"] == 3 * CONFIRM - 1
+        assert int(s.seq[0]) == 3 * CONFIRM - 1
 
     def test_old_frames_do_not_confirm_a_jump(self) -> None:
         """Far-ahead frames sampled before the last one applied (an old process still running under the same

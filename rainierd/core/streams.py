@@ -125,7 +125,7 @@ class Streams:
         self.c_first_seq = np.zeros(n, np.uint64)
         self.c_first_t_s = np.zeros(n)
 
-    def advance(self, entity: I64, publisher: I64, seq: U64, t_s: F64, *, rx_s: F64, wall_s: F64) -> Advance:
+    def advance(self, entity: I64, publisher: I64, seq: U64, t_s: F64, *, rx_s: F64, wall_s: F64) -> Advance:  # noqa: PLR0915 - the rules share every intermediate; to split (see report)
         """Account for one frame of each of the (unique) ``entity`` streams; return what to apply.
 
         ``rx_s`` is each frame's receipt on the monitor's listening clock, ``wall_s`` on its wall clock
