@@ -145,7 +145,8 @@ class Monitor:
         self._sample_lag.observe(finished_wall - analysis.flush.applied_t_s)
         elapsed = time.perf_counter() - started
         self.load.judge(waited_s=waited_s, elapsed_s=elapsed, dropped_messages=self.inbox.dropped_messages,
-                        receive_lag_s=analysis.flush.receive_lag_s)
+                        receive_lag_s=analysis.flush.receive_lag_s, receive_excess_s=analysis.flush.receive_excess_s,
+                        receive_entity=analysis.flush.receive_entity, streams_heard=analysis.flush.streams_heard)
         for count, event in enumerate(analysis.events, 1):
             self.events.announce(event)
             if count % _ANNOUNCE_BATCH == 0:
