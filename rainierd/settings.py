@@ -181,8 +181,8 @@ class Settings(BaseSettings):
     )
     max_seq_jump: Annotated[int, Use("monitor")] = Field(
         100_000, ge=16, le=2**40,
-        description="monitor: a frame numbered more than this many frames past its stream's last is rejected "
-                    "(seq_jump) unless the next frame continues from it",
+        description="monitor: a frame numbered more than this many frames past its stream's last (or further "
+                    "than the time since could hold) is held as seq_jump until 3 frames in a row continue from it",
     )
     max_backlog_bytes: Annotated[int, Use("monitor")] = Field(
         512 * 2**20, ge=2**20, le=64 * 2**30,
