@@ -89,24 +89,28 @@ async def connected(port: int) -> None:
 
 
 async def all_applied(sim: Daemon, ports: dict[str, int]) -> dict[str, dict[str, float]]:
-    """Wait for the simulator to finish and the monitors to apply what it published; return their scrapes."""
+    """Wait for the simulator to finish and each monitor (by its shard) to apply its share; return their
+    scrapes."""
     assert await asyncio.to_thread(sim.proc.wait, within(TICKS * TICK_S + 20)) == 0, sim.log()
-    published = sim_totals(sim)["frames_published"]
 
     def settled() -> bool:
-        return sum(current_values(p).get("rainier_ingest_frames_applied_total", 0) for p in ports.values()) == (
-            published)
+        return all(current_values(port).get("rainier_ingest_frames_applied_total", 0) == share(shard, sim)
+                   for shard, port in ports.items())
 
     with contextlib.suppress(AssertionError):  # the asserts below say what is missing
-        await wait_until(settled, 10, "every published frame to be applied")
+        await wait_until(settled, 10, "each monitor to apply its share of the published frames")
     return {shard: current_values(port) for shard, port in ports.items()}
 
 
-def share(shard: str, published: int) -> int:
-    """Return the frames of ``published`` (every node's, each tick) that are ``shard``'s."""
-    topology = build_topology("demo")
-    nodes = int(shard_view(topology, parse_shard(shard)).node_present.sum())
-    return published * nodes // int(topology.node_present.sum())
+def share(shard: str, sim: Daemon) -> int:
+    """Return the frames the simulator published that are ``shard``'s: each tick, one per node of its
+    UltraServers and one per site whose facility frames it takes."""
+    topology, owner = build_topology("demo"), parse_shard(shard)
+    nodes = int(shard_view(topology, owner).node_present.sum())
+    sites = sum(owner.owns_site_facility(site) for site in range(topology.n_sites))
+    totals = sim_totals(sim)
+    assert totals["frames_published"] == totals["ticks"] * (int(topology.node_present.sum()) + topology.n_sites)
+    return totals["ticks"] * (nodes + sites)
 
 
 @pytest.mark.parametrize("target", ["0/1", "0/2"], ids=["monitor", "shard"])
@@ -138,9 +142,8 @@ async def test_a_node_agent_cannot_take_a_monitors_session_over(
                     polls.append(await asyncio.to_thread(ready, port))
     values = (await all_applied(sim, {target: port}))[target]
 
-    published = sim_totals(sim)["frames_published"]
     assert ({k: values.get(k) for k in COUNTERS}, values.get("rainier_ingest_frames_applied_total"),
-            values.get("rainier_mqtt_connected")) == ({k: 0 for k in COUNTERS}, share(target, published), 1), (
+            values.get("rainier_mqtt_connected")) == ({k: 0 for k in COUNTERS}, share(target, sim), 1), (
         monitor.log()[-3000:])
     assert polls == [200] * len(polls)
     assert await retained(broker, status_topic(victim_id)) == {status_topic(victim_id): b"online"}
@@ -166,13 +169,12 @@ async def test_two_shards_with_the_shipped_identities_run_side_by_side(
     statuses = {topic: payload for shard_id in set(ids.values())
                 for topic, payload in (await retained(broker, status_topic(shard_id))).items()}
     scrapes = await all_applied(sim, ports)
-    published = sim_totals(sim)["frames_published"]
 
     assert len(set(ids.values())) == len(ids), ids
     assert statuses == {status_topic(i): b"online" for i in ids.values()}
     got = {shard: ({k: v.get(k) for k in COUNTERS}, v.get("rainier_ingest_frames_applied_total"))
            for shard, v in scrapes.items()}
-    assert got == {shard: ({k: 0 for k in COUNTERS}, share(shard, published)) for shard in users}, (
+    assert got == {shard: ({k: 0 for k in COUNTERS}, share(shard, sim)) for shard in users}, (
         "\n".join(m.log()[-1500:] for m in monitors.values()))
 
     code, _ = monitors["0/2"].interrupt(timeout_s=within(5))
