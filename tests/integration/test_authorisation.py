@@ -45,6 +45,7 @@ class ShippedBroker:
     port: int
     credentials: dict[str, dict[str, str]]  # user -> RAINIERD_MQTT_* variables
     log: Path
+    secrets: Path  # make-credentials' output: <user>.env and <user>.toml
 
     @property
     def url(self) -> str:
@@ -90,7 +91,7 @@ def shipped_broker(tmp_path: Path) -> Iterator[ShippedBroker]:
                             stderr=subprocess.STDOUT)
     try:
         wait_for_port(port)
-        yield ShippedBroker(port, credentials, log)
+        yield ShippedBroker(port, credentials, log, secrets)
     finally:
         proc.terminate()
         proc.wait(timeout=5)

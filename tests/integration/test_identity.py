@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import tomllib
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -33,33 +34,18 @@ from rainierd.shards import shard_view
 from rainierd.topology import build_topology
 from rainierd.wire.topics import parse_shard, status_topic
 from tests.conftest import Daemon
+from tests.helpers import compose_shard_users, statefulset_shard_configs
 from tests.integration.test_accounting import sim_totals
 from tests.integration.test_authorisation import ShippedBroker, retained, shipped_broker  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.mosquitto
 
-DEPLOY = Path(__file__).parents[2] / "deploy"
+STATEFULSET = Path(__file__).parents[2] / "deploy" / "kubernetes" / "sharded" / "monitor-statefulset.yaml"
+
 TICKS = 16
 ATTACKS = 7  # the issue's run: 7 takeovers in 20 s
 COUNTERS = ("rainier_mqtt_connection_failures_total", "rainier_mqtt_status_overwritten_total",
             "rainier_ingest_frames_lost_total")
-
-
-def compose_shard_users() -> dict[str, str]:
-    """Return each shard of deploy/compose.sharded.yaml (``i/N``) and the broker user its credentials are,
-    as compose resolves them: ``env_file`` lists are appended (over compose.yaml's, and through ``extends``)
-    and the last file's values stand."""
-    base = yaml.safe_load((DEPLOY / "compose.yaml").read_text())["services"]
-    override = yaml.safe_load((DEPLOY / "compose.sharded.yaml").read_text())["services"]
-    users = {}
-    for name, service in override.items():
-        shard = service.get("environment", {}).get("RAINIERD_SHARD")
-        if shard is None:
-            continue
-        parent = base[name] if name in base else base[service["extends"]["service"]]
-        env_files = [*parent.get("env_file", []), *service.get("env_file", [])]
-        users[shard] = Path(env_files[-1]).stem
-    return users
 
 
 def ready(port: int) -> int:
@@ -71,11 +57,26 @@ def ready(port: int) -> int:
         return exc.code
 
 
-def start_monitor(start_rainierd: object, broker: ShippedBroker, user: str, shard: str, port: int) -> Daemon:
+def shipped_shards(broker: ShippedBroker, deployment: str) -> dict[str, tuple[str, dict[str, str]]]:
+    """Return each shard of ``deployment`` (compose or kubernetes, as shipped) with its client id and the
+    environment that gives it its credentials, from make-credentials' files as the deployment reads them."""
+    if deployment == "compose":
+        return {shard: (broker.credentials[user]["RAINIERD_MQTT_CLIENT_ID"], broker.credentials[user])
+                for shard, user in compose_shard_users().items()}
+    statefulset = yaml.safe_load(STATEFULSET.read_text())
+    shards = {}
+    for shard, (_, key) in statefulset_shard_configs(statefulset).items():
+        path = broker.secrets / key  # the Secret is made from these files (docs/deploy.md)
+        shards[shard] = (tomllib.loads(path.read_text())["mqtt_client_id"], {"RAINIERD_CONFIG": str(path)})
+    return shards
+
+
+def start_monitor(start_rainierd: object, broker: ShippedBroker, env: dict[str, str], shard: str,
+                  port: int) -> Daemon:
     return start_rainierd(  # type: ignore[operator,no-any-return]
         "monitor", "--mqtt-url", broker.url, "--metrics-addr", f"127.0.0.1:{port}", "--tick", str(TICK_S),
         "--shard", shard, "--stale-after-ticks", "1000", "--reconnect-grace", "0",
-        env=broker.credentials[user], name=f"monitor-{user}")
+        env=env, name=f"monitor-{shard.replace('/', 'of')}")
 
 
 def start_simulator(start_rainierd: object, broker: ShippedBroker) -> Daemon:
@@ -124,7 +125,7 @@ async def test_a_node_agent_cannot_take_a_monitors_session_over(
     user = "rainierd-monitor" if target == "0/1" else compose_shard_users()[target]
     victim_id = broker.credentials[user]["RAINIERD_MQTT_CLIENT_ID"]
     port = free_port()
-    monitor = start_monitor(start_rainierd, broker, user, target, port)
+    monitor = start_monitor(start_rainierd, broker, broker.credentials[user], target, port)
     await connected(port)
     sim = start_simulator(start_rainierd, broker)
     await wait_until(lambda: current_values(port).get("rainier_ingest_frames_applied_total", 0) > 0, 20,
@@ -143,26 +144,28 @@ async def test_a_node_agent_cannot_take_a_monitors_session_over(
     values = (await all_applied(sim, {target: port}))[target]
 
     assert ({k: values.get(k) for k in COUNTERS}, values.get("rainier_ingest_frames_applied_total"),
-            values.get("rainier_mqtt_connected")) == ({k: 0 for k in COUNTERS}, share(target, sim), 1), (
+            values.get("rainier_mqtt_connected")) == (dict.fromkeys(COUNTERS, 0), share(target, sim), 1), (
         monitor.log()[-3000:])
     assert polls == [200] * len(polls)
     assert await retained(broker, status_topic(victim_id)) == {status_topic(victim_id): b"online"}
 
 
+@pytest.mark.parametrize("deployment", ["compose", "kubernetes"])
 async def test_two_shards_with_the_shipped_identities_run_side_by_side(
-    shipped_broker: ShippedBroker, start_rainierd: object,  # noqa: F811 (the imported fixture)
+    shipped_broker: ShippedBroker, start_rainierd: object, deployment: str,  # noqa: F811 (the imported fixture)
 ) -> None:
-    """The two shards of compose.sharded.yaml, each with the credentials compose gives it, serve together:
-    distinct client ids, no reconnect, each applies all of its share of the simulator's frames, and each
-    one's retained status reads online while it serves and offline once it stops (shard 0 by SIGINT, which
-    says offline itself; shard 1 killed, so the broker publishes its will)."""
+    """The two shards of compose.sharded.yaml (or of the StatefulSet, each pod ordinal reading its Secret's
+    settings file), each with the credentials the deployment gives it, serve together: distinct client ids,
+    no reconnect, each applies all of its share of the simulator's frames, and each one's retained status
+    reads online while it serves and offline once it stops (shard 0 by SIGINT, which says offline itself;
+    shard 1 killed, so the broker publishes its will)."""
     broker = shipped_broker
-    users = compose_shard_users()
-    assert sorted(users) == ["0/2", "1/2"]
-    ids = {shard: broker.credentials[user]["RAINIERD_MQTT_CLIENT_ID"] for shard, user in users.items()}
-    ports = {shard: free_port() for shard in users}
-    monitors = {shard: start_monitor(start_rainierd, broker, user, shard, ports[shard])
-                for shard, user in users.items()}
+    shards = shipped_shards(broker, deployment)
+    assert sorted(shards) == ["0/2", "1/2"]
+    ids = {shard: client_id for shard, (client_id, _) in shards.items()}
+    ports = {shard: free_port() for shard in shards}
+    monitors = {shard: start_monitor(start_rainierd, broker, env, shard, ports[shard])
+                for shard, (_, env) in shards.items()}
     for port in ports.values():
         await connected(port)
     sim = start_simulator(start_rainierd, broker)
@@ -174,7 +177,7 @@ async def test_two_shards_with_the_shipped_identities_run_side_by_side(
     assert statuses == {status_topic(i): b"online" for i in ids.values()}
     got = {shard: ({k: v.get(k) for k in COUNTERS}, v.get("rainier_ingest_frames_applied_total"))
            for shard, v in scrapes.items()}
-    assert got == {shard: ({k: 0 for k in COUNTERS}, share(shard, sim)) for shard in users}, (
+    assert got == {shard: (dict.fromkeys(COUNTERS, 0), share(shard, sim)) for shard in shards}, (
         "\n".join(m.log()[-1500:] for m in monitors.values()))
 
     code, _ = monitors["0/2"].interrupt(timeout_s=within(5))
