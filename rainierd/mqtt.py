@@ -113,20 +113,15 @@ def mqtt_config(
 ) -> MqttConfig:
     """Return the connection config for ``url`` (default: the settings' URL).
 
-    ``client_id`` is used unless the settings give one or a username: a
-    broker that binds ids to users (the shipped Mosquitto's
-    ``use_username_as_clientid``) replaces the id with the username without
-    saying so (no MQTT 5 Assigned Client Identifier), and the status topic and
-    will, named after the id we send, must be the ones of the session the
-    broker keeps.  ``suffix`` is added to a given one, so that the clients of
-    one process (``run``: simulator and monitor) never share an id and take
-    each other's session over.  ``protocol`` overrides the settings' (the
-    embedded broker speaks 3.1.1 only).
+    ``client_id`` is used unless the settings give one; ``suffix`` is added to
+    a given one, so that the clients of one process (``run``: simulator and
+    monitor) never share an id and take each other's session over.
+    ``protocol`` overrides the settings' (the embedded broker speaks 3.1.1 only).
     """
-    given = settings.mqtt_client_id or settings.mqtt_username
     return MqttConfig(
         brokers=parse_brokers(url or settings.mqtt_url or "mqtt://127.0.0.1:1883"),
-        client_id=(f"{given}-{suffix}" if suffix else given) if given else client_id,
+        client_id=(f"{settings.mqtt_client_id}-{suffix}" if suffix else settings.mqtt_client_id)
+        if settings.mqtt_client_id else client_id,
         username=settings.mqtt_username,
         password=settings.mqtt_password.get_secret_value() if settings.mqtt_password else None,
         ca_file=settings.mqtt_ca_file,

@@ -112,14 +112,3 @@ class TestClientIds:
         ids = {mqtt_config(settings, client_id="unused", suffix=role).client_id for role in ("sim", "monitor")}
         assert ids == {"X-sim", "X-monitor"}
         assert mqtt_config(load_settings({}), client_id="rainierd-sim-1", suffix="sim").client_id == "rainierd-sim-1"
-
-    def test_without_a_client_id_a_user_connects_as_its_username(self) -> None:
-        """With a username and no client id, the id (hence the status topic and will) is the username, the id a
-        broker that binds ids to users (use_username_as_clientid) gives the session without telling the client;
-        a given id still wins."""
-        from rainierd.mqtt import mqtt_config  # noqa: PLC0415 - the edge under test
-
-        user = load_settings({"mqtt_username": "rainierd-monitor-1"})
-        both = load_settings({"mqtt_username": "rainierd-monitor-1", "mqtt_client_id": "X"})
-        assert [mqtt_config(user, client_id="rainierd-monitor-abc").client_id,
-                mqtt_config(both, client_id="rainierd-monitor-abc").client_id] == ["rainierd-monitor-1", "X"]
