@@ -40,8 +40,11 @@ def nats(tmp_path: Path) -> Iterator[Cluster]:
 
 
 def credentials(nats: Cluster, user: str) -> dict[str, str]:
+    """Return ``user``'s settings as scripts/cluster prints them: its client id is its name (NATS does not make
+    it so, and only the status subject of that name is the user's to publish)."""
     assert nats.identities is not None
-    return {"RAINIERD_MQTT_USERNAME": user, "RAINIERD_MQTT_PASSWORD": nats.identities.password(user)}
+    return {"RAINIERD_MQTT_USERNAME": user, "RAINIERD_MQTT_CLIENT_ID": user,
+            "RAINIERD_MQTT_PASSWORD": nats.identities.password(user)}
 
 
 def agent(nats: Cluster, node: int, identifier: str) -> aiomqtt.Client:
