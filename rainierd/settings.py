@@ -109,7 +109,8 @@ class Settings(BaseSettings):
         None, description="private key of the client certificate (unset: in the certificate file)")
     mqtt_client_id: Annotated[str | None, Use("mqtt")] = Field(
         None, max_length=64, description="MQTT client id, also the publisher id in frames "
-        "(unset: rainierd-<role>-<random>; run adds -sim and -monitor to a given one)",
+        "(unset: rainierd-<role>-<random>; run adds -sim and -monitor to a given one); the shipped broker makes "
+        "every client's id its username, so there set it to the username (make-credentials does)",
     )
     mqtt_qos: Annotated[Literal[0, 1], Use("mqtt")] = Field(
         0, description="QoS of telemetry publishes and subscriptions")

@@ -45,6 +45,7 @@ class ShippedBroker:
     port: int
     credentials: dict[str, dict[str, str]]  # user -> RAINIERD_MQTT_* variables
     log: Path
+    secrets: Path  # make-credentials' output: <user>.env and <user>.toml
 
     @property
     def url(self) -> str:
@@ -70,9 +71,9 @@ def shipped_broker(tmp_path: Path) -> Iterator[ShippedBroker]:
     subprocess.run([DEPLOY / "make-credentials", "n3"], check=True, capture_output=True,
                    env={**os.environ, "SECRETS_DIR": str(secrets), "PASSWD_FILE": str(passwd)})
     credentials = {}
-    for user in ("rainierd-monitor", "rainierd-sim", "n3"):
-        lines = (secrets / f"{user}.env").read_text().splitlines()
-        credentials[user] = dict(line.split("=", 1) for line in lines)
+    for env_file in secrets.glob("*.env"):  # every user make-credentials made, n3 and the shipped ones
+        lines = env_file.read_text().splitlines()
+        credentials[env_file.stem] = dict(line.split("=", 1) for line in lines)
     port = free_port()
     config = (DEPLOY / "mosquitto.conf").read_text()
     for shipped, here in (("listener 1883", f"listener {port} 127.0.0.1"),
@@ -90,7 +91,7 @@ def shipped_broker(tmp_path: Path) -> Iterator[ShippedBroker]:
                             stderr=subprocess.STDOUT)
     try:
         wait_for_port(port)
-        yield ShippedBroker(port, credentials, log)
+        yield ShippedBroker(port, credentials, log, secrets)
     finally:
         proc.terminate()
         proc.wait(timeout=5)
