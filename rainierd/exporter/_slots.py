@@ -1,0 +1,119 @@
+"""Which connections the exporter keeps when it is full: a fixed number of
+slots, and an order of who gives theirs up.
+
+Every accepted connection takes a slot from accept to close, its TLS
+handshake included, so a connection cap is a descriptor cap and a memory
+cap (a pending TLS handshake holds ~260 KiB).  When a new connection
+arrives and every slot is taken, the slot is freed from, in this order:
+
+1. of the connections that have not been served an authenticated request
+   (a pending handshake, one waiting for its first request, one that was
+   only refused), the one that has stood so longest — an idle attacker's;
+2. the connection idle longest between requests — never one mid-request;
+3. if neither exists the new connection is refused (closed at once).
+
+Pending TLS handshakes have their own, smaller cap: at it, a new one evicts
+the oldest pending handshake.  So a scraper that keeps its connection alive
+is never evicted by connections that have not authenticated, and a new
+scraper connection is evicted only after as many newer unauthenticated ones
+as there are slots arrived before it authenticated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from enum import Enum
+from typing import Final
+
+from rainierd.exporter.serverstatus import ServerCounters
+
+__all__ = ["Slots", "Standing"]
+
+
+class Standing(Enum):
+    """Where a connection stands, for who is evicted first."""
+
+    HANDSHAKE = "handshake"
+    UNAUTHENTICATED = "unauthenticated"
+    IDLE = "idle"  # served an authenticated request, waiting for the next
+    BUSY = "busy"  # reading, checking or answering an authenticated request
+
+
+_STATE_OF: Final = {Standing.HANDSHAKE: "handshake", Standing.UNAUTHENTICATED: "unauthenticated",
+                    Standing.IDLE: "authenticated", Standing.BUSY: "authenticated"}
+
+
+class Slots:
+    """The open connections (each a handler task), by standing, at most ``limit`` of them."""
+
+    def __init__(self, *, limit: int, handshake_limit: int, counters: ServerCounters) -> None:
+        self.limit, self.handshake_limit = limit, handshake_limit
+        self._counters = counters
+        counters.max_connections = limit
+        # Oldest first in each: accept order for the first two, last activity for IDLE.
+        self._by: dict[Standing, OrderedDict[int, asyncio.Task[None]]] = {s: OrderedDict() for s in Standing}
+        self._standing: dict[int, Standing] = {}
+        self._since: dict[int, int] = {}  # when (in moves) each connection took its standing
+        self._moves = 0
+
+    def __len__(self) -> int:
+        return len(self._standing)
+
+    def admit(self, conn: int, task: asyncio.Task[None], standing: Standing) -> bool:
+        """Give ``conn`` (its handler ``task``) a slot, evicting another if need be; False if it was refused
+        (the caller closes it)."""
+        handshakes = self._by[Standing.HANDSHAKE]
+        if standing is Standing.HANDSHAKE and len(handshakes) >= self.handshake_limit:
+            self._evict(next(iter(handshakes)), "handshake_evicted")
+        elif len(self) >= self.limit:
+            victim = self._victim()
+            if victim is None:
+                self._counters.dropped["refused"] += 1
+                return False
+            self._evict(victim, "evicted")
+        self._place(conn, task, standing)
+        return True
+
+    def move(self, conn: int, standing: Standing) -> None:
+        """Record that ``conn`` now stands at ``standing`` (to the back of its queue)."""
+        old = self._standing.get(conn)
+        if old is None:  # evicted meanwhile: its handler is being cancelled
+            return
+        task = self._by[old].pop(conn)
+        self._counters.connections[_STATE_OF[old]] -= 1
+        self._place(conn, task, standing)
+
+    def release(self, conn: int) -> None:
+        """Free ``conn``'s slot (its handler is ending); a no-op if it was evicted."""
+        standing = self._standing.pop(conn, None)
+        if standing is not None:
+            del self._by[standing][conn]
+            del self._since[conn]
+            self._counters.connections[_STATE_OF[standing]] -= 1
+
+    def tasks(self) -> list[asyncio.Task[None]]:
+        """Return every open connection's handler."""
+        return [task for by in self._by.values() for task in by.values()]
+
+    def _place(self, conn: int, task: asyncio.Task[None], standing: Standing) -> None:
+        self._by[standing][conn] = task
+        self._standing[conn] = standing
+        self._since[conn] = self._moves
+        self._moves += 1
+        self._counters.connections[_STATE_OF[standing]] += 1
+
+    def _victim(self) -> int | None:
+        fronts = [next(iter(self._by[s])) for s in (Standing.HANDSHAKE, Standing.UNAUTHENTICATED) if self._by[s]]
+        if fronts:
+            return min(fronts, key=self._since.__getitem__)
+        idle = self._by[Standing.IDLE]
+        return next(iter(idle)) if idle else None
+
+    def _evict(self, conn: int, reason: str) -> None:
+        standing = self._standing.pop(conn)
+        task = self._by[standing].pop(conn)
+        del self._since[conn]
+        self._counters.connections[_STATE_OF[standing]] -= 1
+        self._counters.dropped[reason] += 1
+        task.cancel()  # its handler closes the socket as it unwinds
