@@ -15,21 +15,24 @@ forgotten first): the same wrong credentials again are refused at once.
 Checks that do reach bcrypt run in their own worker threads (bcrypt
 releases the GIL; ``workers`` of them, one by default, so a flood costs one
 core), never in the event loop's default executor where the scrape renders.
-Waiting checks queue per peer address: a free worker takes the next peer in
-turn (round robin), and from that peer its newest check; when more than
-``max_waiting`` wait, the oldest check of the peer with the most waiting is
-refused unchecked (``shed``).  What that guarantees a correct credential
-that is not yet remembered, arriving during a flood of wrong ones:
+Waiting checks queue per peer address: a free worker takes the first peer
+in the round, and from that peer its newest check, then moves that peer to
+the back; a peer that had nothing waiting joins at the front.  When more
+than ``max_waiting`` wait, the oldest check of the peer with the most
+waiting is refused unchecked (``shed``).  What that guarantees a correct
+credential that is not yet remembered, arriving during a flood of wrong
+ones:
 
-- from a peer that is not flooding: it waits for at most one check per
-  worker to finish plus one check of each other peer that has checks
-  waiting, then its own check; it is never shed while another peer has as
-  many waiting;
+- from a peer that is not flooding (a scraper): it waits only for a running
+  check to finish (one per worker), unless first checks from yet other
+  peers arrive in that time; it is never shed while the flooder has more
+  waiting;
 - from the flooding peer itself: it goes ahead of everything that peer sent
-  before it, so it waits for the running check and any newer ones only.
+  before it, so it waits for the running check and for newer checks only.
 
-With one worker at cost 10 that is a delay of at most ~60 ms from a burst of
-any size.  Concurrent requests with the same credentials share one check.
+With one worker at cost 10 that is a delay of at most one check, ~60 ms,
+after a burst of any size.  Concurrent requests with the same credentials
+share one check.
 
 An unknown username costs a bcrypt check too (against a configured user's
 hash, the result ignored) and is remembered as refused like a wrong
@@ -153,7 +156,11 @@ class BasicAuth:
         if self._running < self._workers:
             self._start(check)
             return
-        self._waiting.setdefault(check.peer, deque()).append(check)
+        if check.peer not in self._waiting:
+            # A peer with nothing waiting goes first: a lone scraper waits for the running check only.
+            self._waiting[check.peer] = deque()
+            self._waiting.move_to_end(check.peer, last=False)
+        self._waiting[check.peer].append(check)
         self._n_waiting += 1
         if self._n_waiting > self._max_waiting:
             # The peer with the most waiting loses its oldest: a single scraper's check is the last to go.
