@@ -13,25 +13,30 @@ A refusal is remembered too, in a bounded memo (least recently seen
 forgotten first): the same wrong credentials again are refused at once.
 
 Checks that do reach bcrypt run in their own worker threads (bcrypt
-releases the GIL; ``workers`` of them, one by default, so a flood costs one
-core), never in the event loop's default executor where the scrape renders.
-Waiting checks queue per peer address: a free worker takes the first peer
-in the round, and from that peer its newest check, then moves that peer to
-the back; a peer that had nothing waiting joins at the front.  When more
-than ``max_waiting`` wait, the oldest check of the peer with the most
-waiting is refused unchecked (``shed``).  What that guarantees a correct
-credential that is not yet remembered, arriving during a flood of wrong
-ones:
+releases the GIL), never in the event loop's default executor where the
+scrape renders: ``workers`` of them (two by default), of which one peer
+address may hold ``workers - 1`` at a time, so a flood from one address
+costs one core and leaves a worker free for everyone else.  Waiting checks
+queue per peer: a free worker takes the first peer in the round that may
+run another check, and from it that peer's newest check, then moves the
+peer to the back; a peer that had nothing waiting joins at the front.
+When more than ``max_waiting`` wait, the oldest check of the peer with the
+most waiting is refused unchecked (``shed``).  What that guarantees a
+correct credential that is not yet remembered, arriving during a flood of
+wrong ones:
 
-- from a peer that is not flooding (a scraper): it waits only for a running
-  check to finish (one per worker), unless first checks from yet other
-  peers arrive in that time; it is never shed while the flooder has more
-  waiting;
-- from the flooding peer itself: it goes ahead of everything that peer sent
-  before it, so it waits for the running check and for newer checks only.
+- from another address than the flood's: it starts at once, on the worker
+  the flooder may not take; only when floods come from as many addresses
+  as there are workers does it wait, and then for one running check (and
+  for first checks of yet other addresses that arrive meanwhile); it is
+  never shed while a flooder has more waiting;
+- from the flooding address itself: it goes ahead of everything that
+  address sent before it, so it waits for that address's running check
+  and for newer checks only.
 
-With one worker at cost 10 that is a delay of at most one check, ~60 ms,
-after a burst of any size.  Concurrent requests with the same credentials
+At cost 10 (~60 ms a check on a quiet core) the second case is a delay of
+at most one check after a burst of any size, and the first none at all.
+Concurrent requests with the same credentials
 share one check.
 
 An unknown username costs a bcrypt check too (against a configured user's
@@ -64,7 +69,7 @@ __all__ = ["BasicAuth"]
 
 # bcrypt reads no further; a longer password would verify by its first 72 bytes.
 _BCRYPT_MAX_PASSWORD_BYTES: Final = 72
-_WORKERS: Final = 1  # a flood costs one core; the loop and the render keep the other
+_WORKERS: Final = 2  # one peer may hold workers - 1 of them: a flood from one address costs one core
 _MAX_WAITING: Final = 64  # ~4 s of work at cost 10: the longest a shed-free wait can be
 _MAX_REFUSED_MEMO: Final = 4_096  # ~0.5 MiB of digests
 
@@ -100,6 +105,8 @@ class BasicAuth:
         self._waiting: OrderedDict[str, deque[_Check]] = OrderedDict()  # peer -> its checks, oldest first
         self._n_waiting = 0
         self._running = 0
+        self._running_by_peer: dict[str, int] = {}
+        self._per_peer = max(1, workers - 1)
         self._executor: ThreadPoolExecutor | None = None
         self.bcrypt_checks = 0
         self.results = dict.fromkeys(AUTH_RESULTS, 0)
@@ -153,7 +160,7 @@ class BasicAuth:
             self._executor = None
 
     def _submit(self, check: _Check) -> None:
-        if self._running < self._workers:
+        if self._running < self._workers and self._running_by_peer.get(check.peer, 0) < self._per_peer:
             self._start(check)
             return
         if check.peer not in self._waiting:
@@ -180,8 +187,12 @@ class BasicAuth:
         return check
 
     def _next(self) -> None:
-        while self._running < self._workers and self._waiting:
-            check = self._take(next(iter(self._waiting)), newest=True)
+        while self._running < self._workers:
+            # The first peer in the round that may run another check (the others wait for their own).
+            peer = next((p for p in self._waiting if self._running_by_peer.get(p, 0) < self._per_peer), None)
+            if peer is None:
+                return
+            check = self._take(peer, newest=True)
             if check.waiters == 0:  # every request that wanted it has gone: no verdict to give
                 self._decide(check, False, memo=False)
                 continue
@@ -191,6 +202,7 @@ class BasicAuth:
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=self._workers, thread_name_prefix="rainierd-bcrypt")
         self._running += 1
+        self._running_by_peer[check.peer] = self._running_by_peer.get(check.peer, 0) + 1
         self.bcrypt_checks += 1
         loop = asyncio.get_running_loop()
         done = self._executor.submit(_checkpw, check.password, check.hashed)
@@ -204,6 +216,9 @@ class BasicAuth:
 
     def _finished(self, check: _Check, ok: bool) -> None:
         self._running -= 1
+        left = self._running_by_peer.pop(check.peer) - 1
+        if left:
+            self._running_by_peer[check.peer] = left
         # An unknown user is checked against a configured hash and refused whatever the result.
         verdict = ok and check.known
         self.results["accepted" if verdict else "refused"] += 1
