@@ -160,7 +160,7 @@ class Settings(BaseSettings):
         "read when the exporter starts (unset: plain HTTP, no auth)",
     )
     http_max_connections: Annotated[int, Use("server")] = Field(
-        512, ge=1, le=1_000_000,
+        256, ge=1, le=1_000_000,
         description="exporter: open connections at most, pending TLS handshakes included (lowered to fit the "
         "descriptor limit with 64 kept for checkpoint, MQTT and logs); at the cap a new connection evicts the "
         "longest-standing unauthenticated one (docs/exporter-security.md)",

@@ -60,7 +60,7 @@ def scrape_of_fixed_scenario() -> str:
     snapshot = MonitorSnapshot.of(analysis, generation=60, chips_total=topo.n_present_chips, analysis_s=0.002,
                                   analysed_ticks=60, events=events, lag_s=0.25, status=status)
     # The HTTP server's families too, as a monitor with basic auth serves them (all zero: no connection yet).
-    server = ServerCounters(max_connections=512, auth=dict.fromkeys(AUTH_RESULTS, 0))
+    server = ServerCounters(max_connections=256, auth=dict.fromkeys(AUTH_RESULTS, 0))
     exporter = build_exporter(topo, lambda: snapshot, process_metrics=False, server=server.status)
     text = exporter.render().decode()
     # Collector durations are wall-clock: the only values that differ run to run.
