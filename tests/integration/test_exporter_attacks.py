@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import gzip
 import http.client
+import json
 import resource
 import socket
 import ssl
@@ -297,3 +298,42 @@ def test_600_pending_handshakes_hold_bounded_memory(start_rainierd: Start, tmp_p
     print(f"\nrss before={before / 2**20:.0f} MiB with 600 pending={held / 2**20:.0f} MiB growth={growth_mib:.0f} MiB")
     assert daemon.interrupt()[0] == 0
     assert growth_mib < 64 * 0.5  # 64 handshakes at ~260 KiB, with room for the allocator
+
+
+def test_the_limits_reach_the_server(start_rainierd: Start) -> None:
+    """--http-max-connections, --http-max-handshakes and --http-unauthenticated-idle reach the monitor's
+    server: its log line and metric say the caps, ten idle connections leave seven open, and those are
+    closed after the idle time."""
+    port = free_port()
+    daemon = start_rainierd("monitor", "--mqtt-url", f"mqtt://127.0.0.1:{free_port()}", "--metrics-addr",
+                            f"127.0.0.1:{port}", "--http-max-connections", "7", "--http-max-handshakes", "3",
+                            "--http-unauthenticated-idle", "1", name="monitor")
+    wait_for_port(port)
+    listening = next(json.loads(line) for line in daemon.log().splitlines()
+                     if line.startswith("{") and "metrics endpoint listening" in line)
+    assert (listening["max_connections"], listening["max_handshakes"]) == (7, 3)
+    opened = time.monotonic()
+    sockets = [socket.create_connection(("127.0.0.1", port)) for _ in range(10)]
+
+    def closed_by_server(sock: socket.socket) -> bool:
+        sock.setblocking(False)
+        try:
+            return sock.recv(1) == b""
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
+
+    poll_until(lambda: sum(map(closed_by_server, sockets)) >= 3, 5, "three evictions at the cap of 7")
+    poll_until(lambda: all(map(closed_by_server, sockets)), 5, "the idle connections to be closed")
+    assert time.monotonic() - opened >= 1.0  # by the idle time, not at once
+    for sock in sockets:
+        sock.close()
+    assert sample_values(fetch_plain(port))["rainier_exporter_connections_max"] == 7
+    assert daemon.interrupt()[0] == 0
+
+
+def fetch_plain(port: int) -> str:
+    with contextlib.closing(http.client.HTTPConnection("127.0.0.1", port, timeout=within(5))) as conn:
+        conn.request("GET", "/metrics")
+        return conn.getresponse().read().decode()
