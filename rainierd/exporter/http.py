@@ -290,6 +290,14 @@ class MetricsServer:
             await self.close()
 
     async def _accept(self, sock: socket.socket) -> None:
+        try:
+            await self._accept_forever(sock)
+        except Exception:
+            # A defect here would stop the exporter answering without a word: say so, loudly, once.
+            log.exception("exporter stopped accepting connections")
+            raise
+
+    async def _accept_forever(self, sock: socket.socket) -> None:
         loop = asyncio.get_running_loop()
         backoff_s = _ACCEPT_BACKOFF_S
         while True:
@@ -311,7 +319,8 @@ class MetricsServer:
             conn_id = next(self._ids)
             peer_host = str(peer[0]) if isinstance(peer, tuple) and peer else ""
             task = asyncio.create_task(self._serve(conn_id, conn, peer_host), name="exporter-connection")
-            if not self._slots.admit(conn_id, task, Standing.HANDSHAKE if self._ssl else Standing.UNAUTHENTICATED):
+            first = Standing.HANDSHAKE if self._ssl is not None else Standing.UNAUTHENTICATED
+            if not self._slots.admit(conn_id, task, first):
                 task.cancel()  # before it ever ran, so the socket is still ours to close
                 conn.close()
             # Let the handler start (and take the socket over) before the next accept: an accept that is
@@ -336,15 +345,17 @@ class MetricsServer:
         # From the call of _open on, the socket is the transport's: closed by it, even when the handshake fails.
         writer: asyncio.StreamWriter | None = None
         graceful = False
+        # One allowance from accept for the handshake and the first request together, not one for each.
+        deadline = asyncio.get_running_loop().time() + self._unauthenticated_idle_s
         try:
             try:
-                async with asyncio.timeout(self._unauthenticated_idle_s):
+                async with asyncio.timeout_at(deadline):
                     reader, writer = await self._open(sock)
             except (OSError, TimeoutError):  # ssl.SSLError is an OSError; asyncio logs it only in debug mode
                 self.counters.dropped["handshake_failed" if self._ssl is not None else "unauthenticated_idle"] += 1
                 return
             self._slots.move(conn, Standing.UNAUTHENTICATED)
-            graceful = await self._requests(conn, reader, writer, peer)
+            graceful = await self._requests(conn, reader, writer, peer, deadline)
         finally:
             self._slots.release(conn)
             if writer is not None and graceful:
@@ -355,14 +366,15 @@ class MetricsServer:
                 writer.transport.abort()
 
     async def _requests(self, conn: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                        peer: str) -> bool:
-        """Serve requests until the connection ends; return whether it ended in good order (the last response
-        sent, or the client closed), so that it may be closed gracefully rather than aborted."""
+                        peer: str, deadline: float) -> bool:
+        """Serve requests until the connection ends (the first head due by ``deadline``, loop time); return
+        whether it ended in good order (the last response sent, or the client closed), so that it may be
+        closed gracefully rather than aborted."""
+        loop = asyncio.get_running_loop()
         authenticated = False
         while True:
-            timeout_s = _IDLE_TIMEOUT_S if authenticated else self._unauthenticated_idle_s
             try:
-                async with asyncio.timeout(timeout_s):
+                async with asyncio.timeout_at(deadline):
                     head = await reader.readuntil(b"\r\n\r\n")
             except asyncio.LimitOverrunError:
                 head = b"x" * (MAX_HEAD_BYTES + 1)  # answered 431 below
@@ -397,6 +409,7 @@ class MetricsServer:
                 return True
             # A connection's standing is that of its last request: refused, it is evictable again.
             self._slots.move(conn, Standing.IDLE if authenticated else Standing.UNAUTHENTICATED)
+            deadline = loop.time() + (_IDLE_TIMEOUT_S if authenticated else self._unauthenticated_idle_s)
 
     async def _respond(self, head: bytes, peer: str) -> tuple[_Response, bool, bool]:
         """Return the response to one request head, whether the connection may carry another, and whether
