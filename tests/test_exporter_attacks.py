@@ -217,6 +217,22 @@ class TestConnectionCap:
             for _reader, writer in [*idle, (s_reader, s_writer)]:
                 writer.close()
 
+    async def test_silent_connections_never_evict_one_that_speaks(self) -> None:
+        """With a cap of 8: a client that has sent half its request keeps its slot while 40 connections that
+        never send a byte come after it (they evict each other), and then gets its answer."""
+        async with make_server(max_connections=8) as server:
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            writer.write(b"GET /healthz HTTP/1.1\r\n")
+            await writer.drain()
+            silent = [await asyncio.open_connection("127.0.0.1", server.port) for _ in range(40)]
+            assert [await until_closed(r, within(0.5)) for r, _ in silent[:30]] == [True] * 30
+            writer.write(b"Connection: close\r\n\r\n")
+            async with asyncio.timeout(within(5)):
+                assert responses(await reader.read()) == [b"HTTP/1.1 200 OK"]
+            assert server.counters.dropped["evicted"] >= 33
+            for _reader, other in [*silent, (reader, writer)]:
+                other.close()
+
     async def test_an_unauthenticated_connection_idles_briefly_even_after_a_401(self) -> None:
         """A connection that got a 401 is closed after the short unauthenticated idle time, not the 130 s
         an authenticated one may idle."""

@@ -1,22 +1,28 @@
 """Which connections the exporter keeps when it is full: a fixed number of
 slots, and an order of who gives theirs up.
 
-Every accepted connection takes a slot from accept to close, its TLS
-handshake included, so a connection cap is a descriptor cap and a memory
-cap (a pending TLS handshake holds ~260 KiB).  When a new connection
-arrives and every slot is taken, the slot is freed from, in this order:
+Every accepted connection takes a slot from accept to close, so the
+connection cap is a descriptor cap.  A connection starts *silent*: until
+its client sends a first byte the server holds only the socket (no TLS
+state: a TLS connection holds ~280 KiB once its handshake starts).  When a
+new connection arrives and every slot is taken, the slot is freed from, in
+this order:
 
-1. of the connections that have not been served an authenticated request
-   (a pending handshake, one waiting for its first request, one that was
-   only refused), the one that has stood so longest — an idle attacker's;
-2. the connection idle longest between requests — never one mid-request;
-3. if neither exists the new connection is refused (closed at once).
+1. the oldest silent connection — an idle attacker's, which never spoke;
+2. of the connections that have spoken but not been served an
+   authenticated request (a TLS handshake under way, one whose request has
+   not come or was refused), the one that has stood so longest;
+3. the connection idle longest between authenticated requests — never one
+   in the middle of a request;
+4. if none exists the new connection is refused (closed at once).
 
-Pending TLS handshakes have their own, smaller cap: at it, a new one evicts
-the oldest pending handshake.  So a scraper that keeps its connection alive
-is never evicted by connections that have not authenticated, and a new
-scraper connection is evicted only after as many newer unauthenticated ones
-as there are slots arrived before it authenticated.
+TLS handshakes under way have their own, smaller cap: a connection that
+starts one beyond it evicts the oldest handshake under way.  So idle
+connections, however many, never evict a client that speaks at once (as
+every scraper does); a scraper that keeps its connection alive is never
+evicted by connections that have not authenticated; and a new scraper's
+handshake is evicted only if as many other handshakes as the handshake cap
+start before it finishes.
 """
 
 from __future__ import annotations
@@ -34,14 +40,16 @@ __all__ = ["Slots", "Standing"]
 class Standing(Enum):
     """Where a connection stands, for who is evicted first."""
 
-    HANDSHAKE = "handshake"
-    UNAUTHENTICATED = "unauthenticated"
+    SILENT = "silent"  # accepted, its client has sent nothing yet
+    HANDSHAKE = "handshake"  # its TLS handshake is under way
+    UNAUTHENTICATED = "unauthenticated"  # spoke, but no authenticated request served (none yet, or refused)
     IDLE = "idle"  # served an authenticated request, waiting for the next
     BUSY = "busy"  # reading, checking or answering an authenticated request
 
 
-_STATE_OF: Final = {Standing.HANDSHAKE: "handshake", Standing.UNAUTHENTICATED: "unauthenticated",
-                    Standing.IDLE: "authenticated", Standing.BUSY: "authenticated"}
+_STATE_OF: Final = {Standing.SILENT: "silent", Standing.HANDSHAKE: "handshake",
+                    Standing.UNAUTHENTICATED: "unauthenticated", Standing.IDLE: "authenticated",
+                    Standing.BUSY: "authenticated"}
 
 
 class Slots:
@@ -51,7 +59,7 @@ class Slots:
         self.limit, self.handshake_limit = limit, handshake_limit
         self._counters = counters
         counters.max_connections = limit
-        # Oldest first in each: accept order for the first two, last activity for IDLE.
+        # Oldest first in each, by when each connection took its standing.
         self._by: dict[Standing, OrderedDict[int, asyncio.Task[None]]] = {s: OrderedDict() for s in Standing}
         self._standing: dict[int, Standing] = {}
         self._since: dict[int, int] = {}  # when (in moves) each connection took its standing
@@ -60,26 +68,27 @@ class Slots:
     def __len__(self) -> int:
         return len(self._standing)
 
-    def admit(self, conn: int, task: asyncio.Task[None], standing: Standing) -> bool:
-        """Give ``conn`` (its handler ``task``) a slot, evicting another if need be; False if it was refused
-        (the caller closes it)."""
-        handshakes = self._by[Standing.HANDSHAKE]
-        if standing is Standing.HANDSHAKE and len(handshakes) >= self.handshake_limit:
-            self._evict(next(iter(handshakes)), "handshake_evicted")
-        elif len(self) >= self.limit:
+    def admit(self, conn: int, task: asyncio.Task[None]) -> bool:
+        """Give the new connection ``conn`` (its handler ``task``) a slot as silent, evicting another if need
+        be; False if it was refused (the caller closes it)."""
+        if len(self) >= self.limit:
             victim = self._victim()
             if victim is None:
                 self._counters.dropped["refused"] += 1
                 return False
             self._evict(victim, "evicted")
-        self._place(conn, task, standing)
+        self._place(conn, task, Standing.SILENT)
         return True
 
     def move(self, conn: int, standing: Standing) -> None:
-        """Record that ``conn`` now stands at ``standing`` (to the back of its queue)."""
+        """Record that ``conn`` now stands at ``standing`` (to the back of its queue); starting a handshake
+        beyond the handshake cap evicts the oldest one under way."""
         old = self._standing.get(conn)
         if old is None:  # evicted meanwhile: its handler is being cancelled
             return
+        handshakes = self._by[Standing.HANDSHAKE]
+        if standing is Standing.HANDSHAKE and old is not standing and len(handshakes) >= self.handshake_limit:
+            self._evict(next(iter(handshakes)), "handshake_evicted")
         task = self._by[old].pop(conn)
         self._counters.connections[_STATE_OF[old]] -= 1
         self._place(conn, task, standing)
@@ -104,6 +113,9 @@ class Slots:
         self._counters.connections[_STATE_OF[standing]] += 1
 
     def _victim(self) -> int | None:
+        silent = self._by[Standing.SILENT]
+        if silent:
+            return next(iter(silent))
         fronts = [next(iter(self._by[s])) for s in (Standing.HANDSHAKE, Standing.UNAUTHENTICATED) if self._by[s]]
         if fronts:
             return min(fronts, key=self._since.__getitem__)

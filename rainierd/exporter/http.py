@@ -319,8 +319,7 @@ class MetricsServer:
             conn_id = next(self._ids)
             peer_host = str(peer[0]) if isinstance(peer, tuple) and peer else ""
             task = asyncio.create_task(self._serve(conn_id, conn, peer_host), name="exporter-connection")
-            first = Standing.HANDSHAKE if self._ssl is not None else Standing.UNAUTHENTICATED
-            if not self._slots.admit(conn_id, task, first):
+            if not self._slots.admit(conn_id, task):
                 task.cancel()  # before it ever ran, so the socket is still ours to close
                 conn.close()
             # Let the handler start (and take the socket over) before the next accept: an accept that is
@@ -342,19 +341,25 @@ class MetricsServer:
         return reader, asyncio.StreamWriter(transport, protocol, reader, loop)
 
     async def _serve(self, conn: int, sock: socket.socket, peer: str) -> None:
-        # From the call of _open on, the socket is the transport's: closed by it, even when the handshake fails.
         writer: asyncio.StreamWriter | None = None
         graceful = False
-        # One allowance from accept for the handshake and the first request together, not one for each.
+        owned = True  # the socket is ours to close until _open hands it to a transport (which then closes it)
+        tls = self._ssl is not None
+        # One allowance from accept for the first byte, the handshake and the first request together.
         deadline = asyncio.get_running_loop().time() + self._unauthenticated_idle_s
         try:
             try:
                 async with asyncio.timeout_at(deadline):
+                    # Silent until the client speaks: no TLS state (~280 KiB) for a connection that never does.
+                    await _readable(sock)
+                    self._slots.move(conn, Standing.HANDSHAKE if tls else Standing.UNAUTHENTICATED)
+                    owned = False
                     reader, writer = await self._open(sock)
             except (OSError, TimeoutError):  # ssl.SSLError is an OSError; asyncio logs it only in debug mode
-                self.counters.dropped["handshake_failed" if self._ssl is not None else "unauthenticated_idle"] += 1
+                self.counters.dropped["unauthenticated_idle" if owned else "handshake_failed"] += 1
                 return
-            self._slots.move(conn, Standing.UNAUTHENTICATED)
+            if tls:
+                self._slots.move(conn, Standing.UNAUTHENTICATED)
             graceful = await self._requests(conn, reader, writer, peer, deadline)
         finally:
             self._slots.release(conn)
@@ -364,6 +369,8 @@ class MetricsServer:
                 # Evicted, timed out or broken: no TLS close_notify to wait on (up to _SHUTDOWN_TIMEOUT_S with
                 # the descriptor held), and no unsent bytes worth keeping.
                 writer.transport.abort()
+            elif owned:
+                sock.close()
 
     async def _requests(self, conn: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                         peer: str, deadline: float) -> bool:
@@ -455,6 +462,23 @@ class MetricsServer:
             page = f"rainierd exporter: /metrics /healthz /readyz{routes}\n".encode()
             return _Response("200 OK", "text/plain; charset=utf-8", page, head_only)
         return _Response("404 Not Found", "text/plain", b"not found\n", head_only)
+
+
+async def _readable(sock: socket.socket) -> None:
+    """Return once ``sock`` has bytes to read (or its peer closed it)."""
+    loop = asyncio.get_running_loop()
+    ready: asyncio.Future[None] = loop.create_future()
+    fd = sock.fileno()
+
+    def readable() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(fd, readable)
+    try:
+        await ready
+    finally:
+        loop.remove_reader(fd)
 
 
 def accepts_gzip(accept_encoding: bytes | None) -> bool:

@@ -20,7 +20,7 @@ __all__ = [
     "AUTH_RESULTS", "CONNECTION_STATES", "DROP_REASONS", "ServerCollector", "ServerCounters", "ServerStatus",
 ]
 
-CONNECTION_STATES: Final = ("handshake", "unauthenticated", "authenticated")
+CONNECTION_STATES: Final = ("silent", "handshake", "unauthenticated", "authenticated")
 # Why the server closed a connection before its client did (each a series from the start).
 DROP_REASONS: Final = ("evicted", "handshake_evicted", "refused", "handshake_failed", "unauthenticated_idle")
 # What became of each Authorization header: remembered success, bcrypt's verdict, remembered refusal,
