@@ -11,10 +11,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import gc
 import socket
 import time
+from asyncio import sslproto
 from base64 import b64encode
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import bcrypt
@@ -24,11 +27,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.timing import within
+from harness.waits import wait_until
 from rainierd.exporter import MetricsServer, basicauth
 from rainierd.exporter._request import Rejection, Request, parse_head
 from rainierd.exporter.basicauth import BasicAuth
-from rainierd.exporter.webconfig import WebConfig
+from rainierd.exporter.webconfig import TLSServerConfig, WebConfig
 from rainierd.probes import Verdict
+from tests.certs import make_pki
 
 PASSWORD = b"correct horse"
 HASH_4 = bcrypt.hashpw(PASSWORD, bcrypt.gensalt(rounds=4))
@@ -232,6 +237,26 @@ class TestConnectionCap:
             assert server.counters.dropped["evicted"] >= 33
             for _reader, other in [*silent, (reader, writer)]:
                 other.close()
+
+    async def test_evicted_handshakes_leave_no_tls_state_behind(self, tmp_path: Path) -> None:
+        """600 TLS handshakes begun (a record header, then nothing) against a handshake cap of 64: 536 are
+        evicted, and once they are gone at most 64 connections' TLS state is alive (~280 KiB each), not 600."""
+        pki = make_pki(tmp_path)
+        web = WebConfig(tls=TLSServerConfig(cert_file=pki.server_cert, key_file=pki.server_key),
+                        basic_auth_users=())
+        async with make_server(web=web) as server:
+            sockets = []
+            for _ in range(600):
+                _reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+                writer.write(b"\x16\x03\x01")
+                sockets.append(writer)
+            await wait_until(lambda: server.counters.dropped["handshake_evicted"] == 600 - 64, 10,
+                             "536 handshakes evicted")
+            gc.collect()
+            alive = sum(isinstance(o, sslproto.SSLProtocol) for o in gc.get_objects())
+            assert (alive, server.counters.connections["handshake"]) == (64, 64)
+            for writer in sockets:
+                writer.close()
 
     async def test_an_unauthenticated_connection_idles_briefly_even_after_a_401(self) -> None:
         """A connection that got a 401 is closed after the short unauthenticated idle time, not the 130 s

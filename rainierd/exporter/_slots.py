@@ -80,18 +80,20 @@ class Slots:
         self._place(conn, task, Standing.SILENT)
         return True
 
-    def move(self, conn: int, standing: Standing) -> None:
+    def move(self, conn: int, standing: Standing) -> asyncio.Task[None] | None:
         """Record that ``conn`` now stands at ``standing`` (to the back of its queue); starting a handshake
-        beyond the handshake cap evicts the oldest one under way."""
+        beyond the handshake cap evicts the oldest one under way, whose handler this returns (else None)."""
         old = self._standing.get(conn)
         if old is None:  # evicted meanwhile: its handler is being cancelled
-            return
+            return None
+        evicted = None
         handshakes = self._by[Standing.HANDSHAKE]
         if standing is Standing.HANDSHAKE and old is not standing and len(handshakes) >= self.handshake_limit:
-            self._evict(next(iter(handshakes)), "handshake_evicted")
+            evicted = self._evict(next(iter(handshakes)), "handshake_evicted")
         task = self._by[old].pop(conn)
         self._counters.connections[_STATE_OF[old]] -= 1
         self._place(conn, task, standing)
+        return evicted
 
     def release(self, conn: int) -> None:
         """Free ``conn``'s slot (its handler is ending); a no-op if it was evicted."""
@@ -122,10 +124,11 @@ class Slots:
         idle = self._by[Standing.IDLE]
         return next(iter(idle)) if idle else None
 
-    def _evict(self, conn: int, reason: str) -> None:
+    def _evict(self, conn: int, reason: str) -> asyncio.Task[None]:
         standing = self._standing.pop(conn)
         task = self._by[standing].pop(conn)
         del self._since[conn]
         self._counters.connections[_STATE_OF[standing]] -= 1
         self._counters.dropped[reason] += 1
         task.cancel()  # its handler closes the socket as it unwinds
+        return task

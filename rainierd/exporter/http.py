@@ -352,7 +352,9 @@ class MetricsServer:
                 async with asyncio.timeout_at(deadline):
                     # Silent until the client speaks: no TLS state (~280 KiB) for a connection that never does.
                     await _readable(sock)
-                    self._slots.move(conn, Standing.HANDSHAKE if tls else Standing.UNAUTHENTICATED)
+                    if _hung_up(sock):
+                        return
+                    await self._spoke(conn)
                     owned = False
                     reader, writer = await self._open(sock)
             except (OSError, TimeoutError):  # ssl.SSLError is an OSError; asyncio logs it only in debug mode
@@ -371,6 +373,20 @@ class MetricsServer:
                 writer.transport.abort()
             elif owned:
                 sock.close()
+
+    async def _spoke(self, conn: int) -> None:
+        """Move ``conn`` from silent to a TLS handshake (or, without TLS, to awaiting its request); if that
+        evicts another handshake, return once the evicted handler has ended, so that its TLS state is gone
+        before ours comes: a burst of first bytes on many connections holds the cap's worth, not the burst's."""
+        evicted = self._slots.move(conn, Standing.HANDSHAKE if self._ssl is not None else Standing.UNAUTHENTICATED)
+        if evicted is None:
+            return
+        try:
+            await asyncio.wait([evicted])
+        finally:
+            # A finished handler holds its traceback, and with it its frames: kept here (in our frame, in a
+            # traceback of ours) it would chain every evicted handler's TLS state to the living ones.
+            del evicted
 
     async def _requests(self, conn: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                         peer: str, deadline: float) -> bool:
@@ -479,6 +495,16 @@ async def _readable(sock: socket.socket) -> None:
         await ready
     finally:
         loop.remove_reader(fd)
+
+
+def _hung_up(sock: socket.socket) -> bool:
+    """Return whether the client of a readable socket has closed it without sending anything."""
+    try:
+        return sock.recv(1, socket.MSG_PEEK) == b""
+    except BlockingIOError:
+        return False
+    except OSError:  # reset
+        return True
 
 
 def accepts_gzip(accept_encoding: bytes | None) -> bool:
