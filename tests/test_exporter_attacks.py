@@ -238,6 +238,25 @@ class TestConnectionCap:
             for _reader, other in [*silent, (reader, writer)]:
                 other.close()
 
+    async def test_connections_from_one_address_evict_only_their_own(self) -> None:
+        """With a cap of 8: a client from 127.0.0.2 that has sent half its request keeps its slot while 40
+        connections from 127.0.0.1 that have also spoken come after it (the address holding the most gives
+        way first), then gets its answer."""
+        async with make_server(max_connections=8) as server:
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port, local_addr=("127.0.0.2", 0))
+            writer.write(b"GET /healthz HTTP/1.1\r\n")
+            await writer.drain()
+            flood = []
+            for _ in range(40):
+                flood.append(await asyncio.open_connection("127.0.0.1", server.port))
+                flood[-1][1].write(b"GET / HTTP/1.1\r\n")  # spoken, so not silent: a stalled request
+            assert [await until_closed(r, within(0.5)) for r, _ in flood[:30]] == [True] * 30
+            writer.write(b"Connection: close\r\n\r\n")
+            async with asyncio.timeout(within(5)):
+                assert responses(await reader.read()) == [b"HTTP/1.1 200 OK"]
+            for _reader, other in [*flood, (reader, writer)]:
+                other.close()
+
     async def test_evicted_handshakes_leave_no_tls_state_behind(self, tmp_path: Path) -> None:
         """600 TLS handshakes begun (a record header, then nothing) against a handshake cap of 64: 536 are
         evicted, and once they are gone at most 64 connections' TLS state is alive (~280 KiB each), not 600."""

@@ -5,30 +5,30 @@ Every accepted connection takes a slot from accept to close, so the
 connection cap is a descriptor cap.  A connection starts *silent*: until
 its client sends a first byte the server holds only the socket (no TLS
 state: a TLS connection holds ~280 KiB once its handshake starts).  When a
-new connection arrives and every slot is taken, the slot is freed from, in
-this order:
+new connection arrives and every slot is taken, a slot is freed from:
 
-1. the oldest silent connection — an idle attacker's, which never spoke;
-2. of the connections that have spoken but not been served an
-   authenticated request (a TLS handshake under way, one whose request has
-   not come or was refused), the one that has stood so longest;
-3. the connection idle longest between authenticated requests — never one
-   in the middle of a request;
-4. if none exists the new connection is refused (closed at once).
+1. the connections that have not been served an authenticated request
+   (silent ones, TLS handshakes under way, ones whose request has not come
+   or was refused): of the client address that holds the most of them, a
+   silent one if it has one, else the one that has stood so longest;
+2. else the connection idle longest between authenticated requests —
+   never one in the middle of a request;
+3. else none: the new connection is refused (closed at once).
 
 TLS handshakes under way have their own, smaller cap: a connection that
-starts one beyond it evicts the oldest handshake under way.  So idle
-connections, however many, never evict a client that speaks at once (as
-every scraper does); a scraper that keeps its connection alive is never
-evicted by connections that have not authenticated; and a new scraper's
-handshake is evicted only if as many other handshakes as the handshake cap
-start before it finishes.
+starts one beyond it evicts a handshake under way, chosen the same way.  So
+a scraper that keeps its connection alive is never evicted while any
+connection has not authenticated; an attacker from one address, however
+many connections it opens, evicts only its own while any other address
+holds fewer; and among addresses holding as many (a scraper's one new
+connection against as many attackers, each from its own address), silent
+connections go first, then the longest standing.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from enum import Enum
 from typing import Final
 
@@ -52,6 +52,10 @@ _STATE_OF: Final = {Standing.SILENT: "silent", Standing.HANDSHAKE: "handshake",
                     Standing.BUSY: "authenticated"}
 
 
+# Who gives up a slot first, group by group.
+_EVICTION_ORDER: Final = ((Standing.SILENT, Standing.HANDSHAKE, Standing.UNAUTHENTICATED), (Standing.IDLE,))
+
+
 class Slots:
     """The open connections (each a handler task), by standing, at most ``limit`` of them."""
 
@@ -64,19 +68,21 @@ class Slots:
         self._standing: dict[int, Standing] = {}
         self._since: dict[int, int] = {}  # when (in moves) each connection took its standing
         self._moves = 0
+        self._peer: dict[int, str] = {}  # each connection's client address
 
     def __len__(self) -> int:
         return len(self._standing)
 
-    def admit(self, conn: int, task: asyncio.Task[None]) -> bool:
-        """Give the new connection ``conn`` (its handler ``task``) a slot as silent, evicting another if need
-        be; False if it was refused (the caller closes it)."""
+    def admit(self, conn: int, task: asyncio.Task[None], peer: str) -> bool:
+        """Give the new connection ``conn`` from address ``peer`` (its handler ``task``) a slot as silent,
+        evicting another if need be; False if it was refused (the caller closes it)."""
         if len(self) >= self.limit:
             victim = self._victim()
             if victim is None:
                 self._counters.dropped["refused"] += 1
                 return False
             self._evict(victim, "evicted")
+        self._peer[conn] = peer
         self._place(conn, task, Standing.SILENT)
         return True
 
@@ -89,7 +95,7 @@ class Slots:
         evicted = None
         handshakes = self._by[Standing.HANDSHAKE]
         if standing is Standing.HANDSHAKE and old is not standing and len(handshakes) >= self.handshake_limit:
-            evicted = self._evict(next(iter(handshakes)), "handshake_evicted")
+            evicted = self._evict(self._choose(list(handshakes)), "handshake_evicted")
         task = self._by[old].pop(conn)
         self._counters.connections[_STATE_OF[old]] -= 1
         self._place(conn, task, standing)
@@ -100,8 +106,7 @@ class Slots:
         standing = self._standing.pop(conn, None)
         if standing is not None:
             del self._by[standing][conn]
-            del self._since[conn]
-            self._counters.connections[_STATE_OF[standing]] -= 1
+            self._forget(conn, standing)
 
     def tasks(self) -> list[asyncio.Task[None]]:
         """Return every open connection's handler."""
@@ -115,20 +120,31 @@ class Slots:
         self._counters.connections[_STATE_OF[standing]] += 1
 
     def _victim(self) -> int | None:
-        silent = self._by[Standing.SILENT]
-        if silent:
-            return next(iter(silent))
-        fronts = [next(iter(self._by[s])) for s in (Standing.HANDSHAKE, Standing.UNAUTHENTICATED) if self._by[s]]
-        if fronts:
-            return min(fronts, key=self._since.__getitem__)
-        idle = self._by[Standing.IDLE]
-        return next(iter(idle)) if idle else None
+        for group in _EVICTION_ORDER:
+            candidates = [conn for standing in group for conn in self._by[standing]]
+            if candidates:
+                return self._choose(candidates)
+        return None
+
+    def _choose(self, candidates: list[int]) -> int:
+        """Return, of ``candidates``, one of the address that holds the most of them: a silent one if it has
+        one, else its longest standing."""
+        held = Counter(self._peer[conn] for conn in candidates)
+
+        def rank(conn: int) -> tuple[int, bool, int]:
+            return -held[self._peer[conn]], self._standing[conn] is not Standing.SILENT, self._since[conn]
+
+        return min(candidates, key=rank)
+
+    def _forget(self, conn: int, standing: Standing) -> None:
+        del self._since[conn]
+        del self._peer[conn]
+        self._counters.connections[_STATE_OF[standing]] -= 1
 
     def _evict(self, conn: int, reason: str) -> asyncio.Task[None]:
         standing = self._standing.pop(conn)
         task = self._by[standing].pop(conn)
-        del self._since[conn]
-        self._counters.connections[_STATE_OF[standing]] -= 1
+        self._forget(conn, standing)
         self._counters.dropped[reason] += 1
         task.cancel()  # its handler closes the socket as it unwinds
         return task

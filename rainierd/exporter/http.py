@@ -319,7 +319,7 @@ class MetricsServer:
             conn_id = next(self._ids)
             peer_host = str(peer[0]) if isinstance(peer, tuple) and peer else ""
             task = asyncio.create_task(self._serve(conn_id, conn, peer_host), name="exporter-connection")
-            if not self._slots.admit(conn_id, task):
+            if not self._slots.admit(conn_id, task, peer_host):
                 task.cancel()  # before it ever ran, so the socket is still ours to close
                 conn.close()
             # Let the handler start (and take the socket over) before the next accept: an accept that is

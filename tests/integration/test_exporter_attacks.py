@@ -40,12 +40,16 @@ pytestmark = pytest.mark.integration
 
 Start = Callable[..., Daemon]
 IDLE_CONNECTIONS = 5_000
+AFTER_401 = 500
 WRONG_PASSWORDS = 300
+PER_CONNECTION = 3
 # The soft RLIMIT_NOFILE most services start under (systemd's and Docker's default); the hard limit stays.
 COMMON_SOFT_NOFILE = 1_024
 USERS = ("prometheus", "baseline", "grafana")
 EXPORTER = ("rainier_exporter_conn", "rainier_exporter_auth", "rainier_exporter_accept", "rainier_exporter_bad")
 OTHER_ADDRESS = "127.0.0.2"
+# The wrong passwords come from their own address: from the idle connections' they would only evict each other.
+FLOOD_ADDRESS = "127.0.0.3"
 LAST_SAVE = "rainier_monitor_checkpoint_last_success_timestamp_seconds"
 
 
@@ -102,7 +106,8 @@ def fresh_scrape(port: int, context: ssl.SSLContext, authorization: str) -> floa
     scraper = Scraper(port, context, authorization, source=OTHER_ADDRESS)
     try:
         status = scraper.get()[0]
-    except (OSError, http.client.HTTPException):
+    except (OSError, http.client.HTTPException) as exc:
+        print("fresh scrape failed:", repr(exc))
         return None
     finally:
         scraper.close()
@@ -121,32 +126,45 @@ def first_check_s(port: int, context: ssl.SSLContext, user: str, password: str) 
 
 
 async def attack(port: int, sent: threading.Event, held: list[int]) -> None:
-    """Open IDLE_CONNECTIONS connections that never speak (on a TLS port: pending handshakes), then send
-    WRONG_PASSWORDS distinct wrong passwords at once over TLS; set ``sent`` once they are all sent; return
-    when each got its answer."""
-    idle = []
-    for _ in range(IDLE_CONNECTIONS):
-        with contextlib.suppress(OSError, TimeoutError):
-            async with asyncio.timeout(within(5)):  # a server whose backlog is full drops the SYN
-                idle.append(await asyncio.open_connection("127.0.0.1", port))
-    held.append(len(idle))
+    """Open IDLE_CONNECTIONS idle connections: AFTER_401 of them over TLS, each sending one request without
+    credentials and idling after its 401 (the issue's attack), the rest never speaking; then send
+    WRONG_PASSWORDS distinct wrong passwords at once over TLS from FLOOD_ADDRESS, PER_CONNECTION down each
+    connection; set ``sent`` once they are all sent; return when each got its answer."""
     context = ssl.create_default_context()
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
+    idle = []
+    for i in range(IDLE_CONNECTIONS):
+        with contextlib.suppress(OSError, TimeoutError, asyncio.IncompleteReadError):
+            async with asyncio.timeout(within(5)):  # a server whose backlog is full drops the SYN
+                if i < AFTER_401:
+                    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
+                    writer.write(b"GET /metrics HTTP/1.1\r\n\r\n")
+                    await reader.readuntil(b"\r\n\r\n")  # the 401; the connection is kept alive
+                    idle.append((reader, writer))
+                else:
+                    idle.append(await asyncio.open_connection("127.0.0.1", port))
+    held.append(len(idle))
 
     async def wrong(i: int) -> None:
+        # Three requests down each connection at once, each with its own wrong password: the exporter holds at
+        # most 256 connections, so 300 checks at once come this way.
         with contextlib.suppress(OSError, asyncio.IncompleteReadError, TimeoutError):
             async with asyncio.timeout(within(60)):
-                reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
-                writer.write(f"GET /metrics HTTP/1.1\r\nAuthorization: {basic('prometheus', f'wrong-{i}')}\r\n"
-                             "Connection: close\r\n\r\n".encode())
+                reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context,
+                                                               local_addr=(FLOOD_ADDRESS, 0))
+                writer.write(b"".join(
+                    f"GET /metrics HTTP/1.1\r\nAuthorization: {basic('prometheus', f'wrong-{i}-{k}')}\r\n"
+                    f"{'Connection: close' if k == PER_CONNECTION - 1 else 'X: y'}\r\n\r\n".encode()
+                    for k in range(PER_CONNECTION)))
+                ready.append(i)
+                if len(ready) == WRONG_PASSWORDS // PER_CONNECTION:
+                    sent.set()
                 await reader.read()
                 writer.close()
 
-    tasks = [asyncio.create_task(wrong(i)) for i in range(WRONG_PASSWORDS)]
-    await asyncio.sleep(0)
-    sent.set()
-    await asyncio.gather(*tasks)
+    ready: list[int] = []
+    await asyncio.gather(*(wrong(i) for i in range(WRONG_PASSWORDS // PER_CONNECTION)))
     for _reader, writer in idle:
         writer.close()
 
@@ -265,6 +283,11 @@ def test_idle_connections_and_wrong_passwords_cannot_starve_a_scraper(
     assert "out of system resource" not in log
     assert "Traceback" not in log
     assert after['rainier_exporter_connections_dropped_total{reason="evicted"}'] > 0
+    # Every wrong password was judged, and the flood filled the wait queue (its excess shed): the right password
+    # above was timed against a full one.
+    judged = {r: after[f'rainier_exporter_auth_checks_total{{result="{r}"}}'] for r in ("refused", "shed")}
+    assert sum(judged.values()) == WRONG_PASSWORDS
+    assert judged["shed"] > 0
 
 
 def test_600_pending_handshakes_hold_bounded_memory(start_rainierd: Start, tmp_path: Path) -> None:
