@@ -161,18 +161,18 @@ class Settings(BaseSettings):
     )
     http_max_connections: Annotated[int, Use("server")] = Field(
         256, ge=1, le=1_000_000,
-        description="exporter: open connections at most, pending TLS handshakes included (lowered to fit the "
-        "descriptor limit with 64 kept for checkpoint, MQTT and logs); at the cap a new connection evicts the "
-        "longest-standing unauthenticated one (docs/exporter-security.md)",
+        description="exporter: open connections at most, TLS handshakes included (lowered to fit the "
+        "descriptor limit with 64 kept for checkpoint, MQTT and logs); at the cap a new connection evicts one "
+        "not yet authenticated, of the address holding the most (docs/exporter-security.md)",
     )
     http_max_handshakes: Annotated[int, Use("server")] = Field(
         64, ge=1, le=1_000_000,
-        description="exporter: pending TLS handshakes at most (~260 KiB each); at the cap a new one evicts the oldest",
+        description="exporter: TLS handshakes under way at most (~280 KiB each); one more evicts one of them",
     )
     http_unauthenticated_idle_s: Annotated[float, Use("server")] = Field(
         5.0, gt=0.0, le=130.0,
-        description="exporter: seconds a connection may take for its TLS handshake and a request that "
-        "authenticates (again after a 401) before it is closed; an authenticated one idles up to 130 s",
+        description="exporter: seconds a connection has from accept for its first byte, TLS handshake and a "
+        "request that authenticates (again after a 401) before it is closed; an authenticated one idles up to 130 s",
     )
     stale_after_ticks: Annotated[int, Use("monitor")] = Field(
         3, ge=1, le=1000,

@@ -26,10 +26,11 @@ Against a hostile client (docs/exporter-security.md):
 - the server accepts connections itself, so a full process (EMFILE) is a
   counted accept error logged once per episode, after which accepting
   backs off briefly instead of spinning;
-- it holds at most ``max_connections`` (``_slots``: pending TLS handshakes
-  included, at most ``max_handshakes`` of those; below the descriptor limit
-  with descriptors kept back, ``descriptors``); at the cap a new connection
-  evicts the longest-standing one that has not authenticated;
+- it holds at most ``max_connections``, below the descriptor limit with
+  descriptors kept back (``descriptors``); a connection holds no TLS state
+  until its client speaks, and at most ``max_handshakes`` handshakes run
+  at once; at the cap a new connection evicts one that has not
+  authenticated, of the address holding the most (``_slots``);
 - a connection that has not been served an authenticated request may idle
   ``unauthenticated_idle_s`` (handshake and first request included; again
   after a 401); only after one that authenticated does it keep the long
