@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import secrets
 import sys
@@ -25,6 +26,7 @@ from rainierd._malloc import keep_freed_memory
 from rainierd.broker import EmbeddedBroker
 from rainierd.connection import ConnectionState
 from rainierd.exporter import MetricsServer, UltraServerProbe, build_exporter
+from rainierd.exporter.serverstatus import ServerCounters
 from rainierd.exporter.webconfig import load_web_config
 from rainierd.inventory import load_topology
 from rainierd.lifecycle import run_until_stopped
@@ -93,6 +95,10 @@ async def _run_role(role: Role, settings: Settings, stop: asyncio.Event) -> None
     nonce = secrets.token_hex(4)
     web = None if settings.web_config_file is None else load_web_config(settings.web_config_file)
     host, port = settings.metrics_host_port
+    http = functools.partial(MetricsServer, host=host, port=port, web=web,
+                             max_connections=settings.http_max_connections,
+                             max_handshakes=settings.http_max_handshakes,
+                             unauthenticated_idle_s=settings.http_unauthenticated_idle_s)
     async with contextlib.AsyncExitStack() as stack:
         url = settings.mqtt_url
         protocol: Literal["3.1.1", "5"] | None = None
@@ -122,9 +128,8 @@ async def _run_role(role: Role, settings: Settings, stop: asyncio.Event) -> None
             sim_connection = ConnectionState()
             if role == "simulate" and "metrics_addr" in settings.model_fields_set:
                 probes = _SimulatorProbes(sim, sim_connection)
-                await stack.enter_async_context(MetricsServer(
-                    _NO_METRICS, host=host, port=port, generation=lambda: 0, healthy=probes.healthy,
-                    ready=probes.ready, web=web,
+                await stack.enter_async_context(http(
+                    _NO_METRICS, generation=lambda: 0, healthy=probes.healthy, ready=probes.ready,
                 ))
             coroutines["sim-ticks"] = lambda: sim.produce(stop)
             coroutines["sim-mqtt-publish"] = lambda: supervise(sim_mqtt, sim.publish, state=sim_connection)
@@ -139,11 +144,13 @@ async def _run_role(role: Role, settings: Settings, stop: asyncio.Event) -> None
                 qos=settings.mqtt_qos, shard=settings.monitor_shard, loop_lag=loop_lag,
             )
             monitor.restore()
+            counters = ServerCounters()
             exporter = build_exporter(topology, lambda: monitor.snapshot,
-                                      max_entity_series=settings.max_entity_series, shard=settings.monitor_shard)
-            server = await stack.enter_async_context(MetricsServer(
-                exporter.render, host=host, port=port, generation=lambda: monitor.generation,
-                healthy=monitor.healthy, ready=monitor.ready, web=web,
+                                      max_entity_series=settings.max_entity_series, shard=settings.monitor_shard,
+                                      server=counters.status)
+            server = await stack.enter_async_context(http(
+                exporter.render, generation=lambda: monitor.generation,
+                healthy=monitor.healthy, ready=monitor.ready, counters=counters,
                 prober=UltraServerProbe(monitor.topology, monitor.core, lambda: monitor.snapshot,
                                         lock=monitor.state_lock),
             ))

@@ -32,14 +32,16 @@ __all__ = [
 DEFAULT_METRICS_ADDR = "127.0.0.1:9780"
 
 # The parts of rainierd that read settings.  "http" is the listening side of
-# a role (the exporter, or a simulator's probes); "fleet" the inventory.
-Part = Literal["mqtt", "fleet", "simulator", "monitor", "http", "log"]
+# a role (the exporter, or a simulator's probes), which the healthcheck also
+# reads to find it; "server" that side's own limits, which it does not;
+# "fleet" the inventory.
+Part = Literal["mqtt", "fleet", "simulator", "monitor", "http", "server", "log"]
 
 # Which parts each command runs, so which settings it reads and lists.
 ROLE_PARTS: Final[dict[str, frozenset[Part]]] = {
-    "run": frozenset({"mqtt", "fleet", "simulator", "monitor", "http", "log"}),
-    "simulate": frozenset({"mqtt", "fleet", "simulator", "http", "log"}),
-    "monitor": frozenset({"mqtt", "fleet", "monitor", "http", "log"}),
+    "run": frozenset({"mqtt", "fleet", "simulator", "monitor", "http", "server", "log"}),
+    "simulate": frozenset({"mqtt", "fleet", "simulator", "http", "server", "log"}),
+    "monitor": frozenset({"mqtt", "fleet", "monitor", "http", "server", "log"}),
     "bridge": frozenset({"mqtt", "fleet", "log"}),
     # It probes a role's HTTP side from the same settings, and writes no log.
     "healthcheck": frozenset({"http"}),
@@ -157,6 +159,21 @@ class Settings(BaseSettings):
     web_config_file: Annotated[Path | None, Use("http")] = Field(
         None, description="exporter: TLS and basic auth, an exporter-toolkit web config (docs/exporter-security.md); "
         "read when the exporter starts (unset: plain HTTP, no auth)",
+    )
+    http_max_connections: Annotated[int, Use("server")] = Field(
+        256, ge=1, le=1_000_000,
+        description="exporter: open connections at most, TLS handshakes included (lowered to fit the "
+        "descriptor limit with 64 kept for checkpoint, MQTT and logs); at the cap a new connection evicts one "
+        "not yet authenticated, of the address holding the most (docs/exporter-security.md)",
+    )
+    http_max_handshakes: Annotated[int, Use("server")] = Field(
+        64, ge=1, le=1_000_000,
+        description="exporter: TLS handshakes under way at most (~280 KiB each); one more evicts one of them",
+    )
+    http_unauthenticated_idle_s: Annotated[float, Use("server")] = Field(
+        5.0, gt=0.0, le=130.0,
+        description="exporter: seconds a connection has from accept for its first byte, TLS handshake and a "
+        "request that authenticates (again after a 401) before it is closed; an authenticated one idles up to 130 s",
     )
     stale_after_ticks: Annotated[int, Use("monitor")] = Field(
         3, ge=1, le=1000,

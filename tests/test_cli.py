@@ -27,13 +27,14 @@ SIMULATOR = ["ticks", "seed", "encoding", "batch_nodes", "scenario", "fault_acce
 MONITOR = ["stale_after_ticks", "max_frame_bytes", "max_clock_skew_s", "reconnect_grace_s", "state_file",
            "max_seq_jump", "max_backlog_bytes", "max_entity_series", "shard"]
 HTTP = ["metrics_addr", "web_config_file"]
+SERVER = ["http_max_connections", "http_max_handshakes", "http_unauthenticated_idle_s"]
 LOG = ["log_format", "log_level"]
 
 # What each command reads, so what its --help lists; written out, so a change is a decision.
 ROLE_SETTINGS: dict[str, set[str]] = {
-    "run": {*MQTT, *FLEET, "tick_s", *SIMULATOR, *MONITOR, *HTTP, *LOG},
-    "simulate": {*MQTT, *FLEET, "tick_s", *SIMULATOR, *HTTP, *LOG},
-    "monitor": {*MQTT, *FLEET, "tick_s", *MONITOR, *HTTP, *LOG},
+    "run": {*MQTT, *FLEET, "tick_s", *SIMULATOR, *MONITOR, *HTTP, *SERVER, *LOG},
+    "simulate": {*MQTT, *FLEET, "tick_s", *SIMULATOR, *HTTP, *SERVER, *LOG},
+    "monitor": {*MQTT, *FLEET, "tick_s", *MONITOR, *HTTP, *SERVER, *LOG},
     "bridge": {*MQTT, *FLEET, *LOG},
     "healthcheck": set(HTTP),
 }
@@ -66,6 +67,9 @@ VALUES: dict[str, tuple[str, Any]] = {
     "truth_file": ("truth.jsonl", Path("truth.jsonl")),
     "metrics_addr": ("0.0.0.0:9999", "0.0.0.0:9999"),
     "web_config_file": ("web.yml", Path("web.yml")),
+    "http_max_connections": ("100", 100),
+    "http_max_handshakes": ("8", 8),
+    "http_unauthenticated_idle_s": ("2.5", 2.5),
     "stale_after_ticks": ("5", 5),
     "max_frame_bytes": ("2048", 2048),
     "max_clock_skew_s": ("30", 30.0),

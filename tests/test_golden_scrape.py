@@ -20,6 +20,7 @@ import pytest
 from rainierd.connection import Connection
 from rainierd.core.analysis import MonitorCore
 from rainierd.exporter import build_exporter
+from rainierd.exporter.serverstatus import AUTH_RESULTS, ServerCounters
 from rainierd.histogram import LagHistogram
 from rainierd.looplag import LoopLag
 from rainierd.monitor.snapshot import Backlog, IngestCounts, MonitorSnapshot, MonitorStatus
@@ -58,7 +59,9 @@ def scrape_of_fixed_scenario() -> str:
     )
     snapshot = MonitorSnapshot.of(analysis, generation=60, chips_total=topo.n_present_chips, analysis_s=0.002,
                                   analysed_ticks=60, events=events, lag_s=0.25, status=status)
-    exporter = build_exporter(topo, lambda: snapshot, process_metrics=False)
+    # The HTTP server's families too, as a monitor with basic auth serves them (all zero: no connection yet).
+    server = ServerCounters(max_connections=256, auth=dict.fromkeys(AUTH_RESULTS, 0))
+    exporter = build_exporter(topo, lambda: snapshot, process_metrics=False, server=server.status)
     text = exporter.render().decode()
     # Collector durations are wall-clock: the only values that differ run to run.
     return re.sub(r"^(rainier_exporter_collector_duration_seconds\{[^}]*\}) \S+$", r"\1 0.0", text, flags=re.M)

@@ -1,5 +1,5 @@
 """The exporter's HTTP endpoint: ``/metrics``, ``/healthz`` and ``/readyz`` on
-a small asyncio server.
+a small asyncio server that anyone who can reach it cannot exhaust.
 
 The scrape body is rendered in a worker thread once per analysis tick
 (``refresh``, called by the monitor after each analysis) and every scrape
@@ -11,8 +11,7 @@ A scraper that accepts gzip (Prometheus always does) gets the render
 compressed once, in the same worker thread, as soon as one such scraper has
 been seen: at ``rainier`` the body shrinks about tenfold and no scrape pays
 for the compression.  Connections are HTTP/1.1 keep-alive: Prometheus keeps
-one per target, so a scrape costs no TCP (or TLS) handshake; an idle
-connection is closed after ``_IDLE_TIMEOUT_S``.
+one per target, so a scrape costs no TCP (or TLS) handshake.
 
 ``/probe?target=u<id>`` and ``/probe/targets`` (exporter/drilldown.py) serve one
 UltraServer's chips, links and ports on demand and the Prometheus HTTP
@@ -20,13 +19,35 @@ service discovery of the UltraServers worth probing.
 
 With a web configuration (``webconfig``) it speaks TLS only, and with
 basic-auth users every path, the probes included, wants a valid password
-(``basicauth``).  A failed handshake or a wrong password costs a closed
-connection or a 401, never a log line per attempt.
+(``basicauth``).
+
+Against a hostile client (docs/exporter-security.md):
+
+- the server accepts connections itself, so a full process (EMFILE) is a
+  counted accept error logged once per episode, after which accepting
+  backs off briefly instead of spinning;
+- it holds at most ``max_connections``, below the descriptor limit with
+  descriptors kept back (``descriptors``); a connection holds no TLS state
+  until its client speaks, and at most ``max_handshakes`` handshakes run
+  at once; at the cap a new connection evicts one that has not
+  authenticated, of the address holding the most (``_slots``);
+- a connection that has not been served an authenticated request may idle
+  ``unauthenticated_idle_s`` (handshake and first request included; again
+  after a 401); only after one that authenticated does it keep the long
+  ``_IDLE_TIMEOUT_S``;
+- a head that could be framed two ways is refused with 400 and the
+  connection closed (``_request``), counted and logged once per episode.
+
+A failed handshake or a wrong password costs a closed connection or a 401,
+never a log line per attempt.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
+import itertools
+import socket
 import ssl
 import zlib
 from collections.abc import Awaitable, Callable
@@ -36,7 +57,12 @@ from typing import Final, NamedTuple, Protocol
 import structlog
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from rainierd.exporter._episodes import Episode
+from rainierd.exporter._request import MAX_HEAD_BYTES, Rejection, Request, parse_head
+from rainierd.exporter._slots import Slots, Standing
 from rainierd.exporter.basicauth import BasicAuth
+from rainierd.exporter.descriptors import connection_budget
+from rainierd.exporter.serverstatus import ServerCounters
 from rainierd.exporter.webconfig import WebConfig
 from rainierd.probes import Verdict
 
@@ -44,13 +70,24 @@ __all__ = ["MetricsServer", "Prober", "accepts_gzip"]
 
 log = structlog.get_logger("rainierd.exporter")
 
-_MAX_REQUEST_BYTES: Final = 8_192
-_REQUEST_TIMEOUT_S: Final = 5.0
 # Longer than any sensible scrape interval (Prometheus's default is 1 m), so a
 # scraper's connection lives from one scrape to the next.
 _IDLE_TIMEOUT_S: Final = 130.0
 _GZIP_LEVEL: Final = 1  # at rainier: 1.03 MB in 31 ms; level 6 saves 13 % for 3x the CPU (92 ms)
 _UNAUTHORIZED: Final = (("WWW-Authenticate", 'Basic realm="rainierd"'),)
+DEFAULT_MAX_CONNECTIONS: Final = 256  # a TLS connection holds ~280 KiB: ~70 MiB at the cap
+DEFAULT_MAX_HANDSHAKES: Final = 64
+DEFAULT_UNAUTHENTICATED_IDLE_S: Final = 5.0
+# After a failed accept (out of descriptors, memory or buffers), wait this long before the next, doubling up
+# to the maximum: the listening socket stays readable, and retrying at once would spin a core.
+_ACCEPT_BACKOFF_S: Final = 0.05
+_ACCEPT_BACKOFF_MAX_S: Final = 1.0
+# Closing a TLS connection waits this long at most for the client's close_notify.
+_SHUTDOWN_TIMEOUT_S: Final = 2.0
+# The longest a response may take to reach a client that reads slowly (13 MB at rainier, uncompressed).
+_WRITE_TIMEOUT_S: Final = 30.0
+# A peer that gave up between connect and accept: nothing went wrong on our side.
+_PEER_GONE: Final = frozenset({errno.ECONNABORTED, errno.EPROTO, errno.EPERM})
 
 
 class Prober(Protocol):
@@ -90,11 +127,12 @@ class MetricsServer:
     """Serves ``exposition`` (the exporter's render) and the health probes on ``host:port``.
 
     An async context manager: entering binds the socket (raising OSError
-    before anything else starts), leaving closes it and every kept-alive
-    connection.  With ``web`` it serves over TLS if ``web.tls`` is set and
-    asks for basic auth if ``web`` has users; building the server loads the
-    certificate, so it raises ConfigError if that fails.  With ``prober`` it
-    also serves ``/probe`` and ``/probe/targets``.
+    before anything else starts) and starts accepting, leaving closes it and
+    every open connection.  With ``web`` it serves over TLS if ``web.tls`` is
+    set and asks for basic auth if ``web`` has users; building the server
+    loads the certificate, so it raises ConfigError if that fails.  With
+    ``prober`` it also serves ``/probe`` and ``/probe/targets``.  It counts
+    into ``counters`` (``serverstatus``), a fresh one if none is given.
     """
 
     def __init__(
@@ -108,14 +146,19 @@ class MetricsServer:
         ready: Callable[[], Verdict],
         web: WebConfig | None = None,
         prober: Prober | None = None,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        max_handshakes: int = DEFAULT_MAX_HANDSHAKES,
+        unauthenticated_idle_s: float = DEFAULT_UNAUTHENTICATED_IDLE_S,
+        counters: ServerCounters | None = None,
     ) -> None:
         self._exposition = exposition
         self.host, self.port = host, port
         self._generation, self._healthy, self._ready = generation, healthy, ready
         self._prober = prober
         self._cache: _Render | None = None
-        self._server: asyncio.Server | None = None
-        self._connections: dict[asyncio.StreamWriter, asyncio.Task[None]] = {}  # open ones, with their handlers
+        self._sockets: list[socket.socket] = []
+        self._acceptors: list[asyncio.Task[None]] = []
+        self._closed: asyncio.Event | None = None
         self._render_lock = asyncio.Lock()
         self.renders = 0
         self.compressions = 0
@@ -125,6 +168,17 @@ class MetricsServer:
         if web is not None:
             self._ssl = web.tls.ssl_context() if web.tls is not None else None
             self.auth = BasicAuth(web.basic_auth_users) if web.basic_auth_users else None
+        self.counters = counters if counters is not None else ServerCounters()
+        if self.auth is not None:
+            self.counters.auth = self.auth.results
+            auth = self.auth
+            self.counters.auth_waiting = lambda: auth.waiting
+        self._max_connections, self._max_handshakes = max_connections, max_handshakes
+        self._unauthenticated_idle_s = unauthenticated_idle_s
+        self._slots = Slots(limit=max_connections, handshake_limit=max_handshakes, counters=self.counters)
+        self._ids = itertools.count()
+        self._accept_failing = Episode(log, "exporter cannot accept connections", ended="exporter accepting again")
+        self._bad_heads = Episode(log, "exporter refused malformed requests")
 
     def _render(self, gzip: bool) -> tuple[bytes, bytes | None]:
         body = self._exposition()
@@ -163,28 +217,63 @@ class MetricsServer:
         return self._cache.gzipped
 
     async def start(self) -> int:
-        """Bind the listening socket and return its port.
+        """Bind the listening sockets, start accepting and return the port.
 
         Raises OSError (address in use, permission) before any task starts.
         """
-        # A client that stalls its handshake is dropped like one that stalls its request.
-        handshake_timeout = _REQUEST_TIMEOUT_S if self._ssl is not None else None
-        self._server = await asyncio.start_server(
-            self._handle, self.host, self.port, ssl=self._ssl, ssl_handshake_timeout=handshake_timeout,
-        )
-        self.port = int(self._server.sockets[0].getsockname()[1])
+        budget = connection_budget(self._max_connections)
+        if budget < self._max_connections:
+            log.warning("exporter connection cap lowered to fit the descriptor limit",
+                        max_connections=self._max_connections, lowered_to=budget)
+        self._slots.limit = self.counters.max_connections = budget
+        self._slots.handshake_limit = min(self._max_handshakes, budget)
+        loop = asyncio.get_running_loop()
+        infos = await loop.getaddrinfo(self.host or None, self.port, type=socket.SOCK_STREAM,
+                                       flags=socket.AI_PASSIVE)
+        try:
+            for family, kind, proto, _name, address in dict.fromkeys(infos):
+                sock = socket.socket(family, kind, proto)
+                self._sockets.append(sock)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)  # as asyncio does
+                sock.bind((address[0], self.port, *address[2:]))  # port 0: the first picks, the others follow
+                sock.listen(socket.SOMAXCONN)
+                sock.setblocking(False)
+                self.port = int(sock.getsockname()[1])
+        except OSError:
+            self._close_sockets()
+            raise
+        self._closed = asyncio.Event()
+        self._acceptors = [asyncio.create_task(self._accept(sock), name="exporter-accept") for sock in self._sockets]
         scheme = "https" if self._ssl is not None else "http"
         log.info("metrics endpoint listening", url=f"{scheme}://{self.host}:{self.port}/metrics",
-                 tls=self._ssl is not None, basic_auth=self.auth is not None)
+                 tls=self._ssl is not None, basic_auth=self.auth is not None, max_connections=budget,
+                 max_handshakes=self._slots.handshake_limit)
         return self.port
 
     async def close(self) -> None:
         """Stop listening and end every open connection."""
-        server, self._server = self._server, None
-        if server is not None:
-            server.close()
-            await self._close_connections()
-            await server.wait_closed()
+        acceptors, self._acceptors = self._acceptors, []
+        for task in acceptors:
+            task.cancel()
+        if acceptors:
+            await asyncio.wait(acceptors)
+        self._close_sockets()
+        handlers = self._slots.tasks()
+        for task in handlers:
+            task.cancel()
+        if handlers:
+            await asyncio.wait(handlers, timeout=1.0)
+        if self.auth is not None:
+            self.auth.close()
+        if self._closed is not None:
+            self._closed.set()
+
+    def _close_sockets(self) -> None:
+        sockets, self._sockets = self._sockets, []
+        for sock in sockets:
+            sock.close()
 
     async def __aenter__(self) -> MetricsServer:
         await self.start()
@@ -195,81 +284,179 @@ class MetricsServer:
 
     async def serve_forever(self) -> None:
         """Serve until cancelled, then close; ``start`` must have been awaited."""
-        assert self._server is not None, "start() first"
+        assert self._closed is not None, "start() first"
         try:
-            await self._server.serve_forever()
+            await self._closed.wait()
         finally:
             await self.close()
 
-    async def _close_connections(self) -> None:
-        """End every open (kept-alive) connection, so no handler is left for the loop's shutdown to cancel.
-
-        A handler cancelled while it waits for a request would be logged with
-        a traceback by asyncio's stream callback (Python 3.11); closed, it
-        reads end-of-stream and returns.
-        """
-        for writer in list(self._connections):
-            writer.close()
-        handlers = list(self._connections.values())
-        if handlers:
-            await asyncio.wait(handlers, timeout=1.0)
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        # OSError covers a peer that resets and, under TLS, one that breaks the TLS stream.
-        # A handshake that fails never gets here: asyncio closes it, logging only in debug mode.
-        timeout_s = _REQUEST_TIMEOUT_S  # the first request must come promptly; later ones may idle
-        task = asyncio.current_task()
-        if task is not None:
-            self._connections[writer] = task
+    async def _accept(self, sock: socket.socket) -> None:
         try:
-            while True:
-                try:
-                    async with asyncio.timeout(timeout_s):
-                        head = await reader.readuntil(b"\r\n\r\n")
-                except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, OSError):
-                    return
-                response, keep_alive = await self._respond(head)
-                extra = "".join(f"{name}: {value}\r\n" for name, value in response.headers)
-                header = (
-                    f"HTTP/1.1 {response.status}\r\nContent-Type: {response.content_type}\r\n"
-                    f"Content-Length: {len(response.body)}\r\n{extra}"
-                    f"Connection: {'keep-alive' if keep_alive else 'close'}\r\n\r\n"
-                ).encode()
-                try:
-                    writer.write(header)
-                    if not response.head_only:
-                        writer.write(response.body)  # not header + body: a 13 MB copy on the event loop
-                    await writer.drain()
-                except OSError:
-                    return
-                if not keep_alive:
-                    return
-                timeout_s = _IDLE_TIMEOUT_S
+            await self._accept_forever(sock)
+        except Exception:
+            # A defect here would stop the exporter answering without a word: say so, loudly, once.
+            log.exception("exporter stopped accepting connections")
+            raise
+
+    async def _accept_forever(self, sock: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        backoff_s = _ACCEPT_BACKOFF_S
+        while True:
+            try:
+                conn, peer = await loop.sock_accept(sock)
+            except OSError as exc:
+                if exc.errno in _PEER_GONE:
+                    continue
+                # EMFILE, ENFILE, ENOBUFS, ENOMEM: the connection waits in the backlog; try again shortly.
+                self.counters.accept_errors += 1
+                self._accept_failing.occurred(error=errno.errorcode.get(exc.errno or 0, str(exc.errno)),
+                                              open_connections=len(self._slots))
+                await asyncio.sleep(backoff_s)
+                backoff_s = min(2 * backoff_s, _ACCEPT_BACKOFF_MAX_S)
+                continue
+            backoff_s = _ACCEPT_BACKOFF_S
+            self._accept_failing.end()
+            conn.setblocking(False)
+            conn_id = next(self._ids)
+            peer_host = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+            task = asyncio.create_task(self._serve(conn_id, conn, peer_host), name="exporter-connection")
+            if not self._slots.admit(conn_id, task, peer_host):
+                task.cancel()  # before it ever ran, so the socket is still ours to close
+                conn.close()
+            # Let the handler start (and take the socket over) before the next accept: an accept that is
+            # ready returns without yielding, and a handler evicted before it ran could not close its socket.
+            await asyncio.sleep(0)
+
+    async def _open(self, sock: socket.socket) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """Return the streams of an accepted socket, after its TLS handshake if the server speaks TLS."""
+        loop = asyncio.get_running_loop()
+        # The limit makes an oversized head a LimitOverrunError (answered 431), not a buffer of any size.
+        reader = asyncio.StreamReader(limit=MAX_HEAD_BYTES, loop=loop)
+        protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+        tls = self._ssl is not None
+        transport, _ = await loop.connect_accepted_socket(
+            lambda: protocol, sock, ssl=self._ssl,
+            ssl_handshake_timeout=self._unauthenticated_idle_s if tls else None,
+            ssl_shutdown_timeout=_SHUTDOWN_TIMEOUT_S if tls else None,
+        )
+        return reader, asyncio.StreamWriter(transport, protocol, reader, loop)
+
+    async def _serve(self, conn: int, sock: socket.socket, peer: str) -> None:
+        writer: asyncio.StreamWriter | None = None
+        graceful = False
+        owned = True  # the socket is ours to close until _open hands it to a transport (which then closes it)
+        tls = self._ssl is not None
+        # One allowance from accept for the first byte, the handshake and the first request together.
+        deadline = asyncio.get_running_loop().time() + self._unauthenticated_idle_s
+        try:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    # Silent until the client speaks: no TLS state (~280 KiB) for a connection that never does.
+                    await _readable(sock)
+                    if _hung_up(sock):
+                        return
+                    await self._spoke(conn)
+                    owned = False
+                    reader, writer = await self._open(sock)
+            except (OSError, TimeoutError):  # ssl.SSLError is an OSError; asyncio logs it only in debug mode
+                self.counters.dropped["unauthenticated_idle" if owned else "handshake_failed"] += 1
+                return
+            if tls:
+                self._slots.move(conn, Standing.UNAUTHENTICATED)
+            graceful = await self._requests(conn, reader, writer, peer, deadline)
         finally:
-            self._connections.pop(writer, None)
-            writer.close()
+            self._slots.release(conn)
+            if writer is not None and graceful:
+                writer.close()
+            elif writer is not None:
+                # Evicted, timed out or broken: no TLS close_notify to wait on (up to _SHUTDOWN_TIMEOUT_S with
+                # the descriptor held), and no unsent bytes worth keeping.
+                writer.transport.abort()
+            elif owned:
+                sock.close()
 
-    async def _respond(self, head: bytes) -> tuple[_Response, bool]:
-        """Return the response to one request head, and whether the connection may carry another."""
-        if len(head) > _MAX_REQUEST_BYTES:
-            return _Response("431 Request Header Fields Too Large", "text/plain", b"request too large\n"), False
-        lines = head.split(b"\r\n")
+    async def _spoke(self, conn: int) -> None:
+        """Move ``conn`` from silent to a TLS handshake (or, without TLS, to awaiting its request); if that
+        evicts another handshake, return once the evicted handler has ended, so that its TLS state is gone
+        before ours comes: a burst of first bytes on many connections holds the cap's worth, not the burst's."""
+        evicted = self._slots.move(conn, Standing.HANDSHAKE if self._ssl is not None else Standing.UNAUTHENTICATED)
+        if evicted is None:
+            return
         try:
-            method, target, version = lines[0].decode("ascii").split(" ", 2)
-        except (UnicodeDecodeError, ValueError):
-            return _Response("400 Bad Request", "text/plain", b"bad request line\n"), False
-        keep_alive = _keeps_alive(version, _header(lines, b"connection"), _header(lines, b"content-length"),
-                                  _header(lines, b"transfer-encoding"))
-        if self.auth is not None and not await self.auth.allows(_header(lines, b"authorization")):
+            await asyncio.wait([evicted])
+        finally:
+            # A finished handler holds its traceback, and with it its frames: kept here (in our frame, in a
+            # traceback of ours) it would chain every evicted handler's TLS state to the living ones.
+            del evicted
+
+    async def _requests(self, conn: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                        peer: str, deadline: float) -> bool:
+        """Serve requests until the connection ends (the first head due by ``deadline``, loop time); return
+        whether it ended in good order (the last response sent, or the client closed), so that it may be
+        closed gracefully rather than aborted."""
+        loop = asyncio.get_running_loop()
+        authenticated = False
+        while True:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    head = await reader.readuntil(b"\r\n\r\n")
+            except asyncio.LimitOverrunError:
+                head = b"x" * (MAX_HEAD_BYTES + 1)  # answered 431 below
+            except TimeoutError:
+                if not authenticated:
+                    self.counters.dropped["unauthenticated_idle"] += 1
+                return False
+            except asyncio.IncompleteReadError:
+                return True
+            except OSError:
+                return False
+            if authenticated:
+                self._slots.move(conn, Standing.BUSY)
+            response, keep_alive, authenticated = await self._respond(head, peer)
+            if authenticated:
+                self._slots.move(conn, Standing.BUSY)
+            extra = "".join(f"{name}: {value}\r\n" for name, value in response.headers)
+            header = (
+                f"HTTP/1.1 {response.status}\r\nContent-Type: {response.content_type}\r\n"
+                f"Content-Length: {len(response.body)}\r\n{extra}"
+                f"Connection: {'keep-alive' if keep_alive else 'close'}\r\n\r\n"
+            ).encode()
+            try:
+                writer.write(header)
+                if not response.head_only:
+                    writer.write(response.body)  # not header + body: a 13 MB copy on the event loop
+                async with asyncio.timeout(_WRITE_TIMEOUT_S):  # a client that never reads holds no slot for ever
+                    await writer.drain()
+            except (OSError, TimeoutError):
+                return False
+            if not keep_alive:
+                return True
+            # A connection's standing is that of its last request: refused, it is evictable again.
+            self._slots.move(conn, Standing.IDLE if authenticated else Standing.UNAUTHENTICATED)
+            deadline = loop.time() + (_IDLE_TIMEOUT_S if authenticated else self._unauthenticated_idle_s)
+
+    async def _respond(self, head: bytes, peer: str) -> tuple[_Response, bool, bool]:
+        """Return the response to one request head, whether the connection may carry another, and whether
+        the request authenticated (or needed no authentication)."""
+        request = parse_head(head)
+        if isinstance(request, Rejection):
+            self.counters.bad_requests[request.reason] += 1
+            self._bad_heads.occurred(reason=request.reason, peer=peer)
+            return _Response(request.status, "text/plain", request.message), False, False
+        return await self._answer(request, peer)
+
+    async def _answer(self, request: Request, peer: str) -> tuple[_Response, bool, bool]:
+        method, headers = request.method, request.headers
+        if self.auth is not None and not await self.auth.allows(headers.get(b"authorization"), peer=peer):
             unauthorized = _Response("401 Unauthorized", "text/plain", b"unauthorized\n", method == "HEAD",
                                      _UNAUTHORIZED)
-            return unauthorized, keep_alive
+            return unauthorized, request.keep_alive, False
         if method not in ("GET", "HEAD"):
             # Whatever body it sent would be read as the next request: close instead.
-            return _Response("405 Method Not Allowed", "text/plain", b"GET or HEAD only\n"), False
-        path, _, query = target.partition("?")
-        return await self._route(path, query, method == "HEAD", accepts_gzip(_header(lines, b"accept-encoding"))), \
-            keep_alive
+            return _Response("405 Method Not Allowed", "text/plain", b"GET or HEAD only\n"), False, True
+        path, _, query = request.target.partition("?")
+        response = await self._route(path, query, method == "HEAD", accepts_gzip(headers.get(b"accept-encoding")))
+        return response, request.keep_alive, True
 
     async def _route(self, path: str, query: str, head_only: bool, gzip: bool) -> _Response:
         if path == "/metrics":
@@ -294,15 +481,31 @@ class MetricsServer:
         return _Response("404 Not Found", "text/plain", b"not found\n", head_only)
 
 
-def _keeps_alive(version: str, connection: bytes | None, length: bytes | None, transfer: bytes | None) -> bool:
-    """Return whether a request lets the connection carry another: HTTP/1.1 unless it says close, HTTP/1.0
-    only if it asks for keep-alive, and never after a request body (which is not read)."""
-    if transfer is not None or (length is not None and length.strip() not in (b"0", b"")):
+async def _readable(sock: socket.socket) -> None:
+    """Return once ``sock`` has bytes to read (or its peer closed it)."""
+    loop = asyncio.get_running_loop()
+    ready: asyncio.Future[None] = loop.create_future()
+    fd = sock.fileno()
+
+    def readable() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(fd, readable)
+    try:
+        await ready
+    finally:
+        loop.remove_reader(fd)
+
+
+def _hung_up(sock: socket.socket) -> bool:
+    """Return whether the client of a readable socket has closed it without sending anything."""
+    try:
+        return sock.recv(1, socket.MSG_PEEK) == b""
+    except BlockingIOError:
         return False
-    tokens = {t.strip().lower() for t in (connection or b"").split(b",")}
-    if version == "HTTP/1.1":
-        return b"close" not in tokens
-    return b"keep-alive" in tokens
+    except OSError:  # reset
+        return True
 
 
 def accepts_gzip(accept_encoding: bytes | None) -> bool:
@@ -322,12 +525,3 @@ def accepts_gzip(accept_encoding: bytes | None) -> bool:
                     refused = True
         verdicts[coding] = not refused
     return verdicts.get(b"gzip", verdicts.get(b"x-gzip", verdicts.get(b"*", False)))
-
-
-def _header(lines: list[bytes], name: bytes) -> bytes | None:
-    """Return the value of the first header ``name`` (lower case) among a request's lines, or None."""
-    for line in lines[1:]:
-        key, colon, value = line.partition(b":")
-        if colon and key.strip().lower() == name:
-            return value.strip()
-    return None

@@ -20,6 +20,7 @@ from rainierd.exporter.selfstatus import (
     LoopCollector,
     MqttCollector,
 )
+from rainierd.exporter.serverstatus import ServerCollector, ServerStatus
 from rainierd.exporter.ultraservers import UltraServerFamilies
 from rainierd.monitor.snapshot import MonitorSnapshot
 from rainierd.shards import shard_view
@@ -36,6 +37,7 @@ def build_exporter(
     max_entity_series: int = 1_000,
     process_metrics: bool = True,
     shard: Shard = WHOLE_FLEET,
+    server: Callable[[], ServerStatus | None] | None = None,
 ) -> Exporter:
     """Return the monitor's exporter over ``snapshot``, of ``shard``'s share of ``topology``.
 
@@ -48,6 +50,9 @@ def build_exporter(
     an analysis has applied telemetry: a monitor that has just started, or
     has heard nothing yet, exports them absent, never as a fleet of zeros
     that dashboards and alerts would take for a dead fleet.
+
+    With ``server`` (the HTTP server's ``ServerCounters.status``) it also
+    exports the server's connections, drops and password checks.
     """
 
     def computed() -> MonitorSnapshot | None:
@@ -69,6 +74,7 @@ def build_exporter(
         "event_loop": LoopCollector(snapshot),
         "analysis": AnalysisCollector(snapshot),
         "detection": DetectionCollector(computed, dropped=lambda: entities.dropped),
+        **({} if server is None else {"http": ServerCollector(server)}),
     }, texts={
         "ultraservers": UltraServerFamilies(share, computed, ultraservers=ours),
         "entities": entities,
