@@ -32,6 +32,7 @@ from rainierd.monitor.inbox import Inbox
 from rainierd.monitor.load import LoadJudge
 from rainierd.monitor.rejections import RejectionLog
 from rainierd.monitor.session import Session
+from rainierd.monitor.shares import SharePolicy
 from rainierd.monitor.snapshot import IngestCounts, MonitorSnapshot, MonitorStatus
 from rainierd.probes import Verdict
 from rainierd.shards import shard_view
@@ -45,6 +46,7 @@ log = structlog.get_logger("rainierd.monitor")
 # Events announced between yields to the event loop: ~25 us each (a log line,
 # an outbox entry), and a probe waits out two batches, so ~7 ms of loop lag.
 _ANNOUNCE_BATCH: Final = 128
+_DEFAULT_SHARE: Final = SharePolicy()
 _STOP_ANALYSIS_S: Final = 0.5  # the last window is analysed on a stop only if an analysis takes less (2 s grace)
 
 
@@ -63,6 +65,7 @@ class Monitor:
         reconnect_grace_s: float = 0.0,
         shard: Shard = WHOLE_FLEET,
         loop_lag: LoopLag | None = None,
+        share: SharePolicy | None = _DEFAULT_SHARE,
     ) -> None:
         self.shard = shard
         self.topology = topology = shard_view(topology, shard)
@@ -71,7 +74,8 @@ class Monitor:
         self.clock = clock = clock or ListeningClock()
         self._rejections = RejectionLog()
         self.inbox = Inbox(max_frame_bytes=config.max_frame_bytes, max_backlog_bytes=max_backlog_bytes,
-                           listening_s=clock.now, rejections=self._rejections)
+                           listening_s=clock.now, rejections=self._rejections,
+                           shares=None if share is None else share.shares(tick_s=config.tick_s))
         self.load = LoadJudge(tick_s=config.tick_s, clock=clock)
         self.events = EventLog(qos=qos)
         self.session = Session(shard=shard, n_sites=topology.n_sites, qos=qos, inbox=self.inbox,
@@ -101,9 +105,9 @@ class Monitor:
         """Continue the sequence accounting of the checkpoint file, if there is a usable one."""
         return self.checkpointer.restore() if self.checkpointer is not None else False
 
-    def on_message(self, topic: str, payload: bytes) -> None:
+    def on_message(self, topic: str, payload: bytes, *, retained: bool = False) -> None:
         """Queue one MQTT message for the next analysis (what the session does with each)."""
-        self.inbox.put(topic, payload)
+        self.inbox.put(topic, payload, retained=retained)
 
     def status(self) -> MonitorStatus:
         """Return the monitor's own status as of now (call it on the loop, between analyses)."""
