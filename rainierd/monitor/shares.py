@@ -97,8 +97,8 @@ class Shares:
         if bucket[_FRAMES] >= 1.0 and bucket[_BYTES] >= size:
             bucket[_FRAMES] -= 1.0
             bucket[_BYTES] -= size
-            if bucket[_DROPPED] and bucket[_FRAMES] >= self.max_frames - 1.0:
-                # Within its share for a whole burst again: the episode is over.
+            full = bucket[_FRAMES] >= self.max_frames - 1.0 and bucket[_BYTES] >= self.max_bytes - size
+            if bucket[_DROPPED] and full:  # within its share for a whole burst again: the episode is over
                 log.info("publisher back within its share", topic=topic[:_TOPIC_CHARS],
                          dropped=int(bucket[_DROPPED]))
                 bucket[_DROPPED] = 0.0
