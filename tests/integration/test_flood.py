@@ -252,3 +252,35 @@ def test_one_agent_flooding_its_own_topic_costs_the_others_nothing(
     print(f"monitor RSS: baseline {baseline / 2**20:.1f} MiB, at the flood's end {peak / 2**20:.1f} MiB, "
           f"now {rss_bytes(monitor.proc.pid) / 2**20:.1f} MiB")
     assert monitor.proc.poll() is None
+
+
+def test_telemetry_a_node_agent_retained_is_not_applied_when_replayed_to_a_monitor(
+    shipped_broker: ShippedBroker, start_rainierd: object,
+) -> None:
+    """n3 retains a frame on its own topic; a monitor that connects later is sent it as a retained replay: it is
+    counted as rejected (retained), logged, and applies nothing; n3's next live frame is applied."""
+    broker = shipped_broker
+    n3_topic = node_topic(*TOPO.node_path(FLOODER))
+
+    async def retain(frame: NodeFrame, *, retain: bool) -> None:
+        async with aiomqtt.Client("127.0.0.1", broker.port, identifier="n3", username="n3",
+                                  password=broker.password("n3")) as n3:
+            await n3.publish(n3_topic, encode_binary(frame), qos=1, retain=retain)
+
+    asyncio.run(retain(node3_frame(0), retain=True))
+    port = free_port()
+    monitor = start_role(start_rainierd, broker, "monitor", "rainierd-monitor", "--metrics-addr",
+                         f"127.0.0.1:{port}", "--tick", str(TICK_S))
+    replayed = 'rainier_ingest_decode_errors_total{reason="retained"}'
+    poll_until(lambda: counts(port).get('rainier_ingest_messages_total{encoding="binary"}', 0) >= 1, timeout_s=30,
+               what=f"the retained frame reaches the monitor\n{monitor.log()[-2000:]}")
+    judged = (replayed, "rainier_ingest_frames_applied_total", "rainier_ingest_frames_lost_total")
+    poll_until(lambda: sum(counts(port).get(key, 0) for key in judged) >= 1, timeout_s=10,
+               what="the monitor judges it")
+    values = counts(port)
+    assert (values.get(replayed), values.get("rainier_ingest_frames_applied_total")) == (1, 0)
+    assert any('"reason": "retained"' in line for line in monitor.log().splitlines())
+
+    asyncio.run(retain(node3_frame(1), retain=False))  # live: applied
+    poll_until(lambda: counts(port).get("rainier_ingest_frames_applied_total") == 1, timeout_s=10,
+               what="n3's live frame is applied")
