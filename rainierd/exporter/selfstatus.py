@@ -160,6 +160,12 @@ class BacklogCollector(_StatusCollector):
                 offset.add_metric(["median"], median)
                 offset.add_metric(["max_abs"], largest)
                 yield offset
+        if status.share_topics is not None:
+            yield GaugeMetricFamily(
+                "rainier_monitor_share_topics",
+                "Telemetry topics whose per-publisher share the inbox tracks now (bounded by max_share_topics).",
+                value=status.share_topics,
+            )
         if status.sample_lag is not None:
             yield histogram_family(
                 "rainier_monitor_sample_lag_seconds",

@@ -122,6 +122,7 @@ class Monitor:
             loop_lag_worst_s=None if loop_lag is None else loop_lag.worst_s,
             loop_lag=None if loop_lag is None else loop_lag.histogram.frozen(),
             events_dropped=self.events.outbox.dropped,
+            share_topics=None if inbox.shares is None else len(inbox.shares),
         )
 
     async def analyse_once(self) -> MonitorSnapshot:

@@ -118,6 +118,7 @@ class MonitorStatus:
     loop_lag_worst_s: float | None = None  # worst event-loop lag of the last window (None: not measured)
     loop_lag: Histogram | None = None
     events_dropped: int = 0  # events the outbox dropped while the MQTT session was down
+    share_topics: int | None = None  # telemetry topics whose share the inbox tracks now (None: no shares)
 
 
 @dataclass(frozen=True, eq=False)
