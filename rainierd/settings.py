@@ -184,9 +184,10 @@ class Settings(BaseSettings):
         description="monitor: a frame numbered more than this many frames past its stream's last is rejected "
                     "(seq_jump) unless the next frame continues from it",
     )
-    max_backlog_bytes: Annotated[int, Use("monitor")] = Field(
-        512 * 2**20, ge=2**20, le=64 * 2**30,
-        description="monitor: payload bytes queued for analysis at most; beyond it the oldest are dropped",
+    max_backlog_bytes: Annotated[int | None, Use("monitor")] = Field(
+        None, ge=2**20, le=64 * 2**30,
+        description="monitor: payload bytes queued for analysis at most; beyond it the oldest are dropped "
+                    "(unset: 4 ticks of the fleet's frames, at least 32 MiB and 4 max_frame_bytes; rainier: 440 MiB)",
     )
     share_frames_per_tick: Annotated[float, Use("monitor")] = Field(
         4.0, ge=1.0, le=1e6,

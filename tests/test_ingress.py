@@ -15,14 +15,16 @@ from paho.mqtt.client import MQTTMessage
 
 from rainierd.core.config import MonitorConfig
 from rainierd.monitor import Monitor, SharePolicy
-from rainierd.monitor.inbox import Inbox
+from rainierd.monitor.inbox import Inbox, backlog_bytes_for
 from rainierd.monitor.rejections import RejectionLog
 from rainierd.monitor.shares import BURST_TICKS, Shares
 from rainierd.mqtt import deliver
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
+from rainierd.shards import shard_view
 from rainierd.topology import build_topology
 from rainierd.wire import encode_binary
+from rainierd.wire.topics import parse_shard
 
 TOPO = build_topology("demo")
 
@@ -201,3 +203,22 @@ def test_receipts_reach_the_ingest_counts(ticks: int) -> None:
         for topic, payload in messages:
             monitor.on_message(topic, payload, retained=True)
     assert monitor.status().ingest.rejected == {"retained": ticks * (TOPO.n_nodes + TOPO.n_sites)}
+
+
+class TestBacklogBound:
+    def test_the_default_holds_four_ticks_of_the_fleets_frames(self) -> None:
+        """At rainier the default is 4 ticks of binary frames (a node frame a node, 3,731 bytes with a 21-byte publisher id), and a
+        shard's is its share of that; a small fleet gets the floor."""
+        rainier = build_topology("rainier")
+        tick = backlog_bytes_for(rainier, max_frame_bytes=1_024, ticks=1)
+        assert 3_731 * rainier.n_nodes <= tick <= (3_731 + 11) * rainier.n_nodes  # ids up to 32 bytes, not 21
+        assert backlog_bytes_for(rainier, max_frame_bytes=2**20) == 4 * tick
+        shard = shard_view(rainier, parse_shard("0/3"))
+        assert backlog_bytes_for(shard, max_frame_bytes=2**20) == pytest.approx(4 * tick / 3, rel=0.01)
+        assert backlog_bytes_for(TOPO, max_frame_bytes=2**20) == 32 * 2**20
+        assert backlog_bytes_for(TOPO, max_frame_bytes=16 * 2**20) == 64 * 2**20  # four of the largest frames
+
+    def test_a_monitor_without_a_bound_given_takes_the_default(self) -> None:
+        """Monitor(max_backlog_bytes=None) sizes its inbox from its topology."""
+        monitor = Monitor(TOPO, MonitorConfig(max_frame_bytes=65_536))
+        assert monitor.inbox.max_backlog_bytes == backlog_bytes_for(TOPO, max_frame_bytes=65_536)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import Final
 
 import structlog
 
@@ -23,10 +24,33 @@ from rainierd.core.ingest import Message
 from rainierd.monitor.rejections import RejectionLog
 from rainierd.monitor.shares import Shares
 from rainierd.monitor.snapshot import Receipts
+from rainierd.topology import Topology
+from rainierd.wire.binary import HEADER
+from rainierd.wire.records import RECORD_DTYPES
 
 log = structlog.get_logger("rainierd.monitor")
+_PUBLISHER_BYTES: Final = 32  # a publisher id in a frame (``rainierd-sim-ffe68dde``: 21)
 
-__all__ = ["Inbox"]
+__all__ = ["BACKLOG_TICKS", "Inbox", "backlog_bytes_for"]
+
+BACKLOG_TICKS: Final = 4
+"""Ticks of the fleet's frames the backlog holds by default: a window is half of it, so two ticks of frames
+are analysed at once after a stall, while two more arrive (as many as the simulator's outbox holds)."""
+_MIN_BACKLOG_BYTES: Final = 32 * 2**20
+
+
+def backlog_bytes_for(topology: Topology, *, max_frame_bytes: int, ticks: int = BACKLOG_TICKS) -> int:
+    """Return the default backlog bound: ``ticks`` of ``topology``'s binary frames, at least 32 MiB and 4 frames.
+
+    A tick's frames are a node frame a node (header, publisher id, every
+    record): at ``rainier`` 115.5 MB a tick, as measured from the
+    simulator's batches (771 of them); at ``demo`` 30 kB, so the floor holds.
+    """
+    nodes = int(topology.node_present.sum())  # a shard's view keeps the fleet's numbering, its share present
+    per_node = (topology.n_links * RECORD_DTYPES["links"].itemsize + topology.n_efa * RECORD_DTYPES["efa"].itemsize
+                ) // topology.n_nodes + RECORD_DTYPES["cooling"].itemsize + HEADER.size + _PUBLISHER_BYTES
+    records = topology.n_present_chips * RECORD_DTYPES["chips"].itemsize + nodes * per_node
+    return max(ticks * records, _MIN_BACKLOG_BYTES, 4 * max_frame_bytes)
 
 
 class Inbox:

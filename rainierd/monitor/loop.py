@@ -28,7 +28,7 @@ from rainierd.looplag import LoopLag
 from rainierd.monitor.checkpointing import Checkpointer
 from rainierd.monitor.clock import ListeningClock
 from rainierd.monitor.events import EventLog
-from rainierd.monitor.inbox import Inbox
+from rainierd.monitor.inbox import Inbox, backlog_bytes_for
 from rainierd.monitor.load import LoadJudge
 from rainierd.monitor.rejections import RejectionLog
 from rainierd.monitor.session import Session
@@ -58,7 +58,7 @@ class Monitor:
         topology: Topology,
         config: MonitorConfig,
         *,
-        max_backlog_bytes: int = 512 * 2**20,
+        max_backlog_bytes: int | None = None,
         qos: int = 0,
         clock: ListeningClock | None = None,
         checkpoint_file: Path | None = None,
@@ -73,6 +73,8 @@ class Monitor:
         self.core = MonitorCore(topology, config)
         self.clock = clock = clock or ListeningClock()
         self._rejections = RejectionLog()
+        if max_backlog_bytes is None:
+            max_backlog_bytes = backlog_bytes_for(topology, max_frame_bytes=config.max_frame_bytes)
         self.inbox = Inbox(max_frame_bytes=config.max_frame_bytes, max_backlog_bytes=max_backlog_bytes,
                            listening_s=clock.now, rejections=self._rejections,
                            shares=None if share is None else share.shares(tick_s=config.tick_s))
