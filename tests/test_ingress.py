@@ -19,9 +19,9 @@ from rainierd.monitor.inbox import Inbox, backlog_bytes_for
 from rainierd.monitor.rejections import RejectionLog
 from rainierd.monitor.shares import BURST_TICKS, Shares
 from rainierd.mqtt import deliver
+from rainierd.shards import shard_view
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
-from rainierd.shards import shard_view
 from rainierd.topology import build_topology
 from rainierd.wire import encode_binary
 from rainierd.wire.topics import parse_shard
