@@ -207,8 +207,8 @@ def test_receipts_reach_the_ingest_counts(ticks: int) -> None:
 
 class TestBacklogBound:
     def test_the_default_holds_four_ticks_of_the_fleets_frames(self) -> None:
-        """At rainier the default is 4 ticks of binary frames (a node frame a node, 3,731 bytes with a 21-byte publisher id), and a
-        shard's is its share of that; a small fleet gets the floor."""
+        """At rainier the default is 4 ticks of binary frames (a node frame a node, 3,731 bytes with a 21-byte
+        publisher id), and a shard's is its share of that; a small fleet gets the floor."""
         rainier = build_topology("rainier")
         tick = backlog_bytes_for(rainier, max_frame_bytes=1_024, ticks=1)
         assert 3_731 * rainier.n_nodes <= tick <= (3_731 + 11) * rainier.n_nodes  # ids up to 32 bytes, not 21
