@@ -58,9 +58,8 @@ class TestShares:
         refused as over_share."""
         table = shares(frames=4.0)
         verdicts = Counter(table.admit("n3", 4_000, now_s=tick + i / 100) for tick in range(10) for i in range(100))
-        admitted = 4 * BURST_TICKS + 4 * 9.99  # the burst, then the share over the 9.99 ticks the flood lasted
-        assert verdicts["ok"] == int(admitted)
-        assert verdicts["over_share"] == 1_000 - int(admitted)
+        admitted = 2 * 4 * BURST_TICKS  # two windows of 5 ticks, 4 a tick each
+        assert verdicts == Counter(ok=admitted, over_share=1_000 - admitted)
         assert table.episodes == 1
 
     def test_one_topic_over_its_share_costs_another_nothing(self) -> None:
@@ -78,8 +77,9 @@ class TestShares:
         table = shares(frames=4.0, bytes_=100_000)
         admitted = [size for tick in range(20) for size in [90_000] * 3
                     if table.admit("b0", size, now_s=float(tick)) == "ok"]
-        allowed = 100_000 * (BURST_TICKS + 19)  # the burst, then a share a tick for 19 ticks
-        assert allowed - 90_000 < sum(admitted) <= allowed
+        # 500 kB a window of 5 ticks: five 90 kB messages in each of the 4 windows, though 15 were within the
+        # frame share.
+        assert admitted == [90_000] * 5 * 4
         assert table.episodes == 1
 
     def test_an_episode_ends_once_the_topic_is_back_within_its_share(self) -> None:
@@ -99,9 +99,9 @@ class TestShares:
             table.admit(f"t{k}", 100, now_s=0.0)
         assert table.admit("new", 100, now_s=0.5) == "too_many_topics"
         assert len(table) == 16
-        for k in range(8):  # half of them keep publishing
-            table.admit(f"t{k}", 100, now_s=BURST_TICKS + 0.5)
-        assert table.admit("new", 100, now_s=BURST_TICKS + 1.0) == "ok"
+        for k in range(8):  # half of them publish two windows later; the rest were last heard before that
+            table.admit(f"t{k}", 100, now_s=2 * BURST_TICKS + 0.5)
+        assert table.admit("new", 100, now_s=2 * BURST_TICKS + 1.0) == "ok"
         assert len(table) == 9
         assert table.table_full == 1
 
@@ -109,7 +109,7 @@ class TestShares:
 class TestInbox:
     def inbox(self, *, policy: SharePolicy | None = None, max_backlog_bytes: int = 2**24) -> Inbox:
         return Inbox(max_frame_bytes=65_536, max_backlog_bytes=max_backlog_bytes, listening_s=lambda: 0.0,
-                     rejections=RejectionLog(),
+                     rejections=RejectionLog(), monotonic_s=lambda: 0.5,
                      shares=None if policy is None else policy.shares(tick_s=1.0))
 
     def test_every_message_has_exactly_one_fate(self) -> None:
@@ -131,7 +131,7 @@ class TestInbox:
         assert received == sent
         assert received == len(inbox) + refused + inbox.dropped_messages
         assert inbox.receipts.refused == Counter(retained=len(ticks[0]), oversize=len(ticks[0]),
-                                                 over_share=200 - (int(4 * BURST_TICKS) - 1))
+                                                 over_share=200 - (4 * BURST_TICKS - 1))
 
     def test_a_retained_message_is_refused_and_a_live_one_of_the_same_topic_is_not(self) -> None:
         """The retain flag marks a replay of what a publisher retained: refused as retained, never queued."""
@@ -157,6 +157,7 @@ class TestMonitorRefusals:
         """One tick of the fleet plus 500 copies of node 3's frame: the others' frames are all applied, node 3's
         excess is over_share, and nothing else is rejected."""
         monitor = Monitor(TOPO, MonitorConfig(max_frame_bytes=65_536))
+        monitor.inbox.monotonic_s = lambda: 0.5  # all within one share window, wherever the clock stands
         messages = fleet_messages(1)[0]
         n3 = next((t, p) for t, p in messages if t.endswith("/n3"))
         for _ in range(500):
@@ -222,3 +223,16 @@ class TestBacklogBound:
         """Monitor(max_backlog_bytes=None) sizes its inbox from its topology."""
         monitor = Monitor(TOPO, MonitorConfig(max_frame_bytes=65_536))
         assert monitor.inbox.max_backlog_bytes == backlog_bytes_for(TOPO, max_frame_bytes=65_536)
+
+
+class TestSweep:
+    def test_a_burst_of_topics_is_forgotten_once_idle(self) -> None:
+        """After 5,000 one-off topics the table shrinks back to the topics still publishing once a whole window
+        has passed without them."""
+        table = shares(max_topics=10_000)
+        for k in range(5_000):
+            table.admit(f"burst/{k}", 100, now_s=0.0)
+        for tick in range(1, 2 * BURST_TICKS + 1):  # into the window after the next
+            table.admit("n0", 100, now_s=float(tick))
+            table.sweep(float(tick))
+        assert len(table) == 1

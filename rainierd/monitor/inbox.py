@@ -61,12 +61,13 @@ class Inbox:
 
     def __init__(
         self, *, max_frame_bytes: int, max_backlog_bytes: int, listening_s: Callable[[], float],
-        rejections: RejectionLog, shares: Shares | None = None,
+        rejections: RejectionLog, shares: Shares | None = None, monotonic_s: Callable[[], float] = time.monotonic,
     ) -> None:
         self.max_frame_bytes, self.max_backlog_bytes = max_frame_bytes, max_backlog_bytes
         self._listening_s = listening_s
         self._rejections = rejections
         self.shares = shares  # None: no per-publisher shares (a test's or a benchmark's inbox)
+        self.monotonic_s = monotonic_s  # the shares' clock (a test's own)
         self._overflowing = False  # in an episode of backlog overflow (logged once each)
         self.overflow_episodes = 0
         self._queue: deque[Message] = deque()
@@ -98,7 +99,7 @@ class Inbox:
         if size > self.max_frame_bytes:
             self._refuse("oversize", topic, f"{size} bytes exceeds the {self.max_frame_bytes}-byte limit")
             return
-        now_s = time.monotonic()
+        now_s = self.monotonic_s()
         if self.shares is not None:
             verdict = self.shares.admit(topic, size, now_s)
             if verdict != "ok":
@@ -138,6 +139,8 @@ class Inbox:
         seen, so capping a window caps that memory too; what is left waits for
         the next analysis, which then follows at once.
         """
+        if self.shares is not None:
+            self.shares.sweep(self.monotonic_s())
         limit = self.max_backlog_bytes // 2
         window: list[Message] = []
         size = 0
