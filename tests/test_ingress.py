@@ -14,6 +14,7 @@ import pytest
 from paho.mqtt.client import MQTTMessage
 
 from rainierd.core.config import MonitorConfig
+from rainierd.core.state import Scratch
 from rainierd.monitor import Monitor, SharePolicy
 from rainierd.monitor.inbox import Inbox, backlog_bytes_for
 from rainierd.monitor.rejections import RejectionLog
@@ -236,3 +237,17 @@ class TestSweep:
             table.admit("n0", 100, now_s=float(tick))
             table.sweep(float(tick))
         assert len(table) == 1
+
+
+class TestScratch:
+    def test_a_burst_grown_buffer_is_released_after_some_ordinary_windows(self) -> None:
+        """A buffer grown to a burst's 10,000,000 values is replaced by an ordinary window's size after
+        SHRINK_AFTER ordinary windows, while the same ordinary window every tick never reallocates."""
+        scratch = Scratch()
+        first = scratch.get("t_s", 100_000, np.float64)
+        assert all(scratch.get("t_s", 100_000, np.float64).base is first.base for _ in range(50))
+        scratch.get("t_s", 10_000_000, np.float64)  # the burst
+        assert scratch.nbytes == 80_000_000
+        for _ in range(Scratch.SHRINK_AFTER):
+            scratch.get("t_s", 100_000, np.float64)
+        assert scratch.nbytes == 800_000

@@ -69,6 +69,8 @@ class Inbox:
         self.shares = shares  # None: no per-publisher shares (a test's or a benchmark's inbox)
         self.monotonic_s = monotonic_s  # the shares' clock (a test's own)
         self._overflowing = False  # in an episode of backlog overflow (logged once each)
+        self.peak_bytes = 0  # the most payload bytes waiting since the last ``burst_over``
+        self.peak_messages = 0
         self.overflow_episodes = 0
         self._queue: deque[Message] = deque()
         self.receipts = Receipts()
@@ -109,6 +111,8 @@ class Inbox:
         queue.append(Message(self._listening_s(), topic, payload, time.time()))
         self.last_rx_s = now_s
         self.bytes += size
+        self.peak_bytes = max(self.peak_bytes, self.bytes)
+        self.peak_messages = max(self.peak_messages, len(queue))
         if self.bytes > self.max_backlog_bytes:
             self._overflow(topic)
 
@@ -155,6 +159,17 @@ class Inbox:
             log.info("backlog no longer full", dropped_messages=self.dropped_messages,
                      dropped_bytes=self.dropped_bytes)
         return window
+
+    def burst_over(self, *, messages: int) -> bool:
+        """Return True once, when the inbox is empty again after it held half its bound or ``messages`` messages.
+
+        A genuine fleet's tick is a quarter of the default bound (``BACKLOG_TICKS``)
+        and one message a stream, so only a burst (or a stall) gets there.
+        """
+        if self._queue or (self.peak_bytes < self.max_backlog_bytes // 2 and self.peak_messages < messages):
+            return False
+        self.peak_bytes = self.peak_messages = 0
+        return True
 
     @property
     def full_window_waiting(self) -> bool:

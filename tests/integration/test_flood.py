@@ -18,8 +18,8 @@ would.
 from __future__ import annotations
 
 import asyncio
-import os
 import dataclasses
+import os
 import socket
 import struct
 import threading
@@ -74,14 +74,18 @@ def publish_packet(topic: str, payload: bytes) -> bytes:
 class RawAgent:
     """A node agent on a plain socket: CONNECT with its credentials, then PUBLISH as fast as it writes."""
 
-    def __init__(self, port: int, username: str, password: str) -> None:
+    def __init__(self, port: int, username: str, password: str, *, anonymous: bool = False) -> None:
         self.sock = socket.create_connection(("127.0.0.1", port))
-        variable = _string("MQTT") + bytes([4, 0xC2]) + struct.pack("!H", 120)  # user, password, clean; 120 s
-        payload = _string(username) + _string(username) + _string(password)  # client id = username
+        if anonymous:  # a broker without passwords (the tests' own)
+            variable = _string("MQTT") + bytes([4, 0x02]) + struct.pack("!H", 120)  # clean session; 120 s
+            payload = _string("raw-agent")
+        else:
+            variable = _string("MQTT") + bytes([4, 0xC2]) + struct.pack("!H", 120)  # user, password, clean
+            payload = _string(username) + _string(username) + _string(password)  # client id = username
         body = variable + payload
         self.sock.sendall(b"\x10" + _varint(len(body)) + body)
         connack = self.sock.recv(4)
-        assert connack == b"\x20\x02\x00\x00", f"n3 was not let in: {connack!r}"
+        assert connack == b"\x20\x02\x00\x00", f"{username or 'raw-agent'} was not let in: {connack!r}"
 
     def send(self, packets: bytes) -> None:
         self.sock.sendall(packets)
