@@ -31,7 +31,7 @@ from rainierd.exporter.webconfig import load_web_config
 from rainierd.inventory import load_topology
 from rainierd.lifecycle import run_until_stopped
 from rainierd.looplag import LoopLag
-from rainierd.monitor import Monitor
+from rainierd.monitor import Monitor, SharePolicy
 from rainierd.mqtt import MAX_PACKET_OVERHEAD, mqtt_config, supervise
 from rainierd.probes import Verdict
 from rainierd.settings import Settings
@@ -142,6 +142,9 @@ async def _run_role(role: Role, settings: Settings, stop: asyncio.Event) -> None
                 topology, settings.monitor_config(), max_backlog_bytes=settings.max_backlog_bytes,
                 checkpoint_file=settings.state_file, reconnect_grace_s=settings.reconnect_grace_s,
                 qos=settings.mqtt_qos, shard=settings.monitor_shard, loop_lag=loop_lag,
+                share=SharePolicy(frames_per_tick=settings.share_frames_per_tick,
+                                  bytes_per_tick=settings.share_bytes_per_tick,
+                                  max_topics=settings.max_share_topics),
             )
             monitor.restore()
             counters = ServerCounters()

@@ -18,6 +18,15 @@ largest packet it accepts (CONNECT "Maximum Packet Size"): a broker never
 sends it a larger one, so an oversize payload is refused before a byte of it
 is buffered here (MQTT 3.1.1 has no such field: there, the broker's own
 ``max_packet_size`` is the bound; docs/security.md).
+
+A subscriber takes its messages through ``deliver``, not aiomqtt's message
+iterator: paho hands each decoded PUBLISH straight to the subscriber's
+handler on the event loop, in the same callback that read it off the socket.
+aiomqtt's iterator would put it in a bounded queue first, discarding what
+does not fit with a plain-text line on stderr and counting it nowhere, and
+would cost a task per message; a handler that does O(1) work (the monitor's
+inbox) keeps up with the socket instead, so the client keeps reading and its
+keep-alive is answered however hard a publisher floods.
 """
 
 from __future__ import annotations
@@ -29,10 +38,11 @@ import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final, Literal
+from typing import Any, Final, Literal
 from urllib.parse import urlsplit
 
 import aiomqtt
+import paho.mqtt.client as paho
 import structlog
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
@@ -41,7 +51,9 @@ from rainierd.connection import ConnectionState
 from rainierd.settings import Settings
 from rainierd.wire.topics import status_topic
 
-__all__ = ["MAX_PACKET_OVERHEAD", "Broker", "MqttConfig", "mqtt_config", "parse_brokers", "supervise"]
+__all__ = [
+    "MAX_PACKET_OVERHEAD", "Broker", "Handler", "MqttConfig", "deliver", "mqtt_config", "parse_brokers", "supervise",
+]
 
 log = structlog.get_logger("rainierd.mqtt")
 
@@ -161,11 +173,36 @@ def _client(config: MqttConfig, broker: Broker) -> aiomqtt.Client:
         timeout=10.0,
         protocol=aiomqtt.ProtocolVersion.V5 if config.protocol == "5" else aiomqtt.ProtocolVersion.V311,
         properties=properties,
-        # This queue only bridges paho's callback to the session's consume
-        # loop, which hands each message on at once (the monitor's inbox is
-        # bounded in bytes); the bound matters only if that loop is starved.
-        max_queued_incoming_messages=20_000,
     )
+
+
+Handler = Callable[[str, bytes, bool], None]
+"""Takes (topic, payload, retained) of one message on the event loop; must not block."""
+
+
+def deliver(client: aiomqtt.Client, handler: Handler) -> None:
+    """Hand every message ``client`` reads to ``handler`` from now on, bypassing aiomqtt's queue.
+
+    Call it before subscribing, so that retained messages sent with the
+    SUBACK reach the handler too.  A topic that is not UTF-8 (a broker should
+    refuse one) is handed on as its bytes decoded with replacement, so the
+    handler still counts it (it matches no telemetry topic).  An exception
+    from the handler would reach paho's read loop and drop the connection,
+    so a handler must not raise.
+    """
+    # aiomqtt (2.x) keeps its paho client as ``_client`` and sets ``on_message`` on it; replacing that
+    # callback is the one change.  Without it the monitor could not count what aiomqtt's queue discards.
+    inner: paho.Client = client._client
+
+    def on_message(_client: paho.Client, _userdata: Any, message: paho.MQTTMessage) -> None:
+        try:
+            topic = message.topic
+        except UnicodeDecodeError:
+            topic = message._topic.decode(errors="replace")
+        payload = message.payload
+        handler(topic, payload if isinstance(payload, bytes) else bytes(payload), message.retain)
+
+    inner.on_message = on_message
 
 
 async def _until_disconnected(client: aiomqtt.Client, session: Callable[[aiomqtt.Client], Awaitable[None]]) -> None:

@@ -25,7 +25,8 @@ FLEET = ["topology", "efa_ports_per_node"]
 SIMULATOR = ["ticks", "seed", "encoding", "batch_nodes", "scenario", "fault_acceleration", "noise", "time_scale",
              "profile", "truth_file"]
 MONITOR = ["stale_after_ticks", "max_frame_bytes", "max_clock_skew_s", "reconnect_grace_s", "state_file",
-           "max_seq_jump", "max_backlog_bytes", "max_entity_series", "shard"]
+           "max_seq_jump", "max_backlog_bytes", "share_frames_per_tick", "share_bytes_per_tick", "max_share_topics",
+           "max_entity_series", "shard"]
 HTTP = ["metrics_addr", "web_config_file"]
 SERVER = ["http_max_connections", "http_max_handshakes", "http_unauthenticated_idle_s"]
 LOG = ["log_format", "log_level"]
@@ -77,6 +78,9 @@ VALUES: dict[str, tuple[str, Any]] = {
     "state_file": ("state.bin", Path("state.bin")),
     "max_seq_jump": ("1000", 1000),
     "max_backlog_bytes": ("2097152", 2_097_152),
+    "share_frames_per_tick": ("8", 8.0),
+    "share_bytes_per_tick": ("65536", 65_536),
+    "max_share_topics": ("1000", 1000),
     "max_entity_series": ("50", 50),
     "shard": ("1/4", "1/4"),
     "log_format": ("json", "json"),

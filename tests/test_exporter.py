@@ -100,13 +100,14 @@ class TestCollectors:
         assert registry.get_sample_value("rainier_fleet_fp8_peak_flops") is None
 
     def test_ingest_counters(self) -> None:
-        """Ingest counters come from the snapshot's status, the inbox's oversize refusals among the reasons,
-        with every known reason present from the start."""
+        """Ingest counters come from the snapshot's status, the inbox's refusals (oversize, over_share, ...)
+        among the reasons, with every known reason present from the start."""
         stats = IngestStats()
         stats.frames["binary"] += 5
         stats.rejected["truncated"] += 1
         stats.frames_lost = 2
-        receipts = Receipts(oversize=3)
+        receipts = Receipts()
+        receipts.refused.update(oversize=3, over_share=4)
         receipts.messages["binary"] += 9
         snap = with_status(MonitorStatus(ingest=IngestCounts.of(stats, receipts)))
         registry = build_registry({"ingest": IngestCollector(lambda: snap)}, process_metrics=False).registry
@@ -115,6 +116,8 @@ class TestCollectors:
         assert get("rainier_ingest_messages_total", {"encoding": "binary"}) == 9
         assert get("rainier_ingest_decode_errors_total", {"reason": "truncated"}) == 1
         assert get("rainier_ingest_decode_errors_total", {"reason": "oversize"}) == 3
+        assert get("rainier_ingest_decode_errors_total", {"reason": "over_share"}) == 4
+        assert get("rainier_ingest_decode_errors_total", {"reason": "retained"}) == 0
         assert get("rainier_ingest_decode_errors_total", {"reason": "non_finite"}) == 0
         assert get("rainier_ingest_frames_lost_total") == 2
 

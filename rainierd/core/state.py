@@ -260,10 +260,21 @@ class Scratch:
     admission time at 1,000,000 chips).  ``get`` returns a view of a buffer
     kept per key, grown when a larger one is needed; a view is valid until the
     next ``get`` of the same key.
+
+    A buffer grown by a burst (one window far larger than the fleet's tick)
+    is not kept for ever: once ``SHRINK_AFTER`` windows in a row have each
+    needed under a quarter of a buffer over 1 MiB, it is replaced by one of
+    the size needed, so the burst's memory can go back.  A steady fleet, each
+    window alike, never meets that and reallocates nothing.
     """
+
+    SHRINK_AFTER: Final = 8
+    _SHRINK_RATIO: Final = 4
+    _SHRINK_BYTES: Final = 2**20
 
     def __init__(self) -> None:
         self._buffers: dict[str, npt.NDArray[Any]] = {}
+        self._small: dict[str, int] = {}  # gets in a row that needed under a quarter of the buffer
 
     def get(self, key: str, n: int, dtype: np.dtype[Any] | type[Any]) -> npt.NDArray[Any]:
         """Return an uninitialised array of ``n`` ``dtype`` values for ``key``."""
@@ -271,4 +282,18 @@ class Scratch:
         buffer = self._buffers.get(key)
         if buffer is None or buffer.dtype != dtype or buffer.size < n:
             buffer = self._buffers[key] = np.empty(max(n, 1), dtype)
+            self._small[key] = 0
+        elif buffer.nbytes > self._SHRINK_BYTES and buffer.size > self._SHRINK_RATIO * n:
+            small = self._small.get(key, 0) + 1
+            if small >= self.SHRINK_AFTER:
+                buffer = self._buffers[key] = np.empty(max(n, 1), dtype)
+                small = 0
+            self._small[key] = small
+        else:
+            self._small[key] = 0
         return buffer[:n]
+
+    @property
+    def nbytes(self) -> int:
+        """Return the bytes the buffers hold."""
+        return sum(buffer.nbytes for buffer in self._buffers.values())

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from rainierd.monitor.clock import ListeningClock
 from rainierd.monitor.loop import Monitor
+from rainierd.monitor.shares import SharePolicy
 from rainierd.monitor.snapshot import MonitorSnapshot, MonitorStatus
 
-__all__ = ["ListeningClock", "Monitor", "MonitorSnapshot", "MonitorStatus"]
+__all__ = ["ListeningClock", "Monitor", "MonitorSnapshot", "MonitorStatus", "SharePolicy"]

@@ -2,6 +2,13 @@
 O(1) work (no decoding), so the event loop keeps draining the socket however
 large the fleet, bounded in bytes with the oldest dropped (and counted: the
 frames in them show up as sequence gaps) when analysis falls behind.
+
+Every message the MQTT client reads reaches ``put`` (``mqtt.deliver``), and
+``put`` counts each under exactly one fate: queued, or refused by reason
+before any decoding (``retained``: a replay of telemetry someone retained;
+``oversize``; ``over_share`` and ``too_many_topics``: its publisher's share
+spent, ``shares``).  A queued message later dropped because the backlog was
+full is counted there too.
 """
 
 from __future__ import annotations
@@ -9,12 +16,41 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import Final
+
+import structlog
 
 from rainierd.core.ingest import Message
 from rainierd.monitor.rejections import RejectionLog
+from rainierd.monitor.shares import Shares
 from rainierd.monitor.snapshot import Receipts
+from rainierd.topology import Topology
+from rainierd.wire.binary import HEADER
+from rainierd.wire.records import RECORD_DTYPES
 
-__all__ = ["Inbox"]
+log = structlog.get_logger("rainierd.monitor")
+_PUBLISHER_BYTES: Final = 32  # a publisher id in a frame (``rainierd-sim-ffe68dde``: 21)
+
+__all__ = ["BACKLOG_TICKS", "Inbox", "backlog_bytes_for"]
+
+BACKLOG_TICKS: Final = 4
+"""Ticks of the fleet's frames the backlog holds by default: a window is half of it, so two ticks of frames
+are analysed at once after a stall, while two more arrive (as many as the simulator's outbox holds)."""
+_MIN_BACKLOG_BYTES: Final = 32 * 2**20
+
+
+def backlog_bytes_for(topology: Topology, *, max_frame_bytes: int, ticks: int = BACKLOG_TICKS) -> int:
+    """Return the default backlog bound: ``ticks`` of ``topology``'s binary frames, at least 32 MiB and 4 frames.
+
+    A tick's frames are a node frame a node (header, publisher id, every
+    record): at ``rainier`` 115.5 MB a tick, as measured from the
+    simulator's batches (771 of them); at ``demo`` 30 kB, so the floor holds.
+    """
+    nodes = int(topology.node_present.sum())  # a shard's view keeps the fleet's numbering, its share present
+    per_node = (topology.n_links * RECORD_DTYPES["links"].itemsize + topology.n_efa * RECORD_DTYPES["efa"].itemsize
+                ) // topology.n_nodes + RECORD_DTYPES["cooling"].itemsize + HEADER.size + _PUBLISHER_BYTES
+    records = topology.n_present_chips * RECORD_DTYPES["chips"].itemsize + nodes * per_node
+    return max(ticks * records, _MIN_BACKLOG_BYTES, 4 * max_frame_bytes)
 
 
 class Inbox:
@@ -25,11 +61,17 @@ class Inbox:
 
     def __init__(
         self, *, max_frame_bytes: int, max_backlog_bytes: int, listening_s: Callable[[], float],
-        rejections: RejectionLog,
+        rejections: RejectionLog, shares: Shares | None = None, monotonic_s: Callable[[], float] = time.monotonic,
     ) -> None:
         self.max_frame_bytes, self.max_backlog_bytes = max_frame_bytes, max_backlog_bytes
         self._listening_s = listening_s
         self._rejections = rejections
+        self.shares = shares  # None: no per-publisher shares (a test's or a benchmark's inbox)
+        self.monotonic_s = monotonic_s  # the shares' clock (a test's own)
+        self._overflowing = False  # in an episode of backlog overflow (logged once each)
+        self.peak_bytes = 0  # the most payload bytes waiting since the last ``burst_over``
+        self.peak_messages = 0
+        self.overflow_episodes = 0
         self._queue: deque[Message] = deque()
         self.receipts = Receipts()
         self.bytes = 0  # payload bytes waiting
@@ -40,26 +82,59 @@ class Inbox:
     def __len__(self) -> int:
         return len(self._queue)
 
-    def put(self, topic: str, payload: bytes) -> None:
-        """Queue one message for the next analysis (an oversize one is refused and counted at once)."""
+    def put(self, topic: str, payload: bytes, *, retained: bool = False) -> None:
+        """Queue one message for the next analysis, or count why not (no decoding either way).
+
+        ``retained`` is the MQTT retain flag as delivered: the broker replaying
+        what a publisher retained, not a frame sent now.  Telemetry is never
+        retained by a genuine publisher (docs/wire-format.md), so a replay
+        is refused before it can be applied as new.
+        """
         receipts = self.receipts
+        size = len(payload)
         encoding = "json" if payload[:1] == b"{" else "binary"
         receipts.messages[encoding] += 1
-        receipts.bytes[encoding] += len(payload)
-        if len(payload) > self.max_frame_bytes:
-            receipts.oversize += 1
-            self._rejections.one("oversize", topic=topic,
-                                 detail=f"{len(payload)} bytes exceeds the {self.max_frame_bytes}-byte limit")
+        receipts.bytes[encoding] += size
+        if retained:
+            self._refuse("retained", topic, "a retained telemetry message (a replay, not a frame sent now)")
             return
+        if size > self.max_frame_bytes:
+            self._refuse("oversize", topic, f"{size} bytes exceeds the {self.max_frame_bytes}-byte limit")
+            return
+        now_s = self.monotonic_s()
+        if self.shares is not None:
+            verdict = self.shares.admit(topic, size, now_s)
+            if verdict != "ok":
+                receipts.refused[verdict] += 1  # logged once per episode by the shares themselves
+                return
         queue = self._queue
         queue.append(Message(self._listening_s(), topic, payload, time.time()))
-        self.last_rx_s = time.monotonic()
-        self.bytes += len(payload)
+        self.last_rx_s = now_s
+        self.bytes += size
+        self.peak_bytes = max(self.peak_bytes, self.bytes)
+        self.peak_messages = max(self.peak_messages, len(queue))
+        if self.bytes > self.max_backlog_bytes:
+            self._overflow(topic)
+
+    def _refuse(self, reason: str, topic: str, detail: str) -> None:
+        self.receipts.refused[reason] += 1
+        self._rejections.one(reason, topic=topic, detail=detail)
+
+    def _overflow(self, topic: str) -> None:
+        """Drop the oldest messages until the backlog fits again; log the first drop of an episode."""
+        queue = self._queue
+        dropped_before = self.dropped_messages
         while self.bytes > self.max_backlog_bytes and queue:
             dropped = queue.popleft()
             self.bytes -= len(dropped.payload)
             self.dropped_messages += 1
             self.dropped_bytes += len(dropped.payload)
+        if not self._overflowing:
+            self._overflowing = True
+            self.overflow_episodes += 1
+            log.warning("backlog full; dropping the oldest messages (their frames count as lost)",
+                        max_backlog_bytes=self.max_backlog_bytes, dropped=self.dropped_messages - dropped_before,
+                        newest_topic=topic[:200], episodes=self.overflow_episodes)
 
     def take_window(self) -> list[Message]:
         """Take every message, or the oldest half of ``max_backlog_bytes`` when more wait.
@@ -68,6 +143,8 @@ class Inbox:
         seen, so capping a window caps that memory too; what is left waits for
         the next analysis, which then follows at once.
         """
+        if self.shares is not None:
+            self.shares.sweep(self.monotonic_s())
         limit = self.max_backlog_bytes // 2
         window: list[Message] = []
         size = 0
@@ -77,7 +154,22 @@ class Inbox:
             window.append(message)
             size += len(message.payload)
         self.bytes -= size
+        if self._overflowing and self.bytes <= self.max_backlog_bytes // 2:
+            self._overflowing = False  # caught up: the next overflow is a new episode
+            log.info("backlog no longer full", dropped_messages=self.dropped_messages,
+                     dropped_bytes=self.dropped_bytes)
         return window
+
+    def burst_over(self, *, messages: int) -> bool:
+        """Return True once, when the inbox is empty again after it held half its bound or ``messages`` messages.
+
+        A genuine fleet's tick is a quarter of the default bound (``BACKLOG_TICKS``)
+        and one message a stream, so only a burst (or a stall) gets there.
+        """
+        if self._queue or (self.peak_bytes < self.max_backlog_bytes // 2 and self.peak_messages < messages):
+            return False
+        self.peak_bytes = self.peak_messages = 0
+        return True
 
     @property
     def full_window_waiting(self) -> bool:

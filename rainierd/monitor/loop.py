@@ -12,6 +12,8 @@ the inbox (``inbox``), the load judgement (``load``), the MQTT session
 from __future__ import annotations
 
 import asyncio
+import gc
+import os
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -19,6 +21,7 @@ from typing import Final
 
 import structlog
 
+from rainierd._malloc import release_freed_memory
 from rainierd.connection import ConnectionState
 from rainierd.core.analysis import Analysis, MonitorCore
 from rainierd.core.config import MonitorConfig
@@ -28,10 +31,11 @@ from rainierd.looplag import LoopLag
 from rainierd.monitor.checkpointing import Checkpointer
 from rainierd.monitor.clock import ListeningClock
 from rainierd.monitor.events import EventLog
-from rainierd.monitor.inbox import Inbox
+from rainierd.monitor.inbox import Inbox, backlog_bytes_for
 from rainierd.monitor.load import LoadJudge
 from rainierd.monitor.rejections import RejectionLog
 from rainierd.monitor.session import Session
+from rainierd.monitor.shares import BURST_TICKS, SharePolicy
 from rainierd.monitor.snapshot import IngestCounts, MonitorSnapshot, MonitorStatus
 from rainierd.probes import Verdict
 from rainierd.shards import shard_view
@@ -45,7 +49,18 @@ log = structlog.get_logger("rainierd.monitor")
 # Events announced between yields to the event loop: ~25 us each (a log line,
 # an outbox entry), and a probe waits out two batches, so ~7 ms of loop lag.
 _ANNOUNCE_BATCH: Final = 128
+_DEFAULT_SHARE: Final = SharePolicy()
+_BURST_MESSAGES: Final = 10_000
 _STOP_ANALYSIS_S: Final = 0.5  # the last window is analysed on a stop only if an analysis takes less (2 s grace)
+
+
+def _rss_bytes() -> int | None:
+    """Return this process's resident memory (Linux), for the log line that says memory was released."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 class Monitor:
@@ -56,13 +71,14 @@ class Monitor:
         topology: Topology,
         config: MonitorConfig,
         *,
-        max_backlog_bytes: int = 512 * 2**20,
+        max_backlog_bytes: int | None = None,
         qos: int = 0,
         clock: ListeningClock | None = None,
         checkpoint_file: Path | None = None,
         reconnect_grace_s: float = 0.0,
         shard: Shard = WHOLE_FLEET,
         loop_lag: LoopLag | None = None,
+        share: SharePolicy | None = _DEFAULT_SHARE,
     ) -> None:
         self.shard = shard
         self.topology = topology = shard_view(topology, shard)
@@ -70,8 +86,11 @@ class Monitor:
         self.core = MonitorCore(topology, config)
         self.clock = clock = clock or ListeningClock()
         self._rejections = RejectionLog()
+        if max_backlog_bytes is None:
+            max_backlog_bytes = backlog_bytes_for(topology, max_frame_bytes=config.max_frame_bytes)
         self.inbox = Inbox(max_frame_bytes=config.max_frame_bytes, max_backlog_bytes=max_backlog_bytes,
-                           listening_s=clock.now, rejections=self._rejections)
+                           listening_s=clock.now, rejections=self._rejections,
+                           shares=None if share is None else share.shares(tick_s=config.tick_s))
         self.load = LoadJudge(tick_s=config.tick_s, clock=clock)
         self.events = EventLog(qos=qos)
         self.session = Session(shard=shard, n_sites=topology.n_sites, qos=qos, inbox=self.inbox,
@@ -91,6 +110,9 @@ class Monitor:
         self.generation = 0
         self._recorded = True  # the last analysis's counts are recorded (False while one runs)
         self._last_analysis: float | None = None
+        # A backlog of this many messages is a burst (a genuine fleet queues about one a stream a tick).
+        self._burst_messages = _BURST_MESSAGES + 4 * topology.n_nodes
+        self._release_again = -1  # the analysis after which a burst's memory is released a second time
 
     @property
     def connection(self) -> ConnectionState:
@@ -101,9 +123,9 @@ class Monitor:
         """Continue the sequence accounting of the checkpoint file, if there is a usable one."""
         return self.checkpointer.restore() if self.checkpointer is not None else False
 
-    def on_message(self, topic: str, payload: bytes) -> None:
+    def on_message(self, topic: str, payload: bytes, *, retained: bool = False) -> None:
         """Queue one MQTT message for the next analysis (what the session does with each)."""
-        self.inbox.put(topic, payload)
+        self.inbox.put(topic, payload, retained=retained)
 
     def status(self) -> MonitorStatus:
         """Return the monitor's own status as of now (call it on the loop, between analyses)."""
@@ -118,6 +140,7 @@ class Monitor:
             loop_lag_worst_s=None if loop_lag is None else loop_lag.worst_s,
             loop_lag=None if loop_lag is None else loop_lag.histogram.frozen(),
             events_dropped=self.events.outbox.dropped,
+            share_topics=None if inbox.shares is None else len(inbox.shares),
         )
 
     async def analyse_once(self) -> MonitorSnapshot:
@@ -185,6 +208,7 @@ class Monitor:
             while True:
                 began = loop.time()
                 await self.analyse_once()
+                await self._release_after_burst()
                 await self.save_checkpoint_now()
                 if after is not None:
                     await after()
@@ -198,6 +222,20 @@ class Monitor:
         except asyncio.CancelledError:
             await self._last_checkpoint()
             raise
+
+    async def _release_after_burst(self) -> None:
+        """Hand the memory of a burst back to the system once it is analysed, and again once the share table has
+        forgotten the burst's topics (two share windows later): the heap keeps freed pages otherwise."""
+        if self.inbox.burst_over(messages=self._burst_messages):
+            self._release_again = self.generation + 2 * BURST_TICKS + 1
+        elif self.generation != self._release_again:
+            return
+        # A burst's rejected payloads leave reference cycles (a decode error's traceback holds its frame) that
+        # outlive the young generations while the window is analysed; only a full collection frees them, and
+        # after gc.freeze() (daemon.py) it walks only what came since, a few ms.
+        collected = gc.collect()
+        await asyncio.to_thread(release_freed_memory)
+        log.info("burst over; freed memory released", rss_bytes=_rss_bytes(), collected=collected)
 
     async def _last_checkpoint(self) -> None:
         """On a stop, account for the frames already received and save the checkpoint.

@@ -3,7 +3,10 @@ shard's telemetry, hand every message to the inbox, publish the event
 outbox, and keep its own retained status saying ``online``.
 
 ``mqtt.supervise`` runs ``consume`` once per connection and is the only
-place that catches the transport's errors.
+place that catches the transport's errors; it also ends ``consume`` when
+the connection drops.  Messages reach the inbox straight from the client's
+read callback (``mqtt.deliver``), so none waits in a queue of the client's
+own that could discard it uncounted.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from rainierd.connection import ConnectionState
 from rainierd.monitor.clock import ListeningClock
 from rainierd.monitor.events import EventLog
 from rainierd.monitor.inbox import Inbox
+from rainierd.mqtt import deliver
 from rainierd.wire.topics import Shard, status_topic, telemetry_filters
 
 __all__ = ["Session"]
@@ -44,28 +48,30 @@ class Session:
         ``online`` may stand there, whoever wrote it (the broker's ACL should
         keep others out; docs/security.md).
         """
-        if len(self._filters) == 1:
-            await client.subscribe(self._filters[0], qos=self._qos)
-        else:  # a shard's filters (up to 129) in one SUBSCRIBE: one round trip, not one each
-            await client.subscribe([(topic_filter, self._qos) for topic_filter in self._filters])
         own_status = status_topic(client.identifier)
-        await client.subscribe(own_status, qos=1)
-        self._clock.hear("disconnected")
+        inbox = self._inbox
         try:
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self._events.publish(client), name="monitor-publish-events")
                 tg.create_task(self._grace(), name="monitor-reconnect-grace")
-                async for message in client.messages:
-                    payload = message.payload
-                    if not isinstance(payload, bytes | bytearray):
-                        payload = str(payload).encode()
-                    topic = message.topic.value
+
+                def on_message(topic: str, payload: bytes, retained: bool) -> None:
                     if topic == own_status:
                         if payload != b"online" and (self._status_restore is None or self._status_restore.done()):
                             self._status_restore = tg.create_task(self._restore_status(client, own_status, payload),
                                                                   name="monitor-restore-status")
-                        continue
-                    self._inbox.put(topic, bytes(payload))
+                        return
+                    inbox.put(topic, payload, retained=retained)
+
+                deliver(client, on_message)  # before subscribing: retained messages come with the SUBACK
+                if len(self._filters) == 1:
+                    await client.subscribe(self._filters[0], qos=self._qos)
+                else:  # a shard's filters (up to 129) in one SUBSCRIBE: one round trip, not one each
+                    await client.subscribe([(topic_filter, self._qos) for topic_filter in self._filters])
+                await client.subscribe(own_status, qos=1)
+                self._clock.hear("disconnected")
+                # Messages arrive through on_message; this waits until mqtt.supervise ends the session.
+                await asyncio.get_running_loop().create_future()
         finally:
             self._clock.deafen("disconnected")
 

@@ -37,15 +37,16 @@ def _frozen(counts: Mapping[str, int]) -> Mapping[str, int]:
 
 @dataclass(slots=True)
 class Receipts:
-    """What reached the monitor's inbox: payloads and bytes by encoding, and payloads refused as oversize.
+    """What reached the monitor's inbox: payloads and bytes by encoding, and payloads refused there, by reason.
 
     Written only by the inbox; the core's ``IngestStats`` counts what
-    happened to the frames after that.
+    happened to the frames after that.  Refusals are before decoding:
+    ``retained``, ``oversize``, ``over_share``, ``too_many_topics``.
     """
 
     messages: Counter[str] = field(default_factory=Counter)
     bytes: Counter[str] = field(default_factory=Counter)
-    oversize: int = 0
+    refused: Counter[str] = field(default_factory=Counter)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,8 +70,7 @@ class IngestCounts:
         """Return the counters of ``stats`` (the core's) and ``receipts`` (the inbox's), copied."""
         receipts = receipts or Receipts()
         rejected = Counter(stats.rejected)
-        if receipts.oversize:
-            rejected["oversize"] += receipts.oversize
+        rejected.update(receipts.refused)
         return cls(
             messages=_frozen(receipts.messages), bytes=_frozen(receipts.bytes), frames=_frozen(stats.frames),
             rejected=_frozen(rejected), frames_lost=stats.frames_lost, frames_late=stats.frames_late,
@@ -118,6 +118,7 @@ class MonitorStatus:
     loop_lag_worst_s: float | None = None  # worst event-loop lag of the last window (None: not measured)
     loop_lag: Histogram | None = None
     events_dropped: int = 0  # events the outbox dropped while the MQTT session was down
+    share_topics: int | None = None  # telemetry topics whose share the inbox tracks now (None: no shares)
 
 
 @dataclass(frozen=True, eq=False)

@@ -4,8 +4,9 @@ checkpoint that carries all three across a monitor restart.
 
 ``IngestStats`` has one writer in the core: ``Accounting.record`` adds a
 window's result on the thread that owns the stats, and ``Accounting.restore``
-takes a checkpoint's counters.  (``messages``, ``bytes`` and the ``oversize``
-rejections are the receiving edge's, counted before a payload reaches ingest.)
+takes a checkpoint's counters.  (``messages``, ``bytes`` and the refusals
+before decoding, ``oversize``, ``retained``, ``over_share``, are the receiving
+edge's, counted before a payload reaches ingest.)
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ class IngestStats:
     """Cumulative counters of what became of the frames the monitor received, exported as rainier_ingest_*.
 
     Written only here, by ``Accounting.record`` and ``Accounting.restore``;
-    what reached the inbox (payloads, bytes, oversize refusals) the monitor's
+    what reached the inbox (payloads, bytes, refusals before decoding) the monitor's
     inbox counts itself (``monitor.snapshot.Receipts``).
     """
 

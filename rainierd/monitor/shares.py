@@ -1,0 +1,131 @@
+"""Per-publisher fairness before any decoding: each telemetry topic (a node's
+topic, a batch topic, a site's facility topic) gets a share of frames and of
+payload bytes per tick, and what it sends beyond its share is dropped here,
+counted under ``over_share``, so one publisher flooding its own topic costs
+every other publisher nothing: not a place in the backlog, not a
+microsecond of decoding.
+
+A share is counted over fixed windows of ``BURST_TICKS`` ticks on the
+monitor's monotonic clock: a topic may send ``frames_per_tick`` messages and
+``bytes_per_tick`` bytes a tick on average over the window, in any rhythm
+within it (a simulator's outbox replayed after a broker outage is 4 ticks of
+frames at once).  A genuine stream publishes one frame a tick on its topic
+(docs/wire-format.md), so it never meets its share.  The check is O(1) a
+message: one dict look-up, one comparison of window numbers, two additions
+(a token bucket cost twice as much a message, measured: docs/security.md).
+
+The table of topics is bounded (``max_topics``): a topic not heard for a
+whole window is forgotten (``sweep``, once a window; or at once when the
+table is full); a topic that finds the table full of busy ones is dropped as
+``too_many_topics`` (more distinct topics than any fleet the monitor was
+sized for publish at once: an intruder's, not a fleet's).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final, Literal
+
+import structlog
+
+from rainierd.monitor.rejections import worth_logging
+
+__all__ = ["BURST_TICKS", "SharePolicy", "Shares", "Verdict"]
+
+log = structlog.get_logger("rainierd.monitor")
+
+Verdict = Literal["ok", "over_share", "too_many_topics"]
+
+BURST_TICKS: Final = 5
+"""A share is counted over windows of this many ticks: a simulator replays its outbox of 4 ticks after a
+broker outage, then sends the live tick."""
+_WINDOW, _FRAMES, _BYTES, _DROPPED, _EPISODE = 0, 1, 2, 3, 4
+_TOPIC_CHARS: Final = 200  # a topic is the sender's words: logged truncated
+
+
+@dataclass(frozen=True, slots=True)
+class SharePolicy:
+    """What one telemetry topic may send (the ``share_*`` settings)."""
+
+    frames_per_tick: float = 4.0
+    bytes_per_tick: int = 4 * 2**20
+    max_topics: int = 131_072
+
+    def shares(self, *, tick_s: float) -> Shares:
+        """Return a table of shares under this policy for ticks of ``tick_s``."""
+        return Shares(frames_per_tick=self.frames_per_tick, bytes_per_tick=self.bytes_per_tick,
+                      burst_ticks=BURST_TICKS, tick_s=tick_s, max_topics=self.max_topics)
+
+
+class Shares:
+    """What every topic heard recently has sent in the current window, and what it has had dropped."""
+
+    def __init__(
+        self, *, frames_per_tick: float, bytes_per_tick: float, burst_ticks: int, tick_s: float, max_topics: int,
+    ) -> None:
+        self.frames_per_tick, self.bytes_per_tick = frames_per_tick, bytes_per_tick
+        self.max_frames = int(frames_per_tick * burst_ticks)
+        self.max_bytes = int(bytes_per_tick * burst_ticks)
+        self.window_s = burst_ticks * tick_s
+        self._per_s = 1.0 / self.window_s
+        self.max_topics = max_topics
+        # topic -> [window number, messages and bytes in it, dropped in it, in an episode (0/1)]
+        self._topics: dict[str, list[int]] = {}
+        self._swept = -1  # the window of the last sweep
+        self.episodes = 0  # topics that went over their share, one per episode
+        self.table_full = 0  # messages dropped because the table held only busy topics
+
+    def __len__(self) -> int:
+        return len(self._topics)
+
+    def admit(self, topic: str, size: int, now_s: float) -> Verdict:
+        """Count one message of ``size`` bytes on ``topic`` against its share; return what became of it."""
+        window = int(now_s * self._per_s)
+        sent = self._topics.get(topic)
+        if sent is None:
+            if len(self._topics) >= self.max_topics and not self._forget_idle(window):
+                self.table_full += 1
+                if worth_logging(self.table_full - 1, self.table_full):
+                    log.warning("too many telemetry topics at once; dropping the new ones", topic=topic[:_TOPIC_CHARS],
+                                max_topics=self.max_topics, occurrences=self.table_full)
+                return "too_many_topics"
+            sent = self._topics[topic] = [window, 0, 0, 0, 0]
+        elif sent[_WINDOW] != window:
+            self._next_window(topic, sent, window)
+        if sent[_FRAMES] < self.max_frames and sent[_BYTES] + size <= self.max_bytes:
+            sent[_FRAMES] += 1
+            sent[_BYTES] += size
+            return "ok"
+        sent[_DROPPED] += 1
+        if not sent[_EPISODE]:
+            sent[_EPISODE] = 1
+            self.episodes += 1
+            if worth_logging(self.episodes - 1, self.episodes):
+                log.warning("publisher over its share; dropping its excess", topic=topic[:_TOPIC_CHARS],
+                            frames_per_tick=self.frames_per_tick, bytes_per_tick=self.bytes_per_tick,
+                            bytes=size, episodes=self.episodes)
+        return "over_share"
+
+    def _next_window(self, topic: str, sent: list[int], window: int) -> None:
+        """Start ``topic``'s count afresh; a window (or more) within its share ends its episode."""
+        if sent[_EPISODE] and (not sent[_DROPPED] or window > sent[_WINDOW] + 1):
+            log.info("publisher back within its share", topic=topic[:_TOPIC_CHARS])
+            sent[_EPISODE] = 0
+        sent[_WINDOW], sent[_FRAMES], sent[_BYTES], sent[_DROPPED] = window, 0, 0, 0
+
+    def sweep(self, now_s: float) -> None:
+        """Forget the topics not heard for a whole window, once a window, so a burst of topics leaves no memory
+        behind (O(topics): at rainier, 32,000 topics, ~3 ms every 5 ticks)."""
+        self._forget_idle(int(now_s * self._per_s))
+
+    def _forget_idle(self, window: int) -> bool:
+        """Forget the topics last heard before the previous window; return whether the table has room.
+
+        At most once a window: a flood of new topics into a full table is
+        refused without a walk each.
+        """
+        if window == self._swept:
+            return len(self._topics) < self.max_topics
+        self._swept = window
+        self._topics = {topic: sent for topic, sent in self._topics.items() if sent[_WINDOW] >= window - 1}
+        return len(self._topics) < self.max_topics
