@@ -63,6 +63,17 @@ class TestShares:
         assert verdicts == Counter(ok=admitted, over_share=1_000 - admitted)
         assert table.episodes == 1
 
+    def test_the_next_message_through_carries_how_many_were_shed_before_it(self) -> None:
+        """The inbox hands on, with the first message a flooding topic gets through, how many of its messages
+        it refused since the last one (their frames' seq gap is then explained: counted lost, not a jump)."""
+        table = shares(frames=4.0)
+        through = [table.shed for tick in range(3 * BURST_TICKS) for i in range(100)
+                   if table.admit("n3", 4_000, now_s=tick + i / 100) == "ok"]
+        dropped = 100 * 3 * BURST_TICKS - len(through)
+        assert table.admit("n3", 4_000, now_s=4.0 * BURST_TICKS) == "ok"  # back at a genuine pace
+        assert sum(through) + table.shed == dropped
+        assert through[: 4 * BURST_TICKS] == [0] * (4 * BURST_TICKS)  # the first window's share, none shed yet
+
     def test_one_topic_over_its_share_costs_another_nothing(self) -> None:
         """While n3 floods, n0's one message a tick is admitted every tick."""
         table = shares()

@@ -13,11 +13,12 @@ from rainierd.core.streams import CONFIRM, TAKEOVER_SILENCE_TICKS, WINDOW, Advan
 
 
 def feed(streams: Streams, seq: int, t_s: float, *, publisher: int = 0, entity: int = 0,
-         rx_s: float | None = None, lag_s: float = 0.0) -> Advance:
-    """One frame of one stream, received at ``rx_s`` (its sample time unless said) ``lag_s`` after its sample."""
+         rx_s: float | None = None, lag_s: float = 0.0, shed: int = 0) -> Advance:
+    """One frame of one stream, received at ``rx_s`` (its sample time unless said) ``lag_s`` after its sample,
+    ``shed`` of its stream's frames refused by the inbox before it."""
     rx = t_s if rx_s is None else rx_s
     return streams.advance(np.array([entity]), np.array([publisher]), np.array([seq], np.uint64), np.array([t_s]),
-                           rx_s=np.array([rx]), wall_s=np.array([rx + lag_s]))
+                           rx_s=np.array([rx]), wall_s=np.array([rx + lag_s]), shed=np.array([float(shed)]))
 
 
 def tally(advances: list[Advance]) -> dict[str, int]:
@@ -238,6 +239,18 @@ class TestJumps:
         feed(s, 0, 0.0)
         gap = feed(s, 1_001, 1_001.0)
         assert (bool(gap.keep[0]), gap.jumps, gap.lost) == (True, 0, 1_000 - WINDOW)
+
+    def test_a_lead_the_inbox_shed_explains_is_an_ordinary_gap(self) -> None:
+        """A flooding publisher's frames that got through its share lead by the 500 the inbox refused in a tick:
+        applied, and the gap counted lost (as the refused frames were), not held as a jump."""
+        s = Streams(1)
+        feed(s, 0, 0.0)
+        through = feed(s, 501, 1.0, shed=500)
+        assert (bool(through.keep[0]), through.jumps, through.lost) == (True, 0, 500 - WINDOW)
+        assert bool(feed(Streams(1), 0, 0.0).keep[0])
+        unexplained = Streams(1)
+        feed(unexplained, 0, 0.0)
+        assert feed(unexplained, 501, 1.0, shed=100).jumps == 1  # more than was shed: a jump, held
 
     def test_a_poisoned_first_frame_is_undone_by_the_genuine_stream(self) -> None:
         """A stream's very first frame forged (seq 2**62, t_s + 200 s): the genuine frames are refused at first

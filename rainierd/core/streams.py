@@ -125,11 +125,15 @@ class Streams:
         self.c_first_seq = np.zeros(n, np.uint64)
         self.c_first_t_s = np.zeros(n)
 
-    def advance(self, entity: I64, publisher: I64, seq: U64, t_s: F64, *, rx_s: F64, wall_s: F64) -> Advance:  # noqa: PLR0915 - the rules share every intermediate; to split (see report)
+    def advance(  # noqa: PLR0915 - the rules share every intermediate; to split
+        self, entity: I64, publisher: I64, seq: U64, t_s: F64, *, rx_s: F64, wall_s: F64, shed: F64 | None = None,
+    ) -> Advance:
         """Account for one frame of each of the (unique) ``entity`` streams; return what to apply.
 
         ``rx_s`` is each frame's receipt on the monitor's listening clock, ``wall_s`` on its wall clock
-        (NaN where unknown: then no receive offset is judged).
+        (NaN where unknown: then no receive offset is judged); ``shed``, how many of its stream's frames the
+        monitor itself refused before decoding since the last it kept (over their share: counted there, and
+        lost here as a gap), which the seq may lead by beyond what the time could hold.
         """
         tick, slack = self.tick_s, self.lead_slack_s
         known = self.publisher[entity]
@@ -147,6 +151,8 @@ class Streams:
         elapsed = np.where(ahead, np.maximum(dt, 0.0), 0.0)
         # Frames the sample time elapsed could hold, with room for a faster publisher and the late window.
         could_hold = WINDOW + 2.0 * elapsed / tick
+        if shed is not None:
+            could_hold = could_hold + shed
         seq_far = ahead & ((gap - _ONE > self.max_jump) | ((gap - _ONE).astype(np.float64) > could_hold))
         back_in_time = ahead & (dt < -slack)
         time_far = clock_ahead | back_in_time

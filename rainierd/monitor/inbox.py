@@ -107,8 +107,11 @@ class Inbox:
             if verdict != "ok":
                 receipts.refused[verdict] += 1  # logged once per episode by the shares themselves
                 return
+            shed = self.shares.shed
+        else:
+            shed = 0
         queue = self._queue
-        queue.append(Message(self._listening_s(), topic, payload, time.time()))
+        queue.append(Message(self._listening_s(), topic, payload, time.time(), shed))
         self.last_rx_s = now_s
         self.bytes += size
         self.peak_bytes = max(self.peak_bytes, self.bytes)

@@ -39,7 +39,7 @@ Verdict = Literal["ok", "over_share", "too_many_topics"]
 BURST_TICKS: Final = 5
 """A share is counted over windows of this many ticks: a simulator replays its outbox of 4 ticks after a
 broker outage, then sends the live tick."""
-_WINDOW, _FRAMES, _BYTES, _DROPPED, _EPISODE = 0, 1, 2, 3, 4
+_WINDOW, _FRAMES, _BYTES, _DROPPED, _EPISODE, _SHED = 0, 1, 2, 3, 4, 5
 _TOPIC_CHARS: Final = 200  # a topic is the sender's words: logged truncated
 
 
@@ -74,6 +74,9 @@ class Shares:
         self._swept = -1  # the window of the last sweep
         self.episodes = 0  # topics that went over their share, one per episode
         self.table_full = 0  # messages dropped because the table held only busy topics
+        # Of the message ``admit`` last let through: its topic's messages dropped since the one before it
+        # (Message.shed: its frames' seq may lead by that many, and the gap is counted lost).
+        self.shed = 0
 
     def __len__(self) -> int:
         return len(self._topics)
@@ -89,14 +92,16 @@ class Shares:
                     log.warning("too many telemetry topics at once; dropping the new ones", topic=topic[:_TOPIC_CHARS],
                                 max_topics=self.max_topics, occurrences=self.table_full)
                 return "too_many_topics"
-            sent = self._topics[topic] = [window, 0, 0, 0, 0]
+            sent = self._topics[topic] = [window, 0, 0, 0, 0, 0]
         elif sent[_WINDOW] != window:
             self._next_window(topic, sent, window)
         if sent[_FRAMES] < self.max_frames and sent[_BYTES] + size <= self.max_bytes:
             sent[_FRAMES] += 1
             sent[_BYTES] += size
+            self.shed, sent[_SHED] = sent[_SHED], 0
             return "ok"
         sent[_DROPPED] += 1
+        sent[_SHED] += 1
         if not sent[_EPISODE]:
             sent[_EPISODE] = 1
             self.episodes += 1
@@ -127,5 +132,7 @@ class Shares:
         if window == self._swept:
             return len(self._topics) < self.max_topics
         self._swept = window
-        self._topics = {topic: sent for topic, sent in self._topics.items() if sent[_WINDOW] >= window - 1}
+        # A topic with frames shed since it last got one through is kept: they explain its next frame's lead.
+        self._topics = {topic: sent for topic, sent in self._topics.items()
+                        if sent[_WINDOW] >= window - 1 or sent[_SHED]}
         return len(self._topics) < self.max_topics

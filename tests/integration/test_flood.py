@@ -173,7 +173,8 @@ def test_one_agent_flooding_its_own_topic_costs_the_others_nothing(
 ) -> None:
     """n3 floods node 3's topic at 2,000 frames/s for 15 s: the other nodes lose 0 frames; every flood frame is
     applied or refused as over_share, and the only frames counted lost are those refused; the session is never
-    lost though its keep-alive is 5 s (its pings go out under the flood); every log line is JSON; the monitor's RSS is back within 10 % of its baseline within 60 s."""
+    lost though its keep-alive is 5 s (its pings go out under the flood); every log line is JSON; the monitor's
+    RSS is back within 10 % of its baseline within 60 s."""
     broker = shipped_broker
     port = free_port()
     # The shortest keep-alive (5 s): the broker drops a client it hears nothing from for 7.5 s, so over the

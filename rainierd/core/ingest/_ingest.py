@@ -85,7 +85,7 @@ class Ingest:
                 rejected[exc.reason] += 1
                 continue
             frames[encoding] += frame.n_nodes if isinstance(frame, NodeBatch) else 1
-            received.append(Received(message.rx_s, address, frame, message.rx_wall_s))
+            received.append(Received(message.rx_s, address, frame, message.rx_wall_s, message.shed))
         result = self.apply(received)
         result.rejected.update(rejected)
         result.frames.update(frames)
@@ -154,7 +154,7 @@ class Ingest:
         for g in range(int(generation.max(initial=-1)) + 1):
             frames = np.sort(by_node[generation == g])
             advance = streams.advance(w.entity[frames], publisher[frames], w.seq[frames], w.t_s[frames],
-                                      rx_s=w.rx_s[frames], wall_s=w.rx_wall_s[frames])
+                                      rx_s=w.rx_s[frames], wall_s=w.rx_wall_s[frames], shed=w.shed[frames])
             _count_refusals(advance, rejected)
             excess_s.append(advance.excess_lag_s[advance.keep])
             rebased = advance.rebased[advance.keep]

@@ -23,6 +23,9 @@ class Message:
     topic: str
     payload: bytes
     rx_wall_s: float = float("nan")
+    # Messages of this topic the monitor itself refused (over their share) since the last it kept: each held
+    # one frame of every node the topic carries, so the next frame's seq may lead by that many more.
+    shed: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +36,7 @@ class Received:
     address: TopicAddress | None
     frame: Frame
     rx_wall_s: float = float("nan")
+    shed: int = 0  # Message.shed
 
 
 @dataclass(frozen=True, eq=False)

@@ -53,6 +53,7 @@ class Window:
     t_s: F64
     rx_s: F64
     rx_wall_s: F64
+    shed: F64  # frames of its stream the monitor refused before decoding since the last it kept (Message.shed)
     part: I64  # the received frame (message) each entry came in
     publishers: list[str]  # each part's publisher id
     topic_fits: B  # the topic is of the frame's family (and a batch's names the batch's site)
@@ -143,6 +144,7 @@ def join_nodes(items: Sequence[Received], scratch: Scratch) -> Window:
         t_s=cat([b.node_t_s for _, b in parts], np.float64, "t_s"),
         rx_s=per_part([item.rx_s for item, _ in parts], np.float64),
         rx_wall_s=per_part([item.rx_wall_s for item, _ in parts], np.float64),
+        shed=per_part([item.shed for item, _ in parts], np.float64),
         part=per_part(list(range(len(parts))), np.int64),
         publishers=[b.publisher for _, b in parts],
         topic_fits=per_part([c[0] for c in claims], bool),
@@ -166,6 +168,7 @@ def join_sites(items: Sequence[Received]) -> Window:
         t_s=np.array([frame.t_s for frame in frames], np.float64),
         rx_s=np.array([item.rx_s for item in items], np.float64),
         rx_wall_s=np.array([item.rx_wall_s for item in items], np.float64),
+        shed=np.array([item.shed for item in items], np.float64),
         part=np.arange(len(items), dtype=np.int64),
         publishers=[frame.publisher for frame in frames],
         topic_fits=np.array([a is None or a.is_facility for a in addresses], bool),
