@@ -25,7 +25,7 @@ FLEET = ["topology", "efa_ports_per_node"]
 SIMULATOR = ["ticks", "seed", "encoding", "batch_nodes", "scenario", "fault_acceleration", "noise", "time_scale",
              "profile", "truth_file"]
 MONITOR = ["stale_after_ticks", "max_frame_bytes", "max_clock_skew_s", "reconnect_grace_s", "state_file",
-           "max_seq_jump", "max_backlog_bytes", "max_entity_series", "shard"]
+           "max_seq_jump", "max_backlog_bytes", "max_entity_series", "shard", "feed_lost_share", "feed_hold_s"]
 HTTP = ["metrics_addr", "web_config_file"]
 LOG = ["log_format", "log_level"]
 
@@ -75,6 +75,8 @@ VALUES: dict[str, tuple[str, Any]] = {
     "max_backlog_bytes": ("2097152", 2_097_152),
     "max_entity_series": ("50", 50),
     "shard": ("1/4", "1/4"),
+    "feed_lost_share": ("0.8", 0.8),
+    "feed_hold_s": ("90", 90.0),
     "log_format": ("json", "json"),
     "log_level": ("debug", "debug"),
 }

@@ -11,7 +11,7 @@ import numpy as np
 
 from rainierd.core.analysis import MonitorCore
 from rainierd.core.config import MonitorConfig
-from rainierd.core.detect import DetectionParams, Event, FeedParams
+from rainierd.core.detect import Event
 from rainierd.sim.fleet import FleetModel, FleetParams
 from rainierd.sim.frames import tick_frames
 from rainierd.topology import build_fleet
@@ -33,9 +33,8 @@ class Fleet:
         self.topology = build_fleet(1, 2)
         self.model = FleetModel(self.topology, np.random.default_rng(3), tick_s=TICK_S, start_s=0.0,
                                 params=FleetParams(noise=0.0))
-        detection = DetectionParams(feed=FeedParams(hold_s=self.hold_s))
         self.core = MonitorCore(self.topology, MonitorConfig(tick_s=TICK_S, stale_after_ticks=STALE_TICKS,
-                                                             detection=detection))
+                                                             feed_hold_s=self.hold_s))
 
     def run(self, ticks: int) -> list[Event]:
         """Publish ``ticks`` ticks, the monitor listening throughout; return the events."""

@@ -12,6 +12,7 @@ the inbox (``inbox``), the load judgement (``load``), the MQTT session
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -147,6 +148,8 @@ class Monitor:
         self.load.judge(waited_s=waited_s, elapsed_s=elapsed, dropped_messages=self.inbox.dropped_messages,
                         receive_lag_s=analysis.flush.receive_lag_s)
         for count, event in enumerate(analysis.events, 1):
+            if event.entity == "feed":  # one feed a monitor: its id is the shard's, so shards' events never meet
+                event = dataclasses.replace(event, id=self.shard.index)
             self.events.announce(event)
             if count % _ANNOUNCE_BATCH == 0:
                 await asyncio.sleep(0)  # rainier falling silent is 31,200 node events: 0.8 s in one go
@@ -229,11 +232,15 @@ class Monitor:
         return Verdict(True, "ok")
 
     def ready(self) -> Verdict:
-        """Return ready once connected, a tick has been analysed, and while keeping up."""
+        """Return ready once connected, a tick has been analysed, while keeping up and while its feed is not
+        lost (most of its nodes silent together: it is connected, but hears almost nothing)."""
         if not self.connection.connected:
             return Verdict(False, "mqtt not connected")
         if self.snapshot is None or not self.snapshot.computed:
             return Verdict(False, "no telemetry analysed yet")
         if self.load.overloaded:
             return Verdict(False, f"overloaded: {', '.join(self.load.reasons)}")
+        feed = self.snapshot.health.feed if self.snapshot.health is not None else None
+        if feed is not None and feed.lost:
+            return Verdict(False, feed.reason)
         return Verdict(True, "ready")
