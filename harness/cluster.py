@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from harness.nats_accounts import Identities
 from harness.procs import free_port, require_binary
 
 __all__ = ["ENGINES", "Cluster", "Engine", "Node", "cluster", "server_binary"]
@@ -59,7 +60,7 @@ mqtt {{
   # Retained messages and sessions are JetStream streams, replicated on every node.
   stream_replicas: 3
 }}
-"""
+{accounts}"""
 
 _RABBIT_CONF = """\
 # Node {name} of a throwaway three-node RabbitMQ cluster: loopback only.
@@ -147,6 +148,7 @@ class Cluster:
     nodes: list[Node]
     workdir: Path
     extra: list[subprocess.Popen[bytes]] = field(default_factory=list)  # RabbitMQ's own epmd
+    identities: Identities | None = None  # NATS with accounts and users; None: anyone may connect as anyone
 
     def urls(self, *indices: int) -> str:
         """Return the MQTT URLs of the nodes ``indices`` (default: all), comma-separated, in that order."""
@@ -189,7 +191,7 @@ class Cluster:
             proc.wait(timeout=10)
 
 
-def _nats_nodes(workdir: Path, binary: str) -> list[Node]:
+def _nats_nodes(workdir: Path, binary: str, identities: Identities | None) -> list[Node]:
     ports = [{"client": free_port(), "http": free_port(), "route": free_port(), "mqtt": free_port()}
              for _ in range(3)]
     routes = ", ".join(f"nats-route://127.0.0.1:{p['route']}" for p in ports)
@@ -197,7 +199,8 @@ def _nats_nodes(workdir: Path, binary: str) -> list[Node]:
     for i, p in enumerate(ports):
         name = f"n{i + 1}"
         conf = workdir / f"{name}.conf"
-        conf.write_text(_NATS_CONF.format(name=name, store=workdir / name, routes=routes, **p))
+        accounts = identities.config() if identities is not None else ""
+        conf.write_text(_NATS_CONF.format(name=name, store=workdir / name, routes=routes, accounts=accounts, **p))
         nodes.append(Node(name, p["mqtt"], [binary, "-c", str(conf)], dict(os.environ), workdir / f"{name}.log",
                           ready_port=p["http"]))
     return nodes
@@ -235,24 +238,30 @@ def _rabbitmqctl(node: Node, *args: str, timeout_s: float = 120.0) -> None:
 
 
 @contextlib.contextmanager
-def cluster(engine: Engine, workdir: Path) -> Iterator[Cluster]:
+def cluster(engine: Engine, workdir: Path, *, identities: Identities | None = None) -> Iterator[Cluster]:
     """Start a three-node cluster of ``engine`` under ``workdir``; kill it on exit.
 
+    ``identities`` (NATS only) puts monitors and publishers in accounts of
+    their own with per-user permissions (harness/nats_accounts.py); without,
+    anyone connects without a password, as any client id.
+
     Raises MissingBinaryError when the engine is not installed, TimeoutError when
-    the cluster does not form.
+    the cluster does not form, ValueError for identities on RabbitMQ.
     """
     binary = server_binary(engine)
+    if identities is not None and engine != "nats":
+        raise ValueError("identities are written for NATS only")
     workdir.mkdir(parents=True, exist_ok=True)
     extra: list[subprocess.Popen[bytes]] = []
     if engine == "nats":
-        nodes = _nats_nodes(workdir, binary)
+        nodes = _nats_nodes(workdir, binary, identities)
     else:
         epmd_port = free_port()
         epmd = shutil.which("epmd") or "/usr/bin/epmd"
         extra.append(subprocess.Popen([epmd, "-address", "127.0.0.1", "-port", str(epmd_port)],
                                       env={**os.environ, "ERL_EPMD_PORT": str(epmd_port)}))
         nodes = _rabbit_nodes(workdir, epmd_port, secrets.token_hex(16))
-    running = Cluster(engine, nodes, workdir, extra)
+    running = Cluster(engine, nodes, workdir, extra, identities)
     try:
         for node in nodes:
             node.start()

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from rainierd.cli import entry
+from rainierd._start import entry
 
 entry()

@@ -23,6 +23,7 @@ from typing import Any, Final, Literal, NoReturn, Union, get_args, get_origin
 import structlog
 
 from rainierd import __version__
+from rainierd._start import Stopped
 from rainierd.bridge.run import run_bridge
 from rainierd.daemon import run_role
 from rainierd.errors import ConfigError, RainierdError
@@ -221,7 +222,10 @@ def entry() -> NoReturn:
     command exits normally.
     """
     args = _parse(None)
-    code = _main(args)
+    try:
+        code = _main(args)
+    except Stopped:  # a signal before the role's tasks ran (rainierd/_start.py): a clean stop, nothing to flush
+        code = 0
     if args.command in _DAEMONS:
         logging.shutdown()
         for stream in (sys.stdout, sys.stderr):

@@ -27,7 +27,7 @@ from rainierd.connection import ConnectionState
 from rainierd.exporter import MetricsServer, UltraServerProbe, build_exporter
 from rainierd.exporter.webconfig import load_web_config
 from rainierd.inventory import load_topology
-from rainierd.lifecycle import run_until_stopped, stop_on_signals
+from rainierd.lifecycle import run_until_stopped
 from rainierd.looplag import LoopLag
 from rainierd.monitor import Monitor
 from rainierd.mqtt import MAX_PACKET_OVERHEAD, mqtt_config, supervise
@@ -85,9 +85,7 @@ async def run_role(role: Role, settings: Settings) -> None:
     """
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     keep_freed_memory()  # fleet-sized temporaries are reused, not faulted in anew each tick
-    stop = asyncio.Event()
-    with stop_on_signals(stop):
-        await _run_role(role, settings, stop)
+    await _run_role(role, settings, asyncio.Event())
 
 
 async def _run_role(role: Role, settings: Settings, stop: asyncio.Event) -> None:

@@ -30,6 +30,8 @@ fewer than 4 nodes; the others are absent.  docs/publishing.md shows a file.
 
 from __future__ import annotations
 
+import os
+import stat
 import tomllib
 from pathlib import Path
 from typing import Annotated, Final
@@ -46,6 +48,10 @@ __all__ = ["load_inventory", "load_topology"]
 # Names become label values and log fields: plain characters only, nothing to escape.
 _NAME: Final = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
 Name = Annotated[str, Field(pattern=_NAME)]
+MAX_NODES: Final = MAX_CHIPS // TRN2.chips_per_node
+# Above any inventory a monitor can hold: MAX_NODES entries of 512 bytes (a node with every name at its
+# longest takes some 450; the usual, with a hostname and an instance id, about 110).
+MAX_INVENTORY_BYTES: Final = MAX_NODES * 512
 
 
 class _Strict(BaseModel):
@@ -108,15 +114,52 @@ class InventoryModel(_Strict):
         return self
 
 
+def _read(path: Path) -> str:
+    """Return the text of the inventory at ``path``, refusing what cannot be one before reading or parsing it.
+
+    A FIFO or a device would block the start (or never end); a file larger
+    than any fleet's inventory, or naming more nodes than a monitor holds,
+    would take tens of seconds and a gigabyte to parse only to be refused
+    (a million-node file: 38 s and 1.4 GB).  Every node entry has exactly one
+    ``index`` key, so the word's count bounds the nodes before parsing.
+    Raises ConfigError.
+    """
+    try:
+        # O_NONBLOCK: opening a FIFO with no writer returns at once instead of waiting for one.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ConfigError(f"inventory {path}: {exc.strerror or exc}") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_INVENTORY_BYTES:
+        os.close(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ConfigError(f"inventory {path}: not a regular file")
+        raise ConfigError(f"inventory {path}: {info.st_size:,} bytes, more than any inventory "
+                          f"({MAX_INVENTORY_BYTES:,})")
+    with os.fdopen(fd, "rb") as file:
+        try:
+            raw = file.read(MAX_INVENTORY_BYTES + 1)
+        except OSError as exc:
+            raise ConfigError(f"inventory {path}: {exc.strerror or exc}") from None
+    if len(raw) > MAX_INVENTORY_BYTES:  # it grew while read
+        raise ConfigError(f"inventory {path}: more than {MAX_INVENTORY_BYTES:,} bytes")
+    if (mentions := raw.count(b"index")) > MAX_NODES:
+        raise ConfigError(f"inventory {path}: {mentions:,} node entries or more, more than {MAX_NODES:,} "
+                          f"({MAX_CHIPS:,} chips)")
+    try:
+        return raw.decode()
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"inventory {path}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
+
+
 def load_inventory(path: Path, *, efa_ports_per_node: int = TRN2.efa_ports_per_node) -> Topology:
     """Return the topology a TOML inventory describes (the file's EFA port count wins over the argument).
 
     Raises ConfigError naming the file and what is wrong with it.
     """
+    text = _read(path)
     try:
-        document = tomllib.loads(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"inventory {path}: {exc.strerror or exc}") from None
+        document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"inventory {path}: {exc}") from None
     try:

@@ -109,7 +109,8 @@ class Settings(BaseSettings):
         None, description="private key of the client certificate (unset: in the certificate file)")
     mqtt_client_id: Annotated[str | None, Use("mqtt")] = Field(
         None, max_length=64, description="MQTT client id, also the publisher id in frames "
-        "(unset: rainierd-<role>-<random>; run adds -sim and -monitor to a given one)",
+        "(unset: rainierd-<role>-<random>; run adds -sim and -monitor to a given one); the shipped broker makes "
+        "every client's id its username, so there set it to the username (make-credentials does)",
     )
     mqtt_qos: Annotated[Literal[0, 1], Use("mqtt")] = Field(
         0, description="QoS of telemetry publishes and subscriptions")
@@ -192,8 +193,8 @@ class Settings(BaseSettings):
     )
     max_seq_jump: Annotated[int, Use("monitor")] = Field(
         100_000, ge=16, le=2**40,
-        description="monitor: a frame numbered more than this many frames past its stream's last is rejected "
-                    "(seq_jump) unless the next frame continues from it",
+        description="monitor: a frame numbered more than this many frames past its stream's last (or further "
+                    "than the time since could hold) is held as seq_jump until 3 frames in a row continue from it",
     )
     max_backlog_bytes: Annotated[int, Use("monitor")] = Field(
         512 * 2**20, ge=2**20, le=64 * 2**30,

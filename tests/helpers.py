@@ -17,7 +17,10 @@ import yaml
 
 from rainierd.promrules import RULES_DIR, write_overridden
 
-__all__ = ["assert_valid_strictly", "kustomize", "rainierd_prometheus_config", "rules_for_tests", "tool"]
+__all__ = ["acl_users", "assert_valid_strictly", "compose_shard_users", "kustomize", "rainierd_prometheus_config",
+           "rules_for_tests", "statefulset_shard_configs", "tool"]
+
+DEPLOY = Path(__file__).parents[1] / "deploy"
 
 
 def rules_for_tests(target: Path, duration: str = "2s") -> list[Path]:
@@ -77,3 +80,56 @@ def assert_valid_strictly(manifests: list[dict[str, Any]], workdir: Path) -> Non
                             capture_output=True, text=True, check=False, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.count(" passed for resource ") == len(manifests), result.stdout
+
+
+def compose_shard_users() -> dict[str, str]:
+    """Return each shard (``i/N``) of deploy/compose.sharded.yaml and the broker user whose credentials it reads,
+    as compose resolves them: ``env_file`` lists are appended (over compose.yaml's, and through ``extends``)
+    and the last file's values stand."""
+    base = yaml.safe_load((DEPLOY / "compose.yaml").read_text())["services"]
+    override = yaml.safe_load((DEPLOY / "compose.sharded.yaml").read_text())["services"]
+    users = {}
+    for name, service in override.items():
+        shard = service.get("environment", {}).get("RAINIERD_SHARD")
+        if shard is None:
+            continue
+        parent = base[name] if name in base else base[service["extends"]["service"]]
+        env_files = [*parent.get("env_file", []), *service.get("env_file", [])]
+        users[shard] = Path(env_files[-1]).stem
+    return users
+
+
+def statefulset_shard_configs(statefulset: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """Return, for each pod ordinal of the monitor-shard StatefulSet, its shard (``i/N``) and the Secret key its
+    RAINIERD_CONFIG names, expanding ``$(RAINIERD_POD_INDEX)`` as the kubelet does; fail if the path is not in
+    a mounted Secret volume."""
+    spec = statefulset["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    env = {e["name"]: e.get("value", "") for e in container["env"]}
+    secrets = {v["name"]: v["secret"]["secretName"] for v in spec["volumes"] if "secret" in v}
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"] if m["name"] in secrets}
+    configs = {}
+    for ordinal in range(statefulset["spec"]["replicas"]):
+        def expand(value: str, i: int = ordinal) -> str:
+            return value.replace("$(RAINIERD_POD_INDEX)", str(i))
+        path = Path(expand(env["RAINIERD_CONFIG"]))
+        assert str(path.parent) in mounts, f"{path} is in no Secret volume ({mounts})"
+        configs[expand(env["RAINIERD_SHARD"])] = (secrets[mounts[str(path.parent)]], path.name)
+    return configs
+
+
+def acl_users(text: str) -> dict[str, set[str]]:
+    """Return each ``user`` block of a Mosquitto ACL file and its ``topic`` lines."""
+    users: dict[str, set[str]] = {}
+    current: set[str] | None = None
+    for line in text.splitlines():
+        words = line.split(maxsplit=1)
+        if not words or words[0].startswith("#"):
+            continue
+        if words[0] == "user":
+            current = users.setdefault(words[1], set())
+        elif words[0] == "topic" and current is not None:
+            current.add(words[1])
+        elif words[0] == "pattern":
+            current = None
+    return users

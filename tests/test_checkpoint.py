@@ -4,7 +4,12 @@ exactly once, and a checkpoint that does not fit is refused, never half used."""
 
 from __future__ import annotations
 
+import array
 import asyncio
+import contextlib
+import fcntl
+import os
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,6 +28,31 @@ from tests.test_core import Fleet
 from tests.test_monitor import tick_messages
 
 FLEET = "demo: 8 nodes, 1 sites"
+_FS_IOC_GETFLAGS, _FS_IOC_SETFLAGS, _FS_IMMUTABLE_FL = 0x80086601, 0x40086602, 0x10
+
+
+@contextlib.contextmanager
+def no_new_names(directory: Path) -> Iterator[None]:
+    """Make ``directory`` refuse to create, rename or remove entries (its files stay writable), as a read-only
+    state volume does: immutable for root (whom permissions do not stop), mode 0555 for anyone else."""
+    if os.geteuid() != 0:
+        directory.chmod(0o555)
+        try:
+            yield
+        finally:
+            directory.chmod(0o755)
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        flags = array.array("i", [0])
+        fcntl.ioctl(fd, _FS_IOC_GETFLAGS, flags, True)
+        fcntl.ioctl(fd, _FS_IOC_SETFLAGS, array.array("i", [flags[0] | _FS_IMMUTABLE_FL]))
+        try:
+            yield
+        finally:
+            fcntl.ioctl(fd, _FS_IOC_SETFLAGS, flags)
+    finally:
+        os.close(fd)
 
 
 def feed(monitor: Monitor, messages: list[tuple[str, bytes]]) -> None:
@@ -200,7 +230,7 @@ class TestRefusedWhole:
             target.ingest.restore(arrays)
         after = target.ingest.checkpoint()
         assert before.keys() == after.keys()
-        assert all(np.array_equal(before[k], after[k]) for k in before)
+        assert all(np.array_equal(before[k], after[k], equal_nan=before[k].dtype.kind == "f") for k in before)
 
     def test_a_publisher_id_ending_in_nul_survives_the_round_trip(self) -> None:
         """Binary frames may carry any UTF-8 publisher id; a numpy string array would drop trailing NULs, and the
@@ -234,6 +264,42 @@ class TestMonitorSaves:
         blocker.rmdir()
         await monitor.save_checkpoint_now()
         assert (path.exists(), monitor.checkpointer.saves) == (True, 2)
+
+    async def test_a_checkpoint_that_could_not_be_replaced_is_never_restored_later(self, tmp_path: Path) -> None:
+        """The state directory turns read-only mid-run, so saves fail and the last checkpoint cannot be removed:
+        it is marked stale in place, and the next start (the directory writable again) starts afresh instead of
+        taking back older counters (seen on main: counters back from 351 to 234, 117 applied frames lost again)."""
+        state = tmp_path / "state"
+        state.mkdir()
+        path = state / "streams.npz"
+        monitor = Monitor(build_topology("demo"), MonitorConfig(), checkpoint_file=path)
+        ticks = tick_messages(2)
+        feed(monitor, ticks[0])
+        await monitor.analyse_once()
+        await monitor.save_checkpoint_now()
+        with no_new_names(state):
+            feed(monitor, ticks[1])
+            await monitor.analyse_once()
+            await monitor.save_checkpoint_now()
+            assert (monitor.checkpointer.saves, monitor.checkpointer.failures, path.exists()) == (1, 1, True)
+        later = Monitor(build_topology("demo"), MonitorConfig(), checkpoint_file=path)
+        assert later.restore() is False
+        assert later.core.stats.frames_applied == 0
+
+    async def test_a_checkpoint_in_a_directory_that_takes_no_new_file_is_not_restored(self, tmp_path: Path) -> None:
+        """A good checkpoint on a volume that is read-only at start could never be replaced, so every start would
+        take back the same counters: it is not restored (and says why)."""
+        state = tmp_path / "state"
+        state.mkdir()
+        path = state / "streams.npz"
+        monitor = Monitor(build_topology("demo"), MonitorConfig(), checkpoint_file=path)
+        feed(monitor, tick_messages(1)[0])
+        await monitor.analyse_once()
+        await monitor.save_checkpoint_now()
+        assert restored(path).core.stats.frames_applied == 9
+        with no_new_names(state):
+            later = Monitor(build_topology("demo"), MonitorConfig(), checkpoint_file=path)
+            assert later.restore() is False
 
     async def test_a_stop_records_the_frames_received_but_not_yet_analysed(self, tmp_path: Path) -> None:
         """A tick analysed, the next received, then the stop: the checkpoint holds both ticks' frames, so the next

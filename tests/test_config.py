@@ -88,9 +88,10 @@ class TestEverySettingArrives:
         core.analyse(messages([(topic, frame), *rest], rx_s=0.0, wall_s=now), now_s=0.0)
         big = Message(0.1, topic, b"R" + bytes(4096), now)
         skewed = messages([(topic, replace(frame, seq=1, t_s=now - 61.0))], rx_s=0.1, wall_s=now)
-        near = messages([(rest[0][0], replace(rest[0][1], seq=1, t_s=now - 59.0))], rx_s=0.1, wall_s=now)
-        jump = messages([(rest[1][0], replace(rest[1][1], seq=502, t_s=now + 0.5))], rx_s=0.1, wall_s=now)
-        within = messages([(rest[2][0], replace(rest[2][1], seq=501, t_s=now + 0.5))], rx_s=0.1, wall_s=now)
+        near = messages([(rest[0][0], replace(rest[0][1], seq=1, t_s=now + 1.0))], rx_s=0.1, wall_s=now + 60.0)
+        # 500 frames skipped are a gap its 300 s could hold (core/streams.py); 501 are beyond max_seq_jump.
+        jump = messages([(rest[1][0], replace(rest[1][1], seq=502, t_s=now + 300))], rx_s=0.1, wall_s=now + 300)
+        within = messages([(rest[2][0], replace(rest[2][1], seq=501, t_s=now + 300))], rx_s=0.1, wall_s=now + 300)
         flush = core.analyse([big, *skewed, *near, *jump, *within], now_s=0.1).flush
         assert dict(flush.rejected) == {"oversize": 1, "clock_skew": 1, "seq_jump": 1}
         assert flush.applied == 2

@@ -158,12 +158,12 @@ class TestIngest:
         assert dict(fleet.feed(frames[:1]).rejected) == {"stale_seq": 1}
 
     def test_new_publisher_restarts_the_sequence(self) -> None:
-        """A node whose frames come from a new publisher is not counted as loss."""
+        """A node whose frames come from a new publisher, its own silent for two ticks, is not counted as loss."""
         fleet = Fleet()
         _, frames = fleet.frames()
         fleet.feed(frames)
         topic, frame = frames[0]
-        result = fleet.feed([(topic, replace(frame, publisher="sim-2", seq=0))])
+        result = fleet.feed([(topic, replace(frame, publisher="sim-2", seq=0, t_s=frame.t_s + 2))])
         assert (result.applied, fleet.stats.frames_lost, fleet.stats.publisher_changes) == (1, 0, 1)
 
     def test_unknown_node_and_topic_mismatch(self) -> None:
@@ -301,6 +301,8 @@ class TestThroughput:
             _, frames = fleet.frames()
             fleet.feed(frames)
         _, frames = fleet.frames()
+        fleet.feed(frames[1:])  # node 0's old publisher falls silent, so the restarted one takes it at once
+        _, frames = fleet.frames()
         topic, frame = frames[0]
         chips = frame.chips.copy()
         chips["fp8_flop_total"] = 0.0
@@ -339,6 +341,8 @@ class TestThroughput:
         for _ in range(3):
             _, frames = fleet.frames()
             fleet.feed(frames)
+        _, frames = fleet.frames()
+        fleet.feed(frames[1:])  # node 0's publisher falls silent: the standby takes it at once (a fail-over)
         _, frames = fleet.frames()
         topic, frame = frames[0]
         fleet.feed([(topic, replace(frame, publisher="standby")), *frames[1:]])

@@ -19,7 +19,14 @@ import pytest
 import yaml
 
 from rainierd.promrules import RULES_DIR, prometheus_rule
-from tests.helpers import assert_valid_strictly, kustomize, tool
+from tests.helpers import (
+    acl_users,
+    assert_valid_strictly,
+    compose_shard_users,
+    kustomize,
+    statefulset_shard_configs,
+    tool,
+)
 from tests.integration.test_authorisation import ShippedBroker, shipped_broker  # noqa: F401 (a fixture)
 
 ROOT = Path(__file__).parents[1]
@@ -276,3 +283,51 @@ class TestKubernetes:
             pytest.skip("kubectl is not installed: the other tests read the files, which is the same rendering")
         key = lambda m: (m["kind"], m["metadata"]["name"])  # noqa: E731
         assert sorted(kustomize(KUBE), key=key) == sorted(manifests(), key=key)
+
+
+MONITOR_TOPICS = {"read rainier/v1/telemetry/#", "write rainier/v1/events/#"}
+
+
+def credential_users() -> list[str]:
+    """Return the users deploy/mosquitto/make-credentials makes without arguments."""
+    (users,) = re.findall(r"^users=\(([^)]*)\)", (DEPLOY / "mosquitto" / "make-credentials").read_text(), re.M)
+    return [u for u in users.split() if not u.startswith('"$')]
+
+
+class TestIdentities:
+    """Every client's id is its username on the shipped broker, so each monitor shard needs its own user."""
+
+    def test_every_listener_of_the_shipped_broker_binds_client_ids_to_usernames(self) -> None:
+        """Each listener line of mosquitto.conf (the commented TLS one too) is followed, before the next
+        listener, by use_username_as_clientid true: it is a per-listener option."""
+        lines = [line.lstrip("# ").strip() for line in (DEPLOY / "mosquitto" / "mosquitto.conf").read_text()
+                 .splitlines()]
+        listeners = [i for i, line in enumerate(lines) if re.fullmatch(r"listener \d+.*", line)]
+        sections = [lines[a:b] for a, b in zip(listeners, [*listeners[1:], len(lines)], strict=True)]
+        assert [("use_username_as_clientid true" in section) for section in sections] == [True, True]
+
+    def test_compose_gives_each_shard_its_own_user_that_the_acl_lets_monitor(self) -> None:
+        """compose.sharded.yaml's shards read distinct credential files, one per shard, each a user
+        make-credentials makes and the ACL lets read telemetry and write events."""
+        users = compose_shard_users()
+        assert users == {"0/2": "rainierd-monitor-0", "1/2": "rainierd-monitor-1"}
+        acl = acl_users((DEPLOY / "mosquitto" / "acl").read_text())
+        assert {u: acl.get(u) for u in users.values()} == dict.fromkeys(users.values(), MONITOR_TOPICS)
+        assert set(users.values()) <= set(credential_users())
+
+    def test_the_statefulset_gives_each_ordinal_its_own_user_from_a_secret(self) -> None:
+        """Each pod ordinal of the shard StatefulSet reads its own settings file (rainierd-monitor-<i>.toml,
+        which make-credentials writes) from a Secret, with no Secret shared as environment by every shard; its
+        user is one the ACL lets monitor."""
+        path = DEPLOY / "kubernetes" / "sharded" / "monitor-statefulset.yaml"
+        statefulset = yaml.safe_load(path.read_text())
+        configs = statefulset_shard_configs(statefulset)
+        n = statefulset["spec"]["replicas"]
+        assert configs == {f"{i}/{n}": ("rainierd-monitor-shards-mqtt", f"rainierd-monitor-{i}.toml")
+                           for i in range(n)}
+        (container,) = statefulset["spec"]["template"]["spec"]["containers"]
+        assert [e for e in container["envFrom"] if "secretRef" in e] == []
+        acl = acl_users((DEPLOY / "mosquitto" / "acl").read_text())
+        users = [f"rainierd-monitor-{i}" for i in range(n)]
+        assert {u: acl.get(u) for u in users} == dict.fromkeys(users, MONITOR_TOPICS)
+        assert set(users) <= set(credential_users())

@@ -11,6 +11,7 @@ from dataclasses import replace
 import numpy as np
 
 from rainierd.core.ingest import FRAME_REASONS, Received
+from rainierd.core.ingest._window import as_batch
 from rainierd.sim.frames import tick_batches, tick_frames
 from rainierd.wire import FacilityFrame, NodeBatch, NodeFrame
 from rainierd.wire.topics import batch_topic, facility_topic, node_topic, parse_topic
@@ -98,3 +99,38 @@ class TestRejectedFramesChangeNothing:
         assert rejected(fleet, topic, stranger) == Counter(non_finite=1)
         after = fleet.ingest.checkpoint()
         assert after["publishers.utf8"].tobytes() == before["publishers.utf8"].tobytes() == b"sim"
+
+
+def _joined(*frames: NodeFrame) -> NodeBatch:
+    """Return node frames as one batch (an aggregator's), in the order given."""
+    parts = [as_batch(frame) for frame in frames]
+    first = parts[0]
+    return replace(
+        first, node=np.concatenate([p.node for p in parts]), node_seq=np.concatenate([p.node_seq for p in parts]),
+        node_tick=np.concatenate([p.node_tick for p in parts]), node_t_s=np.concatenate([p.node_t_s for p in parts]),
+        counts={kind: np.concatenate([p.counts[kind] for p in parts]) for kind in first.counts},
+        columns={kind: {name: np.concatenate([p.columns[kind][name] for p in parts]) for name in columns}
+                 for kind, columns in first.columns.items()},
+        site=0,
+    )
+
+
+class TestBatchEntries:
+    def test_a_node_of_another_bucket_in_a_batch_is_a_topic_mismatch(self) -> None:
+        """Node 4 (UltraServer 1, bucket 1) in a batch on bucket 0's topic is rejected, node 0 beside it applied
+        (main applied both)."""
+        fleet = Fleet()
+        frames = {f.node: f for _, f in fleet.frames()[1] if isinstance(f, NodeFrame)}
+        batch = _joined(frames[0], frames[4])
+        result = fleet.ingest.apply([Received(batch.t_s, parse_topic(batch_topic(0, 0, "agg")), batch, batch.t_s)])
+        assert (dict(result.rejected), result.applied) == ({"topic_mismatch": 1}, 1)
+
+    def test_a_node_listed_twice_in_one_batch_is_rejected_both_times(self) -> None:
+        """Node 0 twice in one batch (two different frames of it): neither can be told the genuine one, so both
+        entries are duplicate_node, node 1 beside them applied (main applied node 0 twice)."""
+        fleet = Fleet()
+        frames = {f.node: f for _, f in fleet.frames()[1] if isinstance(f, NodeFrame)}
+        again = replace(frames[0], seq=frames[0].seq + 1, t_s=frames[0].t_s + 1.0)
+        batch = _joined(frames[0], again, frames[1])
+        result = fleet.ingest.apply([Received(batch.t_s, parse_topic(batch_topic(0, 0, "agg")), batch, batch.t_s)])
+        assert (dict(result.rejected), result.applied) == ({"duplicate_node": 2}, 1)

@@ -3,6 +3,7 @@ its absent nodes, its names on the metrics, and clear errors for bad files."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,7 @@ from rainierd.core.analysis import MonitorCore
 from rainierd.core.ingest import Received
 from rainierd.errors import ConfigError
 from rainierd.exporter.entities import EntityFamilies
-from rainierd.inventory import load_inventory, load_topology
+from rainierd.inventory import MAX_INVENTORY_BYTES, MAX_NODES, load_inventory, load_topology
 from rainierd.settings import load_settings
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
@@ -73,6 +74,42 @@ class TestBadFiles:
         with pytest.raises(ConfigError, match=message) as info:
             load_inventory(path)
         assert str(path) in str(info.value)
+
+    def test_a_fifo_is_refused_not_waited_on(self, tmp_path: Path) -> None:
+        """A named pipe with no writer would block the start for ever: it is refused as not a regular file."""
+        fifo = tmp_path / "inventory.toml"
+        os.mkfifo(fifo)
+        with pytest.raises(ConfigError, match="not a regular file"):
+            load_inventory(fifo)
+
+    def test_a_directory_is_refused(self, tmp_path: Path) -> None:
+        """A directory named like an inventory is refused with the same words."""
+        folder = tmp_path / "inventory.toml"
+        folder.mkdir()
+        with pytest.raises(ConfigError, match="not a regular file"):
+            load_inventory(folder)
+
+    def test_a_file_larger_than_any_inventory_is_refused_before_it_is_read(self, tmp_path: Path) -> None:
+        """Its size alone refuses it (a sparse file: nothing is written or read)."""
+        path = tmp_path / "inventory.toml"
+        with path.open("wb") as out:
+            out.truncate(MAX_INVENTORY_BYTES + 1)
+        with pytest.raises(ConfigError, match="more than any inventory"):
+            load_inventory(path)
+
+    def test_more_nodes_than_a_monitor_holds_are_refused_before_parsing(self, tmp_path: Path) -> None:
+        """One node entry too many is refused by counting, not after parsing a million entries (38 s, 1.4 GB)."""
+        entry = "[[site.ultraserver.node]]\nindex = 0\n"
+        path = write(tmp_path, "[[site]]\nname='a'\n" + entry * (MAX_NODES + 1))
+        with pytest.raises(ConfigError, match=f"{MAX_NODES + 1:,} node entries or more"):
+            load_inventory(path)
+
+    def test_a_file_that_is_not_utf8_is_refused(self, tmp_path: Path) -> None:
+        """Bytes that are not UTF-8 are named, with where."""
+        path = tmp_path / "inventory.toml"
+        path.write_bytes(b"name = '\xff'\n")
+        with pytest.raises(ConfigError, match="not UTF-8"):
+            load_inventory(path)
 
     def test_a_missing_file_stops_the_settings(self, tmp_path: Path) -> None:
         """--topology naming a file that is not there is a bad setting (exit 2 from the CLI)."""

@@ -29,7 +29,7 @@ from rainierd.connection import ConnectionState
 from rainierd.dropqueue import DropOldestQueue
 from rainierd.errors import ConfigError
 from rainierd.inventory import load_topology
-from rainierd.lifecycle import run_until_stopped, stop_on_signals
+from rainierd.lifecycle import run_until_stopped
 from rainierd.mqtt import mqtt_config, supervise
 from rainierd.settings import Settings
 from rainierd.topology import Topology
@@ -72,9 +72,7 @@ async def run_bridge(settings: Settings, *, node_name: str, efa_root: Path) -> N
 
     Raises ConfigError when ``node_name`` is not a node of the topology.
     """
-    stop = asyncio.Event()
-    with stop_on_signals(stop):
-        await _run_bridge(settings, node_name=node_name, efa_root=efa_root, stop=stop)
+    await _run_bridge(settings, node_name=node_name, efa_root=efa_root, stop=asyncio.Event())
 
 
 async def _run_bridge(settings: Settings, *, node_name: str, efa_root: Path, stop: asyncio.Event) -> None:

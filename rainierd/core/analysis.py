@@ -145,7 +145,8 @@ class MonitorCore:
         self.state = FleetState(topology)
         self.stats = IngestStats()
         self.ingest = Ingest(self.state, self.stats, max_frame_bytes=config.max_frame_bytes,
-                             max_clock_skew_s=config.max_clock_skew_s, max_seq_jump=config.max_seq_jump)
+                             max_clock_skew_s=config.max_clock_skew_s, max_seq_jump=config.max_seq_jump,
+                             tick_s=config.tick_s)
         self.detector = FleetDetector(self.state, hardware=config.hardware, params=config.detection_params())
         # Each group's healthy share of peak, what a stall of it costs (per group: shards add up).
         self.healthy_shares = HealthyShares.empty(topology.n_ultraservers,

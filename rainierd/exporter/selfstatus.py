@@ -25,7 +25,8 @@ __all__ = [
 DECODE_REASONS: Final = (
     "oversize", "empty", "unknown_encoding", "truncated", "bad_magic", "bad_version",
     "bad_kind", "bad_header", "trailing_bytes", "non_finite", "bad_json", "schema",
-    "unknown_node", "unknown_id", "duplicate_id", "topic_mismatch", "stale_seq", "seq_jump", "bad_topic",
+    "unknown_node", "unknown_id", "duplicate_id", "topic_mismatch", "duplicate_node", "stale_seq", "seq_jump",
+    "time_jump", "publisher_unconfirmed", "bad_topic",
     "clock_skew",
 )
 ENCODINGS: Final = ("binary", "json")

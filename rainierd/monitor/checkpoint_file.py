@@ -23,9 +23,11 @@ import numpy.typing as npt
 
 from rainierd.errors import RainierdError
 
-__all__ = ["CheckpointError", "load_checkpoint", "save_checkpoint"]
+__all__ = ["CheckpointError", "can_replace", "load_checkpoint", "mark_stale", "save_checkpoint"]
 
 FORMAT: Final = 2  # 2: the counters as named arrays (counters.frames_applied, ...)
+# Written over a checkpoint's first bytes when it could be neither replaced nor removed (``mark_stale``).
+STALE_MARK: Final = b"rainierd: stale checkpoint\n"
 
 
 class CheckpointError(RainierdError):
@@ -47,12 +49,42 @@ def save_checkpoint(path: Path, arrays: dict[str, npt.NDArray[Any]], *, fleet: s
         os.close(directory)
 
 
+def can_replace(path: Path) -> bool:
+    """Return whether ``save_checkpoint`` can create its temporary file beside ``path`` (and remove it again).
+
+    Permissions do not tell (root passes any access check); trying does.
+    """
+    probe = path.with_name(f".{path.name}.probe")
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600))
+        probe.unlink()
+    except OSError:
+        return False
+    return True
+
+
+def mark_stale(path: Path) -> None:
+    """Overwrite the first bytes of the checkpoint at ``path`` in place, so it is never restored (raises OSError).
+
+    For a checkpoint that could be neither replaced nor removed: a directory
+    that refuses new names (read-only, immutable, full) may still let an
+    existing file be written.
+    """
+    with path.open("r+b") as file:
+        file.write(STALE_MARK)
+        file.flush()
+        os.fsync(file.fileno())
+
+
 def load_checkpoint(path: Path, *, fleet: str) -> dict[str, npt.NDArray[Any]] | None:
     """Return the arrays saved at ``path``, or None if there is no file.
 
     Raises CheckpointError, saying why, for a file that cannot be used.
     """
     try:
+        with path.open("rb") as file:
+            if file.read(len(STALE_MARK)) == STALE_MARK:
+                raise CheckpointError(f"{path}: marked stale by a monitor that could not replace it")
         with np.load(path, allow_pickle=False) as saved:
             arrays = {name: saved[name] for name in saved.files}
     except FileNotFoundError:

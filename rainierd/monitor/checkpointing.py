@@ -1,6 +1,14 @@
 """The monitor's stream checkpoint kept current: restored at start, saved off
 the event loop after every analysis, and never left stale after a failed
 write (the file format is ``checkpoint_file``).
+
+A checkpoint that cannot be kept current is never restored: a write that
+fails removes the last one, or, where its directory refuses that too (a
+read-only or immutable directory), marks it stale in place; and at start a
+checkpoint whose directory refuses a new file is not taken at all, because
+every later save would fail and the next start would take back these same,
+older counters (a false reset to Prometheus, and frames applied since counted
+lost again).
 """
 
 from __future__ import annotations
@@ -13,7 +21,7 @@ from pathlib import Path
 import structlog
 
 from rainierd.core.ingest import Ingest
-from rainierd.monitor.checkpoint_file import load_checkpoint, save_checkpoint
+from rainierd.monitor.checkpoint_file import can_replace, load_checkpoint, mark_stale, save_checkpoint
 from rainierd.monitor.rejections import worth_logging
 from rainierd.monitor.snapshot import Checkpointing
 
@@ -47,6 +55,10 @@ class Checkpointer:
             if arrays is None:
                 log.info("no stream checkpoint yet; starting afresh", path=str(path))
                 return False
+            if not can_replace(path):
+                log.warning("stream checkpoint not used: its directory takes no new file, so it could not be kept "
+                            "current; starting afresh", path=str(path))
+                return False
             self._ingest.restore(arrays)
         except Exception as exc:  # whatever is wrong with the file, the monitor starts afresh
             log.warning("stream checkpoint not used; starting afresh", path=str(path),
@@ -79,7 +91,13 @@ class Checkpointer:
             try:
                 path.unlink(missing_ok=True)
             except OSError as unlink_error:
-                log.warning("stale stream checkpoint could not be removed", path=str(path), error=str(unlink_error))
+                try:
+                    mark_stale(path)
+                except OSError as mark_error:
+                    if worth_logging(self.failures - 1, self.failures):
+                        log.warning("stale stream checkpoint could be neither removed nor marked; remove it before "
+                                    "the next start", path=str(path), error=str(unlink_error),
+                                    mark_error=str(mark_error))
             if worth_logging(self.failures - 1, self.failures):
                 log.warning("stream checkpoint not saved", path=str(path), error=str(exc)[:300],
                             error_type=type(exc).__name__, occurrences=self.failures)

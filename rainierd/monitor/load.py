@@ -3,7 +3,13 @@
 Behind means: the inbox overflowed, the oldest message waited over two
 ticks, the analysis took longer than a tick, or messages now reach the inbox
 later than their usual floor (they queue before it, in the socket or the
-broker).  While behind, the listening clock stops (silence is not judged)
+broker).  That floor is each node stream's own (``core/streams.py``): the
+lag judged is a frame's excess over its own stream's, so a node's clock skew
+never counts, and a sample time the stream has not confirmed never reaches
+it (such frames are refused).  Queueing delays every stream alike, so
+``receive_lag`` also needs the excess in at least ``LATE_STREAMS_SHARE`` of
+the streams a window usually carries (and at least two): one node's frames,
+late or lying, never make the fleet "overloaded".  While behind, the listening clock stops (silence is not judged)
 and ``/readyz`` says so; it ends after a few clean windows, so it does not
 flap.
 """
@@ -16,7 +22,7 @@ from typing import Final
 import numpy as np
 import structlog
 
-from rainierd._types import F64
+from rainierd._types import F64, I64
 from rainierd.monitor.clock import ListeningClock
 from rainierd.monitor.snapshot import Backlog
 
@@ -25,7 +31,8 @@ __all__ = ["LoadJudge"]
 log = structlog.get_logger("rainierd.monitor")
 
 CLEAN_WINDOWS_TO_RECOVER: Final = 3  # analyses without a sign of overload before it ends
-RECEIVE_LAG_HISTORY: Final = 300  # windows over which the receive-lag floor is taken
+RECEIVE_LAG_HISTORY: Final = 300  # windows over which the usual number of streams a window carries is taken
+LATE_STREAMS_SHARE: Final = 0.1  # of those, the share whose frames must come late for receive_lag
 
 
 class LoadJudge:
@@ -40,10 +47,15 @@ class LoadJudge:
         self.receive_offset_s = (float("nan"), float("nan"))
         self._dropped_seen = 0
         self._clean_windows = 0
-        self._floor: deque[float] = deque(maxlen=RECEIVE_LAG_HISTORY)
+        self._streams: deque[int] = deque(maxlen=RECEIVE_LAG_HISTORY)
 
-    def judge(self, *, waited_s: float, elapsed_s: float, dropped_messages: int, receive_lag_s: F64) -> None:
-        """Decide whether the monitor is behind, from one window's wait, analysis time and receive lags."""
+    def judge(self, *, waited_s: float, elapsed_s: float, dropped_messages: int, receive_lag_s: F64,
+              receive_excess_s: F64, receive_entity: I64, streams_heard: int) -> None:
+        """Decide whether the monitor is behind, from one window's wait, analysis time and receive lags.
+
+        ``receive_lag_s`` is the applied frames' raw lags (for the offset gauge); ``receive_excess_s`` each one's
+        excess over its own stream's floor, with its node in ``receive_entity``.
+        """
         self.oldest_s = waited_s
         reasons = []
         if dropped_messages > self._dropped_seen:
@@ -53,13 +65,15 @@ class LoadJudge:
             reasons.append("backlog")
         if elapsed_s > self._tick_s:
             reasons.append("analysis_overrun")
-        # Messages that queue before the inbox (socket, broker) show as a
-        # receive lag above its usual floor; the floor absorbs clock skew.
         if receive_lag_s.size:
-            median = float(np.median(receive_lag_s))
-            self.receive_offset_s = (median, float(np.abs(receive_lag_s).max()))
-            self._floor.append(median)
-            if median - min(self._floor) > max(self._tick_s, 1.0):
+            self.receive_offset_s = (float(np.median(receive_lag_s)), float(np.abs(receive_lag_s).max()))
+        # Messages that queue before the inbox (socket, broker) show as a
+        # receive lag above each stream's own floor, in many streams at once.
+        self._streams.append(streams_heard)
+        bound = max(self._tick_s, 1.0)
+        if receive_excess_s.size and float(np.median(receive_excess_s)) > bound:
+            late = int(np.unique(receive_entity[receive_excess_s > bound]).size)
+            if late >= max(2, LATE_STREAMS_SHARE * max(self._streams)):
                 reasons.append("receive_lag")
         if reasons:
             self._clean_windows = 0

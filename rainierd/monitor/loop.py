@@ -146,7 +146,8 @@ class Monitor:
         self._sample_lag.observe(finished_wall - analysis.flush.applied_t_s)
         elapsed = time.perf_counter() - started
         self.load.judge(waited_s=waited_s, elapsed_s=elapsed, dropped_messages=self.inbox.dropped_messages,
-                        receive_lag_s=analysis.flush.receive_lag_s)
+                        receive_lag_s=analysis.flush.receive_lag_s, receive_excess_s=analysis.flush.receive_excess_s,
+                        receive_entity=analysis.flush.receive_entity, streams_heard=analysis.flush.streams_heard)
         for count, event in enumerate(analysis.events, 1):
             if event.entity == "feed":  # one feed a monitor: its id is the shard's, so shards' events never meet
                 event = dataclasses.replace(event, id=self.shard.index)

@@ -76,10 +76,11 @@ def _saved(arrays: dict[str, npt.NDArray[Any]], name: str, dtype: Any, *, ndim: 
 class Accounting:
     """The node and site streams, the publisher table, and the stats they add up to."""
 
-    def __init__(self, n_nodes: int, n_sites: int, stats: IngestStats, *, max_seq_jump: int) -> None:
+    def __init__(self, n_nodes: int, n_sites: int, stats: IngestStats, *, max_seq_jump: int,
+                 tick_s: float = 1.0) -> None:
         self.stats = stats
-        self.nodes = Streams(n_nodes, max_jump=max_seq_jump)
-        self.sites = Streams(n_sites, max_jump=max_seq_jump)
+        self.nodes = Streams(n_nodes, max_jump=max_seq_jump, tick_s=tick_s)
+        self.sites = Streams(n_sites, max_jump=max_seq_jump, tick_s=tick_s)
         self._publishers: dict[str, int] = {}
 
     def publisher(self, name: str) -> int:
@@ -150,8 +151,8 @@ class Accounting:
         """
         if "counters" in arrays:
             raise ValueError("counters: a checkpoint of the positional layout, which this version does not read")
-        nodes = Streams(self.nodes.publisher.size, max_jump=int(self.nodes.max_jump))
-        sites = Streams(self.sites.publisher.size, max_jump=int(self.sites.max_jump))
+        nodes = Streams(self.nodes.publisher.size, max_jump=int(self.nodes.max_jump), tick_s=self.nodes.tick_s)
+        sites = Streams(self.sites.publisher.size, max_jump=int(self.sites.max_jump), tick_s=self.sites.tick_s)
         nodes.restore({k.removeprefix("nodes."): v for k, v in arrays.items() if k.startswith("nodes.")})
         sites.restore({k.removeprefix("sites."): v for k, v in arrays.items() if k.startswith("sites.")})
         utf8 = _saved(arrays, "publishers.utf8", np.uint8)

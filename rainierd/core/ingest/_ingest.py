@@ -6,18 +6,20 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
 
-from rainierd._types import F64
+from rainierd._types import F64, I64
 from rainierd.core.ingest._accounting import Accounting, IngestStats, Tally
 from rainierd.core.ingest._rules import Family, judge
 from rainierd.core.ingest._store import Store
 from rainierd.core.ingest._values import FlushResult, Message, Received
 from rainierd.core.ingest._window import join_nodes, join_sites
 from rainierd.core.state import FleetState, Scratch
+from rainierd.core.streams import Advance
 from rainierd.errors import FrameError
 from rainierd.wire import decode_frame
 from rainierd.wire.records import FacilityFrame, NodeBatch
@@ -28,19 +30,38 @@ __all__ = ["Ingest"]
 _MAX_TICK: Final = 2**63 - 1  # ticks are u64 on the wire; what the monitor keeps is an int64
 
 
+@dataclass(frozen=True, eq=False)
+class _Lags:
+    """The applied node frames' sample times and receive lags, for the load judgement and the lag gauges."""
+
+    applied_t_s: F64 = field(default_factory=lambda: np.zeros(0))
+    receive_lag_s: F64 = field(default_factory=lambda: np.zeros(0))
+    excess_s: F64 = field(default_factory=lambda: np.zeros(0))  # lag above each frame's own stream's floor
+    entity: I64 = field(default_factory=lambda: np.zeros(0, np.int64))  # each excess's node
+    streams: int = 0  # nodes with a frame that passed the rules in the window
+
+
+def _count_refusals(advance: Advance, rejected: Counter[str]) -> None:
+    """Count what the sequence accounting refused, by reason (docs/wire-format.md)."""
+    for reason, count in (("stale_seq", advance.stale), ("seq_jump", advance.jumps),
+                          ("time_jump", advance.time_jumps), ("publisher_unconfirmed", advance.unconfirmed)):
+        if count:
+            rejected[reason] += count
+
+
 class Ingest:
     """Turns windows of frames into in-place updates of a FleetState."""
 
     def __init__(
         self, state: FleetState, stats: IngestStats, *, max_frame_bytes: int = 1 << 20,
-        max_clock_skew_s: float = 300.0, max_seq_jump: int = 100_000,
+        max_clock_skew_s: float = 300.0, max_seq_jump: int = 100_000, tick_s: float = 1.0,
     ) -> None:
         self.state = state
         self.stats = stats
         self.max_frame_bytes = max_frame_bytes
         self.max_clock_skew_s = max_clock_skew_s
         topo = state.topology
-        self.accounting = Accounting(topo.n_nodes, topo.n_sites, stats, max_seq_jump=max_seq_jump)
+        self.accounting = Accounting(topo.n_nodes, topo.n_sites, stats, max_seq_jump=max_seq_jump, tick_s=tick_s)
         self._families = {"nodes": Family.nodes(topo), "sites": Family.sites(topo)}
         self._store = Store(state)
         # The window's joined columns live here from one window to the next.
@@ -87,10 +108,11 @@ class Ingest:
         rejected: Counter[str] = Counter()
         samples: Counter[str] = Counter()
         tally = Tally()
-        applied_t_s, receive_lag_s = self._apply_nodes(nodes, rejected, samples, tally)
+        lags = self._apply_nodes(nodes, rejected, samples, tally)
         samples["facility"] += self._apply_sites(sites, rejected, tally)
         return FlushResult(tally.applied, rejected, tally.lost, tally.changes, self.state.latest_tick, Counter(),
-                           applied_t_s, receive_lag_s, samples, tally.late, tally.restarts, self.missing())
+                           lags.applied_t_s, lags.receive_lag_s, samples, tally.late, tally.restarts, self.missing(),
+                           receive_excess_s=lags.excess_s, receive_entity=lags.entity, streams_heard=lags.streams)
 
     def missing(self) -> int:
         """Return how many frames are missing now and may still arrive late (not yet counted lost)."""
@@ -110,9 +132,9 @@ class Ingest:
 
     def _apply_nodes(
         self, items: list[Received], rejected: Counter[str], samples: Counter[str], tally: Tally,
-    ) -> tuple[F64, F64]:
+    ) -> _Lags:
         if not items:
-            return np.zeros(0), np.zeros(0)
+            return _Lags()
         w = join_nodes(items, self._scratch)
         good = np.flatnonzero(judge(w, self._families["nodes"], max_clock_skew_s=self.max_clock_skew_s,
                                     rejected=rejected))
@@ -127,15 +149,14 @@ class Ingest:
         first = np.ones(by_node.size, dtype=bool)
         first[1:] = nodes_sorted[1:] != nodes_sorted[:-1]
         generation = np.arange(by_node.size) - np.maximum.accumulate(np.where(first, np.arange(by_node.size), 0))
-        applied_t_s, receive_lag_s, applied = [], [], []
+        applied_t_s, receive_lag_s, excess_s, applied = [], [], [], []
         streams = self.accounting.nodes
         for g in range(int(generation.max(initial=-1)) + 1):
             frames = np.sort(by_node[generation == g])
-            advance = streams.advance(w.entity[frames], publisher[frames], w.seq[frames], w.t_s[frames])
-            if advance.stale:
-                rejected["stale_seq"] += advance.stale
-            if advance.jumps:
-                rejected["seq_jump"] += advance.jumps
+            advance = streams.advance(w.entity[frames], publisher[frames], w.seq[frames], w.t_s[frames],
+                                      rx_s=w.rx_s[frames], wall_s=w.rx_wall_s[frames])
+            _count_refusals(advance, rejected)
+            excess_s.append(advance.excess_lag_s[advance.keep])
             rebased = advance.rebased[advance.keep]
             frames = frames[advance.keep]
             self._store.nodes(w, frames, samples)
@@ -146,7 +167,7 @@ class Ingest:
             receive_lag_s.append(w.rx_wall_s[frames] - w.t_s[frames])
             applied.append(frames)
         if not applied_t_s:
-            return np.zeros(0), np.zeros(0)
+            return _Lags()
         # "Latest" is the window's median sample, not its newest sample nor its largest tick: a publisher's
         # tick is only its own count (one absurd tick would pin the gauge), and one node whose clock runs
         # minutes fast (within max_clock_skew_s) would otherwise hold the lag gauge negative for good.
@@ -157,7 +178,10 @@ class Ingest:
             self.state.latest_t_s = float(times[at])
             self.state.latest_tick = min(int(w.tick[chosen][at]), _MAX_TICK)
         lags = np.concatenate(receive_lag_s)
-        return np.concatenate(applied_t_s), lags[np.isfinite(lags)]
+        excess = np.concatenate(excess_s)
+        known = np.isfinite(excess)
+        return _Lags(np.concatenate(applied_t_s), lags[np.isfinite(lags)], excess[known], w.entity[chosen][known],
+                     int(first.sum()))
 
     def _apply_sites(self, items: list[Received], rejected: Counter[str], tally: Tally) -> int:
         """Check and apply facility frames (a handful a window); return how many were applied."""
@@ -174,12 +198,10 @@ class Ingest:
             advance = streams.advance(
                 np.array([frame.site], np.int64), np.array([self.accounting.publisher(frame.publisher)], np.int64),
                 np.array([frame.seq], np.uint64), np.array([frame.t_s]),
+                rx_s=np.array([item.rx_s]), wall_s=np.array([item.rx_wall_s]),
             )
             tally.add(advance, int(advance.keep.sum()))
-            if advance.stale:
-                rejected["stale_seq"] += 1
-            if advance.jumps:
-                rejected["seq_jump"] += 1
+            _count_refusals(advance, rejected)
             if not advance.keep.all():
                 continue
             self._store.site(frame, item.rx_s, rebased=bool(advance.rebased.any()))

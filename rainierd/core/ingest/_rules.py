@@ -24,6 +24,7 @@ from rainierd._types import I64, B
 from rainierd.core.ingest._window import Window
 from rainierd.topology import Topology
 from rainierd.wire.records import FACILITY_DTYPE, ID_FIELDS, RECORD_DTYPES, float_fields
+from rainierd.wire.topics import BUCKETS
 
 __all__ = ["REASONS", "RULES", "Family", "judge"]
 
@@ -48,6 +49,7 @@ class Family:
     present: B  # which of them the inventory holds
     site: I64  # each entity's site
     ultraserver: I64  # each entity's UltraServer (-1: not meaningful)
+    bucket: I64  # each entity's topic bucket (-1: not meaningful)
     owned: dict[str, Owned] = field(default_factory=dict)  # kinds whose records name their entity's ids
     expected: dict[str, int] = field(default_factory=dict)  # kinds a frame carries exactly this many of
 
@@ -58,14 +60,15 @@ class Family:
                  "links": Owned(topo.links_per_node, topo.link_node),
                  "efa": Owned(topo.efa_ports_per_node, topo.efa_node)}
         assert set(owned) == {kind for kind, name in ID_FIELDS.items() if name is not None}
-        return cls(topo.n_nodes, topo.node_present, topo.node_site, topo.node_ultraserver, owned)
+        buckets = np.asarray(topo.node_ultraserver, np.int64) % BUCKETS
+        return cls(topo.n_nodes, topo.node_present, topo.node_site, topo.node_ultraserver, buckets, owned)
 
     @classmethod
     def sites(cls, topo: Topology) -> Family:
         """Return what facility frames are checked against: the sites, one facility record each."""
         every = np.arange(topo.n_sites, dtype=np.int64)
-        return cls(topo.n_sites, np.ones(topo.n_sites, bool), every, np.full(topo.n_sites, -1, np.int64),
-                   expected={"facility": 1})
+        none = np.full(topo.n_sites, -1, np.int64)
+        return cls(topo.n_sites, np.ones(topo.n_sites, bool), every, none, none, expected={"facility": 1})
 
 
 class _Case:
@@ -118,12 +121,31 @@ def _unknown_node(c: _Case) -> B:
 
 
 def _topic_mismatch(c: _Case) -> B:
-    """The topic is of another family, or names another site, UltraServer or node than the frame."""
+    """The topic is of another family, or names another site, bucket, UltraServer or node than the frame.
+
+    A batch on bucket 2's topic reaches bucket 2's shard only, so a node of bucket 3 in it is not that
+    shard's to apply (and would reach no shard that owns it).
+    """
     w, f = c.w, c.family
     mismatch: B = ~w.topic_fits | ((w.want_site >= 0) & (f.site[c.entity] != w.want_site)) | (
         (w.want_ultraserver >= 0) & (f.ultraserver[c.entity] != w.want_ultraserver)) | (
-        (w.want_node >= 0) & (c.entity != w.want_node))
+        (w.want_node >= 0) & (c.entity != w.want_node)) | (
+        (w.want_bucket >= 0) & (f.bucket[c.entity] != w.want_bucket))
     return mismatch
+
+
+def _duplicate_node(c: _Case) -> B:
+    """One batch lists the node (or site) more than once: every entry of it is refused, as neither can be
+    told the genuine one (a node's frames come one per batch; consecutive frames, in consecutive batches)."""
+    w = c.w
+    if w.size < 2 or bool((w.part[1:] != w.part[:-1]).all()):
+        return np.zeros(w.size, dtype=bool)  # one entry a part (node frames): nothing to compare
+    key = w.part * (c.family.count + 1) + c.entity
+    ordered = np.sort(key)
+    twice = ordered[1:][ordered[1:] == ordered[:-1]]
+    if not twice.size:
+        return np.zeros(w.size, dtype=bool)
+    return np.isin(key, twice)
 
 
 def _bad_header(c: _Case) -> B:
@@ -183,6 +205,7 @@ def _duplicate_id(c: _Case) -> B:
 RULES: Final[dict[str, Callable[[_Case], B]]] = {
     "unknown_node": _unknown_node,
     "topic_mismatch": _topic_mismatch,
+    "duplicate_node": _duplicate_node,
     "bad_header": _bad_header,
     "non_finite": _non_finite,
     "clock_skew": _clock_skew,

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from rainierd._types import F64
+from rainierd._types import F64, I64
 from rainierd.wire.records import Frame
 from rainierd.wire.topics import TopicAddress
 
@@ -52,3 +52,8 @@ class FlushResult:
     late: int = 0  # frames that were missing and arrived after all (never lost, not applied)
     restarts: int = 0  # a publisher restarted under the same id
     missing: int = 0  # frames missing after this window (may still come late; not yet lost)
+    # Receive lag above each applied node frame's own stream's floor (core/streams.py), and that frame's node:
+    # what queueing before the monitor adds, whatever the publishers' clocks say.
+    receive_excess_s: F64 = field(default_factory=lambda: np.zeros(0))
+    receive_entity: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
+    streams_heard: int = 0  # node streams with a frame that passed the rules in the window

@@ -59,6 +59,7 @@ class Window:
     want_site: I64  # the site the topic names (-1: no topic)
     want_ultraserver: I64  # the UltraServer a node topic names (-1: none)
     want_node: I64  # the node a node topic names (-1: a batch or no topic)
+    want_bucket: I64  # the bucket the topic names (-1: none, or the bucket-less layout)
     counts: dict[str, I64]
     columns: dict[str, dict[str, npt.NDArray[Any]]]
     known: dict[str, npt.NDArray[np.uint16] | int]
@@ -83,14 +84,14 @@ def as_batch(frame: NodeFrame) -> NodeBatch:
     )
 
 
-def _claims(item: Received) -> tuple[bool, int, int, int]:
-    """Return what a node frame's topic claims: (fits its family, site, UltraServer, node), -1 for none."""
+def _claims(item: Received) -> tuple[bool, int, int, int, int]:
+    """Return what a node frame's topic claims: (fits its family, site, UltraServer, node, bucket), -1 for none."""
     address, frame = item.address, item.frame
     if address is None:
-        return True, -1, -1, -1
+        return True, -1, -1, -1, -1
     if isinstance(frame, NodeBatch):
-        return address.kind == "batch" and address.site == frame.site, address.site, -1, -1
-    return address.kind == "node", address.site, address.ultraserver, address.node
+        return address.kind == "batch" and address.site == frame.site, address.site, -1, -1, address.bucket
+    return address.kind == "node", address.site, address.ultraserver, address.node, address.bucket
 
 
 def join_nodes(items: Sequence[Received], scratch: Scratch) -> Window:
@@ -148,6 +149,7 @@ def join_nodes(items: Sequence[Received], scratch: Scratch) -> Window:
         want_site=per_part([c[1] for c in claims], np.int64),
         want_ultraserver=per_part([c[2] for c in claims], np.int64),
         want_node=per_part([c[3] for c in claims], np.int64),
+        want_bucket=per_part([c[4] for c in claims], np.int64),
         counts=counts, columns=columns, known=known,
     )
 
@@ -170,6 +172,7 @@ def join_sites(items: Sequence[Received]) -> Window:
         want_site=np.array([-1 if a is None else a.site for a in addresses], np.int64),
         want_ultraserver=np.full(len(items), -1, np.int64),
         want_node=np.full(len(items), -1, np.int64),
+        want_bucket=np.full(len(items), -1, np.int64),
         counts={"facility": np.array([len(r) for r in records], np.int64)},
         columns={"facility": {name: np.concatenate([r[name] for r in records]) if records
                               else np.zeros(0, dtype) for name, dtype in COLUMNS["facility"].items()}},

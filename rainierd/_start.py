@@ -1,0 +1,52 @@
+"""The first code a rainierd process runs: SIGINT and SIGTERM are honoured
+from here on, before the imports (numpy, pydantic, the fleet's topology) that
+take the first second of a start.
+
+Until a role's tasks run, a signal raises ``Stopped`` wherever the main
+thread is (an import, parsing an inventory, binding a socket): nothing has
+started that needs flushing, so the process leaves at once with 0, as for
+any clean stop.  Once the tasks run, ``lifecycle.run_until_stopped`` takes the
+signals over and a stop flushes its streams first; when it hands them back,
+this handler stands again for the last instants of the exit.  Python's
+defaults would instead end a process signalled that early with 143 (SIGTERM)
+or a KeyboardInterrupt traceback (SIGINT).
+
+This module imports nothing of rainierd's (or anything slow) at its top.
+"""
+
+from __future__ import annotations
+
+import signal
+from types import FrameType
+from typing import Final, NoReturn
+
+__all__ = ["SIGNALS", "Stopped", "entry", "stop_now"]
+
+SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
+
+
+class Stopped(SystemExit):
+    """A signal came before the role's tasks ran: leave with 0."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(0)
+        self.signal = signal.Signals(signum).name
+
+
+def stop_now(signum: int, _frame: FrameType | None) -> NoReturn:
+    """The handler while nothing needs flushing: raise ``Stopped`` in the main thread."""
+    raise Stopped(signum)
+
+
+def honour_signals() -> None:
+    """Make SIGINT and SIGTERM stop the process at once (``stop_now``)."""
+    for sig in SIGNALS:
+        signal.signal(sig, stop_now)
+
+
+def entry() -> NoReturn:
+    """The console script and ``python -m rainierd``: signals first, then the command line (``cli.entry``)."""
+    honour_signals()
+    from rainierd.cli import entry as cli_entry  # noqa: PLC0415 - after the handlers, on purpose
+
+    cli_entry()
