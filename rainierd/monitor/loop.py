@@ -149,9 +149,8 @@ class Monitor:
                         receive_lag_s=analysis.flush.receive_lag_s, receive_excess_s=analysis.flush.receive_excess_s,
                         receive_entity=analysis.flush.receive_entity, streams_heard=analysis.flush.streams_heard)
         for count, event in enumerate(analysis.events, 1):
-            if event.entity == "feed":  # one feed a monitor: its id is the shard's, so shards' events never meet
-                event = dataclasses.replace(event, id=self.shard.index)
-            self.events.announce(event)
+            # One feed a monitor: its id is the shard's, so shards' retained events never meet.
+            self.events.announce(dataclasses.replace(event, id=self.shard.index) if event.entity == "feed" else event)
             if count % _ANNOUNCE_BATCH == 0:
                 await asyncio.sleep(0)  # rainier falling silent is 31,200 node events: 0.8 s in one go
         self.generation += 1

@@ -199,11 +199,9 @@ def _streams(shard: Shard) -> int:
 
 def _connected_at(daemon: Daemon) -> list[tuple[float, str]]:
     """Return (wall time, broker) of each `mqtt connected` line of a daemon's JSON log."""
-    out = []
-    for line in daemon.log().splitlines():
-        if line.startswith("{") and (record := json.loads(line))["event"] == "mqtt connected":
-            out.append((datetime.fromisoformat(record["timestamp"]).timestamp(), record["broker"]))
-    return out
+    records = [json.loads(line) for line in daemon.log().splitlines() if line.startswith("{")]
+    return [(datetime.fromisoformat(r["timestamp"]).timestamp(), r["broker"]) for r in records
+            if r["event"] == "mqtt connected"]
 
 
 async def test_the_publishers_node_killed_reads_as_the_feed_lost_never_a_node(

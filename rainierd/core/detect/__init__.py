@@ -113,7 +113,8 @@ class FleetDetector:
         # The feed first: nodes whose silence is its loss's are held back from the node and chip judgements.
         feed, hold = self.feed.update(
             tick, node_rx_s=np.fmax.reduce(chips.rx_s.reshape(topo.n_nodes, -1), axis=1),
-            node_silent=stale.reshape(topo.n_nodes, -1).all(axis=1), node_lost=self.cooling.lost_nodes(),
+            node_silent=np.asarray(stale.reshape(topo.n_nodes, -1).all(axis=1), dtype=bool),
+            node_lost=self.cooling.lost_nodes(),
         )
         held_chips = hold[topo.chip_node] if hold.any() else None
         if held_chips is not None:
