@@ -208,9 +208,10 @@ async def test_the_publishers_node_killed_reads_as_the_feed_lost_never_a_node(
     nats: Cluster, start_rainierd: object,
 ) -> None:
     """Simulator on node 1 (then node 3), shard 0/2 on node 2, shard 1/2 on node 3; node 1 SIGKILLed mid-run:
-    both shards stay connected and hear nothing until the simulator fails over.  Neither reports a node lost
-    (every node kept publishing; the silence was the transport's), each reports its feed lost and back, and
-    every frame is applied or counted lost, per shard and in total.  The fail-over time is printed."""
+    the shards' nodes live on, and the shards hear nothing until the simulator fails over.  Neither reports a
+    node lost (every node kept publishing; the silence was the transport's), each reports its feed lost and
+    back (or nothing, after the quickest fail-overs), and every frame is applied or counted lost, per shard and
+    in total.  The fail-over time is printed."""
     tick_s, ticks = TICK_S, 90
     ports = {name: free_port() for name in ("s0", "s1")}
     nodes = {"s0": (1, 2), "s1": (2, 1)}
@@ -253,7 +254,10 @@ async def test_the_publishers_node_killed_reads_as_the_feed_lost_never_a_node(
     assert {n: accounted(counted[n]) for n in ports} == {n: ticks * _streams(s) for n, s in shards.items()}, {
         n: {k: v for k, v in counted[n].items() if k.startswith("rainier_ingest_frames")} for n in ports}
     assert [counted[n]["rainier_ingest_frames_missing"] for n in ports] == [0, 0]
-    assert [counted[n]["rainier_mqtt_connection_failures_total"] for n in ports] == [0, 0]  # never disconnected
+    # NATS may drop the shards' own sessions too, on nodes that lived, while JetStream elects new leaders for the
+    # streams that held the lost node's share (seen: both shards disconnected 5.4 s after the kill, back 10 s
+    # later). Their clocks then stop, so that part of the silence is judged by no one; the counts above hold.
+    print("shards' connection failures:", [counted[n]["rainier_mqtt_connection_failures_total"] for n in ports])
 
 
 async def _every_frame_counted_by_shards(ports: dict[str, int], sent: dict[str, int]) -> dict[str, dict[str, float]]:
