@@ -92,6 +92,26 @@ def _port_open(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+def _mqtt_connects(port: int, timeout_s: float = 3.0) -> bool:
+    """Return whether an MQTT 3.1.1 CONNECT (clean session, anonymous) on ``port`` gets an accepting CONNACK
+    within ``timeout_s``.
+
+    NATS creates the JetStream streams that hold MQTT sessions when the first MQTT client connects, and while
+    their leaders are elected a CONNECT stalls (seen: a monitor's first connect to node 2 timing out after 10 s,
+    so it served from node 3 and the node kill missed it).  ``/healthz`` does not wait for that; this does.
+    """
+    client_id = f"harness-probe-{secrets.token_hex(4)}".encode()
+    body = b"\x00\x04MQTT\x04\x02\x00\x3c" + len(client_id).to_bytes(2, "big") + client_id
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as s:
+        s.sendall(b"\x10" + bytes([len(body)]) + body)
+        try:
+            connack = s.recv(4)
+        except TimeoutError:
+            return False
+        s.sendall(b"\xe0\x00")  # DISCONNECT: no will, nothing left behind
+    return connack[:2] == b"\x20\x02" and connack[3:4] == b"\x00"
+
+
 def _wait(what: str, ready: object, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -161,11 +181,13 @@ class Cluster:
         """
         node = self.nodes[index]
         if self.engine == "nats":
-            # /healthz answers ok once JetStream (which MQTT needs) has a meta leader and is current.
+            # /healthz answers ok once JetStream (which MQTT needs) has a meta leader and is current; then an MQTT
+            # session must be served too (anonymous: with accounts, /healthz is all this checks).
             def healthy() -> bool:
                 url = f"http://127.0.0.1:{node.ready_port}/healthz"
                 with urllib.request.urlopen(url, timeout=2) as response:
-                    return response.status == 200 and _port_open(node.mqtt_port)
+                    up = response.status == 200 and _port_open(node.mqtt_port)
+                return up and (self.identities is not None or _mqtt_connects(node.mqtt_port))
             _wait(f"NATS node {node.name}", healthy, timeout_s)
         else:
             _wait(f"RabbitMQ node {node.name}", lambda: _port_open(node.mqtt_port), timeout_s)

@@ -193,6 +193,17 @@ class Settings(BaseSettings):
         description="monitor: after (re)connecting, judge no silence for this long while publishers reconnect "
                     "(rainierd's clients back off up to 15 s)",
     )
+    feed_lost_share: Annotated[float, Use("monitor")] = Field(
+        0.5, gt=0.0, le=1.0,
+        description="monitor: when this share of the nodes heard in the last minute fall silent together while "
+                    "it is connected, it reports its feed lost (one event, /readyz 503), not each node lost "
+                    "(docs/reliability.md)",
+    )
+    feed_hold_s: Annotated[float, Use("monitor")] = Field(
+        60.0, ge=0.0, le=3_600.0,
+        description="monitor: how long a feed loss holds its nodes' silence back; nodes still silent after it "
+                    "are judged lost",
+    )
     state_file: Annotated[Path | None, Use("monitor")] = Field(
         None, description="monitor: keep sequence accounting here across restarts, so loss is counted exactly "
                           "(docs/reliability.md); unset keeps nothing",
@@ -285,6 +296,7 @@ class Settings(BaseSettings):
         return MonitorConfig(
             tick_s=self.tick_s, stale_after_ticks=self.stale_after_ticks, max_frame_bytes=self.max_frame_bytes,
             max_clock_skew_s=self.max_clock_skew_s, max_seq_jump=self.max_seq_jump,
+            feed_lost_share=self.feed_lost_share, feed_hold_s=self.feed_hold_s,
             hardware=replace(TRN2, efa_ports_per_node=self.efa_ports_per_node),
         )
 

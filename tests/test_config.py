@@ -35,7 +35,7 @@ from rainierd.wire import NodeFrame, encode_binary
 
 # Every setting the core is configured by, each away from its default.
 CHANGED = {"tick_s": 0.5, "stale_after_ticks": 7, "max_frame_bytes": 4096, "max_clock_skew_s": 60.0,
-           "max_seq_jump": 500, "efa_ports_per_node": 8}
+           "max_seq_jump": 500, "efa_ports_per_node": 8, "feed_lost_share": 0.75, "feed_hold_s": 30.0}
 
 
 def settings() -> Settings:
@@ -95,6 +95,11 @@ class TestEverySettingArrives:
         flush = core.analyse([big, *skewed, *near, *jump, *within], now_s=0.1).flush
         assert dict(flush.rejected) == {"oversize": 1, "clock_skew": 1, "seq_jump": 1}
         assert flush.applied == 2
+
+    def test_the_feed_rule_reaches_the_feed_detector(self) -> None:
+        """The feed's share and hold, and the staleness it judges silence by, are the settings'."""
+        params = core_of(settings()).detector.feed.params
+        assert (params.lost_share, params.hold_s, params.stale_after_s) == (0.75, 30.0, 3.5)
 
     def test_efa_ports_reach_the_failover_model(self) -> None:
         """8 ports a node: a node keeps 7/8 of its EFA bandwidth when one is down."""

@@ -15,10 +15,12 @@ import pytest
 from rainierd.core.config import MonitorConfig
 from rainierd.core.detect import Event
 from rainierd.monitor import ListeningClock, Monitor
+from rainierd.probes import Verdict
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
 from rainierd.topology import build_topology
 from rainierd.wire import FacilityFrame, NodeFrame, encode_binary, encode_json
+from rainierd.wire.topics import Shard
 
 
 @pytest.fixture
@@ -159,6 +161,33 @@ class TestProbes:
         for topic, payload in tick_messages(1)[0]:
             monitor.on_message(topic, payload)
         await monitor.analyse_once()
+        assert monitor.ready().ok
+
+
+    async def test_a_lost_feed_is_not_ready_and_one_event_under_the_shards_id(self) -> None:
+        """Connected, yet every node of shard 1/2 silent together: /readyz 503 naming the feed, and one `feed`
+        event under id 1 (the shard's), no `node lost`; its nodes heard again: ready, and the feed healthy."""
+        tick_s = 0.25  # twelve ticks' sample times within the admission's lead slack of the wall clock
+        t = FakeTime()
+        clock = ListeningClock(t, max_step_s=1.0)
+        monitor = Monitor(build_topology("demo"), MonitorConfig(tick_s=tick_s, max_frame_bytes=65_536), clock=clock,
+                          shard=Shard(1, 2))
+        monitor.connection.connected = True
+        clock.hear("disconnected")
+        announced: list[Event] = []
+        real = monitor.events.announce
+        monitor.events.announce = lambda event: (announced.append(event), real(event))[1]  # type: ignore[method-assign]
+        topo = build_topology("demo")
+        model = FleetModel(topo, np.random.default_rng(0), tick_s=tick_s, start_s=time.time() - 12 * tick_s)
+        for k in range(16):
+            frames = tick_frames(topo, model.step(k), publisher="sim")
+            for topic, frame in frames if k < 4 or k >= 10 else []:
+                monitor.on_message(topic, encode_binary(frame))
+            await monitor.analyse_once()
+            if k == 8:
+                assert monitor.ready() == Verdict(False, "feed lost: 4 of 4 nodes silent together")
+            t.t += tick_s
+        assert [(e.entity, e.id, e.after) for e in announced] == [("feed", 1, "lost"), ("feed", 1, "healthy")]
         assert monitor.ready().ok
 
 

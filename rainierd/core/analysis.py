@@ -15,7 +15,7 @@ import numpy as np
 from rainierd._types import F64, I64, Floats
 from rainierd.core.aggregates import Aggregates, CounterSums, aggregate
 from rainierd.core.config import MonitorConfig
-from rainierd.core.detect import STATE_NAMES, Event, FleetDetector
+from rainierd.core.detect import STATE_NAMES, Event, FeedView, FleetDetector
 from rainierd.core.detect._stats import PeerSample
 from rainierd.core.ingest import FlushResult, Ingest, IngestStats, Message, Received
 from rainierd.core.model import HealthyShares, LostByCause, lost_by_cause
@@ -89,6 +89,7 @@ class HealthView:
     onsets: dict[str, I64]
     worst: dict[str, tuple[I64, F64]]
     unknown: dict[tuple[str, str], int] = field(default_factory=dict)  # entities not judgeable, by judgement
+    feed: FeedView = field(default_factory=FeedView)  # the monitor's feed (detect/feed.py)
 
     @classmethod
     def of(cls, detector: FleetDetector, *, worst_k: int = 10) -> HealthView:
@@ -103,7 +104,7 @@ class HealthView:
             "efa": _lowest(detector.efa.share, worst_k, detector.efa.sample),
             "chip": _lowest(detector.chips.efficiency, worst_k, detector.chips.sample),
         }
-        return cls(ids, states, reasons, onsets, worst, detector.unknown())
+        return cls(ids, states, reasons, onsets, worst, detector.unknown(), detector.feed.view)
 
     def counts(self) -> dict[tuple[str, str], int]:
         """Return how many entities of each kind are in each unhealthy state."""

@@ -28,6 +28,8 @@ class MonitorConfig:
     max_frame_bytes: int = 1 << 20
     max_clock_skew_s: float = 300.0
     max_seq_jump: int = 100_000
+    feed_lost_share: float = 0.5  # of the nodes heard in the last minute, silent together: the feed is lost
+    feed_hold_s: float = 60.0  # how long a feed loss holds its nodes' silence back from judgement
     hardware: Trainium2 = TRN2
     detection: DetectionParams = field(default_factory=DetectionParams)
     model: ModelParams = field(default_factory=ModelParams)
@@ -45,5 +47,9 @@ class MonitorConfig:
 
     def detection_params(self) -> DetectionParams:
         """Return the detectors' thresholds with what derives from the rest filled in."""
-        chips = replace(self.detection.chips, stale_after_s=self.stale_after_s)
-        return replace(self.detection, chips=chips)
+        stale = self.stale_after_s
+        chips = replace(self.detection.chips, stale_after_s=stale)
+        # "Heard lately" must outlast a stale interval, however long a deployment makes that.
+        feed = replace(self.detection.feed, stale_after_s=stale, lost_share=self.feed_lost_share,
+                       hold_s=self.feed_hold_s, heard_within_s=max(self.detection.feed.heard_within_s, 2 * stale))
+        return replace(self.detection, chips=chips, feed=feed)

@@ -210,6 +210,12 @@ class DetectionCollector(Collector):
         for (entity, judgement), n in sorted(snap.health.unknown.items()):
             unknown.add_metric([entity, judgement], n)
         yield unknown
+        yield GaugeMetricFamily(
+            "rainier_feed_silent_nodes",
+            "Nodes silent together while this monitor's feed is lost: their silence is held as the transport's, "
+            "not judged per node (0 while the feed is healthy).",
+            value=snap.health.feed.silent_nodes,
+        )
         events = CounterMetricFamily(
             "rainier_health_events", "Health state changes, by entity kind and new state.", labels=["entity", "state"],
         )

@@ -12,6 +12,7 @@ the inbox (``inbox``), the load judgement (``load``), the MQTT session
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import os
 import time
@@ -171,7 +172,8 @@ class Monitor:
                         receive_lag_s=analysis.flush.receive_lag_s, receive_excess_s=analysis.flush.receive_excess_s,
                         receive_entity=analysis.flush.receive_entity, streams_heard=analysis.flush.streams_heard)
         for count, event in enumerate(analysis.events, 1):
-            self.events.announce(event)
+            # One feed a monitor: its id is the shard's, so shards' retained events never meet.
+            self.events.announce(dataclasses.replace(event, id=self.shard.index) if event.entity == "feed" else event)
             if count % _ANNOUNCE_BATCH == 0:
                 await asyncio.sleep(0)  # rainier falling silent is 31,200 node events: 0.8 s in one go
         self.generation += 1
@@ -268,11 +270,15 @@ class Monitor:
         return Verdict(True, "ok")
 
     def ready(self) -> Verdict:
-        """Return ready once connected, a tick has been analysed, and while keeping up."""
+        """Return ready once connected, a tick has been analysed, while keeping up and while its feed is not
+        lost (most of its nodes silent together: it is connected, but hears almost nothing)."""
         if not self.connection.connected:
             return Verdict(False, "mqtt not connected")
         if self.snapshot is None or not self.snapshot.computed:
             return Verdict(False, "no telemetry analysed yet")
         if self.load.overloaded:
             return Verdict(False, f"overloaded: {', '.join(self.load.reasons)}")
+        feed = self.snapshot.health.feed if self.snapshot.health is not None else None
+        if feed is not None and feed.lost:
+            return Verdict(False, feed.reason)
         return Verdict(True, "ready")

@@ -1,5 +1,5 @@
 """Detection over the fleet state: NeuronLinks, EFA ports, chips, node cooling
-and presence, UltraServer cooling.  Pure numpy; one ``update`` per analysis
+and presence, UltraServer cooling, and the monitor's feed itself.  Pure numpy; one ``update`` per analysis
 tick returns the state changes as events.
 
 Each change of state is an ``Event``; the monitor logs it, publishes it under
@@ -19,6 +19,7 @@ from rainierd.core.detect._tracker import StateTracker, Transitions
 from rainierd.core.detect.chips import ChipDetector, ChipParams
 from rainierd.core.detect.cooling import CoolingDetector, CoolingParams
 from rainierd.core.detect.efa import EfaDetector, EfaParams
+from rainierd.core.detect.feed import FeedDetector, FeedParams, FeedView
 from rainierd.core.detect.neuronlink import LinkDetector, NeuronLinkParams
 from rainierd.core.detect.slow_loss import SlowLossParams
 from rainierd.core.state import FleetState
@@ -31,6 +32,8 @@ __all__ = [
     "DetectionParams",
     "EfaParams",
     "Event",
+    "FeedParams",
+    "FeedView",
     "FleetDetector",
     "NeuronLinkParams",
     "PathParams",
@@ -44,6 +47,7 @@ STATE_NAMES: Final[dict[str, tuple[str, ...]]] = {
     "chip": ("healthy", "straggler", "throttled", "stale", "failed"),
     "node": ("healthy", "cooling_degraded", "lost"),
     "ultraserver": ("healthy", "cooling_degraded"),
+    "feed": ("healthy", "lost"),  # one entity: this monitor's (or shard's) telemetry feed (detect/feed.py)
 }
 
 
@@ -56,6 +60,7 @@ class DetectionParams:
     slow_loss: SlowLossParams = field(default_factory=SlowLossParams)
     chips: ChipParams = field(default_factory=ChipParams)
     cooling: CoolingParams = field(default_factory=CoolingParams)
+    feed: FeedParams = field(default_factory=FeedParams)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,23 +99,37 @@ class FleetDetector:
         self.efa = EfaDetector(state, self.params.efa, self.params.slow_loss)
         self.chips = ChipDetector(state, hardware.fp8_dense_flops, self.params.chips)
         self.cooling = CoolingDetector(state, self.params.cooling)
+        self.feed = FeedDetector(state, self.params.feed)
 
     def trackers(self) -> dict[str, StateTracker]:
         """Return the state tracker of every entity kind."""
         return {"neuronlink": self.links.tracker, "efa": self.efa.tracker, "chip": self.chips.tracker,
-                "node": self.cooling.nodes, "ultraserver": self.cooling.ultraservers}
+                "node": self.cooling.nodes, "ultraserver": self.cooling.ultraservers, "feed": self.feed.tracker}
 
     def update(self, tick: int) -> list[Event]:
         """Run every detector on the state as it is now; return the events, worst last."""
-        stale = self.state.silent(self.state.chips, self.params.chips.stale_after_s)
+        topo, chips = self.state.topology, self.state.chips
+        stale = self.state.silent(chips, self.params.chips.stale_after_s)
+        # The feed first: nodes whose silence is its loss's are held back from the node and chip judgements.
+        feed, hold = self.feed.update(
+            tick, node_rx_s=np.fmax.reduce(chips.rx_s.reshape(topo.n_nodes, -1), axis=1),
+            node_silent=np.asarray(stale.reshape(topo.n_nodes, -1).all(axis=1), dtype=bool),
+            node_lost=self.cooling.lost_nodes(),
+        )
+        held_chips = hold[topo.chip_node] if hold.any() else None
+        if held_chips is not None:
+            stale = stale & ~held_chips
         nodes, ultraservers = self.cooling.update(tick, chip_stale=stale)
-        lost_chips = self.cooling.lost_nodes()[self.state.topology.chip_node]
+        lost_chips = self.cooling.lost_nodes()[topo.chip_node]
+        if held_chips is not None:
+            lost_chips |= held_chips
         changes = {
             "neuronlink": self.links.update(tick),
             "efa": self.efa.update(tick),
             "chip": self.chips.update(tick, suppress_stale=lost_chips),
             "node": nodes,
             "ultraserver": ultraservers,
+            "feed": feed,
         }
         events = []
         trackers = self.trackers()

@@ -35,6 +35,7 @@ class Reason(IntFlag):
     FANS = 16384
     TEMPERATURE = 32768
     LOSS_RATE = 65536  # retransmits above the fleet's background over minutes (slow packet loss)
+    FEED_LOST = 131072  # most of the nodes heard fell silent together: the transport's loss (detect/feed.py)
 
 
 def reason_names(mask: int) -> list[str]:

@@ -1,0 +1,137 @@
+"""Loss of the monitor's feed: most of the nodes it was hearing falling silent
+together while it stays connected is the transport's failure (a broker node
+lost under the publishers, a partition between their broker and the
+monitor's), not the nodes'.
+
+Why a detector of its own: node silence is judged per node (``cooling``: a
+node is lost when every chip of it is stale), so a broker node's loss under
+one publisher read as every node of that publisher lost at once, 32 pages
+for one fault that a fail-over mends in seconds.  The rule here, on the
+listening clock (``FleetState.now_s``), once per analysis and vectorised:
+
+* the **base** is the nodes heard in the last ``heard_within_s`` (a minute);
+* the feed is **lost** when at least ``lost_share`` of the base, and at least
+  ``min_nodes``, fell silent (every chip stale) *together*: their last
+  receipts lie within one stale interval of the newest among them, and none
+  was already judged lost.  A node that fell silent on its own, earlier, is
+  not part of it;
+* the nodes caught (and any node of the base falling silent while the feed
+  is lost) are **held**: their silence is not judged, for ``hold_s`` from the
+  loss's onset.  A held node heard again leaves the hold at once; one still
+  silent after ``hold_s`` is believed, and judged lost as usual, whether the
+  feed has come back or not (a site's power, a rack's switch: a real mass
+  loss must not hide behind the feed for ever);
+* the feed **returns** once fewer than ``lost_share`` of the base (or fewer
+  than ``min_nodes``) of the held nodes are still silent.  The held nodes
+  still silent then keep the rest of their ``hold_s`` to come back (agents
+  reconnect on their own backoff, up to 15 s in rainierd's clients).
+
+One ``feed`` entity (a single id: the monitor's, or its shard's) carries the
+state, so the loss is one event, one series and one alert.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rainierd._types import F64, B
+from rainierd.core.detect._common import Reason
+from rainierd.core.detect._tracker import StateTracker, Transitions
+from rainierd.core.state import FleetState
+
+__all__ = ["FEED_HEALTHY", "FEED_LOST", "FeedDetector", "FeedParams", "FeedView"]
+
+FEED_HEALTHY, FEED_LOST = 0, 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FeedParams:
+    """When many nodes' silence is the feed's (docs/reliability.md justifies the defaults)."""
+
+    lost_share: float = 0.5  # of the nodes heard in the last heard_within_s, silent together
+    min_nodes: int = 2  # fewer silent together is a node failure, never the feed's
+    heard_within_s: float = 60.0
+    # Measured NATS fail-over under a publisher is ~10 s (docs/scaling.md); a minute is several of them.
+    hold_s: float = 60.0
+    stale_after_s: float = 3.0  # set from the monitor's configuration (stale_after_ticks x tick)
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.lost_share <= 1.0 or self.min_nodes < 1:
+            raise ValueError(f"lost_share must be in (0, 1] and min_nodes >= 1: {self}")
+        if not self.hold_s >= 0.0 or not self.heard_within_s > self.stale_after_s:
+            raise ValueError(f"hold_s must be >= 0 and heard_within_s above stale_after_s: {self}")
+
+
+@dataclass(frozen=True, slots=True)
+class FeedView:
+    """The feed's state at one analysis (plain values: readers on another thread take this)."""
+
+    lost: bool = False
+    silent_nodes: int = 0  # held nodes still silent: the nodes the feed's loss is hiding
+    base_nodes: int = 0  # nodes heard in the last heard_within_s, or held
+    since_s: float = float("nan")  # listening time of the loss's onset (NaN: not lost)
+
+    @property
+    def reason(self) -> str:
+        """Return a one-line account for a probe."""
+        return f"feed lost: {self.silent_nodes} of {self.base_nodes} nodes silent together"
+
+
+@dataclass(eq=False)
+class FeedDetector:
+    """The feed of one monitor (or shard), and which nodes' silence it holds back."""
+
+    state: FleetState
+    params: FeedParams = field(default_factory=FeedParams)
+
+    def __post_init__(self) -> None:
+        n = self.state.topology.n_nodes
+        self.tracker = StateTracker.create(1, raise_after_s=[0.0, 0.0], clear_after_s=0.0)
+        self.held = np.zeros(n, dtype=bool)
+        self.since_s = float("nan")
+        self.view = FeedView()
+
+    @property
+    def lost(self) -> bool:
+        """Return whether the feed is lost now."""
+        return bool(self.tracker.state[0] == FEED_LOST)
+
+    def update(self, tick: int, *, node_rx_s: F64, node_silent: B, node_lost: B) -> tuple[Transitions, B]:
+        """Judge the feed; return (its change, the nodes whose silence is not to be judged now).
+
+        ``node_rx_s`` is each node's newest receipt on the listening clock
+        (NaN: never heard), ``node_silent`` whether every chip of it is stale,
+        ``node_lost`` whether it is already judged lost.
+        """
+        p, now = self.params, self.state.now_s
+        with np.errstate(invalid="ignore"):
+            heard = (now - node_rx_s) < p.heard_within_s  # NaN (never heard): not heard
+        gone = heard & node_silent & ~node_lost
+        lost = self.lost
+        if not lost and gone.any():
+            newest = float(node_rx_s[gone].max())
+            together = gone & (node_rx_s >= newest - p.stale_after_s)
+            caught = int(together.sum())
+            if caught >= p.min_nodes and caught >= p.lost_share * int(heard.sum()):
+                lost, self.since_s = True, now
+                np.copyto(self.held, together)
+        elif lost:
+            self.held |= gone  # falling silent while the feed is lost: the same cause, most likely
+        self.held &= node_silent  # heard again: its own judgement resumes
+        believed = not now - self.since_s < p.hold_s  # NaN (never lost) counts as believed
+        silent = int(self.held.sum())
+        base = int((heard | self.held).sum())
+        if lost and (silent < p.min_nodes or silent < p.lost_share * base):
+            lost = False
+        if not lost and believed:
+            self.held[:] = False
+        hold = self.held if not believed else np.zeros_like(self.held)
+        change = self.tracker.update(np.array([FEED_LOST if lost else FEED_HEALTHY], np.int8),
+                                     np.array([int(Reason.FEED_LOST) if lost else 0], np.int32),
+                                     np.ones(1, dtype=bool), tick, seconds=0.0)
+        if not lost:
+            self.since_s = self.since_s if hold.any() else float("nan")
+        self.view = FeedView(lost, silent if lost else 0, base, self.since_s if lost else float("nan"))
+        return change, hold
