@@ -180,8 +180,10 @@ class EmbeddedBroker:
             if session is None:
                 return
             clean_exit = await self._session_loop(session, reader)
-        except (_ProtocolError, ConnectionError, asyncio.IncompleteReadError, TimeoutError) as exc:
-            log.debug("embedded broker dropped a client", error=str(exc))
+        # except*: the session loop's own TaskGroup raises these inside an ExceptionGroup (a client that hung
+        # up mid-session was logged with a traceback).
+        except* (_ProtocolError, ConnectionError, asyncio.IncompleteReadError, TimeoutError) as group:
+            log.debug("embedded broker dropped a client", error=str(group.exceptions[0]))
         finally:
             del self._connections[task]
             if session is not None and self._sessions.get(session.client_id) is session:

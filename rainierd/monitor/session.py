@@ -50,6 +50,7 @@ class Session:
         """
         own_status = status_topic(client.identifier)
         inbox = self._inbox
+        serving = [True]  # paho may still deliver after the TaskGroup ended (our own "offline" on the way out)
         try:
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self._events.publish(client), name="monitor-publish-events")
@@ -57,7 +58,8 @@ class Session:
 
                 def on_message(topic: str, payload: bytes, retained: bool) -> None:
                     if topic == own_status:
-                        if payload != b"online" and (self._status_restore is None or self._status_restore.done()):
+                        if serving[0] and payload != b"online" and (
+                                self._status_restore is None or self._status_restore.done()):
                             self._status_restore = tg.create_task(self._restore_status(client, own_status, payload),
                                                                   name="monitor-restore-status")
                         return
@@ -73,6 +75,7 @@ class Session:
                 # Messages arrive through on_message; this waits until mqtt.supervise ends the session.
                 await asyncio.get_running_loop().create_future()
         finally:
+            serving[0] = False
             self._clock.deafen("disconnected")
 
     async def _grace(self) -> None:
