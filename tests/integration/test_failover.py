@@ -149,9 +149,10 @@ class TestSupervise:
                 await asyncio.Event().wait()
 
             task = asyncio.create_task(supervise(config, session, state=state))
-            await wait_until(lambda: state.connected, 10, "the first connection")
+            # The state says connected before the session coroutine has run: wait on the sessions themselves.
+            await wait_until(lambda: len(sessions) == 1, 10, "the first session")
             first.kill()
-            await wait_until(lambda: state.connects == 2 and state.connected, 10, "the second connection")
+            await wait_until(lambda: len(sessions) == 2, 10, "the second session")
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
