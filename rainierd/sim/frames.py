@@ -10,6 +10,7 @@ UltraServers are every 256th of a site, not one run).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -83,26 +84,100 @@ def tick_batches(
     monitor shard that owns them.  Each node entry's sequence number is its
     agent's, as in ``tick_frames``; a lost node is left out of its batch and a
     failed chip out of its node.
+
+    A bucket's UltraServers are every 256th of a site, not one run, so the
+    tick's records are first put in batch order, a row of records per
+    UltraServer; each batch's columns are then slices of those (views, which
+    the encoder copies once), and only a batch holding a silent node or chip
+    filters its own.  At rainier this takes 0.41 s a tick against 0.68 s for
+    a gather per batch and field (9,216 gathers of ~10 fields each); what is
+    left is Python work per batch, which larger batches divide.
     """
     topo = topology
+    plan = _plan(topo, nodes_per_batch, sites)
+    order = plan.order
+    node_ok = ~(sample.node_silent[order] | ~topo.node_present[order])
+    node_seq, node_t_s = sample.node_seq[order], sample.node_t_s[order]
     per_kind = {"chips": topo.chips_per_node, "links": topo.links_per_node, "efa": topo.efa_ports_per_node,
                 "cooling": 1}
     records = {"chips": sample.chips, "links": sample.links, "efa": sample.efa, "cooling": sample.cooling}
-    columns = {kind: {name: records[kind][name] for name in column_dtypes(records[kind].dtype)}
-               for kind in RECORD_KINDS}
+    # Whole UltraServers move together (a bucket is made of them), so each kind's records are put in batch
+    # order by one gather of rows of an UltraServer's records each: a memcpy per row, not one per field.
+    columns: dict[str, dict[str, npt.NDArray[Any]]] = {}
+    for kind in RECORD_KINDS:
+        in_order = records[kind].reshape(topo.n_ultraservers, -1)[plan.ultraservers].reshape(-1)
+        columns[kind] = {name: in_order[name] for name in column_dtypes(records[kind].dtype)}
+    chip_ok = ~sample.chip_silent.reshape(topo.n_ultraservers, -1)[plan.ultraservers].reshape(-1)
+    for topic, site, first, stop in plan.batches:
+        ok = node_ok[first:stop]
+        if not ok.any():
+            continue
+        whole = bool(ok.all())
+        sent = order[first:stop] if whole else order[first:stop][ok]
+        counts: dict[str, npt.NDArray[np.uint16]] = {}
+        batch_columns: dict[str, dict[str, npt.NDArray[Any]]] = {}
+        for kind in RECORD_KINDS:
+            k = per_kind[kind]
+            keep = None if whole else np.repeat(ok, k)
+            if kind == "chips":
+                chips_ok = chip_ok[first * k:stop * k]
+                if not whole:
+                    chips_ok = chips_ok[keep]
+                counts[kind] = chips_ok.reshape(-1, k).sum(axis=1).astype(np.uint16)
+                if not chips_ok.all():
+                    keep = chips_ok if keep is None else _and_where(keep, chips_ok)
+            else:
+                counts[kind] = np.full(sent.size, k, np.uint16)
+            part = slice(first * k, stop * k)
+            batch_columns[kind] = {name: values[part] if keep is None else values[part][keep]
+                                   for name, values in columns[kind].items()}
+        yield topic, NodeBatch(
+            publisher, sample.tick, sample.tick, sample.t_s, site, sent.astype(np.uint32),
+            node_seq[first:stop] if whole else node_seq[first:stop][ok], np.full(sent.size, sample.tick, np.uint64),
+            node_t_s[first:stop] if whole else node_t_s[first:stop][ok], counts, batch_columns,
+        )
+    yield from _facility_frames(topo, sample, publisher, sites)
+
+
+def _and_where(keep: npt.NDArray[np.bool_], sub: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
+    """Return ``keep`` with its True places narrowed by ``sub`` (one flag per True place of ``keep``)."""
+    out = keep.copy()
+    out[keep] = sub
+    return out
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """A tick's batch layout: every node in batch order, and each batch's topic, site and slice of it."""
+
+    order: npt.NDArray[np.int64]
+    ultraservers: npt.NDArray[np.int64]  # the UltraServers of ``order``, each once, in its order
+    batches: tuple[tuple[str, int, int, int], ...]
+
+
+def _plan(topo: Topology, nodes_per_batch: int, sites: range | None) -> _Plan:
+    """Return the batch layout of ``sites`` (all by default), the same every tick."""
     per_us = topo.nodes_per_ultraserver
+    parts: list[npt.NDArray[np.int64]] = []
+    us_parts: list[npt.NDArray[np.int64]] = []
+    batches: list[tuple[str, int, int, int]] = []
+    at = 0
     for site in sites if sites is not None else range(topo.n_sites):
         span = topo.site_ultraservers(site)
         for first_us in range(span.start, min(span.start + BUCKETS, span.stop)):  # one bucket each
             ultraservers = np.arange(first_us, span.stop, BUCKETS, dtype=np.int64)
             nodes = (ultraservers[:, None] * per_us + np.arange(per_us)).ravel()
+            parts.append(nodes)
+            us_parts.append(ultraservers)
             for first in range(0, nodes.size, nodes_per_batch):
                 chunk = nodes[first:first + nodes_per_batch]
-                batch = _batch(sample, topo, publisher=publisher, site=site, nodes=chunk, per_kind=per_kind,
-                               columns=columns)
-                if batch is not None:
-                    yield batch_topic(site, bucket_of(first_us), f"n{chunk[0]}-{chunk[-1]}"), batch
-    yield from _facility_frames(topo, sample, publisher, sites)
+                batches.append((batch_topic(site, bucket_of(first_us), f"n{chunk[0]}-{chunk[-1]}"), site,
+                                at + first, at + first + chunk.size))
+            at += nodes.size
+    def joined(arrays: list[npt.NDArray[np.int64]]) -> npt.NDArray[np.int64]:
+        return np.concatenate(arrays) if arrays else np.zeros(0, np.int64)
+
+    return _Plan(joined(parts), joined(us_parts), tuple(batches))
 
 
 def batches_per_tick(topology: Topology, nodes_per_batch: int) -> int:
@@ -114,39 +189,3 @@ def batches_per_tick(topology: Topology, nodes_per_batch: int) -> int:
             nodes = len(range(first_us, span.stop, BUCKETS)) * topology.nodes_per_ultraserver
             total += -(-nodes // nodes_per_batch)
     return total
-
-
-def _batch(
-    sample: TickSample,
-    topo: Topology,
-    *,
-    publisher: str,
-    site: int,
-    nodes: npt.NDArray[np.int64],
-    per_kind: dict[str, int],
-    columns: dict[str, dict[str, npt.NDArray[Any]]],
-) -> NodeBatch | None:
-    """Return the batch frame of ``nodes`` (ascending ids of one site), or None if none of them publishes."""
-    node_ok = ~(sample.node_silent[nodes] | ~topo.node_present[nodes])
-    if not node_ok.any():
-        return None
-    sent = nodes[node_ok]
-    counts: dict[str, npt.NDArray[np.uint16]] = {}
-    batch_columns: dict[str, dict[str, npt.NDArray[Any]]] = {}
-    for kind in RECORD_KINDS:
-        k = per_kind[kind]
-        # The records of the sending nodes, in node order: one gather per column (the encoder copies anyway).
-        take = (sent[:, None] * k + np.arange(k)).ravel()
-        if kind == "chips":
-            ok = ~sample.chip_silent[take]
-            if not ok.all():
-                take = take[ok]
-            counts[kind] = ok.reshape(-1, k).sum(axis=1).astype(np.uint16)
-        else:
-            counts[kind] = np.full(sent.size, k, np.uint16)
-        batch_columns[kind] = {name: values[take] for name, values in columns[kind].items()}
-    return NodeBatch(
-        publisher, sample.tick, sample.tick, sample.t_s, site, sent.astype(np.uint32),
-        sample.node_seq[sent], np.full(sent.size, sample.tick, np.uint64), sample.node_t_s[sent],
-        counts, batch_columns,
-    )
