@@ -35,6 +35,7 @@ Decoding copies nothing: records and columns are read-only views of the payload.
 from __future__ import annotations
 
 import functools
+import math
 import struct
 from collections.abc import Mapping
 from typing import Any, Final
@@ -74,6 +75,7 @@ __all__ = [
     "encode_batch",
     "encode_binary",
     "finite_mask",
+    "split_node_frame",
 ]
 
 MAGIC: Final = b"RNRW"
@@ -97,6 +99,10 @@ _COLUMNS: Final = {kind: column_dtypes(dtype) for kind, dtype in RECORD_DTYPES.i
 # Upper bounds on record counts in one frame: a node has 16 chips, 48 links
 # and at most 64 EFA ports; the slack admits other node shapes, not garbage.
 _MAX_COUNTS: Final = {KIND_NODE: (64, 256, 64, 1), KIND_FACILITY: (0, 0, 0, 1)}
+_NODE_DTYPES: Final[tuple[np.dtype[Any], ...]] = (CHIP_DTYPE, LINK_DTYPE, EFA_DTYPE, COOLING_DTYPE)
+_FACILITY_DTYPES: Final[tuple[np.dtype[Any], ...]] = (CHIP_DTYPE, LINK_DTYPE, EFA_DTYPE, FACILITY_DTYPE)
+_NODE_SIZES: Final = tuple(dt.itemsize for dt in _NODE_DTYPES)
+_FACILITY_SIZES: Final = tuple(dt.itemsize for dt in _FACILITY_DTYPES)
 _FLOATS: Final = {
     dt.str: float_fields(dt) for dt in (CHIP_DTYPE, LINK_DTYPE, EFA_DTYPE, COOLING_DTYPE, FACILITY_DTYPE)
 }
@@ -302,6 +308,61 @@ def _check_preamble(payload: bytes) -> None:
         raise FrameError("bad_version", f"wire version {payload[4]} is not {WIRE_VERSION}")
 
 
+def _frame_layout(
+    payload: bytes,
+) -> tuple[int, int, int, float, int, str, tuple[int, ...], tuple[np.dtype[Any], ...], int]:
+    """Check a node or facility frame's header and length; return (kind, seq, tick, t_s, entity, publisher,
+    record counts, record dtypes, where the records start)."""
+    if len(payload) < HEADER.size:
+        raise FrameError("truncated", f"{len(payload)} bytes is shorter than the {HEADER.size}-byte header")
+    (_magic, _version, kind, _flags, seq, tick, t_s, entity,
+     n_chips, n_links, n_efa, n_aux, pub_len) = HEADER.unpack_from(payload)
+    limits = _MAX_COUNTS.get(kind)
+    if limits is None:
+        raise FrameError("bad_kind", f"frame kind {kind} is unknown")
+    if (pub_len > MAX_PUBLISHER_BYTES or n_chips > limits[0] or n_links > limits[1] or n_efa > limits[2]
+            or n_aux > limits[3]):
+        raise FrameError("bad_header", f"counts {(n_chips, n_links, n_efa, n_aux)} or publisher length {pub_len} "
+                                       "out of range")
+    if not math.isfinite(t_s):
+        raise FrameError("non_finite", "t_s is not finite")
+    node = kind == KIND_NODE
+    sizes = _NODE_SIZES if node else _FACILITY_SIZES
+    offset = HEADER.size + pub_len
+    expected = offset + n_chips * sizes[0] + n_links * sizes[1] + n_efa * sizes[2] + n_aux * sizes[3]
+    if len(payload) < expected:
+        raise FrameError("truncated", f"{len(payload)} bytes, header announces {expected}")
+    if len(payload) > expected:
+        raise FrameError("trailing_bytes", f"{len(payload) - expected} bytes after the last record")
+    try:
+        publisher = payload[HEADER.size:offset].decode()
+    except UnicodeDecodeError:
+        raise FrameError("bad_header", "publisher id is not UTF-8") from None
+    return (kind, seq, tick, t_s, entity, publisher, (n_chips, n_links, n_efa, n_aux),
+            _NODE_DTYPES if node else _FACILITY_DTYPES, offset)
+
+
+def split_node_frame(payload: bytes) -> tuple[str, int, int, float, int, tuple[int, ...], tuple[memoryview, ...]]:
+    """Return a binary node frame's (publisher, seq, tick, t_s, node, record counts, record blocks), checked as
+    ``decode_binary`` checks it but for its floats: each block is the packed records of one kind (chips,
+    links, EFA, cooling), a view of the payload.
+
+    An aggregator moves records between frames by the block, never by the record.
+
+    Raises FrameError as ``decode_binary`` does, and bad_kind for anything but a node frame.
+    """
+    _check_preamble(payload)
+    if payload[5] != KIND_NODE:
+        raise FrameError("bad_kind", f"frame kind {payload[5]} is not a node frame")
+    _kind, seq, tick, t_s, node, publisher, counts, _dtypes, offset = _frame_layout(payload)
+    view = memoryview(payload)
+    chips = offset + counts[0] * _NODE_SIZES[0]
+    links = chips + counts[1] * _NODE_SIZES[1]
+    efa = links + counts[2] * _NODE_SIZES[2]
+    return publisher, seq, tick, t_s, node, counts, (view[offset:chips], view[chips:links], view[links:efa],
+                                                      view[efa:])
+
+
 def decode_binary(payload: bytes, *, check_finite: bool = True) -> Frame:
     """Return the frame a binary payload encodes.
 
@@ -316,31 +377,7 @@ def decode_binary(payload: bytes, *, check_finite: bool = True) -> Frame:
     _check_preamble(payload)
     if payload[5] == KIND_BATCH:
         return _decode_batch(payload)
-    if len(payload) < HEADER.size:
-        raise FrameError("truncated", f"{len(payload)} bytes is shorter than the {HEADER.size}-byte header")
-    (_magic, _version, kind, _flags, seq, tick, t_s, entity,
-     n_chips, n_links, n_efa, n_aux, pub_len) = HEADER.unpack_from(payload)
-    if kind not in _MAX_COUNTS:
-        raise FrameError("bad_kind", f"frame kind {kind} is unknown")
-    counts = (n_chips, n_links, n_efa, n_aux)
-    if pub_len > MAX_PUBLISHER_BYTES or any(
-        c > limit for c, limit in zip(counts, _MAX_COUNTS[kind], strict=True)
-    ):
-        raise FrameError("bad_header", f"counts {counts} or publisher length {pub_len} out of range")
-    if not np.isfinite(t_s):
-        raise FrameError("non_finite", "t_s is not finite")
-    aux_dtype = COOLING_DTYPE if kind == KIND_NODE else FACILITY_DTYPE
-    dtypes = (CHIP_DTYPE, LINK_DTYPE, EFA_DTYPE, aux_dtype)
-    offset = HEADER.size + pub_len
-    expected = offset + sum(c * dt.itemsize for c, dt in zip(counts, dtypes, strict=True))
-    if len(payload) < expected:
-        raise FrameError("truncated", f"{len(payload)} bytes, header announces {expected}")
-    if len(payload) > expected:
-        raise FrameError("trailing_bytes", f"{len(payload) - expected} bytes after the last record")
-    try:
-        publisher = payload[HEADER.size:offset].decode()
-    except UnicodeDecodeError:
-        raise FrameError("bad_header", "publisher id is not UTF-8") from None
+    kind, seq, tick, t_s, entity, publisher, counts, dtypes, offset = _frame_layout(payload)
     arrays = []
     for name, count, dtype in zip(("chips", "links", "efa", "aux"), counts, dtypes, strict=True):
         records = np.frombuffer(payload, dtype=dtype, count=count, offset=offset)
