@@ -66,7 +66,7 @@ class TestBatching:
         assert (result.frames, dict(result.dropped), len(result.batches)) == (32, {}, 8)
         for topic, batch in decoded(result):
             us = batch.node // TOPO.nodes_per_ultraserver
-            assert topic == batch_topic(batch.site, int(us[0]) % 256, "agg-0.0")
+            assert topic == batch_topic(batch.site, int(us[0]) % 256, "agg-0-0")
             assert set((us % 256).tolist()) == {int(us[0]) % 256}  # one bucket a batch
             assert set(TOPO.ultraserver_site[us].tolist()) == {batch.site}
 

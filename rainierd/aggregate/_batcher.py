@@ -223,7 +223,7 @@ class Batcher:
             for chunk in self._chunks(entries):
                 batch = self._batch(site, bucket, masks, chunk, now_s)
                 # Named by its place in the site's bucket this tick: the same few topics tick after tick.
-                topic = batch_topic(site, bucket, f"{self.name}.{per_topic[site, bucket]}")
+                topic = batch_topic(site, bucket, f"{self.name}-{per_topic[site, bucket]}")
                 per_topic[site, bucket] += 1
                 batches.append(Outgoing(topic, encode_batch(batch), batch.n_nodes))
                 ages.append(now_s - batch.node_t_s)
