@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import signal
 import subprocess
 import sys
 import tempfile
@@ -139,7 +140,13 @@ def settle(running: Fleet, *, tick_s: float, ticks: int) -> tuple[dict[str, floa
     nothing more landed for three ticks, and the simulator's final log line.
     """
     port = running.metrics_port
-    running.simulate.wait(timeout=ticks * tick_s + 120)
+    try:
+        running.simulate.wait(timeout=ticks * tick_s + 120)
+    except subprocess.TimeoutExpired:
+        # It could not produce its ticks in time (its step and encoding are behind): stop it, and report
+        # what the window measured; the accounting then lacks its last line and says so (published -1).
+        running.simulate.send_signal(signal.SIGINT)
+        running.simulate.wait(timeout=60)
     # The fleet stops when the simulator does: events after this are true (every node falls silent).
     at_exit = monitor_values(port)
 

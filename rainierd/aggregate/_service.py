@@ -107,6 +107,7 @@ class Aggregator:
         self._last: TickResult | None = None
         self._last_duration_s = float("nan")
         self._progress = (-1, time.monotonic())
+        self._ticking = asyncio.Lock()
         self.status = self._freeze()
 
     # -- input ---------------------------------------------------------------------------------------------
@@ -170,6 +171,10 @@ class Aggregator:
 
     async def tick(self) -> None:
         """Batch the messages heard since the last tick (in a worker thread) and queue the batches."""
+        async with self._ticking:  # the drain's tick waits for the scheduled one: one batcher at a time
+            await self._tick()
+
+    async def _tick(self) -> None:
         messages, self._pending = self._pending, []
         started = time.perf_counter()
         result = await asyncio.to_thread(self.batcher.tick, messages, now_s=time.time())

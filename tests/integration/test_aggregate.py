@@ -19,6 +19,7 @@ from harness.waits import wait_until
 from rainierd.topology import build_topology
 from tests.conftest import Daemon, MosquittoProcess
 from tests.integration.test_accounting import applied, assert_every_frame_accounted, settled, sim_totals
+from tests.integration.test_authorisation import ShippedBroker, shipped_broker  # noqa: F401 (a fixture)
 
 Start = Callable[..., Daemon]
 
@@ -101,3 +102,31 @@ async def test_an_aggregator_killed_and_restarted_costs_only_counted_frames(
     assert_every_frame_accounted(values, sim)
     assert monitor.proc.poll() is None
     assert [a.interrupt(sig=15)[0] for a in aggregators] == [0, 0]
+
+
+@pytest.mark.mosquitto
+async def test_the_shipped_broker_lets_an_aggregator_read_node_frames_and_write_batches(
+    shipped_broker: ShippedBroker, start_rainierd: Start,  # noqa: F811 (the imported fixture)
+) -> None:
+    """On the shipped Mosquitto config and ACL, the simulator as rainierd-sim, an aggregator as
+    rainierd-aggregate-0 and the monitor as rainierd-monitor (batches only): every frame published is applied,
+    the aggregator dropped none, nothing is lost."""
+    broker = shipped_broker
+    port, agg_port = free_port(), free_port()
+    common = ("--mqtt-url", broker.url, "--tick", str(TICK_S))
+    monitor = start_rainierd("monitor", *common, "--metrics-addr", f"127.0.0.1:{port}", "--telemetry-input",
+                             "batches", name="monitor", env=broker.credentials["rainierd-monitor"])
+    start_rainierd("aggregate", *common, "--metrics-addr", f"127.0.0.1:{agg_port}", name="aggregate",
+                   env=broker.credentials["rainierd-aggregate-0"])
+    await wait_until(lambda: current_values(port).get("rainier_mqtt_connected") == 1, 20, "the monitor to connect")
+    await wait_until(lambda: current_values(agg_port).get("rainier_aggregator_mqtt_connected") == 1, 20,
+                     "the aggregator to connect")
+    sim = start_rainierd("simulate", *common, "--ticks", "30", "--seed", "2", "--batch-nodes", "0", name="simulate",
+                         env=broker.credentials["rainierd-sim"])
+    values = await settled(port, sim, timeout_s=60)
+    assert_every_frame_accounted(values, sim)
+    assert values.counted["rainier_ingest_frames_lost_total"] == 0
+    totals = aggregator_totals(agg_port)
+    assert (totals["messages_received_total"], sum(v for k, v in totals.items() if k.startswith("frames_dropped"))) \
+        == (sim_totals(sim)["frames_published"] - 30 * build_topology("demo").n_sites, 0)
+    assert monitor.interrupt()[0] == 0
