@@ -35,7 +35,15 @@ import numpy.typing as npt
 from rainierd.errors import FrameError
 from rainierd.topology import Topology
 from rainierd.wire import NodeBatch, NodeFrame, decode_json, encode_batch
-from rainierd.wire.binary import BATCH_HEADER, KIND_NODE, MAGIC, MAX_BATCH_NODES, split_node_frame
+from rainierd.wire.binary import (
+    BATCH_HEADER,
+    KIND_BATCH,
+    KIND_FACILITY,
+    KIND_NODE,
+    MAGIC,
+    MAX_BATCH_NODES,
+    split_node_frame,
+)
 from rainierd.wire.records import RECORD_DTYPES, RECORD_KINDS
 from rainierd.wire.topics import Shard, batch_topic, bucket_of, parse_topic
 
@@ -122,18 +130,24 @@ def _masks(frame: NodeFrame) -> tuple[tuple[int, ...], bool]:
     return tuple(out), narrowed
 
 
+class _NotANodeFrameError(Exception):
+    """A well-formed frame of another kind (a facility frame, a batch) on a node topic."""
+
+
 def _entry(payload: bytes) -> tuple[_Entry, bool]:
     """Return a node frame payload as an entry, and whether it was narrowed (binary: by the block; JSON: decoded).
 
-    Raises FrameError as the decoders do; a binary frame that is not a node frame is bad_kind.
+    Raises FrameError as the decoders do, _NotANodeFrameError for a facility frame or a batch.
     """
     if payload[:1] == MAGIC[:1] and len(payload) > 5 and payload[5] == KIND_NODE:
         publisher, seq, tick, t_s, node, counts, blocks = split_node_frame(payload)
         return _Entry(node, publisher, seq, tick, t_s, counts, blocks, _ALL), False
+    if payload[:1] == MAGIC[:1] and len(payload) > 5 and payload[5] in (KIND_FACILITY, KIND_BATCH):
+        raise _NotANodeFrameError
     if payload[:1] == b"{":
         frame = decode_json(payload)
         if not isinstance(frame, NodeFrame):
-            raise FrameError("bad_kind", "not a node frame")
+            raise _NotANodeFrameError
         masks, narrowed = _masks(frame)
         records = tuple(getattr(frame, kind) for kind in RECORD_KINDS)
         return _Entry(frame.node, frame.publisher, frame.seq, frame.tick, frame.t_s,
@@ -187,9 +201,11 @@ class Batcher:
             # The monitor checks every float of every entry at once; a NaN here is its to count.
             entry, narrowed = _entry(payload)
         except FrameError as exc:
-            dropped["topic_mismatch" if exc.reason == "bad_kind" else "malformed"] += 1
-            if exc.reason != "bad_kind":
-                decode_errors[exc.reason] += 1
+            dropped["malformed"] += 1
+            decode_errors[exc.reason] += 1
+            return None
+        except _NotANodeFrameError:
+            dropped["topic_mismatch"] += 1
             return None
         if entry.node != node:
             dropped["topic_mismatch"] += 1
