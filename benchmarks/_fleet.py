@@ -1,6 +1,10 @@
 """The process benchmarks' fleet: a throwaway Mosquitto with ``rainierd
 monitor`` and ``rainierd simulate`` attached, each a process of its own, the
 monitor's counters read from its scrape, and the simulator's last log line.
+
+With ``aggregators`` N > 0 the simulator publishes one frame per node, as a
+real fleet's agents do, N ``rainierd aggregate`` processes (shards ``i/N``)
+batch them, and the monitor hears batches only (docs/aggregation.md).
 """
 
 from __future__ import annotations
@@ -44,32 +48,54 @@ class Fleet:
     metrics_port: int
     monitor_log: Path
     simulate_log: Path
+    aggregators: tuple[subprocess.Popen[bytes], ...] = ()
+    aggregator_ports: tuple[int, ...] = ()
 
 
 @contextlib.contextmanager
-def fleet(topology: str, *, tick_s: float, ticks: int, batch_nodes: int, workdir: Path) -> Iterator[Fleet]:
-    """Run Mosquitto, then the monitor, then (once it is connected) the simulator for ``ticks`` ticks.
+def fleet(
+    topology: str, *, tick_s: float, ticks: int, batch_nodes: int, workdir: Path, aggregators: int = 0,
+) -> Iterator[Fleet]:
+    """Run Mosquitto, then the monitor (and ``aggregators`` aggregators), then (once each is connected) the
+    simulator for ``ticks`` ticks.
 
-    On leaving, the simulator (if still running) and the monitor are stopped
-    with SIGINT, killed if they take more than 30 s.  Raises AssertionError if
-    the monitor does not connect within two minutes, MissingBinaryError without
-    Mosquitto.
+    On leaving, the simulator (if still running), the aggregators and the
+    monitor are stopped with SIGINT, killed if they take more than 30 s.
+    Raises AssertionError if the monitor does not connect within two
+    minutes, MissingBinaryError without Mosquitto.
     """
     port = free_port()
     rainierd = [sys.executable, "-m", "rainierd"]
     common = ["--topology", topology, "--tick", str(tick_s), "--log-format", "json"]
     monitor_log, sim_log = workdir / f"monitor-{port}.log", workdir / f"simulate-{port}.log"
+    batches_only = ["--telemetry-input", "batches"] if aggregators else []
     with mosquitto(workdir) as broker, contextlib.ExitStack() as running:
         with monitor_log.open("w") as out:
-            monitor = subprocess.Popen([*rainierd, "monitor", *common, "--mqtt-url", broker.url,
+            monitor = subprocess.Popen([*rainierd, "monitor", *common, "--mqtt-url", broker.url, *batches_only,
                                         "--metrics-addr", f"127.0.0.1:{port}"], stdout=out, stderr=subprocess.STDOUT)
         running.callback(_stop, monitor)
         poll_until(lambda: monitor_values(port).get("rainier_mqtt_connected") == 1, 120, "the monitor to connect")
+        agg_procs, agg_ports = [], []
+        for i in range(aggregators):
+            agg_port = free_port()
+            with (workdir / f"aggregate-{i}-{port}.log").open("w") as out:
+                agg = subprocess.Popen([*rainierd, "aggregate", *common, "--mqtt-url", broker.url,
+                                        "--shard", f"{i}/{aggregators}", "--mqtt-client-id", f"rainierd-aggregate-{i}",
+                                        "--batch-nodes", str(batch_nodes or 128),
+                                        "--metrics-addr", f"127.0.0.1:{agg_port}"],
+                                       stdout=out, stderr=subprocess.STDOUT)
+            running.callback(_stop, agg)
+            agg_procs.append(agg)
+            agg_ports.append(agg_port)
+        for agg_port in agg_ports:
+            poll_until(lambda p=agg_port: current_values(p, only=("rainier_aggregator_mqtt",)).get(  # type: ignore[misc]
+                "rainier_aggregator_mqtt_connected") == 1, 120, "an aggregator to connect")
         with sim_log.open("w") as out:
             sim = subprocess.Popen([*rainierd, "simulate", *common, "--mqtt-url", broker.url, "--ticks", str(ticks),
-                                    "--batch-nodes", str(batch_nodes)], stdout=out, stderr=subprocess.STDOUT)
+                                    "--batch-nodes", "0" if aggregators else str(batch_nodes)],
+                                   stdout=out, stderr=subprocess.STDOUT)
         running.callback(_stop, sim)
-        yield Fleet(broker, monitor, sim, port, monitor_log, sim_log)
+        yield Fleet(broker, monitor, sim, port, monitor_log, sim_log, tuple(agg_procs), tuple(agg_ports))
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:

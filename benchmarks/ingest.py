@@ -12,6 +12,12 @@ sustains the fleet's chip-samples/s with 0 frames lost, 0 events (the fleet
 is healthy) and a sample lag p99 within two ticks; the sweep stops at the
 first size that fails.
 
+With ``--aggregators N`` the simulator publishes one frame per node, as a
+real fleet's agents do, through N ``rainierd aggregate`` processes into a
+monitor that hears batches only: the same accounting, each aggregator's CPU
+and its own counters, and a lag bound of three ticks (the aggregator holds a
+frame up to a tick).
+
 The same run measures the naive baseline (benchmarks/naive.py) at increasing
 chip counts and reports the best rate it sustained, and the ratio.
 """
@@ -21,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import signal
 import subprocess
 import sys
 import tempfile
@@ -59,11 +66,13 @@ def _usage(procs: dict[str, int], cpu0: dict[str, float], seconds: float) -> dic
 
 def run_size(
     topology: str, *, tick_s: float, warmup_s: float, window_s: float, batch_nodes: int, workdir: Path,
+    aggregators: int = 0,
 ) -> dict[str, Any]:
-    """Run simulate -> Mosquitto -> monitor at one size; return what was measured."""
+    """Run simulate -> Mosquitto -> (aggregators ->) monitor at one size; return what was measured."""
     topo = build_topology(topology)
     ticks = math.ceil((warmup_s + window_s) / tick_s) + 2
-    with fleet(topology, tick_s=tick_s, ticks=ticks, batch_nodes=batch_nodes, workdir=workdir) as running:
+    with fleet(topology, tick_s=tick_s, ticks=ticks, batch_nodes=batch_nodes, workdir=workdir,
+               aggregators=aggregators) as running:
         return _measure(topo.n_chips, topology, running, tick_s=tick_s, ticks=ticks, warmup_s=warmup_s,
                         window_s=window_s)
 
@@ -73,6 +82,7 @@ def _measure(
 ) -> dict[str, Any]:
     port, sim = running.metrics_port, running.simulate
     procs = {"simulate": sim.pid, "mosquitto": running.broker.pid, "monitor": running.monitor.pid}
+    procs |= {f"aggregate-{i}": agg.pid for i, agg in enumerate(running.aggregators)}
     time.sleep(warmup_s)
     before, cpu0, t0 = monitor_values(port), {name: cpu_s(pid) for name, pid in procs.items()}, time.monotonic()
     time.sleep(window_s)
@@ -103,13 +113,22 @@ def _measure(
         "simulator_ticks_late": int(finished.get("ticks_late", -1)),
         "processes": usage,
     }
+    if running.aggregators:
+        result["aggregators"] = [current_values(p, only=("rainier_aggregator_",)) for p in running.aggregator_ports]
+        node_frames = sum(v for a in result["aggregators"] for k, v in a.items()
+                          if k == "rainier_aggregator_messages_received_total")
+        agg_cpu_s = sum(usage[name]["cpu_share_of_one_core"] for name in usage if name.startswith("aggregate-"))
+        result["aggregator_cpu_us_per_node_frame"] = (
+            agg_cpu_s / result["frames_per_s"] * 1e6 if result["frames_per_s"] else None)
+        result["aggregator_node_frames_received"] = int(node_frames)
     p99 = lag_s["p99"]
+    lag_bound_s = (3 if running.aggregators else 2) * tick_s
     result["passed"] = bool(
         rate('rainier_ingest_samples_applied_total{kind="chips"}') >= 0.995 * chips / tick_s
         and frames["counted_lost"] == 0 and frames["dropped_by_simulator"] == 0 and frames["accounted"]
         and events_window == 0
         and _sum(at_exit, "rainier_health_events_total") == 0
-        and p99 is not None and p99 <= 2 * tick_s
+        and p99 is not None and p99 <= lag_bound_s
     )
     return result
 
@@ -121,7 +140,17 @@ def settle(running: Fleet, *, tick_s: float, ticks: int) -> tuple[dict[str, floa
     nothing more landed for three ticks, and the simulator's final log line.
     """
     port = running.metrics_port
-    running.simulate.wait(timeout=ticks * tick_s + 120)
+    try:
+        running.simulate.wait(timeout=ticks * tick_s + 120)
+    except subprocess.TimeoutExpired:
+        # It could not produce its ticks in time (its step and encoding are behind): stop it, and report
+        # what the window measured; the accounting then lacks its last line and says so (published -1).
+        running.simulate.send_signal(signal.SIGINT)
+        try:
+            running.simulate.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # seen at rainier with one frame per node on a saturated machine
+            running.simulate.kill()
+            running.simulate.wait()
     # The fleet stops when the simulator does: events after this are true (every node falls silent).
     at_exit = monitor_values(port)
 
@@ -193,7 +222,7 @@ def run_naive(chips: int, *, tick_s: float, seconds: float, workdir: Path) -> di
 
 def bench_ingest(
     sizes: list[str], *, tick_s: float, warmup_s: float, window_s: float, batch_nodes: int,
-    naive_chips: tuple[int, ...], naive_seconds: float,
+    naive_chips: tuple[int, ...], naive_seconds: float, aggregators: int = 0,
 ) -> dict[str, Any]:
     """Return the report: the sweep of rainierd, then the naive baseline, then the ratio."""
     results = []
@@ -203,7 +232,7 @@ def bench_ingest(
         for size in sizes:
             progress.note(f"{size} at a {tick_s} s tick: {warmup_s:.0f} s warm-up, {window_s:.0f} s measured")
             result = run_size(size, tick_s=tick_s, warmup_s=warmup_s, window_s=window_s, batch_nodes=batch_nodes,
-                              workdir=workdir)
+                              workdir=workdir, aggregators=aggregators)
             results.append(result)
             progress.step(f"{size}: {result['chip_samples_per_s']:,.0f} chip-samples/s, "
                  f"lost {result['frames']['counted_lost']}, lag p99 {result['sample_lag_s']['p99']}, "
@@ -225,7 +254,8 @@ def bench_ingest(
     naive_best = max((n["processed_per_s"] for n in naive if n["kept_up"]), default=0.0)
     naive_saturated = max((n["processed_per_s"] for n in naive), default=0.0)
     return {
-        "benchmark": "ingest", "tick_s": tick_s, "batch_nodes": batch_nodes, "results": results,
+        "benchmark": "ingest", "tick_s": tick_s, "batch_nodes": batch_nodes, "aggregators": aggregators,
+        "results": results,
         "largest_passing": best["topology"] if best else None,
         "largest_passing_chip_samples_per_s": best["chip_samples_per_s"] if best else None,
         "naive": naive,
@@ -242,6 +272,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup", type=float, default=20.0, help="seconds before the measured window")
     parser.add_argument("--seconds", type=float, default=120.0, help="measured window per size")
     parser.add_argument("--batch-nodes", type=int, default=128)
+    parser.add_argument("--aggregators", type=int, default=0,
+                        help="publish one frame per node through this many `rainierd aggregate` processes (0: batches "
+                             "straight from the simulator)")
     parser.add_argument("--no-naive", dest="naive", action="store_false", help="skip the naive baseline")
     parser.add_argument("--naive-chips", type=int, nargs="+", default=list(NAIVE_CHIPS))
     parser.add_argument("--naive-seconds", type=float, default=20.0)
@@ -253,7 +286,7 @@ def run(args: argparse.Namespace) -> int:
     report = bench_ingest(
         list(args.topology), tick_s=args.tick, warmup_s=args.warmup, window_s=args.seconds,
         batch_nodes=args.batch_nodes, naive_chips=tuple(args.naive_chips) if args.naive else (),
-        naive_seconds=args.naive_seconds,
+        naive_seconds=args.naive_seconds, aggregators=args.aggregators,
     )
     if args.json:
         print(json.dumps(report, indent=2))
@@ -263,7 +296,7 @@ def run(args: argparse.Namespace) -> int:
           "CPU sim / broker / monitor | max RSS monitor | passed |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in report["results"]:
-        shares = (r["processes"][p]["cpu_share_of_one_core"] for p in ("simulate", "mosquitto", "monitor"))
+        shares = (r["processes"][p]["cpu_share_of_one_core"] for p in r["processes"])
         cpu = " / ".join(f"{share:.2f}" for share in shares)
         lag = r["sample_lag_s"]
         print(f"| {r['topology']} | {r['chips']:,} | {r['chip_samples_per_s']:,.0f} | {r['frames_per_s']:,.0f} | "

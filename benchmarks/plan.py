@@ -11,6 +11,10 @@ The arithmetic, per fleet at one tick:
 - broker nodes = ceil((ingress + egress bytes/s) / (one node's measured MB/s x
   headroom)), at least 3 (a JetStream quorum survives one node lost): every
   frame enters the cluster once and leaves it once, to its one shard.
+- aggregators (real fleets: one frame per node, ``rainierd aggregate``) =
+  ceil(node frames/s x the aggregator's measured CPU per node frame, MQTT
+  included / headroom): one process a core (an aggregator is one Python
+  process), node frames/s = chips / chips per node / tick.
 - series = shards x (fixed + 18 per UltraServer + the per-entity budget +
   top-K) (docs/metrics.md's budget; the /probe drill-down is extra), and
   samples/s = series / the scrape interval; Prometheus servers =
@@ -54,6 +58,7 @@ class Figures:
     series_entity_budget: int  # per-entity health, at most max_entity_series per family
     series_top_k: int
     min_broker_nodes: int
+    aggregator_cpu_s_per_node_frame: float  # one aggregator process, MQTT in and out included (bench aggregate)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +78,7 @@ class Plan:
     samples_per_s: float
     prometheus_servers: int
     victoria_metrics_nodes: int
+    aggregators: int  # rainierd aggregate processes (one core each) for a fleet publishing one frame per node
 
 
 def load_figures(path: Path = FIGURES_FILE) -> Figures:
@@ -100,6 +106,8 @@ def plan(chips: int, figures: Figures, *, tick_s: float = 1.0) -> Plan:
         series=series, samples_per_s=samples,
         prometheus_servers=_servers(samples, figures.prometheus_samples_per_s, figures.headroom),
         victoria_metrics_nodes=_servers(samples, figures.victoria_metrics_samples_per_s, figures.headroom),
+        aggregators=max(1, math.ceil(chips / TRN2.chips_per_node / tick_s * figures.aggregator_cpu_s_per_node_frame
+                                     / figures.headroom)),
     )
 
 
@@ -125,12 +133,13 @@ def run(args: argparse.Namespace) -> int:
                           "plans": [asdict(p) for p in plans]}, indent=2))
         return 0
     print("| chips | tick | chip-samples/s | wire MB/s | monitor shards (UltraServers each) | broker nodes | "
-          "series (per shard) | samples/s | Prometheus servers | or VictoriaMetrics nodes |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "series (per shard) | samples/s | Prometheus servers | or VictoriaMetrics nodes | "
+          "aggregators (node frames) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for p in plans:
         print(f"| {p.chips:,} | {p.tick_s:g} s | {p.chip_samples_per_s:,.0f} | {p.wire_bytes_per_s / 1e6:,.0f} | "
               f"{p.shards} ({p.ultraservers_per_shard:,}) | {p.broker_nodes} | {p.series:,} ({p.series_per_shard:,}) | "
-              f"{p.samples_per_s:,.0f} | {p.prometheus_servers} | {p.victoria_metrics_nodes} |")
+              f"{p.samples_per_s:,.0f} | {p.prometheus_servers} | {p.victoria_metrics_nodes} | {p.aggregators} |")
     return 0
 
 

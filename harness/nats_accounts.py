@@ -34,12 +34,14 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["MONITOR_USERS", "PUBLISHER_USERS", "Identities"]
+__all__ = ["AGGREGATOR_USERS", "MONITOR_USERS", "PUBLISHER_USERS", "Identities"]
 
 MONITOR_USERS = ("rainierd-monitor", "rainierd-monitor-0", "rainierd-monitor-1")
 """The shipped monitor users (deploy/mosquitto/make-credentials): the unsharded monitor and two shards."""
 PUBLISHER_USERS = ("rainierd-sim",)
-"""Users that publish any node's telemetry: the simulator (and site aggregators, named as you add them)."""
+"""Users that publish any node's telemetry: the simulator."""
+AGGREGATOR_USERS = ("rainierd-aggregate-0", "rainierd-aggregate-1")
+"""The shipped aggregators (rainierd aggregate, docs/aggregation.md): they read node frames and write batches."""
 
 _TELEMETRY = "rainier.v1.telemetry"
 # An MQTT filter ending in # is two NATS subscriptions, on the subject itself and below it.
@@ -64,17 +66,19 @@ class Identities:
     monitors: Mapping[str, str] = field(default_factory=dict)  # user -> password, account MONITORS
     publishers: Mapping[str, str] = field(default_factory=dict)  # user -> password, account AGENTS
     agents: Mapping[str, str] = field(default_factory=dict)  # node agents n<id> -> password, account AGENTS
+    aggregators: Mapping[str, str] = field(default_factory=dict)  # user -> password, account AGENTS
 
     @classmethod
     def generate(cls, *, agents: tuple[str, ...] = ()) -> Identities:
         """Return the shipped users and the node agents ``agents`` (n<id>), each with a random password."""
         return cls(monitors={u: _password() for u in MONITOR_USERS},
                    publishers={u: _password() for u in PUBLISHER_USERS},
-                   agents={u: _password() for u in agents})
+                   agents={u: _password() for u in agents},
+                   aggregators={u: _password() for u in AGGREGATOR_USERS})
 
     def password(self, user: str) -> str:
         """Return ``user``'s password; raise KeyError for a user of neither account."""
-        return {**self.monitors, **self.publishers, **self.agents}[user]
+        return {**self.monitors, **self.publishers, **self.agents, **self.aggregators}[user]
 
     def config(self) -> str:
         """Return the ``accounts`` block of a NATS server config for these users."""
@@ -91,6 +95,11 @@ class Identities:
                              deny=[f"{_TELEMETRY}.*.batch.>", f"{_TELEMETRY}.*.*.batch.>"],
                              subscribe=["rainier.v1.events.>", _QOS1])
                   for u, p in self.agents.items()]
+        # An aggregator reads node frames (never a batch: it would hear its own) and writes batch frames; it
+        # lives in AGENTS beside the agents it hears, and its batches reach the monitors by the same export.
+        aggregators = [self._user(u, p, publish=[f"{_TELEMETRY}.*.*.batch.*", _status(u)],
+                                  subscribe=[f"{_TELEMETRY}.*.*.*.*", "rainier.v1.events.>", _QOS1])
+                       for u, p in self.aggregators.items()]
         return (
             "accounts {\n"
             "  MONITORS {\n"
@@ -101,7 +110,7 @@ class Identities:
             "  }\n"
             "  AGENTS {\n"
             "    jetstream: enabled\n"
-            f"    users: [\n{''.join(publishers + agents)}    ]\n"
+            f"    users: [\n{''.join(publishers + agents + aggregators)}    ]\n"
             f'    exports: [{{stream: "{_TELEMETRY}.>"}}]\n'
             '    imports: [{stream: {account: MONITORS, subject: "rainier.v1.events.>"}}]\n'
             "  }\n"

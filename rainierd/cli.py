@@ -37,7 +37,7 @@ from rainierd.wire import json_schema
 __all__ = ["command_settings", "entry", "main"]
 
 # Roles that hold the fleet's state; see ``entry``.
-_DAEMONS = frozenset({"run", "simulate", "monitor", "bridge"})
+_DAEMONS = frozenset({"run", "simulate", "monitor", "aggregate", "bridge"})
 
 _BENCH_MOVED: Final = ("rainierd: the benchmarks are no longer part of rainierd: from a source checkout, run "
                        "python -m benchmarks KIND (benchmarks/README.md)")
@@ -84,6 +84,8 @@ def _parser() -> argparse.ArgumentParser:
         ("run", "simulate, monitor and export in one process (embedded broker unless --mqtt-url)"),
         ("simulate", "publish a simulated fleet's telemetry to MQTT"),
         ("monitor", "subscribe to telemetry, analyse it and serve /metrics"),
+        ("aggregate", "republish a share of the fleet's per-node frames as batch frames, once a tick "
+                      "(docs/aggregation.md)"),
     ):
         role = commands.add_parser(name, help=text, description=text)
         role.add_argument("--config", type=Path, default=argparse.SUPPRESS, help="TOML settings file")

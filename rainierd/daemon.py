@@ -4,7 +4,9 @@ clean stop on SIGINT/SIGTERM (or when a bounded simulation ends) with exit 0.
 ``run`` = embedded broker (unless --mqtt-url) + simulator + monitor;
 ``simulate`` = simulator only (and its own /healthz and /readyz when
 ``metrics_addr`` is set: see ``rainierd.healthcheck`` for why);
-``monitor`` = monitor and exporter only.
+``monitor`` = monitor and exporter only;
+``aggregate`` = an aggregator (node frames in, batch frames out) and its own
+/metrics and probes.
 """
 
 from __future__ import annotations
@@ -23,10 +25,11 @@ import numpy as np
 import structlog
 
 from rainierd._malloc import keep_freed_memory
+from rainierd.aggregate import Aggregator, AggregatorCollector, batch_name
 from rainierd.broker import EmbeddedBroker
 from rainierd.connection import ConnectionState
-from rainierd.exporter import MetricsServer, UltraServerProbe, build_exporter
-from rainierd.exporter.serverstatus import ServerCounters
+from rainierd.exporter import MetricsServer, UltraServerProbe, build_exporter, build_registry
+from rainierd.exporter.serverstatus import ServerCollector, ServerCounters
 from rainierd.exporter.webconfig import load_web_config
 from rainierd.inventory import load_topology
 from rainierd.lifecycle import run_until_stopped
@@ -43,7 +46,7 @@ __all__ = ["Role", "run_role"]
 
 log = structlog.get_logger("rainierd")
 
-Role = Literal["run", "simulate", "monitor"]
+Role = Literal["run", "simulate", "monitor", "aggregate"]
 # Worker threads (analysis, scrape rendering) hold the GIL for up to this long
 # before the event loop gets it back: 1 ms instead of Python's 5 ms keeps the
 # loop's lag under 10 ms at Rainier scale (python -m benchmarks scrape).
@@ -145,6 +148,7 @@ async def _run_role(role: Role, settings: Settings, stop: asyncio.Event) -> None
                 share=SharePolicy(frames_per_tick=settings.share_frames_per_tick,
                                   bytes_per_tick=settings.share_bytes_per_tick,
                                   max_topics=settings.max_share_topics),
+                batches_only=settings.telemetry_input == "batches",
             )
             monitor.restore()
             counters = ServerCounters()
@@ -162,6 +166,25 @@ async def _run_role(role: Role, settings: Settings, stop: asyncio.Event) -> None
             coroutines["monitor-analyse"] = lambda: monitor.analyse(after=server.refresh)
             coroutines["monitor-listening-clock"] = monitor.clock.keep
             coroutines["loop-lag"] = loop_lag.run
+        drain = None
+        if role == "aggregate":
+            agg_mqtt = mqtt_config(settings, client_id=f"rainierd-aggregate-{nonce}", url=url,
+                                   max_packet_bytes=settings.max_frame_bytes + MAX_PACKET_OVERHEAD)
+            aggregator = Aggregator(
+                topology, shard=settings.monitor_shard, name=batch_name(agg_mqtt.client_id), tick_s=settings.tick_s,
+                batch_nodes=settings.batch_nodes, max_frame_bytes=settings.max_frame_bytes, qos=settings.mqtt_qos,
+            )
+            agg_counters = ServerCounters()
+            agg_exporter = build_registry({"aggregator": AggregatorCollector(lambda: aggregator.status),
+                                           "http": ServerCollector(agg_counters.status)})
+            agg_server = await stack.enter_async_context(http(
+                agg_exporter.render, generation=lambda: aggregator.batcher.ticks, healthy=aggregator.healthy,
+                ready=aggregator.ready, counters=agg_counters,
+            ))
+            coroutines["aggregate-mqtt"] = lambda: supervise(agg_mqtt, aggregator.session,
+                                                             state=aggregator.connection)
+            coroutines["aggregate-ticks"] = lambda: aggregator.run_ticks(after=agg_server.refresh)
+            drain = aggregator.drain
         # What is built so far (topology, names, label blocks, the core: ~50,000
         # objects at rainier) lives as long as the process.  A full collection
         # walked it all with the GIL held, 35-85 ms at rainier, and stalled the
@@ -169,5 +192,5 @@ async def _run_role(role: Role, settings: Settings, stop: asyncio.Event) -> None
         gc.collect()
         gc.freeze()
         shard = {"shard": settings.shard} if role != "simulate" and settings.shard != "0/1" else {}
-        await run_until_stopped(role, stop, {name: make() for name, make in coroutines.items()},
+        await run_until_stopped(role, stop, {name: make() for name, make in coroutines.items()}, drain=drain,
                                 topology=topology.name, chips=topology.n_chips, broker=url, **shard)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import Coroutine, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
 from typing import Any
 
 import structlog
@@ -45,10 +45,11 @@ def stop_on_signals(stop: asyncio.Event) -> Iterator[None]:
 
 
 async def run_until_stopped(
-    role: str, stop: asyncio.Event, coroutines: Mapping[str, Coroutine[Any, Any, None]], **fields: object,
+    role: str, stop: asyncio.Event, coroutines: Mapping[str, Coroutine[Any, Any, None]], *,
+    drain: Callable[[], Awaitable[None]] | None = None, **fields: object,
 ) -> None:
     """Run each coroutine as a task named by its key until ``stop`` is set (by a signal, or by the caller),
-    then cancel them all.
+    then await ``drain`` (which bounds its own time) while they still run, then cancel them all.
 
     A task that fails fails the group (an ExceptionGroup); one that returns
     early is simply done.
@@ -59,6 +60,8 @@ async def run_until_stopped(
             tasks = [tg.create_task(coro, name=name) for name, coro in coroutines.items()]
             await stop.wait()
             log.info("rainierd stopping", role=role)
+            if drain is not None:
+                await drain()
             for task in tasks:
                 task.cancel()
         log.info("rainierd stopped", role=role)

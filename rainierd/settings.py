@@ -35,13 +35,14 @@ DEFAULT_METRICS_ADDR = "127.0.0.1:9780"
 # a role (the exporter, or a simulator's probes), which the healthcheck also
 # reads to find it; "server" that side's own limits, which it does not;
 # "fleet" the inventory.
-Part = Literal["mqtt", "fleet", "simulator", "monitor", "http", "server", "log"]
+Part = Literal["mqtt", "fleet", "simulator", "monitor", "aggregator", "http", "server", "log"]
 
 # Which parts each command runs, so which settings it reads and lists.
 ROLE_PARTS: Final[dict[str, frozenset[Part]]] = {
     "run": frozenset({"mqtt", "fleet", "simulator", "monitor", "http", "server", "log"}),
     "simulate": frozenset({"mqtt", "fleet", "simulator", "http", "server", "log"}),
     "monitor": frozenset({"mqtt", "fleet", "monitor", "http", "server", "log"}),
+    "aggregate": frozenset({"mqtt", "fleet", "aggregator", "http", "server", "log"}),
     "bridge": frozenset({"mqtt", "fleet", "log"}),
     # It probes a role's HTTP side from the same settings, and writes no log.
     "healthcheck": frozenset({"http"}),
@@ -126,7 +127,7 @@ class Settings(BaseSettings):
     )
     efa_ports_per_node: Annotated[int, Use("fleet")] = Field(
         16, ge=1, le=64, description="EFA ports per trn2.48xlarge node (an inferred figure, so configurable)")
-    tick_s: Annotated[float, Use("simulator", "monitor")] = Field(
+    tick_s: Annotated[float, Use("simulator", "monitor", "aggregator")] = Field(
         1.0, gt=0.0, le=3600.0, description="seconds between telemetry samples")
     ticks: Annotated[int, Use("simulator")] = Field(
         0, ge=0, description="stop the simulator after this many ticks; 0 runs forever")
@@ -134,9 +135,10 @@ class Settings(BaseSettings):
         0, ge=0, description="simulator random seed (same seed, same telemetry)")
     encoding: Annotated[Literal["binary", "json"], Use("simulator")] = Field(
         "binary", description="simulator frame encoding")
-    batch_nodes: Annotated[int, Use("simulator")] = Field(
+    batch_nodes: Annotated[int, Use("simulator", "aggregator")] = Field(
         128, ge=0, le=4_096,
-        description="simulator: nodes per batch frame (binary only; 0 publishes one frame per node)",
+        description="simulator: nodes per batch frame (binary only; 0 publishes one frame per node); aggregator: "
+        "nodes per batch frame at most (0: 128)",
     )
     scenario: Annotated[Path | None, Use("simulator")] = Field(
         None, description="TOML fault scenario for the simulator (docs/scenarios.md; unset: no scenario)")
@@ -179,10 +181,11 @@ class Settings(BaseSettings):
         3, ge=1, le=1000,
         description="monitor: a chip not heard from for this many ticks of listening stops counting as delivering",
     )
-    max_frame_bytes: Annotated[int, Use("monitor")] = Field(
+    max_frame_bytes: Annotated[int, Use("monitor", "aggregator")] = Field(
         1_048_576, ge=1_024, le=64 * 2**20,
         description="monitor: larger payloads are rejected as they arrive (over MQTT 5 the broker never sends "
-                    "more than this plus 4 KiB)",
+                    "more than this plus 4 KiB); aggregator: the same for node frames, and the largest batch "
+                    "frame it makes",
     )
     max_clock_skew_s: Annotated[float, Use("monitor")] = Field(
         300.0, gt=0.0, le=86_400.0,
@@ -237,9 +240,14 @@ class Settings(BaseSettings):
     max_entity_series: Annotated[int, Use("monitor")] = Field(
         1_000, ge=10, le=1_000_000, description="per-entity series per family (unhealthy links, chips, ...) at most",
     )
-    shard: Annotated[str, Use("monitor")] = Field(
+    shard: Annotated[str, Use("monitor", "aggregator")] = Field(
         "0/1", description="monitor: watch shard i of N (i/N, i from 0) of the fleet's UltraServers, subscribing "
-        "to its share of the topics only (docs/wire-format.md); 0/1 is the whole fleet",
+        "to its share of the topics only (docs/wire-format.md); aggregator: batch that share's node frames "
+        "(docs/aggregation.md); 0/1 is the whole fleet",
+    )
+    telemetry_input: Annotated[Literal["all", "batches"], Use("monitor")] = Field(
+        "all", description="monitor: all hears node frames and batch frames; batches hears batch and facility "
+        "frames only, as a monitor behind an aggregation tier must (rainierd aggregate; docs/aggregation.md)",
     )
     log_format: Annotated[Literal["auto", "json", "console"], Use("log")] = Field(
         "auto", description="log format: json, console, or auto (console on a terminal)")

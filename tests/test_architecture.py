@@ -26,6 +26,10 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "rainierd.exporter": ("rainierd.daemon", "rainierd.cli", "rainierd.mqtt", "rainierd.monitor.loop", "aiomqtt"),
     # The wire format is a leaf both sides speak.
     "rainierd.wire": ("rainierd.core", "rainierd.sim", "rainierd.monitor", "rainierd.exporter", "rainierd.mqtt"),
+    # The aggregation tier speaks the wire and MQTT, and serves its own metrics: it is neither the world nor the
+    # observer, and the monitor's core, the simulator and the exporter's monitor families are none of its business.
+    "rainierd.aggregate": ("rainierd.core", "rainierd.monitor", "rainierd.sim", "rainierd.exporter",
+                           "rainierd.daemon", "rainierd.cli"),
     # The product ships the product: the command line and every role load no benchmark or test harness.
     "rainierd": ("benchmarks", "harness"),
 }

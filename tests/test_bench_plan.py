@@ -17,7 +17,7 @@ ROUND = Figures(
     shard_chip_samples_per_s=500_000, bytes_per_chip_sample=200, broker_node_bytes_per_s=100e6,
     prometheus_samples_per_s=1e6, victoria_metrics_samples_per_s=2e6, scrape_interval_s=5, headroom=0.5,
     series_fixed=270, series_per_ultraserver=18,
-    series_entity_budget=5_000, series_top_k=30, min_broker_nodes=3,
+    series_entity_budget=5_000, series_top_k=30, min_broker_nodes=3, aggregator_cpu_s_per_node_frame=50e-6,
 )
 
 
@@ -29,6 +29,7 @@ class TestPlan:
             shards=4, ultraservers_per_shard=3_907, broker_nodes=8,
             series_per_shard=270 + 18 * 3_907 + 5_000 + 30, series=4 * (270 + 18 * 3_907 + 5_000 + 30),
             samples_per_s=4 * (270 + 18 * 3_907 + 5_000 + 30) / 5, prometheus_servers=1, victoria_metrics_nodes=1,
+            aggregators=7,
         )
 
     def test_a_small_fleet_keeps_one_shard_and_a_three_node_quorum(self) -> None:
@@ -54,6 +55,12 @@ class TestPlan:
         """The same 1.5M samples/s over half of a VictoriaMetrics node's 2M is two nodes."""
         big = plan(5_000_000, replace(ROUND, scrape_interval_s=1))
         assert (big.prometheus_servers, big.victoria_metrics_nodes) == (4, 2)
+
+
+    def test_aggregators_from_the_node_frames_and_their_cost(self) -> None:
+        """1M chips are 62,500 node frames a second; at 50 µs of CPU each, half a core's budget each: 7 processes;
+        at a 5 s tick, 2."""
+        assert (plan(1_000_000, ROUND).aggregators, plan(1_000_000, ROUND, tick_s=5.0).aggregators) == (7, 2)
 
 
 class TestFigures:

@@ -26,7 +26,8 @@ SIMULATOR = ["ticks", "seed", "encoding", "batch_nodes", "scenario", "fault_acce
              "profile", "truth_file"]
 MONITOR = ["stale_after_ticks", "max_frame_bytes", "max_clock_skew_s", "reconnect_grace_s", "state_file",
            "max_seq_jump", "max_backlog_bytes", "share_frames_per_tick", "share_bytes_per_tick", "max_share_topics",
-           "max_entity_series", "shard", "feed_lost_share", "feed_hold_s"]
+           "max_entity_series", "shard", "feed_lost_share", "feed_hold_s", "telemetry_input"]
+AGGREGATOR = ["tick_s", "batch_nodes", "shard", "max_frame_bytes"]
 HTTP = ["metrics_addr", "web_config_file"]
 SERVER = ["http_max_connections", "http_max_handshakes", "http_unauthenticated_idle_s"]
 LOG = ["log_format", "log_level"]
@@ -36,10 +37,12 @@ ROLE_SETTINGS: dict[str, set[str]] = {
     "run": {*MQTT, *FLEET, "tick_s", *SIMULATOR, *MONITOR, *HTTP, *SERVER, *LOG},
     "simulate": {*MQTT, *FLEET, "tick_s", *SIMULATOR, *HTTP, *SERVER, *LOG},
     "monitor": {*MQTT, *FLEET, "tick_s", *MONITOR, *HTTP, *SERVER, *LOG},
+    "aggregate": {*MQTT, *FLEET, *AGGREGATOR, *HTTP, *SERVER, *LOG},
     "bridge": {*MQTT, *FLEET, *LOG},
     "healthcheck": set(HTTP),
 }
-ARGV = {"run": ["run"], "simulate": ["simulate"], "monitor": ["monitor"], "healthcheck": ["healthcheck"],
+ARGV = {"run": ["run"], "simulate": ["simulate"], "monitor": ["monitor"], "aggregate": ["aggregate"],
+        "healthcheck": ["healthcheck"],
         "bridge": ["bridge", "neuron-monitor", "--node", "n0"]}
 
 # A value off the default for every setting a flag can carry: (command-line text, the setting it makes).
@@ -85,6 +88,7 @@ VALUES: dict[str, tuple[str, Any]] = {
     "shard": ("1/4", "1/4"),
     "feed_lost_share": ("0.8", 0.8),
     "feed_hold_s": ("90", 90.0),
+    "telemetry_input": ("batches", "batches"),
     "log_format": ("json", "json"),
     "log_level": ("debug", "debug"),
 }

@@ -3,6 +3,8 @@ throughput model, on frames cut from the simulator (no I/O)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -12,7 +14,7 @@ from rainierd.hardware import TRN2
 from rainierd.sim.fleet import FleetModel, TickSample
 from rainierd.sim.frames import tick_batches, tick_frames
 from rainierd.topology import build_topology
-from rainierd.wire import CHIP_DTYPE, NodeFrame, decode_binary, encode_binary
+from rainierd.wire import CHIP_DTYPE, NodeBatch, NodeFrame, decode_binary, encode_binary
 from rainierd.wire.topics import parse_topic
 
 PEAK = TRN2.fp8_dense_flops
@@ -94,6 +96,27 @@ class TestIngest:
             other = by_batch.state.tables()[kind]
             for name in (*table.gauges, *table.totals):
                 assert np.array_equal(column(table, name), column(other, name), equal_nan=True), (kind, name)
+
+    def test_an_aggregators_batch_keeps_each_entrys_publisher(self) -> None:
+        """Frames of one agent per node, batched by an aggregator with a publisher table, continue each node's
+        stream under its agent's id: no publisher change, nothing lost; the same batch under the aggregator's
+        id alone would be another publisher's frames, held until confirmed."""
+        fleet = Fleet(seed=6)
+        _, first = fleet.frames()
+        agent = [(t, replace(f, publisher=f"agent-{f.node}")) for t, f in first]
+        assert fleet.feed(agent).applied == 8
+        sample = fleet.model.step(1)
+        (topic, batch), *_ = tick_batches(fleet.topo, sample, publisher="agg-0", nodes_per_batch=64)
+        assert isinstance(batch, NodeBatch)
+        names = tuple(f"agent-{n}" for n in batch.node.tolist())
+        ours = dataclasses.replace(batch, node_publisher=np.arange(batch.n_nodes, dtype=np.uint16), publishers=names)
+        result = fleet.feed([(topic, decode_binary(encode_binary(ours)))])  # type: ignore[list-item]
+        assert (result.applied, dict(result.rejected), result.publisher_changes) == (batch.n_nodes, {}, 0)
+        assert fleet.stats.frames_lost == 0
+        sample = fleet.model.step(2)
+        (topic, plain), *_ = tick_batches(fleet.topo, sample, publisher="agg-0", nodes_per_batch=64)
+        result = fleet.feed([(topic, decode_binary(encode_binary(plain)))])  # type: ignore[list-item]
+        assert (result.applied, dict(result.rejected)) == (0, {"publisher_unconfirmed": plain.n_nodes})
 
     def test_a_window_in_any_node_order_lands_like_one_in_order(self) -> None:
         """Two ticks whose frames arrive in a shuffled node order (the simulator's topic buckets hold every 256th

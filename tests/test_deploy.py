@@ -331,3 +331,69 @@ class TestIdentities:
         users = [f"rainierd-monitor-{i}" for i in range(n)]
         assert {u: acl.get(u) for u in users} == dict.fromkeys(users, MONITOR_TOPICS)
         assert set(users) <= set(credential_users())
+
+
+AGGREGATOR_TOPICS = {"read rainier/v1/telemetry/+/+/+/+", "write rainier/v1/telemetry/+/+/batch/+"}
+
+
+class TestAggregated:
+    """The aggregation tier in compose.aggregated.yaml and kubernetes/aggregated (docs/aggregation.md)."""
+
+    def test_compose_runs_two_aggregators_each_its_own_user_and_the_monitor_hears_batches(self) -> None:
+        """The overlay's aggregators take shares 0/2 and 1/2, each under a user make-credentials makes and the
+        ACL lets read node frames and write batches; the monitor hears batches only, and the simulator
+        publishes one frame per node."""
+        overlay = yaml.safe_load((DEPLOY / "compose.aggregated.yaml").read_text())["services"]
+        users = {}
+        for service in overlay.values():
+            if "RAINIERD_SHARD" in service.get("environment", {}):
+                # Compose appends env_file lists through extends, and the last file's values stand.
+                parent = overlay.get(service.get("extends", {}).get("service", ""), {})
+                env_files = [*parent.get("env_file", []), *service.get("env_file", [])]
+                users[service["environment"]["RAINIERD_SHARD"]] = Path(env_files[-1]).stem
+        assert users == {"0/2": "rainierd-aggregate-0", "1/2": "rainierd-aggregate-1"}
+        assert overlay["aggregate-0"]["command"] == ["aggregate"]
+        acl = acl_users((DEPLOY / "mosquitto" / "acl").read_text())
+        assert {u: acl.get(u) for u in users.values()} == dict.fromkeys(users.values(), AGGREGATOR_TOPICS)
+        assert set(users.values()) <= set(credential_users())
+        assert overlay["monitor"]["environment"] == {"RAINIERD_TELEMETRY_INPUT": "batches"}
+        assert overlay["simulate"]["environment"] == {"RAINIERD_BATCH_NODES": "0"}
+        targets = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.aggregated.yml").read_text())["scrape_configs"]
+        assert {job["job_name"]: job["static_configs"][0]["targets"] for job in targets}["rainierd-aggregate"] == [
+            "aggregate-0:9780", "aggregate-1:9780"]
+
+    def test_the_statefulset_gives_each_ordinal_its_share_and_its_own_user(self) -> None:
+        """Pod ordinal i is share i/N and reads rainierd-aggregate-<i>.toml from a Secret, a user the ACL lets
+        aggregate; its probes ask /healthz and /readyz on its metrics port."""
+        path = DEPLOY / "kubernetes" / "aggregated" / "aggregate-statefulset.yaml"
+        statefulset = yaml.safe_load(path.read_text())
+        n = statefulset["spec"]["replicas"]
+        assert statefulset_shard_configs(statefulset) == {
+            f"{i}/{n}": ("rainierd-aggregate-mqtt", f"rainierd-aggregate-{i}.toml") for i in range(n)}
+        (container,) = statefulset["spec"]["template"]["spec"]["containers"]
+        assert container["args"] == ["aggregate"]
+        assert (container["livenessProbe"]["httpGet"]["path"], container["readinessProbe"]["httpGet"]["path"]) == (
+            "/healthz", "/readyz")
+        acl = acl_users((DEPLOY / "mosquitto" / "acl").read_text())
+        users = [f"rainierd-aggregate-{i}" for i in range(n)]
+        assert {u: acl.get(u) for u in users} == dict.fromkeys(users, AGGREGATOR_TOPICS)
+
+    def test_the_overlay_lists_its_manifests_and_points_the_monitor_at_batches(self) -> None:
+        """The kustomization takes the base, every manifest beside it, and patches the monitor to hear batches
+        and the simulator to publish one frame per node."""
+        kust = yaml.safe_load((DEPLOY / "kubernetes" / "aggregated" / "kustomization.yaml").read_text())
+        assert sorted(kust["resources"]) == sorted(
+            ["../base", *(p.name for p in (DEPLOY / "kubernetes" / "aggregated").glob("*.yaml")
+                          if p.name != "kustomization.yaml")])
+        patches = [yaml.safe_load(p["patch"]) for p in kust["patches"]]
+        env = {p["metadata"]["name"]: p["spec"]["template"]["spec"]["containers"][0]["env"] for p in patches}
+        assert env == {"rainierd-monitor": [{"name": "RAINIERD_TELEMETRY_INPUT", "value": "batches"}],
+                       "rainierd-simulate": [{"name": "RAINIERD_BATCH_NODES", "value": "0"}]}
+
+    @pytest.mark.integration  # runs kubernetes-validate
+    def test_its_builtin_kinds_pass_kubernetes_validate_strict(self, tmp_path: Path) -> None:
+        """kubernetes-validate --strict accepts the StatefulSet and the Service."""
+        docs = [yaml.safe_load(p.read_text()) for p in (DEPLOY / "kubernetes" / "aggregated").glob("aggregate-*.yaml")]
+        builtin = [d for d in docs if d["kind"] in {"StatefulSet", "Service"}]
+        assert len(builtin) == 2
+        assert_valid_strictly(builtin, tmp_path)

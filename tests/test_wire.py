@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -79,6 +81,9 @@ def node_frames(draw: st.DrawFn) -> NodeFrame:
     )
 
 
+publisher_ids = st.text(min_size=1, max_size=30).filter(lambda s: len(s.encode()) <= 128)
+
+
 @st.composite
 def node_batches(draw: st.DrawFn) -> NodeBatch:
     """Batches of 0-20 nodes with random per-node counts and a random subset of columns."""
@@ -93,6 +98,8 @@ def node_batches(draw: st.DrawFn) -> NodeBatch:
         # Any subset of fields, but ids always (their column is required).
         keep = [name for i, name in enumerate(names) if (kind != "cooling" and i == 0) or rng.random() < 0.7]
         columns[kind] = {name: np.ascontiguousarray(records[name]) for name in keep}
+    # Half of them carry each entry's own publisher, as an aggregator's do.
+    table = tuple(draw(st.lists(publisher_ids, min_size=1, max_size=max(n, 1)))) if rng.random() < 0.5 else ()
     return NodeBatch(
         publisher=draw(st.text(min_size=1, max_size=30).filter(lambda s: len(s.encode()) <= 128)),
         seq=draw(st.integers(0, 2**64 - 1)), tick=draw(st.integers(0, 2**64 - 1)),
@@ -100,6 +107,7 @@ def node_batches(draw: st.DrawFn) -> NodeBatch:
         node=rng.integers(0, 2**32, n, dtype=np.uint32), node_seq=rng.integers(0, 2**63, n, dtype=np.uint64),
         node_tick=rng.integers(0, 2**63, n, dtype=np.uint64), node_t_s=rng.uniform(0, 2e9, n),
         counts=counts, columns=columns,
+        node_publisher=rng.integers(0, len(table), n).astype(np.uint16) if table else None, publishers=table,
     )
 
 
@@ -112,6 +120,7 @@ def same_batch(a: NodeBatch, b: NodeBatch) -> bool:
         and all(np.array_equal(a.counts[k], b.counts[k]) for k in RECORD_KINDS)
         and all(a.columns[k].keys() == b.columns[k].keys() for k in RECORD_KINDS)
         and all(np.array_equal(a.columns[k][n], b.columns[k][n]) for k in RECORD_KINDS for n in a.columns[k])
+        and a.entry_publishers() == b.entry_publishers()
     )
 
 
@@ -122,6 +131,18 @@ def a_batch() -> NodeBatch:
         "agg-1", 5, 5, 1.7e9, 0, np.array([2], np.uint32), np.array([3], np.uint64), np.array([3], np.uint64),
         np.array([1.7e9]), {k: np.array([len(records[k])], np.uint16) for k in RECORD_KINDS},
         {k: {n: np.ascontiguousarray(records[k][n]) for n in records[k].dtype.names or ()} for k in RECORD_KINDS},
+    )
+
+
+def a_batch_of_agents() -> NodeBatch:
+    """Three entries (nodes 2, 3 and 2's next frame) of two agents, batched by ``agg-1``."""
+    one = a_batch()
+    records = {k: {n: np.concatenate([c, c, c]) for n, c in cols.items()} for k, cols in one.columns.items()}
+    return NodeBatch(
+        "agg-1", 5, 5, 1.7e9, 0, np.array([2, 3, 2], np.uint32), np.array([3, 9, 4], np.uint64),
+        np.array([3, 9, 4], np.uint64), np.array([1.7e9, 1.7e9, 1.7e9 + 1]),
+        {k: np.repeat(c, 3) for k, c in one.counts.items()}, records,
+        node_publisher=np.array([0, 1, 0], np.uint16), publishers=("n2-agent", "n3-agent"),
     )
 
 
@@ -231,6 +252,41 @@ class TestBatchFrame:
         unpacked[10] = 16  # the header still says 16 chips
         BATCH_HEADER.pack_into(payload, 0, *unpacked)
         assert reason(bytes(payload)) in {"bad_header", "trailing_bytes", "truncated"}
+
+    def test_each_entry_keeps_its_own_publisher(self) -> None:
+        """A batch with a publisher table (flag 1) gives every entry the publisher its agent numbered it under."""
+        batch = a_batch_of_agents()
+        decoded = decode_binary(encode_batch(batch))
+        assert isinstance(decoded, NodeBatch)
+        assert (decoded.publisher, decoded.entry_publishers()) == ("agg-1", ["n2-agent", "n3-agent", "n2-agent"])
+
+    def test_every_truncation_of_a_publisher_table_is_rejected(self) -> None:
+        """Every proper prefix of a batch with a publisher table is rejected as truncated (or empty)."""
+        payload = encode_batch(a_batch_of_agents())
+        assert {reason(payload[:n]) for n in range(len(payload))} == {"empty", "truncated"}
+
+    @pytest.mark.parametrize(("edit", "why"), [
+        (lambda p: p[:-18] + b"\x00" + p[-17:], "bad_header"),  # an entry of length 0
+        (lambda p: p[:-20] + b"\x00\x00" + p[-18:], "bad_header"),  # a table of no publishers
+        (lambda p: p + b"\x00", "trailing_bytes"),
+    ])
+    def test_a_malformed_publisher_table_is_rejected(self, edit: Callable[[bytes], bytes], why: str) -> None:
+        """A table naming no publisher, an empty id, or bytes after the table are rejected."""
+        payload = encode_batch(a_batch_of_agents())
+        assert payload[-20:] == b"\x02\x00\x08n2-agent\x08n3-agent"  # (the table these edits cut into)
+        assert reason(edit(payload)) == why
+
+    def test_an_entry_naming_a_publisher_outside_the_table_is_rejected(self) -> None:
+        """An index past the table's end is a bad header, not an IndexError."""
+        batch = a_batch_of_agents()
+        lying = dataclasses.replace(batch, node_publisher=np.array([0, 2, 0], np.uint16))
+        assert reason(encode_batch(lying)) == "bad_header"
+
+    def test_unknown_flags_are_rejected(self) -> None:
+        """A batch announcing a feature this decoder does not know is refused, not misread."""
+        payload = bytearray(encode_batch(a_batch()))
+        payload[6] = 2
+        assert reason(bytes(payload)) == "bad_header"
 
     @given(st.binary(max_size=2_000))
     @settings(max_examples=300, deadline=None)

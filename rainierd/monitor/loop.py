@@ -80,6 +80,7 @@ class Monitor:
         shard: Shard = WHOLE_FLEET,
         loop_lag: LoopLag | None = None,
         share: SharePolicy | None = _DEFAULT_SHARE,
+        batches_only: bool = False,
     ) -> None:
         self.shard = shard
         self.topology = topology = shard_view(topology, shard)
@@ -95,7 +96,8 @@ class Monitor:
         self.load = LoadJudge(tick_s=config.tick_s, clock=clock)
         self.events = EventLog(qos=qos)
         self.session = Session(shard=shard, n_sites=topology.n_sites, qos=qos, inbox=self.inbox,
-                               events=self.events, clock=clock, reconnect_grace_s=reconnect_grace_s)
+                               events=self.events, clock=clock, reconnect_grace_s=reconnect_grace_s,
+                               batches_only=batches_only)
         fleet = f"{topology.name}: {topology.n_nodes} nodes, {topology.n_sites} sites"
         if not shard.whole:  # another shard's accounting is not this one's
             fleet += f", shard {shard}"

@@ -33,9 +33,9 @@ class Session:
 
     def __init__(
         self, *, shard: Shard, n_sites: int, qos: int, inbox: Inbox, events: EventLog, clock: ListeningClock,
-        reconnect_grace_s: float = 0.0,
+        reconnect_grace_s: float = 0.0, batches_only: bool = False,
     ) -> None:
-        self._filters = telemetry_filters(shard, n_sites=n_sites)
+        self._filters = telemetry_filters(shard, n_sites=n_sites, batches_only=batches_only)
         self._qos, self._inbox, self._events, self._clock = qos, inbox, events, clock
         self._reconnect_grace_s = reconnect_grace_s
         self.connection = ConnectionState()  # written by mqtt.supervise

@@ -20,15 +20,22 @@ no Python per record (docs/wire-format.md has its layout)::
     publisher_len u16 | publisher | pad to 8 |
     node u32[n] | node_seq u64[n] | node_tick u64[n] | node_t_s f64[n] |
     chips u16[n] | links u16[n] | efa u16[n] | cooling u8[n] |
-    one column per present field of each record kind, in dtype order
+    [node_publisher u16[n], with flag 1] |
+    one column per present field of each record kind, in dtype order |
+    [publisher table, with flag 1: count u16, then count x (length u8, UTF-8)]
 
 Every column starts on a multiple of 8 bytes from the start of the payload.
+Flag 1 (``FLAG_NODE_PUBLISHERS``) gives each entry its own publisher: an
+aggregation tier batches many agents' frames, and each keeps the publisher
+id its agent numbered it under, so the monitor's accounting per (publisher,
+node) is the same as if the frame had come alone.
 Decoding copies nothing: records and columns are read-only views of the payload.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import struct
 from collections.abc import Mapping
 from typing import Any, Final
@@ -57,6 +64,7 @@ from rainierd.wire.records import (
 
 __all__ = [
     "BATCH_HEADER",
+    "FLAG_NODE_PUBLISHERS",
     "HEADER",
     "KIND_BATCH",
     "KIND_FACILITY",
@@ -67,6 +75,7 @@ __all__ = [
     "encode_batch",
     "encode_binary",
     "finite_mask",
+    "split_node_frame",
 ]
 
 MAGIC: Final = b"RNRW"
@@ -77,6 +86,8 @@ KIND_FACILITY: Final = 2
 KIND_BATCH: Final = 3
 MAX_PUBLISHER_BYTES: Final = 128
 MAX_BATCH_NODES: Final = 4_096
+FLAG_NODE_PUBLISHERS: Final = 0x0001
+_PUBLISHER_INDEX: Final = np.dtype("<u2")
 _NODE_COLUMNS: Final[tuple[tuple[str, np.dtype[Any]], ...]] = (
     ("node", np.dtype("<u4")), ("node_seq", np.dtype("<u8")), ("node_tick", np.dtype("<u8")),
     ("node_t_s", np.dtype("<f8")),
@@ -88,6 +99,10 @@ _COLUMNS: Final = {kind: column_dtypes(dtype) for kind, dtype in RECORD_DTYPES.i
 # Upper bounds on record counts in one frame: a node has 16 chips, 48 links
 # and at most 64 EFA ports; the slack admits other node shapes, not garbage.
 _MAX_COUNTS: Final = {KIND_NODE: (64, 256, 64, 1), KIND_FACILITY: (0, 0, 0, 1)}
+_NODE_DTYPES: Final[tuple[np.dtype[Any], ...]] = (CHIP_DTYPE, LINK_DTYPE, EFA_DTYPE, COOLING_DTYPE)
+_FACILITY_DTYPES: Final[tuple[np.dtype[Any], ...]] = (CHIP_DTYPE, LINK_DTYPE, EFA_DTYPE, FACILITY_DTYPE)
+_NODE_SIZES: Final = tuple(dt.itemsize for dt in _NODE_DTYPES)
+_FACILITY_SIZES: Final = tuple(dt.itemsize for dt in _FACILITY_DTYPES)
 _FLOATS: Final = {
     dt.str: float_fields(dt) for dt in (CHIP_DTYPE, LINK_DTYPE, EFA_DTYPE, COOLING_DTYPE, FACILITY_DTYPE)
 }
@@ -119,8 +134,9 @@ def encode_batch(batch: NodeBatch) -> bytes:
     """Return the binary encoding of a batch frame (one copy of every column)."""
     publisher = batch.publisher.encode()
     totals = [int(batch.counts[kind].sum(dtype=np.int64)) for kind in RECORD_KINDS]
+    flags = 0 if batch.node_publisher is None else FLAG_NODE_PUBLISHERS
     header = BATCH_HEADER.pack(
-        MAGIC, WIRE_VERSION, KIND_BATCH, 0, batch.seq, batch.tick, batch.t_s, batch.site, batch.n_nodes,
+        MAGIC, WIRE_VERSION, KIND_BATCH, flags, batch.seq, batch.tick, batch.t_s, batch.site, batch.n_nodes,
         *totals, *(_field_mask(kind, batch.columns[kind]) for kind in RECORD_KINDS), len(publisher),
     )
     parts: list[bytes | memoryview] = [header, publisher]
@@ -139,10 +155,16 @@ def encode_batch(batch: NodeBatch) -> bytes:
         column(getattr(batch, name), dtype)
     for kind in RECORD_KINDS:
         column(batch.counts[kind], _COUNT_DTYPES[kind])
+    if batch.node_publisher is not None:
+        column(batch.node_publisher, _PUBLISHER_INDEX)
     for kind in RECORD_KINDS:
         for name, dtype in _COLUMNS[kind].items():
             if name in batch.columns[kind]:
                 column(batch.columns[kind][name], dtype)
+    if batch.node_publisher is not None:
+        names = [name.encode() for name in batch.publishers]
+        parts.append(struct.pack("<H", len(names)))
+        parts += [bytes((len(name),)) + name for name in names]
     return b"".join(parts)
 
 
@@ -164,13 +186,17 @@ def _check_batch_header(n_nodes: int, totals: dict[str, int], masks: dict[str, i
 
 
 @functools.lru_cache(maxsize=256)
-def _batch_layout(n_nodes: int, totals: tuple[int, ...], masks: tuple[int, ...], pub_len: int) -> tuple[_Placed, int]:
-    """Return where each column of a batch of this shape starts, and where the payload ends.
+def _batch_layout(
+    n_nodes: int, totals: tuple[int, ...], masks: tuple[int, ...], pub_len: int, flags: int = 0,
+) -> tuple[_Placed, int]:
+    """Return where each column of a batch of this shape starts, and where the columns end.
 
     Cached: an aggregator sends batches of one shape tick after tick.
     """
     layout: list[tuple[str, str, np.dtype[Any], int]] = [("node", name, dt, n_nodes) for name, dt in _NODE_COLUMNS]
     layout += [("counts", kind, _COUNT_DTYPES[kind], n_nodes) for kind in RECORD_KINDS]
+    if flags & FLAG_NODE_PUBLISHERS:
+        layout.append(("node", "node_publisher", _PUBLISHER_INDEX, n_nodes))
     for kind, total, mask in zip(RECORD_KINDS, totals, masks, strict=True):
         layout += [(kind, name, dt, total) for i, (name, dt) in enumerate(_COLUMNS[kind].items()) if mask >> i & 1]
     offset = BATCH_HEADER.size + pub_len
@@ -182,11 +208,38 @@ def _batch_layout(n_nodes: int, totals: tuple[int, ...], masks: tuple[int, ...],
     return tuple(placed), offset
 
 
+def _publisher_table(payload: bytes, at: int, n_nodes: int) -> tuple[tuple[str, ...], int]:
+    """Return the publisher table that starts at ``at``, and where it ends."""
+    if len(payload) < at + 2:
+        raise FrameError("truncated", f"{len(payload)} bytes, the publisher table starts at {at}")
+    (count,) = struct.unpack_from("<H", payload, at)
+    if not 1 <= count <= max(n_nodes, 1):
+        raise FrameError("bad_header", f"a publisher table of {count} for {n_nodes} nodes")
+    at += 2
+    names: list[str] = []
+    for _ in range(count):
+        if len(payload) <= at:
+            raise FrameError("truncated", f"{len(payload)} bytes, publisher table entry {len(names)} at {at}")
+        length = payload[at]
+        if not 1 <= length <= MAX_PUBLISHER_BYTES:
+            raise FrameError("bad_header", f"publisher table entry {len(names)} is {length} bytes long")
+        if len(payload) < at + 1 + length:
+            raise FrameError("truncated", f"{len(payload)} bytes, publisher table entry {len(names)} at {at}")
+        try:
+            names.append(payload[at + 1:at + 1 + length].decode())
+        except UnicodeDecodeError:
+            raise FrameError("bad_header", "a publisher id of the table is not UTF-8") from None
+        at += 1 + length
+    return tuple(names), at
+
+
 def _decode_batch(payload: bytes) -> NodeBatch:
     """Return the batch a kind-3 payload encodes (views of the payload)."""
     if len(payload) < BATCH_HEADER.size:
         raise FrameError("truncated", f"{len(payload)} bytes is shorter than the {BATCH_HEADER.size}-byte header")
-    (_magic, _version, _kind, _flags, seq, tick, t_s, site, n_nodes, *rest) = BATCH_HEADER.unpack_from(payload)
+    (_magic, _version, _kind, flags, seq, tick, t_s, site, n_nodes, *rest) = BATCH_HEADER.unpack_from(payload)
+    if flags & ~FLAG_NODE_PUBLISHERS:
+        raise FrameError("bad_header", f"batch flags {flags:#x} name unknown features")
     totals = dict(zip(RECORD_KINDS, rest[:4], strict=True))
     masks = dict(zip(RECORD_KINDS, rest[4:8], strict=True))
     pub_len = rest[8]
@@ -197,9 +250,12 @@ def _decode_batch(payload: bytes) -> NodeBatch:
         publisher = payload[BATCH_HEADER.size:BATCH_HEADER.size + pub_len].decode()
     except UnicodeDecodeError:
         raise FrameError("bad_header", "publisher id is not UTF-8") from None
-    placed, end = _batch_layout(n_nodes, tuple(rest[:4]), tuple(rest[4:8]), pub_len)
+    placed, end = _batch_layout(n_nodes, tuple(rest[:4]), tuple(rest[4:8]), pub_len, flags)
     if len(payload) < end:
         raise FrameError("truncated", f"{len(payload)} bytes, header announces {end}")
+    publishers: tuple[str, ...] = ()
+    if flags & FLAG_NODE_PUBLISHERS:
+        publishers, end = _publisher_table(payload, end, n_nodes)
     if len(payload) > end:
         raise FrameError("trailing_bytes", f"{len(payload) - end} bytes after the last column")
     groups: dict[str, dict[str, npt.NDArray[Any]]] = {group: {} for group in ("node", "counts", *RECORD_KINDS)}
@@ -209,8 +265,12 @@ def _decode_batch(payload: bytes) -> NodeBatch:
     for kind, limit in zip(RECORD_KINDS, _MAX_COUNTS[KIND_NODE], strict=True):
         if int(counts[kind].sum(dtype=np.int64)) != totals[kind] or (counts[kind] > limit).any():
             raise FrameError("bad_header", f"per-node {kind} counts disagree with the header")
+    node_publisher = nodes.get("node_publisher")
+    if node_publisher is not None and node_publisher.size and int(node_publisher.max()) >= len(publishers):
+        raise FrameError("bad_header", f"an entry names publisher {int(node_publisher.max())} of {len(publishers)}")
     return NodeBatch(publisher, seq, tick, t_s, site, nodes["node"], nodes["node_seq"], nodes["node_tick"],
-                     nodes["node_t_s"], counts, {kind: groups[kind] for kind in RECORD_KINDS})
+                     nodes["node_t_s"], counts, {kind: groups[kind] for kind in RECORD_KINDS},
+                     node_publisher=node_publisher, publishers=publishers)
 
 
 def encode_binary(frame: Frame) -> bytes:
@@ -248,6 +308,61 @@ def _check_preamble(payload: bytes) -> None:
         raise FrameError("bad_version", f"wire version {payload[4]} is not {WIRE_VERSION}")
 
 
+def _frame_layout(
+    payload: bytes,
+) -> tuple[int, int, int, float, int, str, tuple[int, ...], tuple[np.dtype[Any], ...], int]:
+    """Check a node or facility frame's header and length; return (kind, seq, tick, t_s, entity, publisher,
+    record counts, record dtypes, where the records start)."""
+    if len(payload) < HEADER.size:
+        raise FrameError("truncated", f"{len(payload)} bytes is shorter than the {HEADER.size}-byte header")
+    (_magic, _version, kind, _flags, seq, tick, t_s, entity,
+     n_chips, n_links, n_efa, n_aux, pub_len) = HEADER.unpack_from(payload)
+    limits = _MAX_COUNTS.get(kind)
+    if limits is None:
+        raise FrameError("bad_kind", f"frame kind {kind} is unknown")
+    if (pub_len > MAX_PUBLISHER_BYTES or n_chips > limits[0] or n_links > limits[1] or n_efa > limits[2]
+            or n_aux > limits[3]):
+        raise FrameError("bad_header", f"counts {(n_chips, n_links, n_efa, n_aux)} or publisher length {pub_len} "
+                                       "out of range")
+    if not math.isfinite(t_s):
+        raise FrameError("non_finite", "t_s is not finite")
+    node = kind == KIND_NODE
+    sizes = _NODE_SIZES if node else _FACILITY_SIZES
+    offset = HEADER.size + pub_len
+    expected = offset + n_chips * sizes[0] + n_links * sizes[1] + n_efa * sizes[2] + n_aux * sizes[3]
+    if len(payload) < expected:
+        raise FrameError("truncated", f"{len(payload)} bytes, header announces {expected}")
+    if len(payload) > expected:
+        raise FrameError("trailing_bytes", f"{len(payload) - expected} bytes after the last record")
+    try:
+        publisher = payload[HEADER.size:offset].decode()
+    except UnicodeDecodeError:
+        raise FrameError("bad_header", "publisher id is not UTF-8") from None
+    return (kind, seq, tick, t_s, entity, publisher, (n_chips, n_links, n_efa, n_aux),
+            _NODE_DTYPES if node else _FACILITY_DTYPES, offset)
+
+
+def split_node_frame(payload: bytes) -> tuple[str, int, int, float, int, tuple[int, ...], tuple[memoryview, ...]]:
+    """Return a binary node frame's (publisher, seq, tick, t_s, node, record counts, record blocks), checked as
+    ``decode_binary`` checks it but for its floats: each block is the packed records of one kind (chips,
+    links, EFA, cooling), a view of the payload.
+
+    An aggregator moves records between frames by the block, never by the record.
+
+    Raises FrameError as ``decode_binary`` does, and bad_kind for anything but a node frame.
+    """
+    _check_preamble(payload)
+    if payload[5] != KIND_NODE:
+        raise FrameError("bad_kind", f"frame kind {payload[5]} is not a node frame")
+    _kind, seq, tick, t_s, node, publisher, counts, _dtypes, offset = _frame_layout(payload)
+    view = memoryview(payload)
+    chips = offset + counts[0] * _NODE_SIZES[0]
+    links = chips + counts[1] * _NODE_SIZES[1]
+    efa = links + counts[2] * _NODE_SIZES[2]
+    return publisher, seq, tick, t_s, node, counts, (view[offset:chips], view[chips:links], view[links:efa],
+                                                      view[efa:])
+
+
 def decode_binary(payload: bytes, *, check_finite: bool = True) -> Frame:
     """Return the frame a binary payload encodes.
 
@@ -262,31 +377,7 @@ def decode_binary(payload: bytes, *, check_finite: bool = True) -> Frame:
     _check_preamble(payload)
     if payload[5] == KIND_BATCH:
         return _decode_batch(payload)
-    if len(payload) < HEADER.size:
-        raise FrameError("truncated", f"{len(payload)} bytes is shorter than the {HEADER.size}-byte header")
-    (_magic, _version, kind, _flags, seq, tick, t_s, entity,
-     n_chips, n_links, n_efa, n_aux, pub_len) = HEADER.unpack_from(payload)
-    if kind not in _MAX_COUNTS:
-        raise FrameError("bad_kind", f"frame kind {kind} is unknown")
-    counts = (n_chips, n_links, n_efa, n_aux)
-    if pub_len > MAX_PUBLISHER_BYTES or any(
-        c > limit for c, limit in zip(counts, _MAX_COUNTS[kind], strict=True)
-    ):
-        raise FrameError("bad_header", f"counts {counts} or publisher length {pub_len} out of range")
-    if not np.isfinite(t_s):
-        raise FrameError("non_finite", "t_s is not finite")
-    aux_dtype = COOLING_DTYPE if kind == KIND_NODE else FACILITY_DTYPE
-    dtypes = (CHIP_DTYPE, LINK_DTYPE, EFA_DTYPE, aux_dtype)
-    offset = HEADER.size + pub_len
-    expected = offset + sum(c * dt.itemsize for c, dt in zip(counts, dtypes, strict=True))
-    if len(payload) < expected:
-        raise FrameError("truncated", f"{len(payload)} bytes, header announces {expected}")
-    if len(payload) > expected:
-        raise FrameError("trailing_bytes", f"{len(payload) - expected} bytes after the last record")
-    try:
-        publisher = payload[HEADER.size:offset].decode()
-    except UnicodeDecodeError:
-        raise FrameError("bad_header", "publisher id is not UTF-8") from None
+    kind, seq, tick, t_s, entity, publisher, counts, dtypes, offset = _frame_layout(payload)
     arrays = []
     for name, count, dtype in zip(("chips", "links", "efa", "aux"), counts, dtypes, strict=True):
         records = np.frombuffer(payload, dtype=dtype, count=count, offset=offset)

@@ -185,11 +185,21 @@ class NodeBatch:
     # Per record kind, per record: which fields it carries, on top of which
     # columns are present (a node frame turned batch keeps its JSON gaps).
     known: dict[str, npt.NDArray[np.uint16]] | None = None
+    # Each entry's own publisher, as an index into ``publishers`` (an aggregator's batch of many agents'
+    # frames); None: every entry is ``publisher``'s, as the simulator's batches are.
+    node_publisher: npt.NDArray[np.uint16] | None = None
+    publishers: tuple[str, ...] = ()
 
     @property
     def n_nodes(self) -> int:
         """Return how many node frames the batch carries."""
         return int(self.node.size)
+
+    def entry_publishers(self) -> list[str]:
+        """Return the publisher id of each entry, in entry order."""
+        if self.node_publisher is None:
+            return [self.publisher] * self.n_nodes
+        return [self.publishers[i] for i in self.node_publisher.tolist()]
 
 
 Frame = NodeFrame | FacilityFrame | NodeBatch

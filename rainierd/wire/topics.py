@@ -46,6 +46,7 @@ the layout before shards, still parse: an unsharded monitor, subscribed to
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final, Literal
 
@@ -60,6 +61,7 @@ __all__ = [
     "batch_topic",
     "bucket_of",
     "facility_topic",
+    "node_filters",
     "node_topic",
     "parse_shard",
     "parse_topic",
@@ -191,16 +193,34 @@ def status_topic(client_id: str) -> str:
     return f"{ROOT}/status/{client_id}"
 
 
-def telemetry_filters(shard: Shard = WHOLE_FLEET, *, n_sites: int = 0) -> list[str]:
+def telemetry_filters(shard: Shard = WHOLE_FLEET, *, n_sites: int = 0, batches_only: bool = False) -> list[str]:
     """Return the subscription filters for ``shard``'s telemetry (and nothing else).
 
     The whole fleet is one filter; a shard has one per bucket it owns and one
-    per site (of ``n_sites``) whose facility it takes.
+    per site (of ``n_sites``) whose facility it takes.  ``batches_only``
+    (a monitor behind an aggregation tier) leaves node frames out: batch
+    topics and facility topics only, so a node's frame is never heard both
+    alone and in an aggregator's batch.
     """
+    if batches_only:
+        if shard.whole:
+            return [f"{TELEMETRY_ROOT}/+/+/batch/+", f"{TELEMETRY_ROOT}/+/batch/+", f"{TELEMETRY_ROOT}/+/facility"]
+        return [*(f"{TELEMETRY_ROOT}/+/b{b}/batch/+" for b in shard.buckets),
+                *(facility_topic(site) for site in range(n_sites) if shard.owns_site_facility(site))]
     if shard.whole:
         return [f"{TELEMETRY_ROOT}/#"]
     return [*(f"{TELEMETRY_ROOT}/+/b{b}/#" for b in shard.buckets),
             *(facility_topic(site) for site in range(n_sites) if shard.owns_site_facility(site))]
+
+
+def node_filters(ultraservers: Iterable[int]) -> list[str]:
+    """Return filters that match the node frames of ``ultraservers`` and nothing else (an aggregator's input).
+
+    One per UltraServer, because a bucket's wildcard (``…/b<b>/+/+``) would
+    also match the batch topics of that bucket: an aggregator would hear its
+    own output.  The bucket-less layout is not matched (no shard hears it).
+    """
+    return [f"{TELEMETRY_ROOT}/+/b{bucket_of(u)}/u{u}/+" for u in ultraservers]
 
 
 def parse_topic(topic: str) -> TopicAddress | None:

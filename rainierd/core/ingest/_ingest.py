@@ -140,9 +140,9 @@ class Ingest:
                                     rejected=rejected))
         # Publisher ids are numbered only once a frame of theirs has passed every rule.
         numbered = np.full(len(w.publishers), -1, np.int64)
-        for part in np.unique(w.part[good]).tolist():
-            numbered[part] = self.accounting.publisher(w.publishers[part])
-        publisher = numbered[w.part]
+        for slot in np.unique(w.publisher[good]).tolist():
+            numbered[slot] = self.accounting.publisher(w.publishers[slot])
+        publisher = numbered[w.publisher]
         # Generation g holds each node's (g+1)-th good frame of the window, in arrival order.
         by_node = good[np.argsort(w.entity[good], kind="stable")]
         nodes_sorted = w.entity[by_node]

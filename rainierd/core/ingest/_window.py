@@ -55,7 +55,8 @@ class Window:
     rx_wall_s: F64
     shed: F64  # frames of its stream the monitor refused before decoding since the last it kept (Message.shed)
     part: I64  # the received frame (message) each entry came in
-    publishers: list[str]  # each part's publisher id
+    publishers: list[str]  # the publisher ids the entries name (each part's, and an aggregator's table)
+    publisher: I64  # each entry's publisher, an index into ``publishers``
     topic_fits: B  # the topic is of the frame's family (and a batch's names the batch's site)
     want_site: I64  # the site the topic names (-1: no topic)
     want_ultraserver: I64  # the UltraServer a node topic names (-1: none)
@@ -115,6 +116,18 @@ def join_nodes(items: Sequence[Received], scratch: Scratch) -> Window:
         return np.repeat(np.asarray(values, dtype=dtype), sizes)
 
     claims = [_claims(item) for item, _ in parts]
+    part = per_part(list(range(len(parts))), np.int64)
+    publishers, publisher = [b.publisher for _, b in parts], part
+    if any(b.node_publisher is not None for _, b in parts):  # an aggregator's batch: each entry its own
+        publishers, slots = [], []
+        for _, b in parts:
+            if b.node_publisher is None:
+                slots.append(np.full(b.n_nodes, len(publishers), np.int64))
+                publishers.append(b.publisher)
+            else:
+                slots.append(b.node_publisher.astype(np.int64) + len(publishers))
+                publishers += b.publishers
+        publisher = np.concatenate(slots) if slots else part
     columns: dict[str, dict[str, npt.NDArray[Any]]] = {}
     known: dict[str, npt.NDArray[np.uint16] | int] = {}
     counts = {kind: cat([b.counts[kind] for _, b in parts], np.int64, f"count.{kind}") for kind in RECORD_KINDS}
@@ -145,8 +158,9 @@ def join_nodes(items: Sequence[Received], scratch: Scratch) -> Window:
         rx_s=per_part([item.rx_s for item, _ in parts], np.float64),
         rx_wall_s=per_part([item.rx_wall_s for item, _ in parts], np.float64),
         shed=per_part([item.shed for item, _ in parts], np.float64),
-        part=per_part(list(range(len(parts))), np.int64),
-        publishers=[b.publisher for _, b in parts],
+        part=part,
+        publishers=publishers,
+        publisher=publisher,
         topic_fits=per_part([c[0] for c in claims], bool),
         want_site=per_part([c[1] for c in claims], np.int64),
         want_ultraserver=per_part([c[2] for c in claims], np.int64),
@@ -171,6 +185,7 @@ def join_sites(items: Sequence[Received]) -> Window:
         shed=np.array([item.shed for item in items], np.float64),
         part=np.arange(len(items), dtype=np.int64),
         publishers=[frame.publisher for frame in frames],
+        publisher=np.arange(len(items), dtype=np.int64),
         topic_fits=np.array([a is None or a.is_facility for a in addresses], bool),
         want_site=np.array([-1 if a is None else a.site for a in addresses], np.int64),
         want_ultraserver=np.full(len(items), -1, np.int64),

@@ -1,0 +1,297 @@
+"""One tick of an aggregator's input turned into batch frames: pure, no I/O.
+
+Each message is judged before it is decoded (is its topic a node topic of
+this aggregator's share, naming a node the fleet has?), then decoded, then
+checked against its topic (the frame's node is the topic's).  What passes is
+grouped by site and topic bucket (one batch reaches exactly one monitor
+shard) and by the fields its records carry (a batch column is known for
+every record or for none), and cut into batches of at most ``max_nodes``
+entries and ``max_frame_bytes`` bytes.  A node whose frames arrived twice in
+one tick (its agent's clock runs a little fast against ours) goes into two
+batches, in order: the monitor refuses a batch that lists a node twice.
+
+Every entry keeps its own publisher, ``seq``, ``tick`` and ``t_s`` (the
+batch's publisher table, docs/wire-format.md), so the monitor accounts for it
+exactly as for the frame alone, and a frame dropped here is a gap in its
+node's sequence that the monitor counts lost.  Every message has one fate,
+counted: batched, or dropped for one reason (``DROP_REASONS``).
+
+What is not judged here is left to the monitor, which judges every entry on
+its own (a NaN, a record of another node, a stale ``seq``): passing it on
+costs nothing and keeps one set of rules, in one place.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+
+from rainierd.errors import FrameError
+from rainierd.topology import Topology
+from rainierd.wire import NodeBatch, NodeFrame, decode_json, encode_batch
+from rainierd.wire.binary import (
+    BATCH_HEADER,
+    KIND_BATCH,
+    KIND_FACILITY,
+    KIND_NODE,
+    MAGIC,
+    MAX_BATCH_NODES,
+    split_node_frame,
+)
+from rainierd.wire.records import RECORD_DTYPES, RECORD_KINDS
+from rainierd.wire.topics import Shard, batch_topic, bucket_of, parse_topic
+
+__all__ = ["DROP_REASONS", "Batcher", "Outgoing", "TickResult", "batch_name"]
+
+DROP_REASONS: Final = (
+    "retained",  # delivered with the retain flag: a replay, not a frame sent now
+    "oversize",  # larger than max_frame_bytes
+    "backlog_full",  # more than the aggregator holds for one tick
+    "bad_topic",  # not a node topic (bucket layout)
+    "not_in_share",  # a node topic of another aggregator's share
+    "unknown_node",  # a node the fleet does not have
+    "malformed",  # the payload does not decode (decode_errors_total says why)
+    "topic_mismatch",  # the frame is not the node its topic names (or not a node frame)
+    "duplicate",  # the same (node, publisher, seq) twice in one tick
+    "outbox_full",  # its batch was dropped from a full outbox (the broker away or slow)
+    "unpublished",  # its batch was taken for publishing and the connection failed under it
+)
+_FULL: Final = {kind: (1 << len(RECORD_DTYPES[kind].names or ())) - 1 for kind in RECORD_KINDS}
+_COLUMNS: Final = {kind: RECORD_DTYPES[kind].names or () for kind in RECORD_KINDS}
+_ALL: Final = tuple(_FULL[kind] for kind in RECORD_KINDS)
+_ENTRY_BYTES: Final = 4 + 8 + 8 + 8 + 2 + 2 + 2 + 1 + 2 + 129  # node columns, its index, a table entry at most
+_NAME_RE: Final = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def batch_name(client_id: str) -> str:
+    """Return the batch-topic name of an aggregator (its client id, spelled as batch names may be)."""
+    return _NAME_RE.sub("_", client_id)[:60] or "aggregator"
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """One batch frame to publish."""
+
+    topic: str
+    payload: bytes
+    frames: int  # node entries it carries
+
+
+@dataclass(frozen=True, slots=True)
+class TickResult:
+    """What one tick of input became."""
+
+    batches: list[Outgoing]
+    frames: int  # node frames batched
+    dropped: Counter[str] = field(default_factory=Counter)  # messages dropped, by reason
+    decode_errors: Counter[str] = field(default_factory=Counter)  # malformed ones, by the decoder's reason
+    narrowed: int = 0  # frames whose records disagreed on a field, sent without it
+    ages_s: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))  # now - t_s of each batched frame
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    """One node frame as the batcher moves it: its header, and its records of each kind as packed bytes."""
+
+    node: int
+    publisher: str
+    seq: int
+    tick: int
+    t_s: float
+    counts: tuple[int, ...]
+    blocks: tuple[bytes | memoryview, ...]
+    masks: tuple[int, ...]  # the fields every record of each kind carries
+
+    @property
+    def size(self) -> int:
+        """Return about how many bytes the entry adds to a batch."""
+        return _ENTRY_BYTES + sum(len(block) for block in self.blocks)
+
+
+def _masks(frame: NodeFrame) -> tuple[tuple[int, ...], bool]:
+    """Return the fields every record of each kind carries, and whether some record carried more."""
+    if not frame.known:
+        return _ALL, False
+    out, narrowed = [], False
+    for kind in RECORD_KINDS:
+        known = frame.known.get(kind)
+        if known is None or not known.size:
+            out.append(_FULL[kind])  # no records (or all fields): any column set fits
+            continue
+        every, some = int(np.bitwise_and.reduce(known)), int(np.bitwise_or.reduce(known))
+        narrowed |= every != some
+        out.append(every)
+    return tuple(out), narrowed
+
+
+class _NotANodeFrameError(Exception):
+    """A well-formed frame of another kind (a facility frame, a batch) on a node topic."""
+
+
+def _entry(payload: bytes) -> tuple[_Entry, bool]:
+    """Return a node frame payload as an entry, and whether it was narrowed (binary: by the block; JSON: decoded).
+
+    Raises FrameError as the decoders do, _NotANodeFrameError for a facility frame or a batch.
+    """
+    if payload[:1] == MAGIC[:1] and len(payload) > 5 and payload[5] == KIND_NODE:
+        publisher, seq, tick, t_s, node, counts, blocks = split_node_frame(payload)
+        return _Entry(node, publisher, seq, tick, t_s, counts, blocks, _ALL), False
+    if payload[:1] == MAGIC[:1] and len(payload) > 5 and payload[5] in (KIND_FACILITY, KIND_BATCH):
+        raise _NotANodeFrameError
+    if payload[:1] == b"{":
+        frame = decode_json(payload)
+        if not isinstance(frame, NodeFrame):
+            raise _NotANodeFrameError
+        masks, narrowed = _masks(frame)
+        records = tuple(getattr(frame, kind) for kind in RECORD_KINDS)
+        return _Entry(frame.node, frame.publisher, frame.seq, frame.tick, frame.t_s,
+                      tuple(len(r) for r in records), tuple(r.tobytes() for r in records), masks), narrowed
+    if not payload:
+        raise FrameError("empty", "empty payload")
+    if payload[:1] == MAGIC[:1]:
+        split_node_frame(payload)  # raises the binary reason (bad magic, truncated, a batch's bad_kind ...)
+    raise FrameError("unknown_encoding", f"first byte {payload[:1]!r} is neither '{{' nor 'R'")
+
+
+class Batcher:
+    """Turns each tick's node-frame messages of ``shard``'s share of ``topology`` into batch frames.
+
+    It keeps only each batch topic's own sequence number between ticks.
+    """
+
+    def __init__(
+        self, topology: Topology, *, shard: Shard, name: str, max_nodes: int = 128, max_frame_bytes: int = 1 << 20,
+    ) -> None:
+        if not 1 <= max_nodes <= MAX_BATCH_NODES:
+            raise ValueError(f"a batch holds 1 to {MAX_BATCH_NODES} nodes, not {max_nodes}")
+        self.topology, self.shard, self.name = topology, shard, name
+        self.max_nodes, self.max_frame_bytes = max_nodes, max_frame_bytes
+        self._batch_seq: dict[tuple[int, int], int] = {}
+        self._site = topology.ultraserver_site.tolist()
+        self._node_us = topology.node_ultraserver.tolist()
+        self._present = topology.node_present.tolist()
+        self.ticks = 0
+
+    def _judge(
+        self, topic: str, payload: bytes, dropped: Counter[str], decode_errors: Counter[str],
+    ) -> tuple[_Entry, bool] | None:
+        """Return the message's node frame as an entry and whether it was narrowed, or None having counted
+        why it is dropped."""
+        address = parse_topic(topic)
+        if address is None or address.kind != "node" or address.bucket < 0:
+            dropped["bad_topic"] += 1
+            return None
+        if not self.shard.owns_ultraserver(address.ultraserver):
+            dropped["not_in_share"] += 1
+            return None
+        node, us = address.node, address.ultraserver
+        if not (node < len(self._present) and self._present[node]):
+            dropped["unknown_node"] += 1
+            return None
+        if self._node_us[node] != us or self._site[us] != address.site:
+            dropped["topic_mismatch"] += 1
+            return None
+        try:
+            # The monitor checks every float of every entry at once; a NaN here is its to count.
+            entry, narrowed = _entry(payload)
+        except FrameError as exc:
+            dropped["malformed"] += 1
+            decode_errors[exc.reason] += 1
+            return None
+        except _NotANodeFrameError:
+            dropped["topic_mismatch"] += 1
+            return None
+        if entry.node != node:
+            dropped["topic_mismatch"] += 1
+            return None
+        return entry, narrowed
+
+    def tick(self, messages: Sequence[tuple[str, bytes]], *, now_s: float) -> TickResult:
+        """Return one tick's messages (topic, payload) as batch frames, every message's fate counted."""
+        dropped: Counter[str] = Counter()
+        decode_errors: Counter[str] = Counter()
+        narrowed = 0
+        groups: dict[tuple[int, int, tuple[int, ...]], list[_Entry]] = {}
+        seen: set[tuple[int, str, int]] = set()
+        for topic, payload in messages:
+            judged = self._judge(topic, payload, dropped, decode_errors)
+            if judged is None:
+                continue
+            entry, partial = judged
+            key = (entry.node, entry.publisher, entry.seq)
+            if key in seen:
+                dropped["duplicate"] += 1
+                continue
+            seen.add(key)
+            narrowed += partial
+            us = self._node_us[entry.node]
+            groups.setdefault((self._site[us], bucket_of(us), entry.masks), []).append(entry)
+        batches: list[Outgoing] = []
+        ages: list[npt.NDArray[np.float64]] = []
+        per_topic: Counter[tuple[int, int]] = Counter()
+        for (site, bucket, masks), entries in sorted(groups.items(), key=lambda item: item[0][:2]):
+            for chunk in self._chunks(entries):
+                batch = self._batch(site, bucket, masks, chunk, now_s)
+                # Named by its place in the site's bucket this tick: the same few topics tick after tick.
+                topic = batch_topic(site, bucket, f"{self.name}-{per_topic[site, bucket]}")
+                per_topic[site, bucket] += 1
+                batches.append(Outgoing(topic, encode_batch(batch), batch.n_nodes))
+                ages.append(now_s - batch.node_t_s)
+        self.ticks += 1
+        return TickResult(batches, sum(b.frames for b in batches), dropped, decode_errors, narrowed,
+                          np.concatenate(ages) if ages else np.zeros(0))
+
+    def _chunks(self, entries: list[_Entry]) -> list[list[_Entry]]:
+        """Cut one group into batches: each node at most once a batch (its frames in order), at most
+        ``max_nodes`` entries and ``max_frame_bytes`` bytes each."""
+        generations: list[list[_Entry]] = []
+        count: Counter[int] = Counter()
+        for entry in entries:
+            g = count[entry.node]
+            count[entry.node] += 1
+            if g == len(generations):
+                generations.append([])
+            generations[g].append(entry)
+        room = self.max_frame_bytes - BATCH_HEADER.size - 256
+        chunks: list[list[_Entry]] = []
+        for generation in generations:
+            chunk: list[_Entry] = []
+            size = 0
+            for entry in generation:
+                need = entry.size
+                if chunk and (len(chunk) == self.max_nodes or size + need > room):
+                    chunks.append(chunk)
+                    chunk, size = [], 0
+                chunk.append(entry)
+                size += need
+            if chunk:
+                chunks.append(chunk)
+        return chunks
+
+    def _batch(self, site: int, bucket: int, masks: tuple[int, ...], entries: list[_Entry], now_s: float) -> NodeBatch:
+        """Return the batch frame of ``entries`` (nodes of one site and bucket, each once): each kind's records
+        joined by the block, then split into columns by numpy."""
+        table: dict[str, int] = {}
+        index = [table.setdefault(entry.publisher, len(table)) for entry in entries]
+        counts: dict[str, npt.NDArray[np.uint16]] = {}
+        columns: dict[str, dict[str, npt.NDArray[Any]]] = {}
+        for k, (kind, mask) in enumerate(zip(RECORD_KINDS, masks, strict=True)):
+            counts[kind] = np.fromiter((entry.counts[k] for entry in entries), np.uint16, len(entries))
+            joined = np.frombuffer(b"".join([entry.blocks[k] for entry in entries]), RECORD_DTYPES[kind])
+            columns[kind] = {name: joined[name] for bit, name in enumerate(_COLUMNS[kind]) if mask >> bit & 1}
+        key = (site, bucket)
+        seq = self._batch_seq.get(key, 0)
+        self._batch_seq[key] = seq + 1
+        n = len(entries)
+        return NodeBatch(
+            self.name, seq, self.ticks, now_s, site,
+            np.fromiter((e.node for e in entries), np.uint32, n), np.fromiter((e.seq for e in entries), np.uint64, n),
+            np.fromiter((e.tick for e in entries), np.uint64, n), np.fromiter((e.t_s for e in entries), np.float64, n),
+            counts, columns, node_publisher=np.array(index, np.uint16), publishers=tuple(table),
+        )

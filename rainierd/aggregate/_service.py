@@ -1,0 +1,237 @@
+"""The aggregator role on the event loop: one MQTT session that hears its
+share's node frames and publishes batch frames, and a tick that turns what
+was heard into batches in a worker thread.
+
+Messages reach ``hear`` straight from the client's read callback
+(``mqtt.deliver``), O(1) each: a retained or oversize one is counted and
+dropped, the rest appended to the tick's list, up to a bound (four ticks of
+its share's nodes), beyond which they are counted ``backlog_full``.  Once a
+tick (drift-free, ``start + k * tick_s``) the list is swapped for an empty
+one and handed to the ``Batcher`` in a worker thread; its batches go to a
+bounded outbox that drops its oldest batch when full (the broker away), each
+dropped frame counted ``outbox_full``.  Nothing is dropped uncounted: every
+message received is batched or dropped for one reason, every batched frame
+published or dropped, and each drop is a gap in a node's sequence that the
+monitor counts lost.
+
+On a stop it drains: the frames heard so far are batched and the outbox
+published for up to ``DRAIN_S`` before the tasks are cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Final
+
+import aiomqtt
+import numpy as np
+import structlog
+
+from rainierd.aggregate._batcher import Batcher, Outgoing, TickResult
+from rainierd.connection import Connection, ConnectionState
+from rainierd.dropqueue import DropOldestQueue
+from rainierd.mqtt import deliver
+from rainierd.probes import Verdict
+from rainierd.shards import shard_view
+from rainierd.topology import Topology
+from rainierd.wire.topics import Shard, node_filters
+
+__all__ = ["BATCH_NODE_BUCKETS", "DRAIN_S", "Aggregator", "AggregatorStatus"]
+
+log = structlog.get_logger("rainierd.aggregate")
+
+DRAIN_S: Final = 1.0  # on a stop, how long the last batches may take to publish
+_BACKLOG_TICKS: Final = 4
+_OUTBOX_TICKS: Final = 4
+_FILTERS_PER_SUBSCRIBE: Final = 512  # a share at rainier is 7,800 / N UltraServers: a few SUBSCRIBEs
+BATCH_NODE_BUCKETS: Final = (1, 4, 16, 32, 64, 128, 256, 512, 1024, 4096)
+
+
+@dataclass(frozen=True, slots=True)
+class AggregatorStatus:
+    """The aggregator's counters as of one instant (what /metrics reads; built on the loop, read in a thread)."""
+
+    shard: str = "0/1"
+    ultraservers: int = 0
+    received: int = 0
+    batched: int = 0
+    published_frames: int = 0
+    published_batches: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)
+    decode_errors: dict[str, int] = field(default_factory=dict)
+    narrowed: int = 0
+    batches_made: int = 0
+    batch_nodes_le: tuple[int, ...] = (0,) * len(BATCH_NODE_BUCKETS)  # batches of at most each bucket's entries
+    age_s: tuple[float, float, float] = (float("nan"),) * 3  # median, p99 and largest age at batching, last tick
+    tick_duration_s: float = float("nan")  # decode, batch and encode of the last tick
+    ticks: int = 0
+    ticks_late: int = 0
+    pending: int = 0
+    outbox: int = 0
+    connection: Connection = field(default_factory=Connection)
+
+
+class Aggregator:
+    """Hears ``shard``'s node frames of ``topology`` and republishes them as batch frames once a tick."""
+
+    def __init__(
+        self, topology: Topology, *, shard: Shard, name: str, tick_s: float, batch_nodes: int,
+        max_frame_bytes: int, qos: int,
+    ) -> None:
+        share = shard_view(topology, shard)
+        self.ultraservers = [int(u) for u in np.flatnonzero(
+            share.node_present.reshape(share.n_ultraservers, -1).any(axis=1))]
+        n_nodes = int(share.node_present.sum())
+        self.batcher = Batcher(topology, shard=shard, name=name, max_nodes=batch_nodes or 128,
+                               max_frame_bytes=max_frame_bytes)
+        self.shard, self.tick_s, self.qos, self.max_frame_bytes = shard, tick_s, qos, max_frame_bytes
+        self._max_pending = max(1_000, _BACKLOG_TICKS * n_nodes)
+        batches_a_tick = max(1, -(-n_nodes // max(1, batch_nodes or 128)) + 3 * len(shard.buckets))
+        self.outbox: DropOldestQueue[Outgoing] = DropOldestQueue(_OUTBOX_TICKS * batches_a_tick)
+        self.connection = ConnectionState()
+        self._pending: list[tuple[str, bytes]] = []
+        self.received = 0
+        self.batched = 0
+        self.published_frames = 0
+        self.published_batches = 0
+        self.dropped: Counter[str] = Counter()
+        self.decode_errors: Counter[str] = Counter()
+        self.narrowed = 0
+        self.ticks_late = 0
+        self.batches_made = 0
+        self._batch_nodes_le = np.zeros(len(BATCH_NODE_BUCKETS), np.int64)
+        self._last: TickResult | None = None
+        self._last_duration_s = float("nan")
+        self._progress = (-1, time.monotonic())
+        self._ticking = asyncio.Lock()
+        self.status = self._freeze()
+
+    # -- input ---------------------------------------------------------------------------------------------
+    def hear(self, topic: str, payload: bytes, retained: bool) -> None:
+        """Take one message (from the client's read callback: O(1), never raises)."""
+        self.received += 1
+        if retained:
+            self.dropped["retained"] += 1
+        elif len(payload) > self.max_frame_bytes:
+            self.dropped["oversize"] += 1
+        elif len(self._pending) >= self._max_pending:
+            self.dropped["backlog_full"] += 1
+        else:
+            self._pending.append((topic, payload))
+
+    async def session(self, client: aiomqtt.Client) -> None:
+        """Subscribe to the share's node topics and publish the outbox until cancelled (``mqtt.supervise``)."""
+        deliver(client, self.hear)
+        filters = node_filters(self.ultraservers)
+        for first in range(0, len(filters), _FILTERS_PER_SUBSCRIBE):
+            await client.subscribe([(f, self.qos) for f in filters[first:first + _FILTERS_PER_SUBSCRIBE]])
+        log.info("aggregator subscribed", shard=str(self.shard), ultraservers=len(self.ultraservers),
+                 filters=len(filters))
+        while True:
+            message = await self.outbox.get()
+            published = False
+            try:
+                await client.publish(message.topic, message.payload, qos=self.qos)
+                published = True
+            finally:
+                # As the simulator's outbox: a batch taken and not confirmed is counted, never forgotten.
+                if published:
+                    self.published_frames += message.frames
+                    self.published_batches += 1
+                else:
+                    self.dropped["unpublished"] += message.frames
+                self.outbox.task_done()
+
+    # -- ticks ---------------------------------------------------------------------------------------------
+    async def run_ticks(self, after: Callable[[], Awaitable[None]] | None = None) -> None:
+        """Batch what was heard once a tick, on a drift-free schedule, until cancelled.
+
+        ``after`` is awaited after each tick (the metrics server's refresh).
+        """
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        k = 1
+        while True:
+            delay = start + k * self.tick_s - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            elif -delay > self.tick_s:
+                self.ticks_late += 1
+                if self.ticks_late in (1, 10) or self.ticks_late % 100 == 0:
+                    log.warning("aggregator cannot keep pace; ticks are late", late_s=round(-delay, 2),
+                                ticks_late=self.ticks_late)
+            await self.tick()
+            if after is not None:
+                await after()
+            k += 1
+
+    async def tick(self) -> None:
+        """Batch the messages heard since the last tick (in a worker thread) and queue the batches."""
+        async with self._ticking:  # the drain's tick waits for the scheduled one: one batcher at a time
+            await self._tick()
+
+    async def _tick(self) -> None:
+        messages, self._pending = self._pending, []
+        started = time.perf_counter()
+        result = await asyncio.to_thread(self.batcher.tick, messages, now_s=time.time())
+        self._last_duration_s = time.perf_counter() - started
+        self._last = result
+        self.batched += result.frames
+        self.dropped.update(result.dropped)
+        self.decode_errors.update(result.decode_errors)
+        self.narrowed += result.narrowed
+        sizes = np.array([b.frames for b in result.batches], np.int64)
+        self.batches_made += sizes.size
+        self._batch_nodes_le += (sizes[:, None] <= np.array(BATCH_NODE_BUCKETS)).sum(axis=0)
+        lost = 0
+        for batch in result.batches:
+            oldest = self.outbox.offer(batch)
+            if oldest is not None:
+                lost += oldest.frames
+        if lost:
+            self.dropped["outbox_full"] += lost
+            log.warning("aggregator outbox full; dropped the oldest batches", dropped_frames=lost,
+                        dropped_total=self.dropped["outbox_full"])
+        self.status = self._freeze()
+
+    async def drain(self) -> None:
+        """Batch what is held and publish the outbox, for at most ``DRAIN_S`` (on a stop, before cancelling)."""
+        try:
+            async with asyncio.timeout(DRAIN_S):
+                await self.tick()
+                await self.outbox.join()
+        except TimeoutError:
+            log.warning("aggregator stopped with batches unpublished", pending=self.outbox.qsize())
+
+    # -- what it reports -----------------------------------------------------------------------------------
+    def _freeze(self) -> AggregatorStatus:
+        last = self._last
+        ages = last.ages_s if last is not None else np.zeros(0)
+        age = ((float(np.median(ages)), float(np.quantile(ages, 0.99)), float(ages.max())) if ages.size
+               else (float("nan"),) * 3)
+        return AggregatorStatus(
+            shard=str(self.shard), ultraservers=len(self.ultraservers), received=self.received,
+            batched=self.batched, published_frames=self.published_frames,
+            published_batches=self.published_batches, dropped=dict(self.dropped),
+            decode_errors=dict(self.decode_errors), narrowed=self.narrowed,
+            batches_made=self.batches_made, batch_nodes_le=tuple(self._batch_nodes_le.tolist()), age_s=age,
+            tick_duration_s=self._last_duration_s, ticks=self.batcher.ticks, ticks_late=self.ticks_late,
+            pending=len(self._pending), outbox=self.outbox.qsize(), connection=self.connection.frozen(),
+        )
+
+    def healthy(self) -> Verdict:
+        """Return healthy unless its ticks have not advanced for ten ticks and 5 s."""
+        ticks, now = self.batcher.ticks, time.monotonic()
+        if ticks != self._progress[0]:
+            self._progress = (ticks, now)
+        elif now - self._progress[1] > 10 * self.tick_s + 5:
+            return Verdict(False, f"aggregator stalled after {ticks} ticks")
+        return Verdict(True, "ok")
+
+    def ready(self) -> Verdict:
+        """Return ready while its MQTT session is connected."""
+        return Verdict(True, "ready") if self.connection.connected else Verdict(False, "mqtt not connected")
