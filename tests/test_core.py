@@ -97,10 +97,12 @@ class TestIngest:
             for name in (*table.gauges, *table.totals):
                 assert np.array_equal(column(table, name), column(other, name), equal_nan=True), (kind, name)
 
-    def test_an_aggregators_batch_keeps_each_entrys_publisher(self) -> None:
+    @pytest.mark.parametrize("columns", [True, False], ids=["decoded", "raw"])
+    def test_an_aggregators_batch_keeps_each_entrys_publisher(self, columns: bool) -> None:
         """Frames of one agent per node, batched by an aggregator with a publisher table, continue each node's
         stream under its agent's id: no publisher change, nothing lost; the same batch under the aggregator's
-        id alone would be another publisher's frames, held until confirmed."""
+        id alone would be another publisher's frames, held until confirmed. The same whether the batch is
+        decoded or read straight from its payload (``columns=False``, as the monitor's admission reads it)."""
         fleet = Fleet(seed=6)
         _, first = fleet.frames()
         agent = [(t, replace(f, publisher=f"agent-{f.node}")) for t, f in first]
@@ -110,12 +112,12 @@ class TestIngest:
         assert isinstance(batch, NodeBatch)
         names = tuple(f"agent-{n}" for n in batch.node.tolist())
         ours = dataclasses.replace(batch, node_publisher=np.arange(batch.n_nodes, dtype=np.uint16), publishers=names)
-        result = fleet.feed([(topic, decode_binary(encode_binary(ours)))])  # type: ignore[list-item]
+        result = fleet.feed([(topic, decode_binary(encode_binary(ours), columns=columns))], rx_s=sample.t_s)  # type: ignore[list-item]
         assert (result.applied, dict(result.rejected), result.publisher_changes) == (batch.n_nodes, {}, 0)
         assert fleet.stats.frames_lost == 0
         sample = fleet.model.step(2)
         (topic, plain), *_ = tick_batches(fleet.topo, sample, publisher="agg-0", nodes_per_batch=64)
-        result = fleet.feed([(topic, decode_binary(encode_binary(plain)))])  # type: ignore[list-item]
+        result = fleet.feed([(topic, decode_binary(encode_binary(plain), columns=columns))], rx_s=sample.t_s)  # type: ignore[list-item]
         assert (result.applied, dict(result.rejected)) == (0, {"publisher_unconfirmed": plain.n_nodes})
 
     def test_a_window_in_any_node_order_lands_like_one_in_order(self) -> None:

@@ -6,8 +6,10 @@ or batch) starts ``RNRW``.
 
 from __future__ import annotations
 
+from typing import Literal, overload
+
 from rainierd.errors import FrameError
-from rainierd.wire.binary import MAGIC, decode_binary, encode_batch, encode_binary, finite_mask
+from rainierd.wire.binary import MAGIC, RawBatch, decode_binary, encode_batch, encode_binary, finite_mask
 from rainierd.wire.jsonform import decode_json, encode_json, json_schema
 from rainierd.wire.records import (
     CHIP_DTYPE,
@@ -33,6 +35,7 @@ __all__ = [
     "Frame",
     "NodeBatch",
     "NodeFrame",
+    "RawBatch",
     "decode_binary",
     "decode_frame",
     "decode_json",
@@ -44,11 +47,22 @@ __all__ = [
 ]
 
 
-def decode_frame(payload: bytes, *, max_bytes: int, check_finite: bool = True) -> tuple[Frame, str]:
+@overload
+def decode_frame(
+    payload: bytes, *, max_bytes: int, check_finite: bool = ..., columns: Literal[True] = ...,
+) -> tuple[Frame, str]: ...
+@overload
+def decode_frame(
+    payload: bytes, *, max_bytes: int, check_finite: bool = ..., columns: bool,
+) -> tuple[Frame | RawBatch, str]: ...
+def decode_frame(
+    payload: bytes, *, max_bytes: int, check_finite: bool = True, columns: bool = True,
+) -> tuple[Frame | RawBatch, str]:
     """Return the frame and its encoding name ("binary" or "json").
 
-    ``check_finite=False`` defers the binary form's NaN check to the caller
-    (see ``decode_binary``); the JSON form always checks.
+    ``check_finite=False`` defers the binary form's NaN check to the caller,
+    ``columns=False`` a binary batch's columns (see ``decode_binary``); the
+    JSON form always checks.
 
     Raises FrameError: oversize, empty, unknown_encoding, or the decoder's reason.
     """
@@ -59,5 +73,5 @@ def decode_frame(payload: bytes, *, max_bytes: int, check_finite: bool = True) -
     if payload[:1] == b"{":
         return decode_json(payload), "json"
     if payload[:1] == MAGIC[:1]:
-        return decode_binary(payload, check_finite=check_finite), "binary"
+        return decode_binary(payload, check_finite=check_finite, columns=columns), "binary"
     raise FrameError("unknown_encoding", f"first byte {payload[:1]!r} is neither '{{' nor 'R'")

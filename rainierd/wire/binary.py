@@ -30,6 +30,11 @@ aggregation tier batches many agents' frames, and each keeps the publisher
 id its agent numbered it under, so the monitor's accounting per (publisher,
 node) is the same as if the frame had come alone.
 Decoding copies nothing: records and columns are read-only views of the payload.
+``decode_binary(payload, columns=False)`` goes further for a batch: it checks
+the header and returns a ``RawBatch`` (the header and where each column lies,
+a layout shared by every batch of the same shape) with no per-column object
+at all, so a monitor can copy each column of a whole window from the payloads
+in one call (``core/ingest/_window.py``).
 """
 
 from __future__ import annotations
@@ -38,7 +43,8 @@ import functools
 import math
 import struct
 from collections.abc import Mapping
-from typing import Any, Final
+from dataclasses import dataclass
+from typing import Any, Final, Literal, NamedTuple, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -64,6 +70,8 @@ from rainierd.wire.records import (
 
 __all__ = [
     "BATCH_HEADER",
+    "COUNT_DTYPES",
+    "ENTRY_DTYPES",
     "FLAG_NODE_PUBLISHERS",
     "HEADER",
     "KIND_BATCH",
@@ -71,6 +79,10 @@ __all__ = [
     "KIND_NODE",
     "MAGIC",
     "MAX_BATCH_NODES",
+    "MAX_NODE_COUNTS",
+    "BatchHead",
+    "BatchLayout",
+    "RawBatch",
     "decode_binary",
     "encode_batch",
     "encode_binary",
@@ -95,6 +107,10 @@ _NODE_COLUMNS: Final[tuple[tuple[str, np.dtype[Any]], ...]] = (
 _COUNT_DTYPES: Final[dict[str, np.dtype[Any]]] = {
     "chips": np.dtype("<u2"), "links": np.dtype("<u2"), "efa": np.dtype("<u2"), "cooling": np.dtype("u1"),
 }
+ENTRY_DTYPES: Final = dict(_NODE_COLUMNS)
+"""A batch frame's per-entry columns and their wire dtypes."""
+COUNT_DTYPES: Final = _COUNT_DTYPES
+"""A batch frame's per-entry record counts, by record kind, and their wire dtypes."""
 _COLUMNS: Final = {kind: column_dtypes(dtype) for kind, dtype in RECORD_DTYPES.items()}
 # Upper bounds on record counts in one frame: a node has 16 chips, 48 links
 # and at most 64 EFA ports; the slack admits other node shapes, not garbage.
@@ -103,6 +119,8 @@ _NODE_DTYPES: Final[tuple[np.dtype[Any], ...]] = (CHIP_DTYPE, LINK_DTYPE, EFA_DT
 _FACILITY_DTYPES: Final[tuple[np.dtype[Any], ...]] = (CHIP_DTYPE, LINK_DTYPE, EFA_DTYPE, FACILITY_DTYPE)
 _NODE_SIZES: Final = tuple(dt.itemsize for dt in _NODE_DTYPES)
 _FACILITY_SIZES: Final = tuple(dt.itemsize for dt in _FACILITY_DTYPES)
+MAX_NODE_COUNTS: Final = dict(zip(RECORD_KINDS, _MAX_COUNTS[KIND_NODE], strict=True))
+"""Records of each kind one node entry may carry (a node frame's, or a batch entry's)."""
 _FLOATS: Final = {
     dt.str: float_fields(dt) for dt in (CHIP_DTYPE, LINK_DTYPE, EFA_DTYPE, COOLING_DTYPE, FACILITY_DTYPE)
 }
@@ -171,12 +189,81 @@ def encode_batch(batch: NodeBatch) -> bytes:
 _Placed = tuple[tuple[str, str, np.dtype[Any], int, int], ...]
 
 
+@dataclass(frozen=True, eq=False)
+class BatchLayout:
+    """Where each column of a batch of one shape lies: ``spans[(group, name)]`` is its (start, end) byte.
+
+    ``group`` is ``node`` (the entry columns), ``counts`` (``name`` a record
+    kind), or a record kind; a column the field masks leave out has no span.
+    """
+
+    placed: _Placed  # (group, name, dtype, count, offset) in payload order
+    end: int  # the payload's length
+    spans: Mapping[tuple[str, str], tuple[int, int]]
+
+
+class BatchHead(NamedTuple):
+    """A batch frame's header, checked (``decode_binary(..., columns=False)``)."""
+
+    publisher: str
+    seq: int
+    tick: int
+    t_s: float
+    site: int
+    n_nodes: int
+    totals: tuple[int, ...]  # records of each kind (RECORD_KINDS order) in the whole batch
+    masks: tuple[int, ...]  # which fields each kind's columns carry
+    layout: BatchLayout
+    flags: int = 0
+    publishers: tuple[str, ...] = ()  # with FLAG_NODE_PUBLISHERS: the table each entry's publisher indexes
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class RawBatch:
+    """A batch frame whose header is checked and whose columns are still where they arrived, in ``payload``.
+
+    Its per-node counts are not yet checked against the header's totals
+    (``bad_header``): the reader of the columns does it for many batches at
+    once.
+    """
+
+    head: BatchHead
+    payload: bytes
+
+    @property
+    def n_nodes(self) -> int:
+        """Return how many node frames the batch carries."""
+        return self.head.n_nodes
+
+    @property
+    def publisher(self) -> str:
+        """Return the batch's publisher (aggregator) id."""
+        return self.head.publisher
+
+    @property
+    def site(self) -> int:
+        """Return the site every node of the batch belongs to."""
+        return self.head.site
+
+    @property
+    def publishers(self) -> tuple[str, ...]:
+        """Return the publisher table of an aggregator's batch (empty: every entry is ``publisher``'s)."""
+        return self.head.publishers
+
+    @property
+    def node_publisher(self) -> npt.NDArray[np.uint16] | None:
+        """Return each entry's publisher, an index into ``publishers`` (checked in range), or None."""
+        if not self.head.flags & FLAG_NODE_PUBLISHERS:
+            return None
+        start, _stop = self.head.layout.spans["node", "node_publisher"]
+        return np.frombuffer(self.payload, _PUBLISHER_INDEX, count=self.n_nodes, offset=start)
+
+
 def _check_batch_header(n_nodes: int, totals: dict[str, int], masks: dict[str, int], pub_len: int) -> None:
     if pub_len > MAX_PUBLISHER_BYTES or n_nodes > MAX_BATCH_NODES:
         raise FrameError("bad_header", f"{n_nodes} nodes or publisher length {pub_len} out of range")
-    limits = dict(zip(RECORD_KINDS, _MAX_COUNTS[KIND_NODE], strict=True))
     for kind in RECORD_KINDS:
-        if totals[kind] > limits[kind] * n_nodes:
+        if totals[kind] > MAX_NODE_COUNTS[kind] * n_nodes:
             raise FrameError("bad_header", f"{totals[kind]} {kind} records for {n_nodes} nodes")
         if masks[kind] >> len(_COLUMNS[kind]):
             raise FrameError("bad_header", f"{kind} field mask {masks[kind]:#x} names unknown fields")
@@ -188,8 +275,9 @@ def _check_batch_header(n_nodes: int, totals: dict[str, int], masks: dict[str, i
 @functools.lru_cache(maxsize=256)
 def _batch_layout(
     n_nodes: int, totals: tuple[int, ...], masks: tuple[int, ...], pub_len: int, flags: int = 0,
-) -> tuple[_Placed, int]:
-    """Return where each column of a batch of this shape starts, and where the columns end.
+) -> BatchLayout:
+    """Return where each column of a batch of this shape starts, and where its columns end (a publisher table
+    may follow them).
 
     Cached: an aggregator sends batches of one shape tick after tick.
     """
@@ -201,11 +289,13 @@ def _batch_layout(
         layout += [(kind, name, dt, total) for i, (name, dt) in enumerate(_COLUMNS[kind].items()) if mask >> i & 1]
     offset = BATCH_HEADER.size + pub_len
     placed = []
+    spans = {}
     for group, name, dtype, count in layout:
         offset += _padded(offset)
         placed.append((group, name, dtype, count, offset))
+        spans[group, name] = (offset, offset + count * dtype.itemsize)
         offset += count * dtype.itemsize
-    return tuple(placed), offset
+    return BatchLayout(tuple(placed), offset, spans)
 
 
 def _publisher_table(payload: bytes, at: int, n_nodes: int) -> tuple[tuple[str, ...], int]:
@@ -233,44 +323,51 @@ def _publisher_table(payload: bytes, at: int, n_nodes: int) -> tuple[tuple[str, 
     return tuple(names), at
 
 
-def _decode_batch(payload: bytes) -> NodeBatch:
-    """Return the batch a kind-3 payload encodes (views of the payload)."""
+def _batch_head(payload: bytes) -> BatchHead:
+    """Return a kind-3 payload's header, checked against the payload's length (no record column is read)."""
     if len(payload) < BATCH_HEADER.size:
         raise FrameError("truncated", f"{len(payload)} bytes is shorter than the {BATCH_HEADER.size}-byte header")
     (_magic, _version, _kind, flags, seq, tick, t_s, site, n_nodes, *rest) = BATCH_HEADER.unpack_from(payload)
     if flags & ~FLAG_NODE_PUBLISHERS:
         raise FrameError("bad_header", f"batch flags {flags:#x} name unknown features")
-    totals = dict(zip(RECORD_KINDS, rest[:4], strict=True))
-    masks = dict(zip(RECORD_KINDS, rest[4:8], strict=True))
-    pub_len = rest[8]
-    _check_batch_header(n_nodes, totals, masks, pub_len)
+    totals, masks, pub_len = tuple(rest[:4]), tuple(rest[4:8]), rest[8]
+    _check_batch_header(n_nodes, dict(zip(RECORD_KINDS, totals, strict=True)),
+                        dict(zip(RECORD_KINDS, masks, strict=True)), pub_len)
     if not np.isfinite(t_s):
         raise FrameError("non_finite", "t_s is not finite")
     try:
         publisher = payload[BATCH_HEADER.size:BATCH_HEADER.size + pub_len].decode()
     except UnicodeDecodeError:
         raise FrameError("bad_header", "publisher id is not UTF-8") from None
-    placed, end = _batch_layout(n_nodes, tuple(rest[:4]), tuple(rest[4:8]), pub_len, flags)
-    if len(payload) < end:
-        raise FrameError("truncated", f"{len(payload)} bytes, header announces {end}")
+    layout = _batch_layout(n_nodes, totals, masks, pub_len, flags)
+    if len(payload) < layout.end:
+        raise FrameError("truncated", f"{len(payload)} bytes, header announces {layout.end}")
+    end = layout.end
     publishers: tuple[str, ...] = ()
     if flags & FLAG_NODE_PUBLISHERS:
         publishers, end = _publisher_table(payload, end, n_nodes)
+        start, _stop = layout.spans["node", "node_publisher"]
+        named = np.frombuffer(payload, _PUBLISHER_INDEX, count=n_nodes, offset=start)
+        if named.size and int(named.max()) >= len(publishers):
+            raise FrameError("bad_header", f"an entry names publisher {int(named.max())} of {len(publishers)}")
     if len(payload) > end:
         raise FrameError("trailing_bytes", f"{len(payload) - end} bytes after the last column")
+    return BatchHead(publisher, seq, tick, t_s, site, n_nodes, totals, masks, layout, flags, publishers)
+
+
+def _decode_batch(payload: bytes) -> NodeBatch:
+    """Return the batch a kind-3 payload encodes (views of the payload)."""
+    head = _batch_head(payload)
     groups: dict[str, dict[str, npt.NDArray[Any]]] = {group: {} for group in ("node", "counts", *RECORD_KINDS)}
-    for group, name, dtype, count, at in placed:
+    for group, name, dtype, count, at in head.layout.placed:
         groups[group][name] = np.frombuffer(payload, dtype=dtype, count=count, offset=at)
     counts, nodes = groups["counts"], groups["node"]
-    for kind, limit in zip(RECORD_KINDS, _MAX_COUNTS[KIND_NODE], strict=True):
-        if int(counts[kind].sum(dtype=np.int64)) != totals[kind] or (counts[kind] > limit).any():
+    for kind, total in zip(RECORD_KINDS, head.totals, strict=True):
+        if int(counts[kind].sum(dtype=np.int64)) != total or (counts[kind] > MAX_NODE_COUNTS[kind]).any():
             raise FrameError("bad_header", f"per-node {kind} counts disagree with the header")
-    node_publisher = nodes.get("node_publisher")
-    if node_publisher is not None and node_publisher.size and int(node_publisher.max()) >= len(publishers):
-        raise FrameError("bad_header", f"an entry names publisher {int(node_publisher.max())} of {len(publishers)}")
-    return NodeBatch(publisher, seq, tick, t_s, site, nodes["node"], nodes["node_seq"], nodes["node_tick"],
-                     nodes["node_t_s"], counts, {kind: groups[kind] for kind in RECORD_KINDS},
-                     node_publisher=node_publisher, publishers=publishers)
+    return NodeBatch(head.publisher, head.seq, head.tick, head.t_s, head.site, nodes["node"], nodes["node_seq"],
+                     nodes["node_tick"], nodes["node_t_s"], counts, {kind: groups[kind] for kind in RECORD_KINDS},
+                     node_publisher=nodes.get("node_publisher"), publishers=head.publishers)
 
 
 def encode_binary(frame: Frame) -> bytes:
@@ -363,20 +460,27 @@ def split_node_frame(payload: bytes) -> tuple[str, int, int, float, int, tuple[i
                                                       view[efa:])
 
 
-def decode_binary(payload: bytes, *, check_finite: bool = True) -> Frame:
+@overload
+def decode_binary(payload: bytes, *, check_finite: bool = ..., columns: Literal[True] = ...) -> Frame: ...
+@overload
+def decode_binary(payload: bytes, *, check_finite: bool = ..., columns: bool) -> Frame | RawBatch: ...
+def decode_binary(payload: bytes, *, check_finite: bool = True, columns: bool = True) -> Frame | RawBatch:
     """Return the frame a binary payload encodes.
 
     ``check_finite=False`` leaves the NaN/infinity check of the records to the
     caller: the monitor's ingest does it for a whole window at once, which is
     many times cheaper than per frame.  A batch frame's columns are never
-    checked here, for the same reason.
+    checked here, for the same reason.  ``columns=False`` returns a batch
+    frame as a ``RawBatch``: its header checked, its columns left in the
+    payload, and the check of its per-node counts against the header left to
+    the caller.
 
     Raises FrameError with reason truncated, bad_magic, bad_version, bad_kind,
     bad_header, trailing_bytes or non_finite.
     """
     _check_preamble(payload)
     if payload[5] == KIND_BATCH:
-        return _decode_batch(payload)
+        return _decode_batch(payload) if columns else RawBatch(_batch_head(payload), payload)
     kind, seq, tick, t_s, entity, publisher, counts, dtypes, offset = _frame_layout(payload)
     arrays = []
     for name, count, dtype in zip(("chips", "links", "efa", "aux"), counts, dtypes, strict=True):

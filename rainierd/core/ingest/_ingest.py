@@ -17,11 +17,12 @@ from rainierd.core.ingest._accounting import Accounting, IngestStats, Tally
 from rainierd.core.ingest._rules import Family, judge
 from rainierd.core.ingest._store import Store
 from rainierd.core.ingest._values import FlushResult, Message, Received
-from rainierd.core.ingest._window import join_nodes, join_sites
+from rainierd.core.ingest._window import counted, join_nodes, join_sites
 from rainierd.core.state import FleetState, Scratch
 from rainierd.core.streams import Advance
 from rainierd.errors import FrameError
 from rainierd.wire import decode_frame
+from rainierd.wire.binary import RawBatch
 from rainierd.wire.records import FacilityFrame, NodeBatch
 from rainierd.wire.topics import parse_topic
 
@@ -70,7 +71,11 @@ class Ingest:
     # -- decoding ---------------------------------------------------------------
 
     def admit(self, messages: Sequence[Message]) -> FlushResult:
-        """Decode ``messages`` and apply their frames; decode failures count as rejections."""
+        """Decode ``messages`` and apply their frames; decode failures count as rejections.
+
+        A batch frame's columns are not decoded here: the window join reads
+        them straight from the payloads (``_window``).
+        """
         received: list[Received] = []
         rejected: Counter[str] = Counter()
         frames: Counter[str] = Counter()
@@ -80,11 +85,13 @@ class Ingest:
                 rejected["bad_topic"] += 1
                 continue
             try:
-                frame, encoding = decode_frame(message.payload, max_bytes=self.max_frame_bytes, check_finite=False)
+                frame, encoding = decode_frame(message.payload, max_bytes=self.max_frame_bytes, check_finite=False,
+                                               columns=False)
             except FrameError as exc:
                 rejected[exc.reason] += 1
                 continue
-            frames[encoding] += frame.n_nodes if isinstance(frame, NodeBatch) else 1
+            if not isinstance(frame, RawBatch):  # a raw batch's frames count once its per-node counts are checked
+                frames[encoding] += frame.n_nodes if isinstance(frame, NodeBatch) else 1
             received.append(Received(message.rx_s, address, frame, message.rx_wall_s, message.shed))
         result = self.apply(received)
         result.rejected.update(rejected)
@@ -108,9 +115,13 @@ class Ingest:
         rejected: Counter[str] = Counter()
         samples: Counter[str] = Counter()
         tally = Tally()
+        nodes, refused = counted(nodes, self._scratch)
+        if refused:
+            rejected["bad_header"] += refused  # a message refused whole, as if its decoding had failed
+        frames = Counter({"binary": sum(item.frame.n_nodes for item in nodes if isinstance(item.frame, RawBatch))})
         lags = self._apply_nodes(nodes, rejected, samples, tally)
         samples["facility"] += self._apply_sites(sites, rejected, tally)
-        return FlushResult(tally.applied, rejected, tally.lost, tally.changes, self.state.latest_tick, Counter(),
+        return FlushResult(tally.applied, rejected, tally.lost, tally.changes, self.state.latest_tick, +frames,
                            lags.applied_t_s, lags.receive_lag_s, samples, tally.late, tally.restarts, self.missing(),
                            receive_excess_s=lags.excess_s, receive_entity=lags.entity, streams_heard=lags.streams)
 

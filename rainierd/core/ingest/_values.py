@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rainierd._types import F64, I64
+from rainierd.wire.binary import RawBatch
 from rainierd.wire.records import Frame
 from rainierd.wire.topics import TopicAddress
 
@@ -30,11 +31,11 @@ class Message:
 
 @dataclass(frozen=True, slots=True)
 class Received:
-    """One decoded frame, when it was received and the topic it came on."""
+    """One decoded frame (or a batch whose header alone is decoded), when it was received and the topic it came on."""
 
     rx_s: float
     address: TopicAddress | None
-    frame: Frame
+    frame: Frame | RawBatch
     rx_wall_s: float = float("nan")
     shed: int = 0  # Message.shed
 

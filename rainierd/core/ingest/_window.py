@@ -22,6 +22,7 @@ import numpy.typing as npt
 from rainierd._types import F64, I64, B
 from rainierd.core.ingest._values import Received
 from rainierd.core.state import Scratch
+from rainierd.wire.binary import COUNT_DTYPES, ENTRY_DTYPES, MAX_NODE_COUNTS, RawBatch
 from rainierd.wire.records import (
     FACILITY_DTYPE,
     RECORD_DTYPES,
@@ -32,7 +33,7 @@ from rainierd.wire.records import (
     column_dtypes,
 )
 
-__all__ = ["COLUMNS", "Window", "as_batch", "join_nodes", "join_sites"]
+__all__ = ["COLUMNS", "Window", "as_batch", "counted", "join_nodes", "join_sites"]
 
 COLUMNS: Final = {kind: column_dtypes(dtype) for kind, dtype in (*RECORD_DTYPES.items(), ("facility", FACILITY_DTYPE))}
 """Every record kind's columns and their dtypes (node kinds, and a site's ``facility``)."""
@@ -91,73 +92,190 @@ def _claims(item: Received) -> tuple[bool, int, int, int, int]:
     address, frame = item.address, item.frame
     if address is None:
         return True, -1, -1, -1, -1
-    if isinstance(frame, NodeBatch):
+    if isinstance(frame, NodeBatch | RawBatch):
         return address.kind == "batch" and address.site == frame.site, address.site, -1, -1, address.bucket
     return address.kind == "node", address.site, address.ultraserver, address.node, address.bucket
+
+
+_Part = NodeBatch | RawBatch
+
+
+def _wire_dtype(group: str, name: str) -> np.dtype[Any]:
+    if group == "node":
+        return ENTRY_DTYPES[name]
+    if group == "counts":
+        return COUNT_DTYPES[name]
+    return COLUMNS[group][name]
+
+
+class _Parts:
+    """A window's node frames and batches, each a part, and how to read one column of all of them at once.
+
+    A batch still in its payload (``RawBatch``) gives each column as a slice
+    of the payload's bytes, found in its layout: a window of such batches has
+    each of its columns copied straight from the payloads with one
+    ``concatenate``, and no per-column object is made (issue 20: decoding
+    ~40 column views a batch was most of the Python work per message).
+    Decoded batches (and node frames, as batches of one) give typed arrays.
+    """
+
+    def __init__(self, items: Sequence[Received]) -> None:
+        self.items = items
+        self.batches: list[_Part] = [
+            item.frame if isinstance(item.frame, NodeBatch | RawBatch) else as_batch(item.frame)  # type: ignore[arg-type]
+            for item in items
+        ]
+        self.raw = all(isinstance(b, RawBatch) for b in self.batches)
+        self._bytes = [np.frombuffer(b.payload, np.uint8) if isinstance(b, RawBatch) else None for b in self.batches]
+
+    def entries(self) -> list[int]:
+        """Return each part's node entries."""
+        return [b.n_nodes for b in self.batches]
+
+    def records(self, kind: str) -> list[int]:
+        """Return each part's records of ``kind`` (a raw batch's header total: its counts are checked first)."""
+        at = RECORD_KINDS.index(kind)
+        return [b.head.totals[at] if isinstance(b, RawBatch) else int(b.counts[kind].sum()) for b in self.batches]
+
+    def present(self, kind: str) -> list[int]:
+        """Return each part's field mask of ``kind`` (bit i: the kind's i-th column is in it)."""
+        at = RECORD_KINDS.index(kind)
+        return [b.head.masks[at] if isinstance(b, RawBatch)
+                else sum(1 << i for i, name in enumerate(COLUMNS[kind]) if name in b.columns[kind])
+                for b in self.batches]
+
+    def read(self, group: str, name: str, sizes: list[int], out: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        """Fill ``out`` with column ``name`` of ``group`` of every part in order (zeros where a part lacks it).
+
+        ``sizes`` is each part's element count; ``out`` has their sum, in the
+        column's wire dtype unless some part is decoded (then any dtype the
+        values cast to).
+        """
+        dtype = _wire_dtype(group, name)
+        if self.raw and out.dtype == dtype:
+            # Little-endian bytes on the wire and in ``out``'s dtype: a byte copy is the value copy.
+            pieces: list[npt.NDArray[Any]] = []
+            for batch, data, size in zip(self.batches, self._bytes, sizes, strict=True):
+                span = batch.head.layout.spans.get((group, name))  # type: ignore[union-attr]
+                pieces.append(data[span[0]:span[1]] if span is not None  # type: ignore[index]
+                              else np.zeros(size * dtype.itemsize, np.uint8))
+            if pieces:
+                np.concatenate(pieces, out=out.view(np.uint8))
+            return out
+        typed = [self._typed(batch, group, name, size, dtype) for batch, size in zip(self.batches, sizes, strict=True)]
+        if typed:
+            np.concatenate(typed, out=out, casting="same_kind")
+        return out
+
+    @staticmethod
+    def _typed(batch: _Part, group: str, name: str, size: int, dtype: np.dtype[Any]) -> npt.NDArray[Any]:
+        if isinstance(batch, RawBatch):
+            span = batch.head.layout.spans.get((group, name))
+            if span is None:
+                return np.zeros(size, dtype)
+            return np.frombuffer(batch.payload, dtype, count=size, offset=span[0])
+        if group == "node":
+            values: npt.NDArray[Any] = getattr(batch, name)
+            return values
+        if group == "counts":
+            return batch.counts[name]
+        column = batch.columns[group].get(name)
+        return np.zeros(size, dtype) if column is None else column
+
+
+def counted(items: Sequence[Received], scratch: Scratch) -> tuple[list[Received], int]:
+    """Return the items whose per-node record counts add up to their headers' totals, and how many did not.
+
+    Only a ``RawBatch``'s counts are unchecked (``decode_binary(columns=False)``);
+    one that does not add up, or names more records for a node than a node
+    may carry, is a ``bad_header`` message, refused whole before any of its
+    entries is joined.  Checked for every raw batch of the window at once.
+    """
+    raw = [item for item in items if isinstance(item.frame, RawBatch)]
+    if not raw:
+        return list(items), 0
+    parts = _Parts(raw)
+    sizes = parts.entries()
+    part = np.repeat(np.arange(len(raw)), sizes)
+    bad = np.zeros(len(raw), dtype=bool)
+    for kind in RECORD_KINDS:
+        counts = parts.read("counts", kind, sizes, scratch.get(f"check.{kind}", sum(sizes), COUNT_DTYPES[kind]))
+        totals = np.array(parts.records(kind), np.int64)
+        sums = np.bincount(part, weights=counts, minlength=len(raw))  # float64: exact below 2**53
+        over = np.bincount(part, weights=counts > MAX_NODE_COUNTS[kind], minlength=len(raw))
+        bad |= (sums != totals) | (over > 0)
+    if not bad.any():
+        return list(items), 0
+    refused = {id(item) for item, b in zip(raw, bad.tolist(), strict=True) if b}
+    return [item for item in items if id(item) not in refused], len(refused)
 
 
 def join_nodes(items: Sequence[Received], scratch: Scratch) -> Window:
     """Join the node frames and batches of a window column by column (one copy of each column).
 
-    The joined columns live in ``scratch`` until its next join.
+    A ``RawBatch``'s counts must have been checked (``counted``).  The joined
+    columns live in ``scratch`` until its next join.
     """
-    parts = [(item, item.frame if isinstance(item.frame, NodeBatch) else as_batch(item.frame))  # type: ignore[arg-type]
-             for item in items]
-
-    def cat(arrays: list[npt.NDArray[Any]], dtype: Any, key: str) -> npt.NDArray[Any]:
-        out = scratch.get(key, sum(a.size for a in arrays), dtype)
-        if arrays:
-            np.concatenate(arrays, out=out, casting="same_kind")
-        return out
-
-    sizes = [batch.n_nodes for _, batch in parts]
+    parts = _Parts(items)
+    sizes = parts.entries()
+    total_entries = sum(sizes)
 
     def per_part(values: list[int] | list[float] | list[bool], dtype: Any) -> npt.NDArray[Any]:
         return np.repeat(np.asarray(values, dtype=dtype), sizes)
 
-    claims = [_claims(item) for item, _ in parts]
-    part = per_part(list(range(len(parts))), np.int64)
-    publishers, publisher = [b.publisher for _, b in parts], part
-    if any(b.node_publisher is not None for _, b in parts):  # an aggregator's batch: each entry its own
+    def entry(group: str, name: str, dtype: Any) -> npt.NDArray[Any]:
+        wire = _wire_dtype(group, name)
+        out = scratch.get(f"{group}.{name}", total_entries, dtype)
+        if not parts.raw or wire == out.dtype:
+            return parts.read(group, name, sizes, out)
+        # Widened from its wire dtype (ids and counts to int64): read the bytes, then cast.
+        out[:] = parts.read(group, name, sizes, scratch.get(f"wire.{group}.{name}", total_entries, wire))
+        return out
+
+    claims = [_claims(item) for item in items]
+    part = per_part(list(range(len(items))), np.int64)
+    publishers, publisher = [b.publisher for b in parts.batches], part
+    if any(b.node_publisher is not None for b in parts.batches):  # an aggregator's batch: each entry its own
         publishers, slots = [], []
-        for _, b in parts:
-            if b.node_publisher is None:
+        for b in parts.batches:
+            named = b.node_publisher
+            if named is None:
                 slots.append(np.full(b.n_nodes, len(publishers), np.int64))
                 publishers.append(b.publisher)
             else:
-                slots.append(b.node_publisher.astype(np.int64) + len(publishers))
+                slots.append(named.astype(np.int64) + len(publishers))
                 publishers += b.publishers
         publisher = np.concatenate(slots) if slots else part
     columns: dict[str, dict[str, npt.NDArray[Any]]] = {}
     known: dict[str, npt.NDArray[np.uint16] | int] = {}
-    counts = {kind: cat([b.counts[kind] for _, b in parts], np.int64, f"count.{kind}") for kind in RECORD_KINDS}
+    counts = {kind: entry("counts", kind, np.int64) for kind in RECORD_KINDS}
     for kind in RECORD_KINDS:
-        have = [sum(1 << i for i, name in enumerate(COLUMNS[kind]) if name in b.columns[kind]) for _, b in parts]
-        columns[kind] = {}
-        for name, dtype in COLUMNS[kind].items():
-            pieces = [batch.columns[kind].get(name) for _, batch in parts]
-            if any(piece is None for piece in pieces):
-                pieces = [np.zeros(int(batch.counts[kind].sum()), dtype) if piece is None else piece
-                          for piece, (_, batch) in zip(pieces, parts, strict=True)]
-            columns[kind][name] = cat(pieces, dtype, f"{kind}.{name}")  # type: ignore[arg-type]
+        records = parts.records(kind)
+        total = sum(records)
+        have = parts.present(kind)
+        columns[kind] = {name: parts.read(kind, name, records, scratch.get(f"{kind}.{name}", total, dtype))
+                         for name, dtype in COLUMNS[kind].items()}
         full = _ALL_FIELDS[kind]
-        per_record = [b.known.get(kind) if b.known else None for _, b in parts]
+        per_record = [b.known.get(kind) if isinstance(b, NodeBatch) and b.known else None for b in parts.batches]
         if all(h == full for h in have) and all(r is None for r in per_record):
             known[kind] = full
         else:
             masks: list[npt.NDArray[Any]] = [
-                np.full(int(b.counts[kind].sum()), h, np.uint16) if r is None else (r & np.uint16(h))
-                for (_, b), h, r in zip(parts, have, per_record, strict=True)
+                np.full(n, h, np.uint16) if r is None else (r & np.uint16(h))
+                for n, h, r in zip(records, have, per_record, strict=True)
             ]
-            known[kind] = cat(masks, np.uint16, f"known.{kind}")
+            out = scratch.get(f"known.{kind}", total, np.uint16)
+            if masks:
+                np.concatenate(masks, out=out, casting="same_kind")
+            known[kind] = out
     return Window(
-        entity=cat([b.node for _, b in parts], np.int64, "node"),
-        seq=cat([b.node_seq for _, b in parts], np.uint64, "seq"),
-        tick=cat([b.node_tick for _, b in parts], np.uint64, "tick"),
-        t_s=cat([b.node_t_s for _, b in parts], np.float64, "t_s"),
-        rx_s=per_part([item.rx_s for item, _ in parts], np.float64),
-        rx_wall_s=per_part([item.rx_wall_s for item, _ in parts], np.float64),
-        shed=per_part([item.shed for item, _ in parts], np.float64),
+        entity=entry("node", "node", np.int64),
+        seq=entry("node", "node_seq", np.uint64),
+        tick=entry("node", "node_tick", np.uint64),
+        t_s=entry("node", "node_t_s", np.float64),
+        rx_s=per_part([item.rx_s for item in items], np.float64),
+        rx_wall_s=per_part([item.rx_wall_s for item in items], np.float64),
+        shed=per_part([item.shed for item in items], np.float64),
         part=part,
         publishers=publishers,
         publisher=publisher,
