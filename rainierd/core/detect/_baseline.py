@@ -34,8 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rainierd._types import F32, B, Floats
-from rainierd.core.detect import _kernels as kernels
-from rainierd.core.detect._kernels import as_bool, as_f32
+from rainierd.core.detect._columns import as_bool, as_f32
 
 __all__ = ["Baseline", "RateBaseline"]
 
@@ -66,6 +65,8 @@ class Baseline:
         entities (each node's links in their common order: its kinds' levels).
         """
         pattern = np.ascontiguousarray(np.atleast_1d(np.asarray(peers, np.float32)))
+        from rainierd.core.detect import _kernels as kernels  # noqa: PLC0415 - numba loads with the first detector
+
         out: F32 = kernels.baseline_reference(self.level, self.history_s, np.float32(self.learn_s), pattern)
         return out
 
@@ -78,6 +79,8 @@ class Baseline:
         interval).  Once learned, a sample pulls the level by at most ``clip``
         of it, times that weight.  One pass (``_kernels.baseline_update``).
         """
+        from rainierd.core.detect import _kernels as kernels  # noqa: PLC0415 - numba loads with the first detector
+
         kernels.baseline_update(self.level, self.history_s, as_f32(x), as_bool(accept), as_f32(seconds, like=x),
                                 np.float32(self.halflife_s / np.log(2.0)), np.float32(self.learn_s),
                                 np.float32(self.clip))
@@ -130,6 +133,8 @@ class RateBaseline:
         While learning every sample counts at once; then a window is learned
         when it is ``delay_s`` long.  One pass (``_kernels.rate_baseline_update``).
         """
+        from rainierd.core.detect import _kernels as kernels  # noqa: PLC0415 - numba loads with the first detector
+
         kernels.rate_baseline_update(
             self.count, self.seconds, self.pending_count, self.pending_seconds, self.pending_clean, self.history_s,
             as_f32(counts), as_f32(seconds, like=counts), as_bool(accept), as_bool(clean), np.float32(self.halflife_s),

@@ -17,7 +17,10 @@ Every kernel has one explicit signature, so it compiles (or loads from the
 on-disk cache, ``cache=True``) when this module is imported, never on a
 tick, and a caller passing another dtype or layout gets a TypeError instead
 of a silent second compile.  ``python -m rainierd.core.kernels`` imports it
-once to fill the cache (scripts/_setup.sh and the Dockerfile run it).  The
+once to fill the cache (scripts/_setup.sh and the Dockerfile run it).  numba itself
+takes a second to import, so the detectors import this module only when the
+first one is built (``FleetDetector``): a health check, a simulator or
+``--help`` never loads it.  The
 kernels release the GIL (``nogil``): the analysis thread runs them while the
 event loop goes on.
 """
@@ -29,12 +32,10 @@ from typing import Final
 import numpy as np
 from numba import njit
 
-from rainierd._types import F32, B, Floats
+from rainierd._types import F32, B
 
 __all__ = [
     "KERNELS",
-    "as_bool",
-    "as_f32",
     "baseline_reference",
     "baseline_update",
     "count_drops",
@@ -198,23 +199,6 @@ def count_drops(drops: F32, down_s: F32, last_down_s: F32, was_dropped: B, dropp
             if was and not drop:
                 last_down_s[i] = down_s[i]
             was_dropped[i] = drop
-
-
-def as_f32(values: Floats | float, *, like: Floats | None = None) -> F32:
-    """Return ``values`` as a writable C-contiguous float32 column (one figure for all: filled to ``like``'s shape).
-
-    A column that already is one is returned as it is (no copy).
-    """
-    if like is not None and np.ndim(values) == 0:
-        return np.full(np.shape(like), values, np.float32)
-    out = np.ascontiguousarray(values, dtype=np.float32)
-    return out if out.flags.writeable else out.copy()
-
-
-def as_bool(mask: B) -> B:
-    """Return ``mask`` as a writable C-contiguous bool column (no copy when it already is one)."""
-    out = np.ascontiguousarray(mask, dtype=np.bool_)
-    return out if out.flags.writeable else out.copy()
 
 
 KERNELS: Final = (baseline_update, baseline_reference, cusum_update, ewma_update, rate_baseline_update,

@@ -23,8 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from rainierd._types import F32, I64, B, Floats
-from rainierd.core.detect import _kernels as kernels
-from rainierd.core.detect._kernels import as_bool, as_f32
+from rainierd.core.detect._columns import as_bool, as_f32
 
 __all__ = ["ClippedCusum", "PeerSample", "ewma", "robust_center_scale", "row_nanmedian"]
 
@@ -102,6 +101,8 @@ def row_nanmedian(values: Floats) -> Floats:
 
 def ewma(previous: F32, current: Floats, mask: B, *, alpha: float) -> F32:
     """Update the EWMA ``previous`` in place with ``current`` where ``mask`` (seeded where it is NaN); return it."""
+    from rainierd.core.detect import _kernels as kernels  # noqa: PLC0415 - numba loads with the first detector
+
     kernels.ewma_update(previous, as_f32(current, like=previous), as_bool(mask), np.float32(alpha))
     return previous
 
@@ -144,6 +145,8 @@ class ClippedCusum:
         """
         timed = seconds is not None
         interval = as_f32(seconds, like=x) if seconds is not None else _NO_SECONDS
+        from rainierd.core.detect import _kernels as kernels  # noqa: PLC0415 - numba loads with the first detector
+
         alarm: B = kernels.cusum_update(
             self.s, as_f32(x), as_bool(mask), interval, timed, np.float32(self.k), np.float32(self.cap),
             np.float32(self.h / self.samples), np.float32(self.ceiling), np.float32(self.h))

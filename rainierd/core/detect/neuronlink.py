@@ -13,10 +13,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rainierd._types import F32, I64, B
-from rainierd.core.detect import _kernels as kernels
 from rainierd.core.detect._baseline import Baseline
+from rainierd.core.detect._columns import as_bool, as_f32
 from rainierd.core.detect._common import Reason, counter_delta, flag, new_samples, persistence_seconds
-from rainierd.core.detect._kernels import as_bool, as_f32
 from rainierd.core.detect._paths import DOWN, HEALTHY, NEEDS, PathParams, band, cusum, deviation
 from rainierd.core.detect._stats import PeerSample, robust_center_scale, row_nanmedian
 from rainierd.core.detect._tracker import StateTracker, Transitions
@@ -123,6 +122,8 @@ class LinkDetector:
 
     def _count_drops(self, dropped: B, fresh: B, dt: F32, held: F32) -> None:
         """Decay each link's drop count over its interval, count a drop where one begins, time each drop."""
+        from rainierd.core.detect import _kernels as kernels  # noqa: PLC0415 - numba loads with the first detector
+
         kernels.count_drops(self.drops, self.down_s, self.last_down_s, self.was_dropped, as_bool(dropped),
                             as_bool(fresh), as_f32(dt), as_f32(held), np.float32(self.params.flap_window_s))
 
