@@ -66,9 +66,6 @@ def measure(topology: str, *, repeat: int, batch_nodes: int, seed: int) -> dict[
     assert feeder.stdout is not None
     assert feeder.stdin is not None
     stages: dict[str, list[float]] = {name: [] for name in (*_STAGES, "total")}
-    # The process's CPU time of each stage beside its wall time: on a machine shared with other work the
-    # wall time measures the neighbours too, the CPU time mostly this process's own work.
-    cpu: dict[str, list[float]] = {name: [] for name in (*_STAGES, "total")}
     messages = payload_bytes = 0
     tick = 0
     while True:  # the feeder idles while a tick is measured
@@ -77,27 +74,23 @@ def measure(topology: str, *, repeat: int, batch_nodes: int, seed: int) -> dict[
             break
         now_s = START_S + tick
         window = [Message(now_s, topic, payload) for topic, payload in received]
-        started, started_cpu = time.perf_counter(), time.process_time()
+        started = time.perf_counter()
         flush = core.ingest.admit(window)
-        admitted, admitted_cpu = time.perf_counter(), time.process_time()
+        admitted = time.perf_counter()
         core.state.now_s = now_s
         throughput = compute_throughput(core.state, peak_flops_per_chip=core.peak_flops_per_chip,
                                         stale_after_s=core.stale_after_s)
-        modelled, modelled_cpu = time.perf_counter(), time.process_time()
+        modelled = time.perf_counter()
         core.detector.update(core.state.latest_tick)
         lost_by_cause(throughput, core.detector, params=core.model)
         HealthView.of(core.detector)  # what the exporter is handed
-        detected, detected_cpu = time.perf_counter(), time.process_time()
+        detected = time.perf_counter()
         core.ingest.record(flush)
         if tick > 0:  # the first tick pays first-touch page faults
             for name, seconds in zip(_STAGES, (admitted - started, modelled - admitted, detected - modelled),
                                      strict=True):
                 stages[name].append(seconds)
             stages["total"].append(detected - started)
-            for name, seconds in zip(_STAGES, (admitted_cpu - started_cpu, modelled_cpu - admitted_cpu,
-                                               detected_cpu - modelled_cpu), strict=True):
-                cpu[name].append(seconds)
-            cpu["total"].append(detected_cpu - started_cpu)
         messages, payload_bytes = len(window), sum(len(m.payload) for m in window)
         tick += 1
         if tick == repeat + 1:
@@ -120,7 +113,6 @@ def measure(topology: str, *, repeat: int, batch_nodes: int, seed: int) -> dict[
         "bytes_per_tick": payload_bytes,
         "ticks_measured": len(stages["total"]),
         "per_tick_s": {name: _percentiles(values) for name, values in stages.items()},
-        "per_tick_cpu_s": {name: _percentiles(values) for name, values in cpu.items()},
         "chips_per_s_per_core": topo.n_chips / total["median"],
         # The simulator's side, measured in the feeder process: one step of the
         # fleet model, and cutting and encoding the tick's messages.
