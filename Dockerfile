@@ -25,14 +25,6 @@ RUN groupadd --system --gid 10001 rainierd \
  && install -d -o 10001 -g 10001 -m 0750 /var/lib/rainierd
 COPY --from=build /wheels /wheels
 RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
-# The core's compiled kernels go into the image (rainierd/core/kernels.py): no container compiles them
-# when it starts.  A generic CPU, so the cache serves any x86-64 host, not only the build machine's
-# (measured as fast: docs/performance.md); owned by the role's user, who may add to it.  Under a
-# read-only root filesystem a role copies it to a writable temporary directory first (rainierd/_start.py).
-ENV NUMBA_CACHE_DIR=/var/cache/rainierd/numba \
-    NUMBA_CPU_NAME=generic
-RUN python -m rainierd.core.kernels \
- && chown -R 10001:10001 /var/cache/rainierd
 USER 10001:10001
 # Inside the container's own network namespace the exporter must listen beyond
 # loopback to be scraped; the port is published only where deploy/ says so.

@@ -20,7 +20,7 @@ import signal
 from types import FrameType
 from typing import Final, NoReturn
 
-__all__ = ["SIGNALS", "Stopped", "entry", "stop_now", "writable_kernel_cache"]
+__all__ = ["SIGNALS", "Stopped", "entry", "stop_now"]
 
 SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
 
@@ -44,35 +44,9 @@ def honour_signals() -> None:
         signal.signal(sig, stop_now)
 
 
-def writable_kernel_cache() -> None:
-    """Point numba at a writable copy of a read-only kernel cache (the image's, under a read-only root).
-
-    numba uses a cache directory only if it can write there, and fails to
-    import a cached kernel when it can write nowhere; the image's cache
-    (``NUMBA_CACHE_DIR``, Dockerfile) is read-only when the root filesystem
-    is (compose, Kubernetes), so it is copied once to the temporary
-    directory, which those deployments mount writable.
-    """
-    import os  # noqa: PLC0415 - this module imports nothing slow at its top
-    import shutil  # noqa: PLC0415
-    import tempfile  # noqa: PLC0415
-
-    baked = os.environ.get("NUMBA_CACHE_DIR", "")
-    if not baked or not os.path.isdir(baked) or os.access(baked, os.W_OK):
-        return
-    copy = os.path.join(tempfile.gettempdir(), f"rainierd-numba-{os.getuid()}")
-    if not os.path.isdir(copy):  # an earlier process of this container made it (the health check runs often)
-        try:
-            shutil.copytree(baked, copy)
-        except OSError:
-            return  # nowhere writable: numba says so when a kernel module is imported
-    os.environ["NUMBA_CACHE_DIR"] = copy
-
-
 def entry() -> NoReturn:
     """The console script and ``python -m rainierd``: signals first, then the command line (``cli.entry``)."""
     honour_signals()
-    writable_kernel_cache()
     from rainierd.cli import entry as cli_entry  # noqa: PLC0415 - after the handlers, on purpose
 
     cli_entry()

@@ -34,12 +34,3 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
     echo "$want" > "$stamp"
 fi
-
-# Compile the core's kernels into numba's on-disk cache (rainierd/core/kernels.py) once here, not in the
-# first tick of the demo or in each process the test suite starts; again whenever a kernel's source changes.
-kstamp=.venv/.rainierd-kernels
-kwant=$(cat pyproject.toml $(grep -rl --include='*.py' '^from numba import' rainierd | sort) | sha256sum | cut -d' ' -f1)
-if [ ! -f "$kstamp" ] || [ "$(cat "$kstamp")" != "$kwant" ]; then
-    .venv/bin/python -m rainierd.core.kernels
-    echo "$kwant" > "$kstamp"
-fi

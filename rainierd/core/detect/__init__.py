@@ -92,11 +92,6 @@ class FleetDetector:
     def __init__(
         self, state: FleetState, *, hardware: Trainium2 = TRN2, params: DetectionParams | None = None,
     ) -> None:
-        # The compiled kernels load here, when the monitor starts, not on its first tick: from numba's cache,
-        # which scripts/_setup.sh and the image fill ahead (rainierd/core/kernels.py).
-        from rainierd.core.kernels import compiled  # noqa: PLC0415 - a process without detectors never loads numba
-
-        compiled()
         self.state = state
         self.hardware = hardware
         self.params = params or DetectionParams()

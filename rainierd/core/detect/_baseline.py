@@ -34,9 +34,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from rainierd._types import F32, B, Floats
-from rainierd.core.detect._columns import as_bool, as_f32
 
 __all__ = ["Baseline", "RateBaseline"]
+
+
+def _interval(seconds: Floats, accept: B) -> F32:
+    """Return each entity's interval where it is accepted and known, else 0."""
+    out = np.fmax(seconds, np.float32(0.0)).astype(np.float32, copy=False)  # NaN: 0
+    np.copyto(out, np.float32(0.0), where=~accept | (out < 0))
+    return out
 
 
 @dataclass(eq=False)
@@ -58,17 +64,10 @@ class Baseline:
         """Return which entities have enough history to be judged against themselves."""
         return np.asarray(self.history_s >= self.learn_s)
 
-    def reference(self, peers: F32 | float) -> F32:
-        """Return each entity's own level where learned, else its peers' level.
-
-        ``peers`` is one figure for all, or a pattern repeated over the
-        entities (each node's links in their common order: its kinds' levels).
-        """
-        pattern = np.ascontiguousarray(np.atleast_1d(np.asarray(peers, np.float32)))
-        from rainierd.core.detect import _kernels as kernels  # noqa: PLC0415 - numba loads with the first detector
-
-        out: F32 = kernels.baseline_reference(self.level, self.history_s, np.float32(self.learn_s), pattern)
-        return out
+    def reference(self, peers: Floats | float) -> F32:
+        """Return each entity's own level where learned, else ``peers`` (its peers' level)."""
+        peer = np.broadcast_to(np.asarray(peers, np.float32), self.level.shape)
+        return np.where(self.learned(), self.level, peer).astype(np.float32)
 
     def update(self, x: Floats, accept: B, seconds: Floats) -> None:
         """Fold ``x`` in where ``accept`` (NaN and non-positive intervals count as nothing).
@@ -77,13 +76,26 @@ class Baseline:
         (a plain mean while learning) up to ``halflife_s / ln 2`` (from then on
         an exponential forgetting of that half-life, to first order in the
         interval).  Once learned, a sample pulls the level by at most ``clip``
-        of it, times that weight.  One pass (``_kernels.baseline_update``).
+        of it, times that weight.
         """
-        from rainierd.core.detect import _kernels as kernels  # noqa: PLC0415 - numba loads with the first detector
-
-        kernels.baseline_update(self.level, self.history_s, as_f32(x), as_bool(accept), as_f32(seconds, like=x),
-                                np.float32(self.halflife_s / np.log(2.0)), np.float32(self.learn_s),
-                                np.float32(self.clip))
+        ok = accept & (seconds > 0) & np.isfinite(x)  # a NaN interval compares False
+        if not ok.any():
+            return
+        level = self.level
+        first = ok & np.isnan(level)
+        np.copyto(level, x, where=first, casting="unsafe")
+        dt = np.where(ok, seconds, np.float32(0.0)).astype(np.float32, copy=False)
+        window = self.history_s + dt
+        np.minimum(window, np.float32(self.halflife_s / np.log(2.0)), out=window)
+        step = np.subtract(x, level, dtype=np.float32)
+        bound = np.abs(level)
+        bound *= np.float32(self.clip)
+        np.copyto(bound, np.float32(np.inf), where=self.history_s < self.learn_s)  # winsorised once learned
+        np.clip(step, -bound, bound, out=step)
+        step *= dt
+        np.divide(step, window, out=step, where=ok)
+        np.add(level, step, out=level, where=ok & ~first)
+        self.history_s += dt
 
 
 @dataclass(eq=False)
@@ -128,14 +140,23 @@ class RateBaseline:
         return ((self.count + prior * np.float32(prior_per_s)) / (self.seconds + prior)).astype(np.float32)
 
     def update(self, counts: Floats, seconds: Floats, *, accept: B, clean: B) -> None:
-        """Add ``counts`` over ``seconds`` where ``accept``; ``clean`` says where the entity is healthy now.
-
-        While learning every sample counts at once; then a window is learned
-        when it is ``delay_s`` long.  One pass (``_kernels.rate_baseline_update``).
-        """
-        from rainierd.core.detect import _kernels as kernels  # noqa: PLC0415 - numba loads with the first detector
-
-        kernels.rate_baseline_update(
-            self.count, self.seconds, self.pending_count, self.pending_seconds, self.pending_clean, self.history_s,
-            as_f32(counts), as_f32(seconds, like=counts), as_bool(accept), as_bool(clean), np.float32(self.halflife_s),
-            np.float32(self.learn_s), np.float32(self.delay_s))
+        """Add ``counts`` over ``seconds`` where ``accept``; ``clean`` says where the entity is healthy now."""
+        dt = _interval(seconds, accept & np.isfinite(counts))
+        counted = np.fmax(counts, np.float32(0.0)).astype(np.float32, copy=False)  # NaN: 0
+        np.add(self.pending_count, counted, out=self.pending_count, where=dt > 0)
+        self.pending_seconds += dt
+        self.pending_clean &= clean
+        # Learning: every sample counts at once.  Then: a window is learned when it is delay_s long.
+        due = (self.pending_seconds > 0) & (~self.learned() | (self.pending_seconds >= self.delay_s))
+        if not due.any():
+            return
+        commit = due & self.pending_clean
+        decay = np.exp2(-self.pending_seconds / np.float32(self.halflife_s))
+        np.multiply(self.count, decay, out=self.count, where=commit)
+        np.add(self.count, self.pending_count, out=self.count, where=commit)
+        np.multiply(self.seconds, decay, out=self.seconds, where=commit)
+        np.add(self.seconds, self.pending_seconds, out=self.seconds, where=commit)
+        np.add(self.history_s, self.pending_seconds, out=self.history_s, where=commit)
+        np.copyto(self.pending_count, np.float32(0.0), where=due)
+        np.copyto(self.pending_seconds, np.float32(0.0), where=due)
+        np.copyto(self.pending_clean, True, where=due)

@@ -23,7 +23,6 @@ import numpy as np
 import numpy.typing as npt
 
 from rainierd._types import F32, I64, B, Floats
-from rainierd.core.detect._columns import as_bool, as_f32
 
 __all__ = ["ClippedCusum", "PeerSample", "ewma", "robust_center_scale", "row_nanmedian"]
 
@@ -58,7 +57,6 @@ class PeerSample:
 
 
 _ALL: Final = PeerSample(None)
-_NO_SECONDS: Final = np.zeros(0, np.float32)
 
 
 def robust_center_scale(
@@ -101,9 +99,12 @@ def row_nanmedian(values: Floats) -> Floats:
 
 def ewma(previous: F32, current: Floats, mask: B, *, alpha: float) -> F32:
     """Update the EWMA ``previous`` in place with ``current`` where ``mask`` (seeded where it is NaN); return it."""
-    from rainierd.core.detect import _kernels as kernels  # noqa: PLC0415 - numba loads with the first detector
-
-    kernels.ewma_update(previous, as_f32(current, like=previous), as_bool(mask), np.float32(alpha))
+    blended = np.subtract(current, previous, dtype=np.float32)
+    blended *= np.float32(alpha)
+    blended += previous
+    seed = np.isnan(previous)
+    np.copyto(blended, current, where=seed, casting="same_kind")
+    np.copyto(previous, blended, where=mask)
     return previous
 
 
@@ -127,7 +128,7 @@ class ClippedCusum:
             raise ValueError(f"a CUSUM needs at least one sample to raise, not {samples}")
         return cls(k, h, cap, ceiling if ceiling is not None else 2.0 * h, np.zeros(n, np.float32), samples)
 
-    def update(self, x: Floats, mask: B, *, seconds: Floats | None = None) -> B:
+    def update(self, x: Floats, mask: B, *, scratch: F32 | None = None, seconds: Floats | None = None) -> B:
         """Add the evidence ``x`` where ``mask``; return the alarm mask.
 
         A NaN is no sample for this figure (a rate across a counter restart, a
@@ -141,13 +142,16 @@ class ClippedCusum:
         tick an interval's average cannot tell a second-long spike from a
         step that filled it, so ``samples`` intervals must agree before an
         alarm (at a short tick the per-second cap binds first).
-        One pass over the entities (``_kernels.cusum_update``).
+        ``scratch`` (an array like ``x``, float32) saves allocating a fleet-sized step.
         """
-        timed = seconds is not None
-        interval = as_f32(seconds, like=x) if seconds is not None else _NO_SECONDS
-        from rainierd.core.detect import _kernels as kernels  # noqa: PLC0415 - numba loads with the first detector
-
-        alarm: B = kernels.cusum_update(
-            self.s, as_f32(x), as_bool(mask), interval, timed, np.float32(self.k), np.float32(self.cap),
-            np.float32(self.h / self.samples), np.float32(self.ceiling), np.float32(self.h))
-        return alarm
+        known = mask & ~np.isnan(x)
+        step = np.minimum(x, np.float32(self.cap), out=scratch, dtype=np.float32)
+        np.copyto(step, np.float32(0.0), where=np.isnan(step))
+        step -= np.float32(self.k)
+        if seconds is not None:
+            step *= np.fmax(seconds, np.float32(0.0)).astype(np.float32, copy=False)  # NaN: 0 s
+            np.minimum(step, np.float32(self.h / self.samples), out=step)
+        step += self.s
+        np.clip(step, 0.0, self.ceiling, out=step)
+        np.copyto(self.s, step, where=known)
+        return self.s >= self.h

@@ -14,7 +14,6 @@ import numpy as np
 
 from rainierd._types import F32, I64, B
 from rainierd.core.detect._baseline import Baseline
-from rainierd.core.detect._columns import as_bool, as_f32
 from rainierd.core.detect._common import Reason, counter_delta, flag, new_samples, persistence_seconds
 from rainierd.core.detect._paths import DOWN, HEALTHY, NEEDS, PathParams, band, cusum, deviation
 from rainierd.core.detect._stats import PeerSample, robust_center_scale, row_nanmedian
@@ -122,10 +121,14 @@ class LinkDetector:
 
     def _count_drops(self, dropped: B, fresh: B, dt: F32, held: F32) -> None:
         """Decay each link's drop count over its interval, count a drop where one begins, time each drop."""
-        from rainierd.core.detect import _kernels as kernels  # noqa: PLC0415 - numba loads with the first detector
-
-        kernels.count_drops(self.drops, self.down_s, self.last_down_s, self.was_dropped, as_bool(dropped),
-                            as_bool(fresh), as_f32(dt), as_f32(held), np.float32(self.params.flap_window_s))
+        decay = np.exp(-np.fmax(dt, np.float32(0.0)) / np.float32(self.params.flap_window_s)).astype(np.float32)
+        np.multiply(self.drops, decay, out=self.drops, where=fresh)
+        begins = dropped & ~self.was_dropped
+        np.add(self.drops, np.float32(1.0), out=self.drops, where=begins)
+        np.copyto(self.down_s, np.float32(0.0), where=begins)
+        np.add(self.down_s, np.nan_to_num(held, nan=0.0), out=self.down_s, where=dropped)
+        np.copyto(self.last_down_s, self.down_s, where=fresh & ~dropped & self.was_dropped)
+        np.copyto(self.was_dropped, dropped, where=fresh)
 
     def _kind_centers(self, share: F32, latency: F32, judged: B) -> tuple[F32, F32, F32]:
         """Return each kind's median bandwidth share, latency and learned bandwidth level, on the peer sample.
@@ -164,7 +167,7 @@ class LinkDetector:
         # Bandwidth: against the link's own level (its kind's median until it has history), then
         # against its UltraServer's links at this moment, so a group that slows or idles as a whole
         # (its job's pace, a straggler, the diurnal swing) is not a group of bad links.
-        relative = share / self.bw_base.reference(share_center[self.kind_order])
+        relative = share / self.bw_base.reference(self._per_link(share_center))
         paced = np.where(fresh & up, relative, np.float32(np.nan)).reshape(-1, self.per_us)
         pace = np.repeat(row_nanmedian(paced), self.per_us)
         communicating = pace > p.idle_below
@@ -177,7 +180,7 @@ class LinkDetector:
         bw_dev /= np.float32(bw_scale)
         # Latency: against its own level (its kind's median until it has history).
         lat_ok = fresh & up & (latency > 0)
-        lat_dev = deviation(latency, self.latency_base.reference(lat_center[self.kind_order]), lat_ok,
+        lat_dev = deviation(latency, self.latency_base.reference(self._per_link(lat_center)), lat_ok,
                              floor=p.latency_floor, sample=self.sample)
         np.copyto(self.now_ratio, ratio, where=fresh)
         errors = counter_delta(table, "crc_errors_total", "replay_total")
@@ -194,15 +197,16 @@ class LinkDetector:
         reasons = np.zeros(share.shape, dtype=np.int32)
         flag(reasons, up & (lanes < all_lanes), Reason.LANES)
         judged = bw_judged & ~down
+        # The evidence arrays are spent once added: each is its CUSUM's scratch.
         outside = self.band.update((far_latency | far_level).astype(np.float32), fresh, seconds=held)
         # Until a link has history it is judged only by hard evidence and the band (_baseline.py).
-        flag(reasons, self.bw.update(bw_dev, judged & self.bw_base.learned(), seconds=held)
+        flag(reasons, self.bw.update(bw_dev, judged & self.bw_base.learned(), scratch=bw_dev, seconds=held)
              | (outside & far_level),
              Reason.BANDWIDTH)
-        flag(reasons, self.latency.update(lat_dev, lat_ok & ~down & self.latency_base.learned(),
+        flag(reasons, self.latency.update(lat_dev, lat_ok & ~down & self.latency_base.learned(), scratch=lat_dev,
                                           seconds=held)
              | (outside & far_latency), Reason.LATENCY)
-        flag(reasons, self.errors.update(errors, fresh, seconds=held), Reason.ERRORS)
+        flag(reasons, self.errors.update(errors, fresh, scratch=errors, seconds=held), Reason.ERRORS)
         flag(reasons, self.drops >= p.flap_drops, Reason.FLAPPING)
         flag(reasons, dropped, Reason.DOWN)
         # A drop raises at once; a link that blipped (dropped briefly) recently must stay clean
