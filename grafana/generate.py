@@ -156,9 +156,10 @@ def query_var(name: str, label: str, query: str, *, multi: bool, include_all: bo
             "hide": 0, "regex": ""}
 
 
-def dashboard_annotations() -> dict[str, Any]:
+def dashboard_annotations(*, health_events: bool = True) -> dict[str, Any]:
     """Firing alerts (from ``ALERTS``) and health events (a rise of ``rainier_health_events_total``)."""
-    return {"list": [
+    shown = {"Annotations & Alerts", "Firing alerts"} | ({"Health events"} if health_events else set())
+    return {"list": [a for a in [
         {"builtIn": 1, "datasource": {"type": "grafana", "uid": "-- Grafana --"}, "enable": True, "hide": True,
          "iconColor": "rgba(0, 211, 255, 1)", "name": "Annotations & Alerts", "type": "dashboard"},
         {"name": "Firing alerts", "datasource": DS, "enable": True, "iconColor": "red",
@@ -169,15 +170,17 @@ def dashboard_annotations() -> dict[str, Any]:
          "expr": f'sum by (entity, state) (increase(rainier_health_events_total[{RATE}])) > 0',
          "step": "30s", "titleFormat": "{{entity}} → {{state}}", "tagKeys": "entity,state",
          "textFormat": "{{entity}} entities became {{state}}"},
-    ]}
+    ] if a["name"] in shown]}
 
 
-def dashboard(uid: str, title: str, panels: list[Panel], variables: list[Panel], description: str) -> Panel:
+def dashboard(uid: str, title: str, panels: list[Panel], variables: list[Panel], description: str, *,
+              health_events: bool = True) -> Panel:
     return {
         "uid": uid, "title": title, "description": description, "tags": ["rainierd", "trainium2"],
         "timezone": "utc", "schemaVersion": 39, "version": 1, "editable": True, "graphTooltip": 1,
         "refresh": "30s", "time": {"from": "now-1h", "to": "now"},
-        "templating": {"list": variables}, "annotations": dashboard_annotations(), "panels": panels,
+        "templating": {"list": variables}, "annotations": dashboard_annotations(health_events=health_events),
+        "panels": panels,
         "links": [{"title": "rainierd dashboards", "type": "dashboards", "tags": ["rainierd"], "asDropdown": True,
                    "includeVars": False, "keepTime": True}],
     }
@@ -440,7 +443,81 @@ def self_health() -> Panel:
                      "Is rainierd keeping up? Ingest, losses and rejections, lag, backlog and what it costs.")
 
 
-DASHBOARDS = {"rainierd-fleet.json": fleet, "rainierd-ultraserver.json": ultraserver, "rainierd-self.json": self_health}
+def aggregate() -> Panel:
+    """The aggregation tier (docs/aggregation.md), by aggregator: what each heard, batched, published and
+    dropped and why, how late, and what it costs."""
+    sel = 'job=~"$job", instance=~"$instance"'
+    lay = Layout()
+
+    def add(title: str, unit: str, *queries: tuple[str, str], stack: bool = False, description: str = "") -> None:
+        lay.add(timeseries(title, unit, *refs(*(target(expr, legend) for expr, legend in queries)), stack=stack,
+                           description=description), 8, 8)
+
+    def by_instance(metric: str) -> str:
+        return f"sum by (instance) (rate({metric}{{{sel}}}[{RATE}]))"
+
+    lay.row("Frames")
+    add("Node frames heard and published (frames/s)", "suffix: frames/s",
+        (by_instance("rainier_aggregator_messages_received_total"), "{{instance}} heard"),
+        (by_instance("rainier_aggregator_frames_published_total"), "{{instance}} published"))
+    add("Dropped by reason (frames/s)", "suffix: frames/s",
+        (f"sum by (reason) (rate(rainier_aggregator_frames_dropped_total{{{sel}}}[{RATE}]))", "{{reason}}"),
+        stack=True, description="Each dropped frame is a sequence gap the monitor counts lost "
+                                "(docs/aggregation.md has every reason).")
+    add("Dropped / heard (%)", "percentunit",
+        (f"{by_instance('rainier_aggregator_frames_dropped_total')} / "
+         f"clamp_min({by_instance('rainier_aggregator_messages_received_total')}, 1e-9)", "{{instance}}"))
+    add("Malformed node frames by decoder reason (frames/s)", "suffix: frames/s",
+        (f"sum by (reason) (rate(rainier_aggregator_decode_errors_total{{{sel}}}[{RATE}]))", "{{reason}}"),
+        stack=True)
+    add("Frames batched without a field some records lacked (frames/s)", "suffix: frames/s",
+        (by_instance("rainier_aggregator_frames_narrowed_total"), "{{instance}}"))
+    add("Batches published (batches/s)", "suffix: batches/s",
+        (by_instance("rainier_aggregator_batches_published_total"), "{{instance}}"))
+    lay.row("Time")
+    add("Frame age when batched: p99 and oldest (s)", "s",
+        (f'max by (instance) (rainier_aggregator_frame_age_seconds{{{sel}, quantile="0.99"}})', "{{instance}} p99"),
+        (f'max by (instance) (rainier_aggregator_frame_age_seconds{{{sel}, quantile="1"}})', "{{instance}} oldest"),
+        description="now - t_s of the frames of its last tick: the agents' transport and the wait for the tick.")
+    add("Tick duration: decode, batch, encode (s)", "s",
+        (f"max by (instance) (rainier_aggregator_tick_duration_seconds{{{sel}}})", "{{instance}}"))
+    add("Ticks batched late (ticks/s)", "suffix: ticks/s",
+        (by_instance("rainier_aggregator_ticks_late_total"), "{{instance}}"))
+    lay.row("Batches and backlog")
+    add("Node entries per batch: p50 and p99 (nodes)", "short",
+        (f"histogram_quantile(0.5, sum by (le) (rate(rainier_aggregator_batch_nodes_bucket{{{sel}}}[{RATE}])))",
+         "p50"),
+        (p99("rainier_aggregator_batch_nodes", sel), "p99"))
+    add("Frames waiting for the tick (frames)", "short",
+        (f"sum by (instance) (rainier_aggregator_pending_frames{{{sel}}})", "{{instance}}"))
+    add("Batches waiting to be published (batches)", "short",
+        (f"sum by (instance) (rainier_aggregator_outbox_batches{{{sel}}})", "{{instance}}"))
+    lay.row("Session, share and cost")
+    add("MQTT session up (on/off)", "bool_on_off",
+        (f"min by (instance) (rainier_aggregator_mqtt_connected{{{sel}}})", "{{instance}}"))
+    add("MQTT connection failures (failures/s)", "cps",
+        (by_instance("rainier_aggregator_mqtt_connection_failures_total"), "{{instance}}"))
+    add("Share (UltraServers)", "short",
+        (f"max by (instance, shard) (rainier_aggregator_shards{{{sel}}} * 0 + on (instance) group_left "
+         f"rainier_aggregator_share_ultraservers{{{sel}}})", "{{instance}} share {{shard}}"))
+    add("CPU (cores)", "short",
+        (f"sum by (instance) (rate(process_cpu_seconds_total{{{sel}}}[{RATE}]))", "{{instance}}"))
+    add("Resident memory (bytes)", "bytes",
+        (f"max by (instance) (process_resident_memory_bytes{{{sel}}})", "{{instance}}"))
+    variables = [
+        datasource_var(),
+        query_var("job", "Job", "label_values(rainier_aggregator_shards, job)", multi=True, include_all=True),
+        query_var("instance", "Aggregator", 'label_values(rainier_aggregator_shards{job=~"$job"}, instance)',
+                  multi=True, include_all=True),
+    ]
+    return dashboard("rainierd-aggregate", "rainierd: aggregation tier", lay.panels, variables,
+                     "The aggregators that batch per-node frames for the monitors: every frame heard, batched, "
+                     "published or dropped and why, how late, and what it costs.",
+                     health_events=False)  # health events are the monitors' judgements, not the tier's
+
+
+DASHBOARDS = {"rainierd-fleet.json": fleet, "rainierd-ultraserver.json": ultraserver, "rainierd-self.json": self_health,
+              "rainierd-aggregate.json": aggregate}
 
 
 def render() -> dict[str, str]:

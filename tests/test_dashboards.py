@@ -27,7 +27,7 @@ from rainierd.core.detect import STATE_NAMES
 ROOT = Path(__file__).parents[1]
 DASHBOARDS = ROOT / "grafana" / "dashboards"
 UIDS = {"rainierd-fleet.json": "rainierd-fleet", "rainierd-ultraserver.json": "rainierd-ultraserver",
-        "rainierd-self.json": "rainierd-self"}
+        "rainierd-self.json": "rainierd-self", "rainierd-aggregate.json": "rainierd-aggregate"}
 LABEL_VALUES = re.compile(r"^label_values\((?:(?P<selector>.*),\s*)?(?P<label>\w+)\)$")
 
 
@@ -96,7 +96,7 @@ def prometheus_get(port: int, path: str, params: dict[str, str] | list[tuple[str
 
 class TestFiles:
     def test_the_dashboards_and_their_stable_uids(self) -> None:
-        """Three dashboards, each valid JSON whose uid is fixed (links and bookmarks use it)."""
+        """Four dashboards, each valid JSON whose uid is fixed (links and bookmarks use it)."""
         assert {path.name: load(path.name)["uid"] for path in DASHBOARDS.glob("*.json")} == UIDS
 
     def test_generated_without_drift(self) -> None:
@@ -157,11 +157,12 @@ class TestFiles:
         kinds = {v["name"]: v["type"] for v in variables(dashboard)}
         assert kinds["datasource"] == "datasource"
         expected = {"rainierd-fleet.json": {"site"}, "rainierd-ultraserver.json": {"site", "ultraserver"},
-                    "rainierd-self.json": {"job"}}[name]
+                    "rainierd-self.json": {"job"}, "rainierd-aggregate.json": {"job", "instance"}}[name]
         assert {k for k, v in kinds.items() if v == "query"} == expected
         exprs = {a["name"]: a.get("expr") for a in dashboard["annotations"]["list"]}
         assert exprs["Firing alerts"] == 'ALERTS{alertstate="firing"}'
-        assert "rainier_health_events_total" in exprs["Health events"]
+        if name != "rainierd-aggregate.json":  # the tier judges no entity: only its alerts are annotated
+            assert "rainier_health_events_total" in exprs["Health events"]
 
     def test_the_fleet_shows_shard_coverage(self) -> None:
         """The fleet dashboard's top row shows monitor shards reporting against expected and the chips no shard
@@ -197,7 +198,8 @@ def empty_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     proc.wait(timeout=10)
 
 
-ANY_VALUES = {"site": ["s0", "s1"], "ultraserver": ["u1"], "job": ["rainierd", "rainierd-ultraserver"]}
+ANY_VALUES = {"site": ["s0", "s1"], "ultraserver": ["u1"], "job": ["rainierd", "rainierd-ultraserver"],
+              "instance": ["127.0.0.1:9780", "127.0.0.1:9781"]}
 
 
 @pytest.mark.parametrize("name", sorted(UIDS))

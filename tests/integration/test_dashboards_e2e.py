@@ -8,17 +8,20 @@ Grafana would, must return data."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 from typing import Any
 
+import aiomqtt
 import pytest
 
 from harness.procs import free_port
 from harness.scrape import current_values
 from harness.timing import TICK_S
-from harness.waits import poll_until
-from tests.conftest import StartPrometheus
+from harness.waits import poll_until, wait_until
+from rainierd.wire.topics import node_topic
+from tests.conftest import MosquittoProcess, StartPrometheus
 from tests.helpers import rainierd_prometheus_config
 from tests.test_dashboards import (
     UIDS,
@@ -31,6 +34,8 @@ from tests.test_dashboards import (
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.prometheus]
+
+AGGREGATE = "rainierd-aggregate.json"  # the aggregation tier's: its own test, below
 
 SCRAPE_S = 1.0
 SCENARIO = """
@@ -113,7 +118,7 @@ def test_every_panel_has_data_and_every_variable_resolves(start_rainierd: Any, p
                                                       scrape_s=SCRAPE_S))
     since = time.time()
     chosen = {"site": ["s0"], "ultraserver": ["u1"], "job": ["rainierd", "rainierd-ultraserver"]}
-    dashboards = {name: load(name) for name in UIDS}
+    dashboards = {name: load(name) for name in UIDS if name != AGGREGATE}
     remaining: dict[str, dict[str, str]] = {}
 
     def all_have_data() -> bool:
@@ -136,3 +141,52 @@ def test_every_panel_has_data_and_every_variable_resolves(start_rainierd: Any, p
         ("rainierd-ultraserver.json", "ultraserver"): ["u0", "u1"],
         ("rainierd-self.json", "job"): ["rainierd", "rainierd-ultraserver"],
     }
+
+
+@pytest.mark.mosquitto
+async def test_the_aggregation_dashboard_has_data_for_every_panel(
+    mosquitto_process: MosquittoProcess, start_rainierd: Any, prometheus: StartPrometheus, tmp_path: Path,
+) -> None:
+    """The simulator publishing one frame per node through two aggregators (shares 0/2 and 1/2) and a monitor
+    on batches, a real Prometheus scraping the aggregators as job ``rainierd-aggregate``, and one malformed
+    frame on a node topic each tick (an agent on another format): the aggregator variable offers both, and every
+    panel and the alert annotation of the aggregation dashboard return data."""
+    url, tick = mosquitto_process.url, str(TICK_S)
+    monitor_port, agg_ports = free_port(), [free_port(), free_port()]
+    start_rainierd("monitor", "--mqtt-url", url, "--tick", tick, "--metrics-addr", f"127.0.0.1:{monitor_port}",
+                   "--telemetry-input", "batches", name="monitor")
+    for i, port in enumerate(agg_ports):
+        start_rainierd("aggregate", "--mqtt-url", url, "--tick", tick, "--metrics-addr", f"127.0.0.1:{port}",
+                       "--shard", f"{i}/2", "--mqtt-client-id", f"agg-{i}", name=f"aggregate-{i}")
+    start_rainierd("simulate", "--mqtt-url", url, "--tick", tick, "--batch-nodes", "0", name="simulate")
+    job = {"job_name": "rainierd-aggregate", "scrape_interval": f"{SCRAPE_S:g}s",
+           "static_configs": [{"targets": [f"127.0.0.1:{p}" for p in agg_ports]}]}
+    await wait_until(lambda: all(current_values(p).get("rainier_aggregator_frames_published_total", 0) > 0
+                                 for p in agg_ports), 30, "both aggregators to publish")
+    prom_port = prometheus(rainierd_prometheus_config(monitor_port, tmp_path / "rules", job, scrape_s=SCRAPE_S))
+    since = time.time()
+    targets = sorted(f"127.0.0.1:{p}" for p in agg_ports)
+    chosen = {"job": ["rainierd-aggregate"], "instance": targets}
+    dashboard = load(AGGREGATE)
+    empty: dict[str, str] = {}
+
+    def all_have_data() -> bool:
+        empty.clear()
+        empty.update(empty_queries(prom_port, dashboard, chosen, since))
+        return not empty
+
+    async def broken_agent() -> None:  # what RainierNodeFramesMalformed is for: it fires, an annotation shows it
+        async with aiomqtt.Client("127.0.0.1", mosquitto_process.port, identifier="bad-agent") as client:
+            while True:
+                await client.publish(node_topic(0, 0, 0), b"not a frame", qos=1)
+                await asyncio.sleep(TICK_S)
+
+    agent = asyncio.create_task(broken_agent(), name="broken-agent")
+    try:
+        await wait_until(all_have_data, 60, "every aggregation panel to return data")
+    except AssertionError:
+        pytest.fail(f"queries without data: {empty}")
+    finally:
+        agent.cancel()
+    offered = {v["name"]: resolve(prom_port, v, chosen) for v in variables(dashboard) if v["type"] == "query"}
+    assert offered == {"job": ["rainierd-aggregate"], "instance": targets}
