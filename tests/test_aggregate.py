@@ -192,6 +192,24 @@ class TestAggregatorEdges:
                 sample("rainier_aggregator_batch_nodes_bucket", {"le": "4"}),
                 sample("rainier_aggregator_share_ultraservers")] == [32, 16, 16, 0, 4, 4]
 
+    async def test_frame_age_is_absent_after_a_tick_without_frames(self) -> None:
+        """The age quantiles describe the last tick's frames: present after a tick that batched some, absent
+        (not NaN) after one that batched none."""
+        agg = Aggregator(TOPO, shard=Shard(), name="a", tick_s=1.0, batch_nodes=128, max_frame_bytes=1 << 20, qos=0)
+        registry = CollectorRegistry()
+        registry.register(AggregatorCollector(lambda: agg.status))
+
+        def ages() -> list[float | None]:
+            return [registry.get_sample_value("rainier_aggregator_frame_age_seconds", {"quantile": q})
+                    for q in ("0.5", "0.99", "1")]
+
+        for topic, payload in tick(0):
+            agg.hear(topic, payload, False)
+        await agg.tick()
+        assert all(age is not None and age >= 0 for age in ages())
+        await agg.tick()
+        assert ages() == [None, None, None]
+
     async def test_a_full_outbox_drops_the_oldest_batches_counting_their_frames(self) -> None:
         """With the broker away the outbox fills; each batch dropped to make room counts its frames as
         outbox_full, so batched == published + dropped + waiting."""

@@ -63,8 +63,9 @@ class AggregatorCollector(Collector):
                                     buckets=buckets, sum_value=float(s.batched))
         age = GaugeMetricFamily("rainier_aggregator_frame_age_seconds",
                                 "Age of the frames batched in the last tick when batched (now - t_s): "
-                                "the agents' transport and the wait for the tick.", labels=["quantile"])
-        for quantile, seconds in zip(("0.5", "0.99", "1"), s.age_s, strict=True):
+                                "the agents' transport and the wait for the tick; absent after a tick "
+                                "without frames.", labels=["quantile"])
+        for quantile, seconds in zip(("0.5", "0.99", "1"), s.age_s or (), strict=False):
             age.add_metric([quantile], seconds)
         yield age
         yield GaugeMetricFamily("rainier_aggregator_tick_duration_seconds",

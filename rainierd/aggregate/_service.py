@@ -66,7 +66,9 @@ class AggregatorStatus:
     narrowed: int = 0
     batches_made: int = 0
     batch_nodes_le: tuple[int, ...] = (0,) * len(BATCH_NODE_BUCKETS)  # batches of at most each bucket's entries
-    age_s: tuple[float, float, float] = (float("nan"),) * 3  # median, p99 and largest age at batching, last tick
+    # Median, p99 and largest age at batching of the last tick's frames; None when it batched none (no sample:
+    # an age of nothing is not a number to graph or alert on).
+    age_s: tuple[float, float, float] | None = None
     tick_duration_s: float = float("nan")  # decode, batch and encode of the last tick
     ticks: int = 0
     ticks_late: int = 0
@@ -212,7 +214,7 @@ class Aggregator:
         last = self._last
         ages = last.ages_s if last is not None else np.zeros(0)
         age = ((float(np.median(ages)), float(np.quantile(ages, 0.99)), float(ages.max())) if ages.size
-               else (float("nan"),) * 3)
+               else None)
         return AggregatorStatus(
             shard=str(self.shard), ultraservers=len(self.ultraservers), received=self.received,
             batched=self.batched, published_frames=self.published_frames,
