@@ -36,6 +36,7 @@ from rainierd.connection import Connection, ConnectionState
 from rainierd.dropqueue import DropOldestQueue
 from rainierd.mqtt import deliver
 from rainierd.probes import Verdict
+from rainierd.schedule import Schedule
 from rainierd.shards import shard_view
 from rainierd.topology import Topology
 from rainierd.wire.topics import Shard, node_filters
@@ -103,7 +104,7 @@ class Aggregator:
         self.dropped: Counter[str] = Counter()
         self.decode_errors: Counter[str] = Counter()
         self.narrowed = 0
-        self.ticks_late = 0
+        self.schedule = Schedule(tick_s, "aggregator")
         self.batches_made = 0
         self._batch_nodes_le = np.zeros(len(BATCH_NODE_BUCKETS), np.int64)
         self._last: TickResult | None = None
@@ -150,26 +151,19 @@ class Aggregator:
 
     # -- ticks ---------------------------------------------------------------------------------------------
     async def run_ticks(self, after: Callable[[], Awaitable[None]] | None = None) -> None:
-        """Batch what was heard once a tick, on a drift-free schedule, until cancelled.
+        """Batch what was heard once a tick, on the drift-free schedule, until cancelled.
 
         ``after`` is awaited after each tick (the metrics server's refresh).
         """
-        loop = asyncio.get_running_loop()
-        start = loop.time()
-        k = 1
-        while True:
-            delay = start + k * self.tick_s - loop.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            elif -delay > self.tick_s:
-                self.ticks_late += 1
-                if self.ticks_late in (1, 10) or self.ticks_late % 100 == 0:
-                    log.warning("aggregator cannot keep pace; ticks are late", late_s=round(-delay, 2),
-                                ticks_late=self.ticks_late)
+        async for _ in self.schedule.ticks(first=1):
             await self.tick()
             if after is not None:
                 await after()
-            k += 1
+
+    @property
+    def ticks_late(self) -> int:
+        """Return the ticks batched more than a tick after they were due."""
+        return self.schedule.late
 
     async def tick(self) -> None:
         """Batch the messages heard since the last tick (in a worker thread) and queue the batches."""
