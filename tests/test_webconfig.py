@@ -19,7 +19,10 @@ from rainierd.probes import Verdict
 from tests.certs import Pki, make_pki
 
 # Cost 4, bcrypt's least: these tests are about the format, not the cost.
-HASH = bcrypt.hashpw(b"correct horse", bcrypt.gensalt(rounds=4)).decode()
+# bcrypt of "correct horse" with a fixed salt: a hash made at import would change the parametrized test ids
+# below on every collection, and pytest-xdist's workers must collect the same tests.
+HASH = "$2b$04$rainierdtestsaltrainieU5l1638n5e6FyUqNcJ1l8bsHwOrSO5W"
+assert bcrypt.checkpw(b"correct horse", HASH.encode())
 
 
 @pytest.fixture(scope="module")
