@@ -24,11 +24,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, TypeVar
 
 import numpy as np
 
-from rainierd._types import F64, I32, I64
+from rainierd._types import F64, I32, I64, B
 from rainierd.topology import Topology
 from rainierd.wire.jobs import JobDocument
 
@@ -37,7 +37,10 @@ __all__ = ["NO_JOB", "JobMembership", "NameIndex", "resolve_jobs"]
 NO_JOB: Final = -1
 
 
-def _frozen(array: np.ndarray) -> np.ndarray:  # type: ignore[type-arg]
+_A = TypeVar("_A", bound=np.ndarray)
+
+
+def _frozen(array: _A) -> _A:
     array.flags.writeable = False
     return array
 
@@ -47,7 +50,7 @@ class NameIndex:
     """Node and UltraServer names of one topology, for resolving documents (build once: ``NameIndex.of``)."""
 
     n_nodes: int
-    node_present: np.ndarray  # type: ignore[type-arg]
+    node_present: B
     hosts: dict[str, int]  # hostname -> node
     node_hosts: tuple[str | None, ...]  # node -> hostname (empty: none named)
     instances: dict[str, int]  # instance id -> node

@@ -45,6 +45,7 @@ __all__ = [
     "job_id_of_topic",
     "job_topic",
     "jobs_schema",
+    "validation_message",
 ]
 
 JOB_VERSION: Final = 1
@@ -136,6 +137,13 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def validation_message(exc: ValidationError) -> str:
+    """Return ``where: what`` of a validation error's first complaint, one line."""
+    first = exc.errors(include_url=False)[0]
+    where = ".".join(str(part) for part in first["loc"]) or "document"
+    return f"{where}: {first['msg'].removeprefix('Value error, ')}"[:300]
+
+
 def decode_job(topic: str, payload: bytes) -> JobDocument | None:
     """Return the document a retained message carries, or None for an empty one (the job's removal).
 
@@ -158,9 +166,7 @@ def decode_job(topic: str, payload: bytes) -> JobDocument | None:
     try:
         job = JobDocument.model_validate(document)
     except ValidationError as exc:
-        first = exc.errors(include_url=False)[0]
-        where = ".".join(str(part) for part in first["loc"]) or "document"
-        raise JobError("schema", f"{where}: {first['msg']}"[:200]) from None
+        raise JobError("schema", validation_message(exc)) from None
     if not job.nodes and not job.ultraservers:
         raise JobError("schema", "a job holds at least one node or UltraServer")
     if job.id != job_id:
@@ -205,11 +211,12 @@ class JobBook:
         """
         try:
             job = decode_job(topic, payload)
-            if job is not None and job.id not in self.jobs and len(self.jobs) >= self.max_jobs:
-                raise JobError("too_many_jobs", f"{job.id!r}: already {self.max_jobs:,} jobs")
         except JobError as exc:
             self.rejected[exc.reason] += 1
             return exc
+        if job is not None and job.id not in self.jobs and len(self.jobs) >= self.max_jobs:
+            self.rejected["too_many_jobs"] += 1
+            return JobError("too_many_jobs", f"{job.id!r}: already {self.max_jobs:,} jobs")
         job_id = job_id_of_topic(topic)
         if job is None:
             self.jobs.pop(job_id, None)
