@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-import jsonschema
+import jsonschema  # check-jsonschema's own validator (the test extra)
 import numpy as np
 import pytest
 
@@ -156,7 +156,8 @@ class TestJobBook:
         assert book.apply(job_topic("b"), encode_job(b)) is None
         assert book.apply(job_topic("a"), b"") is None
         error = book.apply(job_topic("b"), b"{broken")
-        assert error is not None and error.reason == "malformed"
+        assert error is not None
+        assert error.reason == "malformed"
         assert (book.jobs, dict(book.rejected)) == ({"b": b}, {"malformed": 1})
 
     def test_jobs_beyond_the_bound_are_refused(self) -> None:
