@@ -190,6 +190,13 @@ class TestPodWatch:
         watch.feed(good[0] + "\nerror: the server doesn't have a resource type\n{\n  \"broken\": \n" + good[1] + "\n")
         assert (watch.objects, watch.skipped, len(watch.pods)) == (2, 2, 2)
 
+    def test_a_pod_list_in_the_stream_is_its_pods(self) -> None:
+        """A List (kubectl get without --watch) fed to the watch gives the same jobs as the one-shot reading."""
+        watch = PodWatch()
+        watch.feed((DATA / "pods-running.json").read_text())
+        assert watch.documents(source="eks") == kubernetes_jobs(sample("pods-running.json"), source="eks")
+        assert watch.objects == 1
+
     def test_an_object_that_never_ends_is_dropped_at_the_bound(self) -> None:
         """An opening brace followed by 17 MiB without a close is dropped, not buffered for ever."""
         watch = PodWatch()

@@ -210,6 +210,11 @@ class PodWatch:
         if not isinstance(obj, dict):
             self.skipped += 1
             return
+        if obj.get("kind") in ("List", "PodList") and isinstance(obj.get("items"), list):
+            for item in obj["items"]:  # a listing in the stream (kubectl get without --watch, piped in): each pod
+                self._apply(item)
+            self.objects -= len(obj["items"])
+            return
         event = obj.get("type") if isinstance(obj.get("object"), dict) else None
         pod = obj["object"] if event is not None else obj
         key = pod_key(pod)

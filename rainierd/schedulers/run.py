@@ -30,6 +30,8 @@ from __future__ import annotations
 import asyncio
 import codecs
 import json
+import os
+import stat
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -167,13 +169,17 @@ class _Watch:
 async def _read_watch(watch: _Watch, path: Path | None) -> None:
     """Feed kubectl's watch stream (stdin, or ``path``) to ``watch`` until it ends."""
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    if path is None:
+    read: Callable[[], Any]
+    if path is None and not stat.S_ISREG(os.fstat(sys.stdin.fileno()).st_mode):
+        # A pipe: read on the loop, so a stop never waits on a thread blocked in read().
         reader = asyncio.StreamReader(limit=1 << 20)
         await asyncio.get_running_loop().connect_read_pipe(
             lambda: asyncio.StreamReaderProtocol(reader), sys.stdin.buffer)
-        read: Callable[[], Any] = lambda: reader.read(1 << 16)  # noqa: E731
+        read = lambda: reader.read(1 << 16)  # noqa: E731
     else:
-        file = path.open("rb")  # a regular file never blocks for long
+        # A regular file (--input, or stdin redirected from one): the loop cannot watch it, and it never
+        # blocks for long, so a worker thread reads it.
+        file = path.open("rb") if path is not None else sys.stdin.buffer
         read = lambda: asyncio.to_thread(file.read, 1 << 16)  # noqa: E731
     while chunk := await read():
         if watch.pods.feed(decoder.decode(chunk)):

@@ -174,3 +174,12 @@ def test_a_static_file_is_the_whole_truth_for_its_source(mosquitto: Broker) -> N
     assert sorted(retained_jobs(mosquitto)) == ["reserved-u0017"]
     assert published(run_jobs(mosquitto, "static", str(DATA / "jobs-static-one-ended.toml"))) == {
         "published": 0, "removed": 0}
+
+
+@pytest.mark.mosquitto
+def test_a_saved_stream_redirected_to_the_watch_is_read_to_its_end(mosquitto: Broker) -> None:
+    """--watch with stdin redirected from a regular file (which the event loop cannot watch) reads it whole:
+    the listing's three jobs are retained and the adapter exits 0."""
+    log = run_jobs(mosquitto, "kubernetes", "--watch", stdin=DATA / "pods-running.json")
+    assert published(log) == {"published": 3, "removed": 0}
+    assert sorted(retained_jobs(mosquitto)) == ["eval/nightly-eval", "research/bert-ft", "training/llama-70b"]
