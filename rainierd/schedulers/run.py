@@ -46,12 +46,12 @@ from rainierd.core.jobs import NameIndex, resolve_jobs
 from rainierd.errors import JobError, RainierdError
 from rainierd.inventory import load_topology
 from rainierd.lifecycle import run_until_stopped
-from rainierd.mqtt import MqttConfig, mqtt_config, supervise
+from rainierd.mqtt import MAX_PACKET_OVERHEAD, MqttConfig, mqtt_config, supervise
 from rainierd.schedulers.kubernetes import DEFAULT_GROUP_LABELS, PodWatch, kubernetes_jobs
 from rainierd.schedulers.slurm import slurm_jobs
 from rainierd.schedulers.static import static_jobs
 from rainierd.settings import Settings
-from rainierd.wire.jobs import JOBS_FILTER, JobBook, JobDocument, encode_job, job_topic
+from rainierd.wire.jobs import JOBS_FILTER, MAX_JOB_BYTES, JobBook, JobDocument, encode_job, job_topic
 from rainierd.wire.topics import status_topic
 
 __all__ = ["JobSync", "run_jobs"]
@@ -73,6 +73,7 @@ class JobSync:
     def __init__(self, source: str) -> None:
         self.source = source
         self.owned: dict[str, bytes] = {}  # job id -> payload on the broker, this source's
+        self.foreign: dict[str, str] = {}  # job id -> source, of the broker's other sources' jobs
         self.published = 0
         self.removed = 0
 
@@ -98,22 +99,19 @@ class JobSync:
         await client.unsubscribe(sentinel)
         await client.unsubscribe(JOBS_FILTER)
         self.owned = {job_id: book.payloads[job_id] for job_id, doc in book.jobs.items() if doc.source == self.source}
-        for job_id, doc in book.jobs.items():
-            if doc.source != self.source:
-                log.debug("job of another source left alone", job=job_id, source=doc.source)
+        self.foreign = {job_id: doc.source for job_id, doc in book.jobs.items() if doc.source != self.source}
         if book.rejected:
             log.warning("job documents refused on the broker", **dict(book.rejected))
         return book
 
-    async def publish(self, client: aiomqtt.Client, docs: Sequence[JobDocument], *, book: JobBook | None = None,
-                      ) -> None:
+    async def publish(self, client: aiomqtt.Client, docs: Sequence[JobDocument]) -> None:
         """Publish the documents that changed and remove this source's jobs not in ``docs``."""
         desired = {doc.id: encode_job(doc) for doc in docs}
         for job_id, payload in desired.items():
             if self.owned.get(job_id) == payload:
                 continue
-            if book is not None and job_id in book.jobs and book.jobs[job_id].source != self.source:
-                log.warning("job id taken over from another source", job=job_id, source=book.jobs[job_id].source)
+            if job_id in self.foreign:  # one topic a job: the last publisher's document stands
+                log.warning("job id taken over from another source", job=job_id, source=self.foreign.pop(job_id))
             await client.publish(job_topic(job_id), payload, qos=1, retain=True)
             self.owned[job_id] = payload
             self.published += 1
@@ -204,7 +202,9 @@ async def run_jobs(settings: Settings, *, kind: Kind, source: str | None = None,
     topology = load_topology(settings.topology, efa_ports_per_node=settings.efa_ports_per_node)
     index = NameIndex.of(topology)
     source = source or kind
-    config = mqtt_config(settings, client_id=f"rainierd-jobs-{source}")
+    # Over MQTT 5 the broker never sends a retained document larger than any valid one (docs/jobs.md).
+    config = mqtt_config(settings, client_id=f"rainierd-jobs-{source}",
+                         max_packet_bytes=MAX_JOB_BYTES + MAX_PACKET_OVERHEAD)
     sync = JobSync(source)
     stop = asyncio.Event()
     if watch:
@@ -221,8 +221,8 @@ async def run_jobs(settings: Settings, *, kind: Kind, source: str | None = None,
     _report(docs, skipped, index)
 
     async def session(client: aiomqtt.Client) -> None:
-        book = await sync.read_broker(client, config.client_id)
-        await sync.publish(client, docs, book=book)
+        await sync.read_broker(client, config.client_id)
+        await sync.publish(client, docs)
 
     async def once() -> None:
         try:

@@ -21,7 +21,7 @@ import pytest
 from harness.procs import Broker
 from harness.timing import within
 from harness.waits import poll_until
-from rainierd.wire.jobs import JOBS_FILTER, decode_job
+from rainierd.wire.jobs import JOBS_FILTER, JobBook
 
 DATA = Path(__file__).parents[1] / "data"
 INVENTORY = DATA / "inventory-two-sites.toml"
@@ -41,12 +41,11 @@ def retained_jobs(broker: Broker) -> dict[str, Any]:
                             got[message.topic.value] = bytes(message.payload)  # type: ignore[arg-type]
         return got
 
-    out = {}
+    book = JobBook()  # as a monitor would read them: a broken document is refused, not returned
     for topic, payload in asyncio.run(read()).items():
-        doc = decode_job(topic, payload)
-        assert doc is not None, f"{topic}: an empty message is never delivered as retained"
-        out[doc.id] = doc.model_dump()
-    return out
+        assert payload, f"{topic}: an empty message is never delivered as retained"
+        book.apply(topic, payload)
+    return {job_id: doc.model_dump() for job_id, doc in book.jobs.items()}
 
 
 def publish_retained(broker: Broker, topic: str, payload: bytes) -> None:
@@ -84,10 +83,14 @@ OTHER = {"v": 1, "id": "trn-west/9", "name": "elsewhere", "owner": "carol", "sch
 @pytest.mark.mosquitto
 def test_slurm_running_jobs_are_retained_and_an_ended_one_removed(mosquitto: Broker) -> None:
     """squeue --json's two RUNNING jobs become retained documents named as the inventory does; on the next
-    run without job 41872 its document is removed, 41871 is left as it was, another source's job stays."""
+    run without job 41872 its document is removed, 41871 is left as it was, another source's job stays, and a
+    broken document someone retained is logged as refused, not a failure."""
     publish_retained(mosquitto, "rainier/v1/jobs/trn-west/9", json.dumps(OTHER).encode())
+    publish_retained(mosquitto, "rainier/v1/jobs/trn-west/broken", b'{"v": 1, "id": "trn-west/broken"')
     log = run_jobs(mosquitto, "slurm", stdin=DATA / "squeue-running.json")
     assert published(log) == {"published": 2, "removed": 0}
+    refused = [json.loads(line) for line in log.splitlines() if '"job document refused"' in line]
+    assert [(r["topic"], r["reason"]) for r in refused] == [("rainier/v1/jobs/trn-west/broken", "malformed")]
     jobs = retained_jobs(mosquitto)
     assert sorted(jobs) == ["trn-east/41871", "trn-east/41872", "trn-west/9"]
     assert jobs["trn-east/41872"] == {
