@@ -45,6 +45,14 @@ def _frozen(array: _A) -> _A:
     return array
 
 
+def _number(text: str) -> int | None:
+    """Return the id ``text`` spells in ASCII digits without a leading zero (as in a topic: ``n07`` is not
+    ``n7``), or None."""
+    if not text.isascii() or not text.isdigit() or len(text) > 10 or (len(text) > 1 and text[0] == "0"):
+        return None
+    return int(text)
+
+
 @dataclass(frozen=True, eq=False)
 class NameIndex:
     """Node and UltraServer names of one topology, for resolving documents (build once: ``NameIndex.of``)."""
@@ -74,8 +82,7 @@ class NameIndex:
         found = self.hosts.get(name)
         if found is None:
             found = self.instances.get(name)
-        if found is None and name[:1] == "n" and name[1:].isascii() and name[1:].isdigit() and len(name) < 12:
-            node = int(name[1:])
+        if found is None and name[:1] == "n" and (node := _number(name[1:])) is not None:
             found = node if node < self.n_nodes and self.node_present[node] else None
         if found is None and "." in name:
             found = self.hosts.get(name.split(".", 1)[0])
@@ -94,8 +101,8 @@ class NameIndex:
         """Return the present nodes of the UltraServer ``name`` names (inventory name or ``u<id>``), or None."""
         us = self.ultraservers.get(name)
         n_us = self.n_nodes // self.nodes_per_ultraserver
-        if us is None and name[:1] == "u" and name[1:].isascii() and name[1:].isdigit() and len(name) < 12:
-            us = int(name[1:]) if int(name[1:]) < n_us else None
+        if us is None and name[:1] == "u" and (number := _number(name[1:])) is not None:
+            us = number if number < n_us else None
         if us is None:
             return None
         first = us * self.nodes_per_ultraserver
