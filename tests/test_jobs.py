@@ -11,6 +11,8 @@ from typing import Any
 import jsonschema  # check-jsonschema's own validator (the test extra)
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rainierd.core.jobs import NO_JOB, JobMembership, NameIndex, resolve_jobs
 from rainierd.errors import JobError
@@ -144,6 +146,25 @@ class TestDecode:
         for bad in ("a/+", "#", "a//b", "", "/a"):
             with pytest.raises(JobError):
                 job_topic(bad)
+
+
+class TestDecodeProperties:
+    @settings(max_examples=300, deadline=None)
+    @given(st.binary(max_size=400) | st.builds(lambda d: json.dumps(d).encode(), st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=10),
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.sampled_from(
+            ["v", "id", "name", "owner", "scheduler", "source", "nodes", "ultraservers", "start_s", "x"]), inner,
+            max_size=9), max_leaves=30)))
+    def test_any_payload_is_a_document_a_removal_or_a_counted_refusal(self, payload: bytes) -> None:
+        """Whatever bytes arrive on a job topic, JobBook keeps a valid document, forgets on an empty one, or
+        counts a refusal by one of the documented reasons: it never raises."""
+        book = JobBook()
+        error = book.apply("rainier/v1/jobs/trn-east/1", payload)
+        if error is None:
+            assert (book.jobs == {}) == (payload == b"")
+        else:
+            assert error.reason in JOB_REJECT_REASONS
+            assert book.jobs == {}
 
 
 class TestJobBook:

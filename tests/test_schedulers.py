@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rainierd.cli import _parse
 from rainierd.core.jobs import NameIndex
@@ -66,6 +68,35 @@ class TestHostlist:
         with pytest.raises(JobError):
             expand_hostlist("a[1-3],b[1-2]", max_hosts=4)
         assert len(expand_hostlist("a[1-3],b[1]", max_hosts=4)) == 4
+
+
+_PREFIX = st.text("abcxyz-.", min_size=1, max_size=6).filter(lambda p: p[0] not in "-.")
+_RANGE = st.tuples(st.integers(0, 500), st.integers(0, 20), st.integers(1, 4))  # low, length - 1, width
+
+
+class TestHostlistProperties:
+    @settings(max_examples=200, deadline=None)
+    @given(st.lists(st.tuples(_PREFIX, st.lists(_RANGE, min_size=1, max_size=3)), min_size=1, max_size=4))
+    def test_a_compressed_list_expands_to_its_hosts(self, items: list[tuple[str, list[tuple[int, int, int]]]]) -> None:
+        """prefix[low-high,…],… built from known hosts expands to exactly those hosts, in order, padding kept."""
+        expression = ",".join(
+            prefix + "[" + ",".join(f"{low:0{width}d}-{low + extra:0{width}d}" for low, extra, width in ranges) + "]"
+            for prefix, ranges in items)
+        expected = [f"{prefix}{n:0{width}d}" for prefix, ranges in items
+                    for low, extra, width in ranges for n in range(low, low + extra + 1)]
+        assert expand_hostlist(expression, max_hosts=10_000) == expected
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.text("ab01-9[],", max_size=30))
+    def test_any_text_expands_within_the_bound_or_is_refused(self, expression: str) -> None:
+        """Whatever the text, expansion returns at most max_hosts names or raises JobError, nothing else."""
+        try:
+            hosts, reason = expand_hostlist(expression, max_hosts=1_000), None
+        except JobError as exc:
+            hosts, reason = [], exc.reason
+        assert reason in (None, "hostlist")
+        assert len(hosts) <= 1_000
+        assert all(h and "[" not in h and "]" not in h and "," not in h for h in hosts)
 
 
 class TestSlurm:
