@@ -29,10 +29,10 @@ from rainierd.daemon import run_role
 from rainierd.errors import ConfigError, RainierdError
 from rainierd.healthcheck import DEFAULT_TIMEOUT_S
 from rainierd.healthcheck import check as check_health
+from rainierd.jobs.kubernetes import DEFAULT_GROUP_LABELS
+from rainierd.jobs.run import run_jobs
 from rainierd.logs import configure_logging
 from rainierd.promrules import RULES_DIR, write_rules
-from rainierd.schedulers.kubernetes import DEFAULT_GROUP_LABELS
-from rainierd.schedulers.run import run_jobs
 from rainierd.settings import Settings, flag_name, load_settings, role_settings
 from rainierd.wire import json_schema
 from rainierd.wire.jobs import jobs_schema

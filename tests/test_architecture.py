@@ -32,7 +32,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
                            "rainierd.daemon", "rainierd.cli"),
     # The scheduler adapters turn a scheduler's output into job documents (the wire) named against the inventory
     # (the core's pure resolution): edges, which the monitor, the exporter and the simulator never need.
-    "rainierd.schedulers": ("rainierd.monitor", "rainierd.exporter", "rainierd.sim", "rainierd.aggregate",
+    "rainierd.jobs": ("rainierd.monitor", "rainierd.exporter", "rainierd.sim", "rainierd.aggregate",
                             "rainierd.daemon", "rainierd.cli"),
     # The product ships the product: the command line and every role load no benchmark or test harness.
     "rainierd": ("benchmarks", "harness"),

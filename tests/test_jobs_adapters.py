@@ -16,10 +16,10 @@ from rainierd.cli import _parse
 from rainierd.core.jobs import NameIndex
 from rainierd.errors import ConfigError, JobError
 from rainierd.inventory import load_inventory
-from rainierd.schedulers.hostlist import expand_hostlist
-from rainierd.schedulers.kubernetes import DEFAULT_GROUP_LABELS, PodWatch, kubernetes_jobs, placement
-from rainierd.schedulers.slurm import slurm_jobs
-from rainierd.schedulers.static import static_jobs
+from rainierd.jobs.hostlist import expand_hostlist
+from rainierd.jobs.kubernetes import DEFAULT_GROUP_LABELS, PodWatch, kubernetes_jobs, placement
+from rainierd.jobs.slurm import slurm_jobs
+from rainierd.jobs.static import static_jobs
 from rainierd.settings import role_settings
 
 DATA = Path(__file__).parent / "data"

@@ -7,9 +7,9 @@ contract, retained documents on ``rainier/v1/jobs/<job id>``
 
 from __future__ import annotations
 
-from rainierd.schedulers.hostlist import expand_hostlist
-from rainierd.schedulers.kubernetes import DEFAULT_GROUP_LABELS, PodWatch, kubernetes_jobs
-from rainierd.schedulers.slurm import slurm_jobs
-from rainierd.schedulers.static import static_jobs
+from rainierd.jobs.hostlist import expand_hostlist
+from rainierd.jobs.kubernetes import DEFAULT_GROUP_LABELS, PodWatch, kubernetes_jobs
+from rainierd.jobs.slurm import slurm_jobs
+from rainierd.jobs.static import static_jobs
 
 __all__ = ["DEFAULT_GROUP_LABELS", "PodWatch", "expand_hostlist", "kubernetes_jobs", "slurm_jobs", "static_jobs"]

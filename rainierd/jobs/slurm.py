@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from rainierd.core.jobs import NameIndex
 from rainierd.errors import JobError
-from rainierd.schedulers.hostlist import expand_hostlist
+from rainierd.jobs.hostlist import expand_hostlist
 from rainierd.wire.jobs import JOB_VERSION, MAX_JOB_NODES, JobDocument, validation_message
 
 __all__ = ["slurm_jobs"]

@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rainierd.core.jobs import NameIndex
 from rainierd.errors import ConfigError, JobError
-from rainierd.schedulers.hostlist import expand_hostlist
+from rainierd.jobs.hostlist import expand_hostlist
 from rainierd.wire.jobs import (
     JOB_VERSION,
     MAX_JOB_NODES,
