@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import ssl
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +23,7 @@ from harness.procs import Broker
 from harness.timing import within
 from harness.waits import poll_until
 from rainierd.wire.jobs import JOBS_FILTER, JobBook
+from tests.conftest import Daemon, SecureBroker
 
 DATA = Path(__file__).parents[1] / "data"
 INVENTORY = DATA / "inventory-two-sites.toml"
@@ -186,3 +188,29 @@ def test_a_saved_stream_redirected_to_the_watch_is_read_to_its_end(mosquitto: Br
     log = run_jobs(mosquitto, "kubernetes", "--watch", stdin=DATA / "pods-running.json")
     assert published(log) == {"published": 3, "removed": 0}
     assert sorted(retained_jobs(mosquitto)) == ["eval/nightly-eval", "research/bert-ft", "training/llama-70b"]
+
+
+def test_an_adapter_publishes_over_tls_with_a_password(secure_mosquitto: SecureBroker, start_rainierd: object) -> None:
+    """rainierd jobs static over mqtts:// with a CA file, a username and RAINIERD_MQTT_PASSWORD retains its jobs
+    (read back over the same TLS), and its log holds no password."""
+    broker = secure_mosquitto
+    daemon: Daemon = start_rainierd(  # type: ignore[operator]
+        "jobs", "static", str(DATA / "jobs-static.toml"), "--topology", str(INVENTORY), "--mqtt-url", broker.url,
+        "--mqtt-ca-file", str(broker.ca_file), "--mqtt-username", broker.username,
+        env={"RAINIERD_MQTT_PASSWORD": broker.password}, name="jobs")
+    assert daemon.proc.wait(timeout=within(60)) == 0, daemon.log()
+    assert broker.password not in daemon.log()
+
+    async def read() -> list[str]:
+        got: set[str] = set()
+        tls = ssl.create_default_context(cafile=str(broker.ca_file))
+        async with aiomqtt.Client("127.0.0.1", broker.port, identifier="jobs-reader", username=broker.username,
+                                  password=broker.password, tls_context=tls) as reader:
+            await reader.subscribe(JOBS_FILTER, qos=1)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(1.0):
+                    async for message in reader.messages:
+                        got.add(message.topic.value)
+        return sorted(got)
+
+    assert asyncio.run(read()) == ["rainier/v1/jobs/eval/nightly", "rainier/v1/jobs/reserved-u0017"]
