@@ -29,6 +29,7 @@ from typing import Final, TypeVar
 import numpy as np
 
 from rainierd._types import F64, I32, I64, B
+from rainierd.hardware import TRN2
 from rainierd.topology import Topology
 from rainierd.wire.jobs import JobDocument
 
@@ -74,7 +75,7 @@ class NameIndex:
             hosts={h: i for i, h in enumerate(names.hostnames) if h is not None}, node_hosts=names.hostnames,
             instances={h: i for i, h in enumerate(names.instance_ids) if h is not None},
             ultraservers={u: i for i, u in enumerate(names.ultraservers)},
-            nodes_per_ultraserver=topology.n_nodes // max(1, topology.n_ultraservers),
+            nodes_per_ultraserver=TRN2.nodes_per_ultraserver,
         )
 
     def node(self, name: str) -> int | None:
@@ -144,7 +145,7 @@ class JobMembership:
     @classmethod
     def empty(cls, n_nodes: int) -> JobMembership:
         """Return the membership of a fleet with no jobs."""
-        return resolve_jobs(NameIndex(n_nodes, np.ones(n_nodes, bool), {}, (), {}, {}, 4), ())
+        return resolve_jobs(NameIndex(n_nodes, np.ones(n_nodes, bool), {}, (), {}, {}, TRN2.nodes_per_ultraserver), ())
 
 
 def resolve_jobs(index: NameIndex, documents: Iterable[JobDocument]) -> JobMembership:
