@@ -22,7 +22,9 @@ The one-shot forms exit 0 once the broker has acknowledged every publish
 reads kubectl's stream until it ends, publishing what changed at most once
 every ``_WATCH_PERIOD_S`` (the first time once the stream has been quiet
 for that long, so kubectl's initial listing is whole before anything is
-removed), and re-reads the broker's documents after every reconnect.
+removed), re-reads the broker's documents after every reconnect, and
+exits 0 once the stream has ended and its last changes are published (1 if
+the broker does not take them within ``_ONE_SHOT_S``).
 """
 
 from __future__ import annotations
@@ -244,6 +246,12 @@ async def _run_watch(config: MqttConfig, sync: JobSync, index: NameIndex, *, lab
 
     async def read() -> None:
         await _read_watch(state, input_path)
+        try:  # the stream ended: the last changes have this long to reach the broker
+            async with asyncio.timeout(_ONE_SHOT_S):
+                await stop.wait()
+        except TimeoutError:
+            raise RainierdError(f"the broker did not take the last job documents within {_ONE_SHOT_S:g} s "
+                                "of the stream's end") from None
 
     async def publish_changes(client: aiomqtt.Client) -> None:
         nonlocal published_version
