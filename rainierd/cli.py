@@ -29,15 +29,18 @@ from rainierd.daemon import run_role
 from rainierd.errors import ConfigError, RainierdError
 from rainierd.healthcheck import DEFAULT_TIMEOUT_S
 from rainierd.healthcheck import check as check_health
+from rainierd.jobs.kubernetes import DEFAULT_GROUP_LABELS
+from rainierd.jobs.run import run_jobs
 from rainierd.logs import configure_logging
 from rainierd.promrules import RULES_DIR, write_rules
 from rainierd.settings import Settings, flag_name, load_settings, role_settings
 from rainierd.wire import json_schema
+from rainierd.wire.jobs import jobs_schema
 
 __all__ = ["command_settings", "entry", "main"]
 
 # Roles that hold the fleet's state; see ``entry``.
-_DAEMONS = frozenset({"run", "simulate", "monitor", "aggregate", "bridge"})
+_DAEMONS = frozenset({"run", "simulate", "monitor", "aggregate", "bridge", "jobs"})
 
 _BENCH_MOVED: Final = ("rainierd: the benchmarks are no longer part of rainierd: from a source checkout, run "
                        "python -m benchmarks KIND (benchmarks/README.md)")
@@ -99,6 +102,7 @@ def _parser() -> argparse.ArgumentParser:
     neuron.add_argument("--efa-sysfs", type=Path, default=Path("/sys"),
                         help="root of the EFA driver's counters (default /sys)")
     _add_settings(neuron, "bridge")
+    _jobs_parser(commands)
     text = ("probe the role listening at metrics_addr, from the same settings (RAINIERD_*, --config); "
             "exit 0 healthy, 1 not, with one line saying why")
     check = commands.add_parser("healthcheck", help=text, description=text)
@@ -108,7 +112,9 @@ def _parser() -> argparse.ArgumentParser:
                        help=f"give up after this long (default {DEFAULT_TIMEOUT_S:g})")
     _add_settings(check, "healthcheck")
     commands.add_parser("version", help="print the version")
-    commands.add_parser("schema", help="print the JSON Schema of the JSON frame form")
+    schema = commands.add_parser("schema", help="print the JSON Schema of the JSON frame form (--jobs: of a job "
+                                                "document)")
+    schema.add_argument("--jobs", action="store_true", help="the job document's schema (docs/jobs.md)")
     rules = commands.add_parser(
         "rules", help="write copies of the Prometheus rules: test-sized, for your runbooks, or for Kubernetes")
     rules.add_argument("output", type=Path, help="directory to write the copies to")
@@ -124,6 +130,34 @@ def _parser() -> argparse.ArgumentParser:
     # The benchmarks left the package; the old command says where they went.
     commands.add_parser("bench", help="moved: python -m benchmarks, from a source checkout", add_help=False)
     return parser
+
+
+def _jobs_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
+    """Add ``rainierd jobs slurm|kubernetes|static`` (docs/jobs.md)."""
+    jobs = commands.add_parser("jobs", help="publish a scheduler's jobs as retained job documents (docs/jobs.md)")
+    kinds = jobs.add_subparsers(dest="jobs", required=True, parser_class=_Parser)
+    for kind, text in (
+        ("slurm", "squeue --json's running jobs on stdin -> rainier/v1/jobs/<cluster>/<job id>"),
+        ("kubernetes", "kubectl get pods -A -o json (or --watch's stream) on stdin -> "
+                       "rainier/v1/jobs/<namespace>/<job>"),
+        ("static", "a TOML or JSON file of jobs, for fleets without a scheduler -> rainier/v1/jobs/<id>"),
+    ):
+        parser = kinds.add_parser(kind, help=text, description=text)
+        parser.add_argument("--config", type=Path, default=argparse.SUPPRESS, help="TOML settings file")
+        if kind == "static":
+            parser.add_argument("input", type=Path, metavar="JOBS_FILE", help="the jobs file (.toml or .json)")
+        else:
+            parser.add_argument("--input", type=Path, default=None, metavar="FILE",
+                                help="read the scheduler's output from FILE instead of stdin")
+        parser.add_argument("--source", default=None,
+                            help=f"this publisher's name in its documents; it removes only its own (default {kind})")
+        if kind == "kubernetes":
+            parser.add_argument("--watch", action="store_true",
+                                help="read kubectl get pods -A -o json --watch's stream and publish as it changes")
+            parser.add_argument("--group-label", dest="group_labels", action="append", default=None,
+                                metavar="LABEL", help="pod label naming its job, first present wins; repeat for "
+                                f"several (default: {', '.join(DEFAULT_GROUP_LABELS)})")
+        _add_settings(parser, "jobs")
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -156,6 +190,10 @@ def command_settings(argv: Sequence[str]) -> Settings:
 async def _daemon(args: argparse.Namespace, settings: Settings) -> None:
     if args.command == "bridge":
         await run_bridge(settings, node_name=args.node, efa_root=args.efa_sysfs)
+    elif args.command == "jobs":
+        await run_jobs(settings, kind=args.jobs, source=args.source, input_path=args.input,
+                       watch=getattr(args, "watch", False),
+                       labels=tuple(getattr(args, "group_labels", None) or DEFAULT_GROUP_LABELS))
     else:
         await run_role(args.command, settings)
 
@@ -170,7 +208,7 @@ def _main(args: argparse.Namespace) -> int:
         print(f"rainierd {__version__}")
         return 0
     if args.command == "schema":
-        print(json.dumps(json_schema(), indent=2))
+        print(json.dumps(jobs_schema() if args.jobs else json_schema(), indent=2))
         return 0
     if args.command == "rules":
         try:

@@ -6,6 +6,8 @@
     ├── ConfigError      a setting or preset is invalid (the CLI exits 2)
     ├── FrameError       a telemetry frame was rejected; ``reason`` is a short
     │                    label counted in rainier_ingest_decode_errors_total
+    ├── JobError         a job document (rainier/v1/jobs/…) or a scheduler's
+    │                    output was refused; ``reason`` is a short label
     └── BrokerError      the embedded MQTT broker could not start
 
 Transport errors from aiomqtt (``aiomqtt.MqttError``) are not wrapped: only the
@@ -14,7 +16,7 @@ supervisor loop that reconnects catches them.
 
 from __future__ import annotations
 
-__all__ = ["BrokerError", "ConfigError", "FrameError", "RainierdError"]
+__all__ = ["BrokerError", "ConfigError", "FrameError", "JobError", "RainierdError"]
 
 
 class RainierdError(Exception):
@@ -27,6 +29,15 @@ class ConfigError(RainierdError):
 
 class FrameError(RainierdError):
     """A frame was rejected; ``reason`` names why, as a metric label value."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+class JobError(RainierdError):
+    """A job document or a scheduler's output was refused; ``reason`` names why, as a label value."""
 
     def __init__(self, reason: str, detail: str) -> None:
         super().__init__(f"{reason}: {detail}")

@@ -44,6 +44,8 @@ ROLE_PARTS: Final[dict[str, frozenset[Part]]] = {
     "monitor": frozenset({"mqtt", "fleet", "monitor", "http", "server", "log"}),
     "aggregate": frozenset({"mqtt", "fleet", "aggregator", "http", "server", "log"}),
     "bridge": frozenset({"mqtt", "fleet", "log"}),
+    # The scheduler adapters (rainierd jobs ...): they publish job documents named against the inventory.
+    "jobs": frozenset({"mqtt", "fleet", "log"}),
     # It probes a role's HTTP side from the same settings, and writes no log.
     "healthcheck": frozenset({"http"}),
 }

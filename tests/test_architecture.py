@@ -30,6 +30,10 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     # observer, and the monitor's core, the simulator and the exporter's monitor families are none of its business.
     "rainierd.aggregate": ("rainierd.core", "rainierd.monitor", "rainierd.sim", "rainierd.exporter",
                            "rainierd.daemon", "rainierd.cli"),
+    # The scheduler adapters turn a scheduler's output into job documents (the wire) named against the inventory
+    # (the core's pure resolution): edges, which the monitor, the exporter and the simulator never need.
+    "rainierd.jobs": ("rainierd.monitor", "rainierd.exporter", "rainierd.sim", "rainierd.aggregate",
+                            "rainierd.daemon", "rainierd.cli"),
     # The product ships the product: the command line and every role load no benchmark or test harness.
     "rainierd": ("benchmarks", "harness"),
 }

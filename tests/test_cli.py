@@ -39,11 +39,12 @@ ROLE_SETTINGS: dict[str, set[str]] = {
     "monitor": {*MQTT, *FLEET, "tick_s", *MONITOR, *HTTP, *SERVER, *LOG},
     "aggregate": {*MQTT, *FLEET, *AGGREGATOR, *HTTP, *SERVER, *LOG},
     "bridge": {*MQTT, *FLEET, *LOG},
+    "jobs": {*MQTT, *FLEET, *LOG},
     "healthcheck": set(HTTP),
 }
 ARGV = {"run": ["run"], "simulate": ["simulate"], "monitor": ["monitor"], "aggregate": ["aggregate"],
         "healthcheck": ["healthcheck"],
-        "bridge": ["bridge", "neuron-monitor", "--node", "n0"]}
+        "bridge": ["bridge", "neuron-monitor", "--node", "n0"], "jobs": ["jobs", "slurm"]}
 
 # A value off the default for every setting a flag can carry: (command-line text, the setting it makes).
 VALUES: dict[str, tuple[str, Any]] = {

@@ -9,6 +9,7 @@ subscription to one kind can never match another (as Sparkplug does)::
     rainier/v1/telemetry/s<site>/facility                                a site's cooling plant
     rainier/v1/events/<entity>/<id>                                      detections (monitor only)
     rainier/v1/status/<client-id>                                        online/offline (MQTT will)
+    rainier/v1/jobs/<job id>                                             a job's retained document (wire/jobs.py)
     rainier/v1/truth/<publisher>                                         simulator ground truth
 
 Ids are the topology's global ids (a node's is the same ``n<node>`` as its

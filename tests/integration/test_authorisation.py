@@ -1,16 +1,18 @@
 """Who may write what, enforced by a real Mosquitto running the shipped
 config (deploy/mosquitto/): no anonymous client, a node agent writes only its
 own node's telemetry, only the monitor writes events, nobody else writes the
-monitor's status.  Each refusal is checked next to an allowed control, so the
+monitor's status, only the scheduler user writes jobs.  Each refusal is checked next to an allowed control, so the
 test fails if the path itself were broken."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -229,3 +231,48 @@ def test_the_monitor_says_online_again_when_its_status_is_overwritten(
     assert asyncio.run(overwrite_then_read()) == b"online"
     assert current_values(port)["rainier_mqtt_status_overwritten_total"] == 1
     assert "this monitor's status was overwritten while it serves; saying online again" in monitor.events()
+
+
+async def retained_as(broker: ShippedBroker, user: str, topic_filter: str) -> dict[str, bytes]:
+    """Return the retained messages under ``topic_filter`` that ``user`` is sent."""
+    got: dict[str, bytes] = {}
+    async with aiomqtt.Client("127.0.0.1", broker.port, identifier=user, username=user,
+                              password=broker.password(user)) as reader:
+        await reader.subscribe(topic_filter, qos=1)
+        with contextlib.suppress(TimeoutError):  # retained messages come at once; then, quiet
+            async with asyncio.timeout(1.0):
+                async for message in reader.messages:
+                    if message.retain:
+                        got[message.topic.value] = bytes(message.payload)  # type: ignore[arg-type]
+    return got
+
+
+def test_only_the_scheduler_user_writes_jobs_and_the_monitors_read_them(shipped_broker: ShippedBroker) -> None:
+    """`rainierd jobs static` as rainierd-scheduler retains its jobs, which the monitor users read; a node
+    agent's forged job and its removal of a real one are dropped, and it is sent no job document."""
+    broker = shipped_broker
+    inventory = ROOT / "tests" / "data" / "inventory-two-sites.toml"
+    done = subprocess.run(
+        [sys.executable, "-m", "rainierd", "jobs", "static", str(ROOT / "tests" / "data" / "jobs-static.toml"),
+         "--topology", str(inventory), "--mqtt-url", broker.url, "--log-format", "json"],
+        env={**os.environ, **broker.credentials["rainierd-scheduler"]}, capture_output=True,
+        timeout=within(60), check=False,
+    )
+    assert done.returncode == 0, done.stdout.decode() + done.stderr.decode()
+    jobs = ["rainier/v1/jobs/eval/nightly", "rainier/v1/jobs/reserved-u0017"]
+    # The scheduler's own retained status came back to it: its read of the broker's jobs did not wait it out.
+    assert b"no retained status came back" not in done.stdout + done.stderr
+
+    async def forge() -> None:
+        async with aiomqtt.Client("127.0.0.1", broker.port, identifier="n3", username="n3",
+                                  password=broker.password("n3")) as n3:
+            await n3.publish("rainier/v1/jobs/eval/nightly", b"", qos=1, retain=True)  # end a real job: dropped
+            forged = {"v": 1, "id": "mine", "name": "mine", "owner": "n3", "scheduler": "other", "source": "n3",
+                      "nodes": ["n3"], "start_s": 1.0}
+            await n3.publish("rainier/v1/jobs/mine", json.dumps(forged).encode(), qos=1, retain=True)
+
+    asyncio.run(forge())
+    for monitor in ("rainierd-monitor", "rainierd-monitor-0", "rainierd-monitor-1"):
+        assert sorted(asyncio.run(retained_as(broker, monitor, "rainier/v1/jobs/#"))) == jobs, monitor
+    assert asyncio.run(retained_as(broker, "n3", "rainier/v1/jobs/#")) == {}
+    assert asyncio.run(retained_as(broker, "rainierd-aggregate-0", "rainier/v1/jobs/#")) == {}
