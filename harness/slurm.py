@@ -19,6 +19,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
@@ -108,15 +109,23 @@ class SlurmCluster:
         self._start(self.binaries["munged"], "--foreground", f"--key-file={key}", f"--socket={self.dir}/munge.socket",
                     f"--pid-file={self.dir}/munged.pid", f"--log-file={self.dir}/munged.log",
                     f"--seed-file={self.dir}/munged.seed")
-        poll_until(lambda: (self.dir / "munge.socket").exists() or self._exited(), 10, "munged's socket")
+        self.wait_until((self.dir / "munge.socket").exists, 10, "munged's socket")
         self._start(self.binaries["slurmctld"], "-D", "-f", str(self.conf))
         self._start(self.binaries["slurmd"], "-D", "-f", str(self.conf), "-N", self.node)
-        poll_until(lambda: self._exited() or self.node_state() == "idle", 30, f"Slurm node {self.node} to be idle")
-        if self._exited():
-            raise AssertionError(f"a Slurm daemon exited while starting\n{self.logs()}")
+        self.wait_until(lambda: self.node_state() == "idle", 30, f"Slurm node {self.node} to be idle")
 
     def _exited(self) -> bool:
         return any(proc.poll() is not None for proc in self._procs)
+
+    def wait_until(self, condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+        """Poll ``condition`` until true (harness.waits.poll_until); fail with the daemons' logs, at once when
+        one of them has exited."""
+        try:
+            poll_until(lambda: self._exited() or condition(), timeout_s, what)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{self.logs()}") from None
+        if self._exited():
+            raise AssertionError(f"a Slurm daemon exited while waiting for {what}\n{self.logs()}")
 
     def run(self, program: str, *args: str) -> str:
         """Run Slurm client ``program`` (sbatch, squeue, scancel, sinfo) against this cluster; return its stdout.
@@ -158,8 +167,8 @@ class SlurmCluster:
                 if jobs:
                     self.run("scancel", *jobs)
                 # A cancelled job is COMPLETING until its slurmstepd has ended, which slurmd would not wait for.
-                poll_until(lambda: not self.run("squeue", "-h", "-t", "R,CG,S", "-o", "%i").strip(), 30,
-                           "the cancelled jobs' steps to end")
+                self.wait_until(lambda: not self.run("squeue", "-h", "-t", "R,CG,S", "-o", "%i").strip(), 30,
+                                "the cancelled jobs' steps to end")
         finally:
             for proc in reversed(self._procs):  # slurmd, slurmctld, then munged, which both use
                 if proc.poll() is None:

@@ -158,8 +158,10 @@ def slurm() -> Iterator[SlurmCluster]:
     after the test."""
     try:
         cluster = SlurmCluster(node="ip-10-0-17-8", first_job_id=41871)
-    except (procs.MissingBinaryError, PermissionError) as exc:
-        pytest.fail(f"{exc} (scripts/test installs slurmctld slurmd slurm-client munge, as root)")
+    except procs.MissingBinaryError as exc:
+        pytest.fail(f"{exc}; scripts/test, run as root, installs slurmctld, slurmd, slurm-client and munge")
+    except PermissionError as exc:
+        pytest.fail(str(exc))
     try:
         cluster.start()
         yield cluster

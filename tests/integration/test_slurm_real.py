@@ -18,7 +18,6 @@ from pathlib import Path
 from harness.procs import Broker
 from harness.slurm import SlurmCluster
 from harness.timing import within
-from harness.waits import poll_until
 from tests.helpers import published, retained_jobs
 
 INVENTORY = Path(__file__).parents[1] / "data" / "inventory-two-sites.toml"
@@ -51,7 +50,7 @@ def test_a_real_running_job_is_retained_and_removed_once_cancelled(slurm: SlurmC
     job = slurm.run("sbatch", "--parsable", "--job-name=llm-pretrain-70b", "--output=/dev/null",
                     "--wrap", "sleep 300").strip()
     slurm.run("sbatch", "--parsable", "--hold", "--job-name=next-run", "--output=/dev/null", "--wrap", "sleep 300")
-    poll_until(lambda: slurm.job_state(job) == "RUNNING", 20, f"Slurm job {job} to run\n{slurm.logs()}")
+    slurm.wait_until(lambda: slurm.job_state(job) == "RUNNING", 20, f"Slurm job {job} to run")
 
     log = squeue_into_adapter(slurm, mosquitto)
     assert published(log) == {"published": 1, "removed": 0}
@@ -64,7 +63,7 @@ def test_a_real_running_job_is_retained_and_removed_once_cancelled(slurm: SlurmC
     assert before_s <= start_s <= time.time()
 
     slurm.run("scancel", job)
-    poll_until(lambda: slurm.job_state(job) == "CANCELLED", 20, f"Slurm job {job} to end")
+    slurm.wait_until(lambda: slurm.job_state(job) == "CANCELLED", 20, f"Slurm job {job} to end")
     log = squeue_into_adapter(slurm, mosquitto)
     assert published(log) == {"published": 0, "removed": 1}
     assert retained_jobs(mosquitto) == {}
