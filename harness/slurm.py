@@ -5,8 +5,9 @@ adapter can read a real ``squeue --json`` rather than only recorded samples.
 
 The node may have any name (``slurmd -N``): the tests give it an inventory
 hostname, so the job documents name a node the inventory knows whatever this
-machine is called.  Nothing here needs cgroups (``proctrack/linuxproc``,
-``task/none``, no accounting), so it runs on cgroup v1, v2 or none.
+machine is called.  No plugin here uses cgroups (``proctrack/linuxproc``,
+``task/none``, no accounting); it was written on a cgroup v1 machine and is
+not yet run on v2.
 
 Every daemon runs in the foreground as a child of the caller, which stops
 it by its own process id; jobs still running are cancelled first, so no
