@@ -101,7 +101,8 @@ class TestWorkedExample:
         assert healthy == pytest.approx(1.5463296e17)
         assert loss.effective[0] == pytest.approx(1.452927e17, rel=1e-6)
         assert loss.lost["degraded_neuronlink"][0] == pytest.approx(9.340246e15, rel=1e-6)
-        assert loss.lost["degraded_neuronlink"][0] == pytest.approx(healthy - loss.effective[0], rel=1e-6)  # f_nl is the float32 0.7
+        # (f_nl is the float32 0.7.)
+        assert loss.lost["degraded_neuronlink"][0] == pytest.approx(healthy - loss.effective[0], rel=1e-6)
         assert {c: float(v[0]) for c, v in loss.lost.items() if c != "degraded_neuronlink"} == dict.fromkeys(
             set(CAUSES) - {"degraded_neuronlink"}, 0.0)
         assert loss.culprits(0) == [("neuronlink", link, pytest.approx(9.340246e15, rel=1e-6))]

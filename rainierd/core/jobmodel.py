@@ -27,7 +27,7 @@ from typing import Final
 
 import numpy as np
 
-from rainierd._types import F32, F64, I64, B
+from rainierd._types import F32, F64, I64, B, Floats
 from rainierd.core.detect import FleetDetector
 from rainierd.core.detect.chips import FAILED, HEALTHY, STALE, STRAGGLER, THROTTLED
 from rainierd.core.jobs import JobMembership
@@ -82,7 +82,9 @@ class JobLoss:
     def goodput_ratio(self) -> F64:
         """Return each job's effective over effective plus lost (NaN for a job holding no chip)."""
         whole = self.effective + self.lost_total
-        return np.divide(self.effective, whole, out=np.full(self.n_jobs, np.nan), where=whole > 0)
+        out = np.full(self.n_jobs, np.nan)
+        np.divide(self.effective, whole, out=out, where=whole > 0)
+        return out
 
     @property
     def allocated_goodput_ratio(self) -> float:
@@ -109,16 +111,17 @@ class _Candidates:
     flops: F64
 
 
-def _ranked(kind: int, job: I64, ids: I64, value: F64, floor_of_job: F64, weight: F64) -> _Candidates:
-    """Return what each entity of one term costs its job: the term's drop were it healthy.
+def _ranked(entities: _Candidates, *, floor_of_job: F64, weight: F64) -> _Candidates:
+    """Return what each entity of one term costs its job (``entities.flops`` holds each one's speed or path
+    fraction): the term's drop were it healthy.
 
     Sorted by job, then value (the slowest first), the ``k``-th entity costs
     ``weight[job] x (1/v_k - 1/v_(k+1))``, the last one's successor being
     ``floor_of_job`` (what the job's healthy entities of that kind allow), each
     value capped at it: the costs add up to the term's loss above that floor.
     """
-    order = np.lexsort((value, job))
-    job, ids, v = job[order], ids[order], value[order]
+    order = np.lexsort((entities.flops, entities.job))
+    job, v = entities.job[order], entities.flops[order]
     floor = floor_of_job[job]
     following = np.empty_like(v)
     following[:-1] = v[1:]
@@ -126,7 +129,7 @@ def _ranked(kind: int, job: I64, ids: I64, value: F64, floor_of_job: F64, weight
     last[:-1] = job[1:] != job[:-1]
     following[last] = floor[last]
     flops = weight[job] * (1.0 / np.minimum(v, floor) - 1.0 / np.minimum(following, floor))
-    return _Candidates(job, np.full(job.size, kind, np.int64), ids, flops)
+    return _Candidates(job, entities.kind[order], entities.id[order], flops)
 
 
 def _top(found: list[_Candidates], n_jobs: int, k: int) -> tuple[I64, I64, F64]:
@@ -151,6 +154,143 @@ def _top(found: list[_Candidates], n_jobs: int, k: int) -> tuple[I64, I64, F64]:
     return out_kind, out_id, out_flops
 
 
+@dataclass(frozen=True, eq=False)
+class _Jobs:
+    """Which job each node is in, arranged for reductions from nodes to jobs."""
+
+    n_jobs: int
+    node_job: I64  # -1: in no job
+    held: I64  # the nodes some job holds
+    held_job: I64  # the job of each of those
+
+    @classmethod
+    def of(cls, membership: JobMembership) -> _Jobs:
+        node_job = membership.node_job.astype(np.int64)
+        held = np.flatnonzero(node_job >= 0)
+        return cls(membership.n_jobs, node_job, held, node_job[held])
+
+    def sum(self, node_values: Floats | B) -> F64:
+        """Return each job's sum of its nodes' values."""
+        return np.bincount(self.held_job, weights=node_values[self.held], minlength=self.n_jobs).astype(np.float64)
+
+    def min(self, node_values: F32) -> F32:
+        """Return each job's least of its nodes' values (inf for a job that holds no node)."""
+        out = np.full(self.n_jobs, np.inf, node_values.dtype)
+        np.minimum.at(out, self.held_job, node_values[self.held])
+        return out
+
+    def own(self, entity_node: I64) -> tuple[B, I64]:
+        """Return which entities (by their node) are in a job, and the job of those that are."""
+        job = self.node_job[entity_node]
+        ours = job >= 0
+        return ours, job[ours]
+
+
+@dataclass(frozen=True, eq=False)
+class _Pace:
+    """Each job's slowest member and paths, and the unhealthy entities in jobs that set them."""
+
+    s_min: F32  # in the chips' float32, as core/model.py prices it: the two agree to the bit on one-UltraServer jobs
+    slowest_is_straggler: B
+    f_nl: F64
+    f_efa: F64
+    speed: F32  # per node and chip
+    links: _Candidates  # flops: each link's fraction
+    ports: _Candidates  # flops: each port's fraction
+
+
+def _pace(jobs: _Jobs, detector: FleetDetector, params: ModelParams) -> _Pace:
+    """Return each job's pace terms: per node first, then per job, so no job sees another's entities."""
+    topo = detector.state.topology
+    n_nodes, cpn = topo.n_nodes, topo.chips_per_node
+    # The compute term: the job's slowest chip, through each node's slowest (the first of ties, in chip order).
+    speed = detector.chips.speed().reshape(n_nodes, cpn)
+    node_slowest = speed.argmin(axis=1)
+    node_speed = speed[np.arange(n_nodes), node_slowest]
+    job_speed = jobs.min(node_speed)
+    # The node that sets it: the first of the job's nodes whose slowest chip is that slow.
+    setters = jobs.held[node_speed[jobs.held] == job_speed[jobs.held_job]]
+    jobs_set, first = np.unique(jobs.node_job[setters], return_index=True)
+    slowest_is_straggler = np.zeros(jobs.n_jobs, bool)
+    setter_chip = setters[first] * cpn + node_slowest[setters[first]]
+    slowest_is_straggler[jobs_set] = detector.chips.tracker.state[setter_chip] == STRAGGLER
+
+    # NeuronLinks with both ends on the job's nodes; the EFA ports of the job's nodes.
+    links, link_fraction = detector.links.slow_paths()
+    ours, link_job = jobs.own(topo.link_node[links])
+    ours[ours] = link_job == jobs.node_job[topo.chip_node[topo.link_b[links[ours]]]]
+    link_job = jobs.node_job[topo.link_node[links[ours]]]
+    ports, port_fraction = detector.efa.slow_paths(latency_share=params.efa_latency_share)
+    mine, port_job = jobs.own(topo.efa_node[ports])
+    return _Pace(
+        s_min=np.clip(job_speed, _FLOOR, 1.0), slowest_is_straggler=slowest_is_straggler,
+        f_nl=_slowest(jobs.n_jobs, link_job, link_fraction[ours]),
+        f_efa=_slowest(jobs.n_jobs, port_job, port_fraction[mine]),
+        speed=speed,
+        links=_Candidates(link_job, np.full(link_job.size, _NEURONLINK), links[ours],
+                          np.clip(link_fraction[ours], _FLOOR, 1.0).astype(np.float64)),
+        ports=_Candidates(port_job, np.full(port_job.size, _EFA), ports[mine],
+                          np.clip(port_fraction[mine], _FLOOR, 1.0).astype(np.float64)),
+    )
+
+
+def _slowest(n_jobs: int, job: I64, fraction: F32) -> F64:
+    """Return each job's lowest path fraction, floored as core/model.py floors it (1: every path healthy)."""
+    out = np.ones(n_jobs, np.float32)
+    np.minimum.at(out, job, fraction)
+    return np.clip(out, _FLOOR, 1.0).astype(np.float64)
+
+
+def _own_share(
+    jobs: _Jobs, shares: HealthyShares, healthy: F64, running: B, *, now_s: float, present: B, fallback: F64,
+) -> F64:
+    """Fold each running job's healthy share of peak into its nodes' shares; return each job's mean of its
+    nodes' learned shares (``fallback`` where none is learned)."""
+    node_healthy = np.full(jobs.node_job.size, np.nan)
+    node_healthy[jobs.held] = healthy[jobs.held_job]
+    node_running = np.zeros(jobs.node_job.size, bool)
+    node_running[jobs.held] = running[jobs.held_job]
+    shares.update(node_healthy, node_running, now_s)
+    learned = (jobs.node_job >= 0) & np.isfinite(shares.share) & present
+    n_learned = np.bincount(jobs.node_job[learned], minlength=jobs.n_jobs)
+    total = np.bincount(jobs.node_job[learned], weights=shares.share[learned], minlength=jobs.n_jobs)
+    return np.divide(total, n_learned, out=fallback.copy(), where=n_learned > 0)
+
+
+def _culprits(
+    jobs: _Jobs, detector: FleetDetector, pace: _Pace, *, running_effective: F64, stall_loss: F64,
+    node_silent: B, params: ModelParams,
+) -> tuple[I64, I64, F64]:
+    """Return each job's costliest entities (kind, id, FLOP/s).  A running job's are its unhealthy chips,
+    links and ports, each costing the drop of its term were it healthy; a stalled job's, the entities that
+    stall it, sharing its loss."""
+    topo, shares = detector.state.topology, params.shares
+    chip_state = detector.chips.tracker.state
+    slow_chips = np.flatnonzero((chip_state == STRAGGLER) | (chip_state == THROTTLED))
+    ours, slow_chip_job = jobs.own(topo.chip_node[slow_chips])
+    slow_chips = slow_chips[ours]
+    # What the job's healthy chips allow: the compute term's floor once every unhealthy chip is healthy.
+    healthy_speed = np.where(chip_state.reshape(pace.speed.shape) == HEALTHY, pace.speed, np.inf).min(axis=1)
+    floor = np.clip(jobs.min(healthy_speed), _FLOOR, 1.0).astype(np.float64)
+    speeds = np.clip(pace.speed.reshape(-1)[slow_chips], _FLOOR, 1.0).astype(np.float64)
+    chips = _Candidates(slow_chip_job, np.full(slow_chips.size, _CHIP), slow_chips, speeds)
+    ones = np.ones(jobs.n_jobs)
+    found = [
+        _ranked(chips, floor_of_job=floor, weight=running_effective * (1.0 - shares.comm_share)),
+        _ranked(pace.links, floor_of_job=ones, weight=running_effective * shares.comm_nl_share),
+        _ranked(pace.ports, floor_of_job=ones, weight=running_effective * shares.comm_efa_share),
+    ]
+    failed_chips = np.flatnonzero(chip_state == FAILED)
+    silent_nodes = np.flatnonzero(node_silent)
+    stall_ids = np.concatenate([failed_chips, silent_nodes]).astype(np.int64)
+    stall_kind = np.repeat(np.array([_CHIP, _NODE], np.int64), [failed_chips.size, silent_nodes.size])
+    ours, stall_job = jobs.own(np.concatenate([topo.chip_node[failed_chips], silent_nodes]))
+    stallers = np.bincount(stall_job, minlength=jobs.n_jobs)
+    each = np.divide(stall_loss, stallers, out=np.zeros(jobs.n_jobs), where=stallers > 0)
+    found.append(_Candidates(stall_job, stall_kind[ours], stall_ids[ours], each[stall_job]))
+    return _top(found, jobs.n_jobs, TOP_CULPRITS)
+
+
 def job_loss(
     throughput: Throughput, detector: FleetDetector, membership: JobMembership, *, params: ModelParams,
     shares: HealthyShares | None = None,
@@ -165,127 +305,46 @@ def job_loss(
     running jobs' median (as ``core/model.py`` values a stalled UltraServer).
     """
     topo = detector.state.topology
-    n_jobs, n_nodes, cpn = membership.n_jobs, topo.n_nodes, topo.chips_per_node
-    node_job = membership.node_job.astype(np.int64)
-    in_job = node_job >= 0
-    held = np.flatnonzero(in_job)
-    held_job = node_job[held]
-
-    def per_job(node_values: F64) -> F64:
-        return np.bincount(held_job, weights=node_values[held], minlength=n_jobs).astype(np.float64, copy=False)
-
+    n_nodes, cpn = topo.n_nodes, topo.chips_per_node
+    jobs = _Jobs.of(membership)
     node_peak = topo.node_present * (cpn * detector.hardware.fp8_dense_flops)
-    node_chips = topo.node_present * float(cpn)
-    chips = per_job(node_chips).astype(np.int64)
-    peak = per_job(node_peak)
-    effective = per_job(throughput.chip_effective.reshape(n_nodes, cpn).sum(axis=1))
-    unallocated = float(node_peak[~in_job].sum())
-
-    # The compute term: the job's slowest chip, through each node's slowest (first of ties, in chip order).
-    chip_state = detector.chips.tracker.state
-    speed = detector.chips.speed().reshape(n_nodes, cpn)
-    node_slowest = speed.argmin(axis=1)
-    node_speed = speed[np.arange(n_nodes), node_slowest]
-    job_speed = np.full(n_jobs, np.inf, node_speed.dtype)
-    np.minimum.at(job_speed, held_job, node_speed[held])
-    # Priced in the chips' float32, as core/model.py prices it: the two agree to the last bit on one-UltraServer jobs.
-    s_min = np.clip(job_speed, _FLOOR, 1.0)
-    # The node that sets it: the first of the job's nodes whose slowest chip is that slow.
-    setters = held[node_speed[held] == job_speed[held_job]]
-    jobs_set, first = np.unique(node_job[setters], return_index=True)
-    slowest_is_straggler = np.zeros(n_jobs, bool)
-    setter_chip = setters[first] * cpn + node_slowest[setters[first]]
-    slowest_is_straggler[jobs_set] = chip_state[setter_chip] == STRAGGLER
-
-    # The NeuronLink term: links with both ends on the job's nodes.  The EFA term: the job's nodes' ports.
-    links, link_fraction = detector.links.slow_paths()
-    link_job = node_job[topo.link_node[links]]
-    ours = (link_job >= 0) & (link_job == node_job[topo.chip_node[topo.link_b[links]]])
-    links, link_job, link_fraction = links[ours], link_job[ours], link_fraction[ours]
-    f_nl = _slowest(n_jobs, link_job, link_fraction)
-    ports, port_fraction = detector.efa.slow_paths(latency_share=params.efa_latency_share)
-    port_job = node_job[topo.efa_node[ports]]
-    ours = port_job >= 0
-    ports, port_job, port_fraction = ports[ours], port_job[ours], port_fraction[ours]
-    f_efa = _slowest(n_jobs, port_job, port_fraction)
+    peak = jobs.sum(node_peak)
+    effective = jobs.sum(throughput.chip_effective.reshape(n_nodes, cpn).sum(axis=1))
+    pace = _pace(jobs, detector, params)
 
     # A failed or silent member stalls the whole job.
+    chip_state = detector.chips.tracker.state
     node_failed = (chip_state == FAILED).reshape(n_nodes, cpn).any(axis=1)
     node_silent = (chip_state == STALE).reshape(n_nodes, cpn).any(axis=1) | detector.cooling.lost_nodes()
-    failed = per_job(node_failed.astype(np.float64)) > 0
-    silent = per_job(node_silent.astype(np.float64)) > 0
+    failed = jobs.sum(node_failed) > 0
+    silent = jobs.sum(node_silent) > 0
     stalled = failed | silent
     running = ~stalled & (effective > 0)
     share = effective[running] / peak[running] if running.any() else np.array([0.0])
-    healthy_share = float(np.median(share)) if share.size else 0.0
+    own_share = np.full(membership.n_jobs, float(np.median(share)) if share.size else 0.0)
 
-    terms = group_loss(effective, s_min=s_min, f_nl=f_nl, f_efa=f_efa, params=params)
-    own_share = np.full(n_jobs, healthy_share)
+    terms = group_loss(effective, s_min=pace.s_min, f_nl=pace.f_nl, f_efa=pace.f_efa, params=params)
     if shares is not None:
         with np.errstate(invalid="ignore", divide="ignore"):
             healthy = (effective + terms["compute"] + terms["neuronlink"] + terms["efa"]) / peak
-        node_healthy = np.full(n_nodes, np.nan)
-        node_healthy[held] = healthy[held_job]
-        node_running = np.zeros(n_nodes, bool)
-        node_running[held] = running[held_job]
-        shares.update(node_healthy, node_running, detector.state.now_s)
-        learned = in_job & np.isfinite(shares.share) & topo.node_present
-        n_learned = np.bincount(node_job[learned], minlength=n_jobs)
-        total = np.bincount(node_job[learned], weights=shares.share[learned], minlength=n_jobs)
-        own_share = np.divide(total, n_learned, out=own_share, where=n_learned > 0)
-    stall_loss = np.maximum(own_share * peak - effective, 0.0)
-    zero = np.zeros(n_jobs)
+        own_share = _own_share(jobs, shares, healthy, running, now_s=detector.state.now_s,
+                               present=topo.node_present, fallback=own_share)
+    stall_loss = np.where(stalled, np.maximum(own_share * peak - effective, 0.0), 0.0)
+    zero = np.zeros(membership.n_jobs)
+    straggler = pace.slowest_is_straggler
     lost = {
         "failed_chip": np.where(failed, stall_loss, zero),
         "stale_telemetry": np.where(silent & ~failed, stall_loss, zero),
-        "straggler": np.where(stalled | ~slowest_is_straggler, zero, terms["compute"]),
-        "thermal_throttle": np.where(stalled | slowest_is_straggler, zero, terms["compute"]),
+        "thermal_throttle": np.where(stalled | straggler, zero, terms["compute"]),
+        "straggler": np.where(stalled | ~straggler, zero, terms["compute"]),
         "degraded_neuronlink": np.where(stalled, zero, terms["neuronlink"]),
         "degraded_efa": np.where(stalled, zero, terms["efa"]),
     }
-
-    # Culprits.  A running job's: its unhealthy chips, links and ports, each costing the drop of its term
-    # were it healthy.  A stalled job's: the entities that stall it, sharing its loss.
-    shares_of_step = params.shares
-    go = np.where(stalled, 0.0, effective)
-    slow_chips = np.flatnonzero((chip_state == STRAGGLER) | (chip_state == THROTTLED))
-    slow_chip_job = node_job[topo.chip_node[slow_chips]]
-    ours = slow_chip_job >= 0
-    slow_chips, slow_chip_job = slow_chips[ours], slow_chip_job[ours]
-    healthy_speed = np.where(chip_state.reshape(n_nodes, cpn) == HEALTHY, speed, np.inf)
-    job_healthy_speed = np.full(n_jobs, np.inf, speed.dtype)
-    np.minimum.at(job_healthy_speed, held_job, healthy_speed.min(axis=1)[held])
-    found = [
-        _ranked(_CHIP, slow_chip_job, slow_chips,
-                np.clip(speed.reshape(-1)[slow_chips], _FLOOR, 1.0).astype(np.float64),
-                np.clip(job_healthy_speed, _FLOOR, 1.0).astype(np.float64), go * (1.0 - shares_of_step.comm_share)),
-        _ranked(_NEURONLINK, link_job, links, np.clip(link_fraction, _FLOOR, 1.0).astype(np.float64),
-                np.ones(n_jobs), go * shares_of_step.comm_nl_share),
-        _ranked(_EFA, port_job, ports, np.clip(port_fraction, _FLOOR, 1.0).astype(np.float64),
-                np.ones(n_jobs), go * shares_of_step.comm_efa_share),
-    ]
-    failed_chips = np.flatnonzero(chip_state == FAILED)
-    silent_nodes = np.flatnonzero(node_silent)
-    stall_job = np.concatenate([node_job[topo.chip_node[failed_chips]], node_job[silent_nodes]])
-    stall_kind = np.repeat(np.array([_CHIP, _NODE], np.int64), [failed_chips.size, silent_nodes.size])
-    stall_ids = np.concatenate([failed_chips, silent_nodes]).astype(np.int64)
-    ours = stall_job >= 0
-    stall_job, stall_kind, stall_ids = stall_job[ours], stall_kind[ours], stall_ids[ours]
-    stallers = np.bincount(stall_job, minlength=n_jobs)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        each = np.where(stalled, stall_loss / stallers, 0.0)
-    found.append(_Candidates(stall_job, stall_kind, stall_ids, each[stall_job]))
-    kind, ids, flops = _top(found, n_jobs, TOP_CULPRITS)
-
+    kind, ids, flops = _culprits(jobs, detector, pace, running_effective=np.where(stalled, 0.0, effective),
+                                 stall_loss=stall_loss, node_silent=node_silent, params=params)
     return JobLoss(
-        chips=chips, peak=peak, effective=effective, lost={c: lost[c] for c in CAUSES}, stalled=stalled,
-        s_min=s_min.astype(np.float64), f_nl=f_nl, f_efa=f_efa, culprit_kind=kind, culprit_id=ids, culprit_flops=flops,
-        unallocated_peak=unallocated,
+        chips=jobs.sum(topo.node_present * float(cpn)).astype(np.int64), peak=peak, effective=effective,
+        lost={c: lost[c] for c in CAUSES}, stalled=stalled, s_min=pace.s_min.astype(np.float64), f_nl=pace.f_nl,
+        f_efa=pace.f_efa, culprit_kind=kind, culprit_id=ids, culprit_flops=flops,
+        unallocated_peak=float(node_peak[membership.node_job < 0].sum()),
     )
-
-
-def _slowest(n_jobs: int, job: I64, fraction: F32) -> F64:
-    """Return each job's lowest path fraction, floored as core/model.py floors it (1: every path healthy)."""
-    out = np.ones(n_jobs, np.float32)
-    np.minimum.at(out, job, fraction)
-    return np.clip(out, _FLOOR, 1.0).astype(np.float64)
