@@ -11,7 +11,8 @@ unhealthy entities, not the values.  The state: every chip at 0.62 of peak;
 straddle UltraServers, many hold part of one), about 90 % of the nodes allocated; 300 degraded
 NeuronLinks, 100 degraded EFA ports, 50 throttled chips, 20 stragglers, 5
 failed chips and 3 lost nodes.  Prints one JSON line: median and p99 ms of
-``job_loss`` and of ``lost_by_cause``.
+``job_loss`` and of ``lost_by_cause``, wall and this process's CPU (on a
+shared machine the CPU time is the closer to what an idle one takes).
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ import time
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
+from rainierd._types import F64
 from rainierd.core.analysis import MonitorCore
 from rainierd.core.detect.chips import FAILED, STRAGGLER, THROTTLED
 from rainierd.core.jobmodel import job_loss
@@ -45,10 +48,13 @@ def measure(topology: str, *, n_jobs: int, repeat: int, seed: int) -> dict[str, 
     det, peak = core.detector, core.peak_flops_per_chip
     det.state.now_s = 0.0
     effective = np.full(topo.n_chips, peak * _UTIL)
-    us = np.bincount(topo.chip_ultraserver, weights=effective, minlength=topo.n_ultraservers)
+    def by(group: npt.NDArray[np.int64], values: F64, n: int) -> F64:
+        return np.bincount(group, weights=values, minlength=n).astype(np.float64)
+
+    us = by(topo.chip_ultraserver, effective, topo.n_ultraservers)
     us_peak = np.full(topo.n_ultraservers, peak * 64)
-    site = np.bincount(topo.ultraserver_site, weights=us, minlength=topo.n_sites)
-    site_peak = np.bincount(topo.ultraserver_site, weights=us_peak, minlength=topo.n_sites)
+    site = by(topo.ultraserver_site, us, topo.n_sites)
+    site_peak = by(topo.ultraserver_site, us_peak, topo.n_sites)
     throughput = Throughput(0, np.ones(topo.n_chips, bool), effective, effective, us_peak, us, us,
                             site_peak, site, site)
 
@@ -77,17 +83,20 @@ def measure(topology: str, *, n_jobs: int, repeat: int, seed: int) -> dict[str, 
 
     shares = HealthyShares.empty(topo.n_nodes, halflife_s=60.0)
     us_shares = HealthyShares.empty(topo.n_ultraservers, halflife_s=60.0)
-    timings: dict[str, list[float]] = {"job_loss": [], "lost_by_cause": []}
+    timings: dict[str, list[float]] = {"job_loss": [], "lost_by_cause": [], "job_loss_cpu": [],
+                                       "lost_by_cause_cpu": []}
     for tick in range(repeat + 1):
         det.state.now_s = float(tick)
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.process_time()
         loss = job_loss(throughput, det, members, params=core.model, shares=shares)
-        middle = time.perf_counter()
+        middle, middle_cpu = time.perf_counter(), time.process_time()
         lost_by_cause(throughput, det, params=core.model, shares=us_shares)
-        ended = time.perf_counter()
+        ended, ended_cpu = time.perf_counter(), time.process_time()
         if tick:  # the first call pays first-touch page faults
             timings["job_loss"].append(middle - started)
             timings["lost_by_cause"].append(ended - middle)
+            timings["job_loss_cpu"].append(middle_cpu - started_cpu)
+            timings["lost_by_cause_cpu"].append(ended_cpu - middle_cpu)
     return {
         "topology": topology, "chips": topo.n_chips, "nodes": topo.n_nodes, "links": topo.n_links,
         "jobs": members.n_jobs, "allocated_nodes": int((members.node_job >= 0).sum()),

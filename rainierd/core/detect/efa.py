@@ -205,7 +205,7 @@ class EfaDetector:
     def slow_paths(self, *, latency_share: float = 0.0) -> tuple[I64, F32]:
         """Return the unhealthy ports and the fraction each keeps, its slowness priced in (every other port's
         is 1), for reductions over other groupings than the UltraServer (a job's ports: ``core/jobmodel.py``)."""
-        bad = np.flatnonzero(self.tracker.state)
+        bad = self.tracker.unhealthy()
         return bad, self._fraction(bad, latency_share)
 
     def slowest_by_ultraserver(self, *, latency_share: float = 0.0) -> F32:

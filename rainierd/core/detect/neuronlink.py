@@ -253,7 +253,7 @@ class LinkDetector:
     def slow_paths(self) -> tuple[I64, F32]:
         """Return the unhealthy links and the path fraction each keeps (every other link's is 1), for
         reductions over other groupings than the UltraServer (a job's links: ``core/jobmodel.py``)."""
-        bad = np.flatnonzero(self.tracker.state)
+        bad = self.tracker.unhealthy()
         return bad, self._fraction(bad)
 
     def slowest_by_ultraserver(self) -> F32:
