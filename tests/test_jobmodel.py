@@ -167,6 +167,41 @@ class TestBlastRadius:
         assert loss.culprits(1)[0][:2] == ("efa", port)
 
 
+class TestCulprits:
+    def test_each_link_costs_what_it_adds_over_the_next_slowest(self) -> None:
+        """Two degraded links in one job: the slowest costs what it adds over the runner-up, the runner-up what
+        it adds over healthy, and the two add up to the job's NeuronLink loss."""
+        fleet = Fleet(3)
+        members = membership(fleet.topo, {"a": ultraservers(0, 1, 2)})
+        worst, second = fleet.link(2, 1, 3), fleet.link(0, 3, 30)
+        fleet.degrade_link(worst, 0.5)
+        fleet.degrade_link(second, 0.7)
+        loss = fleet.loss(members)
+        effective = loss.effective[0]
+        assert loss.culprits(0) == [
+            ("neuronlink", worst, pytest.approx(effective * 0.15 * (1 / 0.5 - 1 / 0.7), rel=1e-6)),
+            ("neuronlink", second, pytest.approx(effective * 0.15 * (1 / 0.7 - 1), rel=1e-6)),
+        ]
+        assert loss.culprit_flops[0].sum() == pytest.approx(loss.lost["degraded_neuronlink"][0])
+
+    def test_the_five_costliest_first(self) -> None:
+        """Of seven throttled chips, the job lists five, the costliest first, and they never exceed its loss."""
+        fleet = Fleet(1)
+        members = membership(fleet.topo, {"a": ultraservers(0)})
+        chips = np.array([3, 9, 17, 22, 40, 51, 60])
+        clocks = np.array([0.9, 0.6, 0.8, 0.95, 0.7, 0.85, 0.75], np.float32)
+        fleet.detector.state.chips.gauges["clock_ratio"][chips] = clocks
+        fleet.detector.chips.tracker.state[chips] = THROTTLED
+        loss = fleet.loss(members)
+        listed = loss.culprits(0)
+        assert [kind for kind, _, _ in listed] == ["chip"] * 5
+        flops = [f for _, _, f in listed]
+        assert flops == sorted(flops, reverse=True)
+        assert {i for _, i, _ in listed} <= set(chips.tolist())
+        assert listed[0][1] == 9  # the slowest, at 0.6, adds the most over the next (0.7)
+        assert sum(flops) <= loss.lost["thermal_throttle"][0]
+
+
 class TestCapacity:
     def test_unallocated_capacity_is_not_lost(self) -> None:
         """Nodes in no job are idle capacity: counted in ``unallocated_peak``, in no job's loss, and a fault

@@ -103,25 +103,25 @@ class JobLoss:
 
 @dataclass(frozen=True, eq=False)
 class _Candidates:
-    """Entities that cost a job something: one row each."""
+    """Entities that may cost a job something: one row each."""
 
     job: I64
     kind: I64
     id: I64
-    flops: F64
+    value: F64  # its speed or path fraction until ranked (``_ranked``), then the FLOP/s it costs its job
 
 
 def _ranked(entities: _Candidates, *, floor_of_job: F64, weight: F64) -> _Candidates:
-    """Return what each entity of one term costs its job (``entities.flops`` holds each one's speed or path
-    fraction): the term's drop were it healthy.
+    """Return what each entity of one term costs its job, from each one's speed or path fraction: the drop
+    of the term were it healthy.
 
     Sorted by job, then value (the slowest first), the ``k``-th entity costs
     ``weight[job] x (1/v_k - 1/v_(k+1))``, the last one's successor being
     ``floor_of_job`` (what the job's healthy entities of that kind allow), each
     value capped at it: the costs add up to the term's loss above that floor.
     """
-    order = np.lexsort((entities.flops, entities.job))
-    job, v = entities.job[order], entities.flops[order]
+    order = np.lexsort((entities.value, entities.job))
+    job, v = entities.job[order], entities.value[order]
     floor = floor_of_job[job]
     following = np.empty_like(v)
     following[:-1] = v[1:]
@@ -137,7 +137,7 @@ def _top(found: list[_Candidates], n_jobs: int, k: int) -> tuple[I64, I64, F64]:
     job = np.concatenate([c.job for c in found])
     kind = np.concatenate([c.kind for c in found])
     ids = np.concatenate([c.id for c in found])
-    flops = np.concatenate([c.flops for c in found])
+    flops = np.concatenate([c.value for c in found])
     costs = flops > 0
     job, kind, ids, flops = job[costs], kind[costs], ids[costs], flops[costs]
     # Costliest first; ties by kind then id, so the order never depends on the candidates' order.
@@ -203,8 +203,8 @@ class _Pace:
     f_efa: F64
     speed: F32  # per node and chip
     node_speed: F32  # each node's slowest chip's
-    links: _Candidates  # flops: each link's fraction
-    ports: _Candidates  # flops: each port's fraction
+    links: _Candidates  # the unhealthy links in jobs, each with its path fraction
+    ports: _Candidates  # the unhealthy ports in jobs, each with its path fraction
 
 
 def _pace(jobs: _Jobs, detector: FleetDetector, params: ModelParams) -> _Pace:
@@ -224,9 +224,9 @@ def _pace(jobs: _Jobs, detector: FleetDetector, params: ModelParams) -> _Pace:
 
     # NeuronLinks with both ends on the job's nodes; the EFA ports of the job's nodes.
     links, link_fraction = detector.links.slow_paths()
-    ours, link_job = jobs.own(topo.link_node[links])
-    ours[ours] = link_job == jobs.node_job[topo.chip_node[topo.link_b[links[ours]]]]
-    link_job = jobs.node_job[topo.link_node[links[ours]]]
+    link_job = jobs.node_job[topo.link_node[links]]  # the node of its end a
+    ours = (link_job >= 0) & (link_job == jobs.node_job[topo.chip_node[topo.link_b[links]]])
+    link_job = link_job[ours]
     ports, port_fraction = detector.efa.slow_paths(latency_share=params.efa_latency_share)
     mine, port_job = jobs.own(topo.efa_node[ports])
     return _Pace(
