@@ -15,7 +15,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import NoReturn
 
-from benchmarks import aggregate, cluster, core, detect, ingest, plan, process, scrape, soak, transport, tsdb
+from benchmarks import aggregate, cluster, core, detect, ingest, plan, process, scrape, simfeed, soak, transport, tsdb
 from harness.procs import MissingBinaryError
 from rainierd.logs import configure_logging
 
@@ -34,6 +34,7 @@ BENCHMARKS: dict[str, ModuleType] = {
     "plan": plan,
     "run": process,
     "aggregate": aggregate,
+    "simfeed": simfeed,
 }
 
 _ROOT = Path(__file__).resolve().parent.parent
