@@ -15,7 +15,21 @@ from pathlib import Path
 from types import ModuleType
 from typing import NoReturn
 
-from benchmarks import aggregate, cluster, core, detect, ingest, plan, process, scrape, soak, startup, transport, tsdb
+from benchmarks import (
+    aggregate,
+    cluster,
+    core,
+    detect,
+    ingest,
+    plan,
+    process,
+    scrape,
+    simfeed,
+    soak,
+    startup,
+    transport,
+    tsdb,
+)
 from harness.procs import MissingBinaryError
 from rainierd.logs import configure_logging
 
@@ -35,6 +49,7 @@ BENCHMARKS: dict[str, ModuleType] = {
     "run": process,
     "aggregate": aggregate,
     "startup": startup,
+    "simfeed": simfeed,
 }
 
 _ROOT = Path(__file__).resolve().parent.parent

@@ -37,7 +37,7 @@ from typing import Any, Final
 
 from benchmarks._fleet import Fleet, fleet, last_log, monitor_values
 from benchmarks._progress import Progress
-from harness.procs import cpu_s, free_port, max_rss_bytes, mosquitto
+from harness.procs import cpu_s, free_port, max_rss_bytes, mosquitto, runqueue_wait_s
 from harness.scrape import current_values, histogram_delta, histogram_quantile
 from harness.waits import poll_until
 from rainierd.topology import build_topology
@@ -59,8 +59,18 @@ def _sum(values: dict[str, float], prefix: str) -> float:
     return sum(v for k, v in values.items() if k.startswith(prefix))
 
 
-def _usage(procs: dict[str, int], cpu0: dict[str, float], seconds: float) -> dict[str, dict[str, float]]:
-    return {name: {"cpu_share_of_one_core": (cpu_s(pid) - cpu0[name]) / seconds, "max_rss_bytes": max_rss_bytes(pid)}
+def _waited_s(pid: int) -> float:
+    """Return the seconds every thread of ``pid`` has waited for a CPU while runnable."""
+    return sum(runqueue_wait_s(pid, int(task.name)) for task in Path(f"/proc/{pid}/task").iterdir())
+
+
+def _usage(
+    procs: dict[str, int], cpu0: dict[str, float], wait0: dict[str, float], seconds: float,
+) -> dict[str, dict[str, float]]:
+    # A process that waits for a CPU is starved by the machine, not saturated: on a shared machine the two
+    # look alike in CPU share alone.
+    return {name: {"cpu_share_of_one_core": (cpu_s(pid) - cpu0[name]) / seconds, "max_rss_bytes": max_rss_bytes(pid),
+                   "waited_for_cpu_share": (_waited_s(pid) - wait0[name]) / seconds}
             for name, pid in procs.items()}
 
 
@@ -85,9 +95,12 @@ def _measure(
     procs |= {f"aggregate-{i}": agg.pid for i, agg in enumerate(running.aggregators)}
     time.sleep(warmup_s)
     before, cpu0, t0 = monitor_values(port), {name: cpu_s(pid) for name, pid in procs.items()}, time.monotonic()
+    wait0 = {name: _waited_s(pid) for name, pid in procs.items()}
     time.sleep(window_s)
     after, t1 = monitor_values(port), time.monotonic()
-    usage = _usage(procs, cpu0, t1 - t0)
+    usage = _usage(procs, cpu0, wait0, t1 - t0)
+    # The aggregators' gauges of the window's last tick (frame age, tick duration, pending), before they idle.
+    in_window = [current_values(p, only=("rainier_aggregator_",)) for p in running.aggregator_ports]
     at_exit, end, finished = settle(running, tick_s=tick_s, ticks=ticks)
     seconds = t1 - t0
 
@@ -115,6 +128,7 @@ def _measure(
     }
     if running.aggregators:
         result["aggregators"] = [current_values(p, only=("rainier_aggregator_",)) for p in running.aggregator_ports]
+        result["aggregators_at_window_end"] = in_window
         node_frames = sum(v for a in result["aggregators"] for k, v in a.items()
                           if k == "rainier_aggregator_messages_received_total")
         agg_cpu_s = sum(usage[name]["cpu_share_of_one_core"] for name in usage if name.startswith("aggregate-"))

@@ -8,7 +8,7 @@ import asyncio
 import aiomqtt
 import pytest
 
-from rainierd.sim.publisher import Outgoing, Simulator
+from rainierd.sim.publisher import Outgoing, OutgoingRun, Simulator
 from rainierd.topology import build_topology
 
 
@@ -63,3 +63,99 @@ class TestPublish:
         with pytest.raises(asyncio.CancelledError):
             await task
         assert (sim.published, sim.frames_published, sim.dropped, sim.outbox.qsize()) == (0, 0, 7, 0)
+
+
+class _Info:
+    def __init__(self, rc: int) -> None:
+        self.rc = rc
+
+
+class _Paho:
+    """The paho client under aiomqtt's, as the simulator uses it: connected or not, refusing from ``refuse_at``."""
+
+    protocol = 5
+
+    def __init__(self, *, connected: bool, refuse_at: int | None) -> None:
+        self.connected, self.refuse_at = connected, refuse_at
+        self.topics: list[str] = []
+        self.writes: list[bytes] = []
+
+    def is_connected(self) -> bool:
+        return self.connected
+
+    def _packet_queue(self, command: int, packet: bytes, mid: int, qos: int, info: object) -> int:
+        self.writes.append(packet)
+        return 0
+
+    def publish(self, topic: str, payload: bytes, qos: int) -> _Info:
+        if self.refuse_at is not None and len(self.topics) >= self.refuse_at:
+            return _Info(4)  # MQTT_ERR_NO_CONN
+        self.topics.append(topic)
+        return _Info(0)
+
+
+class RunClient(Client):
+    """A client with a paho client under it, as aiomqtt's."""
+
+    def __init__(self, behaviour: str, *, connected: bool = True, refuse_at: int | None = None) -> None:
+        super().__init__(behaviour)
+        self._client = _Paho(connected=connected, refuse_at=refuse_at)
+        self.awaited: list[str] = []
+
+    async def publish(self, topic: str, payload: bytes, *, qos: int, retain: bool = False) -> None:
+        self.awaited.append(topic)
+        await super().publish(topic, payload, qos=qos, retain=retain)
+
+
+def run_of(n: int) -> OutgoingRun:
+    return OutgoingRun([f"t{i}" for i in range(n)], [b"x"] * n)
+
+
+async def publish_one(sim: Simulator, client: RunClient) -> None:
+    """Publish the outbox until it is empty, then stop the publisher."""
+    task = asyncio.create_task(sim.publish(client))  # type: ignore[arg-type]
+    await asyncio.wait_for(sim.outbox.join(), 5)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+class TestPublishRun:
+    async def test_a_run_goes_out_as_one_write_then_waits_on_its_last_frame(self) -> None:
+        """QoS 0: every frame of a run but the last in one write, the last awaited; all five count published."""
+        sim = simulator()
+        sim.outbox.put_nowait(run_of(5))
+        client = RunClient("succeeds")
+        await publish_one(sim, client)
+        assert (len(client._client.writes), client._client.writes[0].count(b"x"), client.awaited) == (1, 4, ["t4"])
+        assert (sim.published, sim.frames_published, sim.dropped) == (5, 5, 0)
+
+    async def test_a_run_on_a_lost_connection_is_dropped_whole(self) -> None:
+        """The client no longer connected: MqttError, and all five frames count dropped."""
+        sim = simulator()
+        sim.outbox.put_nowait(run_of(5))
+        with pytest.raises(aiomqtt.MqttError):
+            await sim.publish(RunClient("succeeds", connected=False))  # type: ignore[arg-type]
+        assert (sim.published, sim.frames_published, sim.dropped) == (0, 0, 5)
+
+    async def test_a_run_cancelled_on_its_last_frame_drops_only_that_frame(self) -> None:
+        """Cancelled waiting for the last frame: the frames handed to the client count published, the last
+        dropped."""
+        sim = simulator()
+        sim.outbox.put_nowait(run_of(5))
+        client = RunClient("hangs")
+        task = asyncio.create_task(sim.publish(client))  # type: ignore[arg-type]
+        await asyncio.wait_for(client.started.wait(), 5)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert (sim.published, sim.frames_published, sim.dropped, sim.outbox.qsize()) == (4, 4, 1, 0)
+
+    async def test_at_qos_1_a_frame_paho_refuses_drops_it_and_the_rest_of_the_run(self) -> None:
+        """QoS 1, frame by frame: paho refusing the third frame leaves two published and three dropped."""
+        sim = Simulator(build_topology("demo"), publisher_id="sim", seed=0, tick_s=1.0, ticks=1, encoding="binary",
+                        qos=1)
+        sim.outbox.put_nowait(run_of(5))
+        with pytest.raises(aiomqtt.MqttError):
+            await sim.publish(RunClient("succeeds", refuse_at=2))  # type: ignore[arg-type]
+        assert (sim.published, sim.frames_published, sim.dropped) == (2, 2, 3)

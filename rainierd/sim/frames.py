@@ -9,7 +9,7 @@ UltraServers are every 256th of a site, not one run).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +29,7 @@ def tick_frames(
     sample: TickSample,
     *,
     publisher: str,
-    nodes: range | None = None,
+    nodes: Iterable[int] | None = None,
     sites: range | None = None,
 ) -> Iterator[tuple[str, NodeFrame | FacilityFrame]]:
     """Yield (topic, frame) for every node and site of one tick.

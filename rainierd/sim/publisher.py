@@ -5,11 +5,17 @@ Production of ticks never waits on the broker: while the connection is down
 (or the broker cannot take the rate) the outbox fills, then drops its oldest
 messages (the frames in them counted, one log line a tick at most), and the
 monitor sees the loss as sequence gaps.  Tick ``k`` is produced at
-``start + k * tick_s`` on the event loop's monotonic clock.
+``start + k * tick_s`` on the event loop's monotonic clock (rainierd/schedule.py).
 
 With the binary encoding the simulator publishes as an aggregation tier
 would: one batch frame per ``batch_nodes`` nodes of a site (docs/performance.md
 explains why), or one frame per node with ``batch_nodes`` 0 and always with JSON.
+
+One binary frame per node is how a real fleet's agents publish, 31,200
+messages a tick at ``rainier``, so that mode is built for rate: a tick's
+node frames are encoded in one numpy pass (``sim/packed.py``) and go to the
+outbox as runs of ``_RUN_FRAMES`` messages, which the publisher hands to the
+MQTT client as one write and waits on once a run (``OutgoingRun``).
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -28,24 +34,28 @@ import numpy as np
 import structlog
 
 from rainierd.dropqueue import DropOldestQueue
+from rainierd.mqttburst import publish_many
+from rainierd.schedule import Schedule
 from rainierd.sim.faults import Fault
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import batches_per_tick, tick_batches, tick_frames
+from rainierd.sim.packed import NodeFramePacker
 from rainierd.sim.params import FleetParams
 from rainierd.sim.profile import PROFILES, Profile
 from rainierd.sim.sample import TickTruth
 from rainierd.sim.scenarios import random_faults
 from rainierd.topology import Topology
 from rainierd.wire import encode_binary, encode_json
-from rainierd.wire.records import NodeBatch
+from rainierd.wire.records import Frame, NodeBatch
 from rainierd.wire.topics import truth_topic
 
-__all__ = ["Outgoing", "Simulator", "truth_document", "truth_payload"]
+__all__ = ["Outgoing", "OutgoingRun", "Simulator", "truth_document", "truth_payload"]
 
 log = structlog.get_logger("rainierd.sim")
 
 _OUTBOX_TICKS: Final = 4  # ticks of frames the outbox holds before dropping
 _RANDOM_CHUNK_TICKS: Final = 3_600  # random faults are drawn an hour of ticks at a time
+_RUN_FRAMES: Final = 256  # node frames handed to the MQTT client between two waits for it
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +66,20 @@ class Outgoing:
     payload: bytes
     retain: bool = False
     frames: int = 0  # telemetry frames it carries (a batch carries many)
+
+
+@dataclass(frozen=True, slots=True)
+class OutgoingRun:
+    """Node frames to publish back to back (QoS as configured, never retained): ``payloads[i]`` on
+    ``topics[i]``, one frame each."""
+
+    topics: Sequence[str]
+    payloads: Sequence[bytes]
+
+    @property
+    def frames(self) -> int:
+        """Return how many telemetry frames the run carries."""
+        return len(self.payloads)
 
 
 def truth_document(truth: TickTruth, publisher: str) -> dict[str, Any]:
@@ -110,16 +134,25 @@ class Simulator:
         self._truth_out: TextIO | None = None
         # Batches hold one topic bucket's nodes of a site each (sim/frames.py), so a tick is more of them
         # than the site's nodes over the batch size.
-        node_messages = batches_per_tick(topology, self.batch_nodes) if self.batch_nodes else topology.n_nodes
+        self._packer = (NodeFramePacker(topology, publisher=publisher_id)
+                        if encoding == "binary" and not self.batch_nodes else None)
+        if self.batch_nodes:
+            node_messages = batches_per_tick(topology, self.batch_nodes)
+        elif self._packer is not None:
+            node_messages = -(-topology.n_nodes // _RUN_FRAMES)
+        else:
+            node_messages = topology.n_nodes
         per_tick = node_messages + topology.n_sites + 1
-        self.outbox: DropOldestQueue[Outgoing] = DropOldestQueue(max(100, _OUTBOX_TICKS * per_tick))
+        self.outbox: DropOldestQueue[Outgoing | OutgoingRun] = DropOldestQueue(max(100, _OUTBOX_TICKS * per_tick))
         self.dropped = 0  # frames dropped from the outbox, or taken from it by a publish the broker's loss failed
         self.published = 0  # messages published
         self.frames_published = 0
         self.ticks_produced = 0
-        self.ticks_late = 0  # ticks produced more than a tick after they were due
+        self.schedule = Schedule(tick_s, "simulator")
 
-    def _produce_tick(self, model: FleetModel, tick: int, rng: np.random.Generator) -> list[Outgoing]:
+    def _produce_tick(
+        self, model: FleetModel, tick: int, rng: np.random.Generator,
+    ) -> list[Outgoing | OutgoingRun]:
         if self._acceleration > 0 and tick % _RANDOM_CHUNK_TICKS == 0:
             fresh = random_faults(self.topology, rng, ticks=_RANDOM_CHUNK_TICKS, tick_s=self.tick_s,
                                   acceleration=self._acceleration)
@@ -131,18 +164,25 @@ class Simulator:
                 log.info("fault injected", **fault.as_dict())
         if self._truth_out is not None:
             self._truth_out.write(json.dumps(truth_document(sample.truth, self.publisher_id)) + "\n")
-        if self.batch_nodes:
+        out: list[Outgoing | OutgoingRun] = []
+        frames: Iterator[tuple[str, Frame]]
+        if self._packer is not None:
+            packed = self._packer.pack(sample)
+            out += [OutgoingRun(packed.topics[at:at + _RUN_FRAMES], packed.payloads[at:at + _RUN_FRAMES])
+                    for at in range(0, len(packed.payloads), _RUN_FRAMES)]
+            frames = tick_frames(self.topology, sample, publisher=self.publisher_id, nodes=())
+        elif self.batch_nodes:
             frames = tick_batches(self.topology, sample, publisher=self.publisher_id, nodes_per_batch=self.batch_nodes)
         else:
-            frames = tick_frames(self.topology, sample, publisher=self.publisher_id)  # type: ignore[assignment]
-        out = [
+            frames = tick_frames(self.topology, sample, publisher=self.publisher_id)
+        out += [
             Outgoing(topic, self._encode(frame), frames=frame.n_nodes if isinstance(frame, NodeBatch) else 1)
             for topic, frame in frames
         ]
         out.append(Outgoing(truth_topic(self.publisher_id), truth_payload(sample.truth, self.publisher_id)))
         return out
 
-    def _enqueue(self, messages: list[Outgoing], tick: int) -> None:
+    def _enqueue(self, messages: list[Outgoing | OutgoingRun], tick: int) -> None:
         dropped = 0
         for message in messages:
             oldest = self.outbox.offer(message)
@@ -164,26 +204,15 @@ class Simulator:
         fault_rng = np.random.default_rng(seeds[1])
         if self._truth_file is not None:
             self._truth_out = self._truth_file.open("w", buffering=1)
-        start = loop.time()
         log.info("simulating fleet", topology=self.topology.name, chips=self.topology.n_chips,
                  tick_s=self.tick_s, publisher=self.publisher_id)
-        tick = 0
         # A worker of its own, left behind on a stop: asyncio.run joins the loop's default executor on the way
         # out, and one tick of per-node frames at rainier takes 2.5 s there, past the 2 s a stop is given.
         producer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sim-tick")
         try:
-            while self.ticks == 0 or tick < self.ticks:
-                delay = start + tick * self.tick_s - loop.time()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                elif -delay > self.tick_s:
-                    self.ticks_late += 1
-                    if self.ticks_late in (1, 10) or self.ticks_late % 100 == 0:
-                        log.warning("simulator cannot keep pace; ticks are late", tick=tick,
-                                    late_s=round(-delay, 2), ticks_late=self.ticks_late)
+            async for tick in self.schedule.ticks(count=self.ticks):
                 self._enqueue(await loop.run_in_executor(producer, self._produce_tick, model, tick, fault_rng), tick)
                 self.ticks_produced = tick + 1
-                tick += 1
         finally:
             producer.shutdown(wait=False, cancel_futures=True)
         try:
@@ -191,8 +220,8 @@ class Simulator:
                 await self.outbox.join()
         except TimeoutError:
             log.warning("simulator stopped with frames unpublished", pending=self.outbox.qsize())
-        log.info("simulation finished", ticks=tick, messages_published=self.published,
-                 frames_published=self.frames_published, frames_dropped=self.dropped, ticks_late=self.ticks_late)
+        log.info("simulation finished", ticks=self.ticks_produced, messages_published=self.published,
+                 frames_published=self.frames_published, frames_dropped=self.dropped, ticks_late=self.schedule.late)
         if self._truth_out is not None:
             self._truth_out.close()
         done.set()
@@ -201,19 +230,56 @@ class Simulator:
         """Publish the outbox on a connected client until cancelled."""
         while True:
             message = await self.outbox.get()
-            published = False
+            progress = _Progress()
             try:
-                await client.publish(message.topic, message.payload, qos=self.qos, retain=message.retain)
-                published = True
+                if isinstance(message, OutgoingRun):
+                    await self._publish_run(client, message, progress)
+                else:
+                    await client.publish(message.topic, message.payload, qos=self.qos, retain=message.retain)
+                    progress.messages, progress.frames = 1, message.frames
             finally:
                 # Out of the outbox but not confirmed published, the broker gone mid-publish: counted with the
                 # dropped frames, so published + dropped stays every frame made. The publish fails with MqttError
                 # (seen in CI: a broker kill left 4 frames in neither count, while the monitor counted them lost),
                 # or is cancelled: a QoS 0 publish that paho could not write at once waits for its on_publish, and
                 # the supervisor cancels the session when the connection drops (mqtt._until_disconnected).
-                if published:
-                    self.published += 1
-                    self.frames_published += message.frames
-                else:
-                    self.dropped += message.frames
+                self.published += progress.messages
+                self.frames_published += progress.frames
+                self.dropped += message.frames - progress.frames
                 self.outbox.task_done()
+
+    async def _publish_run(self, client: aiomqtt.Client, run: OutgoingRun, progress: _Progress) -> None:
+        """Publish a run of node frames, counting in ``progress`` each one handed to the client.
+
+        Every frame but the last is handed to the client without waiting: at QoS 0 as one write of back to
+        back PUBLISH packets (``mqttburst.publish_many``: paho would make a ``send`` of each), at QoS 1 frame by
+        frame to paho (aiomqtt's publish would wait for each PUBACK).  The last goes through aiomqtt and is
+        waited for: the client writes in order, so once it is out (at QoS 1: acknowledged) the whole run
+        is, and the outbox is never more than a run ahead of the socket.  A frame handed to the client and
+        then lost with the connection counts as published, and the monitor counts it lost by its sequence
+        number, as any frame lost in transit.
+
+        Raises aiomqtt.MqttError when the client refuses a frame (the connection is gone).
+        """
+        topics, payloads, qos = run.topics, run.payloads, self.qos
+        last = len(payloads) - 1
+        if qos == 0:
+            publish_many(client, topics[:last], payloads[:last])
+        else:
+            paho = client._client  # the paho client under aiomqtt's: no public way to queue without waiting
+            for at in range(last):
+                info = paho.publish(topics[at], payloads[at], qos)
+                if info.rc != 0:
+                    progress.messages = progress.frames = at
+                    raise aiomqtt.MqttCodeError(info.rc, "could not publish a node frame")
+        progress.messages = progress.frames = last
+        await client.publish(topics[last], payloads[last], qos=qos)
+        progress.messages = progress.frames = len(payloads)
+
+
+@dataclass(slots=True)
+class _Progress:
+    """How much of one outbox entry was handed to the MQTT client."""
+
+    messages: int = 0
+    frames: int = 0

@@ -87,6 +87,7 @@ __all__ = [
     "encode_batch",
     "encode_binary",
     "finite_mask",
+    "node_frame_dtype",
     "split_node_frame",
 ]
 
@@ -393,6 +394,27 @@ def encode_binary(frame: Frame) -> bytes:
     )
     body = b"".join(np.ascontiguousarray(p, dtype=dt).tobytes() for p, dt in zip(parts, dtypes, strict=True))
     return header + publisher + body
+
+
+@functools.lru_cache(maxsize=16)
+def node_frame_dtype(publisher_bytes: int, n_chips: int, n_links: int, n_efa: int) -> np.dtype[np.void]:
+    """Return a record dtype whose bytes are exactly one binary node frame of this shape (header, publisher,
+    then the records), so a publisher can encode many nodes' frames in one numpy pass: fill an array of
+    it field by field, then slice its buffer per node (``rainierd.sim.packed``).
+
+    The header's fields carry ``HEADER``'s names in its order; ``publisher`` is ``publisher_bytes`` long.
+    """
+    names = ("magic", "version", "kind", "flags", "seq", "tick", "t_s", "entity", "n_chips", "n_links", "n_efa",
+             "n_aux", "publisher_len")
+    header = [(name, np.dtype(code)) for name, code in zip(names, ("S4", "u1", "u1", "<u2", "<u8", "<u8", "<f8",
+                                                                    "<u4", "<u2", "<u2", "<u2", "<u2", "<u2"),
+                                                          strict=True)]
+    dtype = np.dtype([*header, ("publisher", f"S{publisher_bytes}"), ("chips", CHIP_DTYPE, (n_chips,)),
+                      ("links", LINK_DTYPE, (n_links,)), ("efa", EFA_DTYPE, (n_efa,)),
+                      ("cooling", COOLING_DTYPE, (1,))])
+    assert dtype.itemsize == (HEADER.size + publisher_bytes + n_chips * CHIP_DTYPE.itemsize
+                              + n_links * LINK_DTYPE.itemsize + n_efa * EFA_DTYPE.itemsize + COOLING_DTYPE.itemsize)
+    return dtype
 
 
 def _check_preamble(payload: bytes) -> None:
