@@ -296,6 +296,12 @@ class Scratch:
             self._small[key] = 0
         return buffer[:n]
 
+    def shared(self, key: str, n: int, dtype: np.dtype[Any] | type[Any]) -> npt.NDArray[Any]:
+        """Return an uninitialised array of ``n`` ``dtype`` values in the buffer ``key`` keeps for every dtype
+        of that item size, valid until the next ``shared`` of that key and item size."""
+        dtype = np.dtype(dtype)
+        return self.get(f"{key}.{dtype.itemsize}", n * dtype.itemsize, np.uint8).view(dtype)
+
     @property
     def nbytes(self) -> int:
         """Return the bytes the buffers hold."""

@@ -134,9 +134,7 @@ class _InOrder(Mapping[str, npt.NDArray[Any]]):
 
     def __getitem__(self, name: str) -> npt.NDArray[Any]:
         values = self._columns[name]
-        size = values.dtype.itemsize
-        out = self._scratch.get(f"ordered.{size}", values.size * size, np.uint8).view(values.dtype)
-        return _in_order(values, self._per, self._order, out)
+        return _in_order(values, self._per, self._order, self._scratch.shared("ordered", values.size, values.dtype))
 
     def __contains__(self, name: object) -> bool:
         return name in self._columns  # Mapping's own would put the column in order to find it
