@@ -10,8 +10,8 @@ UltraServers are every 256th of a site, not one run).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from itertools import groupby
 from dataclasses import dataclass
+from itertools import groupby
 from typing import Any
 
 import numpy as np
@@ -105,13 +105,15 @@ def tick_batches(
     per_us = topo.nodes_per_ultraserver
     silent = sample.chip_silent.reshape(topo.n_ultraservers, -1)
     for _, site_batches in groupby(plan.batches, key=lambda batch: batch[1]):
-        yield from _site_batches(list(site_batches), plan, sample, records, node_ok, node_seq, node_t_s, silent,
-                                 per_kind=per_kind, per_us=per_us, publisher=publisher)
+        yield from _site_batches(list(site_batches), plan=plan, sample=sample, records=records, node_ok=node_ok,
+                                 node_seq=node_seq, node_t_s=node_t_s, silent=silent, per_kind=per_kind,
+                                 per_us=per_us, publisher=publisher)
     yield from _facility_frames(topo, sample, publisher, sites)
 
 
 def _site_batches(
     batches: list[tuple[str, int, int, int]],
+    *,
     plan: _Plan,
     sample: TickSample,
     records: dict[str, npt.NDArray[Any]],
@@ -119,7 +121,6 @@ def _site_batches(
     node_seq: npt.NDArray[Any],
     node_t_s: npt.NDArray[Any],
     silent: npt.NDArray[np.bool_],
-    *,
     per_kind: dict[str, int],
     per_us: int,
     publisher: str,

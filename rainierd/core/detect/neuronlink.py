@@ -175,16 +175,14 @@ class LinkDetector:
         communicating = np.repeat(pace > p.idle_below, self.per_us)
         with np.errstate(invalid="ignore", divide="ignore"):  # an idle or silent group: judged below as idle
             ratio = np.divide(relative.reshape(-1, self.per_us), pace, out=relative.reshape(-1, self.per_us),
-                              dtype=np.float32).reshape(-1)
-        del relative  # its buffer is ratio's now
+                              dtype=np.float32).reshape(-1)  # relative is spent: ratio takes its buffer
         np.copyto(ratio, np.float32(1.0), where=~communicating)
         bw_judged = fresh & up & communicating
         _, bw_scale = robust_center_scale(ratio, bw_judged, floor=p.bw_floor, sample=self.sample)
         np.copyto(self.now_ratio, ratio, where=fresh)
         all_lanes = self.hardware.neuronlink_lanes
         down, dropped = self._downs(fresh, communicating & (lanes == all_lanes), ratio, up, held)
-        bw_dev: F32 = np.subtract(np.float32(1.0), ratio, out=ratio, dtype=np.float32)
-        del ratio  # spent: its buffer is bw_dev's
+        bw_dev: F32 = np.subtract(np.float32(1.0), ratio, out=ratio, dtype=np.float32)  # ratio is spent
         bw_dev /= np.float32(bw_scale)
         # Latency: against its own level (its kind's median until it has history).
         lat_ok = fresh & up & (latency > 0)

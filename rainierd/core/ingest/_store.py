@@ -73,7 +73,7 @@ class Store:
                 first = int(node.min()) * per
                 t_s, rx_s = w.t_s, w.rx_s
                 if order is not None:
-                    columns = _InOrder(columns, per, order, self._scratch)  # type: ignore[assignment]
+                    columns = _InOrder(columns, per, order, self._scratch)
                     if not isinstance(known, int):
                         known = _in_order(known, per, order, self._scratch.get(f"known.{kind}", known.size,
                                                                                known.dtype))
