@@ -92,6 +92,7 @@ def measure(topology: str, *, repeat: int, batch_nodes: int, seed: int) -> dict[
                 stages[name].append(seconds)
             stages["total"].append(detected - started)
         messages, payload_bytes = len(window), sum(len(m.payload) for m in window)
+        del window, received  # one tick of payloads at a time, as a running monitor holds (not two while reading)
         tick += 1
         if tick == repeat + 1:
             break

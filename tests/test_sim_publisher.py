@@ -8,7 +8,7 @@ import asyncio
 import aiomqtt
 import pytest
 
-from rainierd.sim.publisher import Outgoing, OutgoingRun, Simulator
+from rainierd.sim.publisher import Outgoing, OutgoingRun, Simulator, outbox_ticks
 from rainierd.topology import build_topology
 
 
@@ -159,3 +159,11 @@ class TestPublishRun:
         with pytest.raises(aiomqtt.MqttError):
             await sim.publish(RunClient("succeeds", refuse_at=2))  # type: ignore[arg-type]
         assert (sim.published, sim.frames_published, sim.dropped) == (2, 2, 3)
+
+
+class TestOutbox:
+    def test_the_outbox_holds_four_ticks_or_as_many_as_fit_in_512_mib(self) -> None:
+        """Four ticks of records up to 128 MiB a tick (rainier: 110 MiB), two at rainier-1m (218 MiB): the
+        outbox never makes the simulator hold gigabytes."""
+        sizes = {name: outbox_ticks(build_topology(name)) for name in ("demo", "rainier", "rainier-1m")}
+        assert sizes == {"demo": 4, "rainier": 4, "rainier-1m": 2}

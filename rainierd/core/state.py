@@ -17,6 +17,7 @@ its bit clear in ``known``, and NaN in the rate of a counter.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -114,7 +115,7 @@ class Table:
     def apply(
         self,
         ids: I64 | slice,
-        columns: dict[str, npt.NDArray[Any]],
+        columns: Mapping[str, npt.NDArray[Any]],
         *,
         t_s: F64,
         rx_s: F64,
@@ -125,7 +126,9 @@ class Table:
         """Store one sample for each of ``ids`` (unique), turning counters into rates.
 
         ``columns`` holds the sample's fields (a field absent from it, or with
-        its ``known`` bit clear, is unknown); ``t_s`` and ``rx_s`` are per
+        its ``known`` bit clear, is unknown); each is read once and stored
+        before the next is read, so a mapping may hand them out in one reused
+        buffer (the store's reordered columns do); ``t_s`` and ``rx_s`` are per
         record, or, with ``per_frame`` and ``ids`` a slice, per run of
         ``per_frame`` consecutive records (one frame's), broadcast without a
         per-record copy.  Every value must already be validated: this only stores.
@@ -165,7 +168,7 @@ class Table:
             rate[ids] = np.nan
 
     def _store_counters(
-        self, at: slice | I64, columns: dict[str, npt.NDArray[Any]], known: int | U16, dt: F32, rate: F64,
+        self, at: slice | I64, columns: Mapping[str, npt.NDArray[Any]], known: int | U16, dt: F32, rate: F64,
     ) -> None:
         """Store counter totals and, for rated counters, their rate since the entity's last sample."""
         uniform = isinstance(known, int)
@@ -193,7 +196,7 @@ class Table:
                 self.rates[name][at] = rate
             total[at] = new
 
-    def _store_gauges(self, at: slice | I64, columns: dict[str, npt.NDArray[Any]], known: int | U16) -> None:
+    def _store_gauges(self, at: slice | I64, columns: Mapping[str, npt.NDArray[Any]], known: int | U16) -> None:
         """Store gauges (float32), NaN where the sample lacked them."""
         uniform = isinstance(known, int)
         for name, gauge in self.gauges.items():
@@ -292,6 +295,12 @@ class Scratch:
         else:
             self._small[key] = 0
         return buffer[:n]
+
+    def shared(self, key: str, n: int, dtype: np.dtype[Any] | type[Any]) -> npt.NDArray[Any]:
+        """Return an uninitialised array of ``n`` ``dtype`` values in the buffer ``key`` keeps for every dtype
+        of that item size, valid until the next ``shared`` of that key and item size."""
+        dtype = np.dtype(dtype)
+        return self.get(f"{key}.{dtype.itemsize}", n * dtype.itemsize, np.uint8).view(dtype)
 
     @property
     def nbytes(self) -> int:

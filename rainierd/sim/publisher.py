@@ -46,14 +46,17 @@ from rainierd.sim.sample import TickTruth
 from rainierd.sim.scenarios import random_faults
 from rainierd.topology import Topology
 from rainierd.wire import encode_binary, encode_json
-from rainierd.wire.records import Frame, NodeBatch
+from rainierd.wire.records import RECORD_DTYPES, Frame, NodeBatch
 from rainierd.wire.topics import truth_topic
 
-__all__ = ["Outgoing", "OutgoingRun", "Simulator", "truth_document", "truth_payload"]
+__all__ = ["Outgoing", "OutgoingRun", "Simulator", "outbox_ticks", "truth_document", "truth_payload"]
 
 log = structlog.get_logger("rainierd.sim")
 
 _OUTBOX_TICKS: Final = 4  # ticks of frames the outbox holds before dropping
+# ... but no more ticks than fit in this many bytes of records (never less than one): at rainier-1m a tick is
+# 218 MiB, and four of them queued took the simulator past 1.5 GiB; it holds two there, four up to 128 MiB a tick.
+_OUTBOX_BYTES: Final = 512 * 2**20
 _RANDOM_CHUNK_TICKS: Final = 3_600  # random faults are drawn an hour of ticks at a time
 _RUN_FRAMES: Final = 256  # node frames handed to the MQTT client between two waits for it
 
@@ -80,6 +83,15 @@ class OutgoingRun:
     def frames(self) -> int:
         """Return how many telemetry frames the run carries."""
         return len(self.payloads)
+
+
+def outbox_ticks(topology: Topology) -> int:
+    """Return how many ticks of frames the outbox holds: ``_OUTBOX_TICKS``, fewer where they would pass
+    ``_OUTBOX_BYTES`` of binary records, at least one."""
+    records = sum(count * RECORD_DTYPES[kind].itemsize for kind, count in (
+        ("chips", topology.n_chips), ("links", topology.n_links), ("efa", topology.n_efa),
+        ("cooling", topology.n_nodes)))
+    return max(1, min(_OUTBOX_TICKS, _OUTBOX_BYTES // max(1, records)))
 
 
 def truth_document(truth: TickTruth, publisher: str) -> dict[str, Any]:
@@ -143,7 +155,8 @@ class Simulator:
         else:
             node_messages = topology.n_nodes
         per_tick = node_messages + topology.n_sites + 1
-        self.outbox: DropOldestQueue[Outgoing | OutgoingRun] = DropOldestQueue(max(100, _OUTBOX_TICKS * per_tick))
+        self.outbox: DropOldestQueue[Outgoing | OutgoingRun] = DropOldestQueue(
+            max(100, outbox_ticks(topology) * per_tick))
         self.dropped = 0  # frames dropped from the outbox, or taken from it by a publish the broker's loss failed
         self.published = 0  # messages published
         self.frames_published = 0

@@ -91,7 +91,9 @@ class Baseline:
         bound = np.abs(level)
         bound *= np.float32(self.clip)
         np.copyto(bound, np.float32(np.inf), where=self.history_s < self.learn_s)  # winsorised once learned
-        np.clip(step, -bound, bound, out=step)
+        # np.clip(step, -bound, bound) in place, without a fleet-sized -bound.
+        np.minimum(step, bound, out=step)
+        np.maximum(step, np.negative(bound, out=bound), out=step)
         step *= dt
         np.divide(step, window, out=step, where=ok)
         np.add(level, step, out=level, where=ok & ~first)

@@ -116,6 +116,7 @@ class LinkDetector:
         retrained = counter_delta(table, "replay_total") >= np.float32(p.retrain_replays)
         below = np.maximum(np.float32(p.drop_below), np.float32(1.0) - np.float32(p.drop_min_s) / held)
         dropped = fresh & (down | (full & (ratio < below) & retrained))
+        del below, retrained, low
         self._count_drops(dropped, fresh, table.dt_s, held)
         return down, dropped
 
@@ -167,27 +168,26 @@ class LinkDetector:
         # Bandwidth: against the link's own level (its kind's median until it has history), then
         # against its UltraServer's links at this moment, so a group that slows or idles as a whole
         # (its job's pace, a straggler, the diurnal swing) is not a group of bad links.
+        # The group's pace stays one figure a group, broadcast where it divides: the fleet-sized
+        # temporaries of this update are most of the monitor's peak memory at a million chips.
         relative = share / self.bw_base.reference(self._per_link(share_center))
-        paced = np.where(fresh & up, relative, np.float32(np.nan)).reshape(-1, self.per_us)
-        pace = np.repeat(row_nanmedian(paced), self.per_us)
-        communicating = pace > p.idle_below
+        pace = row_nanmedian(np.where(fresh & up, relative, np.float32(np.nan)).reshape(-1, self.per_us))[:, None]
+        communicating = np.repeat(pace > p.idle_below, self.per_us)
         with np.errstate(invalid="ignore", divide="ignore"):  # an idle or silent group: judged below as idle
-            ratio = np.divide(relative, pace, dtype=np.float32)
+            ratio = np.divide(relative.reshape(-1, self.per_us), pace, out=relative.reshape(-1, self.per_us),
+                              dtype=np.float32).reshape(-1)  # relative is spent: ratio takes its buffer
         np.copyto(ratio, np.float32(1.0), where=~communicating)
         bw_judged = fresh & up & communicating
         _, bw_scale = robust_center_scale(ratio, bw_judged, floor=p.bw_floor, sample=self.sample)
-        bw_dev: F32 = np.subtract(np.float32(1.0), ratio, dtype=np.float32)
+        np.copyto(self.now_ratio, ratio, where=fresh)
+        all_lanes = self.hardware.neuronlink_lanes
+        down, dropped = self._downs(fresh, communicating & (lanes == all_lanes), ratio, up, held)
+        bw_dev: F32 = np.subtract(np.float32(1.0), ratio, out=ratio, dtype=np.float32)  # ratio is spent
         bw_dev /= np.float32(bw_scale)
         # Latency: against its own level (its kind's median until it has history).
         lat_ok = fresh & up & (latency > 0)
         lat_dev = deviation(latency, self.latency_base.reference(self._per_link(lat_center)), lat_ok,
                              floor=p.latency_floor, sample=self.sample)
-        np.copyto(self.now_ratio, ratio, where=fresh)
-        errors = counter_delta(table, "crc_errors_total", "replay_total")
-        errors /= dt  # per second
-
-        all_lanes = self.hardware.neuronlink_lanes
-        down, dropped = self._downs(fresh, communicating & (lanes == all_lanes), ratio, up, held)
         # The wide band against peers: a link far slower than its kind, or whose own level has sunk
         # far under its kind's, is degraded whatever its baseline learned.
         far_latency = lat_ok & (latency > np.float32(p.latency_band) * self._per_link(lat_center))
@@ -206,7 +206,11 @@ class LinkDetector:
         flag(reasons, self.latency.update(lat_dev, lat_ok & ~down & self.latency_base.learned(), scratch=lat_dev,
                                           seconds=held)
              | (outside & far_latency), Reason.LATENCY)
+        del bw_dev, lat_dev, outside, far_latency, far_level, judged  # spent: freed before the next evidence
+        errors = counter_delta(table, "crc_errors_total", "replay_total")
+        errors /= dt  # per second
         flag(reasons, self.errors.update(errors, fresh, scratch=errors, seconds=held), Reason.ERRORS)
+        del errors
         flag(reasons, self.drops >= p.flap_drops, Reason.FLAPPING)
         flag(reasons, dropped, Reason.DOWN)
         # A drop raises at once; a link that blipped (dropped briefly) recently must stay clean
@@ -220,8 +224,10 @@ class LinkDetector:
         np.copyto(self.tracker.hold_s, blipped, where=self.drops > p.recent_drop)
         changes = self.tracker.update(candidate, reasons, fresh, tick,
                                       seconds=held)
+        del candidate, reasons
         with np.errstate(invalid="ignore", divide="ignore"):
-            level = np.divide(share, pace, dtype=np.float32)
+            level = np.divide(share.reshape(-1, self.per_us), pace, out=share.reshape(-1, self.per_us),
+                              dtype=np.float32).reshape(-1)  # share is spent: its buffer is level's
         self._learn(level, latency, fresh & up & ~dropped & communicating, lat_ok, held)
         return changes
 

@@ -9,6 +9,7 @@ complement, in id order) is stored through slices, with no id arrays at all.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -72,10 +73,10 @@ class Store:
                 first = int(node.min()) * per
                 t_s, rx_s = w.t_s, w.rx_s
                 if order is not None:
-                    columns = {name: self._in_order(values, per, order, f"{kind}.{name}")
-                               for name, values in columns.items()}
+                    columns = _InOrder(columns, per, order, self._scratch)
                     if not isinstance(known, int):
-                        known = self._in_order(known, per, order, f"known.{kind}")
+                        known = _in_order(known, per, order, self._scratch.get(f"known.{kind}", known.size,
+                                                                               known.dtype))
                     t_s, rx_s = t_s[order], rx_s[order]
                 table.apply(slice(first, first + w.size * per), columns, t_s=t_s, rx_s=rx_s, known=known,
                             scratch=self._apply_scratch, per_frame=per)
@@ -100,12 +101,6 @@ class Store:
             table.apply(ids, columns, t_s=t_s, rx_s=rx_s, known=known, scratch=self._apply_scratch)
             samples[kind] += int(ids.size)
 
-    def _in_order(self, values: npt.NDArray[Any], per: int, order: I64, key: str) -> npt.NDArray[Any]:
-        """Return ``values`` (``per`` records a frame) with its frames in ``order``, in a reused buffer."""
-        out = self._scratch.get(f"ordered.{key}", values.size, values.dtype)
-        np.take(values.reshape(-1, per), order, axis=0, out=out.reshape(-1, per))
-        return out
-
     def site(self, frame: FacilityFrame, rx_s: float, *, rebased: bool) -> None:
         """Store one site's facility record; a rebased stream's counter rates start again."""
         site = np.array([frame.site], np.int64)
@@ -116,3 +111,36 @@ class Store:
         )
         if rebased:
             self.state.facility.forget_rates(site)
+
+
+def _in_order(values: npt.NDArray[Any], per: int, order: I64, out: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """Return ``values`` (``per`` records a frame) with its frames in ``order``, written to ``out``."""
+    np.take(values.reshape(-1, per), order, axis=0, out=out.reshape(-1, per))
+    return out
+
+
+class _InOrder(Mapping[str, npt.NDArray[Any]]):
+    """A kind's window columns with their frames put in ``order`` as each is read, all in one buffer per item size.
+
+    ``Table.apply`` reads each column once and is done with it before it reads
+    the next, so a column needs to be in order only while it is stored: at a
+    million chips, one reordered copy of every column at once was 217 MiB of
+    the monitor's peak; one buffer per item size is 38 MiB.  A column read
+    from here is valid until the next column of its item size is.
+    """
+
+    def __init__(self, columns: Mapping[str, npt.NDArray[Any]], per: int, order: I64, scratch: Scratch) -> None:
+        self._columns, self._per, self._order, self._scratch = columns, per, order, scratch
+
+    def __getitem__(self, name: str) -> npt.NDArray[Any]:
+        values = self._columns[name]
+        return _in_order(values, self._per, self._order, self._scratch.shared("ordered", values.size, values.dtype))
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._columns  # Mapping's own would put the column in order to find it
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._columns)
+
+    def __len__(self) -> int:
+        return len(self._columns)
