@@ -179,8 +179,8 @@ class FleetModel:
         chip_silent = (e.chip_failed & ~e.chip_fail_onset) | e.node_silent[topo.chip_node]
         lost_flops = self.training.lost_by_cause(e, group)
         active = tuple(f for f in self.faults if f.active(tick))
-        jobs, unallocated = (self.training.job_truth(flops) if isinstance(self.training, JobTraining)
-                             else ((), None))
+        jobs, unallocated, idle_chips = (self.training.job_truth(flops) if isinstance(self.training, JobTraining)
+                                         else ((), None, 0))
         truth = TickTruth(
             tick=tick, t_s=self.t_of(tick), chips=topo.n_chips,
             # Only chips that exist count: an inventory may leave nodes of an UltraServer out.
@@ -190,7 +190,8 @@ class FleetModel:
             lost_flops=lost_flops,
             active_faults=active,
             fault_lost_flops=self.training.fault_losses(active),
-            jobs=jobs, unallocated=unallocated,
+            jobs=jobs, unallocated=unallocated, unallocated_chips=idle_chips,
+            unallocated_peak_flops=idle_chips * self.hw.fp8_dense_flops,
         )
         return TickSample(
             tick, truth.t_s, self.chips, self.links, self.efa, self.cooling, self.facility, truth,

@@ -154,8 +154,8 @@ class JobTraining(Training):
             us = np.flatnonzero(topo.ultraserver_site == t)
         return np.unique(self.us_group[np.atleast_1d(np.asarray(us, dtype=np.int64))])
 
-    def job_truth(self, flops: F64) -> tuple[tuple[JobTruth, ...], tuple[int, ...]]:
-        """Return each active job's truth this tick, given each chip's FLOP/s, and the idle UltraServers."""
+    def job_truth(self, flops: F64) -> tuple[tuple[JobTruth, ...], tuple[int, ...], int]:
+        """Return each active job's truth this tick, given each chip's FLOP/s; the idle UltraServers and chips."""
         topo = self.topology
         present = topo.chip_present
         effective = np.bincount(self.chip_group[present], weights=flops[present], minlength=self.n_groups)
@@ -170,5 +170,5 @@ class JobTraining(Training):
             for g, job in enumerate(self.jobs)
         )
         idle = tuple(int(u) for u in np.flatnonzero(self.us_group == len(self.jobs)))
-        return jobs, idle
+        return jobs, idle, int(self._chips_g[-1])
 

@@ -35,11 +35,12 @@ import tomllib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 import numpy as np
 
 from rainierd.errors import ConfigError, JobError
+from rainierd.sim.sample import TickTruth
 from rainierd.topology import Topology
 from rainierd.wire.jobs import JobDocument, encode_job, job_topic
 
@@ -50,6 +51,7 @@ __all__ = [
     "JobSchedule",
     "JobSpec",
     "Phase",
+    "jobs_truth_document",
     "load_jobs",
 ]
 
@@ -266,3 +268,20 @@ class JobAnnouncer:
         out = [(job_topic(job_id), b"") for job_id in sorted(self.published)]
         self.published = {}
         return out
+
+
+def jobs_truth_document(truth: TickTruth) -> dict[str, Any]:
+    """Return the per-job rows and the idle capacity of one tick's truth, as plain data ({} without jobs)."""
+    if truth.unallocated is None:
+        return {}
+    return {
+        "jobs": [
+            {"id": j.id, "ultraservers": list(j.ultraservers), "start_s": j.start_s, "phase": j.phase,
+             "chips": j.chips, "peak_flops": j.peak_flops, "effective_flops": j.effective_flops,
+             "goodput": j.goodput, "lost_flops": j.lost_flops, "stall_s": j.stall_s}
+            for j in truth.jobs
+        ],
+        # Idle capacity: neither a job's nor lost to a fault.
+        "unallocated": {"ultraservers": list(truth.unallocated), "chips": truth.unallocated_chips,
+                        "peak_flops": truth.unallocated_peak_flops},
+    }

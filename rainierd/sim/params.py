@@ -8,7 +8,7 @@ too, so the world and the observer price a healthy step alike.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from rainierd.pace import SHARES, StepShares
@@ -57,7 +57,7 @@ class FleetParams:
     # "mix": the fleet runs a seed-driven mix of jobs (sim/jobs.py) instead of fixed groups; "none" (default): the
     # fixed groups of group_ultraservers, every value as before.
     jobs: Literal["none", "mix"] = "none"
-    job_mix: JobMix = JobMix()
+    job_mix: JobMix = field(default_factory=JobMix)
 
     @property
     def comm_share(self) -> float:

@@ -30,6 +30,7 @@ from rainierd.dropqueue import DropOldestQueue
 from rainierd.sim.faults import Fault
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import batches_per_tick, tick_batches, tick_frames
+from rainierd.sim.jobs import JobAnnouncer, JobSpec, jobs_truth_document
 from rainierd.sim.params import FleetParams
 from rainierd.sim.profile import PROFILES, Profile
 from rainierd.sim.sample import TickTruth
@@ -67,7 +68,7 @@ def truth_document(truth: TickTruth, publisher: str) -> dict[str, Any]:
             f.as_dict() | {"lost_flops": lost}
             for f, lost in zip(truth.active_faults, truth.fault_lost_flops, strict=True)
         ],
-    }
+    } | jobs_truth_document(truth)
 
 
 def truth_payload(truth: TickTruth, publisher: str) -> bytes:
@@ -94,6 +95,7 @@ class Simulator:
         params: FleetParams | None = None,
         profile: Profile = PROFILES["ideal"],
         truth_file: Path | None = None,
+        jobs: list[JobSpec] | None = None,
     ) -> None:
         self.topology = topology
         self.publisher_id = publisher_id
@@ -107,6 +109,8 @@ class Simulator:
         self._profile = profile
         self._truth_file = truth_file
         self._truth_out: TextIO | None = None
+        self._jobs = jobs
+        self._announcer = JobAnnouncer(source=publisher_id)
         # Batches hold one topic bucket's nodes of a site each (sim/frames.py), so a tick is more of them
         # than the site's nodes over the batch size.
         node_messages = batches_per_tick(topology, self.batch_nodes) if self.batch_nodes else topology.n_nodes
@@ -139,7 +143,14 @@ class Simulator:
             for topic, frame in frames
         ]
         out.append(Outgoing(truth_topic(self.publisher_id), truth_payload(sample.truth, self.publisher_id)))
-        return out
+        return self._job_messages(sample.truth) + out
+
+    def _job_messages(self, truth: TickTruth) -> list[Outgoing]:
+        """Return the retained job documents of the jobs that started, and the removals of those that ended."""
+        changes = self._announcer.changes((j.id, j.ultraservers, j.start_s) for j in truth.jobs)
+        for topic, payload in changes:
+            log.info("simulated job published" if payload else "simulated job ended", topic=topic)
+        return [Outgoing(topic, payload, retain=True) for topic, payload in changes]
 
     def _enqueue(self, messages: list[Outgoing], tick: int) -> None:
         dropped = 0
@@ -158,7 +169,7 @@ class Simulator:
         seeds = np.random.SeedSequence(self._seed).spawn(2)
         model = FleetModel(
             self.topology, np.random.default_rng(seeds[0]), tick_s=self.tick_s, start_s=time.time(),
-            params=self._params, faults=self._faults, profile=self._profile,
+            params=self._params, faults=self._faults, profile=self._profile, jobs=self._jobs,
         )
         fault_rng = np.random.default_rng(seeds[1])
         if self._truth_file is not None:
@@ -179,6 +190,8 @@ class Simulator:
             self._enqueue(await asyncio.to_thread(self._produce_tick, model, tick, fault_rng), tick)
             self.ticks_produced = tick + 1
             tick += 1
+        # The simulated jobs end with the simulation: no retained document outlives its publisher's run.
+        self._enqueue([Outgoing(topic, payload, retain=True) for topic, payload in self._announcer.removals()], tick)
         try:
             async with asyncio.timeout(max(5.0, 2 * self.tick_s)):
                 await self.outbox.join()
@@ -196,7 +209,9 @@ class Simulator:
             message = await self.outbox.get()
             published = False
             try:
-                await client.publish(message.topic, message.payload, qos=self.qos, retain=message.retain)
+                # A retained message (a job document or its removal) is state, not a sample: at least once.
+                qos = 1 if message.retain else self.qos
+                await client.publish(message.topic, message.payload, qos=qos, retain=message.retain)
                 published = True
             finally:
                 # Out of the outbox but not confirmed published, the broker gone mid-publish: counted with the

@@ -51,6 +51,8 @@ class TickTruth:
     fault_lost_flops: tuple[float, ...] = ()  # per active fault: its synchronous group's loss
     jobs: tuple[JobTruth, ...] = ()  # per active job, when the fleet runs jobs
     unallocated: tuple[int, ...] | None = None  # UltraServers no job holds (idle, not lost); None: no jobs
+    unallocated_chips: int = 0  # their present chips
+    unallocated_peak_flops: float = 0.0  # and those chips' peak: capacity unallocated, not lost
 
 
 @dataclass(frozen=True, eq=False)
