@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 import numpy as np
+import numpy.typing as npt
 
 from rainierd.errors import ConfigError, JobError
 from rainierd.sim.sample import TickTruth
@@ -159,19 +160,20 @@ class JobSchedule:
         target = int(np.ceil(m.target_allocated * n_us))
         if tick == 0:  # the fleet starts full: a flagship, then the heavy-tailed rest
             first = True
-            while taken.sum() < target:
-                self._start(tick, taken, max(1, round(m.flagship_share * n_us)) if first else None)
+            while (room := target - int(taken.sum())) > 0:
+                self._start(tick, taken, max(1, round(m.flagship_share * n_us)) if first else None, room)
                 first = False
         elif taken.sum() < target and self.rng.random() < min(1.0, self.tick_s / m.arrival_every_s):
-            self._start(tick, taken, None)
+            self._start(tick, taken, None, n_us)
 
-    def _start(self, tick: int, taken: np.ndarray, size: int | None) -> None:
+    def _start(self, tick: int, taken: npt.NDArray[np.bool_], size: int | None, cap: int) -> None:
+        """Start a job of ``size`` (None: drawn) UltraServers, at most ``cap`` and the free ones, chosen at random."""
         m, rng, dt = self.mix, self.rng, self.tick_s
         assert m is not None
         free = np.flatnonzero(~taken)
         if size is None:
             size = int(min(np.floor(rng.random() ** (-1.0 / m.size_alpha)) if m.size_alpha > 0 else 1, 1e9))
-        size = min(size, free.size)
+        size = min(size, free.size, cap)
         us = np.sort(rng.choice(free, size=size, replace=False))
         taken[us] = True
         length = _ticks(m.median_duration_s * float(np.exp(m.duration_sigma * rng.standard_normal())), dt)
