@@ -60,15 +60,15 @@ TWO_JOBS = (JobSpec(id="t/a", ultraservers=(0, 2, 4), start_tick=0), JobSpec(id=
 
 class TestSynchronousJobs:
     TOPO = build_fleet(1, 6)
-    JOBS = list(TWO_JOBS)  # noqa: RUF012 - read, never changed
+    JOBS = TWO_JOBS
     # A chip of UltraServer 2 (job a's middle member) throttled to half its clock from tick 5.
     THROTTLE = Fault(FaultKind.CHIP_THROTTLE, 2 * CHIPS_PER_US + 7, 0.5, 5, 100)
 
     def test_a_fault_in_one_ultraserver_slows_every_chip_of_its_job(self) -> None:
         """One throttled chip in UltraServer 2 slows the FLOP rate of every chip of UltraServers 0, 2 and 4 alike
         (to 1 / step of the healthy run), and truth charges the job's loss to thermal throttling."""
-        healthy = run(self.TOPO, 12, jobs=self.JOBS)
-        faulty = run(self.TOPO, 12, jobs=self.JOBS, faults=[self.THROTTLE])
+        healthy = run(self.TOPO, 12, jobs=list(self.JOBS))
+        faulty = run(self.TOPO, 12, jobs=list(self.JOBS), faults=[self.THROTTLE])
         a = chips_of(self.TOPO, (0, 2, 4))
         ratio = flop_rate(faulty, 10)[a] / flop_rate(healthy, 10)[a]
         step = 0.75 / 0.5 + 0.25  # compute share at half speed, collectives untouched
@@ -79,8 +79,8 @@ class TestSynchronousJobs:
 
     def test_another_job_in_the_same_fleet_is_unaffected(self) -> None:
         """Job b (UltraServers 1 and 3, between job a's) runs exactly as without the fault: same FLOP, no loss."""
-        healthy = run(self.TOPO, 12, jobs=self.JOBS)
-        faulty = run(self.TOPO, 12, jobs=self.JOBS, faults=[self.THROTTLE])
+        healthy = run(self.TOPO, 12, jobs=list(self.JOBS))
+        faulty = run(self.TOPO, 12, jobs=list(self.JOBS), faults=[self.THROTTLE])
         b = chips_of(self.TOPO, (1, 3))
         assert np.array_equal(flop_rate(faulty, 10)[b], flop_rate(healthy, 10)[b])
         row = job_row(faulty[10], "t/b")
@@ -89,7 +89,7 @@ class TestSynchronousJobs:
 
     def test_the_fleet_s_truth_is_the_sum_of_its_jobs(self) -> None:
         """Effective FP8 and every cause's loss fleet-wide are the jobs' sums: idle chips add nothing."""
-        truth = run(self.TOPO, 12, jobs=self.JOBS, faults=[self.THROTTLE])[10].truth
+        truth = run(self.TOPO, 12, jobs=list(self.JOBS), faults=[self.THROTTLE])[10].truth
         assert truth.effective_flops == pytest.approx(sum(j.effective_flops for j in truth.jobs))
         for cause, lost in truth.lost_flops.items():
             assert lost == pytest.approx(sum(j.lost_flops[cause] for j in truth.jobs))
