@@ -16,11 +16,11 @@ from rainierd.errors import ConfigError
 from rainierd.hardware import TRN2
 from rainierd.sim.faults import Fault, FaultKind
 from rainierd.sim.fleet import FleetModel, FleetParams
-from rainierd.sim.jobs import JobMix, JobSchedule, JobSpec, load_jobs
+from rainierd.sim.jobs import JobAnnouncer, JobMix, JobSchedule, JobSpec, load_jobs
 from rainierd.sim.publisher import Simulator, truth_document
 from rainierd.sim.sample import JobTruth, TickSample
 from rainierd.topology import Topology, build_fleet, build_topology
-from rainierd.wire.jobs import JOBS_ROOT, JobBook
+from rainierd.wire.jobs import JOBS_ROOT, JobBook, decode_job
 
 CHIPS_PER_US = 64
 QUIET = FleetParams(noise=0.0)  # no jitter: a phase's zeros are exact zeros
@@ -267,6 +267,28 @@ class TestScenarioJobs:
         path.write_text(entries)
         with pytest.raises(ConfigError, match=complaint):
             load_jobs(path, build_fleet(1, 6), tick_s=1.0)
+
+
+class TestAnnouncer:
+    def test_a_job_is_published_once_and_removed_when_it_ends(self) -> None:
+        """A new job: its document; the same job next tick: nothing; gone: the empty retained message."""
+        announcer = JobAnnouncer(source="sim")
+        first = announcer.changes([("sim/j1", (0, 2), 1.7e9)])
+        assert [(topic, decode_job(topic, payload)) for topic, payload in first] == [
+            ("rainier/v1/jobs/sim/j1", announcer.document("sim/j1", (0, 2), 1.7e9))]
+        assert announcer.changes([("sim/j1", (0, 2), 1.7e9)]) == []
+        assert announcer.changes([]) == [("rainier/v1/jobs/sim/j1", b"")]
+
+    def test_an_undelivered_message_is_sent_again(self) -> None:
+        """A document the outbox dropped is published again the next tick; a dropped removal is sent again."""
+        announcer = JobAnnouncer(source="sim")
+        announcer.changes([("sim/j1", (0,), 0.0), ("sim/j2", (1,), 0.0)])
+        announcer.undelivered.append("rainier/v1/jobs/sim/j1")
+        assert [topic for topic, _ in announcer.changes([("sim/j1", (0,), 0.0), ("sim/j2", (1,), 0.0)])] == [
+            "rainier/v1/jobs/sim/j1"]
+        assert announcer.changes([("sim/j1", (0,), 0.0)]) == [("rainier/v1/jobs/sim/j2", b"")]
+        announcer.undelivered.append("rainier/v1/jobs/sim/j2")
+        assert announcer.changes([("sim/j1", (0,), 0.0)]) == [("rainier/v1/jobs/sim/j2", b"")]
 
 
 class Recorder:

@@ -32,6 +32,7 @@ of the job contract (docs/jobs.md, ``rainierd.wire.jobs``).
 from __future__ import annotations
 
 import tomllib
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,7 +44,7 @@ import numpy.typing as npt
 from rainierd.errors import ConfigError, JobError
 from rainierd.sim.sample import TickTruth
 from rainierd.topology import Topology
-from rainierd.wire.jobs import JobDocument, encode_job, job_topic
+from rainierd.wire.jobs import JobDocument, encode_job, job_id_of_topic, job_topic
 
 __all__ = [
     "PHASES",
@@ -246,6 +247,9 @@ class JobAnnouncer:
 
     source: str
     published: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    # Job messages the outbox dropped or a publish failed, appended from the event loop and taken by ``changes``
+    # in the producing thread (a deque's append and popleft are atomic).
+    undelivered: deque[str] = field(default_factory=deque)
 
     def document(self, job_id: str, ultraservers: Sequence[int], start_s: float) -> JobDocument:
         """Return the contract document of a simulated job."""
@@ -258,6 +262,8 @@ class JobAnnouncer:
         ``jobs`` are the active jobs as (id, UltraServers, start in Unix seconds).
         """
         now = {job_id: (us, start_s) for job_id, us, start_s in jobs}
+        while self.undelivered:  # sent again: a job's document if it still runs, else its removal
+            self.published[job_id_of_topic(self.undelivered.popleft())] = ()
         out = [(job_topic(job_id), b"") for job_id in sorted(self.published.keys() - now.keys())]
         for job_id, (us, start_s) in now.items():
             if self.published.get(job_id) != us:

@@ -158,6 +158,8 @@ class Simulator:
             oldest = self.outbox.offer(message)
             if oldest is not None:
                 dropped += oldest.frames
+                if oldest.retain:  # a job's document or removal: state, sent again next tick
+                    self._announcer.undelivered.append(oldest.topic)
         if dropped:
             self.dropped += dropped
             log.warning("simulator outbox full; dropped the oldest frames", tick=tick, dropped_frames=dropped,
@@ -224,4 +226,6 @@ class Simulator:
                     self.frames_published += message.frames
                 else:
                     self.dropped += message.frames
+                    if message.retain:
+                        self._announcer.undelivered.append(message.topic)
                 self.outbox.task_done()
