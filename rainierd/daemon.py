@@ -18,7 +18,7 @@ import gc
 import secrets
 import sys
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Final, Literal
 
 import numpy as np
@@ -125,6 +125,7 @@ async def _run_role(role: Role, settings: Settings, stop: asyncio.Event) -> None
         # First every part and every listening socket; the tasks only once all are bound, so a port in use
         # fails the start before any coroutine exists.
         coroutines: dict[str, Callable[[], Coroutine[Any, Any, None]]] = {}
+        drain: Callable[[], Awaitable[None]] | None = None
         if role in ("run", "simulate"):
             sim_mqtt = mqtt_config(settings, client_id=f"rainierd-sim-{nonce}", url=url,
                                    suffix="sim" if role == "run" else None, protocol=protocol)
@@ -145,6 +146,7 @@ async def _run_role(role: Role, settings: Settings, stop: asyncio.Event) -> None
                 ))
             coroutines["sim-ticks"] = lambda: sim.produce(stop)
             coroutines["sim-mqtt-publish"] = lambda: supervise(sim_mqtt, sim.publish, state=sim_connection)
+            drain = sim.drain  # its simulated jobs' retained documents go with it
         if role in ("run", "monitor"):
             mon_mqtt = mqtt_config(settings, client_id=f"rainierd-monitor-{nonce}", url=url,
                                    suffix="monitor" if role == "run" else None, protocol=protocol,
@@ -175,7 +177,6 @@ async def _run_role(role: Role, settings: Settings, stop: asyncio.Event) -> None
             coroutines["monitor-analyse"] = lambda: monitor.analyse(after=server.refresh)
             coroutines["monitor-listening-clock"] = monitor.clock.keep
             coroutines["loop-lag"] = loop_lag.run
-        drain = None
         if role == "aggregate":
             agg_mqtt = mqtt_config(settings, client_id=f"rainierd-aggregate-{nonce}", url=url,
                                    max_packet_bytes=settings.max_frame_bytes + MAX_PACKET_OVERHEAD)

@@ -335,3 +335,26 @@ class TestPublishedJobs:
         assert len(rows) == 150
         assert {"id", "ultraservers", "phase", "goodput", "lost_flops", "stall_s", "effective_flops",
                 "peak_flops", "chips", "start_s"} == set(rows[0]["jobs"][0])
+
+    async def test_a_stopped_simulator_removes_its_jobs(self) -> None:
+        """Stopped by a signal mid-run (the daemon awaits ``drain``), the simulator removes every job document it
+        published, and announces none after: the broker keeps no simulated job."""
+        sim = Simulator(build_topology("sites=1,ultraservers=3"), publisher_id="sim-jobs", seed=0, tick_s=0.01,
+                        ticks=0, encoding="binary", qos=0, batch_nodes=128,
+                        jobs=[JobSpec(id="t/a", ultraservers=(0, 2), start_tick=0),
+                              JobSpec(id="t/b", ultraservers=(1,), start_tick=20)])
+        client = Recorder()
+        publishing = asyncio.create_task(sim.publish(client))  # type: ignore[arg-type]
+        producing = asyncio.create_task(sim.produce(asyncio.Event()))
+        await asyncio.sleep(0.6)  # 60 ticks due: job b started at tick 20
+        assert sim.ticks_produced > 20
+        await sim.drain()
+        await asyncio.sleep(0.1)  # ticks still run during a drain: they announce nothing
+        for task in (producing, publishing):
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        jobs = [(topic, payload) for topic, payload, _, _ in client.messages if topic.startswith(JOBS_ROOT + "/")]
+        assert [(topic, bool(payload)) for topic, payload in jobs] == [
+            ("rainier/v1/jobs/t/a", True), ("rainier/v1/jobs/t/b", True),
+            ("rainier/v1/jobs/t/a", False), ("rainier/v1/jobs/t/b", False)]

@@ -111,6 +111,7 @@ class Simulator:
         self._truth_out: TextIO | None = None
         self._jobs = jobs
         self._announcer = JobAnnouncer(source=publisher_id)
+        self._stopping = False  # set by drain: no job is announced any more
         # Batches hold one topic bucket's nodes of a site each (sim/frames.py), so a tick is more of them
         # than the site's nodes over the batch size.
         node_messages = batches_per_tick(topology, self.batch_nodes) if self.batch_nodes else topology.n_nodes
@@ -147,6 +148,8 @@ class Simulator:
 
     def _job_messages(self, truth: TickTruth) -> list[Outgoing]:
         """Return the retained job documents of the jobs that started, and the removals of those that ended."""
+        if self._stopping:
+            return []
         changes = self._announcer.changes((j.id, j.ultraservers, j.start_s) for j in truth.jobs)
         for topic, payload in changes:
             log.info("simulated job published" if payload else "simulated job ended", topic=topic)
@@ -189,7 +192,10 @@ class Simulator:
                 if self.ticks_late in (1, 10) or self.ticks_late % 100 == 0:
                     log.warning("simulator cannot keep pace; ticks are late", tick=tick, late_s=round(-delay, 2),
                                 ticks_late=self.ticks_late)
-            self._enqueue(await asyncio.to_thread(self._produce_tick, model, tick, fault_rng), tick)
+            messages = await asyncio.to_thread(self._produce_tick, model, tick, fault_rng)
+            if self._stopping:  # a tick under way when the drain began announces no job after its removal
+                messages = [m for m in messages if not m.retain]
+            self._enqueue(messages, tick)
             self.ticks_produced = tick + 1
             tick += 1
         # The simulated jobs end with the simulation: no retained document outlives its publisher's run.
@@ -204,6 +210,22 @@ class Simulator:
         if self._truth_out is not None:
             self._truth_out.close()
         done.set()
+
+    async def drain(self) -> None:
+        """On a stop (a signal): remove the simulated jobs' retained documents, waiting at most 1 s for the broker.
+
+        The ticks still run meanwhile, but announce no job.
+        """
+        self._stopping = True
+        removals = self._announcer.removals()
+        if not removals:
+            return
+        self._enqueue([Outgoing(topic, payload, retain=True) for topic, payload in removals], self.ticks_produced)
+        try:
+            async with asyncio.timeout(1.0):
+                await self.outbox.join()
+        except TimeoutError:
+            log.warning("simulator stopped before its jobs' removal was published", jobs=len(removals))
 
     async def publish(self, client: aiomqtt.Client) -> None:
         """Publish the outbox on a connected client until cancelled."""
