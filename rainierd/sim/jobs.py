@@ -143,7 +143,7 @@ class JobSchedule:
     _last_tick: int = -1
 
     def active(self, tick: int) -> list[JobSpec]:
-        """Return the jobs active at ``tick`` (the mix draws new ones first), ordered by start then id."""
+        """Return the jobs active at ``tick`` (the mix draws new ones first), in the order listed or drawn."""
         if self.mix is not None:
             while self._last_tick < tick:  # one draw per tick, whichever ticks a caller asks for
                 self._last_tick += 1
