@@ -358,3 +358,12 @@ class TestPublishedJobs:
         assert [(topic, bool(payload)) for topic, payload in jobs] == [
             ("rainier/v1/jobs/t/a", True), ("rainier/v1/jobs/t/b", True),
             ("rainier/v1/jobs/t/a", False), ("rainier/v1/jobs/t/b", False)]
+
+
+class TestShippedScenario:
+    def test_the_demo_jobs_scenario_loads_against_the_demo_fleet(self) -> None:
+        """scenarios/demo-jobs.toml: two jobs on the demo fleet's two UltraServers, the second from 60 s to 660 s."""
+        path = Path(__file__).parents[1] / "scenarios" / "demo-jobs.toml"
+        jobs = load_jobs(path, build_topology("demo"), tick_s=1.0)
+        assert [(j.id, j.ultraservers, j.start_tick, j.end_tick < 10**9) for j in jobs] == [
+            ("lab/pretrain", (0,), 0, False), ("lab/finetune", (1,), 60, True)]
