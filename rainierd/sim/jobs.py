@@ -139,8 +139,8 @@ class JobSchedule:
     rng: np.random.Generator
     mix: JobMix | None = None
     jobs: list[JobSpec] = field(default_factory=list)
-    _drawn: int = 0
-    _last_tick: int = -1
+    _drawn: int = field(default=0, init=False)  # jobs the mix has started: the next one's number
+    _last_tick: int = field(default=-1, init=False)  # the last tick the mix drew for
 
     def active(self, tick: int) -> list[JobSpec]:
         """Return the jobs active at ``tick`` (the mix draws new ones first), in the order listed or drawn."""
