@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from rainierd.errors import ConfigError
 from rainierd.hardware import TRN2
@@ -107,6 +109,28 @@ class TestPhases:
         names = "".join("RCER"[p] if p != 0 else "." for p in phases)
         assert names == ("." * 10 + "CCC" + "." * 7 + "CCC" + ".." + "EEEE" + "." + "CCC" + "." * 7 + "RRRRR"
                          + "." * 10 + "CCC" + "." * 4)
+
+    @given(every=st.integers(1, 30), length=st.integers(0, 10), eval_every=st.integers(1, 40),
+           eval_length=st.integers(0, 10), restarts=st.lists(st.integers(0, 200), max_size=4),
+           restart_length=st.integers(1, 20), tick=st.integers(0, 250))
+    def test_the_phase_is_the_tick_by_tick_walk_s(
+        self, *, every: int, length: int, eval_every: int, eval_length: int, restarts: list[int], restart_length: int,
+        tick: int,
+    ) -> None:
+        """Any cadence: the phase at a tick is what walking the job tick by tick gives (a restart window idles it,
+        and both cadences count again from the tick after it; a checkpoint wins over an evaluation)."""
+        spec = JobSpec(id="t/p", ultraservers=(0,), start_tick=0, checkpoint_every_ticks=every,
+                       checkpoint_ticks=length, eval_every_ticks=eval_every, eval_ticks=eval_length,
+                       restart_ticks_at=tuple(sorted(restarts)), restart_ticks=restart_length)
+        resumed, phase = 0, 0
+        for t in range(tick + 1):
+            if any(r <= t < r + restart_length for r in restarts):
+                phase, resumed = 3, t + 1
+                continue
+            since = t - resumed
+            phase = (1 if since >= every and since % every < length
+                     else 2 if since >= eval_every and since % eval_every < eval_length else 0)
+        assert spec.phase(tick) == phase
 
     def test_a_checkpoint_drops_every_chip_of_the_job_together(self) -> None:
         """During a checkpoint every chip of the job is at 0 utilisation and 0 FLOP/s, and its NeuronLink and EFA
