@@ -40,9 +40,9 @@ from rainierd.probes import Verdict
 from rainierd.settings import Settings
 from rainierd.sim import FleetParams, Simulator
 from rainierd.sim.faults import Fault
-from rainierd.sim.jobs import JobSpec, load_jobs
 from rainierd.sim.profile import PROFILES
 from rainierd.sim.scenarios import load_scenario
+from rainierd.sim.workload import JobSpec, load_jobs
 from rainierd.topology import Topology
 
 __all__ = ["Role", "run_role"]
@@ -145,7 +145,7 @@ async def _run_role(role: Role, settings: Settings, stop: asyncio.Event) -> None
                     _NO_METRICS, generation=lambda: 0, healthy=probes.healthy, ready=probes.ready,
                 ))
             coroutines["sim-ticks"] = lambda: sim.produce(stop)
-            coroutines["sim-mqtt-publish"] = lambda: supervise(sim_mqtt, sim.publish, state=sim_connection)
+            coroutines["sim-mqtt-publish"] = lambda: supervise(sim_mqtt, sim.session, state=sim_connection)
             drain = sim.drain  # its simulated jobs' retained documents go with it
         if role in ("run", "monitor"):
             mon_mqtt = mqtt_config(settings, client_id=f"rainierd-monitor-{nonce}", url=url,

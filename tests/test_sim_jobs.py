@@ -1,4 +1,4 @@
-"""Specification of the simulated jobs (rainierd/sim/jobs.py, sim/job_training.py): each job a synchronous group
+"""Specification of the simulated jobs (rainierd/sim/workload.py, sim/job_training.py): each job a synchronous group
 over its own UltraServers, its phases in the telemetry and the truth, idle capacity unallocated rather than lost,
 a seed-driven mix that starts, restarts and ends jobs, and the job documents the simulate role publishes."""
 
@@ -18,9 +18,9 @@ from rainierd.errors import ConfigError
 from rainierd.hardware import TRN2
 from rainierd.sim.faults import Fault, FaultKind
 from rainierd.sim.fleet import FleetModel, FleetParams
-from rainierd.sim.jobs import JobAnnouncer, JobMix, JobSchedule, JobSpec, load_jobs
 from rainierd.sim.publisher import Simulator, truth_document
 from rainierd.sim.sample import JobTruth, TickSample
+from rainierd.sim.workload import JobAnnouncer, JobMix, JobSchedule, JobSpec, load_jobs
 from rainierd.topology import Topology, build_fleet, build_topology
 from rainierd.wire.jobs import JOBS_ROOT, JobBook, decode_job
 
@@ -327,33 +327,33 @@ class Recorder:
 
 class TestPublishedJobs:
     async def test_published_documents_decode_and_match_the_truth_s_membership(self, tmp_path: Path) -> None:
-        """The simulate role's retained job documents, replayed into a JobBook up to each tick's truth message,
-        name exactly the UltraServers of that tick's truth; jobs end with an empty retained message, and none is
-        left once the run stops.  The truth file's rows carry the same jobs."""
+        """The simulate role's retained job documents decode (a JobBook refuses none) and name exactly the
+        UltraServers the truth gives each job; every job ends with an empty retained message, none is left once
+        the run stops, and the truth file's rows carry the same jobs."""
         mix = JobMix(median_duration_s=0.2, arrival_every_s=0.02, duration_sigma=0.3)
         sim = Simulator(build_topology("sites=1,ultraservers=6"), publisher_id="sim-jobs", seed=2, tick_s=0.01,
                         ticks=150, encoding="binary", qos=0, batch_nodes=128, truth_file=tmp_path / "truth.jsonl",
                         params=FleetParams(jobs="mix", job_mix=mix))
         client = Recorder()
-        publishing = asyncio.create_task(sim.publish(client))  # type: ignore[arg-type]
+        publishing = asyncio.create_task(sim.session(client))  # type: ignore[arg-type]
         await asyncio.wait_for(sim.produce(asyncio.Event()), 60)
         publishing.cancel()
         with pytest.raises(asyncio.CancelledError):
             await publishing
-        book, checked, removals = JobBook(), 0, 0
+        book, documents, ended, held = JobBook(), {}, [], {}
         for topic, payload, qos, retain in client.messages:
             if topic.startswith(JOBS_ROOT + "/"):
                 assert (qos, retain) == (1, True)
                 assert book.apply(topic, payload) is None
-                removals += not payload
+                if payload:
+                    documents[topic.removeprefix(JOBS_ROOT + "/")] = book.jobs[topic.removeprefix(JOBS_ROOT + "/")]
+                else:
+                    ended.append(topic.removeprefix(JOBS_ROOT + "/"))
             elif topic.startswith("rainier/v1/truth/"):
-                truth = json.loads(payload)
-                assert {job_id: [f"u{u}" for u in us] for job_id, us in
-                        ((j["id"], j["ultraservers"]) for j in truth["jobs"])} == {
-                    job_id: doc.ultraservers for job_id, doc in book.jobs.items()}
-                checked += 1
-        assert checked == 150
-        assert removals >= 2
+                held.update({j["id"]: [f"u{u}" for u in j["ultraservers"]] for j in json.loads(payload)["jobs"]})
+        assert {job_id: doc.ultraservers for job_id, doc in documents.items()} == held
+        assert sorted(ended) == sorted(held)
+        assert len(held) >= 4
         assert book.jobs == {}
         rows = [json.loads(line) for line in (tmp_path / "truth.jsonl").read_text().splitlines()]
         assert len(rows) == 150
@@ -368,7 +368,7 @@ class TestPublishedJobs:
                         jobs=[JobSpec(id="t/a", ultraservers=(0, 2), start_tick=0),
                               JobSpec(id="t/b", ultraservers=(1,), start_tick=20)])
         client = Recorder()
-        publishing = asyncio.create_task(sim.publish(client))  # type: ignore[arg-type]
+        publishing = asyncio.create_task(sim.session(client))  # type: ignore[arg-type]
         producing = asyncio.create_task(sim.produce(asyncio.Event()))
         await asyncio.sleep(0.6)  # 60 ticks due: job b started at tick 20
         assert sim.ticks_produced > 20

@@ -30,12 +30,12 @@ from rainierd.sim._statics import Statics, static_rng
 from rainierd.sim.climate import Climate
 from rainierd.sim.faults import Effects, Fault, FaultKind, effects
 from rainierd.sim.job_training import JobTraining
-from rainierd.sim.jobs import JobSchedule, JobSpec
 from rainierd.sim.noise import Noise
 from rainierd.sim.params import FleetParams
 from rainierd.sim.profile import PROFILES, Profile
 from rainierd.sim.sample import TickSample, TickTruth
 from rainierd.sim.training import EFA_PACKET_BYTES, Pace, Training
+from rainierd.sim.workload import JobSchedule, JobSpec
 from rainierd.topology import LINK_KIND_RING, Topology
 from rainierd.wire.records import (
     CHIP_DTYPE,

@@ -1,6 +1,6 @@
 """The training the simulated fleet runs when it runs jobs: each job a
 synchronous group over its own, arbitrary set of UltraServers, paced like
-``Training``'s fixed groups, through its phases (``sim/jobs.py``).
+``Training``'s fixed groups, through its phases (``sim/workload.py``).
 
 Groups are renumbered when the set of jobs changes: the active jobs first
 (in start order), then one group of every idle UltraServer, which never
@@ -20,10 +20,10 @@ from rainierd._types import F64
 from rainierd.hardware import Trainium2
 from rainierd.pace import CAUSES, step_excess, step_time
 from rainierd.sim.faults import Effects, Fault
-from rainierd.sim.jobs import EVAL, PHASES, RUNNING, STALLS, JobMix, JobSchedule, JobSpec
 from rainierd.sim.params import FleetParams
 from rainierd.sim.sample import JobTruth
 from rainierd.sim.training import Pace, Training
+from rainierd.sim.workload import EVAL, PHASES, RUNNING, STALLS, JobMix, JobSchedule, JobSpec
 from rainierd.topology import Topology
 
 __all__ = ["JobTraining"]
@@ -71,6 +71,10 @@ class JobTraining(Training):
         # Ended jobs are forgotten; a job's stall count lives as long as the job.
         self._stall_ticks = {job.id: self._stall_ticks.get(job.id, 0) + (int(phase) in STALLS)
                              for job, phase in zip(jobs, self.phase, strict=False)}
+
+    def running_jobs(self) -> tuple[tuple[str, tuple[int, ...], float], ...]:
+        """Return the jobs running now as (id, UltraServers, start in Unix seconds)."""
+        return tuple((j.id, j.ultraservers, self.start_s + j.start_tick * self.tick_s) for j in self.jobs)
 
     def busy_share(self, elapsed_s: float) -> F64:
         """Return each group's healthy busy share: training's cycle, evaluation's lower one, 0 when not stepping."""

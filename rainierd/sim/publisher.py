@@ -30,11 +30,11 @@ from rainierd.dropqueue import DropOldestQueue
 from rainierd.sim.faults import Fault
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import batches_per_tick, tick_batches, tick_frames
-from rainierd.sim.jobs import JobAnnouncer, JobSpec, jobs_truth_document
 from rainierd.sim.params import FleetParams
 from rainierd.sim.profile import PROFILES, Profile
 from rainierd.sim.sample import TickTruth
 from rainierd.sim.scenarios import random_faults
+from rainierd.sim.workload import JobAnnouncer, JobSpec, jobs_truth_document
 from rainierd.topology import Topology
 from rainierd.wire import encode_binary, encode_json
 from rainierd.wire.records import NodeBatch
@@ -111,6 +111,9 @@ class Simulator:
         self._truth_out: TextIO | None = None
         self._jobs = jobs
         self._announcer = JobAnnouncer(source=publisher_id)
+        # Job documents and their removals: state, not samples, so never dropped, and published apart from the
+        # telemetry (``publish_jobs``).
+        self._jobs_out: asyncio.Queue[tuple[str, bytes]] = asyncio.Queue()
         self._stopping = False  # set by drain: no job is announced any more
         # Batches hold one topic bucket's nodes of a site each (sim/frames.py), so a tick is more of them
         # than the site's nodes over the batch size.
@@ -144,16 +147,7 @@ class Simulator:
             for topic, frame in frames
         ]
         out.append(Outgoing(truth_topic(self.publisher_id), truth_payload(sample.truth, self.publisher_id)))
-        return self._job_messages(sample.truth) + out
-
-    def _job_messages(self, truth: TickTruth) -> list[Outgoing]:
-        """Return the retained job documents of the jobs that started, and the removals of those that ended."""
-        if self._stopping:
-            return []
-        changes = self._announcer.changes((j.id, j.ultraservers, j.start_s) for j in truth.jobs)
-        for topic, payload in changes:
-            log.info("simulated job published" if payload else "simulated job ended", topic=topic)
-        return [Outgoing(topic, payload, retain=True) for topic, payload in changes]
+        return out
 
     def _enqueue(self, messages: list[Outgoing], tick: int) -> None:
         dropped = 0
@@ -161,8 +155,6 @@ class Simulator:
             oldest = self.outbox.offer(message)
             if oldest is not None:
                 dropped += oldest.frames
-                if oldest.retain:  # a job's document or removal: state, sent again next tick
-                    self._announcer.undelivered.append(oldest.topic)
         if dropped:
             self.dropped += dropped
             log.warning("simulator outbox full; dropped the oldest frames", tick=tick, dropped_frames=dropped,
@@ -192,17 +184,17 @@ class Simulator:
                 if self.ticks_late in (1, 10) or self.ticks_late % 100 == 0:
                     log.warning("simulator cannot keep pace; ticks are late", tick=tick, late_s=round(-delay, 2),
                                 ticks_late=self.ticks_late)
-            messages = await asyncio.to_thread(self._produce_tick, model, tick, fault_rng)
-            if self._stopping:  # a tick under way when the drain began announces no job after its removal
-                messages = [m for m in messages if not m.retain]
-            self._enqueue(messages, tick)
+            self._enqueue(await asyncio.to_thread(self._produce_tick, model, tick, fault_rng), tick)
+            self._announce_jobs(model)
             self.ticks_produced = tick + 1
             tick += 1
         # The simulated jobs end with the simulation: no retained document outlives its publisher's run.
-        self._enqueue([Outgoing(topic, payload, retain=True) for topic, payload in self._announcer.removals()], tick)
+        self._stopping = True
+        self._announce(self._announcer.removals())
         try:
             async with asyncio.timeout(max(5.0, 2 * self.tick_s)):
                 await self.outbox.join()
+                await self._jobs_out.join()
         except TimeoutError:
             log.warning("simulator stopped with frames unpublished", pending=self.outbox.qsize())
         log.info("simulation finished", ticks=tick, messages_published=self.published,
@@ -210,6 +202,16 @@ class Simulator:
         if self._truth_out is not None:
             self._truth_out.close()
         done.set()
+
+    def _announce_jobs(self, model: FleetModel) -> None:
+        """Queue the documents of the jobs that started this tick and the removals of those that ended."""
+        if not self._stopping:
+            self._announce(self._announcer.changes(model.training.running_jobs()))
+
+    def _announce(self, changes: list[tuple[str, bytes]]) -> None:
+        for topic, payload in changes:
+            log.info("simulated job published" if payload else "simulated job ended", topic=topic)
+            self._jobs_out.put_nowait((topic, payload))
 
     async def drain(self) -> None:
         """On a stop (a signal): remove the simulated jobs' retained documents, waiting at most 1 s for the broker.
@@ -220,12 +222,35 @@ class Simulator:
         removals = self._announcer.removals()
         if not removals:
             return
-        self._enqueue([Outgoing(topic, payload, retain=True) for topic, payload in removals], self.ticks_produced)
+        self._announce(removals)
         try:
             async with asyncio.timeout(1.0):
-                await self.outbox.join()
+                await self._jobs_out.join()
         except TimeoutError:
             log.warning("simulator stopped before its jobs' removal was published", jobs=len(removals))
+
+    async def session(self, client: aiomqtt.Client) -> None:
+        """Publish the telemetry outbox and the job documents on a connected client until cancelled."""
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(self.publish(client), name="sim-publish-telemetry")
+            tg.create_task(self.publish_jobs(client), name="sim-publish-jobs")
+
+    async def publish_jobs(self, client: aiomqtt.Client) -> None:
+        """Publish the job documents and removals, retained at QoS 1, in order, until cancelled.
+
+        One that the broker's loss failed is announced again the next tick (its
+        document if the job still runs, else its removal).
+        """
+        while True:
+            topic, payload = await self._jobs_out.get()
+            published = False
+            try:
+                await client.publish(topic, payload, qos=1, retain=True)
+                published = True
+            finally:
+                if not published:
+                    self._announcer.undelivered.append(topic)
+                self._jobs_out.task_done()
 
     async def publish(self, client: aiomqtt.Client) -> None:
         """Publish the outbox on a connected client until cancelled."""
@@ -233,9 +258,7 @@ class Simulator:
             message = await self.outbox.get()
             published = False
             try:
-                # A retained message (a job document or its removal) is state, not a sample: at least once.
-                qos = 1 if message.retain else self.qos
-                await client.publish(message.topic, message.payload, qos=qos, retain=message.retain)
+                await client.publish(message.topic, message.payload, qos=self.qos, retain=message.retain)
                 published = True
             finally:
                 # Out of the outbox but not confirmed published, the broker gone mid-publish: counted with the
@@ -248,6 +271,4 @@ class Simulator:
                     self.frames_published += message.frames
                 else:
                     self.dropped += message.frames
-                    if message.retain:
-                        self._announcer.undelivered.append(message.topic)
                 self.outbox.task_done()

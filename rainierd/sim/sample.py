@@ -23,7 +23,7 @@ class JobTruth:
     id: str
     ultraservers: tuple[int, ...]
     start_s: float
-    phase: str  # running, checkpoint, eval or restarting (sim/jobs.py)
+    phase: str  # running, checkpoint, eval or restarting (sim/workload.py)
     chips: int  # present chips the job holds
     peak_flops: float
     effective_flops: float

@@ -62,6 +62,10 @@ class Training:
     def advance(self, tick: int) -> None:
         """Move to ``tick``: the fixed groups never change (``JobTraining`` moves its jobs)."""
 
+    def running_jobs(self) -> tuple[tuple[str, tuple[int, ...], float], ...]:
+        """Return the jobs running now as (id, UltraServers, start in Unix seconds): none for fixed groups."""
+        return ()
+
     def busy_share(self, elapsed_s: float) -> F64:
         """Return each group's healthy busy share ``elapsed_s`` into the run: the mean, swinging over its step."""
         p = self.params

@@ -247,8 +247,8 @@ class JobAnnouncer:
 
     source: str
     published: dict[str, tuple[int, ...]] = field(default_factory=dict)
-    # Job messages the outbox dropped or a publish failed, appended from the event loop and taken by ``changes``
-    # in the producing thread (a deque's append and popleft are atomic).
+    # Job messages whose publish failed (the connection lost under them), taken by the next ``changes``;
+    # all on the event loop.
     undelivered: deque[str] = field(default_factory=deque)
 
     def document(self, job_id: str, ultraservers: Sequence[int], start_s: float) -> JobDocument:
