@@ -27,18 +27,29 @@ does not fit with a plain-text line on stderr and counting it nowhere, and
 would cost a task per message; a handler that does O(1) work (the monitor's
 inbox) keeps up with the socket instead, so the client keeps reading and its
 keep-alive is answered however hard a publisher floods.
+
+A stop cancels the supervisor, and the cancel must arrive whatever aiomqtt
+is waiting for.  aiomqtt (2.5) waits for every acknowledgement (CONNACK, a
+PUBACK, a SUBACK, even a QoS 0 publish's write) through ``asyncio.wait_for``,
+which on Python 3.11 returns the result instead of raising when the cancel
+lands in the same loop iteration as the acknowledgement (CPython issue
+86296, fixed in 3.12): the stop is lost and the process runs on.  Our client
+waits through ``asyncio.timeout`` instead.  The way out is bounded too: the
+retained ``offline`` and the DISCONNECT get ``GOODBYE_S`` together, then the
+socket is closed unannounced and the broker publishes the will.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import random
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeVar
 from urllib.parse import urlsplit
 
 import aiomqtt
@@ -52,7 +63,8 @@ from rainierd.settings import Settings
 from rainierd.wire.topics import status_topic
 
 __all__ = [
-    "MAX_PACKET_OVERHEAD", "Broker", "Handler", "MqttConfig", "deliver", "mqtt_config", "parse_brokers", "supervise",
+    "GOODBYE_S", "MAX_PACKET_OVERHEAD", "Broker", "Handler", "MqttConfig", "deliver", "mqtt_config", "parse_brokers",
+    "supervise",
 ]
 
 log = structlog.get_logger("rainierd.mqtt")
@@ -64,6 +76,11 @@ MAX_PACKET_OVERHEAD: Final = 4_096
 _BACKOFF_BASE_S: Final = 0.2
 _BACKOFF_CAP_S: Final = 15.0
 _STABLE_AFTER_S: Final = 10.0
+# A stop's whole goodbye to the broker: the retained ``offline`` (QoS 1, so a PUBACK) and the DISCONNECT's
+# write.  A quarter of the 2 s a stop is given; a broker that takes longer is left to publish the will.
+GOODBYE_S: Final = 0.5
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,13 +172,29 @@ def _tls_context(config: MqttConfig, broker: Broker) -> ssl.SSLContext | None:
     return context
 
 
+class _Client(aiomqtt.Client):
+    """aiomqtt's client, but a cancel always reaches the task that waits on it."""
+
+    # aiomqtt 2.5 keeps every wait in this one method; it is overridden whole, with aiomqtt's contract:
+    # None is the client's timeout, math.inf none, and the timeout raises MqttError.
+    async def _wait_for(self, fut: Awaitable[_T], timeout: float | None) -> _T:  # noqa: ASYNC109 (aiomqtt's signature)
+        if timeout is None:
+            timeout = self.timeout
+        try:
+            # asyncio.wait_for (aiomqtt's) drops a cancel that races the result on 3.11; asyncio.timeout never does.
+            async with asyncio.timeout(None if timeout == math.inf else timeout):
+                return await fut
+        except TimeoutError:
+            raise aiomqtt.MqttError("Operation timed out") from None
+
+
 def _client(config: MqttConfig, broker: Broker) -> aiomqtt.Client:
     status = status_topic(config.client_id)
     properties = None
     if config.protocol == "5" and config.max_packet_bytes is not None:
         properties = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
         properties.MaximumPacketSize = config.max_packet_bytes
-    return aiomqtt.Client(
+    return _Client(
         broker.host,
         broker.port,
         identifier=config.client_id,
@@ -174,6 +207,41 @@ def _client(config: MqttConfig, broker: Broker) -> aiomqtt.Client:
         protocol=aiomqtt.ProtocolVersion.V5 if config.protocol == "5" else aiomqtt.ProtocolVersion.V311,
         properties=properties,
     )
+
+
+def _close_unannounced(client: aiomqtt.Client) -> None:
+    """Close the client's socket without a DISCONNECT: the broker then publishes its will."""
+    inner: paho.Client = client._client
+    # paho's own close: it also takes the socket off the event loop (aiomqtt's socket callbacks).
+    inner._sock_close()
+
+
+@contextlib.asynccontextmanager
+async def _connected(config: MqttConfig, broker: Broker) -> AsyncIterator[aiomqtt.Client]:
+    """Yield a client connected to ``broker``; on the way out say ``offline`` and disconnect, within ``GOODBYE_S``.
+
+    Raises MqttError if the broker cannot be reached or refuses the client.
+    A goodbye that overruns (a broker that stopped reading, a socket whose
+    buffer is full) ends with the socket closed unannounced.
+    """
+    client = _client(config, broker)
+    try:
+        await client.__aenter__()
+    except BaseException:
+        # Refused, timed out or stopped while connecting: aiomqtt leaves an opened socket open.
+        _close_unannounced(client)
+        raise
+    try:
+        yield client
+    finally:
+        try:
+            async with asyncio.timeout(GOODBYE_S):
+                # Say offline ourselves: a clean DISCONNECT does not fire the will.
+                with contextlib.suppress(aiomqtt.MqttError):
+                    await client.publish(status_topic(config.client_id), b"offline", qos=1, retain=True)
+                await client.__aexit__(None, None, None)
+        except (TimeoutError, aiomqtt.MqttError):
+            _close_unannounced(client)
 
 
 Handler = Callable[[str, bytes, bool], None]
@@ -263,21 +331,15 @@ async def supervise(
         started = loop.time()
         failure: BaseException | None = None
         try:
-            async with _client(config, broker) as client:
+            async with _connected(config, broker) as client:
                 state.connected, state.connects, state.broker = True, state.connects + 1, broker.url
                 log.info("mqtt connected", broker=broker.url, client_id=config.client_id)
-                await client.publish(status_topic(config.client_id), b"online", qos=1, retain=True)
                 try:
+                    await client.publish(status_topic(config.client_id), b"online", qos=1, retain=True)
                     await _until_disconnected(client, session)
                     return
                 finally:
                     state.connected = False
-                    # Say offline ourselves: a clean DISCONNECT does not fire the will.
-                    with contextlib.suppress(aiomqtt.MqttError, TimeoutError):
-                        async with asyncio.timeout(0.5):
-                            await client.publish(
-                                status_topic(config.client_id), b"offline", qos=1, retain=True,
-                            )
         # A session that runs tasks of its own (a TaskGroup) raises its
         # transport errors inside an ExceptionGroup; a plain ``except`` would
         # miss them and let one broker restart end the process.  ``except*``

@@ -23,7 +23,7 @@ from typing import Final
 
 import numpy as np
 
-from rainierd._types import F64
+from rainierd._types import F64, Floats
 
 __all__ = ["CAUSES", "SHARES", "StepShares", "path_stretch", "step_excess", "step_time"]
 
@@ -60,7 +60,7 @@ def step_time(s_min: F64, f_nl: F64, f_efa: F64, *, shares: StepShares) -> F64:
     return np.asarray(compute + shares.comm_nl_share / f_nl + shares.comm_efa_share / f_efa, dtype=np.float64)
 
 
-def step_excess(s_min: F64, f_nl: F64, f_efa: F64, *, shares: StepShares) -> tuple[F64, F64, F64]:
+def step_excess(s_min: Floats, f_nl: Floats, f_efa: Floats, *, shares: StepShares) -> tuple[F64, F64, F64]:
     """Return each term's excess over its healthy value (compute, NeuronLink, EFA); they sum to step - 1."""
     compute = (1.0 - shares.comm_share) * (1.0 / s_min - 1.0)
     nl = shares.comm_nl_share * (1.0 / f_nl - 1.0)

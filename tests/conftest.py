@@ -28,13 +28,14 @@ import structlog
 
 from harness import procs
 from harness.procs import Broker, free_port, start_prometheus, wait_for_port
+from harness.slurm import SlurmCluster
 
 HERE = Path(__file__).parent
 INTEGRATION_DIR = HERE / "integration"
-TOOLS = ("mosquitto", "prometheus", "alertmanager", "nats", "kubectl", "podman")
+TOOLS = ("mosquitto", "prometheus", "alertmanager", "nats", "kubectl", "podman", "slurm")
 # The fixtures that start a tool, and the tool (a test using one needs that binary).
 FIXTURE_TOOLS = {"mosquitto_process": "mosquitto", "mosquitto": "mosquitto", "secure_mosquitto": "mosquitto",
-                 "prometheus": "prometheus", "nats": "nats"}
+                 "prometheus": "prometheus", "nats": "nats", "slurm": "slurm"}
 # Fixtures that start some process, whatever else the test does.
 PROCESS_FIXTURES = frozenset(FIXTURE_TOOLS) | {"start_rainierd"}
 
@@ -148,6 +149,24 @@ def start_rainierd(tmp_path: Path) -> Iterator[object]:
         if daemon.proc.poll() is None:
             daemon.proc.kill()
             daemon.proc.wait()
+
+
+@pytest.fixture
+def slurm() -> Iterator[SlurmCluster]:
+    """A one-node Slurm cluster (munged, slurmctld, slurmd on loopback; harness/slurm.py) whose node is the
+    two-site inventory's ``ip-10-0-17-8``, idle; every job still running is cancelled and every daemon stopped
+    after the test."""
+    try:
+        cluster = SlurmCluster(node="ip-10-0-17-8", first_job_id=41871)
+    except procs.MissingBinaryError as exc:
+        pytest.fail(f"{exc}; scripts/test, run as root, installs slurmctld, slurmd, slurm-client and munge")
+    except PermissionError as exc:
+        pytest.fail(str(exc))
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 StartPrometheus = Callable[[dict[str, object]], int]

@@ -1,10 +1,15 @@
 """Helpers only the tests need: test-sized rules and a Prometheus config for
-them, and the deployment checkers (kubectl kustomize, kubernetes-validate).
+them, the deployment checkers (kubectl kustomize, kubernetes-validate), and
+what the job adapters' tests read back (retained job documents, the
+adapter's counts).
 What the benchmarks need too (free ports, brokers, Prometheus, scrapes,
 waits) is the process harness, harness/."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
 import re
 import shutil
 import subprocess
@@ -12,13 +17,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import aiomqtt
 import pytest
 import yaml
 
+from harness.procs import Broker
 from rainierd.promrules import RULES_DIR, write_overridden
+from rainierd.wire.jobs import JOBS_FILTER, JobBook
 
-__all__ = ["acl_users", "assert_valid_strictly", "compose_shard_users", "kustomize", "rainierd_prometheus_config",
-           "rules_for_tests", "statefulset_shard_configs", "tool"]
+__all__ = ["acl_users", "assert_valid_strictly", "compose_shard_users", "kustomize", "published",
+           "rainierd_prometheus_config", "retained_jobs", "rules_for_tests", "statefulset_shard_configs", "tool"]
 
 DEPLOY = Path(__file__).parents[1] / "deploy"
 
@@ -133,3 +141,31 @@ def acl_users(text: str) -> dict[str, set[str]]:
         elif words[0] == "pattern":
             current = None
     return users
+
+
+def retained_jobs(broker: Broker) -> dict[str, Any]:
+    """Return the retained job documents on the broker, by job id, as a new subscriber gets them."""
+
+    async def read() -> dict[str, bytes]:
+        got: dict[str, bytes] = {}
+        async with aiomqtt.Client("127.0.0.1", broker.port, identifier="jobs-reader") as reader:
+            await reader.subscribe(JOBS_FILTER, qos=1)
+            with contextlib.suppress(TimeoutError):  # retained messages come at once; then, quiet
+                async with asyncio.timeout(1.0):
+                    async for message in reader.messages:
+                        if message.retain:  # a live message published meanwhile is not what a new subscriber gets
+                            got[message.topic.value] = bytes(message.payload)  # type: ignore[arg-type]
+        return got
+
+    book = JobBook()  # as a monitor would read them: a broken document is refused, not returned
+    for topic, payload in asyncio.run(read()).items():
+        assert payload, f"{topic}: an empty message is never delivered as retained"
+        book.apply(topic, payload)
+    return {job_id: doc.model_dump() for job_id, doc in book.jobs.items()}
+
+
+def published(log: str) -> dict[str, int]:
+    """Return the published/removed counts of the adapter's last "jobs published" line."""
+    lines = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
+    (last,) = [line for line in lines if line["event"] == "jobs published"][-1:]
+    return {"published": last["published"], "removed": last["removed"]}

@@ -134,6 +134,16 @@ class TestStateTracker:
         self.run(tracker, [0, 0, 1, 1, 1])
         assert tracker.onset[0] == 2
 
+    @given(st.integers(0, 70), st.lists(st.tuples(st.integers(0, 69), st.integers(-2, 4)), max_size=12))
+    @settings(max_examples=200, deadline=None)
+    def test_unhealthy_are_the_non_zero_states(self, n: int, states: list[tuple[int, int]]) -> None:
+        """``unhealthy()`` (found eight states at a time) is ``np.flatnonzero(state)``, whatever the size."""
+        tracker = StateTracker.create(n, raise_after_s=[0.0, 0.0], clear_after_s=1.0)
+        for i, value in states:
+            if i < n:
+                tracker.state[i] = value
+        assert tracker.unhealthy().tolist() == np.flatnonzero(tracker.state).tolist()
+
 
 class Crafted:
     """An UltraServer whose link telemetry the test writes by hand each tick."""

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from rainierd._types import F64
+from rainierd._types import F64, Floats
 from rainierd.core.detect import FleetDetector
 from rainierd.core.detect.chips import FAILED, STALE, STRAGGLER
 from rainierd.core.throughput import Throughput
@@ -88,9 +88,10 @@ class HealthyShares:
 
 
 def group_loss(
-    effective: F64, *, s_min: F64, f_nl: F64, f_efa: F64, params: ModelParams,
+    effective: F64, *, s_min: Floats, f_nl: Floats, f_efa: Floats, params: ModelParams,
 ) -> dict[str, F64]:
-    """Return lost FLOP/s per term (compute, neuronlink, efa) of groups that still run."""
+    """Return lost FLOP/s per term (compute, neuronlink, efa) of groups that still run (the speeds and
+    fractions in the chips' float32 or in float64: the terms are priced in that precision)."""
     compute, nl, efa = step_excess(s_min, f_nl, f_efa, shares=params.shares)
     # lost = effective * (step - 1), and step - 1 = compute + nl + efa: each
     # term's share of the loss is effective times that term.

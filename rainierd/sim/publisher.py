@@ -18,6 +18,7 @@ import asyncio
 import json
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final, TextIO
@@ -175,19 +176,25 @@ class Simulator:
         log.info("simulating fleet", topology=self.topology.name, chips=self.topology.n_chips,
                  tick_s=self.tick_s, publisher=self.publisher_id)
         tick = 0
-        while self.ticks == 0 or tick < self.ticks:
-            delay = start + tick * self.tick_s - loop.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            elif -delay > self.tick_s:
-                self.ticks_late += 1
-                if self.ticks_late in (1, 10) or self.ticks_late % 100 == 0:
-                    log.warning("simulator cannot keep pace; ticks are late", tick=tick, late_s=round(-delay, 2),
-                                ticks_late=self.ticks_late)
-            self._enqueue(await asyncio.to_thread(self._produce_tick, model, tick, fault_rng), tick)
-            self._announce_jobs(model)
-            self.ticks_produced = tick + 1
-            tick += 1
+        # A worker of its own, left behind on a stop: asyncio.run joins the loop's default executor on the way
+        # out, and one tick of per-node frames at rainier takes 2.5 s there, past the 2 s a stop is given.
+        producer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sim-tick")
+        try:
+            while self.ticks == 0 or tick < self.ticks:
+                delay = start + tick * self.tick_s - loop.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                elif -delay > self.tick_s:
+                    self.ticks_late += 1
+                    if self.ticks_late in (1, 10) or self.ticks_late % 100 == 0:
+                        log.warning("simulator cannot keep pace; ticks are late", tick=tick,
+                                    late_s=round(-delay, 2), ticks_late=self.ticks_late)
+                self._enqueue(await loop.run_in_executor(producer, self._produce_tick, model, tick, fault_rng), tick)
+                self._announce_jobs(model)
+                self.ticks_produced = tick + 1
+                tick += 1
+        finally:
+            producer.shutdown(wait=False, cancel_futures=True)
         # The simulated jobs end with the simulation: no retained document outlives its publisher's run.
         self._stopping = True
         self._announce(self._announcer.removals())

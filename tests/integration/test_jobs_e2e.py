@@ -14,7 +14,6 @@ import ssl
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import aiomqtt
 import pytest
@@ -22,32 +21,12 @@ import pytest
 from harness.procs import Broker
 from harness.timing import within
 from harness.waits import poll_until
-from rainierd.wire.jobs import JOBS_FILTER, JobBook
+from rainierd.wire.jobs import JOBS_FILTER
 from tests.conftest import Daemon, SecureBroker
+from tests.helpers import published, retained_jobs
 
 DATA = Path(__file__).parents[1] / "data"
 INVENTORY = DATA / "inventory-two-sites.toml"
-
-
-def retained_jobs(broker: Broker) -> dict[str, Any]:
-    """Return the retained job documents on the broker, by job id, as a new subscriber gets them."""
-
-    async def read() -> dict[str, bytes]:
-        got: dict[str, bytes] = {}
-        async with aiomqtt.Client("127.0.0.1", broker.port, identifier="jobs-reader") as reader:
-            await reader.subscribe(JOBS_FILTER, qos=1)
-            with contextlib.suppress(TimeoutError):  # retained messages come at once; then, quiet
-                async with asyncio.timeout(1.0):
-                    async for message in reader.messages:
-                        if message.retain:  # a live message published meanwhile is not what a new subscriber gets
-                            got[message.topic.value] = bytes(message.payload)  # type: ignore[arg-type]
-        return got
-
-    book = JobBook()  # as a monitor would read them: a broken document is refused, not returned
-    for topic, payload in asyncio.run(read()).items():
-        assert payload, f"{topic}: an empty message is never delivered as retained"
-        book.apply(topic, payload)
-    return {job_id: doc.model_dump() for job_id, doc in book.jobs.items()}
 
 
 def publish_retained(broker: Broker, topic: str, payload: bytes) -> None:
@@ -69,13 +48,6 @@ def run_jobs(broker: Broker, *args: str, stdin: Path | None = None, expect: int 
     log = done.stdout.decode() + done.stderr.decode()
     assert done.returncode == expect, log
     return log
-
-
-def published(log: str) -> dict[str, int]:
-    """Return the published/removed counts of the adapter's last "jobs published" line."""
-    lines = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
-    (last,) = [line for line in lines if line["event"] == "jobs published"][-1:]
-    return {"published": last["published"], "removed": last["removed"]}
 
 
 OTHER = {"v": 1, "id": "trn-west/9", "name": "elsewhere", "owner": "carol", "scheduler": "slurm",

@@ -57,6 +57,16 @@ class StateTracker:
                    zeros(np.int32), np.full(n, -1, dtype=np.int64), zeros(np.int32), zeros(np.float32),
                    zeros(np.float32), zeros(np.float32))
 
+    def unhealthy(self) -> I64:
+        """Return the ids of the entities not healthy, ascending: ``np.flatnonzero(state)``, found eight states
+        at a time (few are unhealthy, and a scan of every state one by one costs ~2 ms a million at rainier)."""
+        state = self.state
+        if state.size % 8 or not state.flags.c_contiguous:
+            return np.flatnonzero(state)
+        words = np.flatnonzero(state.view(np.uint64))
+        ids: I64 = (words[:, None] * 8 + np.arange(8))[state.reshape(-1, 8)[words] != 0]
+        return ids
+
     def update(
         self, candidate: npt.NDArray[np.integer[Any]], reasons: npt.NDArray[np.int32], evidence: npt.NDArray[np.bool_],
         tick: int, *, seconds: Floats | float = 1.0,

@@ -152,7 +152,9 @@ class ChipDetector:
 
     def speed(self) -> F32:
         """Return each chip's estimated speed (clock x relative efficiency) for the throughput model."""
-        clock = np.nan_to_num(self.state.chips.gauges["clock_ratio"], nan=1.0)
-        straggler = self.tracker.state == STRAGGLER
-        eff = np.clip(np.nan_to_num(self.efficiency, nan=1.0), 0.05, 1.0)
-        return np.where(straggler, clock * eff, clock)
+        speed = np.nan_to_num(self.state.chips.gauges["clock_ratio"], nan=1.0)
+        # Efficiency counts for stragglers alone: priced for those few, not for every chip (the core and the
+        # per-job model call this every tick).
+        straggler = np.flatnonzero(self.tracker.state == STRAGGLER)
+        speed[straggler] *= np.clip(np.nan_to_num(self.efficiency[straggler], nan=1.0), 0.05, 1.0)
+        return speed

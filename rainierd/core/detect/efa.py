@@ -202,6 +202,12 @@ class EfaDetector:
         down = self.tracker.state[ids] == DOWN
         return np.where(down, np.float32(self.failover_fraction), kept).astype(np.float32)
 
+    def slow_paths(self, *, latency_share: float = 0.0) -> tuple[I64, F32]:
+        """Return the unhealthy ports and the fraction each keeps, its slowness priced in (every other port's
+        is 1), for reductions over other groupings than the UltraServer (a job's ports: ``core/jobmodel.py``)."""
+        bad = self.tracker.unhealthy()
+        return bad, self._fraction(bad, latency_share)
+
     def slowest_by_ultraserver(self, *, latency_share: float = 0.0) -> F32:
         """Return each UltraServer's lowest port fraction (1 where every port is healthy)."""
         topo = self.state.topology

@@ -250,6 +250,12 @@ class LinkDetector:
         down_now = (lanes == 0) | (ratio < self.params.down_below)
         return np.where(down_now, np.float32(0.5), np.clip(ratio, 0.05, 1.0)).astype(np.float32)
 
+    def slow_paths(self) -> tuple[I64, F32]:
+        """Return the unhealthy links and the path fraction each keeps (every other link's is 1), for
+        reductions over other groupings than the UltraServer (a job's links: ``core/jobmodel.py``)."""
+        bad = self.tracker.unhealthy()
+        return bad, self._fraction(bad)
+
     def slowest_by_ultraserver(self) -> F32:
         """Return each UltraServer's lowest path fraction (1 where every link is healthy).
 

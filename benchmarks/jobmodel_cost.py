@@ -1,0 +1,121 @@
+"""What the per-job model (``rainierd.core.jobmodel.job_loss``) costs a tick at
+rainier scale, beside the per-UltraServer model it complements.
+
+``python -m benchmarks.jobmodel_cost [--topology rainier] [--jobs 1000] [--repeat 30]``
+
+A synthetic state, not a simulated feed: the model's cost is a handful of
+passes over the fleet's chips and nodes plus work on the unhealthy entities
+alone, so what matters is the fleet's size, the number of jobs and of
+unhealthy entities, not the values.  The state: every chip at 0.62 of peak;
+``--jobs`` jobs of contiguous nodes (7 to 48 at rainier with 1,000 jobs: most
+straddle UltraServers, many hold part of one), about 90 % of the nodes allocated; 300 degraded
+NeuronLinks, 100 degraded EFA ports, 50 throttled chips, 20 stragglers, 5
+failed chips and 3 lost nodes.  Prints one JSON line: median and p99 ms of
+``job_loss`` and of ``lost_by_cause``, wall and this process's CPU (on a
+shared machine the CPU time is the closer to what an idle one takes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from rainierd._types import F64
+from rainierd.core.analysis import MonitorCore
+from rainierd.core.detect.chips import FAILED, STRAGGLER, THROTTLED
+from rainierd.core.jobmodel import job_loss
+from rainierd.core.jobs import NameIndex, resolve_jobs
+from rainierd.core.model import HealthyShares, lost_by_cause
+from rainierd.core.throughput import Throughput
+from rainierd.topology import build_topology
+from rainierd.wire.jobs import JobDocument
+
+_UTIL = 0.62
+_NODE_LOST = 2
+
+
+def measure(topology: str, *, n_jobs: int, repeat: int, seed: int) -> dict[str, Any]:
+    """Return the per-call cost of both models on a synthetic state of ``topology`` with ``n_jobs`` jobs."""
+    rng = np.random.default_rng(seed)
+    topo = build_topology(topology)
+    core = MonitorCore(topo)
+    det, peak = core.detector, core.peak_flops_per_chip
+    det.state.now_s = 0.0
+    effective = np.full(topo.n_chips, peak * _UTIL)
+    def by(group: npt.NDArray[np.int64], values: F64, n: int) -> F64:
+        return np.bincount(group, weights=values, minlength=n).astype(np.float64)
+
+    us = by(topo.chip_ultraserver, effective, topo.n_ultraservers)
+    us_peak = np.full(topo.n_ultraservers, peak * 64)
+    site = by(topo.ultraserver_site, us, topo.n_sites)
+    site_peak = by(topo.ultraserver_site, us_peak, topo.n_sites)
+    throughput = Throughput(0, np.ones(topo.n_chips, bool), effective, effective, us_peak, us, us,
+                            site_peak, site, site)
+
+    mean = int(0.9 * topo.n_nodes) // n_jobs  # about 90 % of the nodes in jobs
+    sizes = rng.integers(max(1, mean // 4), max(2, 2 * mean - mean // 4), n_jobs)
+    gaps = rng.multinomial(topo.n_nodes - int(sizes.sum()), np.ones(n_jobs + 1) / (n_jobs + 1))[:n_jobs]
+    starts = np.cumsum(gaps) + np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    docs = [JobDocument(v=1, id=f"job-{j:04d}", name="bench", owner="o", scheduler="static", source="bench",
+                        nodes=[f"n{n}" for n in range(int(s), int(s + k))], start_s=0.0)
+            for j, (s, k) in enumerate(zip(starts, sizes, strict=True))]
+    members = resolve_jobs(NameIndex.of(topo), docs)
+
+    links = rng.choice(topo.n_links, 300, replace=False)
+    det.links.tracker.state[links] = 1
+    det.links.now_ratio[links] = 0.6
+    ports = rng.choice(topo.n_efa, 100, replace=False)
+    det.efa.tracker.state[ports] = 1
+    det.efa.share[ports] = 0.7
+    chips = rng.choice(topo.n_chips, 75, replace=False)
+    det.state.chips.gauges["clock_ratio"][chips[:50]] = 0.85
+    det.chips.tracker.state[chips[:50]] = THROTTLED
+    det.chips.tracker.state[chips[50:70]] = STRAGGLER
+    det.chips.efficiency[chips[50:70]] = 0.9
+    det.chips.tracker.state[chips[70:]] = FAILED
+    det.cooling.nodes.state[rng.choice(topo.n_nodes, 3, replace=False)] = _NODE_LOST
+
+    shares = HealthyShares.empty(topo.n_nodes, halflife_s=60.0)
+    us_shares = HealthyShares.empty(topo.n_ultraservers, halflife_s=60.0)
+    timings: dict[str, list[float]] = {"job_loss": [], "lost_by_cause": [], "job_loss_cpu": [],
+                                       "lost_by_cause_cpu": []}
+    for tick in range(repeat + 1):
+        det.state.now_s = float(tick)
+        started, started_cpu = time.perf_counter(), time.process_time()
+        loss = job_loss(throughput, det, members, params=core.model, shares=shares)
+        middle, middle_cpu = time.perf_counter(), time.process_time()
+        lost_by_cause(throughput, det, params=core.model, shares=us_shares)
+        ended, ended_cpu = time.perf_counter(), time.process_time()
+        if tick:  # the first call pays first-touch page faults
+            timings["job_loss"].append(middle - started)
+            timings["lost_by_cause"].append(ended - middle)
+            timings["job_loss_cpu"].append(middle_cpu - started_cpu)
+            timings["lost_by_cause_cpu"].append(ended_cpu - middle_cpu)
+    return {
+        "topology": topology, "chips": topo.n_chips, "nodes": topo.n_nodes, "links": topo.n_links,
+        "jobs": members.n_jobs, "allocated_nodes": int((members.node_job >= 0).sum()),
+        "stalled_jobs": int(loss.stalled.sum()), "jobs_losing": int((loss.lost_total > 0).sum()),
+        "ms": {name: {"median": 1e3 * statistics.median(v), "p99": 1e3 * float(np.percentile(v, 99))}
+               for name, v in timings.items()},
+    }
+
+
+def main() -> None:
+    """Measure and print one JSON line."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--topology", default="rainier")
+    parser.add_argument("--jobs", type=int, default=1000)
+    parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    print(json.dumps(measure(args.topology, n_jobs=args.jobs, repeat=args.repeat, seed=args.seed)))
+
+
+if __name__ == "__main__":
+    main()
