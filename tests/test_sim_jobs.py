@@ -9,6 +9,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import aiomqtt
 import numpy as np
 import pytest
 from hypothesis import given
@@ -325,7 +326,25 @@ class Recorder:
         self.messages.append((topic, payload, qos, retain))
 
 
+class Failing:
+    """A client whose every publish fails: the broker went away."""
+
+    async def publish(self, topic: str, payload: bytes, *, qos: int, retain: bool) -> None:
+        raise aiomqtt.MqttError("the broker went away")
+
+
 class TestPublishedJobs:
+    async def test_a_job_document_whose_publish_failed_is_announced_again(self) -> None:
+        """The broker lost under a job's document: publish_jobs raises (the supervisor reconnects) and the job is
+        announced again the next tick."""
+        sim = Simulator(build_topology("demo"), publisher_id="sim", seed=0, tick_s=1.0, ticks=1, encoding="binary",
+                        qos=0)
+        sim._announce(sim._announcer.changes([("t/a", (0,), 0.0)]))
+        with pytest.raises(aiomqtt.MqttError):
+            await sim.publish_jobs(Failing())  # type: ignore[arg-type]
+        assert [topic for topic, _ in sim._announcer.changes([("t/a", (0,), 0.0)])] == ["rainier/v1/jobs/t/a"]
+
+
     async def test_published_documents_decode_and_match_the_truth_s_membership(self, tmp_path: Path) -> None:
         """The simulate role's retained job documents decode (a JobBook refuses none) and name exactly the
         UltraServers the truth gives each job; every job ends with an empty retained message, none is left once
