@@ -18,7 +18,7 @@ import gc
 import secrets
 import sys
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Final, Literal
 
 import numpy as np
@@ -39,8 +39,11 @@ from rainierd.mqtt import MAX_PACKET_OVERHEAD, mqtt_config, supervise
 from rainierd.probes import Verdict
 from rainierd.settings import Settings
 from rainierd.sim import FleetParams, Simulator
+from rainierd.sim.faults import Fault
 from rainierd.sim.profile import PROFILES
 from rainierd.sim.scenarios import load_scenario
+from rainierd.sim.workload import JobSpec, load_jobs
+from rainierd.topology import Topology
 
 __all__ = ["Role", "run_role"]
 
@@ -93,6 +96,15 @@ async def run_role(role: Role, settings: Settings) -> None:
     await _run_role(role, settings, asyncio.Event())
 
 
+def _scenario(settings: Settings, topology: Topology) -> tuple[list[Fault], list[JobSpec] | None]:
+    """Return the scenario file's faults and its fixed jobs (None: it lists none); raise ConfigError if it is bad."""
+    if settings.scenario is None:
+        return [], None
+    rng = np.random.default_rng(settings.seed)
+    faults = load_scenario(settings.scenario, topology, tick_s=settings.tick_s, rng=rng)
+    return faults, load_jobs(settings.scenario, topology, tick_s=settings.tick_s) or None
+
+
 async def _run_role(role: Role, settings: Settings, stop: asyncio.Event) -> None:
     topology = load_topology(settings.topology, efa_ports_per_node=settings.efa_ports_per_node)
     nonce = secrets.token_hex(4)
@@ -113,20 +125,18 @@ async def _run_role(role: Role, settings: Settings, stop: asyncio.Event) -> None
         # First every part and every listening socket; the tasks only once all are bound, so a port in use
         # fails the start before any coroutine exists.
         coroutines: dict[str, Callable[[], Coroutine[Any, Any, None]]] = {}
+        drain: Callable[[], Awaitable[None]] | None = None
         if role in ("run", "simulate"):
             sim_mqtt = mqtt_config(settings, client_id=f"rainierd-sim-{nonce}", url=url,
                                    suffix="sim" if role == "run" else None, protocol=protocol)
-            faults = []
-            if settings.scenario is not None:
-                faults = load_scenario(settings.scenario, topology, tick_s=settings.tick_s,
-                                       rng=np.random.default_rng(settings.seed))
+            faults, jobs = _scenario(settings, topology)
             sim = Simulator(
                 topology, publisher_id=sim_mqtt.client_id, seed=settings.seed, tick_s=settings.tick_s,
                 ticks=settings.ticks, encoding=settings.encoding, qos=settings.mqtt_qos, faults=faults,
                 batch_nodes=settings.batch_nodes,
                 fault_acceleration=settings.fault_acceleration, truth_file=settings.truth_file,
-                params=FleetParams(noise=settings.noise, time_scale=settings.time_scale),
-                profile=PROFILES[settings.profile],
+                params=FleetParams(noise=settings.noise, time_scale=settings.time_scale, jobs=settings.sim_jobs),
+                profile=PROFILES[settings.profile], jobs=jobs,
             )
             sim_connection = ConnectionState()
             if role == "simulate" and "metrics_addr" in settings.model_fields_set:
@@ -135,7 +145,8 @@ async def _run_role(role: Role, settings: Settings, stop: asyncio.Event) -> None
                     _NO_METRICS, generation=lambda: 0, healthy=probes.healthy, ready=probes.ready,
                 ))
             coroutines["sim-ticks"] = lambda: sim.produce(stop)
-            coroutines["sim-mqtt-publish"] = lambda: supervise(sim_mqtt, sim.publish, state=sim_connection)
+            coroutines["sim-mqtt-publish"] = lambda: supervise(sim_mqtt, sim.session, state=sim_connection)
+            drain = sim.drain  # its simulated jobs' retained documents go with it
         if role in ("run", "monitor"):
             mon_mqtt = mqtt_config(settings, client_id=f"rainierd-monitor-{nonce}", url=url,
                                    suffix="monitor" if role == "run" else None, protocol=protocol,
@@ -166,7 +177,6 @@ async def _run_role(role: Role, settings: Settings, stop: asyncio.Event) -> None
             coroutines["monitor-analyse"] = lambda: monitor.analyse(after=server.refresh)
             coroutines["monitor-listening-clock"] = monitor.clock.keep
             coroutines["loop-lag"] = loop_lag.run
-        drain = None
         if role == "aggregate":
             agg_mqtt = mqtt_config(settings, client_id=f"rainierd-aggregate-{nonce}", url=url,
                                    max_packet_bytes=settings.max_frame_bytes + MAX_PACKET_OVERHEAD)

@@ -153,6 +153,9 @@ class Settings(BaseSettings):
         1.0, gt=0.0, le=1e6, description="simulated seconds per tick second (diurnal cycle)")
     profile: Annotated[Literal["ideal", "realistic"], Use("simulator")] = Field(
         "ideal", description="simulator telemetry profile: ideal, or realistic (docs/simulator-profiles.md)")
+    sim_jobs: Annotated[Literal["none", "mix"], Use("simulator")] = Field(
+        "none", description="simulator: the fleet runs jobs: none (fixed groups), or mix (a seed-driven job mix; "
+        "a scenario's [[job]] entries run either way; docs/scenarios.md, Jobs)")
     truth_file: Annotated[Path | None, Use("simulator")] = Field(
         None, description="simulator: write ground truth here, JSON lines (unset: nowhere)")
     metrics_addr: Annotated[str, Use("http")] = Field(

@@ -23,7 +23,7 @@ MQTT = ["mqtt_url", "mqtt_username", "mqtt_ca_file", "mqtt_cert_file", "mqtt_key
         "mqtt_qos", "mqtt_protocol", "mqtt_keepalive_s"]
 FLEET = ["topology", "efa_ports_per_node"]
 SIMULATOR = ["ticks", "seed", "encoding", "batch_nodes", "scenario", "fault_acceleration", "noise", "time_scale",
-             "profile", "truth_file"]
+             "profile", "sim_jobs", "truth_file"]
 MONITOR = ["stale_after_ticks", "max_frame_bytes", "max_clock_skew_s", "reconnect_grace_s", "state_file",
            "max_seq_jump", "max_backlog_bytes", "share_frames_per_tick", "share_bytes_per_tick", "max_share_topics",
            "max_entity_series", "shard", "feed_lost_share", "feed_hold_s", "telemetry_input"]
@@ -69,6 +69,7 @@ VALUES: dict[str, tuple[str, Any]] = {
     "noise": ("0.5", 0.5),
     "time_scale": ("60", 60.0),
     "profile": ("realistic", "realistic"),
+    "sim_jobs": ("mix", "mix"),
     "truth_file": ("truth.jsonl", Path("truth.jsonl")),
     "metrics_addr": ("0.0.0.0:9999", "0.0.0.0:9999"),
     "web_config_file": ("web.yml", Path("web.yml")),

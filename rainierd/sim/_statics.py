@@ -27,15 +27,18 @@ F64 = npt.NDArray[np.float64]
 _STATIC_SPAWN_KEY: Final = 0x57A71C
 
 
-def static_rng(rng: np.random.Generator) -> np.random.Generator:
-    """Return a generator for static draws, derived from ``rng``'s seed without drawing from ``rng``."""
+def static_rng(rng: np.random.Generator, key: int = _STATIC_SPAWN_KEY) -> np.random.Generator:
+    """Return a generator for static draws, derived from ``rng``'s seed without drawing from ``rng``.
+
+    ``key`` names the stream: another key (the job mix's) gives another generator of the same seed.
+    """
     seq = rng.bit_generator.seed_seq
     if isinstance(seq, np.random.SeedSequence):
         return np.random.default_rng(
-            np.random.SeedSequence(seq.entropy, spawn_key=(*seq.spawn_key, _STATIC_SPAWN_KEY)),
+            np.random.SeedSequence(seq.entropy, spawn_key=(*seq.spawn_key, key)),
         )
     # A generator built from bare state has no seed sequence: seed from a copy's next value.
-    return np.random.default_rng([int(copy.deepcopy(rng.bit_generator).random_raw()), _STATIC_SPAWN_KEY])
+    return np.random.default_rng([int(copy.deepcopy(rng.bit_generator).random_raw()), key])
 
 
 @dataclass(frozen=True, eq=False)

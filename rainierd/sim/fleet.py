@@ -29,11 +29,13 @@ from rainierd.hardware import TRN2, Trainium2
 from rainierd.sim._statics import Statics, static_rng
 from rainierd.sim.climate import Climate
 from rainierd.sim.faults import Effects, Fault, FaultKind, effects
+from rainierd.sim.job_training import JobTraining
 from rainierd.sim.noise import Noise
 from rainierd.sim.params import FleetParams
 from rainierd.sim.profile import PROFILES, Profile
 from rainierd.sim.sample import TickSample, TickTruth
 from rainierd.sim.training import EFA_PACKET_BYTES, Pace, Training
+from rainierd.sim.workload import JobSchedule, JobSpec
 from rainierd.topology import LINK_KIND_RING, Topology
 from rainierd.wire.records import (
     CHIP_DTYPE,
@@ -44,6 +46,8 @@ from rainierd.wire.records import (
 )
 
 __all__ = ["FleetModel", "FleetParams", "TickSample", "TickTruth"]
+
+_JOBS_SPAWN_KEY = 0x10B5  # the job mix's generator: another stream of the model's seed (sim/_statics.py)
 
 
 class FleetModel:
@@ -60,6 +64,7 @@ class FleetModel:
         faults: list[Fault] | None = None,
         hardware: Trainium2 = TRN2,
         profile: Profile = PROFILES["ideal"],
+        jobs: list[JobSpec] | None = None,
     ) -> None:
         self.topology = topology
         self.profile = profile
@@ -72,11 +77,21 @@ class FleetModel:
         topo, p = topology, self.params
 
         # Drawn in this order from the generator: a seed's stream (the groups' phases first, then the air).
-        self.training = Training(topology, self.params, rng, hardware=hardware)
+        # With jobs (a fixed list, or the mix), groups come and go: the mix draws from its own derived stream, and
+        # the static per-chip speeds are relative to the chip's UltraServer.
+        self.training: Training
+        if jobs is not None or p.jobs == "mix":
+            schedule = JobSchedule(topology, tick_s, static_rng(rng, _JOBS_SPAWN_KEY),
+                                   mix=p.job_mix if jobs is None else None, jobs=list(jobs or []))
+            self.training = JobTraining(topology, p, schedule, hardware=hardware, start_s=start_s, tick_s=tick_s)
+            static_groups = topo.chip_ultraserver
+        else:
+            self.training = Training(topology, self.params, rng, hardware=hardware)
+            static_groups = self.training.chip_group
         self.climate = Climate(topology, self.params, rng)
         ring = topo.link_kind == LINK_KIND_RING
         self._static = Statics.draw(profile, topo, static_rng(rng), base_retrans_per_s=p.efa_retrans_pkts_per_s,
-                                    tick_s=tick_s, chip_group=self.training.chip_group)
+                                    tick_s=tick_s, chip_group=static_groups)
         self.noise = Noise(topology, rng, tick_s=tick_s, params=p, profile=profile,
                            node_phase_s=self._static.node_phase_s)
         # Per-entity bases, static multipliers folded in once (exactly 1 for the ideal profile).
@@ -153,16 +168,19 @@ class FleetModel:
         )
         efa_stretch = self.training.efa_stretch(e, retrans_per_s=self._static.efa_retrans_per_s,
                                                 port_bytes_s=self._efa_port_bytes_s)
+        self.training.advance(tick)
         group = self.training.pace(e, thermal_clock, efa_stretch)
         flops, power, util_true = self._step_chips(tick, e, group, inlet_node, thermal_clock)
-        self._step_links(e, group.pace)
-        self._step_efa(e, group.pace)
+        self._step_links(e, group.pace, group.traffic)
+        self._step_efa(e, group.pace, group.traffic)
         node_power = self._step_cooling(e, inlet_node, power)
         self._step_facility(sim_s, node_power)
 
         chip_silent = (e.chip_failed & ~e.chip_fail_onset) | e.node_silent[topo.chip_node]
         lost_flops = self.training.lost_by_cause(e, group)
         active = tuple(f for f in self.faults if f.active(tick))
+        jobs, unallocated, idle_chips = (self.training.job_truth(flops) if isinstance(self.training, JobTraining)
+                                         else ((), None, 0))
         truth = TickTruth(
             tick=tick, t_s=self.t_of(tick), chips=topo.n_chips,
             # Only chips that exist count: an inventory may leave nodes of an UltraServer out.
@@ -172,6 +190,8 @@ class FleetModel:
             lost_flops=lost_flops,
             active_faults=active,
             fault_lost_flops=self.training.fault_losses(active),
+            jobs=jobs, unallocated=unallocated, unallocated_chips=idle_chips,
+            unallocated_peak_flops=idle_chips * self.hw.fp8_dense_flops,
         )
         return TickSample(
             tick, truth.t_s, self.chips, self.links, self.efa, self.cooling, self.facility, truth,
@@ -215,12 +235,14 @@ class FleetModel:
         c["ecc_uncorrected_total"] += e.chip_fail_onset.astype(np.uint64)
         return flops, power, util_true
 
-    def _step_links(self, e: Effects, pace: F64) -> None:
+    def _step_links(self, e: Effects, pace: F64, traffic: F64 | None = None) -> None:
         """NeuronLinks: bandwidth near nominal with jitter and contention dips; errors at a trickle.
 
         Ideal: the bandwidth is the in-collective rate.  A profile with
         ``link_bw_utilised`` reports the interval's average instead: the
         collective rate times the group's communication share and pace.
+        With jobs, ``traffic`` (per group) scales both by the job's phase:
+        silent in a checkpoint, a restart or idle, lighter in evaluation.
         """
         topo, p, rng, noise = self.topology, self.params, self.rng, self.noise
         n = topo.n_links
@@ -233,6 +255,8 @@ class FleetModel:
         np.maximum(bw, 0.0, out=bw)
         links = self.links
         link_pace = pace[self.training.link_group]
+        if traffic is not None:  # the gauge and the bytes both follow it (the bytes are the gauge's)
+            bw *= traffic[self.training.link_group]
         if self.profile.link_bw_utilised:
             bw *= p.comm_share * link_pace
             links["tx_bytes_total"] += noise.per_entity_s(bw, topo.links_per_node).astype(np.uint64)
@@ -256,11 +280,13 @@ class FleetModel:
         latency[e.link_lanes == 0] = 0.0
         links["latency_us"] = latency
 
-    def _step_efa(self, e: Effects, pace: F64) -> None:
-        """EFA ports: traffic at the group's pace; retransmits at a trickle, with bursts."""
+    def _step_efa(self, e: Effects, pace: F64, traffic: F64 | None = None) -> None:
+        """EFA ports: traffic at the group's pace (and, with jobs, its phase's share); retransmits at a trickle."""
         topo, p, rng, static, noise = self.topology, self.params, self.rng, self._static, self.noise
         n, per_node = topo.n_efa, topo.efa_ports_per_node
         port_pace = pace[self.training.efa_group]
+        if traffic is not None:
+            port_pace = port_pace * traffic[self.training.efa_group]
         rate = (1.0 + noise.jitter(n, 0.02 * p.noise)) * (self._efa_port_bytes_s * port_pace * e.efa_frac)
         rate = np.where(e.efa_down, 0.0, np.maximum(rate, 0.0))
         moved = noise.per_entity_s(rate, per_node).astype(np.uint64)

@@ -8,9 +8,11 @@ too, so the world and the observer price a healthy step alike.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Literal
 
 from rainierd.pace import SHARES, StepShares
+from rainierd.sim.workload import JobMix
 
 __all__ = ["FleetParams"]
 
@@ -52,6 +54,10 @@ class FleetParams:
     # AWS: 0.15 L/kWh site-wide WUE; while assist runs it evaporates more.
     evaporative_l_per_kwh: float = 1.8
     time_scale: float = 1.0  # simulated seconds per tick second (demos, diurnal tests)
+    # "mix": the fleet runs a seed-driven mix of jobs (sim/workload.py) instead of fixed groups; "none" (default): the
+    # fixed groups of group_ultraservers, every value as before.
+    jobs: Literal["none", "mix"] = "none"
+    job_mix: JobMix = field(default_factory=JobMix)
 
     @property
     def comm_share(self) -> float:

@@ -44,6 +44,7 @@ from rainierd.sim.params import FleetParams
 from rainierd.sim.profile import PROFILES, Profile
 from rainierd.sim.sample import TickTruth
 from rainierd.sim.scenarios import random_faults
+from rainierd.sim.workload import JobAnnouncer, JobSpec, jobs_truth_document
 from rainierd.topology import Topology
 from rainierd.wire import encode_binary, encode_json
 from rainierd.wire.records import RECORD_DTYPES, Frame, NodeBatch
@@ -104,7 +105,7 @@ def truth_document(truth: TickTruth, publisher: str) -> dict[str, Any]:
             f.as_dict() | {"lost_flops": lost}
             for f, lost in zip(truth.active_faults, truth.fault_lost_flops, strict=True)
         ],
-    }
+    } | jobs_truth_document(truth)
 
 
 def truth_payload(truth: TickTruth, publisher: str) -> bytes:
@@ -131,6 +132,7 @@ class Simulator:
         params: FleetParams | None = None,
         profile: Profile = PROFILES["ideal"],
         truth_file: Path | None = None,
+        jobs: list[JobSpec] | None = None,
     ) -> None:
         self.topology = topology
         self.publisher_id = publisher_id
@@ -144,6 +146,12 @@ class Simulator:
         self._profile = profile
         self._truth_file = truth_file
         self._truth_out: TextIO | None = None
+        self._jobs = jobs
+        self._announcer = JobAnnouncer(source=publisher_id)
+        # Job documents and their removals: state, not samples, so never dropped, and published apart from the
+        # telemetry (``publish_jobs``).
+        self._jobs_out: asyncio.Queue[tuple[str, bytes]] = asyncio.Queue()
+        self._stopping = False  # set by drain: no job is announced any more
         # Batches hold one topic bucket's nodes of a site each (sim/frames.py), so a tick is more of them
         # than the site's nodes over the batch size.
         self._packer = (NodeFramePacker(topology, publisher=publisher_id)
@@ -212,7 +220,7 @@ class Simulator:
         seeds = np.random.SeedSequence(self._seed).spawn(2)
         model = FleetModel(
             self.topology, np.random.default_rng(seeds[0]), tick_s=self.tick_s, start_s=time.time(),
-            params=self._params, faults=self._faults, profile=self._profile,
+            params=self._params, faults=self._faults, profile=self._profile, jobs=self._jobs,
         )
         fault_rng = np.random.default_rng(seeds[1])
         if self._truth_file is not None:
@@ -225,12 +233,17 @@ class Simulator:
         try:
             async for tick in self.schedule.ticks(count=self.ticks):
                 self._enqueue(await loop.run_in_executor(producer, self._produce_tick, model, tick, fault_rng), tick)
+                self._announce_jobs(model)
                 self.ticks_produced = tick + 1
         finally:
             producer.shutdown(wait=False, cancel_futures=True)
+        # The simulated jobs end with the simulation: no retained document outlives its publisher's run.
+        self._stopping = True
+        self._announce(self._announcer.removals())
         try:
             async with asyncio.timeout(max(5.0, 2 * self.tick_s)):
                 await self.outbox.join()
+                await self._jobs_out.join()
         except TimeoutError:
             log.warning("simulator stopped with frames unpublished", pending=self.outbox.qsize())
         log.info("simulation finished", ticks=self.ticks_produced, messages_published=self.published,
@@ -238,6 +251,55 @@ class Simulator:
         if self._truth_out is not None:
             self._truth_out.close()
         done.set()
+
+    def _announce_jobs(self, model: FleetModel) -> None:
+        """Queue the documents of the jobs that started this tick and the removals of those that ended."""
+        if not self._stopping:
+            self._announce(self._announcer.changes(model.training.running_jobs()))
+
+    def _announce(self, changes: list[tuple[str, bytes]]) -> None:
+        for topic, payload in changes:
+            log.info("simulated job published" if payload else "simulated job ended", topic=topic)
+            self._jobs_out.put_nowait((topic, payload))
+
+    async def drain(self) -> None:
+        """On a stop (a signal): remove the simulated jobs' retained documents, waiting at most 1 s for the broker.
+
+        The ticks still run meanwhile, but announce no job.
+        """
+        self._stopping = True
+        removals = self._announcer.removals()
+        if not removals:
+            return
+        self._announce(removals)
+        try:
+            async with asyncio.timeout(1.0):
+                await self._jobs_out.join()
+        except TimeoutError:
+            log.warning("simulator stopped before its jobs' removal was published", jobs=len(removals))
+
+    async def session(self, client: aiomqtt.Client) -> None:
+        """Publish the telemetry outbox and the job documents on a connected client until cancelled."""
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(self.publish(client), name="sim-publish-telemetry")
+            tg.create_task(self.publish_jobs(client), name="sim-publish-jobs")
+
+    async def publish_jobs(self, client: aiomqtt.Client) -> None:
+        """Publish the job documents and removals, retained at QoS 1, in order, until cancelled.
+
+        One that the broker's loss failed is announced again the next tick (its
+        document if the job still runs, else its removal).
+        """
+        while True:
+            topic, payload = await self._jobs_out.get()
+            published = False
+            try:
+                await client.publish(topic, payload, qos=1, retain=True)
+                published = True
+            finally:
+                if not published:
+                    self._announcer.undelivered.append(topic)
+                self._jobs_out.task_done()
 
     async def publish(self, client: aiomqtt.Client) -> None:
         """Publish the outbox on a connected client until cancelled."""

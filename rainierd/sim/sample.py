@@ -13,7 +13,27 @@ import numpy.typing as npt
 from rainierd._types import F64, U64, B
 from rainierd.sim.faults import Fault
 
-__all__ = ["TickSample", "TickTruth"]
+__all__ = ["JobTruth", "TickSample", "TickTruth"]
+
+
+@dataclass(frozen=True, eq=False)
+class JobTruth:
+    """What the simulator knows to be true of one job for one tick (only when the fleet runs jobs)."""
+
+    id: str
+    ultraservers: tuple[int, ...]
+    start_s: float
+    phase: str  # running, checkpoint, eval or restarting (sim/workload.py)
+    chips: int  # present chips the job holds
+    peak_flops: float
+    effective_flops: float
+    lost_flops: dict[str, float]  # by fault cause; a checkpoint or a restart is a phase, charged to none
+    stall_s: float  # seconds since it started spent in checkpoints and restarts, this tick included
+
+    @property
+    def goodput(self) -> float:
+        """Return the job's effective over its chips' peak FP8 FLOP/s."""
+        return self.effective_flops / self.peak_flops if self.peak_flops else 0.0
 
 
 @dataclass(frozen=True, eq=False)
@@ -29,6 +49,10 @@ class TickTruth:
     lost_flops: dict[str, float] = field(default_factory=dict)  # by cause, fleet-wide
     active_faults: tuple[Fault, ...] = ()
     fault_lost_flops: tuple[float, ...] = ()  # per active fault: its synchronous group's loss
+    jobs: tuple[JobTruth, ...] = ()  # per active job, when the fleet runs jobs
+    unallocated: tuple[int, ...] | None = None  # UltraServers no job holds (idle, not lost); None: no jobs
+    unallocated_chips: int = 0  # their present chips
+    unallocated_peak_flops: float = 0.0  # and those chips' peak: capacity unallocated, not lost
 
 
 @dataclass(frozen=True, eq=False)

@@ -40,6 +40,7 @@ class Pace:
     dead: B  # a member failed or fell silent: the group stalls
     pace: F64  # steps per healthy step's time (0 while stalled)
     step: F64  # the step's time relative to a healthy one
+    traffic: F64 | None = None  # per group: collective traffic relative to training's (jobs only: phases)
 
 
 class Training:
@@ -57,6 +58,13 @@ class Training:
         self.efa_group = (topo.efa_node // (topo.nodes_per_ultraserver * p.group_ultraservers)).astype(np.int32)
         self._phase = rng.uniform(0.0, 1.0, self.n_groups)  # where in its step cycle each group starts
         self._lost = np.zeros(self.n_groups)  # each group's true lost FLOP/s, as of the last tick
+
+    def advance(self, tick: int) -> None:
+        """Move to ``tick``: the fixed groups never change (``JobTraining`` moves its jobs)."""
+
+    def running_jobs(self) -> tuple[tuple[str, tuple[int, ...], float], ...]:
+        """Return the jobs running now as (id, UltraServers, start in Unix seconds): none for fixed groups."""
+        return ()
 
     def busy_share(self, elapsed_s: float) -> F64:
         """Return each group's healthy busy share ``elapsed_s`` into the run: the mean, swinging over its step."""
