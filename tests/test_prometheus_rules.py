@@ -53,8 +53,9 @@ def test_every_alert_has_a_unit_test() -> None:
 
 def test_every_alert_has_severity_summary_description_and_runbook() -> None:
     """No alert ships without a severity, a summary, a description and a runbook link."""
-    text = (ROOT / "deploy" / "prometheus" / "rules" / "rainierd-alerts.yml").read_text()
+    text = "".join(p.read_text() for p in RULES)
     blocks = text.split("- alert: ")[1:]
+    assert len(blocks) >= 3
     for block in blocks:
         for key in ("severity:", "summary:", "description:", "runbook_url:"):
             assert key in block, (block.split()[0], key)
