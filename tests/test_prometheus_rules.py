@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 
 from rainierd.errors import ConfigError
-from rainierd.promrules import RULES_DIR, RUNBOOK_BASE, rebase_runbooks, write_overridden
+from rainierd.promrules import (
+    RULES_DIR,
+    RUNBOOK_BASE,
+    rebase_runbooks,
+    set_job_goodput_objective,
+    write_overridden,
+)
 
 ROOT = Path(__file__).parents[1]
 RULES = sorted((ROOT / "deploy" / "prometheus" / "rules").glob("*.yml"))
@@ -97,6 +103,36 @@ def test_runbook_base_must_be_an_absolute_http_url(base: str) -> None:
     """A relative, non-http or fragment-carrying base is refused before anything is written."""
     with pytest.raises(ConfigError, match="--runbook-base"):
         rebase_runbooks("runbook_url: x\n", base)
+
+
+@pytest.mark.prometheus
+def test_job_goodput_objective_moves_the_constant_and_nothing_else(tmp_path: Path) -> None:
+    """`--job-goodput-objective 0.995` rewrites the one objective rule's value and leaves every other line."""
+    written = write_overridden(RULES_DIR, tmp_path, None, job_goodput_objective=0.995)
+    changed = [
+        (a, b)
+        for source, copy in zip(sorted(RULES_DIR.glob("*.yml")), written, strict=True)
+        for a, b in zip(source.read_text().splitlines(), copy.read_text().splitlines(), strict=True)
+        if a != b
+    ]
+    assert changed == [("        expr: vector(0.99)", "        expr: vector(0.995)")]
+    result = run("check", "rules", *map(str, written))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("objective", [0.0, 1.0, 1.5, -0.01])
+def test_job_goodput_objective_must_lie_strictly_between_0_and_1(objective: float) -> None:
+    """An objective of 0, 1 or outside them is refused: 1 leaves no budget and the burn rates would divide by 0."""
+    with pytest.raises(ConfigError, match="--job-goodput-objective"):
+        set_job_goodput_objective("", objective)
+
+
+def test_job_goodput_objective_needs_the_objective_rule(tmp_path: Path) -> None:
+    """Rule files without the objective's rule refuse an objective rather than silently keep their own."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "r.yml").write_text("groups: []\n")
+    with pytest.raises(ConfigError, match="found 0"):
+        write_overridden(tmp_path / "src", tmp_path / "out", None, job_goodput_objective=0.9)
 
 
 @pytest.mark.integration  # runs `python -m rainierd rules`
