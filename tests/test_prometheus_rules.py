@@ -3,6 +3,7 @@ unit tests pass, and every runbook link lands on a section of docs/runbooks.md."
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -117,6 +118,49 @@ def test_job_goodput_objective_moves_the_constant_and_nothing_else(tmp_path: Pat
     ]
     assert changed == [("        expr: vector(0.99)", "        expr: vector(0.995)")]
     result = run("check", "rules", *map(str, written))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.prometheus
+@pytest.mark.parametrize(("objective", "firing"), [
+    (None, ["RainierJobGoodputBudgetBurnFast", "RainierJobGoodputBudgetBurnSlow"]),
+    (0.95, []),
+])
+def test_job_goodput_objective_reaches_the_burn_rate_alerts(
+    tmp_path: Path, objective: float | None, firing: list[str],
+) -> None:
+    """A job losing 20 % of its FP8 burns a 0.99 objective's budget 20 times (both alerts fire) and a 0.95
+    objective's 4 times (neither): the objective written by the option is the one the alerts divide by."""
+    rules = write_overridden(RULES_DIR, tmp_path / "rules", "0s", job_goodput_objective=objective)
+    job = 'training_job="a/1",instance="m1:9780",job="rainierd"'
+    alerts = ["RainierJobGoodputBudgetBurnFast", "RainierJobGoodputBudgetBurnSlow"]
+    test = {
+        "rule_files": [str(p) for p in rules if p.name == "rainierd-jobs.yml"],
+        "evaluation_interval": "15s",
+        "tests": [{
+            "interval": "15s",
+            "input_series": [
+                {"series": f"rainier_job_fp8_effective_flops{{{job}}}", "values": "80x40"},
+                {"series": f'rainier_job_fp8_lost_flops{{{job},cause="straggler"}}', "values": "20x40"},
+            ],
+            "alert_rule_test": [
+                {"eval_time": "5m", "alertname": name,
+                 "exp_alerts": [{"exp_labels": {"severity": severity, "training_job": "a/1"}, "exp_annotations": {
+                     "summary": f"Training job a/1 lost 20% of its FP8 over {window}, most to straggler",
+                     "description": f"Training job a/1 (no job document) burns its goodput error budget at {rate} "
+                                    f"times or more over both {words}: at this rate a 30-day budget is gone in {days} "
+                                    "days. Its costliest culprit now: none named.",
+                     "runbook_url": f"{RUNBOOK_BASE}#training-job-goodput-budget-burn"}}]
+                 if name in firing else []}
+                for name, severity, window, rate, words, days in [
+                    (alerts[0], "critical", "1h", "14.4", "the last hour and the last 5 minutes", 2),
+                    (alerts[1], "warning", "6h", "6", "the last 6 hours and the last 30 minutes", 5),
+                ]
+            ],
+        }],
+    }
+    (tmp_path / "test.yml").write_text(json.dumps(test))
+    result = run("test", "rules", str(tmp_path / "test.yml"))
     assert result.returncode == 0, result.stdout + result.stderr
 
 
