@@ -29,6 +29,9 @@ RATE = "$__rate_interval"
 DRILL = "/d/rainierd-ultraserver/rainierd-ultraserver?var-datasource=${datasource}&var-site=${__data.fields.site}" \
         "&var-ultraserver=${__data.fields.ultraserver}&${__url_time_range}"
 
+JOB_DRILL = "/d/rainierd-jobs/rainierd-jobs?var-datasource=${datasource}" \
+            "&var-training_job=${__data.fields.training_job}&${__url_time_range}"
+
 Panel = dict[str, Any]
 
 _COLOURS = ["green", "yellow", "orange", "purple", "red"]
@@ -156,15 +159,18 @@ def query_var(name: str, label: str, query: str, *, multi: bool, include_all: bo
             "hide": 0, "regex": ""}
 
 
-def dashboard_annotations(*, health_events: bool = True) -> dict[str, Any]:
-    """Firing alerts (from ``ALERTS``) and health events (a rise of ``rainier_health_events_total``)."""
+def dashboard_annotations(*, health_events: bool = True,
+                          alert_labels: tuple[str, ...] = ("site", "ultraserver")) -> dict[str, Any]:
+    """Firing alerts (from ``ALERTS``, tagged and described by ``alert_labels``) and health events (a rise of
+    ``rainier_health_events_total``)."""
     shown = {"Annotations & Alerts", "Firing alerts"} | ({"Health events"} if health_events else set())
     return {"list": [a for a in [
         {"builtIn": 1, "datasource": {"type": "grafana", "uid": "-- Grafana --"}, "enable": True, "hide": True,
          "iconColor": "rgba(0, 211, 255, 1)", "name": "Annotations & Alerts", "type": "dashboard"},
         {"name": "Firing alerts", "datasource": DS, "enable": True, "iconColor": "red",
          "expr": 'ALERTS{alertstate="firing"}', "step": "30s", "titleFormat": "{{alertname}}",
-         "tagKeys": "severity,site,ultraserver", "textFormat": "{{alertname}} {{site}} {{ultraserver}}",
+         "tagKeys": ",".join(("severity", *alert_labels)),
+         "textFormat": " ".join(("{{alertname}}", *(f"{{{{{label}}}}}" for label in alert_labels))),
          "useValueForTime": False},
         {"name": "Health events", "datasource": DS, "enable": True, "iconColor": "orange",
          "expr": f'sum by (entity, state) (increase(rainier_health_events_total[{RATE}])) > 0',
@@ -174,12 +180,13 @@ def dashboard_annotations(*, health_events: bool = True) -> dict[str, Any]:
 
 
 def dashboard(uid: str, title: str, panels: list[Panel], variables: list[Panel], description: str, *,
-              health_events: bool = True) -> Panel:
+              health_events: bool = True, alert_labels: tuple[str, ...] = ("site", "ultraserver")) -> Panel:
     return {
         "uid": uid, "title": title, "description": description, "tags": ["rainierd", "trainium2"],
         "timezone": "utc", "schemaVersion": 39, "version": 1, "editable": True, "graphTooltip": 1,
         "refresh": "30s", "time": {"from": "now-1h", "to": "now"},
-        "templating": {"list": variables}, "annotations": dashboard_annotations(health_events=health_events),
+        "templating": {"list": variables},
+        "annotations": dashboard_annotations(health_events=health_events, alert_labels=alert_labels),
         "panels": panels,
         "links": [{"title": "rainierd dashboards", "type": "dashboards", "tags": ["rainierd"], "asDropdown": True,
                    "includeVars": False, "keepTime": True}],
@@ -516,8 +523,100 @@ def aggregate() -> Panel:
                      health_events=False)  # health events are the monitors' judgements, not the tier's
 
 
+def jobs() -> Panel:
+    """Training jobs (docs/jobs.md, "Operating jobs"): the fleet's jobs by goodput and budget burn, what each
+    loses by cause and to which culprits, the stalled ones, idle capacity, and the job documents refused.
+    The job's label is ``training_job`` (Prometheus owns ``job``)."""
+    sel = 'training_job=~"$training_job"'
+    lay = Layout()
+    lay.row("Fleet")
+    lay.add(panel("stat", "Jobs (jobs)", "short",
+                  refs(target("sum(rainier_jobs)", "running"), target("sum(rainier_jobs_exported)", "exported")),
+                  thresholds=[(None, "text")], decimals=0,
+                  description="Jobs the monitors resolved from the job documents, and those exported per job "
+                              "(the exporter's per-job series budget)."), 4, 5)
+    lay.add(panel("stat", "Jobs over the export budget (jobs)", "short", [target("sum(rainier_jobs_over_budget)")],
+                  thresholds=[(None, "green"), (1, "orange")], decimals=0,
+                  description="Jobs left out of the per-job series: they count in the fleet figures, "
+                              "not in this dashboard's tables."), 4, 5)
+    lay.add(panel("stat", "Jobs stalled now (jobs)", "short",
+                  [target("count(max by (training_job) (rainier_job_stalled) == 1) or vector(0)")],
+                  thresholds=[(None, "green"), (1, "red")], decimals=0), 4, 5)
+    goodput = panel("gauge", "Allocated goodput (%)", "percentunit",
+                    [target("min(rainier_fleet_allocated_goodput_ratio)")],
+                    thresholds=[(None, "red"), (0.9, "orange"), (0.99, "green")],
+                    description="The jobs' effective FP8 over their effective plus lost, together (the lowest "
+                                "monitor's, when several export jobs).")
+    goodput["fieldConfig"]["defaults"] |= {"min": 0, "max": 1}
+    lay.add(goodput, 4, 5)
+    lay.add(panel("stat", "Unallocated FP8 peak (FLOP/s)", "flops",
+                  [target("sum(rainier_fleet_fp8_unallocated_flops)")],
+                  thresholds=[(None, "text")],
+                  description="The peak of the nodes no job holds: idle capacity, never a loss."), 4, 5)
+    lay.add(panel("stat", "Job documents refused (documents/s)", "suffix: documents/s",
+                  [target(f"sum(rate(rainier_job_documents_refused_total[{RATE}])) or vector(0)")],
+                  thresholds=[(None, "green"), (1e-9, "orange")]), 4, 5)
+    lay.add(timeseries("Allocated goodput (%)", "percentunit",
+                       target("min(rainier_fleet_allocated_goodput_ratio)", "allocated goodput")), 8, 8)
+    lay.add(timeseries("Unallocated FP8 peak (FLOP/s)", "flops",
+                       target("sum(rainier_fleet_fp8_unallocated_flops)", "unallocated")), 8, 8)
+    lay.add(timeseries("Job documents refused by reason (documents/s)", "suffix: documents/s",
+                       target(f"sum by (reason) (rate(rainier_job_documents_refused_total[{RATE}]))", "{{reason}}"),
+                       stack=True, description="docs/jobs.md lists the reasons; a refused document changes nothing, "
+                                               "the job's last good one stands."), 8, 8)
+    lay.row("Jobs")
+    worst = table("Jobs by goodput, worst first (%)", "percentunit",
+                  f"rainier_job_goodput_ratio{{{sel}}} * on (training_job) group_left (name, owner, scheduler) "
+                  f"max by (training_job, name, owner, scheduler) (rainier_job_info{{{sel}}})",
+                  {"training_job": "Training job", "name": "Name", "owner": "Owner", "scheduler": "Scheduler"},
+                  value="Goodput", drill=False,
+                  description="Click a training job to see only it: its losses, burn and culprits.")
+    worst["options"]["sortBy"] = [{"displayName": "Goodput", "desc": False}]
+    worst["fieldConfig"]["overrides"].append({"matcher": {"id": "byName", "options": "training_job"}, "properties": [
+        {"id": "links", "value": [{"title": "Only ${__value.text}", "url": JOB_DRILL}]}]})
+    lay.add(worst, 12, 8)
+    burn = table("Jobs burning their budget fastest over 1h (budgets)", "short",
+                 f"topk(10, rainier:job_fp8_lost:ratio_rate1h{{{sel}}} / scalar(rainier:job_goodput:error_budget))",
+                 {"training_job": "Training job"}, value="Burn rate (1h)", drill=False,
+                 description="Lost / healthy FP8 over the last hour, in error budgets (1 - the objective, "
+                             "rainier:job_goodput:error_budget): over 14.4 with the 5-minute burn too pages.")
+    burn["options"]["sortBy"] = [{"displayName": "Burn rate (1h)", "desc": True}]
+    lay.add(burn, 6, 8)
+    lay.add(table("Stalled jobs (stalled)", "short", f"max by (training_job) (rainier_job_stalled{{{sel}}}) == 1",
+                  {"training_job": "Training job"}, value="Stalled", drill=False,
+                  description="Jobs delivering nothing now: a member failed or went silent."), 6, 8)
+    lay.add(timeseries("Lost FP8 of the selected jobs by cause (FLOP/s)", "flops",
+                       target(f"sum by (cause) (rainier_job_fp8_lost_flops{{{sel}}})", "{{cause}}"), stack=True),
+            12, 8)
+    lay.add(timeseries("Lost / healthy FP8 over the burn windows (%)", "percentunit", *refs(
+        target(f"rainier:job_fp8_lost:ratio_rate5m{{{sel}}}", "{{training_job}} 5m"),
+        target(f"rainier:job_fp8_lost:ratio_rate1h{{{sel}}}", "{{training_job}} 1h"),
+        target(f"rainier:job_fp8_lost:ratio_rate6h{{{sel}}}", "{{training_job}} 6h"),
+        target("14.4 * rainier:job_goodput:error_budget", "fast burn (14.4x budget)"),
+        target("6 * rainier:job_goodput:error_budget", "slow burn (6x budget)"),
+    ), description="The SLI over the alerts' windows; a job pages when its 1h and 5m lines are both over the "
+                   "fast-burn line, or its 6h and 30m over the slow one."), 12, 8)
+    lay.add(table("Culprits of the selected jobs (FLOP/s)", "flops",
+                  f"sort_desc(rainier_job_culprit_flops{{{sel}}})",
+                  {"training_job": "Training job", "rank": "Rank", "entity": "Entity", "id": "Id"},
+                  value="Costs the job", drill=False,
+                  description="Up to five entities a job, each with the FP8 it costs the job "
+                              "(docs/throughput-model.md, \"Per job\")."), 12, 8)
+    lay.add(timeseries("Goodput of the selected jobs (%)", "percentunit",
+                       target(f"rainier_job_goodput_ratio{{{sel}}}", "{{training_job}}")), 6, 8)
+    lay.add(timeseries("Chips per job (chips)", "short",
+                       target(f"rainier_job_chips{{{sel}}}", "{{training_job}}")), 6, 8)
+    variables = [datasource_var(),
+                 query_var("training_job", "Training job", "label_values(rainier_job_info, training_job)",
+                           multi=True, include_all=True)]
+    return dashboard("rainierd-jobs", "rainierd: training jobs", lay.panels, variables,
+                     "Each training job's goodput against its objective, what it loses by cause and to which "
+                     "culprits, the stalled jobs, idle capacity and refused job documents.",
+                     alert_labels=("training_job",))
+
+
 DASHBOARDS = {"rainierd-fleet.json": fleet, "rainierd-ultraserver.json": ultraserver, "rainierd-self.json": self_health,
-              "rainierd-aggregate.json": aggregate}
+              "rainierd-aggregate.json": aggregate, "rainierd-jobs.json": jobs}
 
 
 def render() -> dict[str, str]:

@@ -123,6 +123,9 @@ def _parser() -> argparse.ArgumentParser:
     rules.add_argument("--runbook-base", default=None, metavar="URL",
                        help="address of your runbooks document; each alert links URL#section "
                             "(default: docs/runbooks.md of the public repository)")
+    rules.add_argument("--job-goodput-objective", type=float, default=None, metavar="RATIO",
+                       help="each training job's goodput objective, 0 < RATIO < 1; its error budget is 1 - RATIO "
+                            "(default 0.99; docs/jobs.md, \"Operating jobs\")")
     rules.add_argument("--kubernetes", action="store_true",
                        help="write one prometheus-operator PrometheusRule, OUTPUT/prometheusrule.yaml")
     rules.add_argument("--source", type=Path, default=RULES_DIR,
@@ -213,7 +216,8 @@ def _main(args: argparse.Namespace) -> int:
     if args.command == "rules":
         try:
             for path in write_rules(args.source, args.output, duration=args.for_,
-                                    runbook_base=args.runbook_base, kubernetes=args.kubernetes):
+                                    runbook_base=args.runbook_base, kubernetes=args.kubernetes,
+                                    job_goodput_objective=args.job_goodput_objective):
                 print(path)
         except ConfigError as exc:
             print(f"rainierd: {exc}", file=sys.stderr)

@@ -8,6 +8,8 @@ module derives:
   files keep their production durations;
 - copies whose ``runbook_url`` points at a user's own runbooks (a wiki, an
   internal fork of docs/runbooks.md) instead of the public repository's;
+- copies with another per-job goodput objective (the constant
+  ``rainier:job_goodput:objective`` the burn-rate alerts divide by);
 - a prometheus-operator ``PrometheusRule`` carrying the same groups, which
   deploy/kubernetes/ ships and a test keeps free of drift.
 
@@ -34,6 +36,7 @@ __all__ = [
     "override_for",
     "prometheus_rule",
     "rebase_runbooks",
+    "set_job_goodput_objective",
     "write_overridden",
     "write_rules",
 ]
@@ -51,6 +54,8 @@ PROMETHEUS_RULE_NAME: Final = "rainierd"
 
 _FOR: Final = re.compile(r"^(\s*for:\s*)\S+(.*)$", re.MULTILINE)
 _DURATION: Final = re.compile(r"^(\d+(ms|s|m|h))+$")
+_OBJECTIVE: Final = re.compile(
+    r"^(\s*- record: rainier:job_goodput:objective\n\s*expr: vector\()[0-9.]+(\))[ \t]*$", re.MULTILINE)
 _RUNBOOK: Final = re.compile(r"^(\s*runbook_url:\s*)" + re.escape(RUNBOOK_BASE) + r"(#[\w-]+)[ \t]*$", re.MULTILINE)
 
 
@@ -77,12 +82,40 @@ def rebase_runbooks(text: str, base: str) -> str:
     return _RUNBOOK.sub(lambda m: f"{m[1]}{base}{m[2]}", text)
 
 
-def _render(text: str, *, duration: str | None, runbook_base: str | None) -> str:
+def set_job_goodput_objective(text: str, objective: float) -> str:
+    """Return a rule file's text with the per-job goodput objective set to ``objective``.
+
+    A file without the objective's rule is returned unchanged.  Raises
+    ConfigError unless 0 < ``objective`` < 1 (an objective of 1 leaves no
+    budget to burn, and the burn rates would divide by zero).
+    """
+    if not 0.0 < objective < 1.0:
+        raise ConfigError(f"--job-goodput-objective {objective!r} must lie strictly between 0 and 1, e.g. 0.99")
+    return _OBJECTIVE.sub(lambda m: f"{m[1]}{objective!r}{m[2]}", text)
+
+
+def _render(
+    text: str, *, duration: str | None, runbook_base: str | None, job_goodput_objective: float | None = None,
+) -> str:
     if duration is not None:
         text = override_for(text, duration)
     if runbook_base is not None:
         text = rebase_runbooks(text, runbook_base)
+    if job_goodput_objective is not None:
+        text = set_job_goodput_objective(text, job_goodput_objective)
     return text
+
+
+def _check_objective_rule(files: list[Path], objective: float | None) -> None:
+    """Refuse an objective that no rule would carry: rule files edited away
+    from the shipped form would otherwise keep their own objective silently."""
+    if objective is None:
+        return
+    found = sum(len(_OBJECTIVE.findall(path.read_text())) for path in files)
+    if found != 1:
+        raise ConfigError(
+            f"--job-goodput-objective needs one rule `record: rainier:job_goodput:objective` "
+            f"with `expr: vector(<ratio>)` in the rule files; found {found}")
 
 
 def _rule_files(source: Path) -> list[Path]:
@@ -94,14 +127,18 @@ def _rule_files(source: Path) -> list[Path]:
 
 def write_overridden(
     source: Path, target: Path, duration: str | None, *, runbook_base: str | None = None,
+    job_goodput_objective: float | None = None,
 ) -> list[Path]:
-    """Write every ``*.yml`` of ``source`` to ``target``, ``for:`` set to ``duration`` (None: kept)
-    and runbook links moved to ``runbook_base`` (None: kept); return the new paths.
+    """Write every ``*.yml`` of ``source`` to ``target``, ``for:`` set to ``duration`` (None: kept),
+    runbook links moved to ``runbook_base`` and the per-job goodput objective set to
+    ``job_goodput_objective`` (None: kept); return the new paths.
 
-    Raises ConfigError for a bad duration or base, or a ``source`` without rule files.
+    Raises ConfigError for a bad duration, base or objective, or a ``source`` without rule files.
     """
     files = _rule_files(source)
-    texts = [_render(path.read_text(), duration=duration, runbook_base=runbook_base) for path in files]
+    _check_objective_rule(files, job_goodput_objective)
+    texts = [_render(path.read_text(), duration=duration, runbook_base=runbook_base,
+                     job_goodput_objective=job_goodput_objective) for path in files]
     target.mkdir(parents=True, exist_ok=True)
     written = []
     for path, text in zip(files, texts, strict=True):
@@ -113,6 +150,7 @@ def write_overridden(
 
 def write_rules(
     source: Path, target: Path, *, duration: str | None, runbook_base: str | None, kubernetes: bool,
+    job_goodput_objective: float | None = None,
 ) -> list[Path]:
     """Write what `rainierd rules` writes into ``target``: copies of every rule file
     (:func:`write_overridden`), or with ``kubernetes`` one ``prometheusrule.yaml``
@@ -121,8 +159,10 @@ def write_rules(
     Raises ConfigError as those do.
     """
     if not kubernetes:
-        return write_overridden(source, target, duration, runbook_base=runbook_base)
-    text = prometheus_rule(source, duration=duration, runbook_base=runbook_base)
+        return write_overridden(source, target, duration, runbook_base=runbook_base,
+                                job_goodput_objective=job_goodput_objective)
+    text = prometheus_rule(source, duration=duration, runbook_base=runbook_base,
+                           job_goodput_objective=job_goodput_objective)
     target.mkdir(parents=True, exist_ok=True)
     out = target / "prometheusrule.yaml"
     out.write_text(text)
@@ -131,17 +171,21 @@ def write_rules(
 
 def prometheus_rule(
     source: Path = RULES_DIR, *, duration: str | None = None, runbook_base: str | None = None,
+    job_goodput_objective: float | None = None,
 ) -> str:
     """Return a prometheus-operator PrometheusRule (YAML) holding every group of ``source``'s rule files.
 
     The groups are the files' own, in file order, values untouched unless
-    ``duration`` or ``runbook_base`` is given (as for :func:`write_overridden`).
+    ``duration``, ``runbook_base`` or ``job_goodput_objective`` is given (as for :func:`write_overridden`).
     Raises ConfigError as :func:`write_overridden` does, or if two files
     define a group of the same name (Prometheus would refuse the pair too).
     """
     groups: list[Any] = []
-    for path in _rule_files(source):
-        loaded = yaml.safe_load(_render(path.read_text(), duration=duration, runbook_base=runbook_base))
+    files = _rule_files(source)
+    _check_objective_rule(files, job_goodput_objective)
+    for path in files:
+        loaded = yaml.safe_load(_render(path.read_text(), duration=duration, runbook_base=runbook_base,
+                                        job_goodput_objective=job_goodput_objective))
         groups.extend(loaded["groups"])
     names = [group["name"] for group in groups]
     if len(names) != len(set(names)):

@@ -27,7 +27,8 @@ from rainierd.core.detect import STATE_NAMES
 ROOT = Path(__file__).parents[1]
 DASHBOARDS = ROOT / "grafana" / "dashboards"
 UIDS = {"rainierd-fleet.json": "rainierd-fleet", "rainierd-ultraserver.json": "rainierd-ultraserver",
-        "rainierd-self.json": "rainierd-self", "rainierd-aggregate.json": "rainierd-aggregate"}
+        "rainierd-self.json": "rainierd-self", "rainierd-aggregate.json": "rainierd-aggregate",
+        "rainierd-jobs.json": "rainierd-jobs"}
 LABEL_VALUES = re.compile(r"^label_values\((?:(?P<selector>.*),\s*)?(?P<label>\w+)\)$")
 
 
@@ -96,7 +97,7 @@ def prometheus_get(port: int, path: str, params: dict[str, str] | list[tuple[str
 
 class TestFiles:
     def test_the_dashboards_and_their_stable_uids(self) -> None:
-        """Four dashboards, each valid JSON whose uid is fixed (links and bookmarks use it)."""
+        """Five dashboards, each valid JSON whose uid is fixed (links and bookmarks use it)."""
         assert {path.name: load(path.name)["uid"] for path in DASHBOARDS.glob("*.json")} == UIDS
 
     def test_generated_without_drift(self) -> None:
@@ -157,7 +158,8 @@ class TestFiles:
         kinds = {v["name"]: v["type"] for v in variables(dashboard)}
         assert kinds["datasource"] == "datasource"
         expected = {"rainierd-fleet.json": {"site"}, "rainierd-ultraserver.json": {"site", "ultraserver"},
-                    "rainierd-self.json": {"job"}, "rainierd-aggregate.json": {"job", "instance"}}[name]
+                    "rainierd-self.json": {"job"}, "rainierd-aggregate.json": {"job", "instance"},
+                    "rainierd-jobs.json": {"training_job"}}[name]
         assert {k for k, v in kinds.items() if v == "query"} == expected
         exprs = {a["name"]: a.get("expr") for a in dashboard["annotations"]["list"]}
         assert exprs["Firing alerts"] == 'ALERTS{alertstate="firing"}'
@@ -188,6 +190,34 @@ class TestFiles:
                                              "&var-site=${__data.fields.site}&var-ultraserver=${__data.fields.ultraserver}")
 
 
+class TestJobs:
+    def test_the_job_label_is_training_job_never_job(self) -> None:
+        """Every per-job query selects or groups by ``training_job``: Prometheus owns ``job`` (the scrape
+        config's name), and a scraped ``job`` label would arrive renamed ``exported_job``."""
+        exprs = [expr for _where, expr in queries(load("rainierd-jobs.json")) if "rainier_job" in expr]
+        assert exprs
+        assert [e for e in exprs if re.search(r"\bjob\b\s*(=|!|\)|,)", e) or "exported_job" in e] == []
+        assert [e for e in exprs if "training_job" not in e and "rainier_jobs" not in e
+                and "rainier_job_documents" not in e and "error_budget" not in e] == []
+
+    def test_jobs_table_is_worst_first_and_drills_into_one_job(self) -> None:
+        """The goodput table sorts ascending (worst first) and links each training job to this dashboard with
+        only that job selected, keeping the datasource and time range."""
+        worst = next(p for p in panels(load("rainierd-jobs.json")) if p["title"].startswith("Jobs by goodput"))
+        assert worst["options"]["sortBy"] == [{"displayName": "Goodput", "desc": False}]
+        links = [prop["value"] for o in worst["fieldConfig"]["overrides"] if o["matcher"]["options"] == "training_job"
+                 for prop in o["properties"] if prop["id"] == "links"]
+        assert links == [[{"title": "Only ${__value.text}",
+                           "url": "/d/rainierd-jobs/rainierd-jobs?var-datasource=${datasource}"
+                                  "&var-training_job=${__data.fields.training_job}&${__url_time_range}"}]]
+
+    def test_firing_alerts_are_annotated_with_their_training_job(self) -> None:
+        """The jobs dashboard's alert annotations carry the alerts' ``training_job`` label, not site and
+        UltraServer."""
+        alerts = next(a for a in load("rainierd-jobs.json")["annotations"]["list"] if a["name"] == "Firing alerts")
+        assert (alerts["tagKeys"], alerts["textFormat"]) == ("severity,training_job", "{{alertname}} {{training_job}}")
+
+
 @pytest.fixture(scope="module")
 def empty_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     """A real Prometheus with nothing to scrape: a PromQL parser and evaluator."""
@@ -199,7 +229,7 @@ def empty_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
 
 
 ANY_VALUES = {"site": ["s0", "s1"], "ultraserver": ["u1"], "job": ["rainierd", "rainierd-ultraserver"],
-              "instance": ["127.0.0.1:9780", "127.0.0.1:9781"]}
+              "instance": ["127.0.0.1:9780", "127.0.0.1:9781"], "training_job": ["trn-east/41871", "default/llm"]}
 
 
 @pytest.mark.parametrize("name", sorted(UIDS))

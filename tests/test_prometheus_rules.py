@@ -3,6 +3,7 @@ unit tests pass, and every runbook link lands on a section of docs/runbooks.md."
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -12,7 +13,13 @@ from pathlib import Path
 import pytest
 
 from rainierd.errors import ConfigError
-from rainierd.promrules import RULES_DIR, RUNBOOK_BASE, rebase_runbooks, write_overridden
+from rainierd.promrules import (
+    RULES_DIR,
+    RUNBOOK_BASE,
+    rebase_runbooks,
+    set_job_goodput_objective,
+    write_overridden,
+)
 
 ROOT = Path(__file__).parents[1]
 RULES = sorted((ROOT / "deploy" / "prometheus" / "rules").glob("*.yml"))
@@ -53,8 +60,9 @@ def test_every_alert_has_a_unit_test() -> None:
 
 def test_every_alert_has_severity_summary_description_and_runbook() -> None:
     """No alert ships without a severity, a summary, a description and a runbook link."""
-    text = (ROOT / "deploy" / "prometheus" / "rules" / "rainierd-alerts.yml").read_text()
+    text = "".join(p.read_text() for p in RULES)
     blocks = text.split("- alert: ")[1:]
+    assert len(blocks) >= 3
     for block in blocks:
         for key in ("severity:", "summary:", "description:", "runbook_url:"):
             assert key in block, (block.split()[0], key)
@@ -96,6 +104,79 @@ def test_runbook_base_must_be_an_absolute_http_url(base: str) -> None:
     """A relative, non-http or fragment-carrying base is refused before anything is written."""
     with pytest.raises(ConfigError, match="--runbook-base"):
         rebase_runbooks("runbook_url: x\n", base)
+
+
+@pytest.mark.prometheus
+def test_job_goodput_objective_moves_the_constant_and_nothing_else(tmp_path: Path) -> None:
+    """`--job-goodput-objective 0.995` rewrites the one objective rule's value and leaves every other line."""
+    written = write_overridden(RULES_DIR, tmp_path, None, job_goodput_objective=0.995)
+    changed = [
+        (a, b)
+        for source, copy in zip(sorted(RULES_DIR.glob("*.yml")), written, strict=True)
+        for a, b in zip(source.read_text().splitlines(), copy.read_text().splitlines(), strict=True)
+        if a != b
+    ]
+    assert changed == [("        expr: vector(0.99)", "        expr: vector(0.995)")]
+    result = run("check", "rules", *map(str, written))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.prometheus
+@pytest.mark.parametrize(("objective", "firing"), [
+    (None, ["RainierJobGoodputBudgetBurnFast", "RainierJobGoodputBudgetBurnSlow"]),
+    (0.95, []),
+])
+def test_job_goodput_objective_reaches_the_burn_rate_alerts(
+    tmp_path: Path, objective: float | None, firing: list[str],
+) -> None:
+    """A job losing 20 % of its FP8 burns a 0.99 objective's budget 20 times (both alerts fire) and a 0.95
+    objective's 4 times (neither): the objective written by the option is the one the alerts divide by."""
+    rules = write_overridden(RULES_DIR, tmp_path / "rules", "0s", job_goodput_objective=objective)
+    job = 'training_job="a/1",instance="m1:9780",job="rainierd"'
+    alerts = ["RainierJobGoodputBudgetBurnFast", "RainierJobGoodputBudgetBurnSlow"]
+    test = {
+        "rule_files": [str(p) for p in rules if p.name == "rainierd-jobs.yml"],
+        "evaluation_interval": "15s",
+        "tests": [{
+            "interval": "15s",
+            "input_series": [
+                {"series": f"rainier_job_fp8_effective_flops{{{job}}}", "values": "80x40"},
+                {"series": f'rainier_job_fp8_lost_flops{{{job},cause="straggler"}}', "values": "20x40"},
+            ],
+            "alert_rule_test": [
+                {"eval_time": "5m", "alertname": name,
+                 "exp_alerts": [{"exp_labels": {"severity": severity, "training_job": "a/1"}, "exp_annotations": {
+                     "summary": f"Training job a/1 lost 20% of its FP8 over {window}, most to straggler",
+                     "description": f"Training job a/1 (no job document) burns its goodput error budget at {rate} "
+                                    f"times or more over both {words}: at this rate a 30-day budget is gone in {days} "
+                                    "days. Its costliest culprit now: none named.",
+                     "runbook_url": f"{RUNBOOK_BASE}#training-job-goodput-budget-burn"}}]
+                 if name in firing else []}
+                for name, severity, window, rate, words, days in [
+                    (alerts[0], "critical", "1h", "14.4", "the last hour and the last 5 minutes", 2),
+                    (alerts[1], "warning", "6h", "6", "the last 6 hours and the last 30 minutes", 5),
+                ]
+            ],
+        }],
+    }
+    (tmp_path / "test.yml").write_text(json.dumps(test))
+    result = run("test", "rules", str(tmp_path / "test.yml"))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("objective", [0.0, 1.0, 1.5, -0.01])
+def test_job_goodput_objective_must_lie_strictly_between_0_and_1(objective: float) -> None:
+    """An objective of 0, 1 or outside them is refused: 1 leaves no budget and the burn rates would divide by 0."""
+    with pytest.raises(ConfigError, match="--job-goodput-objective"):
+        set_job_goodput_objective("", objective)
+
+
+def test_job_goodput_objective_needs_the_objective_rule(tmp_path: Path) -> None:
+    """Rule files without the objective's rule refuse an objective rather than silently keep their own."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "r.yml").write_text("groups: []\n")
+    with pytest.raises(ConfigError, match="found 0"):
+        write_overridden(tmp_path / "src", tmp_path / "out", None, job_goodput_objective=0.9)
 
 
 @pytest.mark.integration  # runs `python -m rainierd rules`

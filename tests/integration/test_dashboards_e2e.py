@@ -36,6 +36,11 @@ from tests.test_dashboards import (
 pytestmark = [pytest.mark.e2e, pytest.mark.prometheus]
 
 AGGREGATE = "rainierd-aggregate.json"  # the aggregation tier's: its own test, below
+# The training jobs' dashboard reads the monitor's per-job series (rainier_job_*, labelled training_job) and
+# the per-job recording rules over them. `rainierd run` exports no per-job series yet, so every panel of that
+# dashboard would be empty here by construction; its queries are checked as PromQL in
+# tests/test_dashboards.py::test_every_query_is_valid_promql, and its data test arrives with the exporter.
+JOBS = "rainierd-jobs.json"
 
 SCRAPE_S = 1.0
 SCENARIO = """
@@ -118,7 +123,7 @@ def test_every_panel_has_data_and_every_variable_resolves(start_rainierd: Any, p
                                                       scrape_s=SCRAPE_S))
     since = time.time()
     chosen = {"site": ["s0"], "ultraserver": ["u1"], "job": ["rainierd", "rainierd-ultraserver"]}
-    dashboards = {name: load(name) for name in UIDS if name != AGGREGATE}
+    dashboards = {name: load(name) for name in UIDS if name not in (AGGREGATE, JOBS)}
     remaining: dict[str, dict[str, str]] = {}
 
     def all_have_data() -> bool:
