@@ -33,7 +33,7 @@ from rainierd.monitor.checkpointing import Checkpointer
 from rainierd.monitor.clock import ListeningClock
 from rainierd.monitor.events import EventLog
 from rainierd.monitor.inbox import Inbox, backlog_bytes_for
-from rainierd.monitor.jobs import JobFeed
+from rainierd.monitor.jobs import JobFeed, is_job_topic
 from rainierd.monitor.load import LoadJudge
 from rainierd.monitor.rejections import RejectionLog
 from rainierd.monitor.session import Session
@@ -131,7 +131,10 @@ class Monitor:
         return self.checkpointer.restore() if self.checkpointer is not None else False
 
     def on_message(self, topic: str, payload: bytes, *, retained: bool = False) -> None:
-        """Queue one MQTT message for the next analysis (what the session does with each)."""
+        """Queue one MQTT message for the next analysis, or take a job document (what the session does with each)."""
+        if is_job_topic(topic):
+            self.jobs.hear(topic, payload)
+            return
         self.inbox.put(topic, payload, retained=retained)
 
     def status(self) -> MonitorStatus:
