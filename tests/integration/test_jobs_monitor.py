@@ -1,0 +1,94 @@
+"""The monitor hears jobs end to end: ``rainierd run`` against a real
+Mosquitto, its simulator publishing a scenario's jobs as retained documents
+(docs/scenarios.md, "Jobs") and its monitor subscribing to
+``rainier/v1/jobs/#``: /metrics shows each job's info and figures, the jobs'
+peaks and the unallocated capacity add up to the fleet's peak, and a job's
+removal (the empty retained message a scheduler sends) removes its series."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import aiomqtt
+
+from harness.procs import Broker, free_port
+from harness.scrape import current_values
+from harness.timing import within
+from harness.waits import poll_until
+from rainierd.wire.jobs import job_topic
+from tests.conftest import Daemon
+
+# Two jobs from the first tick, one an UltraServer each of the demo fleet (scenarios/demo-jobs.toml's, without
+# its phases and its late start).
+SCENARIO = """
+[[job]]
+id = "lab/pretrain"
+ultraservers = [0]
+
+[[job]]
+id = "lab/finetune"
+ultraservers = [1]
+"""
+JOBS = ("lab/finetune", "lab/pretrain")
+
+
+def remove_job(broker: Broker, job_id: str) -> None:
+    """Publish the empty retained message on the job's topic, as its scheduler does when the job ends."""
+    async def publish() -> None:
+        async with aiomqtt.Client("127.0.0.1", broker.port, identifier="test-scheduler") as client:
+            await client.publish(job_topic(job_id), b"", qos=1, retain=True)
+
+    asyncio.run(publish())
+
+
+def job_series(values: dict[str, float], name: str) -> dict[str, float]:
+    """Return the values of ``name`` by the job label (families with one series a job)."""
+    prefix = f'{name}{{job="'
+    return {key[len(prefix):].split('"', 1)[0]: v for key, v in values.items() if key.startswith(prefix)}
+
+
+def test_the_monitor_exports_the_scenario_s_jobs_and_forgets_a_removed_one(
+        mosquitto: Broker, start_rainierd: object, tmp_path: Path) -> None:
+    """Each scenario job gets rainier_job_info and figures whose peaks plus unallocated are the fleet's peak
+    (within 1e-9); once one job's retained document is removed, its series go and its peak is unallocated."""
+    scenario = tmp_path / "jobs.toml"
+    scenario.write_text(SCENARIO)
+    port = free_port()
+    daemon: Daemon = start_rainierd(  # type: ignore[operator]
+        "run", "--mqtt-url", mosquitto.url, "--metrics-addr", f"127.0.0.1:{port}", "--scenario", str(scenario),
+        "--tick", "0.5")
+    only = ("rainier_job", "rainier_fleet_")
+    values: dict[str, float] = {}
+
+    def both_jobs_priced() -> bool:
+        nonlocal values
+        values = current_values(port, only=only)
+        return (set(job_series(values, "rainier_job_chips")) == set(JOBS)
+                and values.get("rainier_fleet_fp8_peak_flops", 0) > 0
+                and all(v > 0 for v in job_series(values, "rainier_job_fp8_effective_flops").values()))
+
+    poll_until(both_jobs_priced, within(20.0), f"both jobs priced on /metrics ({daemon.log()[-2000:]})")
+    assert {k for k in values if k.startswith("rainier_job_info")} == {
+        f'rainier_job_info{{job="{j}",name="{j.split("/")[1]}",owner="sim",scheduler="other"}}' for j in JOBS}
+    assert values["rainier_jobs"] == 2
+    assert job_series(values, "rainier_job_chips") == dict.fromkeys(JOBS, 64.0)
+    fleet_peak = values["rainier_fleet_fp8_peak_flops"]
+    peaks = job_series(values, "rainier_job_fp8_peak_flops")
+    assert abs(sum(peaks.values()) + values["rainier_fleet_fp8_unallocated_flops"] - fleet_peak) <= 1e-9 * fleet_peak
+    assert len([k for k in values if k.startswith('rainier_job_fp8_lost_flops{job="lab/pretrain"')]) == 6
+
+    remove_job(mosquitto, "lab/finetune")
+
+    def finetune_gone() -> bool:
+        nonlocal values
+        values = current_values(port, only=only)
+        return values.get("rainier_jobs") == 1
+
+    poll_until(finetune_gone, within(10.0), "the removed job's series gone")
+    assert not [k for k in values if 'job="lab/finetune"' in k]
+    assert set(job_series(values, "rainier_job_chips")) == {"lab/pretrain"}
+    assert values["rainier_fleet_fp8_unallocated_flops"] == fleet_peak / 2
+    peaks = job_series(values, "rainier_job_fp8_peak_flops")
+    assert abs(sum(peaks.values()) + values["rainier_fleet_fp8_unallocated_flops"] - fleet_peak) <= 1e-9 * fleet_peak
+    assert daemon.interrupt()[0] == 0, daemon.log()
