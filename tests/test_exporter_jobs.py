@@ -143,7 +143,7 @@ class TestThreeJobs:
         series = sum(len(by_labels) for by_labels in found.values())
         assert series == 11 + 12 * 3 + len(found["rainier_job_culprit_flops"])
 
-    def test_the_golden_style_render_passes_the_parser_with_the_whole_exporter(
+    def test_the_monitor_s_exporter_collects_them(
             self, three_jobs: tuple[Analysis, float]) -> None:
         """Wired into the monitor's exporter, the jobs' families are collected and succeed."""
         snap = snapshot_of(three_jobs[0])
