@@ -2,8 +2,8 @@
 (docs/jobs.md) kept in a ``JobBook``, and the tick's ``JobMembership``.
 
 The session hands each job message here on the event loop (``hear``: a
-document decodes in well under a millisecond, the largest one, a whole
-Rainier fleet, in ~7 ms).  A refused document is counted by reason in the
+64-node job's document decodes in ~45 us, one naming all 31,200 nodes of
+rainier in ~8 ms, measured 2026-12-02 on the shared 2-core machine).  A refused document is counted by reason in the
 book and logged once per episode: the first refusal of a reason says what
 was wrong, and the episode ends (one line with its count) at the first tick
 that hears no more of that reason.  Resolving the documents against the
