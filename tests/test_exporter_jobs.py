@@ -17,7 +17,8 @@ from structlog.testing import capture_logs
 from rainierd.core.analysis import Analysis, MonitorCore
 from rainierd.core.jobs import NameIndex, resolve_jobs
 from rainierd.exporter import build_exporter
-from rainierd.exporter.jobs import JobFamilies, exported_jobs
+from rainierd.core.jobmodel import CULPRIT_KINDS
+from rainierd.exporter.jobs import ID_SPELLING, JobFamilies, exported_jobs
 from rainierd.monitor.snapshot import MonitorSnapshot, MonitorStatus
 from rainierd.pace import CAUSES
 from rainierd.shards import shard_view
@@ -142,6 +143,10 @@ class TestThreeJobs:
         found = samples(JobFamilies(lambda: snapshot_of(three_jobs[0])).render())
         series = sum(len(by_labels) for by_labels in found.values())
         assert series == 11 + 12 * 3 + len(found["rainier_job_culprit_flops"])
+
+    def test_every_culprit_kind_has_its_id_spelling(self) -> None:
+        """A culprit of any kind the model names is spelled as its entity's own family spells its id."""
+        assert [ID_SPELLING[kind].format(7) for kind in CULPRIT_KINDS] == ["7", "7", "7", "n7"]
 
     def test_the_monitor_s_exporter_collects_them(
             self, three_jobs: tuple[Analysis, float]) -> None:
