@@ -15,9 +15,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from structlog.testing import capture_logs
 
 from rainierd.core.analysis import Analysis, MonitorCore
+from rainierd.core.jobmodel import CULPRIT_KINDS
 from rainierd.core.jobs import NameIndex, resolve_jobs
 from rainierd.exporter import build_exporter
-from rainierd.core.jobmodel import CULPRIT_KINDS
 from rainierd.exporter.jobs import ID_SPELLING, JobFamilies, exported_jobs
 from rainierd.monitor.snapshot import MonitorSnapshot, MonitorStatus
 from rainierd.pace import CAUSES
