@@ -33,11 +33,11 @@ ultraservers = [1]
 JOBS = ("lab/finetune", "lab/pretrain")
 
 
-def remove_job(broker: Broker, job_id: str) -> None:
-    """Publish the empty retained message on the job's topic, as its scheduler does when the job ends."""
+def publish_retained(broker: Broker, job_id: str, payload: bytes) -> None:
+    """Publish ``payload`` retained on the job's topic, as a scheduler does (empty: the job ended)."""
     async def publish() -> None:
         async with aiomqtt.Client("127.0.0.1", broker.port, identifier="test-scheduler") as client:
-            await client.publish(job_topic(job_id), b"", qos=1, retain=True)
+            await client.publish(job_topic(job_id), payload, qos=1, retain=True)
 
     asyncio.run(publish())
 
@@ -51,7 +51,8 @@ def job_series(values: dict[str, float], name: str) -> dict[str, float]:
 def test_the_monitor_exports_the_scenario_s_jobs_and_forgets_a_removed_one(
         mosquitto: Broker, start_rainierd: object, tmp_path: Path) -> None:
     """Each scenario job gets rainier_job_info and figures whose peaks plus unallocated are the fleet's peak
-    (within 1e-9); once one job's retained document is removed, its series go and its peak is unallocated."""
+    (within 1e-9); once one job's retained document is removed, its series go and its peak is unallocated; a
+    broken document is counted refused and makes no job."""
     scenario = tmp_path / "jobs.toml"
     scenario.write_text(SCENARIO)
     port = free_port()
@@ -78,15 +79,18 @@ def test_the_monitor_exports_the_scenario_s_jobs_and_forgets_a_removed_one(
     assert abs(sum(peaks.values()) + values["rainier_fleet_fp8_unallocated_flops"] - fleet_peak) <= 1e-9 * fleet_peak
     assert len([k for k in values if k.startswith('rainier_job_fp8_lost_flops{job="lab/pretrain"')]) == 6
 
-    remove_job(mosquitto, "lab/finetune")
+    publish_retained(mosquitto, "lab/broken", b'{"v": 1}')  # refused (schema), counted, and no job
+    publish_retained(mosquitto, "lab/finetune", b"")
 
     def finetune_gone() -> bool:
         nonlocal values
         values = current_values(port, only=only)
-        return values.get("rainier_jobs") == 1
+        return (values.get("rainier_jobs") == 1
+                and values.get('rainier_job_documents_refused_total{reason="schema"}') == 1)
 
     poll_until(finetune_gone, within(10.0), "the removed job's series gone")
-    assert not [k for k in values if 'job="lab/finetune"' in k]
+    assert not [k for k in values if 'job="lab/finetune"' in k or 'job="lab/broken"' in k]
+    assert values['rainier_job_documents_refused_total{reason="schema"}'] == 1
     assert set(job_series(values, "rainier_job_chips")) == {"lab/pretrain"}
     assert values["rainier_fleet_fp8_unallocated_flops"] == fleet_peak / 2
     peaks = job_series(values, "rainier_job_fp8_peak_flops")
