@@ -3,7 +3,9 @@ Mosquitto, its simulator publishing a scenario's jobs as retained documents
 (docs/scenarios.md, "Jobs") and its monitor subscribing to
 ``rainier/v1/jobs/#``: /metrics shows each job's info and figures, the jobs'
 peaks and the unallocated capacity add up to the fleet's peak, and a job's
-removal (the empty retained message a scheduler sends) removes its series."""
+removal (the empty retained message a scheduler sends) removes its series.
+Then two monitor shards and a simulator: each shard exports its share of the
+jobs."""
 
 from __future__ import annotations
 
@@ -96,3 +98,49 @@ def test_the_monitor_exports_the_scenario_s_jobs_and_forgets_a_removed_one(
     peaks = job_series(values, "rainier_job_fp8_peak_flops")
     assert abs(sum(peaks.values()) + values["rainier_fleet_fp8_unallocated_flops"] - fleet_peak) <= 1e-9 * fleet_peak
     assert daemon.interrupt()[0] == 0, daemon.log()
+
+
+# Four UltraServers, two shards (shard i/2 owns the UltraServers whose topic bucket is i modulo 2: here u % 2 == i):
+# a job over u0 and u1 (both shards), one on u3 (shard 1), u2 in no job (shard 0).
+SHARD_SCENARIO = """
+[[job]]
+id = "lab/wide"
+ultraservers = [0, 1]
+
+[[job]]
+id = "lab/solo"
+ultraservers = [3]
+"""
+
+
+def test_each_shard_exports_its_share_of_the_jobs(
+        mosquitto: Broker, start_rainierd: object, tmp_path: Path) -> None:
+    """Two shards hear the same documents: each exports the jobs holding nodes in its share with that share's
+    chips and peak, both know both jobs, and their jobs' peaks plus unallocated add up to their fleet peaks."""
+    scenario = tmp_path / "jobs.toml"
+    scenario.write_text(SHARD_SCENARIO)
+    topology = "sites=1,ultraservers=4"
+    ports = [free_port(), free_port()]
+    for index, port in enumerate(ports):
+        start_rainierd(  # type: ignore[operator]
+            "monitor", "--mqtt-url", mosquitto.url, "--metrics-addr", f"127.0.0.1:{port}", "--tick", "0.5",
+            "--topology", topology, "--shard", f"{index}/2", name=f"monitor-{index}")
+    start_rainierd(  # type: ignore[operator]
+        "simulate", "--mqtt-url", mosquitto.url, "--tick", "0.5", "--topology", topology, "--scenario",
+        str(scenario), name="simulate")
+    expected = [{"lab/wide": 64.0}, {"lab/solo": 64.0, "lab/wide": 64.0}]
+    values: list[dict[str, float]] = [{}, {}]
+
+    def both_shards_priced() -> bool:
+        for index, port in enumerate(ports):
+            values[index] = current_values(port, only=("rainier_job", "rainier_fleet_"))
+        return [job_series(v, "rainier_job_chips") for v in values] == expected
+
+    poll_until(both_shards_priced, within(20.0), "each shard's share of the jobs on /metrics")
+    assert [v["rainier_jobs"] for v in values] == [2, 2]
+    for share in values:
+        peak = share["rainier_fleet_fp8_peak_flops"]
+        jobs_peak = sum(job_series(share, "rainier_job_fp8_peak_flops").values())
+        assert abs(jobs_peak + share["rainier_fleet_fp8_unallocated_flops"] - peak) <= 1e-9 * peak
+    wide = sum(job_series(v, "rainier_job_fp8_peak_flops")["lab/wide"] for v in values)
+    assert wide == 128 * 1.299e15
