@@ -3,6 +3,10 @@ rainier scale, beside the per-UltraServer model it complements.
 
 ``python -m benchmarks.jobmodel_cost [--topology rainier] [--jobs 1000] [--repeat 30]``
 
+and what the jobs add to a scrape (``rainierd.exporter.jobs``): series,
+bytes and render time of the job families with every job exported, ids and
+names as a Slurm cluster's (``trn-east/41871``, ``llm-pretrain-0001``).
+
 A synthetic state, not a simulated feed: the model's cost is a handful of
 passes over the fleet's chips and nodes plus work on the unhealthy entities
 alone, so what matters is the fleet's size, the number of jobs and of
@@ -12,7 +16,8 @@ straddle UltraServers, many hold part of one), about 90 % of the nodes allocated
 NeuronLinks, 100 degraded EFA ports, 50 throttled chips, 20 stragglers, 5
 failed chips and 3 lost nodes.  Prints one JSON line: median and p99 ms of
 ``job_loss`` and of ``lost_by_cause``, wall and this process's CPU (on a
-shared machine the CPU time is the closer to what an idle one takes).
+shared machine the CPU time is the closer to what an idle one takes), and
+the scrape's figures.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import argparse
 import json
 import statistics
 import time
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -33,6 +39,8 @@ from rainierd.core.jobmodel import job_loss
 from rainierd.core.jobs import NameIndex, resolve_jobs
 from rainierd.core.model import HealthyShares, lost_by_cause
 from rainierd.core.throughput import Throughput
+from rainierd.exporter.jobs import JobFamilies
+from rainierd.monitor.snapshot import MonitorSnapshot
 from rainierd.topology import build_topology
 from rainierd.wire.jobs import JobDocument
 
@@ -62,7 +70,8 @@ def measure(topology: str, *, n_jobs: int, repeat: int, seed: int) -> dict[str, 
     sizes = rng.integers(max(1, mean // 4), max(2, 2 * mean - mean // 4), n_jobs)
     gaps = rng.multinomial(topo.n_nodes - int(sizes.sum()), np.ones(n_jobs + 1) / (n_jobs + 1))[:n_jobs]
     starts = np.cumsum(gaps) + np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    docs = [JobDocument(v=1, id=f"job-{j:04d}", name="bench", owner="o", scheduler="static", source="bench",
+    docs = [JobDocument(v=1, id=f"trn-east/{41871 + j}", name=f"llm-pretrain-{j:04d}", owner="alice",
+                        scheduler="slurm", source="bench",
                         nodes=[f"n{n}" for n in range(int(s), int(s + k))], start_s=0.0)
             for j, (s, k) in enumerate(zip(starts, sizes, strict=True))]
     members = resolve_jobs(NameIndex.of(topo), docs)
@@ -97,13 +106,30 @@ def measure(topology: str, *, n_jobs: int, repeat: int, seed: int) -> dict[str, 
             timings["lost_by_cause"].append(ended - middle)
             timings["job_loss_cpu"].append(middle_cpu - started_cpu)
             timings["lost_by_cause_cpu"].append(ended_cpu - middle_cpu)
+    snap = MonitorSnapshot(generation=1, throughput=throughput, chips_total=topo.n_present_chips, analysis_s=0.0,
+                           analysed_ticks=1, events=Counter(), jobs=members, job_loss=loss)
     return {
+        "scrape": _scrape(snap, n_jobs=n_jobs),
         "topology": topology, "chips": topo.n_chips, "nodes": topo.n_nodes, "links": topo.n_links,
         "jobs": members.n_jobs, "allocated_nodes": int((members.node_job >= 0).sum()),
         "stalled_jobs": int(loss.stalled.sum()), "jobs_losing": int((loss.lost_total > 0).sum()),
         "ms": {name: {"median": 1e3 * statistics.median(v), "p99": 1e3 * float(np.percentile(v, 99))}
                for name, v in timings.items()},
     }
+
+
+def _scrape(snap: MonitorSnapshot, *, n_jobs: int) -> dict[str, Any]:
+    """Return the job families' series, bytes and median render time with every job exported."""
+    families = JobFamilies(lambda: snap, max_jobs=n_jobs)
+    renders = []
+    for _ in range(5):
+        started = time.perf_counter()
+        text = families.render()
+        renders.append(time.perf_counter() - started)
+    samples = [line for line in text.decode().splitlines() if not line.startswith("#")]
+    culprits = sum(1 for line in samples if line.startswith("rainier_job_culprit_flops{"))
+    return {"series": len(samples), "culprit_series": culprits, "bytes": len(text),
+            "render_ms": 1e3 * statistics.median(renders)}
 
 
 def main() -> None:

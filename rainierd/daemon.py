@@ -164,7 +164,8 @@ async def _run_role(role: Role, settings: Settings, stop: asyncio.Event) -> None
             monitor.restore()
             counters = ServerCounters()
             exporter = build_exporter(topology, lambda: monitor.snapshot,
-                                      max_entity_series=settings.max_entity_series, shard=settings.monitor_shard,
+                                      max_entity_series=settings.max_entity_series, max_jobs=settings.max_jobs,
+                                      shard=settings.monitor_shard,
                                       server=counters.status)
             server = await stack.enter_async_context(http(
                 exporter.render, generation=lambda: monitor.generation,

@@ -245,6 +245,11 @@ class Settings(BaseSettings):
     max_entity_series: Annotated[int, Use("monitor")] = Field(
         1_000, ge=10, le=1_000_000, description="per-entity series per family (unhealthy links, chips, ...) at most",
     )
+    max_jobs: Annotated[int, Use("monitor")] = Field(
+        1_000, ge=1, le=1_000_000,
+        description="jobs with per-job series at most; beyond it those losing the most FP8 are kept and the rest "
+                    "counted in rainier_jobs_over_budget (docs/metrics.md)",
+    )
     shard: Annotated[str, Use("monitor", "aggregator")] = Field(
         "0/1", description="monitor: watch shard i of N (i/N, i from 0) of the fleet's UltraServers, subscribing "
         "to its share of the topics only (docs/wire-format.md); aggregator: batch that share's node frames "

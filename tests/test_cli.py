@@ -26,7 +26,7 @@ SIMULATOR = ["ticks", "seed", "encoding", "batch_nodes", "scenario", "fault_acce
              "profile", "sim_jobs", "truth_file"]
 MONITOR = ["stale_after_ticks", "max_frame_bytes", "max_clock_skew_s", "reconnect_grace_s", "state_file",
            "max_seq_jump", "max_backlog_bytes", "share_frames_per_tick", "share_bytes_per_tick", "max_share_topics",
-           "max_entity_series", "shard", "feed_lost_share", "feed_hold_s", "telemetry_input"]
+           "max_entity_series", "max_jobs", "shard", "feed_lost_share", "feed_hold_s", "telemetry_input"]
 AGGREGATOR = ["tick_s", "batch_nodes", "shard", "max_frame_bytes"]
 HTTP = ["metrics_addr", "web_config_file"]
 SERVER = ["http_max_connections", "http_max_handshakes", "http_unauthenticated_idle_s"]
@@ -87,6 +87,7 @@ VALUES: dict[str, tuple[str, Any]] = {
     "share_bytes_per_tick": ("65536", 65_536),
     "max_share_topics": ("1000", 1000),
     "max_entity_series": ("50", 50),
+    "max_jobs": ("20", 20),
     "shard": ("1/4", "1/4"),
     "feed_lost_share": ("0.8", 0.8),
     "feed_hold_s": ("90", 90.0),

@@ -18,6 +18,8 @@ from rainierd.core.config import MonitorConfig
 from rainierd.core.detect import STATE_NAMES, Event, FeedView, FleetDetector
 from rainierd.core.detect._stats import PeerSample
 from rainierd.core.ingest import FlushResult, Ingest, IngestStats, Message, Received
+from rainierd.core.jobmodel import JobLoss, job_loss
+from rainierd.core.jobs import JobMembership
 from rainierd.core.model import HealthyShares, LostByCause, lost_by_cause
 from rainierd.core.state import FleetState
 from rainierd.core.throughput import Throughput, compute_throughput
@@ -127,6 +129,10 @@ class Analysis:
     health: HealthView
     detail: DetailView | None = None
     aggregates: Aggregates | None = None
+    # The tick's jobs (the membership it was given) and what each loses (core/jobmodel.py): one pair, so every
+    # reader of this analysis sees the same jobs.
+    jobs: JobMembership | None = None
+    job_loss: JobLoss | None = None
 
 
 class MonitorCore:
@@ -151,10 +157,17 @@ class MonitorCore:
         # Each group's healthy share of peak, what a stall of it costs (per group: shards add up).
         self.healthy_shares = HealthyShares.empty(topology.n_ultraservers,
                                                   halflife_s=config.model.healthy_share_halflife_s)
+        # Each node's healthy share of peak under the job running on it: job numbers move as jobs come and go,
+        # nodes do not (core/jobmodel.py).
+        self.job_shares = HealthyShares.empty(topology.n_nodes, halflife_s=config.model.healthy_share_halflife_s)
+        # The jobs the last analysis was given; an analysis given none keeps them.
+        self.jobs = JobMembership.empty(topology.n_nodes)
         self.counter_sums = CounterSums(topology)  # the raw telemetry's counters as monotonic sums
         self.analyses = 0  # analyses run: what events are numbered by, unless the caller says otherwise
 
-    def analyse(self, messages: Sequence[Message], *, now_s: float, tick: int | None = None) -> Analysis:
+    def analyse(
+        self, messages: Sequence[Message], *, now_s: float, tick: int | None = None, jobs: JobMembership | None = None,
+    ) -> Analysis:
         """Decode and admit ``messages``, then analyse the fleet as of ``now_s``; safe off the event loop.
 
         ``now_s`` is the listening clock the messages' ``rx_s`` are on;
@@ -163,14 +176,23 @@ class MonitorCore:
         tests).  Publishers' ticks never number anything: each counts its
         own, and any value fits in a frame.  The window's result is not yet
         in the stats: ``ingest.record`` it on the thread that owns them.
+        ``jobs`` is the membership this tick's per-job figures use (resolved
+        against this core's topology); None keeps the last one given.
         """
-        return self._analyse(self.ingest.admit(messages), now_s, tick)
+        return self._analyse(self.ingest.admit(messages), now_s, tick, jobs)
 
-    def analyse_frames(self, items: Sequence[Received], *, now_s: float) -> Analysis:
+    def analyse_frames(
+        self, items: Sequence[Received], *, now_s: float, jobs: JobMembership | None = None,
+    ) -> Analysis:
         """Admit already decoded frames, then analyse (as ``analyse``)."""
-        return self._analyse(self.ingest.apply(items), now_s, None)
+        return self._analyse(self.ingest.apply(items), now_s, None, jobs)
 
-    def _analyse(self, flush: FlushResult, now_s: float, tick: int | None) -> Analysis:
+    def _analyse(self, flush: FlushResult, now_s: float, tick: int | None, jobs: JobMembership | None) -> Analysis:
+        if jobs is not None:
+            if jobs.node_job.size != self.topology.n_nodes:
+                raise ValueError(f"a membership of {jobs.node_job.size} nodes for a fleet of "
+                                 f"{self.topology.n_nodes}: resolve it against this core's topology")
+            self.jobs = jobs
         self.state.now_s = now_s
         events = self.detector.update(self.analyses if tick is None else tick)
         self.analyses += 1
@@ -178,14 +200,18 @@ class MonitorCore:
             self.state, peak_flops_per_chip=self.peak_flops_per_chip, stale_after_s=self.stale_after_s,
         )
         lost = lost_by_cause(throughput, self.detector, params=self.model, shares=self.healthy_shares)
+        per_job = job_loss(throughput, self.detector, self.jobs, params=self.model, shares=self.job_shares)
         detail = self.topology.names.detail
         detail_view = DetailView.of(self.state, detail, throughput.chip_effective) if detail else None
         self.counter_sums.update(self.state)
         aggregates = aggregate(self.state, self.counter_sums, chip_fresh=throughput.chip_fresh,
                                stale_after_s=self.stale_after_s)
-        return Analysis(flush, events, throughput, lost, HealthView.of(self.detector), detail_view, aggregates)
+        return Analysis(flush, events, throughput, lost, HealthView.of(self.detector), detail_view, aggregates,
+                        jobs=self.jobs, job_loss=per_job)
 
-    def step(self, frames: Sequence[Frame], *, now_s: float | None = None) -> Analysis:
+    def step(
+        self, frames: Sequence[Frame], *, now_s: float | None = None, jobs: JobMembership | None = None,
+    ) -> Analysis:
         """Admit ``frames`` as received at their own sample time, and analyse at once (benchmarks, tests).
 
         ``now_s`` defaults to the newest sample time among ``frames`` (or the
@@ -194,7 +220,7 @@ class MonitorCore:
         items = [Received(_sample_time(frame), None, frame) for frame in frames]
         if now_s is None:
             now_s = max((item.rx_s for item in items), default=self.state.now_s)
-        analysis = self.analyse_frames(items, now_s=now_s)
+        analysis = self.analyse_frames(items, now_s=now_s, jobs=jobs)
         self.ingest.record(analysis.flush)
         return analysis
 

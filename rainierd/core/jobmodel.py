@@ -329,8 +329,12 @@ def job_loss(
     """
     topo = detector.state.topology
     n_nodes, cpn = topo.n_nodes, topo.chips_per_node
-    jobs = _Jobs.of(membership)
     node_peak = topo.node_present * (cpn * detector.hardware.fp8_dense_flops)
+    if membership.n_jobs == 0:
+        # The monitor prices the jobs every tick, and most fleets' monitors will hear none: at rainier the passes
+        # below cost ~8 ms of CPU a tick to say nothing.  The shares learn nothing without a job either.
+        return _no_jobs(float(node_peak.sum()))
+    jobs = _Jobs.of(membership)
     peak = jobs.sum(node_peak)
     effective = jobs.sum(throughput.chip_effective.reshape(n_nodes, cpn).sum(axis=1))
     pace = _pace(jobs, detector, params)
@@ -374,4 +378,15 @@ def job_loss(
         lost={c: lost[c] for c in CAUSES}, stalled=stalled, s_min=pace.s_min.astype(np.float64), f_nl=pace.f_nl,
         f_efa=pace.f_efa, culprit_kind=kind, culprit_id=ids, culprit_flops=flops,
         unallocated_peak=float(node_peak[membership.node_job < 0].sum()),
+    )
+
+
+def _no_jobs(unallocated_peak: float) -> JobLoss:
+    """Return the figures of a fleet with no jobs: every per-job array empty, the whole peak unallocated."""
+    none_f, none_i = np.zeros(0), np.zeros(0, np.int64)
+    return JobLoss(
+        chips=none_i, peak=none_f, effective=none_f, lost=dict.fromkeys(CAUSES, none_f), stalled=np.zeros(0, bool),
+        s_min=none_f, f_nl=none_f, f_efa=none_f, culprit_kind=np.zeros((0, TOP_CULPRITS), np.int64),
+        culprit_id=np.zeros((0, TOP_CULPRITS), np.int64), culprit_flops=np.zeros((0, TOP_CULPRITS)),
+        unallocated_peak=unallocated_peak,
     )

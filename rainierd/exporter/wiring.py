@@ -11,6 +11,7 @@ import numpy as np
 
 from rainierd.exporter.entities import DetectionCollector, EntityFamilies
 from rainierd.exporter.fleet import FleetCollector, ShardCollector
+from rainierd.exporter.jobs import JobFamilies
 from rainierd.exporter.registry import Exporter, build_registry
 from rainierd.exporter.selfstatus import (
     AnalysisCollector,
@@ -35,6 +36,7 @@ def build_exporter(
     snapshot: Callable[[], MonitorSnapshot | None],
     *,
     max_entity_series: int = 1_000,
+    max_jobs: int = 1_000,
     process_metrics: bool = True,
     shard: Shard = WHOLE_FLEET,
     server: Callable[[], ServerStatus | None] | None = None,
@@ -50,6 +52,8 @@ def build_exporter(
     an analysis has applied telemetry: a monitor that has just started, or
     has heard nothing yet, exports them absent, never as a fleet of zeros
     that dashboards and alerts would take for a dead fleet.
+
+    The jobs' families (exporter/jobs.py) export at most ``max_jobs`` jobs.
 
     With ``server`` (the HTTP server's ``ServerCounters.status``) it also
     exports the server's connections, drops and password checks.
@@ -78,4 +82,5 @@ def build_exporter(
     }, texts={
         "ultraservers": UltraServerFamilies(share, computed, ultraservers=ours),
         "entities": entities,
+        "jobs": JobFamilies(snapshot, max_jobs=max_jobs, whole_fleet=shard.whole),
     }, process_metrics=process_metrics)

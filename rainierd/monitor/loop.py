@@ -33,6 +33,7 @@ from rainierd.monitor.checkpointing import Checkpointer
 from rainierd.monitor.clock import ListeningClock
 from rainierd.monitor.events import EventLog
 from rainierd.monitor.inbox import Inbox, backlog_bytes_for
+from rainierd.monitor.jobs import JobFeed, is_job_topic
 from rainierd.monitor.load import LoadJudge
 from rainierd.monitor.rejections import RejectionLog
 from rainierd.monitor.session import Session
@@ -41,6 +42,7 @@ from rainierd.monitor.snapshot import IngestCounts, MonitorSnapshot, MonitorStat
 from rainierd.probes import Verdict
 from rainierd.shards import shard_view
 from rainierd.topology import Topology
+from rainierd.wire.jobs import JobDocument
 from rainierd.wire.topics import WHOLE_FLEET, Shard
 
 __all__ = ["Monitor"]
@@ -95,9 +97,11 @@ class Monitor:
                            shares=None if share is None else share.shares(tick_s=config.tick_s))
         self.load = LoadJudge(tick_s=config.tick_s, clock=clock)
         self.events = EventLog(qos=qos)
+        # The shard's view of the fleet: a job's nodes in other shards are absent, so its figures are its share's.
+        self.jobs = JobFeed(topology)
         self.session = Session(shard=shard, n_sites=topology.n_sites, qos=qos, inbox=self.inbox,
                                events=self.events, clock=clock, reconnect_grace_s=reconnect_grace_s,
-                               batches_only=batches_only)
+                               batches_only=batches_only, jobs=self.jobs)
         fleet = f"{topology.name}: {topology.n_nodes} nodes, {topology.n_sites} sites"
         if not shard.whole:  # another shard's accounting is not this one's
             fleet += f", shard {shard}"
@@ -127,7 +131,10 @@ class Monitor:
         return self.checkpointer.restore() if self.checkpointer is not None else False
 
     def on_message(self, topic: str, payload: bytes, *, retained: bool = False) -> None:
-        """Queue one MQTT message for the next analysis (what the session does with each)."""
+        """Queue one MQTT message for the next analysis, or take a job document (what the session does with each)."""
+        if is_job_topic(topic):
+            self.jobs.hear(topic, payload)
+            return
         self.inbox.put(topic, payload, retained=retained)
 
     def status(self) -> MonitorStatus:
@@ -144,6 +151,7 @@ class Monitor:
             loop_lag=None if loop_lag is None else loop_lag.histogram.frozen(),
             events_dropped=self.events.outbox.dropped,
             share_topics=None if inbox.shares is None else len(inbox.shares),
+            jobs_refused=self.jobs.refused(),
         )
 
     async def analyse_once(self) -> MonitorSnapshot:
@@ -189,8 +197,16 @@ class Monitor:
 
     async def _analyse_locked(self, window: list[Message], *, tick: int) -> Analysis:
         # Its own task: the lock is held until the thread is done, even when the caller is cancelled.
+        documents = self.jobs.pending()  # taken on the loop, where the session changes the book
         async with self.state_lock:
-            return await asyncio.to_thread(self.core.analyse, window, now_s=self.clock.now(), tick=tick)
+            return await asyncio.to_thread(self._analyse_in_thread, window, documents, now_s=self.clock.now(),
+                                           tick=tick)
+
+    def _analyse_in_thread(self, window: list[Message], documents: tuple[JobDocument, ...] | None, *, now_s: float,
+                           tick: int) -> Analysis:
+        """Resolve the jobs if their documents changed (tens of ms at rainier: never on the loop), then analyse
+        the window with them: one membership a tick, the same for every reader of its analysis."""
+        return self.core.analyse(window, now_s=now_s, tick=tick, jobs=self.jobs.resolve(documents))
 
     async def save_checkpoint_now(self) -> None:
         """Save the sequence accounting as of the analysis just finished, if there is a checkpoint file."""

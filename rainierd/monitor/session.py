@@ -20,7 +20,9 @@ from rainierd.connection import ConnectionState
 from rainierd.monitor.clock import ListeningClock
 from rainierd.monitor.events import EventLog
 from rainierd.monitor.inbox import Inbox
+from rainierd.monitor.jobs import JobFeed, is_job_topic
 from rainierd.mqtt import deliver
+from rainierd.wire.jobs import JOBS_FILTER
 from rainierd.wire.topics import Shard, status_topic, telemetry_filters
 
 __all__ = ["Session"]
@@ -33,23 +35,27 @@ class Session:
 
     def __init__(
         self, *, shard: Shard, n_sites: int, qos: int, inbox: Inbox, events: EventLog, clock: ListeningClock,
-        reconnect_grace_s: float = 0.0, batches_only: bool = False,
+        reconnect_grace_s: float = 0.0, batches_only: bool = False, jobs: JobFeed | None = None,
     ) -> None:
         self._filters = telemetry_filters(shard, n_sites=n_sites, batches_only=batches_only)
         self._qos, self._inbox, self._events, self._clock = qos, inbox, events, clock
         self._reconnect_grace_s = reconnect_grace_s
         self.connection = ConnectionState()  # written by mqtt.supervise
         self._status_restore: asyncio.Task[None] | None = None
+        self._jobs = jobs  # None: a session that does not hear jobs
 
     async def consume(self, client: aiomqtt.Client) -> None:
-        """Subscribe to telemetry, queue messages and publish events until cancelled.
+        """Subscribe to telemetry and jobs, queue messages and publish events until cancelled.
+
+        Job documents (retained, QoS 1, docs/jobs.md) go to the job feed, never
+        to the telemetry inbox, which refuses retained messages as replays.
 
         It also watches its own retained status: while it serves, nothing but
         ``online`` may stand there, whoever wrote it (the broker's ACL should
         keep others out; docs/security.md).
         """
         own_status = status_topic(client.identifier)
-        inbox = self._inbox
+        inbox, jobs = self._inbox, self._jobs
         serving = [True]  # paho may still deliver after the TaskGroup ended (our own "offline" on the way out)
         try:
             async with asyncio.TaskGroup() as tg:
@@ -63,6 +69,9 @@ class Session:
                             self._status_restore = tg.create_task(self._restore_status(client, own_status, payload),
                                                                   name="monitor-restore-status")
                         return
+                    if jobs is not None and is_job_topic(topic):
+                        jobs.hear(topic, payload)
+                        return
                     inbox.put(topic, payload, retained=retained)
 
                 deliver(client, on_message)  # before subscribing: retained messages come with the SUBACK
@@ -71,6 +80,8 @@ class Session:
                 else:  # a shard's filters (up to 129) in one SUBSCRIBE: one round trip, not one each
                     await client.subscribe([(topic_filter, self._qos) for topic_filter in self._filters])
                 await client.subscribe(own_status, qos=1)
+                if jobs is not None:  # every retained document comes with the SUBACK: the current jobs at once
+                    await client.subscribe(JOBS_FILTER, qos=1)
                 self._clock.hear("disconnected")
                 # Messages arrive through on_message; this waits until mqtt.supervise ends the session.
                 await asyncio.get_running_loop().create_future()

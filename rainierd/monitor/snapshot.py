@@ -18,6 +18,8 @@ from rainierd.connection import Connection
 from rainierd.core.aggregates import Aggregates
 from rainierd.core.analysis import Analysis, DetailView, HealthView
 from rainierd.core.ingest import IngestStats
+from rainierd.core.jobmodel import JobLoss
+from rainierd.core.jobs import JobMembership
 from rainierd.core.model import LostByCause
 from rainierd.core.throughput import Throughput
 from rainierd.histogram import Histogram
@@ -119,6 +121,7 @@ class MonitorStatus:
     loop_lag: Histogram | None = None
     events_dropped: int = 0  # events the outbox dropped while the MQTT session was down
     share_topics: int | None = None  # telemetry topics whose share the inbox tracks now (None: no shares)
+    jobs_refused: Mapping[str, int] = field(default_factory=_empty)  # job documents refused so far, by reason
 
 
 @dataclass(frozen=True, eq=False)
@@ -137,6 +140,8 @@ class MonitorSnapshot:
     detail: DetailView | None = None  # the inventory's detail nodes' chips, one by one
     aggregates: Aggregates | None = None  # the raw telemetry per UltraServer and site
     status: MonitorStatus = field(default_factory=MonitorStatus)
+    jobs: JobMembership | None = None  # the jobs this analysis priced (docs/jobs.md)
+    job_loss: JobLoss | None = None  # what each of them loses (core/jobmodel.py)
 
     @classmethod
     def of(
@@ -148,7 +153,7 @@ class MonitorSnapshot:
             generation=generation, throughput=analysis.throughput, chips_total=chips_total, analysis_s=analysis_s,
             analysed_ticks=analysed_ticks, lost=analysis.lost, health=analysis.health,
             events=MappingProxyType(dict(events)), lag_s=lag_s, detail=analysis.detail,
-            aggregates=analysis.aggregates, status=status,
+            aggregates=analysis.aggregates, status=status, jobs=analysis.jobs, job_loss=analysis.job_loss,
         )
 
     @property
