@@ -91,7 +91,7 @@ class TestThreeJobs:
         its chips; the counts say three jobs, all exported."""
         found = samples(JobFamilies(lambda: snapshot_of(three_jobs[0])).render())
         assert sorted(found["rainier_job_info"]) == sorted(
-            (("training_job", d.id), ("name", d.name), ("owner", "alice"), ("scheduler", "slurm")) for d in THREE_JOBS)
+            (("name", d.name), ("owner", "alice"), ("scheduler", "slurm"), ("training_job", d.id)) for d in THREE_JOBS)
         assert job_values(found, "rainier_job_chips") == {"lab/pretrain": 64, "lab/finetune": 32, "lab/eval": 16}
         assert (found["rainier_jobs"][()], found["rainier_jobs_exported"][()],
                 found["rainier_jobs_over_budget"][()]) == (3, 3, 0)

@@ -117,7 +117,8 @@ class JobFamilies:
     @staticmethod
     def _per_job(jobs: JobMembership, loss: JobLoss, keep: I64, out: list[str]) -> None:
         ids = keep.tolist()
-        job = [f'training_job="{jobs.ids[j]}"' for j in ids]  # a job id is letters, digits and ._:@=-/: nothing to escape
+        # A job id is letters, digits and ._:@=-/: nothing to escape. The label is not `job`, Prometheus's own.
+        job = [f'training_job="{jobs.ids[j]}"' for j in ids]
         _head(out, "rainier_job_info", "A job's names (1), for joins on training_job.")
         out.extend(f'rainier_job_info{{{b},name="{_escape(jobs.names[j])}",owner="{jobs.owners[j]}",'
                    f'scheduler="{jobs.schedulers[j]}"}} 1.0\n' for b, j in zip(job, ids, strict=True))

@@ -36,10 +36,7 @@ from tests.test_dashboards import (
 pytestmark = [pytest.mark.e2e, pytest.mark.prometheus]
 
 AGGREGATE = "rainierd-aggregate.json"  # the aggregation tier's: its own test, below
-# The training jobs' dashboard reads the monitor's per-job series (rainier_job_*, labelled training_job) and
-# the per-job recording rules over them. `rainierd run` exports no per-job series yet, so every panel of that
-# dashboard would be empty here by construction; its queries are checked as PromQL in
-# tests/test_dashboards.py::test_every_query_is_valid_promql, and its data test arrives with the exporter.
+# The training jobs' dashboard: its own test, below, with a scenario that runs jobs.
 JOBS = "rainierd-jobs.json"
 
 SCRAPE_S = 1.0
@@ -195,3 +192,57 @@ async def test_the_aggregation_dashboard_has_data_for_every_panel(
         agent.cancel()
     offered = {v["name"]: resolve(prom_port, v, chosen) for v in variables(dashboard) if v["type"] == "query"}
     assert offered == {"job": ["rainierd-aggregate"], "instance": targets}
+
+
+JOBS_SCENARIO = """
+[[job]]
+id = "lab/pretrain"
+ultraservers = [0]
+
+[[job]]
+id = "lab/finetune"
+ultraservers = [1]
+
+[[fault]]
+kind = "efa_degraded"
+target = 10           # node n0, UltraServer u0: lab/pretrain's
+severity = 0.25
+at_s = 4
+for_s = 600
+
+[[fault]]
+kind = "chip_failed"
+target = 100          # node n6, UltraServer u1: lab/finetune stalls
+at_s = 4
+for_s = 600
+"""
+
+
+def test_the_jobs_dashboard_has_data_for_every_panel(start_rainierd: Any, prometheus: StartPrometheus,
+                                                     tmp_path: Path) -> None:
+    """``rainierd run`` with two jobs, a degraded EFA port in one and a failed chip in the other (which stalls
+    it), and a real Prometheus with the shipped rules (test-sized ``for:``): the training-job variable offers
+    both jobs, and every panel and the alert annotation of the jobs dashboard have data."""
+    scenario = tmp_path / "scenario.toml"
+    scenario.write_text(JOBS_SCENARIO)
+    metrics_port = free_port()
+    start_rainierd("run", "--tick", str(TICK_S), "--scenario", str(scenario),
+                   "--metrics-addr", f"127.0.0.1:{metrics_port}", name="run")
+    poll_until(lambda: "rainier_jobs" in current_values(metrics_port), 20, "rainierd to analyse its jobs")
+    prom_port = prometheus(rainierd_prometheus_config(metrics_port, tmp_path / "rules", scrape_s=SCRAPE_S))
+    since = time.time()
+    chosen = {"training_job": ["lab/finetune", "lab/pretrain"]}
+    dashboard = load(JOBS)
+    empty: dict[str, str] = {}
+
+    def all_have_data() -> bool:
+        empty.clear()
+        empty.update(empty_queries(prom_port, dashboard, chosen, since))
+        return not empty
+
+    try:
+        poll_until(all_have_data, 75, "every jobs panel to return data")
+    except AssertionError:
+        pytest.fail(f"queries without data: {empty}")
+    offered = {v["name"]: resolve(prom_port, v, chosen) for v in variables(dashboard) if v["type"] == "query"}
+    assert offered == {"training_job": ["lab/finetune", "lab/pretrain"]}
