@@ -329,7 +329,7 @@ def ultraserver() -> Panel:
         target(f"max(rainier_ultraserver_chip_max_temperature_celsius{{{US}}})", "hottest"),
         target(f"avg(rainier_ultraserver_chip_mean_temperature_celsius{{{US}}})", "mean"),
     ), min_zero=False), 8, 8)
-    heat = {"calculate": False, "yAxis": {"axisPlacement": "left", "reverse": False},
+    heat: dict[str, Any] = {"calculate": False, "yAxis": {"axisPlacement": "left", "reverse": False},
             "rowsFrame": {"layout": "auto"}, "cellGap": 1,
             "color": {"mode": "scheme", "scheme": "Turbo", "steps": 64, "exponent": 0.5, "fill": "dark-orange"},
             "tooltip": {"show": True, "yHistogram": False}, "legend": {"show": True}}
