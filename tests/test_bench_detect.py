@@ -5,13 +5,18 @@ become ticks, and one tiny real run through the command line."""
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
+from typing import Any
 
+import numpy as np
 import pytest
 
 from benchmarks.__main__ import main
 from benchmarks.detect import RunResult, fault_runs, grade, ticks_of
+from benchmarks.detect.phases import PhaseLog
 from rainierd.core.detect import Event
 from rainierd.sim.faults import Fault, FaultKind
+from rainierd.topology import build_fleet
 
 
 def raise_(tick: int, entity: str, id_: int) -> Event:
@@ -138,3 +143,43 @@ class TestCommandLine:
         out, err = capsys.readouterr()
         assert (code, out) == (2, "")
         assert "unknown profile nonesuch" in err
+
+
+def _truth(*jobs: tuple[str, tuple[int, ...], str]) -> Any:
+    """A tick's truth as PhaseLog reads it: only the jobs' ids, UltraServers and phases."""
+    return SimpleNamespace(jobs=[SimpleNamespace(id=i, ultraservers=us, phase=ph) for i, us, ph in jobs])
+
+
+class TestJobPhases:
+    TOPO = build_fleet(1, 3)
+
+    def log(self) -> PhaseLog:
+        """Three UltraServers at 1 s ticks: job a on 0 and 1 checkpoints at tick 2 and ends at tick 4; 2 is idle."""
+        log = PhaseLog(3)
+        for phase in ("running", "running", "checkpoint", "running"):
+            log.record(_truth(("a", (0, 1), phase)))
+        log.record(_truth())
+        return log
+
+    def test_event_takes_its_ultraservers_phase(self) -> None:
+        """An event is attributed to its entity's UltraServer's phase at its tick, with the phases just before."""
+        log = self.log()
+        node_of_us1 = int(np.flatnonzero(self.TOPO.node_ultraserver == 1)[0])
+        rows = [log.attribute(Event(t, "node", node_of_us1, "healthy", "cooling_degraded", ("temperature",), t),
+                              self.TOPO, 1.0) for t in (2, 3, 4)]
+        assert [(r["phase"], r["recent"]) for r in rows] == [
+            ("checkpoint", ["running"]), ("running", ["checkpoint"]), ("ended", ["checkpoint", "running"])]
+
+    def test_idle_and_fleet(self) -> None:
+        """An UltraServer no job held is idle; the feed belongs to no UltraServer."""
+        log = self.log()
+        chip_of_us2 = int(np.flatnonzero(self.TOPO.chip_ultraserver == 2)[0])
+        idle = log.attribute(Event(1, "chip", chip_of_us2, "healthy", "throttled", (), 1), self.TOPO, 1.0)
+        feed = log.attribute(Event(1, "feed", 0, "healthy", "lost", (), 1), self.TOPO, 1.0)
+        assert (idle["phase"], feed["phase"]) == ("idle", "fleet")
+
+    def test_entries_counted(self) -> None:
+        """Each job's entries into a phase, and its end, are counted with the UltraServers it held."""
+        log = self.log()
+        assert (dict(log.entries), dict(log.entered_ultraservers)) == (
+            {"checkpoint": 1, "running": 1, "ended": 1}, {"checkpoint": 2, "running": 2, "ended": 2})

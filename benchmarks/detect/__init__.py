@@ -67,6 +67,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tick", nargs="+", type=float, metavar="SECONDS",
                         help="tick lengths in seconds, e.g. 0.5 1 5 (default 1); other ticks compare against 1 s")
     parser.add_argument("--kinds", nargs="+", metavar="KIND", help="grade only these fault kinds (default: all)")
+    parser.add_argument("--job-mix", action="store_true",
+                        help='control runs run the simulator\'s job mix (FleetParams jobs="mix"), each false alarm '
+                             "attributed to its job's phase (issue 21 item 4); fault runs unchanged")
     parser.add_argument("--noise", type=float, default=1.0)
     parser.add_argument("--jobs", type=int, default=0, help="worker processes (default: one per core)")
     parser.add_argument("--output", help="also write the JSON report to this file")
@@ -110,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
         control_ultraservers=_option(args.control_ultraservers, args.quick, "control_ultraservers"),
         control_seconds=_option(args.control_seconds, args.quick, "control_seconds"),
         jobs=args.jobs or os.cpu_count() or 1, noise=args.noise, profiles=profiles, ticks_s=ticks_s,
-        kinds=kinds, quick=args.quick,
+        kinds=kinds, quick=args.quick, job_mix=args.job_mix,
     )
     if args.output:
         with open(args.output, "w") as out:

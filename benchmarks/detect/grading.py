@@ -52,6 +52,12 @@ class RunResult:
     seconds: float = 0.0
     tick_s: float = 1.0
     profile: str = "ideal"
+    # Job-mix control runs only (benchmarks/detect/phases.py): each raised event with its job phase, the
+    # UltraServer-seconds of each phase, and how many times jobs entered each phase.
+    phase_rows: list[dict[str, Any]] = field(default_factory=list)
+    phase_seconds: dict[str, float] = field(default_factory=dict)
+    phase_entries: dict[str, int] = field(default_factory=dict)
+    phase_entered_ultraservers: dict[str, int] = field(default_factory=dict)
 
 
 def _expected(fault: Fault) -> tuple[str, int]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from benchmarks.detect.phases import LOOKBACK_S
+
 __all__ = ["print_table"]
 
 
@@ -37,6 +39,14 @@ def _print_section(graded: dict[str, Any], cfg: dict[str, Any], profile: str) ->
           f"({c['chip_days']:.0f} chip-days, diurnal swing included): {c['false_alarms']} false alarms = "
           f"{_fmt(c['false_alarms_per_day_per_10k_chips'], '.2f')} per day per 10k chips "
           f"(95 % upper bound {_fmt(c['upper_95_per_day_per_10k_chips'], '.2f')}) {c['by_entity']}")
+    if (jp := c.get("job_phases")) is not None:
+        print(f"job-mix control: phases entered {jp['phase_entries']} "
+              f"(UltraServers {jp['phase_entered_ultraservers']})")
+        print(f"  UltraServer-seconds by phase {jp['ultraserver_seconds_by_phase']}")
+        print(f"  false alarms by phase at the event's tick {jp['by_phase']}")
+        print(f"  by phase, at or within the {LOOKBACK_S:g} s before {jp['by_phase_or_just_after']}")
+        for cause, n in jp["by_cause"].items():
+            print(f"  {n:>5}  {cause}")
     e = graded["effective_fp8_error"]
     print(f"fleet effective FP8 vs truth: median error {_fmt(e['median'], '.2e')}, p99 {_fmt(e['p99'], '.2e')}, "
           f"max {_fmt(e['max'], '.2e')}")

@@ -19,6 +19,7 @@ import numpy as np
 
 from benchmarks._progress import Progress
 from benchmarks.detect.grading import RunResult, compare, control, grade
+from benchmarks.detect.phases import PhaseLog, phase_control, phase_exposure
 from benchmarks.detect.placing import (
     FAULT_S,
     GRACE_S,
@@ -91,17 +92,18 @@ def _profile_kwargs(name: str) -> dict[str, Any]:
 
 def run_fleet(
     ultraservers: int, faults: list[Fault], *, seed: int, ticks: int, noise: float = 1.0,
-    tick_s: float = 1.0, profile: str = "ideal",
+    tick_s: float = 1.0, profile: str = "ideal", job_mix: bool = False,
 ) -> RunResult:
     """Simulate ``ticks`` ticks of ``tick_s`` of a fleet with ``faults`` and a diurnal swing; return events
-    and errors.
+    and errors.  With ``job_mix`` the fleet runs the simulator's job mix (``FleetParams(jobs="mix")``)
+    and each raised event is attributed to its job's phase (``phases``).
 
     Raises KeyError for a ``profile`` the simulator does not have.
     """
     started = time.perf_counter()
     topo = build_fleet(1, ultraservers, name=f"bench-{ultraservers}")
     # One simulated day per run, so the diurnal swing is always in it.
-    params = FleetParams(noise=noise, time_scale=86_400.0 / (ticks * tick_s))
+    params = FleetParams(noise=noise, time_scale=86_400.0 / (ticks * tick_s), jobs="mix" if job_mix else "none")
     diurnal = Fault(FaultKind.DIURNAL, 0, 0.02, 0, ticks)
     model = FleetModel(topo, np.random.default_rng(seed), tick_s=tick_s, start_s=0.0, params=params,
                        faults=[*faults, diurnal], **_profile_kwargs(profile))
@@ -109,13 +111,18 @@ def run_fleet(
     result = RunResult(faults, [], topo.n_chips, ticks, tick_s=tick_s, profile=profile,
                        lost_truth=dict.fromkeys(CAUSES, 0.0), lost_estimate=dict.fromkeys(CAUSES, 0.0))
     settled = ticks_of(WARMUP_S / 2, tick_s)
+    log = PhaseLog(topo.n_ultraservers) if job_mix else None
     for tick in range(ticks):
         sample = model.step(tick)
+        if log is not None:
+            log.record(sample.truth)
         # Batches, as the simulator publishes by default (the frames are the same; only the transport differs).
         frames = [frame for _topic, frame in tick_batches(topo, sample, publisher="bench", nodes_per_batch=128)]
         # Received at the tick's own time: the listening clock, whatever the publishers' clocks say.
         analysis = core.step(frames, now_s=model.t_of(tick))
         result.events.extend(analysis.events)
+        if log is not None:
+            result.phase_rows += [log.attribute(e, topo, tick_s) for e in analysis.events if e.raised]
         if tick < settled:
             continue
         truth = sample.truth.effective_flops
@@ -125,6 +132,10 @@ def run_fleet(
         for cause in CAUSES:
             result.lost_truth[cause] += sample.truth.lost_flops[cause]
             result.lost_estimate[cause] += estimate[cause]
+    if log is not None:
+        result.phase_seconds = phase_exposure(log, tick_s)
+        result.phase_entries = dict(log.entries)
+        result.phase_entered_ultraservers = dict(log.entered_ultraservers)
     result.seconds = time.perf_counter() - started
     return result
 
@@ -141,6 +152,7 @@ class Job:
     seed: int
     ticks: int
     noise: float
+    job_mix: bool = False
 
     @property
     def work(self) -> float:
@@ -150,7 +162,7 @@ class Job:
 
 def _run(job: Job) -> RunResult:
     return run_fleet(job.ultraservers, job.faults, seed=job.seed, ticks=job.ticks, noise=job.noise,
-                     tick_s=job.tick_s, profile=job.profile)
+                     tick_s=job.tick_s, profile=job.profile, job_mix=job.job_mix)
 
 
 def _run_all(jobs: list[Job], workers: int, progress: Progress) -> list[RunResult]:
@@ -173,17 +185,32 @@ def _run_all(jobs: list[Job], workers: int, progress: Progress) -> list[RunResul
     return [r for r in results if r is not None]
 
 
+def _job_phases(controls: list[RunResult]) -> dict[str, Any]:
+    """Return the job-mix control's events by phase and cause, and the phases the runs went through."""
+    out = phase_control([row for r in controls for row in r.phase_rows], [r.phase_seconds for r in controls])
+    entries: dict[str, int] = {}
+    entered: dict[str, int] = {}
+    for r in controls:
+        for k, v in r.phase_entries.items():
+            entries[k] = entries.get(k, 0) + v
+        for k, v in r.phase_entered_ultraservers.items():
+            entered[k] = entered.get(k, 0) + v
+    return {**out, "phase_entries": entries, "phase_entered_ultraservers": entered}
+
+
 def bench_detect(
     *, seeds: int, ultraservers: int, control_seeds: int, control_ultraservers: int, control_seconds: float,
     jobs: int, noise: float = 1.0, profiles: Sequence[str] = ("ideal",), ticks_s: Sequence[float] = (1.0,),
-    kinds: Collection[FaultKind] | None = None, quick: bool = False,
+    kinds: Collection[FaultKind] | None = None, quick: bool = False, job_mix: bool = False,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
     """Run the fault and control runs of every profile and tick length; return the graded report.
 
     Each finished run is a step of ``progress`` (default: on stderr).  The first of ``profiles`` heads the
     report, at ``HEADLINE_TICK_S`` if it is among ``ticks_s`` (else the first tick length).  Raises KeyError
-    for a profile the simulator does not have.
+    for a profile the simulator does not have.  With ``job_mix`` the control runs run the simulator's job
+    mix, and the control's figures carry each raised event's job phase (``phases``); the fault runs are
+    unchanged.
     """
     started = time.perf_counter()
     for name in profiles:
@@ -195,7 +222,7 @@ def bench_detect(
             plan += [Job(profile, tick_s, False, us, faults, seed, run_ticks, noise)
                      for us, faults, seed, run_ticks in fault_runs(seeds, ultraservers, tick_s=tick_s, kinds=kinds)]
             plan += [Job(profile, tick_s, True, control_ultraservers, [], 500_000 + s,
-                         ticks_of(control_seconds, tick_s), noise) for s in range(control_seeds)]
+                         ticks_of(control_seconds, tick_s), noise, job_mix) for s in range(control_seeds)]
     results = _run_all(plan, jobs, Progress(len(plan)) if progress is None else progress)
 
     sections: dict[str, dict[str, Any]] = {}
@@ -207,7 +234,10 @@ def bench_detect(
             fault_results = [r for job, r in mine if not job.control]
             graded = grade(fault_results, ultraservers)
             graded["tick_s"] = tick_s
-            graded["control"] = control([r for job, r in mine if job.control], control_seconds)
+            controls = [r for job, r in mine if job.control]
+            graded["control"] = control(controls, control_seconds)
+            if job_mix:
+                graded["control"]["job_phases"] = _job_phases(controls)
             graded["fault_runs"] = len(fault_results)
             graded["faults"] = sum(len(r.faults) for r in fault_results)
             graded["detect_s_per_tick_per_chip"] = statistics.median(
@@ -235,7 +265,7 @@ def bench_detect(
             "grace_ticks": ticks_of(GRACE_S, headline_tick),
             "fault_runs": top["fault_runs"], "faults": top["faults"], "runs_total": len(plan),
             "noise": noise, "control_seeds": control_seeds, "control_ultraservers": control_ultraservers,
-            "control_seconds": control_seconds, "jobs": jobs,
+            "control_seconds": control_seconds, "jobs": jobs, "control_job_mix": job_mix,
         },
         "wall_s": time.perf_counter() - started,
     }
