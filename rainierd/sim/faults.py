@@ -32,6 +32,7 @@ __all__ = [
     "Fault",
     "FaultKind",
     "effects",
+    "fault_ultraservers",
     "flap_schedule",
     "flapping_fault",
 ]
@@ -198,6 +199,24 @@ _REROUTE_FRAC: Final = 0.5
 # that SRD still delivers over) retransmits about 20x a healthy port's trickle.
 _SLOW_RETRANS_MULT: Final = 20.0
 _INLET_RAMP_S: Final = 20.0  # inlet air rises to the fault's severity over this many seconds
+
+
+def fault_ultraservers(topo: Topology, fault: Fault) -> npt.NDArray[np.int64]:
+    """Return the UltraServers a fault's target is in (a site's: all of them), as an int64 array."""
+    kind, t = fault.target_kind, fault.target
+    if kind == "link":
+        us: object = topo.node_ultraserver[topo.link_node[t]]
+    elif kind == "efa":
+        us = topo.node_ultraserver[topo.efa_node[t]]
+    elif kind == "chip":
+        us = topo.chip_ultraserver[t]
+    elif kind == "node":
+        us = topo.node_ultraserver[t]
+    elif kind == "ultraserver":
+        us = t
+    else:  # a site
+        us = np.flatnonzero(topo.ultraserver_site == t)
+    return np.atleast_1d(np.asarray(us, dtype=np.int64))
 
 
 def _nodes_of(topo: Topology, fault: Fault) -> npt.NDArray[np.int64]:

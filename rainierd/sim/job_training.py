@@ -19,7 +19,7 @@ import numpy.typing as npt
 from rainierd._types import F64
 from rainierd.hardware import Trainium2
 from rainierd.pace import CAUSES, step_excess, step_time
-from rainierd.sim.faults import Effects, Fault
+from rainierd.sim.faults import Effects, Fault, fault_ultraservers
 from rainierd.sim.params import FleetParams
 from rainierd.sim.sample import JobTruth
 from rainierd.sim.training import Pace, Training
@@ -143,20 +143,7 @@ class JobTraining(Training):
 
     def _groups_of(self, fault: Fault) -> npt.NDArray[np.int64]:
         """Return the jobs (and the idle group, whose loss is 0) a fault's target belongs to."""
-        topo, kind, t = self.topology, fault.target_kind, fault.target
-        if kind == "link":
-            us: object = topo.node_ultraserver[topo.link_node[t]]
-        elif kind == "efa":
-            us = topo.node_ultraserver[topo.efa_node[t]]
-        elif kind == "chip":
-            us = topo.chip_ultraserver[t]
-        elif kind == "node":
-            us = topo.node_ultraserver[t]
-        elif kind == "ultraserver":
-            us = t
-        else:  # a site: all its UltraServers' jobs
-            us = np.flatnonzero(topo.ultraserver_site == t)
-        return np.unique(self.us_group[np.atleast_1d(np.asarray(us, dtype=np.int64))])
+        return np.unique(self.us_group[fault_ultraservers(self.topology, fault)])
 
     def job_truth(self, flops: F64) -> tuple[tuple[JobTruth, ...], tuple[int, ...], int]:
         """Return each active job's truth this tick, given each chip's FLOP/s; the idle UltraServers and chips."""

@@ -19,7 +19,7 @@ import numpy.typing as npt
 from rainierd._types import F64, B
 from rainierd.hardware import Trainium2
 from rainierd.pace import CAUSES, path_stretch, step_excess, step_time
-from rainierd.sim.faults import Effects, Fault
+from rainierd.sim.faults import Effects, Fault, fault_ultraservers
 from rainierd.sim.params import FleetParams
 from rainierd.topology import Topology
 
@@ -147,18 +147,4 @@ class Training:
 
     def _groups_of(self, fault: Fault) -> npt.NDArray[np.int64]:
         """Return the synchronous groups a fault's target belongs to."""
-        topo, per = self.topology, self.params.group_ultraservers
-        kind, t = fault.target_kind, fault.target
-        if kind == "link":
-            us: object = topo.node_ultraserver[topo.link_node[t]]
-        elif kind == "efa":
-            us = topo.node_ultraserver[topo.efa_node[t]]
-        elif kind == "chip":
-            us = topo.chip_ultraserver[t]
-        elif kind == "node":
-            us = topo.node_ultraserver[t]
-        elif kind == "ultraserver":
-            us = t
-        else:  # a site: all its groups
-            us = np.flatnonzero(topo.ultraserver_site == t)
-        return np.unique(np.atleast_1d(np.asarray(us, dtype=np.int64)) // per)
+        return np.unique(fault_ultraservers(self.topology, fault) // self.params.group_ultraservers)
