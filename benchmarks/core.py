@@ -15,6 +15,11 @@ a running monitor holds).  Stages, per tick after one warm-up tick:
 Reported per size: median and p99 of each stage and of their sum, chips per
 second per core (chips / median total), and the maximum RSS.  ``--plot``
 draws the scaling curve with matplotlib (the optional ``bench`` extra).
+
+``--training-jobs N`` gives the fleet N jobs of the simulator's mix and
+measures, in the same ticks, what they add: the per-job model and the
+exporter's job families each tick, with and without the jobs, and the whole
+scrape's series and bytes with and without them (benchmarks/_jobwork.py).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from typing import Any, Final
 
 import numpy as np
 
+from benchmarks._jobwork import JobWork, job_capacity
 from benchmarks.feed import START_S, read_tick, request_tick
 from rainierd._malloc import keep_freed_memory
 from rainierd.core.analysis import HealthView, MonitorCore
@@ -38,7 +44,8 @@ from rainierd.core.config import MonitorConfig
 from rainierd.core.ingest import Message
 from rainierd.core.model import lost_by_cause
 from rainierd.core.throughput import compute_throughput
-from rainierd.topology import build_topology
+from rainierd.errors import ConfigError
+from rainierd.topology import build_topology, parse_topology
 
 __all__ = ["HELP", "SWEEP", "add_arguments", "bench_core", "run"]
 
@@ -55,10 +62,12 @@ def _percentiles(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "p99": float(np.percentile(values, 99))}
 
 
-def measure(topology: str, *, repeat: int, batch_nodes: int, seed: int) -> dict[str, Any]:
-    """Return one size's per-stage timings (this process holds the monitor alone)."""
+def measure(topology: str, *, repeat: int, batch_nodes: int, seed: int, training_jobs: int = 0) -> dict[str, Any]:
+    """Return one size's per-stage timings (this process holds the monitor alone), and with ``training_jobs``
+    what that many jobs add to the tick and the scrape."""
     topo = build_topology(topology)
     core = MonitorCore(topo, MonitorConfig(max_frame_bytes=64 * 2**20))
+    work = JobWork.of(core, training_jobs, start_s=START_S, seed=seed) if training_jobs else None
     feeder = subprocess.Popen(
         [sys.executable, "-m", "benchmarks.feed", topology, str(repeat + 1), str(batch_nodes), str(seed)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -85,6 +94,8 @@ def measure(topology: str, *, repeat: int, batch_nodes: int, seed: int) -> dict[
         lost_by_cause(throughput, core.detector, params=core.model)
         HealthView.of(core.detector)  # what the exporter is handed
         detected = time.perf_counter()
+        if work is not None:
+            work.tick(throughput, keep=tick > 0)
         core.ingest.record(flush)
         if tick > 0:  # the first tick pays first-touch page faults
             for name, seconds in zip(_STAGES, (admitted - started, modelled - admitted, detected - modelled),
@@ -119,20 +130,35 @@ def measure(topology: str, *, repeat: int, batch_nodes: int, seed: int) -> dict[
         # fleet model, and cutting and encoding the tick's messages.
         "simulator_s": {name: _percentiles(values[1:]) for name, values in sim.items()},
         "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        **({"jobs": work.report(stages["total"])} if work is not None else {}),
     }
 
 
-def bench_core(topologies: list[str], *, repeat: int, batch_nodes: int, seed: int) -> dict[str, Any]:
+def bench_core(
+    topologies: list[str], *, repeat: int, batch_nodes: int, seed: int, training_jobs: int = 0,
+) -> dict[str, Any]:
     """Return the report: one fresh monitor process per size."""
     results = []
     for topology in topologies:
         print(f"bench core: {topology} ...", file=sys.stderr, flush=True)
         out = subprocess.run(
-            [sys.executable, "-m", "benchmarks.core", topology, str(repeat), str(batch_nodes), str(seed)],
+            [sys.executable, "-m", "benchmarks.core", topology, str(repeat), str(batch_nodes), str(seed),
+             str(training_jobs)],
             check=True, capture_output=True,
         )
         results.append(json.loads(out.stdout))
-    return {"benchmark": "core", "repeat": repeat, "batch_nodes": batch_nodes, "results": results}
+    return {"benchmark": "core", "repeat": repeat, "batch_nodes": batch_nodes,
+            **({"training_jobs": training_jobs} if training_jobs else {}), "results": results}
+
+
+def unfit(topologies: list[str], training_jobs: int) -> list[str]:
+    """Return the sizes too small for ``training_jobs`` jobs of at least one UltraServer (``job_capacity``)."""
+    out = []
+    for topology in topologies:
+        sites, per_site = parse_topology(topology)
+        if training_jobs > job_capacity(sites * per_site):
+            out.append(f"{topology} (at most {job_capacity(sites * per_site)})")
+    return out
 
 
 def plot(report: dict[str, Any], path: Path) -> None:
@@ -171,13 +197,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeat", type=int, default=10, help="ticks measured per size (after one warm-up)")
     parser.add_argument("--batch-nodes", type=int, default=128, help="nodes per batch frame (0: one frame per node)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--training-jobs", type=int, default=0, metavar="N",
+                        help="give the fleet N training jobs of the simulator's mix and report what they add to the "
+                             "tick and the scrape (default 0: none)")
     parser.add_argument("--plot", help="also draw the scaling curve to this PNG (needs matplotlib)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the benchmark and print JSON or a table."""
-    report = bench_core(list(args.topology), repeat=max(2, args.repeat), batch_nodes=args.batch_nodes, seed=args.seed)
+    try:
+        too_small = unfit(list(args.topology), max(0, args.training_jobs))
+    except ConfigError as exc:
+        print(f"bench core: {exc}", file=sys.stderr)
+        return 2
+    if too_small:
+        print(f"bench core: {args.training_jobs} training jobs do not fit in {', '.join(too_small)}",
+              file=sys.stderr)
+        return 2
+    report = bench_core(list(args.topology), repeat=max(2, args.repeat), batch_nodes=args.batch_nodes, seed=args.seed,
+                        training_jobs=max(0, args.training_jobs))
     if args.plot:
         try:
             plot(report, Path(args.plot))
@@ -195,10 +234,28 @@ def run(args: argparse.Namespace) -> int:
         cells = " | ".join(f"{t[s]['median'] * 1e3:.1f} ({t[s]['p99'] * 1e3:.1f}) ms" for s in (*_STAGES, "total"))
         print(f"| {r['topology']} | {r['chips']:,} | {cells} | {r['chips_per_s_per_core']:.3g} | "
               f"{r['max_rss_bytes'] / 2**20:.0f} MiB |")
+    if report.get("training_jobs"):
+        _print_jobs(report["results"])
     return 0
+
+
+def _print_jobs(results: list[dict[str, Any]]) -> None:
+    print("\njob work per tick, medians (p99); the share is of the tick with jobs, tick by tick")
+    print("| topology | jobs | job_loss | job families render | job work | share of tick | tick without jobs | "
+          "tick with jobs | series added | scrape bytes without / with |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in results:
+        j = r["jobs"]
+        t, s, sc = j["per_tick_s"], j["share_of_tick"], j["scrape"]
+        ms = " | ".join(f"{t[k]['median'] * 1e3:.2f} ({t[k]['p99'] * 1e3:.2f}) ms"
+                        for k in ("job_loss", "render", "work"))
+        print(f"| {r['topology']} | {j['mix']['jobs']:,} | {ms} | {s['median']:.1%} ({s['p99']:.1%}) | "
+              f"{t['tick_without_jobs']['median'] * 1e3:.1f} ms | {t['tick_with_jobs']['median'] * 1e3:.1f} ms | "
+              f"{sc['series_added']:,} | {sc['without_jobs']['bytes']:,} / {sc['with_jobs']['bytes']:,} |")
 
 
 if __name__ == "__main__":
     keep_freed_memory()  # as the monitor daemon does
-    name, count, batch, seed_arg = sys.argv[1:5]
-    print(json.dumps(measure(name, repeat=int(count), batch_nodes=int(batch), seed=int(seed_arg))))
+    name, count, batch, seed_arg, jobs_arg = sys.argv[1:6]
+    print(json.dumps(measure(name, repeat=int(count), batch_nodes=int(batch), seed=int(seed_arg),
+                             training_jobs=int(jobs_arg))))

@@ -125,6 +125,10 @@ class JobMix:
     eval_step_s: float = 2.0  # evaluation's step cycle
     eval_comm_share: float = 0.3  # collective traffic in evaluation, relative to training's
 
+    def target_ultraservers(self, n_ultraservers: int) -> int:
+        """Return how many of a fleet's ``n_ultraservers`` the mix keeps allocated (the rest idle)."""
+        return int(np.ceil(self.target_allocated * n_ultraservers))
+
 
 def _ticks(seconds: float, tick_s: float) -> int:
     return max(1, round(seconds / tick_s))
@@ -158,7 +162,7 @@ class JobSchedule:
         for job in self.jobs:
             if job.active(tick):
                 taken[list(job.ultraservers)] = True
-        target = int(np.ceil(m.target_allocated * n_us))
+        target = m.target_ultraservers(n_us)
         if tick == 0:  # the fleet starts full: a flagship, then the heavy-tailed rest
             first = True
             while (room := target - int(taken.sum())) > 0:
@@ -166,6 +170,33 @@ class JobSchedule:
                 first = False
         elif taken.sum() < target and self.rng.random() < min(1.0, self.tick_s / m.arrival_every_s):
             self._start(tick, taken, None, n_us)
+
+    def fill(self, n_jobs: int) -> list[JobSpec]:
+        """Start exactly ``n_jobs`` jobs at tick 0, drawn as the mix fills a fleet, and return them.
+
+        The first is the flagship (``flagship_share`` of the fleet), the rest
+        heavy-tailed, each leaving an UltraServer for every job still to
+        start: so with many jobs the late ones hold one UltraServer each.
+        Together they hold at most the mix's target share; the rest is idle.
+        For the benchmarks, which need a given number of jobs; a running
+        simulation's mix draws its own count (``active``).  Raises ValueError
+        without a mix, or when fewer UltraServers than ``n_jobs`` are in the
+        target share.
+        """
+        if self.mix is None:
+            raise ValueError("fill needs a job mix")
+        target = self.mix.target_ultraservers(self.topology.n_ultraservers)
+        if n_jobs > target:
+            raise ValueError(f"{n_jobs} jobs of at least one UltraServer each do not fit in the "
+                             f"{target} UltraServers the mix allocates of {self.topology.name}")
+        taken = np.zeros(self.topology.n_ultraservers, dtype=bool)
+        flagship = max(1, round(self.mix.flagship_share * self.topology.n_ultraservers))
+        started = len(self.jobs)
+        for left in range(n_jobs - 1, -1, -1):  # ``left``: jobs still to start after this one
+            first = len(self.jobs) == started
+            self._start(0, taken, flagship if first else None, target - int(taken.sum()) - left)
+        self._last_tick = max(self._last_tick, 0)  # tick 0 is drawn: ``active`` adds no second fill
+        return self.jobs[started:]
 
     def _start(self, tick: int, taken: npt.NDArray[np.bool_], size: int | None, cap: int) -> None:
         """Start a job of ``size`` (None: drawn) UltraServers, at most ``cap`` and the free ones, chosen at random."""
