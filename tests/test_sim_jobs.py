@@ -267,6 +267,31 @@ class TestMix:
         assert "jobs" not in truth_document(truth, "sim")
 
 
+class TestFill:
+    def test_n_jobs_a_flagship_then_the_tail_each_leaving_room_for_the_rest(self) -> None:
+        """1,000 jobs over 7,800 UltraServers: exactly 1,000, the first half the fleet, the rest from one
+        UltraServer to tens, together the mix's 85 %, none sharing an UltraServer."""
+        schedule = mix_schedule(0, n_us=7_800)
+        jobs = schedule.fill(1_000)
+        sizes = [len(j.ultraservers) for j in jobs]
+        held = [u for j in jobs for u in j.ultraservers]
+        assert (len(jobs), sizes[0], sum(sizes), min(sizes), len(set(held))) == (1_000, 3_900, 6_630, 1, 6_630)
+        assert max(sizes[1:]) >= 10
+        assert {j.start_tick for j in jobs} == {0}
+
+    def test_filled_jobs_are_the_schedule_s_at_tick_0(self) -> None:
+        """The filled jobs are the ones active at tick 0: the mix draws no second fleet over them."""
+        schedule = mix_schedule(2)
+        jobs = schedule.fill(20)
+        assert schedule.active(0) == jobs
+
+    def test_more_jobs_than_the_target_share_are_refused(self) -> None:
+        """64 UltraServers at 85 % hold 55 jobs of one UltraServer at most: 56 are refused."""
+        assert len(mix_schedule(1).fill(55)) == 55
+        with pytest.raises(ValueError, match="56 jobs"):
+            mix_schedule(1).fill(56)
+
+
 class TestScenarioJobs:
     def test_a_scenario_s_jobs(self, tmp_path: Path) -> None:
         """[[job]] entries become specs in ticks: UltraServers sorted, cadences and restarts from seconds."""
