@@ -18,6 +18,11 @@ failed chips and 3 lost nodes.  Prints one JSON line: median and p99 ms of
 ``job_loss`` and of ``lost_by_cause``, wall and this process's CPU (on a
 shared machine the CPU time is the closer to what an idle one takes), and
 the scrape's figures.
+
+``python -m benchmarks core --training-jobs N`` measures the job work in a
+real tick of a simulated fleet, as a share of that tick, and the whole
+scrape with and without jobs; its fleet is healthy, so this script stays
+for what only an unhealthy state shows: the culprit work and series.
 """
 
 from __future__ import annotations
