@@ -48,9 +48,9 @@ from rainierd.topology import Topology
 
 __all__ = ["with_jobs"]
 
+_A = TypeVar("_A", I64, F64)
 # An entity kind's pricing: its ids (and which of them went stale) to the jobs they slow and what they cost each,
 # shaped (entities, places); a place in no job is -1.
-_A = TypeVar("_A", I64, F64)
 _Pricing = Callable[[I64, B, JobMembership, JobLoss, Topology], tuple[I64, F64]]
 
 
