@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rainierd.core.analysis import MonitorCore
 from rainierd.core.detect import Event, JobCost
@@ -187,6 +189,37 @@ class TestBlastRadius:
         assert b.flops > a.flops > 0
         assert carried(fleet, members, raised("ultraserver", 0, "cooling_degraded"),
                        raised("node", 0, "cooling_degraded")) == [(b, a), (a,)]
+
+
+class TestAnyPlacement:
+    N_LINKS = Fleet(2).topo.link_node.size
+
+    @given(owners=st.lists(st.integers(-1, 2), min_size=8, max_size=8),
+           degraded=st.lists(st.tuples(st.integers(0, N_LINKS - 1), st.floats(0.1, 0.95)), min_size=1, max_size=12,
+                             unique_by=lambda d: d[0]))
+    @settings(max_examples=40, deadline=None)
+    def test_link_events_name_the_job_holding_both_ends_and_add_up_to_its_loss(
+        self, owners: list[int], degraded: list[tuple[int, float]],
+    ) -> None:
+        """Whatever nodes of two UltraServers three jobs hold and whichever links degrade, each link's event
+        names the job holding both its ends' nodes, or none, and each job's link events add up to its
+        NeuronLink loss: no job is charged another's."""
+        fleet = Fleet(2)
+        held = {f"j{k}": nodes(*[n for n, o in enumerate(owners) if o == k]) for k in range(3) if k in owners}
+        members = membership(fleet.topo, held)
+        for link, ratio in degraded:
+            fleet.degrade_link(link, ratio)
+        loss = fleet.loss(members)
+        links = np.array([link for link, _ in degraded])
+        events = with_jobs([raised("neuronlink", int(link)) for link in links], membership=members, loss=loss,
+                           topology=fleet.topo)
+        topo = fleet.topo
+        ends = zip(topo.link_node[links].tolist(), topo.chip_node[topo.link_b[links]].tolist(), strict=True)
+        holder = [f"j{owners[a]}" if owners[a] == owners[b] >= 0 else None for a, b in ends]
+        assert [tuple(j.job for j in e.jobs) for e in events] == [(h,) if h else () for h in holder]
+        for j, job in enumerate(members.ids):
+            total = sum(c.flops for e in events for c in e.jobs if c.job == job)
+            assert total == pytest.approx(loss.lost["degraded_neuronlink"][j], rel=1e-6, abs=1.0)
 
 
 class TestThroughTheCore:
