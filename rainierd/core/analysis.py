@@ -17,6 +17,7 @@ from rainierd.core.aggregates import Aggregates, CounterSums, aggregate
 from rainierd.core.config import MonitorConfig
 from rainierd.core.detect import STATE_NAMES, Event, FeedView, FleetDetector
 from rainierd.core.detect._stats import PeerSample
+from rainierd.core.eventjobs import with_jobs
 from rainierd.core.ingest import FlushResult, Ingest, IngestStats, Message, Received
 from rainierd.core.jobmodel import JobLoss, job_loss
 from rainierd.core.jobs import JobMembership
@@ -201,6 +202,8 @@ class MonitorCore:
         )
         lost = lost_by_cause(throughput, self.detector, params=self.model, shares=self.healthy_shares)
         per_job = job_loss(throughput, self.detector, self.jobs, params=self.model, shares=self.job_shares)
+        # The detectors know no jobs: each event gets the jobs its entity slows, priced on this tick's jobs.
+        events = with_jobs(events, membership=self.jobs, loss=per_job, topology=self.topology)
         detail = self.topology.names.detail
         detail_view = DetailView.of(self.state, detail, throughput.chip_effective) if detail else None
         self.counter_sums.update(self.state)

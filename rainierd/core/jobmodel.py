@@ -66,6 +66,11 @@ class JobLoss:
     culprit_kind: I64
     culprit_id: I64
     culprit_flops: F64
+    # Every entity charged something (the culprits are each job's top few of these), sorted by ``_key``: what an
+    # event's entity is looked up in (``charged``).  Few rows: only unhealthy entities in jobs are charged.
+    charged_key: I64
+    charged_job: I64
+    charged_flops: F64
     unallocated_peak: float  # peak FLOP/s of present nodes no job holds: idle, not lost
 
     @property
@@ -100,6 +105,24 @@ class JobLoss:
                                                             self.culprit_id[job][kept].tolist(),
                                                             self.culprit_flops[job][kept].tolist(), strict=True)]
 
+    def charged(self, kind: str, ids: I64) -> tuple[I64, F64]:
+        """Return, for each entity of ``kind`` (one of ``CULPRIT_KINDS``) in ``ids``, the job charging it and
+        the FLOP/s it charges (-1 and 0 for an entity charged nothing: each entity is in one job at most).
+
+        The same figures as the culprits', for every charged entity rather than each job's top few.
+        """
+        if not self.charged_key.size:
+            return np.full(ids.size, -1, np.int64), np.zeros(ids.size)
+        key = _key(np.full(ids.size, CULPRIT_KINDS.index(kind), np.int64), ids)
+        at = np.minimum(np.searchsorted(self.charged_key, key), self.charged_key.size - 1)
+        found = self.charged_key[at] == key
+        return np.where(found, self.charged_job[at], -1), np.where(found, self.charged_flops[at], 0.0)
+
+
+def _key(kind: I64, ids: I64) -> I64:
+    """Return one sortable number for each (kind, id) pair."""
+    return ids.astype(np.int64) * len(CULPRIT_KINDS) + kind
+
 
 @dataclass(frozen=True, eq=False)
 class _Candidates:
@@ -132,17 +155,21 @@ def _ranked(entities: _Candidates, *, floor_of_job: F64, weight: F64) -> _Candid
     return _Candidates(job, entities.kind[order], entities.id[order], flops)
 
 
-def _top(found: list[_Candidates], n_jobs: int, k: int) -> tuple[I64, I64, F64]:
-    """Return the ``k`` costliest candidates of each job as (kind, id, FLOP/s) arrays of shape (n_jobs, k)."""
+def _charged(found: list[_Candidates]) -> _Candidates:
+    """Return the candidates that cost their job something (their value the FLOP/s), one row each."""
     job = np.concatenate([c.job for c in found])
     kind = np.concatenate([c.kind for c in found])
     ids = np.concatenate([c.id for c in found])
     flops = np.concatenate([c.value for c in found])
     costs = flops > 0
-    job, kind, ids, flops = job[costs], kind[costs], ids[costs], flops[costs]
+    return _Candidates(job[costs], kind[costs], ids[costs], flops[costs])
+
+
+def _top(charged: _Candidates, n_jobs: int, k: int) -> tuple[I64, I64, F64]:
+    """Return the ``k`` costliest charged entities of each job as (kind, id, FLOP/s) arrays of shape (n_jobs, k)."""
     # Costliest first; ties by kind then id, so the order never depends on the candidates' order.
-    order = np.lexsort((ids, kind, -flops, job))
-    job, kind, ids, flops = job[order], kind[order], ids[order], flops[order]
+    order = np.lexsort((charged.id, charged.kind, -charged.value, charged.job))
+    job, kind, ids, flops = charged.job[order], charged.kind[order], charged.id[order], charged.value[order]
     rank = np.arange(job.size) - np.searchsorted(job, job, side="left")
     keep = rank < k
     out_kind = np.full((n_jobs, k), -1, np.int64)
@@ -278,8 +305,8 @@ def _own_share(
 def _culprits(
     jobs: _Jobs, detector: FleetDetector, pace: _Pace, *, unhealthy: I64, running_effective: F64, stall_loss: F64,
     node_silent: B, params: ModelParams,
-) -> tuple[I64, I64, F64]:
-    """Return each job's costliest entities (kind, id, FLOP/s).  A running job's are its unhealthy chips,
+) -> _Candidates:
+    """Return every entity that costs a job something, and what.  A running job's are its unhealthy chips,
     links and ports, each costing the drop of its term were it healthy; a stalled job's, the entities that
     stall it, sharing its loss."""
     topo, shares = detector.state.topology, params.shares
@@ -311,7 +338,7 @@ def _culprits(
     stallers = np.bincount(stall_job, minlength=jobs.n_jobs)
     each = np.divide(stall_loss, stallers, out=np.zeros(jobs.n_jobs), where=stallers > 0)
     found.append(_Candidates(stall_job, stall_kind[ours], stall_ids[ours], each[stall_job]))
-    return _top(found, jobs.n_jobs, TOP_CULPRITS)
+    return _charged(found)
 
 
 def job_loss(
@@ -370,13 +397,17 @@ def job_loss(
         "degraded_neuronlink": np.where(stalled, zero, terms["neuronlink"]),
         "degraded_efa": np.where(stalled, zero, terms["efa"]),
     }
-    kind, ids, flops = _culprits(jobs, detector, pace, unhealthy=unhealthy,
-                                 running_effective=np.where(stalled, 0.0, effective), stall_loss=stall_loss,
-                                 node_silent=node_silent, params=params)
+    charged = _culprits(jobs, detector, pace, unhealthy=unhealthy,
+                        running_effective=np.where(stalled, 0.0, effective), stall_loss=stall_loss,
+                        node_silent=node_silent, params=params)
+    kind, ids, flops = _top(charged, jobs.n_jobs, TOP_CULPRITS)
+    key = _key(charged.kind, charged.id)
+    by_key = np.argsort(key)
     return JobLoss(
         chips=jobs.sum(topo.node_present * float(cpn)).astype(np.int64), peak=peak, effective=effective,
         lost={c: lost[c] for c in CAUSES}, stalled=stalled, s_min=pace.s_min.astype(np.float64), f_nl=pace.f_nl,
         f_efa=pace.f_efa, culprit_kind=kind, culprit_id=ids, culprit_flops=flops,
+        charged_key=key[by_key], charged_job=charged.job[by_key], charged_flops=charged.value[by_key],
         unallocated_peak=float(node_peak[membership.node_job < 0].sum()),
     )
 
@@ -388,5 +419,5 @@ def _no_jobs(unallocated_peak: float) -> JobLoss:
         chips=none_i, peak=none_f, effective=none_f, lost=dict.fromkeys(CAUSES, none_f), stalled=np.zeros(0, bool),
         s_min=none_f, f_nl=none_f, f_efa=none_f, culprit_kind=np.zeros((0, TOP_CULPRITS), np.int64),
         culprit_id=np.zeros((0, TOP_CULPRITS), np.int64), culprit_flops=np.zeros((0, TOP_CULPRITS)),
-        unallocated_peak=unallocated_peak,
+        charged_key=none_i, charged_job=none_i, charged_flops=none_f, unallocated_peak=unallocated_peak,
     )

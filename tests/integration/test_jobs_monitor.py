@@ -2,28 +2,34 @@
 Mosquitto, its simulator publishing a scenario's jobs as retained documents
 (docs/scenarios.md, "Jobs") and its monitor subscribing to
 ``rainier/v1/jobs/#``: /metrics shows each job's info and figures, the jobs'
-peaks and the unallocated capacity add up to the fleet's peak, and a job's
-removal (the empty retained message a scheduler sends) removes its series.
+peaks and the unallocated capacity add up to the fleet's peak, a degraded
+link's event on the broker names the job it slows and what it costs, and a
+job's removal (the empty retained message a scheduler sends) removes its series.
 Then two monitor shards and a simulator: each shard exports its share of the
 jobs."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
+from typing import Any
 
 import aiomqtt
+import pytest
 
 from harness.procs import Broker, free_port
 from harness.scrape import current_values
 from harness.timing import within
 from harness.waits import poll_until
 from rainierd.wire.jobs import job_topic
+from rainierd.wire.topics import EVENTS_ROOT
 from tests.conftest import Daemon
 
 # Two jobs from the first tick, one an UltraServer each of the demo fleet (scenarios/demo-jobs.toml's, without
-# its phases and its late start).
-SCENARIO = """
+# its phases and its late start), and a NeuronLink of lab/pretrain's (link 5, on node 0) at half its lanes.
+SLOW_LINK = 5
+SCENARIO = f"""
 [[job]]
 id = "lab/pretrain"
 ultraservers = [0]
@@ -31,6 +37,13 @@ ultraservers = [0]
 [[job]]
 id = "lab/finetune"
 ultraservers = [1]
+
+[[fault]]
+kind = "nl_degraded"
+target = {SLOW_LINK}
+severity = 0.5
+at_s = 2
+for_s = 600
 """
 JOBS = ("lab/finetune", "lab/pretrain")
 
@@ -44,6 +57,22 @@ def publish_retained(broker: Broker, job_id: str, payload: bytes) -> None:
     asyncio.run(publish())
 
 
+def retained_event(broker: Broker, entity: str, id_: int, *, timeout_s: float) -> dict[str, Any] | None:
+    """Return the event retained on the broker for one entity (its last change), or None within ``timeout_s``."""
+    async def read() -> dict[str, Any] | None:
+        async with aiomqtt.Client("127.0.0.1", broker.port, identifier="test-events") as client:
+            await client.subscribe(f"{EVENTS_ROOT}/{entity}/{id_}", qos=1)
+            async with asyncio.timeout(timeout_s):
+                async for message in client.messages:
+                    return json.loads(bytes(message.payload))  # type: ignore[arg-type,no-any-return]
+        return None
+
+    try:
+        return asyncio.run(read())
+    except TimeoutError:
+        return None
+
+
 def job_series(values: dict[str, float], name: str) -> dict[str, float]:
     """Return the values of ``name`` by the job label (families with one series a job)."""
     prefix = f'{name}{{training_job="'
@@ -53,8 +82,9 @@ def job_series(values: dict[str, float], name: str) -> dict[str, float]:
 def test_the_monitor_exports_the_scenario_s_jobs_and_forgets_a_removed_one(
         mosquitto: Broker, start_rainierd: object, tmp_path: Path) -> None:
     """Each scenario job gets rainier_job_info and figures whose peaks plus unallocated are the fleet's peak
-    (within 1e-9); once one job's retained document is removed, its series go and its peak is unallocated; a
-    broken document is counted refused and makes no job."""
+    (within 1e-9); the degraded link's retained event names lab/pretrain alone, at about what its culprit series
+    says the link costs; once one job's retained document is removed, its series go and its peak is
+    unallocated; a broken document is counted refused and makes no job."""
     scenario = tmp_path / "jobs.toml"
     scenario.write_text(SCENARIO)
     port = free_port()
@@ -80,6 +110,25 @@ def test_the_monitor_exports_the_scenario_s_jobs_and_forgets_a_removed_one(
     peaks = job_series(values, "rainier_job_fp8_peak_flops")
     assert abs(sum(peaks.values()) + values["rainier_fleet_fp8_unallocated_flops"] - fleet_peak) <= 1e-9 * fleet_peak
     assert len([k for k in values if k.startswith('rainier_job_fp8_lost_flops{training_job="lab/pretrain"')]) == 6
+
+    event: dict[str, Any] | None = None
+
+    def link_event_raised() -> bool:
+        nonlocal event, values
+        event = retained_event(mosquitto, "neuronlink", SLOW_LINK, timeout_s=1.0)
+        values = current_values(port, only=only)
+        return event is not None and event["after"] != "healthy"
+
+    poll_until(link_event_raised, within(15.0), f"the degraded link's event retained ({daemon.log()[-2000:]})")
+    assert event is not None
+    [slowed] = event["jobs"]
+    assert slowed["job"] == "lab/pretrain"
+    culprit = values[f'rainier_job_culprit_flops{{training_job="lab/pretrain",rank="1",entity="neuronlink",'
+                     f'id="{SLOW_LINK}"}}']
+    assert slowed["flops"] == pytest.approx(culprit, rel=0.25)  # priced on the tick that raised it; noise since
+    records = [json.loads(line) for line in daemon.log().splitlines() if line.startswith("{")]
+    assert [r["jobs"] for r in records if r.get("event") == "health degraded"  # the log line says the same
+            and (r["entity"], r["id"], r["tick"]) == ("neuronlink", SLOW_LINK, event["tick"])] == [event["jobs"]]
 
     publish_retained(mosquitto, "lab/broken", b'{"v": 1}')  # refused (schema), counted, and no job
     publish_retained(mosquitto, "lab/finetune", b"")

@@ -4,12 +4,14 @@ tick returns the state changes as events.
 
 Each change of state is an ``Event``; the monitor logs it, publishes it under
 ``rainier/v1/events/<entity>/<id>`` and exports the current unhealthy set.
+The detectors know no jobs: ``core/eventjobs.py`` adds the jobs an event's
+entity slows once the tick's jobs are priced.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import numpy as np
 
@@ -35,6 +37,7 @@ __all__ = [
     "FeedParams",
     "FeedView",
     "FleetDetector",
+    "JobCost",
     "NeuronLinkParams",
     "PathParams",
     "Reason",
@@ -63,9 +66,17 @@ class DetectionParams:
     feed: FeedParams = field(default_factory=FeedParams)
 
 
+class JobCost(NamedTuple):
+    """A job an unhealthy entity slows, and the FLOP/s the job model charges the entity for it."""
+
+    job: str  # the job's id, as its document gives it
+    flops: float
+
+
 @dataclass(frozen=True, slots=True)
 class Event:
-    """One change of an entity's health state."""
+    """One change of an entity's health state, and the jobs the entity slows (``core/eventjobs.py``: empty
+    on a clear, for an entity in no job, and until the jobs are added)."""
 
     tick: int
     entity: str
@@ -74,6 +85,7 @@ class Event:
     after: str
     reasons: tuple[str, ...]
     onset_tick: int
+    jobs: tuple[JobCost, ...] = ()  # the costliest first
 
     @property
     def raised(self) -> bool:
@@ -83,7 +95,8 @@ class Event:
     def as_dict(self) -> dict[str, Any]:
         """Return the event as plain data (log fields, MQTT payload)."""
         return {"tick": self.tick, "entity": self.entity, "id": self.id, "before": self.before,
-                "after": self.after, "reasons": list(self.reasons), "onset_tick": self.onset_tick}
+                "after": self.after, "reasons": list(self.reasons), "onset_tick": self.onset_tick,
+                "jobs": [{"job": j.job, "flops": j.flops} for j in self.jobs]}
 
 
 class FleetDetector:
