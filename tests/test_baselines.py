@@ -23,10 +23,22 @@ class TestBaseline:
     def test_a_plain_mean_while_learning_then_judged_against_itself(self) -> None:
         base = Baseline.empty(1, halflife_s=3_600.0, learn_s=3.0, clip=0.1)
         assert base.reference(7.0)[0] == 7.0  # no history: its peers' level
-        for x in (1.0, 2.0, 3.0):
+        for x in (1.0, 1.1, 1.2):
             base.update(np.array([x], np.float32), np.array([True]), SECONDS)
         assert base.learned()[0]
-        assert base.reference(7.0)[0] == pytest.approx(2.0)
+        assert base.reference(7.0)[0] == pytest.approx(1.1)
+
+    def test_one_spike_while_learning_pulls_at_most_learn_clip_times_its_weight(self) -> None:
+        """A heavy-tailed sample in the first seconds cannot leave a level far off the entity's (which its
+        change detector would read as a fault, and by that evidence freeze)."""
+        base = Baseline.empty(1, halflife_s=3_600.0, learn_s=30.0, clip=0.1, learn_clip=0.3)
+        for x in (1.0, 1.8, 1.0, 1.0):
+            base.update(np.array([x], np.float32), np.array([True]), SECONDS)
+        spiked = 1.0 + 0.3 / 2  # the spike, clipped at 30 % and weighed 1/2
+        expected = spiked + (1.0 - spiked) / 3
+        expected += (1.0 - expected) / 4
+        assert base.level[0] == pytest.approx(expected, rel=1e-5)
+        assert base.level[0] < 1.08  # a plain mean would be 1.2
 
     def test_a_learned_level_moves_at_most_clip_times_its_weight(self) -> None:
         """A sample ten times the level pulls it as one 10 % higher would: a spike cannot drag a baseline.

@@ -11,6 +11,12 @@ How a baseline avoids learning a slow fault as normal:
 * it learns only from samples the caller accepts: the entity is healthy and
   its change detector holds little evidence (a CUSUM well under its
   threshold), so a fault that has started freezes it;
+* while learning, each sample after the first can pull it by at most
+  ``learn_clip`` (relative) times its weight, so one heavy-tailed sample in
+  the first seconds (a bandwidth reading 1.8 times the link's, in the
+  realistic profile) cannot leave a level 12 % off that the change detector
+  then reads as a fault and, by its evidence, freezes (issue 21's job-mix
+  control: the one NeuronLink false alarm left);
 * after learning, each sample can pull it by at most ``clip`` (relative)
   times its weight, and the weight is that of a half-life of ``halflife_s``
   (an hour by default): a drift slower than that is absorbed by at most
@@ -54,11 +60,14 @@ class Baseline:
     clip: float
     level: F32
     history_s: F32
+    learn_clip: float = 0.3
 
     @classmethod
-    def empty(cls, n: int, *, halflife_s: float, learn_s: float, clip: float) -> Baseline:
+    def empty(
+        cls, n: int, *, halflife_s: float, learn_s: float, clip: float, learn_clip: float = 0.3,
+    ) -> Baseline:
         """Return baselines of ``n`` entities with no history."""
-        return cls(halflife_s, learn_s, clip, np.full(n, np.nan, np.float32), np.zeros(n, np.float32))
+        return cls(halflife_s, learn_s, clip, np.full(n, np.nan, np.float32), np.zeros(n, np.float32), learn_clip)
 
     def learned(self) -> B:
         """Return which entities have enough history to be judged against themselves."""
@@ -75,8 +84,9 @@ class Baseline:
         Each sample weighs its interval over the entity's window: its history
         (a plain mean while learning) up to ``halflife_s / ln 2`` (from then on
         an exponential forgetting of that half-life, to first order in the
-        interval).  Once learned, a sample pulls the level by at most ``clip``
-        of it, times that weight.
+        interval).  A sample pulls the level by at most ``learn_clip`` of it
+        while learning (the first sets it), ``clip`` once learned, times that
+        weight.
         """
         ok = accept & (seconds > 0) & np.isfinite(x)  # a NaN interval compares False
         if not ok.any():
@@ -89,8 +99,8 @@ class Baseline:
         np.minimum(window, np.float32(self.halflife_s / np.log(2.0)), out=window)
         step = np.subtract(x, level, dtype=np.float32)
         bound = np.abs(level)
-        bound *= np.float32(self.clip)
-        np.copyto(bound, np.float32(np.inf), where=self.history_s < self.learn_s)  # winsorised once learned
+        # Winsorised: at learn_clip while learning, at clip once learned (the first sample sets the level).
+        bound *= np.where(self.history_s < self.learn_s, np.float32(self.learn_clip), np.float32(self.clip))
         # np.clip(step, -bound, bound) in place, without a fleet-sized -bound.
         np.minimum(step, bound, out=step)
         np.maximum(step, np.negative(bound, out=bound), out=step)

@@ -80,6 +80,11 @@ class LinkDetector:
         # A drop (lanes gone, or bandwidth far below any noise) raises at once.
         self.tracker = StateTracker.create(n, raise_after_s=[0.0, p.raise_after_s, 0.0], clear_after_s=p.clear_after_s)
         self.sample = PeerSample.of(n)
+        # Which UltraServers' links carried traffic at their last sample: only theirs set a kind's centres,
+        # so UltraServers that are idle or whose job is stalled (a checkpoint, a restart: all links near 0)
+        # never pull the reference a link without history learns from (issue 21: a job started while half
+        # the fleet checkpointed learned 0.07 of nominal for links that carry 0.24, under the 0.5 band).
+        self.talking = np.ones(topo.n_ultraservers, dtype=bool)
         kind = topo.link_kind
         self.kind = kind.astype(np.int8)
         # Every node reports its links in one order (topology.py), so a kind's
@@ -164,7 +169,9 @@ class LinkDetector:
         latency = table.gauges["latency_us"]
         lanes = table.gauges["lanes_up"]
         up = lanes > 0
-        share_center, lat_center, level_center = self._kind_centers(share, latency, fresh & up)
+        talking = np.repeat(self.talking, self.per_us)
+        share_center, lat_center, level_center = self._kind_centers(share, latency, fresh & up & talking)
+        del talking
         # Bandwidth: against the link's own level (its kind's median until it has history), then
         # against its UltraServer's links at this moment, so a group that slows or idles as a whole
         # (its job's pace, a straggler, the diurnal swing) is not a group of bad links.
@@ -172,6 +179,7 @@ class LinkDetector:
         # temporaries of this update are most of the monitor's peak memory at a million chips.
         relative = share / self.bw_base.reference(self._per_link(share_center))
         pace = row_nanmedian(np.where(fresh & up, relative, np.float32(np.nan)).reshape(-1, self.per_us))[:, None]
+        np.copyto(self.talking, pace[:, 0] > p.idle_below, where=np.isfinite(pace[:, 0]))
         communicating = np.repeat(pace > p.idle_below, self.per_us)
         with np.errstate(invalid="ignore", divide="ignore"):  # an idle or silent group: judged below as idle
             ratio = np.divide(relative.reshape(-1, self.per_us), pace, out=relative.reshape(-1, self.per_us),
