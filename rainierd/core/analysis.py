@@ -20,6 +20,7 @@ from rainierd.core.detect._stats import PeerSample
 from rainierd.core.eventjobs import with_jobs
 from rainierd.core.ingest import FlushResult, Ingest, IngestStats, Message, Received
 from rainierd.core.jobmodel import JobLoss, job_loss
+from rainierd.core.jobphase import JobPhases, PhaseTracker
 from rainierd.core.jobs import JobMembership
 from rainierd.core.model import HealthyShares, LostByCause, lost_by_cause
 from rainierd.core.state import FleetState
@@ -134,6 +135,7 @@ class Analysis:
     # reader of this analysis sees the same jobs.
     jobs: JobMembership | None = None
     job_loss: JobLoss | None = None
+    job_phases: JobPhases | None = None  # each job's phase (core/jobphase.py), in the same order
 
 
 class MonitorCore:
@@ -163,6 +165,7 @@ class MonitorCore:
         self.job_shares = HealthyShares.empty(topology.n_nodes, halflife_s=config.model.healthy_share_halflife_s)
         # The jobs the last analysis was given; an analysis given none keeps them.
         self.jobs = JobMembership.empty(topology.n_nodes)
+        self.phases = PhaseTracker()  # each job's phase, carried by id from tick to tick
         self.counter_sums = CounterSums(topology)  # the raw telemetry's counters as monotonic sums
         self.analyses = 0  # analyses run: what events are numbered by, unless the caller says otherwise
 
@@ -202,6 +205,8 @@ class MonitorCore:
         )
         lost = lost_by_cause(throughput, self.detector, params=self.model, shares=self.healthy_shares)
         per_job = job_loss(throughput, self.detector, self.jobs, params=self.model, shares=self.job_shares)
+        phases = self.phases.update(self.jobs, util=self.state.chips.gauges["util"],
+                                    chip_fresh=throughput.chip_fresh, stalled=per_job.stalled, now_s=now_s)
         # The detectors know no jobs: each event gets the jobs its entity slows, priced on this tick's jobs.
         events = with_jobs(events, membership=self.jobs, loss=per_job, topology=self.topology)
         detail = self.topology.names.detail
@@ -210,7 +215,7 @@ class MonitorCore:
         aggregates = aggregate(self.state, self.counter_sums, chip_fresh=throughput.chip_fresh,
                                stale_after_s=self.stale_after_s)
         return Analysis(flush, events, throughput, lost, HealthView.of(self.detector), detail_view, aggregates,
-                        jobs=self.jobs, job_loss=per_job)
+                        jobs=self.jobs, job_loss=per_job, job_phases=phases)
 
     def step(
         self, frames: Sequence[Frame], *, now_s: float | None = None, jobs: JobMembership | None = None,

@@ -26,6 +26,7 @@ import structlog
 
 from rainierd._types import I64
 from rainierd.core.jobmodel import JobLoss
+from rainierd.core.jobphase import PHASE_NAMES, JobPhases
 from rainierd.core.jobs import JobMembership
 from rainierd.monitor.snapshot import MonitorSnapshot
 from rainierd.pace import CAUSES
@@ -86,10 +87,10 @@ class JobFamilies:
               "stands.", "counter")
         out.extend(f'{name}{{reason="{r}"}} {float(refused.get(r, 0))!r}\n' for r in JOB_REJECT_REASONS)
         if snap.computed and snap.jobs is not None and snap.job_loss is not None:
-            self._jobs(snap.jobs, snap.job_loss, out)
+            self._jobs(snap.jobs, snap.job_loss, snap.job_phases, out)
         return "".join(out).encode()
 
-    def _jobs(self, jobs: JobMembership, loss: JobLoss, out: list[str]) -> None:
+    def _jobs(self, jobs: JobMembership, loss: JobLoss, phases: JobPhases | None, out: list[str]) -> None:
         keep, over = exported_jobs(loss, whole_fleet=self._whole, max_jobs=self._max)
         if over and not self._warned:
             self._warned = True
@@ -113,6 +114,8 @@ class JobFamilies:
             out.append(f"rainier_fleet_allocated_goodput_ratio {ratio!r}\n")
         if keep.size:
             self._per_job(jobs, loss, keep, out)
+            if phases is not None and phases.n_jobs == loss.n_jobs:
+                self._phases(jobs, phases, keep, out)
 
     @staticmethod
     def _per_job(jobs: JobMembership, loss: JobLoss, keep: I64, out: list[str]) -> None:
@@ -146,3 +149,21 @@ class JobFamilies:
                 if flops > 0:
                     out.append(f'{name}{{{b},rank="{rank}",entity="{kind}",'
                                f'id="{ID_SPELLING[kind].format(entity)}"}} {flops!r}\n')
+
+    @staticmethod
+    def _phases(jobs: JobMembership, phases: JobPhases, keep: I64, out: list[str]) -> None:
+        ids = keep.tolist()
+        job = [f'training_job="{jobs.ids[j]}"' for j in ids]
+        name = "rainier_job_phase"
+        _head(out, name, "1 for the job's phase now (running, checkpoint, restarting, stalled), 0 for the others: "
+              "its members quiet together are a phase, not faults (docs/jobs.md).")
+        now = phases.phase[keep].tolist()
+        for code, phase in enumerate(PHASE_NAMES):
+            out.extend(f'{name}{{{b},phase="{phase}"}} {float(p == code)!r}\n' for b, p in zip(job, now, strict=True))
+        for name, text, values, kind in (
+            ("rainier_job_phase_seconds", "Seconds the job has been in its phase now.", phases.phase_s, "gauge"),
+            ("rainier_job_stall_seconds_total", "Seconds the job spent in checkpoint, restarting or stalled, since "
+             "this monitor first heard of it.", phases.stall_s, "counter"),
+        ):
+            _head(out, name, text, kind)
+            out.extend(f"{name}{{{b}}} {v!r}\n" for b, v in zip(job, values[keep].tolist(), strict=True))

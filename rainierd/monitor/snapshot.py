@@ -19,6 +19,7 @@ from rainierd.core.aggregates import Aggregates
 from rainierd.core.analysis import Analysis, DetailView, HealthView
 from rainierd.core.ingest import IngestStats
 from rainierd.core.jobmodel import JobLoss
+from rainierd.core.jobphase import JobPhases
 from rainierd.core.jobs import JobMembership
 from rainierd.core.model import LostByCause
 from rainierd.core.throughput import Throughput
@@ -142,6 +143,7 @@ class MonitorSnapshot:
     status: MonitorStatus = field(default_factory=MonitorStatus)
     jobs: JobMembership | None = None  # the jobs this analysis priced (docs/jobs.md)
     job_loss: JobLoss | None = None  # what each of them loses (core/jobmodel.py)
+    job_phases: JobPhases | None = None  # each one's phase: running, checkpoint, restarting, stalled (core/jobphase.py)
 
     @classmethod
     def of(
@@ -154,6 +156,7 @@ class MonitorSnapshot:
             analysed_ticks=analysed_ticks, lost=analysis.lost, health=analysis.health,
             events=MappingProxyType(dict(events)), lag_s=lag_s, detail=analysis.detail,
             aggregates=analysis.aggregates, status=status, jobs=analysis.jobs, job_loss=analysis.job_loss,
+            job_phases=analysis.job_phases,
         )
 
     @property

@@ -127,7 +127,7 @@ class CoolingDetector:
         if not points:
             return np.full(load.shape, fallback, np.float32)
         x_ref, y_ref = np.array(points).T
-        expected = np.interp(load, x_ref, y_ref).astype(np.float32)
+        expected: F32 = np.interp(load, x_ref, y_ref).astype(np.float32)
         np.copyto(expected, np.float32(fallback), where=~np.isfinite(load))
         return expected
 

@@ -84,7 +84,10 @@ class LinkDetector:
         # so UltraServers that are idle or whose job is stalled (a checkpoint, a restart: all links near 0)
         # never pull the reference a link without history learns from (issue 21: a job started while half
         # the fleet checkpointed learned 0.07 of nominal for links that carry 0.24, under the 0.5 band).
+        # And, within them, only links carrying traffic now (over idle_below of the last centre): at the tick a
+        # job stalls, its UltraServers still count as talking, and half a fleet's links at 0 made the centre 0.
         self.talking = np.ones(topo.n_ultraservers, dtype=bool)
+        self.share_ref = np.zeros(len(LINK_KIND_NAMES), np.float32)
         kind = topo.link_kind
         self.kind = kind.astype(np.int8)
         # Every node reports its links in one order (topology.py), so a kind's
@@ -155,6 +158,20 @@ class LinkDetector:
             level_center[kind], _ = robust_center_scale(picked["level"], of_kind & picked["learned"], floor=0.0)
         return share_center, lat_center, level_center
 
+    def _traffic_centers(self, share: F32, latency: F32, judged: B) -> tuple[F32, F32, F32]:
+        """Return ``_kind_centers`` over the judged links that carry traffic (``talking``, ``share_ref``)."""
+        talking = np.repeat(self.talking, self.per_us)
+        talking &= share > np.float32(self.params.idle_below) * self._per_link(self.share_ref)
+        centers = self._kind_centers(share, latency, judged & talking)
+        np.copyto(self.share_ref, centers[0], where=np.isfinite(centers[0]))
+        return centers
+
+    def _communicating(self, pace: F32) -> B:
+        """Return, per link, whether its UltraServer's links carry traffic (pace over idle_below); remember it."""
+        talking = pace > np.float32(self.params.idle_below)
+        np.copyto(self.talking, talking, where=np.isfinite(pace))
+        return np.repeat(talking, self.per_us)
+
     def update(self, tick: int) -> Transitions:
         """Fold in the links' new samples; return the state changes."""
         p, table = self.params, self.state.links
@@ -169,9 +186,7 @@ class LinkDetector:
         latency = table.gauges["latency_us"]
         lanes = table.gauges["lanes_up"]
         up = lanes > 0
-        talking = np.repeat(self.talking, self.per_us)
-        share_center, lat_center, level_center = self._kind_centers(share, latency, fresh & up & talking)
-        del talking
+        share_center, lat_center, level_center = self._traffic_centers(share, latency, fresh & up)
         # Bandwidth: against the link's own level (its kind's median until it has history), then
         # against its UltraServer's links at this moment, so a group that slows or idles as a whole
         # (its job's pace, a straggler, the diurnal swing) is not a group of bad links.
@@ -179,8 +194,7 @@ class LinkDetector:
         # temporaries of this update are most of the monitor's peak memory at a million chips.
         relative = share / self.bw_base.reference(self._per_link(share_center))
         pace = row_nanmedian(np.where(fresh & up, relative, np.float32(np.nan)).reshape(-1, self.per_us))[:, None]
-        np.copyto(self.talking, pace[:, 0] > p.idle_below, where=np.isfinite(pace[:, 0]))
-        communicating = np.repeat(pace > p.idle_below, self.per_us)
+        communicating = self._communicating(pace[:, 0])
         with np.errstate(invalid="ignore", divide="ignore"):  # an idle or silent group: judged below as idle
             ratio = np.divide(relative.reshape(-1, self.per_us), pace, out=relative.reshape(-1, self.per_us),
                               dtype=np.float32).reshape(-1)  # relative is spent: ratio takes its buffer
