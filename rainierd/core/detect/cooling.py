@@ -4,15 +4,15 @@ A node's cooling is degraded when its inlet air, its fans or its chips'
 temperature stand out from the other nodes of its site (robust z-scores, so a
 site-wide diurnal rise moves the median, not the alarms) for a few seconds;
 chips still hot but cooling down (their air is back, or their load fell) are
-recovering, not failing.  Chips' temperature is compared with that of the
-site's nodes *under the same load* (their chips' power, smoothed over the
-chips' thermal time constant): training jobs run their chips at different
-loads and move between them together (a checkpoint, an evaluation, a job's
-end), and a site-wide median would read every busy node as hot whenever
-most of the site is idle or stalled (issue 21: 1,911 false cooling alarms in
-1,365 chip-days of the simulator's job mix before this).  An
-UltraServer's cooling is degraded when at least half its nodes' are.  A node
-is lost when every chip of it has gone stale.
+recovering, not failing.  Chips' temperature is judged under their load:
+its rise over the node's inlet air against the site's thermal resistance
+times the chips' power (smoothed over their thermal time constant).
+Training jobs run their chips at different loads and move between them
+together (a checkpoint, an evaluation, a job's end); a site-wide median of
+temperature read every busy node as hot whenever most of the site was idle
+or stalled (issue 21: 1,911 false cooling alarms in 1,365 chip-days of the
+simulator's job mix).  An UltraServer's cooling is degraded when at least
+half its nodes' are.  A node is lost when every chip of it has gone stale.
 """
 
 from __future__ import annotations
@@ -50,12 +50,8 @@ class CoolingParams:
     cooling_fall_z: float = 1.0
     # The load a node's temperature is compared at: its chips' mean power, smoothed with the time constant
     # of a chip and its heat sink (an assumption: tens of seconds for a package under forced air; a wrong
-    # figure only leaves a transient the cooling-down rule covers).  Peers are binned by that load
-    # (load_bins between the site's lightest and heaviest node); a bin with fewer than load_bin_nodes nodes
-    # is no reference, and a node between references is compared with the line between them.
+    # figure only leaves a transient the cooling-down rule covers).
     thermal_tau_s: float = 20.0
-    load_bins: int = 8
-    load_bin_nodes: int = 8
 
 
 @dataclass(eq=False)
@@ -86,50 +82,37 @@ class CoolingDetector:
             z = np.where(of_site, (values - center) / scale, z)
         return z
 
-    def _load_z(self, temp: F32, load: F32, mask: B, floor: float) -> tuple[F32, F32]:
-        """Return each node's temperature z against its site's nodes under the same load, and the scale (C).
+    def _load_z(self, temp: F32, inlet: F32, load: F32, mask: B, floor: float) -> tuple[F32, F32]:
+        """Return each node's chip temperature z against its site's nodes under the same load, and the scale (C).
 
-        Per site: the median temperature of each well-filled load bin is a
-        reference point; a node's expected temperature is the line through
-        them at its load (flat beyond the end points, the site's median
-        where its load is unknown), and the scale the robust spread of every
-        node's distance from its expectation.
+        A chip sits above its inlet air by its thermal resistance times its
+        power.  Per site, the resistance is the median over its nodes of
+        (temperature - inlet) / load; a node's expected temperature is its
+        inlet plus that times its load, and the scale is the robust spread of
+        every node's distance from its expectation.  No bins: a handful of
+        nodes alone at some load (a small job still busy while the rest of the
+        site checkpoints) has a reference like any other.  A node whose load or
+        inlet is unknown is compared with its site's median temperature.
         """
         topo = self.state.topology
         site = topo.node_site
         z = np.zeros(temp.shape, np.float32)
         scales = np.full(temp.shape, np.float32(floor), np.float32)
-        picked_load, picked_temp = self.sample.pick(load), self.sample.pick(temp)
-        for s in range(topo.n_sites):  # a handful of sites and bins, never a loop over nodes
+        rise = temp - inlet
+        modelled = np.isfinite(rise) & np.isfinite(load) & (load > 0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            per_watt = np.where(modelled, rise / load, np.float32(np.nan)).astype(np.float32)
+        for s in range(topo.n_sites):  # a handful of sites, never a loop over nodes
             of_site = mask & (site == s)
-            expected = self._expected(picked_load, picked_temp, self.sample.pick(of_site), load)
+            resistance, _ = robust_center_scale(per_watt, of_site & modelled, floor=0.0, sample=self.sample)
+            median_temp, _ = robust_center_scale(temp, of_site, floor=0.0, sample=self.sample)
+            expected = np.where(modelled & np.isfinite(resistance), inlet + np.float32(resistance) * load,
+                                np.float32(median_temp))
             residual = (temp - expected).astype(np.float32)
             _, scale = robust_center_scale(residual, of_site, floor=floor, sample=self.sample)
             z = np.where(of_site, residual / np.float32(scale), z)
             scales[of_site] = scale
         return z, scales
-
-    def _expected(self, load_s: F32, temp_s: F32, on: B, load: F32) -> F32:
-        """Return every node's expected temperature from the references of one site's (sampled) nodes ``on``."""
-        p = self.params
-        known = on & np.isfinite(load_s) & np.isfinite(temp_s)
-        fallback = float(np.median(temp_s[on & np.isfinite(temp_s)])) if on.any() else float("nan")
-        xs, ys = load_s[known], temp_s[known]
-        points: list[tuple[float, float]] = []
-        if xs.size:
-            lo, hi = float(xs.min()), float(xs.max())
-            width = (hi - lo) / p.load_bins
-            which = (np.minimum(((xs - lo) / width).astype(np.int64), p.load_bins - 1) if width > 0
-                     else np.zeros(xs.size, np.int64))
-            for b in np.flatnonzero(np.bincount(which, minlength=p.load_bins) >= p.load_bin_nodes):
-                in_bin = which == b
-                points.append((float(np.median(xs[in_bin])), float(np.median(ys[in_bin]))))
-        if not points:
-            return np.full(load.shape, fallback, np.float32)
-        x_ref, y_ref = np.array(points).T
-        expected: F32 = np.interp(load, x_ref, y_ref).astype(np.float32)
-        np.copyto(expected, np.float32(fallback), where=~np.isfinite(load))
-        return expected
 
     def update(self, tick: int, *, chip_stale: B) -> tuple[Transitions, Transitions]:
         """Fold in the nodes' new samples; return (node changes, UltraServer changes)."""
@@ -142,7 +125,7 @@ class CoolingDetector:
         self._fold_load(state.chips.gauges["power_w"].reshape(topo.n_nodes, -1).mean(axis=1), fresh, table.dt_s)
         inlet_z = self._site_z(cur["inlet_c"], fresh, p.inlet_floor_c)
         fan_z = -self._site_z(cur["fan_rpm"], fresh, p.fan_floor_rpm)
-        temp_z, temp_scale = self._load_z(chip_temp, self.load, fresh, p.temp_floor_c)
+        temp_z, temp_scale = self._load_z(chip_temp, cur["inlet_c"], self.load, fresh, p.temp_floor_c)
         lost: B = np.asarray(chip_stale.reshape(topo.n_nodes, -1).all(axis=1), dtype=bool)
 
         reasons = np.zeros(topo.n_nodes, dtype=np.int32)
