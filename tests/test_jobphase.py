@@ -17,10 +17,11 @@ TOPO = build_fleet(1, 4)
 BUSY = np.float32(0.6)
 
 
-def membership(topo: Topology, jobs: dict[str, Iterable[int]]) -> JobMembership:
-    """Return the membership of jobs holding whole UltraServers."""
+def membership(topo: Topology, jobs: dict[str, Iterable[int]], restarting: Iterable[str] = ()) -> JobMembership:
+    """Return the membership of jobs holding whole UltraServers, ``restarting`` those whose documents say so."""
     docs = [JobDocument(v=1, id=job, name=job, owner="o", scheduler="static", source="test",
-                        ultraservers=[f"u{u}" for u in us], start_s=0.0) for job, us in jobs.items()]
+                        ultraservers=[f"u{u}" for u in us], start_s=0.0, restarting=job in set(restarting))
+            for job, us in jobs.items()]
     return resolve_jobs(NameIndex.of(topo), docs)
 
 
@@ -37,12 +38,11 @@ class Fleet:
     def chips_of(self, ultraserver: int) -> np.ndarray:
         return np.flatnonzero(TOPO.chip_ultraserver == ultraserver)
 
-    def tick(self, *, seconds: float = 1.0, stalled: Iterable[str] = (),
-             restarting: dict[str, bool] | None = None) -> dict[str, tuple[str, float, float]]:
+    def tick(self, *, seconds: float = 1.0, stalled: Iterable[str] = ()) -> dict[str, tuple[str, float, float]]:
         self.now_s += seconds
         stall = np.array([i in set(stalled) for i in self.members.ids], dtype=bool)
         phases = self.tracker.update(self.members, util=self.util, chip_fresh=self.fresh, stalled=stall,
-                                     now_s=self.now_s, restarting=restarting)
+                                     now_s=self.now_s)
         return by_id(self.members, phases)
 
 
@@ -107,11 +107,15 @@ def test_a_failed_or_silent_member_stalls_the_job_at_once() -> None:
 
 
 def test_a_quiet_job_its_scheduler_restarts_is_restarting() -> None:
-    fleet = Fleet({"a": [0], "b": [1]})
+    """The job document's ``restarting`` names the quiet spell, however long; a job said to restart whose chips
+    are busy has resumed."""
+    fleet = Fleet({"a": [0], "b": [1]}, PhaseParams(checkpoint_max_s=60.0))
+    fleet.members = membership(TOPO, {"a": [0], "b": [1]}, restarting=["a", "b"])
     fleet.util[fleet.chips_of(0)] = 0.0
-    now = fleet.tick(restarting={"a": True, "b": True, "gone": True})
-    assert now["a"][0] == "restarting"
-    assert now["b"][0] == "running"  # said to restart, but its chips are busy: it has resumed
+    assert fleet.tick()["a"][0] == "restarting"
+    now = fleet.tick(seconds=600.0)
+    assert now["a"] == ("restarting", 600.0, 600.0)
+    assert now["b"][0] == "running"
 
 
 def test_state_follows_the_job_when_the_numbering_moves() -> None:

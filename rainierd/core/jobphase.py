@@ -15,7 +15,7 @@ operator, per job:
   (utilisation under ``quiet_util``), for at most ``checkpoint_max_s``, and
   none of its members has failed or fallen silent;
 - ``restarting``: quiet, and its scheduler says it is restarting (the job
-  document's ``phase``);
+  document's ``restarting``);
 - ``stalled``: quiet longer than a checkpoint, or a failed or silent member
   stalls it (the job model's ``stalled``: a fault, never a phase).
 
@@ -31,7 +31,6 @@ per-id bookkeeping runs only when the set of jobs changes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -89,21 +88,16 @@ class PhaseTracker:
 
     def update(
         self, membership: JobMembership, *, util: F32, chip_fresh: B, stalled: B, now_s: float,
-        restarting: Mapping[str, bool] | None = None,
     ) -> JobPhases:
         """Fold in one tick: ``util`` and ``chip_fresh`` per chip, the job model's ``stalled`` per job (a failed
-        or silent member), ``restarting`` the jobs whose scheduler says so; return every job's phase."""
+        or silent member); return every job's phase (restarting: as its document says)."""
         self._follow(membership.ids, now_s)
-        n_jobs = membership.n_jobs
         quiet = self._quiet(membership, util, chip_fresh)
-        restart = np.zeros(n_jobs, dtype=bool)
-        if restarting:  # a few jobs at most: a loop over them, not over every job
-            number = {job_id: j for j, job_id in enumerate(membership.ids)}
-            restart[[number[i] for i, on in restarting.items() if on and i in number]] = True
+        restart = membership.restarting
         np.copyto(self._quiet_since_s, np.float64(now_s), where=quiet & np.isnan(self._quiet_since_s))
         np.copyto(self._quiet_since_s, np.float64(np.nan), where=~quiet)
         quiet_s = now_s - self._quiet_since_s  # NaN where not quiet
-        phase = np.full(n_jobs, RUNNING, np.int64)
+        phase = np.full(membership.n_jobs, RUNNING, np.int64)
         phase[quiet] = CHECKPOINT
         phase[quiet & (quiet_s > self.params.checkpoint_max_s)] = STALLED
         phase[quiet & restart] = RESTARTING

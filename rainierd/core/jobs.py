@@ -125,6 +125,7 @@ class JobMembership:
     schedulers: tuple[str, ...]
     sources: tuple[str, ...]
     start_s: F64
+    restarting: B  # its scheduler says it is restarting (the document's ``restarting``)
     node_job: I32
     nodes_held: I64  # nodes each job holds after conflicts
     nodes_claimed: I64  # distinct known nodes its document names (UltraServers expanded)
@@ -196,6 +197,7 @@ def resolve_jobs(index: NameIndex, documents: Iterable[JobDocument]) -> JobMembe
         owners=tuple(doc.owner for doc in docs), schedulers=tuple(doc.scheduler for doc in docs),
         sources=tuple(doc.source for doc in docs),
         start_s=_frozen(np.array([doc.start_s for doc in docs], np.float64)),
+        restarting=_frozen(np.array([doc.restarting for doc in docs], dtype=bool)),
         node_job=_frozen(node_job), nodes_held=_frozen(held), nodes_claimed=_frozen(nodes_claimed),
         lost_nodes=_frozen(nodes_claimed - held), unknown_nodes=_frozen(unknown),
         unknown_ultraservers=_frozen(unknown_us), conflicted_nodes=conflicted,

@@ -23,7 +23,7 @@ from rainierd.sim.faults import Effects, Fault, fault_ultraservers
 from rainierd.sim.params import FleetParams
 from rainierd.sim.sample import JobTruth
 from rainierd.sim.training import Pace, Training
-from rainierd.sim.workload import EVAL, PHASES, RUNNING, STALLS, JobMix, JobSchedule, JobSpec
+from rainierd.sim.workload import EVAL, PHASES, RESTARTING, RUNNING, STALLS, JobMix, JobSchedule, JobSpec
 from rainierd.topology import Topology
 
 __all__ = ["JobTraining"]
@@ -75,6 +75,10 @@ class JobTraining(Training):
     def running_jobs(self) -> tuple[tuple[str, tuple[int, ...], float], ...]:
         """Return the jobs running now as (id, UltraServers, start in Unix seconds)."""
         return tuple((j.id, j.ultraservers, self.start_s + j.start_tick * self.tick_s) for j in self.jobs)
+
+    def restarting_jobs(self) -> frozenset[str]:
+        """Return the ids of the jobs restarting now (their documents say so)."""
+        return frozenset(j.id for j, phase in zip(self.jobs, self.phase, strict=False) if phase == RESTARTING)
 
     def busy_share(self, elapsed_s: float) -> F64:
         """Return each group's healthy busy share: training's cycle, evaluation's lower one, 0 when not stepping."""

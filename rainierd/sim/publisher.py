@@ -255,7 +255,8 @@ class Simulator:
     def _announce_jobs(self, model: FleetModel) -> None:
         """Queue the documents of the jobs that started this tick and the removals of those that ended."""
         if not self._stopping:
-            self._announce(self._announcer.changes(model.training.running_jobs()))
+            self._announce(self._announcer.changes(model.training.running_jobs(),
+                                                   restarting=model.training.restarting_jobs()))
 
     def _announce(self, changes: list[tuple[str, bytes]]) -> None:
         for topic, payload in changes:

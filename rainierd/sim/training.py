@@ -66,6 +66,10 @@ class Training:
         """Return the jobs running now as (id, UltraServers, start in Unix seconds): none for fixed groups."""
         return ()
 
+    def restarting_jobs(self) -> frozenset[str]:
+        """Return the ids of the jobs restarting now: none for fixed groups."""
+        return frozenset()
+
     def busy_share(self, elapsed_s: float) -> F64:
         """Return each group's healthy busy share ``elapsed_s`` into the run: the mean, swinging over its step."""
         p = self.params

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import tomllib
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -273,33 +273,41 @@ class JobAnnouncer:
 
     A job that starts gets its retained document; a job that ends, an empty
     retained message (the contract's removal).  A restart keeps the job's
-    document: the scheduler still holds its nodes.
+    nodes: its document says ``restarting`` until it resumes, as a
+    scheduler that relaunches a job would.
     """
 
     source: str
-    published: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    published: dict[str, tuple[tuple[int, ...], bool]] = field(default_factory=dict)
     # Job messages whose publish failed (the connection lost under them), taken by the next ``changes``;
     # all on the event loop.
     undelivered: deque[str] = field(default_factory=deque)
 
-    def document(self, job_id: str, ultraservers: Sequence[int], start_s: float) -> JobDocument:
+    def document(
+        self, job_id: str, ultraservers: Sequence[int], start_s: float, *, restarting: bool = False,
+    ) -> JobDocument:
         """Return the contract document of a simulated job."""
         return JobDocument(v=1, id=job_id, name=job_id.rpartition("/")[2], owner="sim", scheduler="other",
-                           source=self.source, ultraservers=[f"u{u}" for u in ultraservers], start_s=start_s)
+                           source=self.source, ultraservers=[f"u{u}" for u in ultraservers], start_s=start_s,
+                           restarting=restarting)
 
-    def changes(self, jobs: Iterable[tuple[str, tuple[int, ...], float]]) -> list[tuple[str, bytes]]:
+    def changes(
+        self, jobs: Iterable[tuple[str, tuple[int, ...], float]], *, restarting: Collection[str] = (),
+    ) -> list[tuple[str, bytes]]:
         """Return (topic, payload) of each change: a document for a new or changed job, b"" for an ended one.
 
-        ``jobs`` are the active jobs as (id, UltraServers, start in Unix seconds).
+        ``jobs`` are the active jobs as (id, UltraServers, start in Unix seconds); ``restarting`` the ids of
+        those restarting now.
         """
-        now = {job_id: (us, start_s) for job_id, us, start_s in jobs}
+        now = {job_id: ((us, job_id in restarting), start_s) for job_id, us, start_s in jobs}
         while self.undelivered:  # sent again: a job's document if it still runs, else its removal
-            self.published[job_id_of_topic(self.undelivered.popleft())] = ()
+            self.published[job_id_of_topic(self.undelivered.popleft())] = ((), False)
         out = [(job_topic(job_id), b"") for job_id in sorted(self.published.keys() - now.keys())]
-        for job_id, (us, start_s) in now.items():
-            if self.published.get(job_id) != us:
-                out.append((job_topic(job_id), encode_job(self.document(job_id, us, start_s))))
-        self.published = {job_id: us for job_id, (us, _) in now.items()}
+        for job_id, (held, start_s) in now.items():
+            if self.published.get(job_id) != held:
+                document = self.document(job_id, held[0], start_s, restarting=held[1])
+                out.append((job_topic(job_id), encode_job(document)))
+        self.published = {job_id: held for job_id, (held, _) in now.items()}
         return out
 
     def removals(self) -> list[tuple[str, bytes]]:

@@ -112,6 +112,10 @@ class JobDocument(BaseModel):
         default_factory=list, description="whole UltraServers the job holds: inventory names or u<id>")
     start_s: Annotated[float, Field(ge=0.0, le=2**40, allow_inf_nan=False)] = Field(
         description="when the job started, Unix seconds")
+    restarting: bool = Field(
+        default=False, description="true while the scheduler restarts the job (it still holds its nodes): the "
+                                   "monitor names the job's quiet spell 'restarting', not a checkpoint or a stall; "
+                                   "left out when false")
 
 
 def job_topic(job_id: str) -> str:
@@ -175,8 +179,15 @@ def decode_job(topic: str, payload: bytes) -> JobDocument | None:
 
 
 def encode_job(job: JobDocument) -> bytes:
-    """Return a document's payload: compact JSON, keys in the model's order (equal jobs, equal bytes)."""
-    return json.dumps(job.model_dump(mode="json"), separators=(",", ":"), allow_nan=False).encode()
+    """Return a document's payload: compact JSON, keys in the model's order (equal jobs, equal bytes).
+
+    ``restarting`` is written only when true, so a job that never restarts
+    is the same bytes it was before the field existed.
+    """
+    document = job.model_dump(mode="json")
+    if not document["restarting"]:
+        del document["restarting"]
+    return json.dumps(document, separators=(",", ":"), allow_nan=False).encode()
 
 
 def jobs_schema() -> dict[str, Any]:
