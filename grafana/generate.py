@@ -159,11 +159,12 @@ def query_var(name: str, label: str, query: str, *, multi: bool, include_all: bo
             "hide": 0, "regex": ""}
 
 
-def dashboard_annotations(*, health_events: bool = True,
+def dashboard_annotations(*, health_events: bool = True, job_phases: bool = False,
                           alert_labels: tuple[str, ...] = ("site", "ultraserver")) -> dict[str, Any]:
-    """Firing alerts (from ``ALERTS``, tagged and described by ``alert_labels``) and health events (a rise of
-    ``rainier_health_events_total``)."""
-    shown = {"Annotations & Alerts", "Firing alerts"} | ({"Health events"} if health_events else set())
+    """Firing alerts (from ``ALERTS``, tagged and described by ``alert_labels``), health events (a rise of
+    ``rainier_health_events_total``) and, on the jobs dashboard, jobs out of their running phase."""
+    shown = ({"Annotations & Alerts", "Firing alerts"} | ({"Health events"} if health_events else set())
+             | ({"Job phases"} if job_phases else set()))
     return {"list": [a for a in [
         {"builtIn": 1, "datasource": {"type": "grafana", "uid": "-- Grafana --"}, "enable": True, "hide": True,
          "iconColor": "rgba(0, 211, 255, 1)", "name": "Annotations & Alerts", "type": "dashboard"},
@@ -176,17 +177,23 @@ def dashboard_annotations(*, health_events: bool = True,
          "expr": f'sum by (entity, state) (increase(rainier_health_events_total[{RATE}])) > 0',
          "step": "30s", "titleFormat": "{{entity}} → {{state}}", "tagKeys": "entity,state",
          "textFormat": "{{entity}} entities became {{state}}"},
+        {"name": "Job phases", "datasource": DS, "enable": True, "iconColor": "purple",
+         "expr": 'max by (training_job, phase) (rainier_job_phase{phase!="running"}) == 1',
+         "step": "30s", "titleFormat": "{{training_job}}: {{phase}}", "tagKeys": "training_job,phase",
+         "textFormat": "{{training_job}} in {{phase}} (its members quiet together: a phase, not faults)"},
     ] if a["name"] in shown]}
 
 
 def dashboard(uid: str, title: str, panels: list[Panel], variables: list[Panel], description: str, *,
-              health_events: bool = True, alert_labels: tuple[str, ...] = ("site", "ultraserver")) -> Panel:
+              health_events: bool = True, job_phases: bool = False,
+              alert_labels: tuple[str, ...] = ("site", "ultraserver")) -> Panel:
     return {
         "uid": uid, "title": title, "description": description, "tags": ["rainierd", "trainium2"],
         "timezone": "utc", "schemaVersion": 39, "version": 1, "editable": True, "graphTooltip": 1,
         "refresh": "30s", "time": {"from": "now-1h", "to": "now"},
         "templating": {"list": variables},
-        "annotations": dashboard_annotations(health_events=health_events, alert_labels=alert_labels),
+        "annotations": dashboard_annotations(health_events=health_events, job_phases=job_phases,
+                                             alert_labels=alert_labels),
         "panels": panels,
         "links": [{"title": "rainierd dashboards", "type": "dashboards", "tags": ["rainierd"], "asDropdown": True,
                    "includeVars": False, "keepTime": True}],
@@ -585,6 +592,18 @@ def jobs() -> Panel:
     lay.add(table("Stalled jobs (stalled)", "short", f"max by (training_job) (rainier_job_stalled{{{sel}}}) == 1",
                   {"training_job": "Training job"}, value="Stalled", drill=False,
                   description="Jobs delivering nothing now: a member failed or went silent."), 6, 8)
+    lay.add(table("Jobs out of their running phase (phase)", "s",
+                  f'max by (training_job, phase) (rainier_job_phase_seconds{{{sel}}} * on (training_job) '
+                  f'group_right () (rainier_job_phase{{{sel},phase!="running"}} == 1))',
+                  {"training_job": "Training job", "phase": "Phase"}, value="For", drill=False,
+                  description="Jobs whose members went quiet together: a checkpoint (up to 5 minutes), a restart "
+                              "(its scheduler says so), or stalled (longer, or a failed or silent member). A phase "
+                              "raises no chip, link, EFA or node fault (docs/jobs.md, \"Job phases\")."), 12, 8)
+    lay.add(timeseries("Stall seconds of the selected jobs (s/s)", "percentunit",
+                       target(f"sum by (training_job) (rate(rainier_job_stall_seconds_total{{{sel}}}[{RATE}]))",
+                              "{{training_job}}"),
+                       description="The share of each second a job spent in checkpoint, restarting or stalled."),
+            12, 8)
     lay.add(timeseries("Lost FP8 of the selected jobs by cause (FLOP/s)", "flops",
                        target(f"sum by (cause) (rainier_job_fp8_lost_flops{{{sel}}})", "{{cause}}"), stack=True),
             12, 8)
@@ -611,8 +630,8 @@ def jobs() -> Panel:
                            multi=True, include_all=True)]
     return dashboard("rainierd-jobs", "rainierd: training jobs", lay.panels, variables,
                      "Each training job's goodput against its objective, what it loses by cause and to which "
-                     "culprits, the stalled jobs, idle capacity and refused job documents.",
-                     alert_labels=("training_job",))
+                     "culprits, the stalled jobs, their phases, idle capacity and refused job documents.",
+                     job_phases=True, alert_labels=("training_job",))
 
 
 DASHBOARDS = {"rainierd-fleet.json": fleet, "rainierd-ultraserver.json": ultraserver, "rainierd-self.json": self_health,
