@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from rainierd.errors import ConfigError
+from rainierd.pace import SHARES
 from rainierd.promrules import (
     RULES_DIR,
     RUNBOOK_BASE,
@@ -139,9 +140,15 @@ def test_job_goodput_objective_reaches_the_burn_rate_alerts(
         "evaluation_interval": "15s",
         "tests": [{
             "interval": "15s",
-            "input_series": [
+            "input_series": [  # a straggler at 3/4 pace: 80 x 0.75 x (4/3 - 1) = 20 lost
                 {"series": f"rainier_job_fp8_effective_flops{{{job}}}", "values": "80x40"},
-                {"series": f'rainier_job_fp8_lost_flops{{{job},cause="straggler"}}', "values": "20x40"},
+                {"series": f"rainier_job_slowest_speed{{{job}}}", "values": "0.75x40"},
+                {"series": f"rainier_job_slowest_is_straggler{{{job}}}", "values": "1x40"},
+                {"series": f'rainier_job_path_fraction{{{job},path="neuronlink"}}', "values": "1x40"},
+                {"series": f'rainier_job_path_fraction{{{job},path="efa"}}', "values": "1x40"},
+                {"series": f"rainier_job_stalled{{{job}}}", "values": "0x40"},
+                {"series": f"rainier_job_member_failed{{{job}}}", "values": "0x40"},
+                {"series": f"rainier_job_fp8_learned_healthy_flops{{{job}}}", "values": "100x40"},
             ],
             "alert_rule_test": [
                 {"eval_time": "5m", "alertname": name,
@@ -162,6 +169,17 @@ def test_job_goodput_objective_reaches_the_burn_rate_alerts(
     (tmp_path / "test.yml").write_text(json.dumps(test))
     result = run("test", "rules", str(tmp_path / "test.yml"))
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_job_rules_price_the_step_with_pace_s_shares() -> None:
+    """The per-job rules' constants are rainierd/pace.py's shares of a healthy step (compute, NeuronLink, EFA), so
+    the rules price a job spanning shards with the formula each monitor prices its share with."""
+    text = (RULES_DIR / "rainierd-jobs.yml").read_text()
+    found = re.findall(r"\(([0-9.]+) \* \(1 / rainier:job_(?:slowest_speed|path_fraction):min"
+                       r"(?:\{path=\"(\w+)\"\})? - 1\)\)", text)
+    assert sorted((term or "compute", float(share)) for share, term in found) == sorted([
+        ("compute", 1.0 - SHARES.comm_share), ("compute", 1.0 - SHARES.comm_share),  # throttle and straggler
+        ("efa", SHARES.comm_efa_share), ("neuronlink", SHARES.comm_nl_share)])
 
 
 @pytest.mark.parametrize("objective", [0.0, 1.0, 1.5, -0.01])
