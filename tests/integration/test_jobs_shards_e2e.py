@@ -1,13 +1,14 @@
 """A job spanning shards is priced whole, end to end: ``rainierd simulate``
-runs two jobs over four UltraServers, each job over both shards' UltraServers
-with its faults in one shard's share, on a real Mosquitto; one unsharded
-monitor and two ``--shard i/2`` monitors listen at once; one real Prometheus
-scrapes all three and evaluates the shipped rules.  The unsharded monitor's
-``training_job`` is relabelled ``whole:<id>`` at the scrape, so the rules
-combine the shards' shares under each job's own id and the one monitor's
-figures beside them: the combined figures must be the one monitor's (within
-1e-9 where the combination is exact, within the tolerance docs/jobs.md,
-"Shards", states where it is not)."""
+runs two jobs over four UltraServers, each over both shards' UltraServers
+(one slowed by a throttled chip in shard 0's share and a degraded NeuronLink
+in shard 1's, one stalled by a failed chip in shard 0's), on a real
+Mosquitto; one unsharded monitor and two ``--shard i/2`` monitors listen at
+once; one real Prometheus scrapes all three and evaluates the shipped rules.
+The unsharded monitor's ``training_job`` is relabelled ``whole:<id>`` at the
+scrape, so the rules combine the shards' shares under each job's own id and
+the one monitor's figures beside them: the combined figures must be the one
+monitor's, within 1e-9 where the combination is exact and within the
+tolerances docs/jobs.md, "Combining shards", states where it is not."""
 
 from __future__ import annotations
 
