@@ -533,7 +533,8 @@ def aggregate() -> Panel:
 def jobs() -> Panel:
     """Training jobs (docs/jobs.md, "Operating jobs"): the fleet's jobs by goodput and budget burn, what each
     loses by cause and to which culprits, the stalled ones, idle capacity, and the job documents refused.
-    The job's label is ``training_job`` (Prometheus owns ``job``)."""
+    The job's label is ``training_job`` (Prometheus owns ``job``).  A job's figures are the recording rules'
+    (``rainier:job_*``), which price a job spanning monitor shards whole (docs/jobs.md, "Combining shards")."""
     sel = 'training_job=~"$training_job"'
     lay = Layout()
     lay.row("Fleet")
@@ -547,7 +548,7 @@ def jobs() -> Panel:
                   description="Jobs left out of the per-job series: they count in the fleet figures, "
                               "not in this dashboard's tables."), 4, 5)
     lay.add(panel("stat", "Jobs stalled now (jobs)", "short",
-                  [target("count(max by (training_job) (rainier_job_stalled) == 1) or vector(0)")],
+                  [target("count(rainier:job_stalled:max == 1) or vector(0)")],
                   thresholds=[(None, "green"), (1, "red")], decimals=0), 4, 5)
     goodput = panel("gauge", "Allocated goodput (%)", "percentunit",
                     [target("min(rainier_fleet_allocated_goodput_ratio)")],
@@ -573,7 +574,7 @@ def jobs() -> Panel:
                                                "the job's last good one stands."), 8, 8)
     lay.row("Jobs")
     worst = table("Jobs by goodput, worst first (%)", "percentunit",
-                  f"rainier_job_goodput_ratio{{{sel}}} * on (training_job) group_left (name, owner, scheduler) "
+                  f"rainier:job_goodput:ratio{{{sel}}} * on (training_job) group_left (name, owner, scheduler) "
                   f"max by (training_job, name, owner, scheduler) (rainier_job_info{{{sel}}})",
                   {"training_job": "Training job", "name": "Name", "owner": "Owner", "scheduler": "Scheduler"},
                   value="Goodput", drill=False,
@@ -589,7 +590,7 @@ def jobs() -> Panel:
                              "rainier:job_goodput:error_budget): over 14.4 with the 5-minute burn too pages.")
     burn["options"]["sortBy"] = [{"displayName": "Burn rate (1h)", "desc": True}]
     lay.add(burn, 6, 8)
-    lay.add(table("Stalled jobs (stalled)", "short", f"max by (training_job) (rainier_job_stalled{{{sel}}}) == 1",
+    lay.add(table("Stalled jobs (stalled)", "short", f"rainier:job_stalled:max{{{sel}}} == 1",
                   {"training_job": "Training job"}, value="Stalled", drill=False,
                   description="Jobs delivering nothing now: a member failed or went silent."), 6, 8)
     lay.add(table("Jobs out of their running phase (phase)", "s",
@@ -605,7 +606,7 @@ def jobs() -> Panel:
                        description="The share of each second a job spent in checkpoint, restarting or stalled."),
             12, 8)
     lay.add(timeseries("Lost FP8 of the selected jobs by cause (FLOP/s)", "flops",
-                       target(f"sum by (cause) (rainier_job_fp8_lost_flops{{{sel}}})", "{{cause}}"), stack=True),
+                       target(f"sum by (cause) (rainier:job_fp8_lost_flops:sum_by_cause{{{sel}}})", "{{cause}}"), stack=True),
             12, 8)
     lay.add(timeseries("Lost / healthy FP8 over the burn windows (%)", "percentunit", *refs(
         target(f"rainier:job_fp8_lost:ratio_rate5m{{{sel}}}", "{{training_job}} 5m"),
@@ -622,9 +623,9 @@ def jobs() -> Panel:
                   description="Up to five entities a job, each with the FP8 it costs the job "
                               "(docs/throughput-model.md, \"Per job\")."), 12, 8)
     lay.add(timeseries("Goodput of the selected jobs (%)", "percentunit",
-                       target(f"rainier_job_goodput_ratio{{{sel}}}", "{{training_job}}")), 6, 8)
+                       target(f"rainier:job_goodput:ratio{{{sel}}}", "{{training_job}}")), 6, 8)
     lay.add(timeseries("Chips per job (chips)", "short",
-                       target(f"rainier_job_chips{{{sel}}}", "{{training_job}}")), 6, 8)
+                       target(f"rainier:job_chips:sum{{{sel}}}", "{{training_job}}")), 6, 8)
     variables = [datasource_var(),
                  query_var("training_job", "Training job", "label_values(rainier_job_info, training_job)",
                            multi=True, include_all=True)]

@@ -137,12 +137,35 @@ class TestThreeJobs:
         assert first == {"lab/pretrain": ("neuronlink", str(LINK_IN_PRETRAIN)), "lab/eval": ("chip", str(CHIP_IN_EVAL))}
         assert all(v > 0 for v in found["rainier_job_culprit_flops"].values())
 
-    def test_eleven_series_and_eighteen_a_job_plus_its_culprits(self, three_jobs: tuple[Analysis, float]) -> None:
-        """The cardinality docs/metrics.md states: 11 fixed series (6 of them the refusal reasons), 18 a job
-        (6 of them its causes, 4 its phases) and one a culprit."""
+    def test_the_pace_terms_are_the_model_s(self, three_jobs: tuple[Analysis, float]) -> None:
+        """Each job's pace terms (slowest speed and whether a straggler sets it, slowest path by path, a failed
+        member, the learned healthy FLOP/s) are its JobLoss's, so rules can price a job spanning shards."""
+        analysis = three_jobs[0]
+        loss, jobs = analysis.job_loss, analysis.jobs
+        assert loss is not None
+        assert jobs is not None
+        ids = jobs.ids
+        found = samples(JobFamilies(lambda: snapshot_of(analysis)).render())
+
+        def by_job(name: str, **labels: str) -> dict[str, float]:
+            return {dict(k)["training_job"]: v for k, v in found[name].items()
+                    if all(dict(k).get(label) == want for label, want in labels.items())}
+        assert by_job("rainier_job_slowest_speed") == dict(zip(ids, loss.s_min.tolist(), strict=True))
+        assert by_job("rainier_job_slowest_is_straggler") == {"lab/pretrain": 0, "lab/finetune": 0, "lab/eval": 1}
+        assert by_job("rainier_job_path_fraction", path="neuronlink") == dict(zip(ids, loss.f_nl.tolist(), strict=True))
+        assert by_job("rainier_job_path_fraction", path="efa") == dict.fromkeys(ids, 1.0)
+        assert by_job("rainier_job_member_failed") == dict.fromkeys(ids, 0.0)
+        assert by_job("rainier_job_fp8_learned_healthy_flops") == dict(zip(ids, loss.healthy_value.tolist(),
+                                                                           strict=True))
+        assert by_job("rainier_job_slowest_speed")["lab/eval"] < 1.0
+        assert by_job("rainier_job_path_fraction", path="neuronlink")["lab/pretrain"] < 1.0
+
+    def test_eleven_series_and_twenty_four_a_job_plus_its_culprits(self, three_jobs: tuple[Analysis, float]) -> None:
+        """The cardinality docs/metrics.md states: 11 fixed series (6 of them the refusal reasons), 24 a job
+        (6 of them its causes, 6 its pace terms, 6 its phase) and one a culprit."""
         found = samples(JobFamilies(lambda: snapshot_of(three_jobs[0])).render())
         series = sum(len(by_labels) for by_labels in found.values())
-        assert series == 11 + 18 * 3 + len(found["rainier_job_culprit_flops"])
+        assert series == 11 + 24 * 3 + len(found["rainier_job_culprit_flops"])
 
     def test_every_culprit_kind_has_its_id_spelling(self) -> None:
         """A culprit of any kind the model names is spelled as its entity's own family spells its id."""

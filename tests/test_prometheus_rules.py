@@ -1,5 +1,7 @@
 """The Prometheus rules ship checked: promtool accepts them, every alert's
-unit tests pass, and every runbook link lands on a section of docs/runbooks.md."""
+unit tests pass, the job rules price the step as pace.py does and give one
+monitor back its own figures, and every runbook link lands on a section of
+docs/runbooks.md."""
 
 from __future__ import annotations
 
@@ -11,8 +13,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from rainierd.errors import ConfigError
+from rainierd.exporter.jobs import JobFamilies
+from rainierd.pace import SHARES
 from rainierd.promrules import (
     RULES_DIR,
     RUNBOOK_BASE,
@@ -20,6 +25,7 @@ from rainierd.promrules import (
     set_job_goodput_objective,
     write_overridden,
 )
+from tests.test_exporter_jobs import THREE_JOBS, analysed, snapshot_of
 
 ROOT = Path(__file__).parents[1]
 RULES = sorted((ROOT / "deploy" / "prometheus" / "rules").glob("*.yml"))
@@ -139,9 +145,15 @@ def test_job_goodput_objective_reaches_the_burn_rate_alerts(
         "evaluation_interval": "15s",
         "tests": [{
             "interval": "15s",
-            "input_series": [
+            "input_series": [  # a straggler at 3/4 pace: 80 x 0.75 x (4/3 - 1) = 20 lost
                 {"series": f"rainier_job_fp8_effective_flops{{{job}}}", "values": "80x40"},
-                {"series": f'rainier_job_fp8_lost_flops{{{job},cause="straggler"}}', "values": "20x40"},
+                {"series": f"rainier_job_slowest_speed{{{job}}}", "values": "0.75x40"},
+                {"series": f"rainier_job_slowest_is_straggler{{{job}}}", "values": "1x40"},
+                {"series": f'rainier_job_path_fraction{{{job},path="neuronlink"}}', "values": "1x40"},
+                {"series": f'rainier_job_path_fraction{{{job},path="efa"}}', "values": "1x40"},
+                {"series": f"rainier_job_stalled{{{job}}}", "values": "0x40"},
+                {"series": f"rainier_job_member_failed{{{job}}}", "values": "0x40"},
+                {"series": f"rainier_job_fp8_learned_healthy_flops{{{job}}}", "values": "100x40"},
             ],
             "alert_rule_test": [
                 {"eval_time": "5m", "alertname": name,
@@ -159,6 +171,53 @@ def test_job_goodput_objective_reaches_the_burn_rate_alerts(
             ],
         }],
     }
+    (tmp_path / "test.yml").write_text(json.dumps(test))
+    result = run("test", "rules", str(tmp_path / "test.yml"))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_job_rules_price_the_step_with_pace_s_shares() -> None:
+    """The per-job rules' constants are rainierd/pace.py's shares of a healthy step (compute, NeuronLink, EFA), so
+    the rules price a job spanning shards with the formula each monitor prices its share with."""
+    text = (RULES_DIR / "rainierd-jobs.yml").read_text()
+    found = re.findall(r"\(([0-9.]+) \* \(1 / rainier:job_(?:slowest_speed|path_fraction):min"
+                       r"(?:\{path=\"(\w+)\"\})? - 1\)\)", text)
+    assert sorted((term or "compute", float(share)) for share, term in found) == sorted([
+        ("compute", 1.0 - SHARES.comm_share), ("compute", 1.0 - SHARES.comm_share),  # throttle and straggler
+        ("efa", SHARES.comm_efa_share), ("neuronlink", SHARES.comm_nl_share)])
+
+
+@pytest.mark.prometheus
+def test_one_monitor_s_job_figures_come_back_through_the_rules(tmp_path: Path) -> None:
+    """Fed one monitor's rendered job families (three jobs, a degraded NeuronLink and a straggler), the rules give
+    back exactly its lost FP8 by cause and its slowest speeds: a single monitor's figures are unchanged."""
+    analysis, _peak = analysed(THREE_JOBS)
+    text = JobFamilies(lambda: snapshot_of(analysis)).render().decode()
+    found = [(s.name, s.labels, s.value) for f in text_string_to_metric_families(text) for s in f.samples
+             if s.name.startswith("rainier_job_") and "training_job" in s.labels]
+
+    def series(name: str, labels: dict[str, str]) -> str:
+        return name + "{" + ",".join(f'{k}="{v}"' for k, v in {**labels, "instance": "m1:9780"}.items()) + "}"
+
+    def exp(rule: str, family: str) -> list[dict[str, object]]:
+        return [{"labels": rule + "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}", "value": value}
+                for name, labels, value in found if name == family]
+    test = {
+        "rule_files": [str(RULES_DIR / "rainierd-jobs.yml")],
+        "evaluation_interval": "15s",
+        "tests": [{
+            "interval": "15s",
+            "input_series": [{"series": series(name, labels), "values": f"{value!r}x4"}
+                             for name, labels, value in found if name != "rainier_job_info"],
+            "promql_expr_test": [
+                {"expr": "rainier:job_fp8_lost_flops:sum_by_cause", "eval_time": "30s",
+                 "exp_samples": exp("rainier:job_fp8_lost_flops:sum_by_cause", "rainier_job_fp8_lost_flops")},
+                {"expr": "rainier:job_slowest_speed:min", "eval_time": "30s",
+                 "exp_samples": exp("rainier:job_slowest_speed:min", "rainier_job_slowest_speed")},
+            ],
+        }],
+    }
+    assert any(v > 0 for name, _labels, v in found if name == "rainier_job_fp8_lost_flops")
     (tmp_path / "test.yml").write_text(json.dumps(test))
     result = run("test", "rules", str(tmp_path / "test.yml"))
     assert result.returncode == 0, result.stdout + result.stderr

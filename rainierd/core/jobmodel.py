@@ -60,9 +60,12 @@ class JobLoss:
     effective: F64
     lost: dict[str, F64]  # cause -> per job, CAUSES' order
     stalled: B
+    failed: B  # a member chip failed (the stall is charged to failed_chip; else, stalled, to stale_telemetry)
     s_min: F64  # the pace the job's slowest member allows (clock x relative efficiency), 1 when healthy
+    slowest_is_straggler: B  # that member is a straggler (its compute term charged to straggler, else throttle)
     f_nl: F64  # the bandwidth share its slowest NeuronLink path keeps
     f_efa: F64  # the share its slowest EFA path keeps, its slowness priced in
+    healthy_value: F64  # FLOP/s its chips deliver healthy, as learned while it ran: what a stall is priced against
     culprit_kind: I64
     culprit_id: I64
     culprit_flops: F64
@@ -224,7 +227,7 @@ class _Jobs:
 class _Pace:
     """Each job's slowest member and paths, and the unhealthy entities in jobs that set them."""
 
-    s_min: F32  # in the chips' float32, as core/model.py prices it: the two agree to the bit on one-UltraServer jobs
+    s_min: F32  # in the chips' float32 (job_loss prices it widened to float64, as core/model.py does)
     slowest_is_straggler: B
     f_nl: F64
     f_efa: F64
@@ -380,13 +383,17 @@ def job_loss(
     share = effective[running] / peak[running] if running.any() else np.array([0.0])
     own_share = np.full(membership.n_jobs, float(np.median(share)) if share.size else 0.0)
 
-    terms = group_loss(effective, s_min=pace.s_min, f_nl=pace.f_nl, f_efa=pace.f_efa, params=params)
+    # Priced in float64 (the float32 speed exactly widened), as a recording rule prices the shards' exported
+    # terms: one monitor's figures and the rule's combination of them then agree within 1e-9 (docs/jobs.md).
+    s_min = pace.s_min.astype(np.float64)
+    terms = group_loss(effective, s_min=s_min, f_nl=pace.f_nl, f_efa=pace.f_efa, params=params)
     if shares is not None:
         with np.errstate(invalid="ignore", divide="ignore"):
             healthy = (effective + terms["compute"] + terms["neuronlink"] + terms["efa"]) / peak
         own_share = _own_share(jobs, shares, healthy, running, now_s=detector.state.now_s,
                                present=topo.node_present, fallback=own_share)
-    stall_loss = np.where(stalled, np.maximum(own_share * peak - effective, 0.0), 0.0)
+    healthy_value = own_share * peak
+    stall_loss = np.where(stalled, np.maximum(healthy_value - effective, 0.0), 0.0)
     zero = np.zeros(membership.n_jobs)
     straggler = pace.slowest_is_straggler
     lost = {
@@ -405,8 +412,9 @@ def job_loss(
     by_key = np.argsort(key)
     return JobLoss(
         chips=jobs.sum(topo.node_present * float(cpn)).astype(np.int64), peak=peak, effective=effective,
-        lost={c: lost[c] for c in CAUSES}, stalled=stalled, s_min=pace.s_min.astype(np.float64), f_nl=pace.f_nl,
-        f_efa=pace.f_efa, culprit_kind=kind, culprit_id=ids, culprit_flops=flops,
+        lost={c: lost[c] for c in CAUSES}, stalled=stalled, failed=failed, s_min=s_min,
+        slowest_is_straggler=straggler, f_nl=pace.f_nl, f_efa=pace.f_efa, healthy_value=healthy_value,
+        culprit_kind=kind, culprit_id=ids, culprit_flops=flops,
         charged_key=key[by_key], charged_job=charged.job[by_key], charged_flops=charged.value[by_key],
         unallocated_peak=float(node_peak[membership.node_job < 0].sum()),
     )
@@ -417,7 +425,8 @@ def _no_jobs(unallocated_peak: float) -> JobLoss:
     none_f, none_i = np.zeros(0), np.zeros(0, np.int64)
     return JobLoss(
         chips=none_i, peak=none_f, effective=none_f, lost=dict.fromkeys(CAUSES, none_f), stalled=np.zeros(0, bool),
-        s_min=none_f, f_nl=none_f, f_efa=none_f, culprit_kind=np.zeros((0, TOP_CULPRITS), np.int64),
+        failed=np.zeros(0, bool), s_min=none_f, slowest_is_straggler=np.zeros(0, bool), f_nl=none_f, f_efa=none_f,
+        healthy_value=none_f, culprit_kind=np.zeros((0, TOP_CULPRITS), np.int64),
         culprit_id=np.zeros((0, TOP_CULPRITS), np.int64), culprit_flops=np.zeros((0, TOP_CULPRITS)),
         charged_key=none_i, charged_job=none_i, charged_flops=none_f, unallocated_peak=unallocated_peak,
     )

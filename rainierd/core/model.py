@@ -117,7 +117,8 @@ def lost_by_cause(
 
     speed = detector.chips.speed().reshape(n_us, per_us)
     slowest = speed.argmin(axis=1)
-    s_min = np.clip(speed[np.arange(n_us), slowest], 0.05, 1.0)
+    # The float32 speed widened exactly, priced in float64 as core/jobmodel.py and the job recording rules price it.
+    s_min = np.clip(speed[np.arange(n_us), slowest], 0.05, 1.0).astype(np.float64)
     slowest_is_straggler = (chip_state.reshape(n_us, per_us)[np.arange(n_us), slowest] == STRAGGLER)
     f_nl = np.clip(detector.links.slowest_by_ultraserver(), 0.05, 1.0).astype(np.float64)
     slowest_efa = detector.efa.slowest_by_ultraserver(latency_share=params.efa_latency_share)

@@ -4,7 +4,7 @@ in no job.  docs/metrics.md lists the families; docs/jobs.md, "The monitor
 side", says where the figures come from.
 
 Rendered straight to text (as exporter/ultraservers.py and entities.py are):
-at rainier with 1,000 jobs these are some 17,000 series, which
+at rainier with 1,000 jobs these are some 18,000 to 23,000 series, which
 prometheus-client would build one Python object each for.
 
 The per-job families have a budget, ``max_jobs`` jobs: beyond it the jobs
@@ -133,10 +133,23 @@ class JobFamilies:
              "holding no chip).", loss.goodput_ratio),
             ("rainier_job_stalled", "1 while a failed chip or a silent node stalls the whole job.",
              loss.stalled.astype(np.float64)),
+            # The pace terms, so recording rules can price a job spanning shards (docs/jobs.md, "Shards").
+            ("rainier_job_member_failed", "1 while a member chip has failed (a stall charged to failed_chip; "
+             "else to stale_telemetry).", loss.failed.astype(np.float64)),
+            ("rainier_job_slowest_speed", "The pace the job's slowest member allows (1 healthy), floored at 0.05.",
+             loss.s_min),
+            ("rainier_job_slowest_is_straggler", "1 when that member is a straggler (its loss charged to straggler, "
+             "else thermal_throttle).", loss.slowest_is_straggler.astype(np.float64)),
+            ("rainier_job_fp8_learned_healthy_flops", "FP8 FLOP/s the job's chips deliver healthy, as learned while "
+             "it ran: what a stall is priced against.", loss.healthy_value),
         ):
             _head(out, name, text)
             out.extend(f"{name}{{{b}}} {v!r}\n" for b, v in zip(job, values[keep].tolist(), strict=True)
                        if not math.isnan(v))
+        name = "rainier_job_path_fraction"
+        _head(out, name, "The bandwidth share the job's slowest path keeps, by path (1 healthy), floored at 0.05.")
+        for path, values in (("neuronlink", loss.f_nl), ("efa", loss.f_efa)):
+            out.extend(f'{name}{{{b},path="{path}"}} {v!r}\n' for b, v in zip(job, values[keep].tolist(), strict=True))
         name = "rainier_job_fp8_lost_flops"
         _head(out, name, "FP8 FLOP/s the job loses, by cause (every cause, 0 included).")
         for cause in CAUSES:
