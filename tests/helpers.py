@@ -23,7 +23,7 @@ import yaml
 
 from harness.procs import Broker
 from rainierd.promrules import RULES_DIR, write_overridden
-from rainierd.wire.jobs import JOBS_FILTER, JobBook
+from rainierd.wire.jobs import JOBS_FILTER, JobBook, encode_job
 
 __all__ = ["acl_users", "assert_valid_strictly", "compose_shard_users", "kustomize", "published",
            "rainierd_prometheus_config", "retained_jobs", "rules_for_tests", "statefulset_shard_configs", "tool"]
@@ -161,7 +161,7 @@ def retained_jobs(broker: Broker) -> dict[str, Any]:
     for topic, payload in asyncio.run(read()).items():
         assert payload, f"{topic}: an empty message is never delivered as retained"
         book.apply(topic, payload)
-    return {job_id: doc.model_dump() for job_id, doc in book.jobs.items()}
+    return {job_id: json.loads(encode_job(doc)) for job_id, doc in book.jobs.items()}  # as on the wire
 
 
 def published(log: str) -> dict[str, int]:
