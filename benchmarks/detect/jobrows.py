@@ -71,6 +71,7 @@ class JobRecord:
     estimate: dict[str, float] = field(default_factory=lambda: dict.fromkeys(CAUSES, 0.0))
     culprits: Counter[tuple[str, int]] = field(default_factory=Counter)
     phases: Counter[str] = field(default_factory=Counter)  # settled ticks in each phase (truth)
+    peak: float = 0.0  # the job's peak FLOP/s summed over the settled ticks (truth), for scale
     unpriced_ticks: int = 0  # settled ticks the monitor's membership did not hold the job
 
 
@@ -78,12 +79,13 @@ class JobRecord:
 class JobRunResult:
     """What one job-row run produced, for grading."""
 
-    seed: int
+    seed: int  # the model's
     profile: str
     tick_s: float
     ticks: int
     settled_ticks: int
     jobs: list[JobRecord]
+    draw: int = 0  # which of the benchmark's seeds drew the run's jobs and faults
     seconds: float = 0.0
 
 
@@ -99,8 +101,9 @@ def job_cells(kinds: Collection[FaultKind] | None = None) -> list[Cell]:
 
 def job_row_runs(
     seeds: int, *, tick_s: float = 1.0, kinds: Collection[FaultKind] | None = None,
-) -> list[tuple[list[JobSpec], list[Fault], int, int]]:
-    """Return (jobs, faults, seed, ticks) of every job-row run: each seed grades every cell once.
+) -> list[tuple[list[JobSpec], list[Fault], int, int, int]]:
+    """Return (jobs, faults, model seed, ticks, drawing seed) of every job-row run: each of ``seeds`` grades
+    every cell once.
 
     The draws do not depend on ``tick_s``: every tick length gets the same jobs and faults at the same times.
     """
@@ -126,18 +129,19 @@ def job_row_runs(
                 variant = Cell(cell.kind, cell.severity, cell.scope, int(rng.integers(2)))
                 start = warmup + ticks_of(int(rng.integers(0, JITTER_S)), tick_s)
                 faults.append(place(variant, topo, host, rng, start, tick_s=tick_s))
-            runs.append((jobs, faults, 20_000 + seed * 1_000 + chunk, ticks))
+            runs.append((jobs, faults, 20_000 + seed * 1_000 + chunk, ticks, seed))
     return runs
 
 
 def run_job_fleet(
     jobs: list[JobSpec], faults: list[Fault], *, seed: int, ticks: int, noise: float = 1.0, tick_s: float = 1.0,
-    profile: str = "ideal",
+    profile: str = "ideal", draw: int = 0,
 ) -> JobRunResult:
     """Simulate ``ticks`` ticks of the job-row fleet running ``jobs`` with ``faults``; return each job's lost
     FP8 by cause (truth and the monitor's) and the monitor's culprits, summed over the settled ticks.
 
-    Raises KeyError for a ``profile`` the simulator does not have.
+    ``draw`` (the benchmark's seed that drew ``jobs`` and ``faults``) is carried to the result.  Raises
+    KeyError for a ``profile`` the simulator does not have.
     """
     started = time.perf_counter()
     topo = build_fleet(1, JOB_ROW_ULTRASERVERS, name=f"bench-jobs-{JOB_ROW_ULTRASERVERS}")
@@ -165,6 +169,7 @@ def run_job_fleet(
         for truth in sample.truth.jobs:
             record = records[truth.id]
             record.phases[truth.phase] += 1
+            record.peak += truth.peak_flops
             for cause in CAUSES:
                 record.truth[cause] += truth.lost_flops[cause]
             j = number.get(truth.id)
@@ -177,5 +182,5 @@ def run_job_fleet(
                                           loss.culprit_flops[j].tolist(), strict=True):
                 if kind >= 0:
                     record.culprits[CULPRIT_KINDS[kind], ident] += flops
-    return JobRunResult(seed, profile, tick_s, ticks, ticks - settled, list(records.values()),
+    return JobRunResult(seed, profile, tick_s, ticks, ticks - settled, list(records.values()), draw=draw,
                         seconds=time.perf_counter() - started)
