@@ -260,7 +260,12 @@ class TestJobRows:
         assert (fan["no_loss"], fan["no_loss_estimate_of_peak_max"]) == (1, 0.5 / 1e4)
         assert graded["clean"] == {"jobs": 1, "charged": 1, "estimate_flops_ticks": 2.0, "truth_flops_ticks": 0.0,
                                    "estimate_of_faulted_truth": 0.01, "estimate_of_peak": 2e-4,
-                                   "estimate_of_peak_max": 2e-4}
+                                   "estimate_of_peak_max": 2e-4, "charged_jobs": [{
+                                       "seed": 1, "model_seed": 7, "job": "d", "ultraservers": [0, 1],
+                                       "estimate_of_peak": 2e-4, "estimate_by_cause": {"straggler": 2.0},
+                                       "culprits": [["chip", 9, 2.0]],
+                                       "faults_in_run": ["nl_degraded 0.5 link 5", "chip_throttle 0.7 chip 70",
+                                                         "cooling_fan 0.6 ultraserver 1"]}]}
 
     def test_culprit_inside_the_target(self) -> None:
         """For an UltraServer's fault a chip inside it is the culprit found; a chip of the other one is not;

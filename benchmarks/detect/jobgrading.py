@@ -18,7 +18,7 @@ A fault that costs its job less than ``NEGLIGIBLE`` of its peak in truth
 row counts it under ``no_loss`` with what the monitor charged.  Jobs that
 held no fault are graded together: what the monitor charged them (the
 ``leak``: another job's loss, or a false one) over the loss of the jobs that
-did hold one, and over their own peak.  A job whose truth shows any phase
+did hold one, and over their own peak; each one charged anything is listed.  A job whose truth shows any phase
 but ``running`` in the settled ticks is flagged ``interrupted``.
 """
 
@@ -121,6 +121,7 @@ def grade_job_rows(results: Iterable[JobRunResult], topo: Topology | None = None
     clean_estimate = clean_truth = clean_peak = faulted_truth = 0.0
     clean_jobs = clean_charged = runs = 0
     worst: float | None = None
+    leaks: list[dict[str, Any]] = []
     seeds: set[int] = set()
     for run in results:
         runs += 1
@@ -135,6 +136,15 @@ def grade_job_rows(results: Iterable[JobRunResult], topo: Topology | None = None
                 clean_peak += record.peak
                 share = estimate / record.peak if record.peak else 0.0
                 worst = share if worst is None else max(worst, share)
+                if estimate > 0:
+                    leaks.append({
+                        "seed": run.draw, "model_seed": run.seed, "job": record.job_id,
+                        "ultraservers": list(record.ultraservers), "estimate_of_peak": share,
+                        "estimate_by_cause": {c: v for c, v in record.estimate.items() if v},
+                        "culprits": [[kind, ident, flops] for (kind, ident), flops in record.culprits.most_common(3)],
+                        "faults_in_run": [f"{f.kind} {f.severity:g} {f.target_kind} {f.target}"
+                                          for f in (r.fault for r in run.jobs) if f is not None],
+                    })
                 continue
             figures = job_figures(record, topo) | {"seed": run.draw, "model_seed": run.seed}
             faulted.append(figures)
@@ -156,6 +166,7 @@ def grade_job_rows(results: Iterable[JobRunResult], topo: Topology | None = None
             "estimate_of_faulted_truth": clean_estimate / faulted_truth if faulted_truth else None,
             "estimate_of_peak": clean_estimate / clean_peak if clean_peak else None,
             "estimate_of_peak_max": worst,
+            "charged_jobs": leaks,
         },
         "jobs": faulted,
     }

@@ -89,6 +89,10 @@ def _print_job_rows(jr: dict[str, Any]) -> None:
           f"{_fmt(c['estimate_of_peak'], '.2e')} of their own peak "
           f"(worst job {_fmt(c['estimate_of_peak_max'], '.2e')}); "
           f"their true loss {c['truth_flops_ticks']:.3g}")
+    for leak in c["charged_jobs"]:
+        print(f"  charged: seed {leak['seed']} {leak['job']} (UltraServers {leak['ultraservers']}) "
+              f"{leak['estimate_of_peak']:.2e} of its peak {leak['estimate_by_cause']}, culprits {leak['culprits']}; "
+              f"faults in the run {leak['faults_in_run']}")
 
 
 def print_table(report: dict[str, Any]) -> None:
