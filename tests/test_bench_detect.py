@@ -263,7 +263,7 @@ class TestJobRows:
                                    "estimate_of_peak_max": 2e-4, "charged_jobs": [{
                                        "seed": 1, "model_seed": 7, "job": "d", "ultraservers": [0, 1],
                                        "estimate_of_peak": 2e-4, "estimate_by_cause": {"straggler": 2.0},
-                                       "culprits": [["chip", 9, 2.0]],
+                                       "culprits": [["chip", 9, 2.0]], "culprits_in_own_job": True,
                                        "faults_in_run": ["nl_degraded 0.5 link 5", "chip_throttle 0.7 chip 70",
                                                          "cooling_fan 0.6 ultraserver 1"]}]}
 

@@ -16,10 +16,12 @@ ticks, summed (FLOP/s x ticks):
 A fault that costs its job less than ``NEGLIGIBLE`` of its peak in truth
 (cooling that never heats a chip to throttling) has no ratio to grade: its
 row counts it under ``no_loss`` with what the monitor charged.  Jobs that
-held no fault are graded together: what the monitor charged them (the
-``leak``: another job's loss, or a false one) over the loss of the jobs that
-did hold one, and over their own peak; each one charged anything is listed.  A job whose truth shows any phase
-but ``running`` in the settled ticks is flagged ``interrupted``.
+held no fault are graded together: what the monitor charged them over the
+loss of the jobs that did hold one, and over their own peak.  Each one
+charged anything is listed, with whether its culprits are its own entities
+(a false detection inside it) or another job's (a loss leaking across).  A
+job whose truth shows any phase but ``running`` in the settled ticks is
+flagged ``interrupted``.
 """
 
 from __future__ import annotations
@@ -35,10 +37,17 @@ from rainierd.pace import CAUSES
 from rainierd.sim.faults import Fault
 from rainierd.topology import Topology, build_fleet
 
-__all__ = ["NEGLIGIBLE", "TOLERANCE", "culprit_found", "grade_job_rows", "job_figures"]
+__all__ = ["NEGLIGIBLE", "TOLERANCE", "culprit_found", "culprit_ultraserver", "grade_job_rows", "job_figures"]
 
 TOLERANCE: Final = 0.10
 NEGLIGIBLE: Final = 1e-4  # of the job's peak: a loss this small is no loss to grade a ratio on
+
+
+def culprit_ultraserver(kind: str, ident: int, topo: Topology) -> int:
+    """Return the UltraServer of a culprit (entity kind as ``CULPRIT_KINDS`` names it, id)."""
+    nodes = {"chip": topo.chip_node, "neuronlink": topo.link_node, "efa": topo.efa_node}
+    node = ident if kind == "node" else int(nodes[kind][ident])
+    return int(topo.node_ultraserver[node])
 
 
 def culprit_found(culprit: tuple[str, int] | None, fault: Fault, topo: Topology) -> bool:
@@ -52,9 +61,7 @@ def culprit_found(culprit: tuple[str, int] | None, fault: Fault, topo: Topology)
     if target == "node":
         return kind == "chip" and int(topo.chip_node[ident]) == fault.target
     if target == "ultraserver":
-        nodes = {"chip": topo.chip_node, "neuronlink": topo.link_node, "efa": topo.efa_node}
-        node = ident if kind == "node" else int(nodes[kind][ident])
-        return int(topo.node_ultraserver[node]) == fault.target
+        return culprit_ultraserver(kind, ident, topo) == fault.target
     return False
 
 
@@ -142,6 +149,9 @@ def grade_job_rows(results: Iterable[JobRunResult], topo: Topology | None = None
                         "ultraservers": list(record.ultraservers), "estimate_of_peak": share,
                         "estimate_by_cause": {c: v for c, v in record.estimate.items() if v},
                         "culprits": [[kind, ident, flops] for (kind, ident), flops in record.culprits.most_common(3)],
+                        # Its own entities (a false detection in it) or another job's (a loss leaking across)?
+                        "culprits_in_own_job": all(culprit_ultraserver(kind, ident, topo) in record.ultraservers
+                                                   for kind, ident in record.culprits),
                         "faults_in_run": [f"{f.kind} {f.severity:g} {f.target_kind} {f.target}"
                                           for f in (r.fault for r in run.jobs) if f is not None],
                     })

@@ -91,7 +91,8 @@ def _print_job_rows(jr: dict[str, Any]) -> None:
           f"their true loss {c['truth_flops_ticks']:.3g}")
     for leak in c["charged_jobs"]:
         print(f"  charged: seed {leak['seed']} {leak['job']} (UltraServers {leak['ultraservers']}) "
-              f"{leak['estimate_of_peak']:.2e} of its peak {leak['estimate_by_cause']}, culprits {leak['culprits']}; "
+              f"{leak['estimate_of_peak']:.2e} of its peak {leak['estimate_by_cause']}, culprits {leak['culprits']} "
+              f"({'its own' if leak['culprits_in_own_job'] else 'another job'}'s); "
               f"faults in the run {leak['faults_in_run']}")
 
 
