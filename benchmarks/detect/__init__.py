@@ -74,7 +74,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help='control runs run the simulator\'s job mix (FleetParams jobs="mix"), each false alarm '
                              "attributed to its job's phase (issue 21 item 4); fault runs unchanged")
     parser.add_argument("--job-rows", action="store_true",
-                        help="also run job rows (on with --job-mix): faults inside fixed jobs of 1-3 UltraServers, "
+                        help="also run job rows: faults inside fixed jobs of 2-3 UltraServers, "
                              "each job's lost FP8 by cause against the simulator's truth and its top culprit "
                              "against the injected fault, per seed (issue 21)")
     parser.add_argument("--job-row-seeds", type=int,
@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
         control_ultraservers=_option(args.control_ultraservers, args.quick, "control_ultraservers"),
         control_seconds=_option(args.control_seconds, args.quick, "control_seconds"),
         jobs=args.jobs or os.cpu_count() or 1, noise=args.noise, profiles=profiles, ticks_s=ticks_s,
-        kinds=kinds, quick=args.quick, job_mix=args.job_mix, job_rows=args.job_rows or args.job_mix,
+        kinds=kinds, quick=args.quick, job_mix=args.job_mix, job_rows=args.job_rows,
         job_row_seeds=_option(args.job_row_seeds, args.quick, "job_row_seeds"),
     )
     if args.output:
