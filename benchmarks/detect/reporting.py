@@ -92,7 +92,7 @@ def _print_job_rows(jr: dict[str, Any]) -> None:
     for leak in c["charged_jobs"]:
         print(f"  charged: seed {leak['seed']} {leak['job']} (UltraServers {leak['ultraservers']}) "
               f"{leak['estimate_of_peak']:.2e} of its peak {leak['estimate_by_cause']}, culprits {leak['culprits']} "
-              f"({'its own' if leak['culprits_in_own_job'] else 'another job'}'s); "
+              f"({'its own entities' if leak['culprits_in_own_job'] else 'entities of another job'}); "
               f"faults in the run {leak['faults_in_run']}")
 
 
