@@ -4,6 +4,7 @@ become ticks, and one tiny real run through the command line."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from types import SimpleNamespace
 from typing import Any
@@ -287,3 +288,15 @@ class TestJobRows:
             assert (len({j.id for j in held}), min(len(j.ultraservers) for j in held)) == (len(faults), 2)
         assert runs[0][0] != runs[len(runs) // 2][0]
         assert {draw for *_, draw in runs} == {0, 1}
+
+    def test_checkpoints_cross_the_fault(self) -> None:
+        """With checkpoints every job checkpoints 30 s every 90 s, at 0.5 s ticks too (two begin during the first
+        run's first fault); the same jobs and faults are drawn as without."""
+        plain, with_checkpoints = job_row_runs(1, tick_s=0.5), job_row_runs(1, tick_s=0.5, checkpoints=True)
+        jobs, faults, *_ = with_checkpoints[0]
+        fault = faults[0]
+        phases = [jobs[0].phase(t) for t in range(fault.start_tick, fault.end_tick)]
+        starts = sum(1 for a, b in itertools.pairwise(phases) if (a, b) == (0, 1))
+        assert ({(j.checkpoint_every_ticks, j.checkpoint_ticks) for j in jobs}, starts) == ({(180, 60)}, 2)
+        assert [(f, [j.ultraservers for j in js]) for js, f, *_ in plain] == [
+            (f, [j.ultraservers for j in js]) for js, f, *_ in with_checkpoints]

@@ -79,6 +79,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "against the injected fault, per seed (issue 21)")
     parser.add_argument("--job-row-seeds", type=int,
                         help=f"seeds of job-row runs (default {FULL.job_row_seeds}; --quick {QUICK.job_row_seeds})")
+    parser.add_argument("--job-row-checkpoints", action="store_true",
+                        help="every job of the job rows checkpoints for 30 s every 90 s (one or two checkpoints "
+                             "begin during a fault)")
     parser.add_argument("--noise", type=float, default=1.0)
     parser.add_argument("--jobs", type=int, default=0, help="worker processes (default: one per core)")
     parser.add_argument("--output", help="also write the JSON report to this file")
@@ -124,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
         jobs=args.jobs or os.cpu_count() or 1, noise=args.noise, profiles=profiles, ticks_s=ticks_s,
         kinds=kinds, quick=args.quick, job_mix=args.job_mix, job_rows=args.job_rows,
         job_row_seeds=_option(args.job_row_seeds, args.quick, "job_row_seeds"),
+        job_row_checkpoints=args.job_row_checkpoints,
     )
     if args.output:
         with open(args.output, "w") as out:

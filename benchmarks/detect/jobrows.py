@@ -9,7 +9,11 @@ on a seed-drawn UltraServer of the job; the other jobs hold no fault.  The
 jobs are fixed (``FleetModel(jobs=...)``, no checkpoint, evaluation or
 restart in the run's few minutes), so a fault's cost is the only loss a job
 has, and the run has no diurnal swing, so a job without a fault truly loses
-nothing: whatever the monitor charges it is another job's loss leaking.
+nothing: whatever the monitor charges it is another job's loss leaking, or
+a false detection.  With ``checkpoints`` every job checkpoints for
+``CHECKPOINT_S`` every ``CHECKPOINT_EVERY_S`` (one or two checkpoints begin
+during a fault): a checkpoint is a phase the truth charges to no cause, so
+the rows then say whether one disturbs the monitor's per-job loss.
 
 The monitor hears the jobs as it would from the broker: the simulator's
 ``JobAnnouncer`` turns the running jobs into the retained documents of the
@@ -25,7 +29,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Final
 
 import numpy as np
@@ -45,8 +49,8 @@ from rainierd.sim.workload import JobAnnouncer, JobSpec
 from rainierd.topology import build_fleet
 
 __all__ = [
-    "FAULTED_PER_RUN", "JOB_ROW_ULTRASERVERS", "JOB_SIZES", "JobRecord", "JobRunResult", "job_cells",
-    "job_row_runs", "run_job_fleet",
+    "CHECKPOINT_EVERY_S", "CHECKPOINT_S", "FAULTED_PER_RUN", "JOB_ROW_ULTRASERVERS", "JOB_SIZES", "JobRecord",
+    "JobRunResult", "job_cells", "job_row_runs", "run_job_fleet",
 ]
 
 JOB_ROW_ULTRASERVERS: Final = 12
@@ -54,6 +58,9 @@ JOB_ROW_ULTRASERVERS: Final = 12
 JOB_SIZES: Final = (3, 3, 2, 2, 1, 1)
 # Faults stay a minority of the UltraServers the detectors judge each one against (a quarter, as in the fault runs).
 FAULTED_PER_RUN: Final = 3
+# With checkpoints: every job's, from its start (all at once, as a fleet-wide checkpoint policy would).
+CHECKPOINT_EVERY_S: Final = 90.0
+CHECKPOINT_S: Final = 30.0
 # Kinds that cost no FP8 by construction: a CRC storm leaves the bandwidth as it was.
 COSTLESS: Final = frozenset({FaultKind.NL_CRC_STORM, FaultKind.DIURNAL})
 
@@ -100,10 +107,10 @@ def job_cells(kinds: Collection[FaultKind] | None = None) -> list[Cell]:
 
 
 def job_row_runs(
-    seeds: int, *, tick_s: float = 1.0, kinds: Collection[FaultKind] | None = None,
+    seeds: int, *, tick_s: float = 1.0, kinds: Collection[FaultKind] | None = None, checkpoints: bool = False,
 ) -> list[tuple[list[JobSpec], list[Fault], int, int, int]]:
     """Return (jobs, faults, model seed, ticks, drawing seed) of every job-row run: each of ``seeds`` grades
-    every cell once.
+    every cell once; with ``checkpoints`` every job checkpoints (``CHECKPOINT_S`` every ``CHECKPOINT_EVERY_S``).
 
     The draws do not depend on ``tick_s``: every tick length gets the same jobs and faults at the same times.
     """
@@ -122,6 +129,9 @@ def job_row_runs(
             bounds = np.cumsum((0, *JOB_SIZES))
             jobs = [JobSpec(id=f"bench/j{j}", ultraservers=tuple(sorted(int(u) for u in us[bounds[j]:bounds[j + 1]])),
                             start_tick=0) for j in range(len(JOB_SIZES))]
+            if checkpoints:
+                jobs = [replace(j, checkpoint_every_ticks=ticks_of(CHECKPOINT_EVERY_S, tick_s),
+                                checkpoint_ticks=ticks_of(CHECKPOINT_S, tick_s)) for j in jobs]
             holders = rng.choice(multi, size=len(picked), replace=False)
             faults = []
             for cell, j in zip(picked, holders, strict=True):

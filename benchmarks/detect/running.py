@@ -238,7 +238,8 @@ def bench_detect(
     *, seeds: int, ultraservers: int, control_seeds: int, control_ultraservers: int, control_seconds: float,
     jobs: int, noise: float = 1.0, profiles: Sequence[str] = ("ideal",), ticks_s: Sequence[float] = (1.0,),
     kinds: Collection[FaultKind] | None = None, quick: bool = False, job_mix: bool = False,
-    job_rows: bool = False, job_row_seeds: int = 3, progress: Progress | None = None,
+    job_rows: bool = False, job_row_seeds: int = 3, job_row_checkpoints: bool = False,
+    progress: Progress | None = None,
 ) -> dict[str, Any]:
     """Run the fault and control runs of every profile and tick length; return the graded report.
 
@@ -246,8 +247,9 @@ def bench_detect(
     report, at ``HEADLINE_TICK_S`` if it is among ``ticks_s`` (else the first tick length).  Raises KeyError
     for a profile the simulator does not have.  With ``job_mix`` the control runs run the simulator's job
     mix, and the control's figures carry each raised event's job phase (``phases``); the fault runs are
-    unchanged.  With ``job_rows`` each section also runs ``job_row_seeds`` seeds of job-row runs (``jobrows``) and
-    carries their grades (``jobgrading``) under ``job_rows``.
+    unchanged.  With ``job_rows`` each section also runs ``job_row_seeds`` seeds of job-row runs (``jobrows``)
+    and carries their grades (``jobgrading``) under ``job_rows``; with ``job_row_checkpoints`` their jobs
+    checkpoint.
     """
     started = time.perf_counter()
     for name in profiles:
@@ -259,7 +261,8 @@ def bench_detect(
             if job_rows:
                 plan += [JobRowRun(profile, tick_s, specs, faults, seed, run_ticks, noise, draw)
                          for specs, faults, seed, run_ticks, draw in job_row_runs(job_row_seeds, tick_s=tick_s,
-                                                                                  kinds=kinds)]
+                                                                                  kinds=kinds,
+                                                                                  checkpoints=job_row_checkpoints)]
             plan += [Job(profile, tick_s, False, us, faults, seed, run_ticks, noise)
                      for us, faults, seed, run_ticks in fault_runs(seeds, ultraservers, tick_s=tick_s, kinds=kinds)]
             plan += [Job(profile, tick_s, True, control_ultraservers, [], 500_000 + s,
@@ -313,6 +316,7 @@ def bench_detect(
             "noise": noise, "control_seeds": control_seeds, "control_ultraservers": control_ultraservers,
             "control_seconds": control_seconds, "jobs": jobs, "control_job_mix": job_mix,
             "job_rows": job_rows, "job_row_seeds": job_row_seeds if job_rows else None,
+            "job_row_checkpoints": job_row_checkpoints if job_rows else None,
             "job_row_ultraservers": JOB_ROW_ULTRASERVERS if job_rows else None,
             "job_row_sizes": list(JOB_SIZES) if job_rows else None,
             "job_row_faulted_per_run": FAULTED_PER_RUN if job_rows else None,
