@@ -4,6 +4,7 @@ become ticks, and one tiny real run through the command line."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from types import SimpleNamespace
 from typing import Any
@@ -13,9 +14,11 @@ import pytest
 
 from benchmarks.__main__ import main
 from benchmarks.detect import RunResult, fault_runs, grade, ticks_of
+from benchmarks.detect.jobgrading import culprit_found, grade_job_rows
+from benchmarks.detect.jobrows import JobRecord, JobRunResult, job_row_runs
 from benchmarks.detect.phases import PhaseLog
 from rainierd.core.detect import Event
-from rainierd.sim.faults import Fault, FaultKind
+from rainierd.sim.faults import Fault, FaultKind, fault_ultraservers
 from rainierd.topology import build_fleet
 
 
@@ -137,6 +140,19 @@ class TestCommandLine:
         assert progress[-1].startswith("run 6 of 6 (profile ideal, tick ")
         assert all(line.startswith("run ") for line in progress)
 
+    def test_job_rows(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """With --job-rows the report carries the job rows of each section: a down link inside a job of two or
+        three UltraServers, its loss by cause against truth and its culprit."""
+        code = main(["detect", "--quick", "--ultraservers", "2", "--control-ultraservers", "2",
+                     "--control-seconds", "60", "--kinds", "nl_down", "--profile", "ideal", "--job-rows",
+                     "--job-row-seeds", "1", "--jobs", "1", "--json"])
+        report = json.loads(capsys.readouterr().out)
+        rows = report["job_rows"]
+        (job,) = rows["jobs"]
+        assert (code, rows["runs"], rows["seeds"], [r["kind"] for r in rows["rows"]], report["config"]["job_rows"],
+                job["kind"], job["ultraservers"] >= 2, job["culprit"]) == (
+            0, 1, 1, ["nl_down"], True, "nl_down", True, ["neuronlink", job["target"]])
+
     def test_unknown_profile(self, capsys: pytest.CaptureFixture[str]) -> None:
         """An unknown profile is refused before anything runs, on stderr, with exit code 2."""
         code = main(["detect", "--profile", "nonesuch", "--json"])
@@ -183,3 +199,104 @@ class TestJobPhases:
         log = self.log()
         assert (dict(log.entries), dict(log.entered_ultraservers)) == (
             {"checkpoint": 1, "running": 1, "ended": 1}, {"checkpoint": 2, "running": 2, "ended": 2})
+
+
+def _record(job_id: str, fault: Fault | None, truth: dict[str, float], estimate: dict[str, float],
+            culprits: dict[tuple[str, int], float], *, peak: float = 1e4) -> JobRecord:
+    record = JobRecord(job_id, (0, 1), fault, peak=peak)
+    record.truth.update(truth)
+    record.estimate.update(estimate)
+    record.culprits.update(culprits)
+    record.phases["running"] = 10
+    return record
+
+
+class TestJobRows:
+    TOPO = build_fleet(1, 2)
+    LINK = Fault(FaultKind.NL_DEGRADED, 5, 0.5, 10, 20)
+    CHIP = Fault(FaultKind.CHIP_THROTTLE, 70, 0.7, 10, 20)
+    FAN = Fault(FaultKind.COOLING_FAN, 1, 0.6, 10, 20, scope="ultraserver")
+
+    def graded(self, link_estimate: float) -> dict[str, Any]:
+        """One run: a link fault charged ``link_estimate`` of a true 100; a throttled chip whose loss the monitor
+        splits over two causes and pins on its neighbour; a fan fault that cost nothing; one job with no fault,
+        charged 2 of its peak of 10,000."""
+        jobs = [
+            _record("a", self.LINK, {"degraded_neuronlink": 100.0}, {"degraded_neuronlink": link_estimate},
+                    {("neuronlink", 5): link_estimate, ("chip", 3): 1.0}),
+            _record("b", self.CHIP, {"thermal_throttle": 100.0}, {"thermal_throttle": 80.0, "straggler": 25.0},
+                    {("chip", 71): 105.0}),
+            _record("c", self.FAN, {}, {"thermal_throttle": 0.5}, {}),
+            _record("d", None, {}, {"straggler": 2.0}, {("chip", 9): 2.0}),
+        ]
+        return grade_job_rows([JobRunResult(7, "ideal", 1.0, 30, 20, jobs, draw=1)], self.TOPO)
+
+    def test_ratio_and_error(self) -> None:
+        """A job charged 95 of a true 100 of one cause has ratio 0.95, a by-cause error of 5 % and is within
+        10 %; a job charged 80 + 25 of a true 100 of one cause has ratio 1.05 but a by-cause error of 45 %."""
+        jobs = {j["job"]: j for j in self.graded(95.0)["jobs"]}
+        assert {k: (j["ratio"], j["cause_ratio"], j["by_cause_error"], j["within"], j["culprit_found"])
+                for k, j in jobs.items()} == {
+            "a": (0.95, 0.95, pytest.approx(0.05), True, True),
+            "b": (1.05, 0.8, pytest.approx(0.45), False, False),
+            "c": (None, None, None, None, False),
+        }
+
+    def test_wrong_ratio_fails(self) -> None:
+        """A job charged 112 of a true 100 misses the 10 % tolerance, and its row says so."""
+        graded = self.graded(112.0)
+        row = next(r for r in graded["rows"] if r["kind"] == "nl_degraded")
+        assert (row["within"], row["graded"], row["ratio_median"], row["by_cause_error_max"]) == (
+            0, 1, 1.12, pytest.approx(0.12))
+
+    def test_totals_and_clean_jobs(self) -> None:
+        """The totals count graded jobs (the fan fault that cost nothing is not one), and a job with no fault
+        charged 2 is a leak of 2 against the faulted jobs' true 200 and its own peak of 10,000."""
+        graded = self.graded(95.0)
+        fan = next(r for r in graded["rows"] if r["kind"] == "cooling_fan")
+        assert {k: graded[k] for k in ("runs", "seeds", "faulted_jobs", "graded_jobs", "within", "culprit_found",
+                                       "interrupted")} == {
+            "runs": 1, "seeds": 1, "faulted_jobs": 3, "graded_jobs": 2, "within": 1, "culprit_found": 1,
+            "interrupted": 0}
+        assert (fan["no_loss"], fan["no_loss_estimate_of_peak_max"]) == (1, 0.5 / 1e4)
+        assert graded["clean"] == {"jobs": 1, "charged": 1, "estimate_flops_ticks": 2.0, "truth_flops_ticks": 0.0,
+                                   "estimate_of_faulted_truth": 0.01, "estimate_of_peak": 2e-4,
+                                   "estimate_of_peak_max": 2e-4, "charged_jobs": [{
+                                       "seed": 1, "model_seed": 7, "job": "d", "ultraservers": [0, 1],
+                                       "estimate_of_peak": 2e-4, "estimate_by_cause": {"straggler": 2.0},
+                                       "culprits": [["chip", 9, 2.0]], "culprits_in_own_job": True,
+                                       "faults_in_run": ["nl_degraded 0.5 link 5", "chip_throttle 0.7 chip 70",
+                                                         "cooling_fan 0.6 ultraserver 1"]}]}
+
+    def test_culprit_inside_the_target(self) -> None:
+        """For an UltraServer's fault a chip inside it is the culprit found; a chip of the other one is not;
+        for a chip's fault only that chip is."""
+        inside, outside = int(np.flatnonzero(self.TOPO.chip_ultraserver == 1)[0]), 0
+        assert [culprit_found(("chip", inside), self.FAN, self.TOPO),
+                culprit_found(("chip", outside), self.FAN, self.TOPO),
+                culprit_found(("chip", 70), self.CHIP, self.TOPO),
+                culprit_found(("node", int(self.TOPO.chip_node[70])), self.CHIP, self.TOPO),
+                culprit_found(None, self.CHIP, self.TOPO)] == [True, False, True, False, False]
+
+    def test_faults_inside_multi_ultraserver_jobs(self) -> None:
+        """Every job-row fault sits in a job of two or more UltraServers, one fault a job, and each seed draws
+        different jobs."""
+        runs = job_row_runs(2)
+        topo = build_fleet(1, 12)
+        for jobs, faults, _seed, _ticks, _draw in runs:
+            held = [next(j for j in jobs if int(fault_ultraservers(topo, f)[0]) in j.ultraservers) for f in faults]
+            assert (len({j.id for j in held}), min(len(j.ultraservers) for j in held)) == (len(faults), 2)
+        assert runs[0][0] != runs[len(runs) // 2][0]
+        assert {draw for *_, draw in runs} == {0, 1}
+
+    def test_checkpoints_cross_the_fault(self) -> None:
+        """With checkpoints every job checkpoints 30 s every 90 s, at 0.5 s ticks too (two begin during the first
+        run's first fault); the same jobs and faults are drawn as without."""
+        plain, with_checkpoints = job_row_runs(1, tick_s=0.5), job_row_runs(1, tick_s=0.5, checkpoints=True)
+        jobs, faults, *_ = with_checkpoints[0]
+        fault = faults[0]
+        phases = [jobs[0].phase(t) for t in range(fault.start_tick, fault.end_tick)]
+        starts = sum(1 for a, b in itertools.pairwise(phases) if (a, b) == (0, 1))
+        assert ({(j.checkpoint_every_ticks, j.checkpoint_ticks) for j in jobs}, starts) == ({(180, 60)}, 2)
+        assert [(f, [j.ultraservers for j in js]) for js, f, *_ in plain] == [
+            (f, [j.ultraservers for j in js]) for js, f, *_ in with_checkpoints]

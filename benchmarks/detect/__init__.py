@@ -11,7 +11,10 @@ so their figures compare pair by pair.
 
 Its rooms: ``placing`` (durations, cells, where and when each fault goes),
 ``running`` (the runs, in a pool, with progress on stderr), ``grading``
-(each run against its faults), ``reporting`` (the tables).
+(each run against its faults), ``reporting`` (the tables); ``phases``
+(the job-mix control's false alarms by job phase), ``jobrows`` and
+``jobgrading`` (faults inside jobs, each job's loss and culprit against
+truth).
 """
 
 from __future__ import annotations
@@ -70,6 +73,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--job-mix", action="store_true",
                         help='control runs run the simulator\'s job mix (FleetParams jobs="mix"), each false alarm '
                              "attributed to its job's phase (issue 21 item 4); fault runs unchanged")
+    parser.add_argument("--job-rows", action="store_true",
+                        help="also run job rows: faults inside fixed jobs of 2-3 UltraServers, "
+                             "each job's lost FP8 by cause against the simulator's truth and its top culprit "
+                             "against the injected fault, per seed (issue 21)")
+    parser.add_argument("--job-row-seeds", type=int,
+                        help=f"seeds of job-row runs (default {FULL.job_row_seeds}; --quick {QUICK.job_row_seeds})")
+    parser.add_argument("--job-row-checkpoints", action="store_true",
+                        help="every job of the job rows checkpoints for 30 s every 90 s (one or two checkpoints "
+                             "begin during a fault)")
     parser.add_argument("--noise", type=float, default=1.0)
     parser.add_argument("--jobs", type=int, default=0, help="worker processes (default: one per core)")
     parser.add_argument("--output", help="also write the JSON report to this file")
@@ -113,7 +125,9 @@ def run(args: argparse.Namespace) -> int:
         control_ultraservers=_option(args.control_ultraservers, args.quick, "control_ultraservers"),
         control_seconds=_option(args.control_seconds, args.quick, "control_seconds"),
         jobs=args.jobs or os.cpu_count() or 1, noise=args.noise, profiles=profiles, ticks_s=ticks_s,
-        kinds=kinds, quick=args.quick, job_mix=args.job_mix,
+        kinds=kinds, quick=args.quick, job_mix=args.job_mix, job_rows=args.job_rows,
+        job_row_seeds=_option(args.job_row_seeds, args.quick, "job_row_seeds"),
+        job_row_checkpoints=args.job_row_checkpoints,
     )
     if args.output:
         with open(args.output, "w") as out:

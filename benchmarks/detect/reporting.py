@@ -47,6 +47,8 @@ def _print_section(graded: dict[str, Any], cfg: dict[str, Any], profile: str) ->
         print(f"  by phase, at or within the {LOOKBACK_S:g} s before {jp['by_phase_or_just_after']}")
         for cause, n in jp["by_cause"].items():
             print(f"  {n:>5}  {cause}")
+    if (jr := graded.get("job_rows")) is not None:
+        _print_job_rows(jr)
     e = graded["effective_fp8_error"]
     print(f"fleet effective FP8 vs truth: median error {_fmt(e['median'], '.2e')}, p99 {_fmt(e['p99'], '.2e')}, "
           f"max {_fmt(e['max'], '.2e')}")
@@ -57,6 +59,41 @@ def _print_section(graded: dict[str, Any], cfg: dict[str, Any], profile: str) ->
     print(f"precision by entity: { {k: round(v, 4) for k, v in graded['precision_by_entity'].items()} }")
     print(f"detection cost: {_fmt(graded['detect_s_per_tick_per_chip'], '.2e')} s per tick per chip "
           f"(whole in-process pipeline)")
+
+
+def _print_job_rows(jr: dict[str, Any]) -> None:
+    """Print the job rows: per kind, each faulted job's loss by cause against truth and its culprit."""
+    tol = jr["tolerance"]
+    print(f"job rows: {jr['faulted_jobs']} faulted jobs in {jr['runs']} runs over {jr['seeds']} seeds; "
+          f"{jr['within']} of {jr['graded_jobs']} with a loss have it by cause within {tol:.0%} of truth, "
+          f"culprit found in {jr['culprit_found']}; {jr['interrupted']} interrupted by a phase")
+    print(f"| kind | severity | scope | jobs | UltraServers | within {tol:.0%} | ratio median | ratio min | "
+          "ratio max | by-cause error max | culprit found | no loss in truth | charged then (of peak, max) | "
+          "interrupted |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in jr["rows"]:
+        us = ",".join(str(u) for u in r["ultraservers"])
+        print(f"| {r['kind']} | {r['severity']:g} | {r['scope']} | {r['jobs']} | {us} | {r['within']}/{r['graded']} | "
+              f"{_fmt(r['ratio_median'], '.3f')} | {_fmt(r['ratio_min'], '.3f')} | {_fmt(r['ratio_max'], '.3f')} | "
+              f"{_fmt(r['by_cause_error_max'], '.1%')} | {r['culprit_found']}/{r['graded']} | {r['no_loss']} | "
+              f"{_fmt(r['no_loss_estimate_of_peak_max'], '.1e')} | {r['interrupted']} |")
+    misses = [j for j in jr["jobs"] if j["within"] is False or (not j["no_loss"] and not j["culprit_found"])]
+    for j in misses:
+        print(f"  miss: seed {j['seed']} {j['job']} ({j['ultraservers']} UltraServers) {j['kind']} "
+              f"{j['severity']:g} {j['scope']} {j['target']}: ratio {_fmt(j['ratio'], '.3f')}, by-cause error "
+              f"{_fmt(j['by_cause_error'], '.1%')}, culprit {j['culprit']}, truth {j['truth_by_cause']}, "
+              f"estimate {j['estimate_by_cause']}{', phases ' + str(j['interrupted']) if j['interrupted'] else ''}")
+    c = jr["clean"]
+    print(f"jobs holding no fault: {c['jobs']}, {c['charged']} charged anything; charged "
+          f"{_fmt(c['estimate_of_faulted_truth'], '.2e')} of the faulted jobs' true loss, "
+          f"{_fmt(c['estimate_of_peak'], '.2e')} of their own peak "
+          f"(worst job {_fmt(c['estimate_of_peak_max'], '.2e')}); "
+          f"their true loss {c['truth_flops_ticks']:.3g}")
+    for leak in c["charged_jobs"]:
+        print(f"  charged: seed {leak['seed']} {leak['job']} (UltraServers {leak['ultraservers']}) "
+              f"{leak['estimate_of_peak']:.2e} of its peak {leak['estimate_by_cause']}, culprits {leak['culprits']} "
+              f"({'its own entities' if leak['culprits_in_own_job'] else 'entities of another job'}); "
+              f"faults in the run {leak['faults_in_run']}")
 
 
 def print_table(report: dict[str, Any]) -> None:

@@ -19,6 +19,15 @@ import numpy as np
 
 from benchmarks._progress import Progress
 from benchmarks.detect.grading import RunResult, compare, control, grade
+from benchmarks.detect.jobgrading import grade_job_rows
+from benchmarks.detect.jobrows import (
+    FAULTED_PER_RUN,
+    JOB_ROW_ULTRASERVERS,
+    JOB_SIZES,
+    JobRunResult,
+    job_row_runs,
+    run_job_fleet,
+)
 from benchmarks.detect.phases import PhaseLog, phase_control, phase_exposure
 from benchmarks.detect.placing import (
     FAULT_S,
@@ -39,11 +48,12 @@ from rainierd.pace import CAUSES
 from rainierd.sim.faults import Fault, FaultKind
 from rainierd.sim.fleet import FleetModel, FleetParams
 from rainierd.sim.frames import tick_batches
+from rainierd.sim.workload import JobSpec
 from rainierd.topology import build_fleet
 
 __all__ = [
-    "DEFAULT_PROFILES", "FULL", "HEADLINE_TICK_S", "QUICK", "Job", "Scale", "available_profiles", "bench_detect",
-    "run_fleet",
+    "DEFAULT_PROFILES", "FULL", "HEADLINE_TICK_S", "QUICK", "Job", "JobRowRun", "Scale", "available_profiles",
+    "bench_detect", "run_fleet",
 ]
 
 # The tick length and profile whose figures head the report (and that other ticks compare against).
@@ -60,11 +70,15 @@ class Scale:
     control_seeds: int
     control_ultraservers: int
     control_seconds: float
+    job_row_seeds: int  # each grades every job-row cell once (12 runs of 12 UltraServers)
 
 
-FULL: Final = Scale(seeds=30, ultraservers=64, control_seeds=8, control_ultraservers=64, control_seconds=3_600.0)
-# A smoke run: every cell once, on fleets small enough for a minute or two on two cores.
-QUICK: Final = Scale(seeds=1, ultraservers=16, control_seeds=1, control_ultraservers=16, control_seconds=600.0)
+FULL: Final = Scale(seeds=30, ultraservers=64, control_seeds=8, control_ultraservers=64, control_seconds=3_600.0,
+                    job_row_seeds=10)
+# A smoke run: every cell once, on fleets small enough for a minute or two on two cores; the job rows over
+# three seeds even so, since a figure of one seed may be that seed's luck.
+QUICK: Final = Scale(seeds=1, ultraservers=16, control_seeds=1, control_ultraservers=16, control_seconds=600.0,
+                     job_row_seeds=3)
 
 
 def available_profiles() -> dict[str, Any]:
@@ -160,16 +174,38 @@ class Job:
         return float(self.ultraservers * self.ticks)
 
 
-def _run(job: Job) -> RunResult:
+@dataclass(frozen=True, slots=True)
+class JobRowRun:
+    """One job-row run for the worker pool (``jobrows``): fixed jobs, faults inside some of them."""
+
+    profile: str
+    tick_s: float
+    jobs: list[JobSpec]
+    faults: list[Fault]
+    seed: int
+    ticks: int
+    noise: float
+    draw: int  # the benchmark's seed that drew the jobs and faults
+
+    @property
+    def work(self) -> float:
+        """Return the run's rough cost, for the estimate of the time left."""
+        return float(JOB_ROW_ULTRASERVERS * self.ticks)
+
+
+def _run(job: Job | JobRowRun) -> RunResult | JobRunResult:
+    if isinstance(job, JobRowRun):
+        return run_job_fleet(job.jobs, job.faults, seed=job.seed, ticks=job.ticks, noise=job.noise,
+                             tick_s=job.tick_s, profile=job.profile, draw=job.draw)
     return run_fleet(job.ultraservers, job.faults, seed=job.seed, ticks=job.ticks, noise=job.noise,
                      tick_s=job.tick_s, profile=job.profile, job_mix=job.job_mix)
 
 
-def _run_all(jobs: list[Job], workers: int, progress: Progress) -> list[RunResult]:
+def _run_all(jobs: list[Job | JobRowRun], workers: int, progress: Progress) -> list[RunResult | JobRunResult]:
     """Run ``jobs`` in a pool, each completion a step of ``progress``; return results in job order."""
     total_work = sum(job.work for job in jobs)
     done_work = 0.0
-    results: list[RunResult | None] = [None] * len(jobs)
+    results: list[RunResult | JobRunResult | None] = [None] * len(jobs)
     with ProcessPoolExecutor(max_workers=workers) as pool:
         # The longest runs first, so the last ones to finish are short.
         order = sorted(range(len(jobs)), key=lambda i: -jobs[i].work)
@@ -202,6 +238,7 @@ def bench_detect(
     *, seeds: int, ultraservers: int, control_seeds: int, control_ultraservers: int, control_seconds: float,
     jobs: int, noise: float = 1.0, profiles: Sequence[str] = ("ideal",), ticks_s: Sequence[float] = (1.0,),
     kinds: Collection[FaultKind] | None = None, quick: bool = False, job_mix: bool = False,
+    job_rows: bool = False, job_row_seeds: int = 3, job_row_checkpoints: bool = False,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
     """Run the fault and control runs of every profile and tick length; return the graded report.
@@ -210,15 +247,22 @@ def bench_detect(
     report, at ``HEADLINE_TICK_S`` if it is among ``ticks_s`` (else the first tick length).  Raises KeyError
     for a profile the simulator does not have.  With ``job_mix`` the control runs run the simulator's job
     mix, and the control's figures carry each raised event's job phase (``phases``); the fault runs are
-    unchanged.
+    unchanged.  With ``job_rows`` each section also runs ``job_row_seeds`` seeds of job-row runs (``jobrows``)
+    and carries their grades (``jobgrading``) under ``job_rows``; with ``job_row_checkpoints`` their jobs
+    checkpoint.
     """
     started = time.perf_counter()
     for name in profiles:
         _profile_kwargs(name)  # fail before starting any run
     headline_tick = HEADLINE_TICK_S if HEADLINE_TICK_S in ticks_s else ticks_s[0]
-    plan: list[Job] = []
+    plan: list[Job | JobRowRun] = []
     for profile in profiles:
         for tick_s in ticks_s:
+            if job_rows:
+                plan += [JobRowRun(profile, tick_s, specs, faults, seed, run_ticks, noise, draw)
+                         for specs, faults, seed, run_ticks, draw in job_row_runs(job_row_seeds, tick_s=tick_s,
+                                                                                  kinds=kinds,
+                                                                                  checkpoints=job_row_checkpoints)]
             plan += [Job(profile, tick_s, False, us, faults, seed, run_ticks, noise)
                      for us, faults, seed, run_ticks in fault_runs(seeds, ultraservers, tick_s=tick_s, kinds=kinds)]
             plan += [Job(profile, tick_s, True, control_ultraservers, [], 500_000 + s,
@@ -230,10 +274,15 @@ def bench_detect(
         per_tick: dict[str, dict[str, Any]] = {}
         for tick_s in ticks_s:
             mine = [(job, r) for job, r in zip(plan, results, strict=True)
-                    if (job.profile, job.tick_s) == (profile, tick_s)]
+                    if (job.profile, job.tick_s) == (profile, tick_s) and isinstance(job, Job)
+                    and isinstance(r, RunResult)]
             fault_results = [r for job, r in mine if not job.control]
             graded = grade(fault_results, ultraservers)
             graded["tick_s"] = tick_s
+            if job_rows:
+                graded["job_rows"] = grade_job_rows(
+                    r for job, r in zip(plan, results, strict=True)
+                    if (job.profile, job.tick_s) == (profile, tick_s) and isinstance(r, JobRunResult))
             controls = [r for job, r in mine if job.control]
             graded["control"] = control(controls, control_seconds)
             if job_mix:
@@ -266,6 +315,11 @@ def bench_detect(
             "fault_runs": top["fault_runs"], "faults": top["faults"], "runs_total": len(plan),
             "noise": noise, "control_seeds": control_seeds, "control_ultraservers": control_ultraservers,
             "control_seconds": control_seconds, "jobs": jobs, "control_job_mix": job_mix,
+            "job_rows": job_rows, "job_row_seeds": job_row_seeds if job_rows else None,
+            "job_row_checkpoints": job_row_checkpoints if job_rows else None,
+            "job_row_ultraservers": JOB_ROW_ULTRASERVERS if job_rows else None,
+            "job_row_sizes": list(JOB_SIZES) if job_rows else None,
+            "job_row_faulted_per_run": FAULTED_PER_RUN if job_rows else None,
         },
         "wall_s": time.perf_counter() - started,
     }
