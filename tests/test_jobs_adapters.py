@@ -153,6 +153,28 @@ class TestKubernetes:
                                    ["ip-10-0-17-10", "ip-10-0-17-11", "ip-10-0-17-8", "ip-10-0-17-9"], 1_764_626_400.0),
         }
 
+    def test_a_job_with_a_pod_not_yet_running_is_restarting(self) -> None:
+        """The PyTorchJob's pod Pending on its node (pulling its image) keeps the job from stepping: starting or
+        restarting; the JobSet and the indexed Job, every pod Running, are not."""
+        docs, _ = kubernetes_jobs(sample("pods-running.json"), source="eks", index=INDEX)
+        assert {d.id: d.restarting for d in docs} == {
+            "eval/nightly-eval": False, "research/bert-ft": True, "training/llama-70b": False}
+
+    @pytest.mark.parametrize("waiting", ["CrashLoopBackOff", "ContainerCreating"])
+    def test_a_running_pod_with_a_container_waiting_restarts_its_job(self, waiting: str) -> None:
+        """A container restarted by its pod's restartPolicy (CrashLoopBackOff) or being created again leaves the
+        pod Running but the job restarting."""
+        items = sample("pods-running.json")["items"]
+        (pod,) = [p for p in items if p["metadata"]["name"] == "bert-ft-master-0"]
+        statuses = [c | {"state": {"waiting": {"reason": waiting}}, "ready": False, "restartCount": 3}
+                    for c in pod["status"]["containerStatuses"]]
+        broken = pod | {"status": pod["status"] | {"containerStatuses": statuses}}
+        placed = placement(broken)
+        assert placed is not None
+        assert not placed.running
+        assert placement(pod) is not None
+        assert placement(pod).running  # type: ignore[union-attr]
+
     def test_the_label_order_is_configurable(self) -> None:
         """With the batch Job label first, the JobSet's pods group by their child Job instead."""
         labels = ("batch.kubernetes.io/job-name", *DEFAULT_GROUP_LABELS)

@@ -17,7 +17,13 @@ nodes the ``spec.nodeName`` of its Running pods and of Pending pods already
 bound to a node (pulling images on it), its start the earliest
 ``status.startTime`` of those pods (else their ``creationTimestamp``).  A pod
 being deleted (``metadata.deletionTimestamp``), finished, or without any of
-the labels belongs to no job.
+the labels belongs to no job.  A job is ``restarting`` while any of its pods
+is not running all its containers (Pending on its node, or a container
+waiting: ``ContainerCreating``, ``CrashLoopBackOff``): a synchronous job
+steps only with every member, so it is starting or restarting (the pods of
+a JobSet or a PyTorchJob restarted by its failure policy come back this
+way); the monitor names its quiet spell ``restarting`` (docs/jobs.md, "Job
+phases").
 
 ``kubectl get pods -A -o json`` prints a ``List`` (or ``PodList``) of pods:
 ``kubernetes_jobs``.  ``kubectl get pods -A -o json --watch`` prints one pod
@@ -60,6 +66,7 @@ class PodPlacement:
     namespace: str
     node: str
     start_s: float
+    running: bool = True  # Running, and no container waiting
 
 
 def _seconds(stamp: Any) -> float | None:
@@ -101,7 +108,21 @@ def placement(pod: Any, *, labels: Sequence[str] = DEFAULT_GROUP_LABELS) -> PodP
     start = _seconds(status.get("startTime"))
     if start is None:
         start = _seconds(meta.get("creationTimestamp"))
-    return PodPlacement(f"{namespace}/{name}", name, namespace, node, start if start is not None else 0.0)
+    return PodPlacement(f"{namespace}/{name}", name, namespace, node, start if start is not None else 0.0,
+                        running=phase == "Running" and not _waiting(status))
+
+
+def _waiting(status: Mapping[str, Any]) -> bool:
+    """Return True if any of a pod's containers (init containers included) is waiting."""
+    for key in ("initContainerStatuses", "containerStatuses"):
+        statuses = status.get(key)
+        if not isinstance(statuses, list):
+            continue
+        for container in statuses:
+            state = container.get("state") if isinstance(container, dict) else None
+            if isinstance(state, dict) and "waiting" in state:
+                return True
+    return False
 
 
 def documents(placements: Iterable[PodPlacement], *, source: str, index: NameIndex | None = None,
@@ -120,6 +141,7 @@ def documents(placements: Iterable[PodPlacement], *, source: str, index: NameInd
             docs.append(JobDocument(
                 v=JOB_VERSION, id=job_id, name=pods[0].job_name, owner=pods[0].namespace, scheduler="kubernetes",
                 source=source, nodes=hosts, start_s=min(p.start_s for p in pods),
+                restarting=not all(p.running for p in pods),
             ))
         except ValidationError as exc:
             skipped.append(JobError("bad_job", f"{job_id}: {validation_message(exc)}"))
