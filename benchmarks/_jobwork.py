@@ -12,12 +12,14 @@ Each measured tick then pays, besides bench core's three stages:
 
 * ``job_loss``: the per-job model (core/jobmodel.py), as ``MonitorCore``
   prices it every tick;
+* ``phases``: each job's phase (core/jobphase.py), as ``MonitorCore``
+  follows it every tick;
 * ``render``: the exporter's job families (exporter/jobs.py) of that tick,
   as the daemon re-renders the scrape after each analysis;
 
-and, for the A/B, the same two calls with no job (what a monitor that hears
+and, for the A/B, the same three calls with no job (what a monitor that hears
 no job pays).  Jobs change nothing else in the analysis or the scrape, so
-the tick without jobs is the three stages plus those two calls, the tick
+the tick without jobs is the three stages plus those three calls, the tick
 with jobs the three stages plus the job work, both from the same ticks.
 
 After the last tick the whole scrape is rendered with and without the jobs
@@ -41,6 +43,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from rainierd.connection import Connection
 from rainierd.core.analysis import MonitorCore
 from rainierd.core.jobmodel import JobLoss, job_loss
+from rainierd.core.jobphase import JobPhases, PhaseTracker
 from rainierd.core.jobs import JobMembership
 from rainierd.core.model import HealthyShares
 from rainierd.core.throughput import Throughput
@@ -88,10 +91,13 @@ def job_mix(topo: Topology, n_jobs: int, *, start_s: float, seed: int) -> tuple[
     return members, summary
 
 
-def _snapshot(throughput: Throughput, members: JobMembership, loss: JobLoss, *, chips: int) -> MonitorSnapshot:
+def _snapshot(
+    throughput: Throughput, members: JobMembership, loss: JobLoss, phases: JobPhases | None = None, *, chips: int,
+) -> MonitorSnapshot:
     """Return the fields of a snapshot the job families read."""
     return MonitorSnapshot(generation=throughput.tick + 1, throughput=throughput, chips_total=chips,
-                           analysis_s=0.0, analysed_ticks=throughput.tick + 1, jobs=members, job_loss=loss)
+                           analysis_s=0.0, analysed_ticks=throughput.tick + 1, jobs=members, job_loss=loss,
+                           job_phases=phases)
 
 
 @dataclass(eq=False)
@@ -105,14 +111,14 @@ class JobWork:
     # Seconds per measured tick: job_loss, render, job_loss_no_jobs, render_no_jobs.
     times: dict[str, list[float]] = field(default_factory=dict, init=False)
     # Each side as the daemon holds it: its own per-node shares, one family renderer over its latest snapshot.
-    sides: dict[str, tuple[JobMembership, HealthyShares, JobFamilies]] = field(init=False)
+    sides: dict[str, tuple[JobMembership, HealthyShares, JobFamilies, PhaseTracker]] = field(init=False)
     latest: dict[str, MonitorSnapshot] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
         n_nodes, halflife_s = self.core.topology.n_nodes, self.core.model.healthy_share_halflife_s
         self.sides = {
             suffix: (members, HealthyShares.empty(n_nodes, halflife_s=halflife_s),
-                     JobFamilies(partial(self.latest.get, suffix)))
+                     JobFamilies(partial(self.latest.get, suffix)), PhaseTracker())
             for suffix, members in (("", self.members), ("_no_jobs", JobMembership.empty(n_nodes)))
         }
 
@@ -124,23 +130,29 @@ class JobWork:
 
     def tick(self, throughput: Throughput, *, keep: bool) -> None:
         """Price and render this tick's jobs, then the same without jobs; ``keep`` the seconds of each."""
-        for suffix, (members, shares, families) in self.sides.items():
+        for suffix, (members, shares, families, tracker) in self.sides.items():
             started = time.perf_counter()
             loss = job_loss(throughput, self.core.detector, members, params=self.core.model, shares=shares)
             priced = time.perf_counter()
-            self.latest[suffix] = _snapshot(throughput, members, loss, chips=self.core.topology.n_present_chips)
+            phases = tracker.update(members, util=self.core.state.chips.gauges["util"],
+                                    chip_fresh=throughput.chip_fresh, stalled=loss.stalled, now_s=self.core.state.now_s)
+            phased = time.perf_counter()
+            self.latest[suffix] = _snapshot(throughput, members, loss, phases,
+                                            chips=self.core.topology.n_present_chips)
             rendering = time.perf_counter()
             families.render()
             if keep:
                 self.times.setdefault(f"job_loss{suffix}", []).append(priced - started)
+                self.times.setdefault(f"phases{suffix}", []).append(phased - priced)
                 self.times.setdefault(f"render{suffix}", []).append(time.perf_counter() - rendering)
 
     def report(self, base: list[float]) -> dict[str, Any]:
         """Return the mix, the job work per tick and its share of the tick, tick by tick (``base``: the same
         ticks' seconds of bench core's three stages), and the whole scrape with and without the jobs."""
         t = self.times
-        work = [a + b for a, b in zip(t["job_loss"], t["render"], strict=True)]
-        idle = [a + b for a, b in zip(t["job_loss_no_jobs"], t["render_no_jobs"], strict=True)]
+        work = [a + b + c for a, b, c in zip(t["job_loss"], t["phases"], t["render"], strict=True)]
+        idle = [a + b + c for a, b, c in zip(t["job_loss_no_jobs"], t["phases_no_jobs"], t["render_no_jobs"],
+                                             strict=True)]
         with_jobs = [s + w for s, w in zip(base, work, strict=True)]
         per_tick = {name: _percentiles(values) for name, values in t.items()}
         per_tick |= {"work": _percentiles(work), "tick_with_jobs": _percentiles(with_jobs),
@@ -148,7 +160,7 @@ class JobWork:
         return {
             "mix": self.mix,
             "per_tick_s": per_tick,
-            # Of the tick with jobs, each tick's own: the job work (job_loss + render), and job_loss alone.
+            # Of the tick with jobs, each tick's own: the job work (job_loss + phases + render), and job_loss alone.
             "share_of_tick": _percentiles([w / s for w, s in zip(work, with_jobs, strict=True)]),
             "job_loss_share_of_tick": _percentiles([w / s for w, s in zip(t["job_loss"], with_jobs, strict=True)]),
             "scrape": scrape_ab(self.core, self.members),

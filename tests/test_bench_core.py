@@ -20,8 +20,8 @@ from rainierd.sim.frames import tick_frames
 from rainierd.topology import build_fleet, build_topology
 
 ROOT = Path(__file__).resolve().parent.parent
-PER_TICK = {"job_loss", "render", "job_loss_no_jobs", "render_no_jobs", "work", "tick_with_jobs",
-            "tick_without_jobs"}
+PER_TICK = {"job_loss", "phases", "render", "job_loss_no_jobs", "phases_no_jobs", "render_no_jobs", "work",
+            "tick_with_jobs", "tick_without_jobs"}
 SIDE = {"series", "bytes", "gzip_bytes", "render_s_median"}
 
 

@@ -99,8 +99,9 @@ class Baseline:
         np.minimum(window, np.float32(self.halflife_s / np.log(2.0)), out=window)
         step = np.subtract(x, level, dtype=np.float32)
         bound = np.abs(level)
+        bound *= np.float32(self.clip)
         # Winsorised: at learn_clip while learning, at clip once learned (the first sample sets the level).
-        bound *= np.where(self.history_s < self.learn_s, np.float32(self.learn_clip), np.float32(self.clip))
+        np.multiply(bound, np.float32(self.learn_clip / self.clip), out=bound, where=self.history_s < self.learn_s)
         # np.clip(step, -bound, bound) in place, without a fleet-sized -bound.
         np.minimum(step, bound, out=step)
         np.maximum(step, np.negative(bound, out=bound), out=step)

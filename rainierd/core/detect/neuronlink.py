@@ -95,6 +95,7 @@ class LinkDetector:
         # gather over millions of links.
         self.per_node = topo.links_per_node
         self.per_us = topo.links_per_node * topo.nodes_per_ultraserver
+        self._sample_ultraserver = self.sample.pick(np.arange(n, dtype=np.int64)) // self.per_us
         self.kind_order = kind[:self.per_node].copy()
         assert (kind.reshape(-1, self.per_node) == self.kind_order).all(), "nodes must share one link order"
         hw = self.hardware
@@ -139,8 +140,11 @@ class LinkDetector:
         np.copyto(self.last_down_s, self.down_s, where=fresh & ~dropped & self.was_dropped)
         np.copyto(self.was_dropped, dropped, where=fresh)
 
-    def _kind_centers(self, share: F32, latency: F32, judged: B) -> tuple[F32, F32, F32]:
-        """Return each kind's median bandwidth share, latency and learned bandwidth level, on the peer sample.
+    def _kind_centers(
+        self, share: F32, latency: F32, judged: B, carrying: B | None = None,
+    ) -> tuple[F32, F32, F32]:
+        """Return each kind's median bandwidth share, latency and learned bandwidth level, on the peer sample
+        (``carrying``, on the sample, narrows the links whose share and latency count).
 
         They are the reference of a link that has no history yet, and the
         wide band against peers that no learning moves.
@@ -148,6 +152,8 @@ class LinkDetector:
         picked = {name: self.sample.pick(a) for name, a in
                   (("share", share), ("latency", latency), ("judged", judged), ("kind", self.kind),
                    ("level", self.bw_base.level), ("learned", self.bw_base.learned()))}
+        if carrying is not None:
+            picked["judged"] = picked["judged"] & carrying
         n_kinds = len(LINK_KIND_NAMES)
         share_center, lat_center, level_center = (np.full(n_kinds, np.nan, np.float32) for _ in range(3))
         for kind in range(n_kinds):
@@ -159,10 +165,11 @@ class LinkDetector:
         return share_center, lat_center, level_center
 
     def _traffic_centers(self, share: F32, latency: F32, judged: B) -> tuple[F32, F32, F32]:
-        """Return ``_kind_centers`` over the judged links that carry traffic (``talking``, ``share_ref``)."""
-        talking = np.repeat(self.talking, self.per_us)
-        talking &= share > np.float32(self.params.idle_below) * self._per_link(self.share_ref)
-        centers = self._kind_centers(share, latency, judged & talking)
+        """Return ``_kind_centers`` over the judged links that carry traffic (``talking``, ``share_ref``),
+        deciding which carry it on the peer sample only (no fleet-sized temporary)."""
+        ref = self.share_ref[self.sample.pick(self.kind)] * np.float32(self.params.idle_below)
+        carrying = self.talking[self._sample_ultraserver] & (self.sample.pick(share) > ref)
+        centers = self._kind_centers(share, latency, judged, carrying)
         np.copyto(self.share_ref, centers[0], where=np.isfinite(centers[0]))
         return centers
 
