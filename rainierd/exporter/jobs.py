@@ -45,6 +45,15 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
+_ONE_ZERO: Final = ("0.0", "1.0")
+
+
+def _flags(out: list[str], name: str, labels: list[str], on: np.ndarray) -> None:
+    """Append one 0/1 series a label set, the value a constant (no float to convert and format): thousands of
+    them at rainier's 1,000 jobs."""
+    out.extend(f"{name}{{{b}}} {_ONE_ZERO[flag]}\n" for b, flag in zip(labels, on.tolist(), strict=True))
+
+
 def _head(out: list[str], name: str, text: str, kind: str = "gauge") -> None:
     out.append(f"# HELP {name} {text}\n# TYPE {name} {kind}\n")
 
@@ -131,21 +140,24 @@ class JobFamilies:
             ("rainier_job_fp8_effective_flops", "FP8 FLOP/s the job's chips execute.", loss.effective),
             ("rainier_job_goodput_ratio", "The job's FP8 effective over effective plus lost (absent for a job "
              "holding no chip).", loss.goodput_ratio),
-            ("rainier_job_stalled", "1 while a failed chip or a silent node stalls the whole job.",
-             loss.stalled.astype(np.float64)),
-            # The pace terms, so recording rules can price a job spanning shards (docs/jobs.md, "Shards").
-            ("rainier_job_member_failed", "1 while a member chip has failed (a stall charged to failed_chip; "
-             "else to stale_telemetry).", loss.failed.astype(np.float64)),
             ("rainier_job_slowest_speed", "The pace the job's slowest member allows (1 healthy), floored at 0.05.",
              loss.s_min),
-            ("rainier_job_slowest_is_straggler", "1 when that member is a straggler (its loss charged to straggler, "
-             "else thermal_throttle).", loss.slowest_is_straggler.astype(np.float64)),
             ("rainier_job_fp8_learned_healthy_flops", "FP8 FLOP/s the job's chips deliver healthy, as learned while "
              "it ran: what a stall is priced against.", loss.healthy_value),
         ):
             _head(out, name, text)
             out.extend(f"{name}{{{b}}} {v!r}\n" for b, v in zip(job, values[keep].tolist(), strict=True)
                        if not math.isnan(v))
+        for name, text, flags in (
+            ("rainier_job_stalled", "1 while a failed chip or a silent node stalls the whole job.", loss.stalled),
+            # The pace terms, so recording rules can price a job spanning shards (docs/jobs.md, "Shards").
+            ("rainier_job_member_failed", "1 while a member chip has failed (a stall charged to failed_chip; "
+             "else to stale_telemetry).", loss.failed),
+            ("rainier_job_slowest_is_straggler", "1 when that member is a straggler (its loss charged to straggler, "
+             "else thermal_throttle).", loss.slowest_is_straggler),
+        ):
+            _head(out, name, text)
+            _flags(out, name, job, flags[keep])
         name = "rainier_job_path_fraction"
         _head(out, name, "The bandwidth share the job's slowest path keeps, by path (1 healthy), floored at 0.05.")
         for path, values in (("neuronlink", loss.f_nl), ("efa", loss.f_efa)):
@@ -157,7 +169,9 @@ class JobFamilies:
             out.extend(f'{name}{{{b},cause="{cause}"}} {v!r}\n' for b, v in zip(job, values, strict=True))
         name = "rainier_job_culprit_flops"
         _head(out, name, "FP8 FLOP/s one entity costs the job, its costliest first (rank 1-5, only non-zero).")
-        for b, j in zip(job, ids, strict=True):
+        # Only the jobs that have a culprit: at rainier most have none, and a call a job is 1,000 calls a render.
+        charged = np.flatnonzero((loss.culprit_flops[keep] > 0).any(axis=1)).tolist()
+        for b, j in ((job[i], ids[i]) for i in charged):
             for rank, (kind, entity, flops) in enumerate(loss.culprits(j), start=1):
                 if flops > 0:
                     out.append(f'{name}{{{b},rank="{rank}",entity="{kind}",'
@@ -170,9 +184,9 @@ class JobFamilies:
         name = "rainier_job_phase"
         _head(out, name, "1 for the job's phase now (running, checkpoint, restarting, stalled), 0 for the others: "
               "its members quiet together are a phase, not faults (docs/jobs.md).")
-        now = phases.phase[keep].tolist()
+        now = phases.phase[keep]
         for code, phase in enumerate(PHASE_NAMES):
-            out.extend(f'{name}{{{b},phase="{phase}"}} {float(p == code)!r}\n' for b, p in zip(job, now, strict=True))
+            _flags(out, name, [f'{b},phase="{phase}"' for b in job], now == code)
         for name, text, values, kind in (
             ("rainier_job_phase_seconds", "Seconds the job has been in its phase now.", phases.phase_s, "gauge"),
             ("rainier_job_stall_seconds_total", "Seconds the job spent in checkpoint, restarting or stalled, since "
