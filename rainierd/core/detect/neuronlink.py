@@ -272,7 +272,8 @@ class LinkDetector:
 
         From the latest sample, not the smoothed one: a flapping link held
         unhealthy between drops costs only while it is actually down.  A link
-        that is down now costs half (its traffic reroutes over a neighbour).
+        down for its whole last interval costs half (its traffic reroutes over
+        a neighbour); one down for part of it, that part of half (``_fraction``).
         """
         out = np.ones(self.state.topology.n_links, np.float32)
         bad = np.flatnonzero(self.tracker.state)
@@ -280,10 +281,28 @@ class LinkDetector:
         return out
 
     def _fraction(self, ids: I64) -> F32:
+        """Return the path fraction of links ``ids`` over their last interval.
+
+        A link that dropped in it (lanes gone, or a retraining dip) carried
+        its traffic for the share of the interval its bandwidth shows and
+        rerouted it over a neighbour, at half the bandwidth, for the rest:
+        0.5 + 0.5 x that share (0.5 for a whole interval down).  Priced as
+        wholly down, a flap of 0.5-3 s cost its job 1.5-7.6 times its truth
+        (the detection benchmark's job rows).  A flapping link up between its
+        drops costs nothing; any other unhealthy link keeps the share of its
+        level it carries.
+        """
+        p = self.params
         lanes = self.state.links.gauges["lanes_up"][ids]
         ratio = self.now_ratio[ids]
-        down_now = (lanes == 0) | (ratio < self.params.down_below)
-        return np.where(down_now, np.float32(0.5), np.clip(ratio, 0.05, 1.0)).astype(np.float32)
+        dropped = self.was_dropped[ids] | (lanes == 0) | (ratio < p.down_below)
+        carried = np.clip(ratio, 0.0, 1.0)
+        rerouted = np.float32(0.5) + np.float32(0.5) * carried
+        # Up again between the drops of a flapping episode, every lane up: held unhealthy by the flap hold, it
+        # costs nothing until it drops again (priced by its noisy ratio, the slowest path of its job most seconds).
+        between_drops = ~dropped & (self.drops[ids] > p.recent_drop) & (lanes == self.hardware.neuronlink_lanes)
+        kept = np.where(between_drops, np.float32(1.0), np.clip(ratio, 0.05, 1.0))
+        return np.where(dropped, rerouted, kept).astype(np.float32)
 
     def slow_paths(self) -> tuple[I64, F32]:
         """Return the unhealthy links and the path fraction each keeps (every other link's is 1), for
