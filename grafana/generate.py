@@ -551,10 +551,10 @@ def jobs() -> Panel:
                   [target("count(rainier:job_stalled:max == 1) or vector(0)")],
                   thresholds=[(None, "green"), (1, "red")], decimals=0), 4, 5)
     goodput = panel("gauge", "Allocated goodput (%)", "percentunit",
-                    [target("min(rainier_fleet_allocated_goodput_ratio)")],
+                    [target("rainier:fleet_allocated_goodput:ratio")],
                     thresholds=[(None, "red"), (0.9, "orange"), (0.99, "green")],
-                    description="The jobs' effective FP8 over their effective plus lost, together (the lowest "
-                                "monitor's, when several export jobs).")
+                    description="The jobs' effective FP8 over their effective plus lost, together, from the "
+                                "whole jobs' figures (recording rules: a job spanning shards priced whole).")
     goodput["fieldConfig"]["defaults"] |= {"min": 0, "max": 1}
     lay.add(goodput, 4, 5)
     lay.add(panel("stat", "Unallocated FP8 peak (FLOP/s)", "flops",
@@ -565,7 +565,7 @@ def jobs() -> Panel:
                   [target(f"sum(rate(rainier_job_documents_refused_total[{RATE}])) or vector(0)")],
                   thresholds=[(None, "green"), (1e-9, "orange")]), 4, 5)
     lay.add(timeseries("Allocated goodput (%)", "percentunit",
-                       target("min(rainier_fleet_allocated_goodput_ratio)", "allocated goodput")), 8, 8)
+                       target("rainier:fleet_allocated_goodput:ratio", "allocated goodput")), 8, 8)
     lay.add(timeseries("Unallocated FP8 peak (FLOP/s)", "flops",
                        target("sum(rainier_fleet_fp8_unallocated_flops)", "unallocated")), 8, 8)
     lay.add(timeseries("Job documents refused by reason (documents/s)", "suffix: documents/s",
