@@ -153,7 +153,7 @@ async def _run_role(role: Role, settings: Settings, stop: asyncio.Event) -> None
                                    max_packet_bytes=settings.max_frame_bytes + MAX_PACKET_OVERHEAD)
             loop_lag = LoopLag()
             monitor = Monitor(
-                topology, settings.monitor_config(), max_backlog_bytes=settings.max_backlog_bytes,
+                topology, settings.monitor_config(topology), max_backlog_bytes=settings.max_backlog_bytes,
                 checkpoint_file=settings.state_file, reconnect_grace_s=settings.reconnect_grace_s,
                 qos=settings.mqtt_qos, shard=settings.monitor_shard, loop_lag=loop_lag,
                 share=SharePolicy(frames_per_tick=settings.share_frames_per_tick,

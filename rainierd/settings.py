@@ -21,7 +21,7 @@ from rainierd.core.config import MonitorConfig
 from rainierd.errors import ConfigError
 from rainierd.hardware import TRN2
 from rainierd.inventory import load_inventory
-from rainierd.topology import PRESETS, parse_topology
+from rainierd.topology import PRESETS, Topology, parse_topology
 from rainierd.wire.topics import Shard, parse_shard
 
 __all__ = [
@@ -309,13 +309,20 @@ class Settings(BaseSettings):
         parse_host_port(value)
         return value
 
-    def monitor_config(self) -> MonitorConfig:
-        """Return the monitor core's configuration: every figure it judges by, from these settings."""
+    def monitor_config(self, topology: Topology | None = None) -> MonitorConfig:
+        """Return the monitor core's configuration: every figure it judges by, from these settings.
+
+        With the ``topology`` the monitor watches, its EFA ports a node are the hardware's: an inventory's
+        ``efa_ports_per_node`` wins over the setting (``load_inventory``), and the core refuses a hardware
+        and topology that disagree, so taking the setting here made an inventory of 8 ports a node exit with
+        a traceback unless the flag repeated it.
+        """
+        ports = self.efa_ports_per_node if topology is None else topology.efa_ports_per_node
         return MonitorConfig(
             tick_s=self.tick_s, stale_after_ticks=self.stale_after_ticks, max_frame_bytes=self.max_frame_bytes,
             max_clock_skew_s=self.max_clock_skew_s, max_seq_jump=self.max_seq_jump,
             feed_lost_share=self.feed_lost_share, feed_hold_s=self.feed_hold_s,
-            hardware=replace(TRN2, efa_ports_per_node=self.efa_ports_per_node),
+            hardware=replace(TRN2, efa_ports_per_node=ports),
         )
 
     @property

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -36,6 +37,8 @@ from rainierd.wire import NodeFrame, encode_binary
 # Every setting the core is configured by, each away from its default.
 CHANGED = {"tick_s": 0.5, "stale_after_ticks": 7, "max_frame_bytes": 4096, "max_clock_skew_s": 60.0,
            "max_seq_jump": 500, "efa_ports_per_node": 8, "feed_lost_share": 0.75, "feed_hold_s": 30.0}
+
+DATA = Path(__file__).parent / "data"
 
 
 def settings() -> Settings:
@@ -104,6 +107,18 @@ class TestEverySettingArrives:
     def test_efa_ports_reach_the_failover_model(self) -> None:
         """8 ports a node: a node keeps 7/8 of its EFA bandwidth when one is down."""
         core = core_of(settings())
+        assert core.detector.efa.failover_fraction == pytest.approx(7 / 8)
+
+    def test_an_inventory_s_efa_ports_are_the_monitor_s_without_the_flag(self, tmp_path: Path) -> None:
+        """An inventory of 8 EFA ports a node, the setting left at its 16: the monitor builds (it exited with a
+        traceback, the hardware and topology disagreeing) and a node keeps 7/8 of its EFA with one port down."""
+        inventory = tmp_path / "fleet.toml"
+        inventory.write_text("efa_ports_per_node = 8\n" + (DATA / "inventory-two-sites.toml").read_text())
+        s = load_settings({"topology": str(inventory)})
+        assert s.efa_ports_per_node == 16
+        topology = load_topology(s.topology, efa_ports_per_node=s.efa_ports_per_node)
+        assert topology.efa_ports_per_node == 8
+        core = MonitorCore(topology, s.monitor_config(topology))
         assert core.detector.efa.failover_fraction == pytest.approx(7 / 8)
 
     def test_hardware_and_topology_must_agree(self) -> None:
