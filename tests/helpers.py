@@ -21,7 +21,7 @@ import aiomqtt
 import pytest
 import yaml
 
-from harness.procs import Broker
+from harness.procs import Broker, free_port
 from rainierd.promrules import RULES_DIR, write_overridden
 from rainierd.wire.jobs import JOBS_FILTER, JobBook, encode_job
 
@@ -169,3 +169,16 @@ def published(log: str) -> dict[str, int]:
     lines = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
     (last,) = [line for line in lines if line["event"] == "jobs published"][-1:]
     return {"published": last["published"], "removed": last["removed"]}
+
+
+def start_whole_and_two_shards(start_rainierd: Any, broker_url: str, *, tick_s: float, topology: str) -> dict[str, int]:
+    """Start one unsharded monitor (``whole``) and two shards (``s0``, ``s1``) on ``broker_url``; return each one's
+    metrics port.  Staleness off and no reconnect grace: the shard tests compare figures, not silences."""
+    ports = {name: free_port() for name in ("whole", "s0", "s1")}
+    shards = {"whole": "0/1", "s0": "0/2", "s1": "1/2"}
+    for name, port in ports.items():
+        start_rainierd(
+            "monitor", "--mqtt-url", broker_url, "--metrics-addr", f"127.0.0.1:{port}", "--tick", str(tick_s),
+            "--topology", topology, "--shard", shards[name], "--stale-after-ticks", "1000",
+            "--reconnect-grace", "0", name=f"monitor-{name}")
+    return ports

@@ -20,13 +20,13 @@ from typing import Any
 
 import pytest
 
-from harness.procs import Broker, free_port
+from harness.procs import Broker
 from harness.scrape import current_values
 from harness.timing import TICK_S
 from harness.waits import wait_until
 from rainierd.pace import CAUSES
 from tests.conftest import StartPrometheus
-from tests.helpers import rules_for_tests
+from tests.helpers import rules_for_tests, start_whole_and_two_shards
 from tests.test_dashboards import prometheus_get
 
 pytestmark = [pytest.mark.e2e, pytest.mark.prometheus]
@@ -111,13 +111,7 @@ async def test_two_shards_give_one_monitor_s_job_figures(
     price within 1 %; and through the rules the one monitor's figures are its own rainier_job_* series."""
     scenario = tmp_path / "jobs.toml"
     scenario.write_text(SCENARIO)
-    ports = {name: free_port() for name in ("whole", "s0", "s1")}
-    shards = {"whole": "0/1", "s0": "0/2", "s1": "1/2"}
-    for name, port in ports.items():
-        start_rainierd(  # type: ignore[operator]
-            "monitor", "--mqtt-url", mosquitto.url, "--metrics-addr", f"127.0.0.1:{port}", "--tick", str(TICK_S),
-            "--topology", TOPOLOGY, "--shard", shards[name], "--stale-after-ticks", "1000",
-            "--reconnect-grace", "0", name=f"monitor-{name}")
+    ports = start_whole_and_two_shards(start_rainierd, mosquitto.url, tick_s=TICK_S, topology=TOPOLOGY)
     prom = prometheus({
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "rule_files": [str(p) for p in rules_for_tests(tmp_path / "rules") if p.name == "rainierd-jobs.yml"],

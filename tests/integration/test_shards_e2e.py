@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.procs import Broker, free_port
+from harness.procs import Broker
 from harness.scrape import current_values, sample_values, scrape
 from harness.timing import TICK_S, within
 from harness.waits import wait_until
+from tests.helpers import start_whole_and_two_shards
 from tests.integration.test_accounting import sim_totals
 
 pytestmark = pytest.mark.e2e
@@ -61,14 +62,7 @@ async def test_two_shards_add_up_to_one_monitor(mosquitto: Broker, start_rainier
     unhealthy components together are its, each exported by one shard only."""
     scenario = tmp_path / "faults.toml"
     scenario.write_text(SCENARIO)
-    ports = {name: free_port() for name in ("whole", "s0", "s1")}
-    shards = {"whole": "0/1", "s0": "0/2", "s1": "1/2"}
-    for name, port in ports.items():
-        start_rainierd(  # type: ignore[operator]
-            "monitor", "--mqtt-url", mosquitto.url, "--metrics-addr", f"127.0.0.1:{port}", "--tick", str(TICK_S),
-            "--topology", TOPOLOGY, "--shard", shards[name], "--stale-after-ticks", "1000",
-            "--reconnect-grace", "0", name=f"monitor-{name}",
-        )
+    ports = start_whole_and_two_shards(start_rainierd, mosquitto.url, tick_s=TICK_S, topology=TOPOLOGY)
     for port in ports.values():
         await wait_until(lambda p=port: current_values(p).get("rainier_mqtt_connected") == 1, 10,  # type: ignore[misc]
                          "the monitors to connect")
