@@ -19,12 +19,13 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
 PEAK = 1.299e15  # FP8 dense FLOP/s of a Trainium2 chip
-CHIPS, LINKS, PORTS = 16, 48, 16  # per node: 32 torus + 16 ring NeuronLinks, 16 EFA ports
+CHIPS, LINKS = 16, 48  # per node: 32 torus + 16 ring NeuronLinks (EFA ports: the inventory's, 16 unless it says)
+BUCKETS = 256  # topics name the UltraServer's bucket, u % 256, so monitor shards receive their share
 LINK_BW = [256e9] * 32 + [128e9] * 16  # nominal bytes/s of each of the node's links, in id order
 
 
-def node_ids(inventory: str, hostname: str) -> tuple[int, int, int]:
-    """Return (site, UltraServer, node) ids of ``hostname``, numbered as docs/publishing.md says."""
+def node_ids(inventory: str, hostname: str) -> tuple[int, int, int, int]:
+    """Return (site, UltraServer, node, EFA ports a node) of ``hostname``, numbered as docs/publishing.md says."""
     with open(inventory, "rb") as f:
         doc = tomllib.load(f)
     us = 0
@@ -32,12 +33,12 @@ def node_ids(inventory: str, hostname: str) -> tuple[int, int, int]:
         for ultraserver in entry["ultraserver"]:
             for node in ultraserver["node"]:
                 if node.get("hostname") == hostname:
-                    return site, us, 4 * us + node["index"]
+                    return site, us, 4 * us + node["index"], doc.get("efa_ports_per_node", 16)
             us += 1
     raise SystemExit(f"{hostname} is not in {inventory}")
 
 
-def frame(args: argparse.Namespace, node: int, seq: int, *, t_s: float, elapsed_s: float) -> dict:
+def frame(args: argparse.Namespace, node: int, ports: int, seq: int, *, t_s: float, elapsed_s: float) -> dict:
     """Return the node's JSON frame for one tick; counters are totals since this process started."""
     flop = PEAK * args.util * elapsed_s
     chips = [{"chip": node * CHIPS + c, "util": args.util, "clock_ratio": 1.0, "throttled": False,
@@ -47,9 +48,9 @@ def frame(args: argparse.Namespace, node: int, seq: int, *, t_s: float, elapsed_
               "lanes_up": 8, "crc_errors_total": 0, "replay_total": 0, "latency_us": 1.5 if k < 32 else 2.5}
              for k, bw in enumerate(LINK_BW)]
     moved = int(5e9 * elapsed_s)
-    efa = [{"port": node * PORTS + p, "tx_bytes_total": moved, "rx_bytes_total": moved, "retrans_bytes_total": 0,
+    efa = [{"port": node * ports + p, "tx_bytes_total": moved, "rx_bytes_total": moved, "retrans_bytes_total": 0,
             "retrans_pkts_total": 0, "retrans_timeout_events_total": 0, "unresponsive_remote_events_total": 0,
-            "impaired_remote_conn_events_total": 0, "latency_us": 12.0} for p in range(PORTS)]
+            "impaired_remote_conn_events_total": 0, "latency_us": 12.0} for p in range(ports)]
     return {"v": 1, "kind": "node", "publisher": args.publisher_id or args.hostname, "seq": seq,
             "tick": args.tick_start + seq,
             "t_s": t_s, "node": node, "chips": chips, "links": links, "efa": efa,
@@ -69,19 +70,19 @@ def main() -> None:
     parser.add_argument("--util", type=float, default=0.6, help="NeuronCore utilisation of every chip")
     parser.add_argument("--skip", default="", help="comma-separated sequence numbers not to send (a test's loss)")
     args = parser.parse_args()
-    site, us, node = node_ids(args.inventory, args.hostname)
+    site, us, node, ports = node_ids(args.inventory, args.hostname)
     skip = {int(s) for s in args.skip.split(",") if s}
     url = urlsplit(args.url)
     client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=f"agent-{args.hostname}-{time.time_ns()}")
     client.connect(url.hostname or "127.0.0.1", url.port or 1883)
     client.loop_start()
-    topic = f"rainier/v1/telemetry/s{site}/u{us}/n{node}"
+    topic = f"rainier/v1/telemetry/s{site}/b{us % BUCKETS}/u{us}/n{node}"
     started = time.time()
     seq = 0  # +1 a frame, from 0 at every start of this process (docs/publishing.md: restarts)
     while args.ticks == 0 or seq < args.ticks:
         now = time.time()  # one clock for the sample time and the counters, so their rates are exact
         if seq not in skip:
-            body = frame(args, node, seq, t_s=now + args.clock_skew, elapsed_s=now - started)
+            body = frame(args, node, ports, seq, t_s=now + args.clock_skew, elapsed_s=now - started)
             client.publish(topic, json.dumps(body), qos=1).wait_for_publish(10)
         seq += 1
         time.sleep(max(0.0, started + seq * args.tick - time.time()))

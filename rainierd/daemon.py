@@ -204,4 +204,4 @@ async def _run_role(role: Role, settings: Settings, stop: asyncio.Event) -> None
         gc.freeze()
         shard = {"shard": settings.shard} if role != "simulate" and settings.shard != "0/1" else {}
         await run_until_stopped(role, stop, {name: make() for name, make in coroutines.items()}, drain=drain,
-                                topology=topology.name, chips=topology.n_chips, broker=url, **shard)
+                                topology=topology.name, **topology.sizes(), broker=url, **shard)

@@ -11,7 +11,7 @@ fewer than 4 nodes; the others are absent.  docs/publishing.md shows a file.
 
 ::
 
-    name = "us-east-2 training"          # optional
+    name = "us-east-2-training"          # optional; every name: letters, digits, . _ : - (no spaces)
     efa_ports_per_node = 16               # optional (16)
 
     [[site]]

@@ -137,9 +137,24 @@ class Topology:
         return self.node_present[self.chip_node]
 
     @property
+    def n_present_nodes(self) -> int:
+        """Return how many nodes exist (an inventory's partial UltraServers leave ids empty)."""
+        return int(self.node_present.sum())
+
+    @property
     def n_present_chips(self) -> int:
         """Return how many chips exist."""
-        return int(self.node_present.sum()) * self.chips_per_node
+        return self.n_present_nodes * self.chips_per_node
+
+    @property
+    def n_present_efa(self) -> int:
+        """Return how many EFA ports exist."""
+        return self.n_present_nodes * self.efa_ports_per_node
+
+    def sizes(self) -> dict[str, int]:
+        """Return what the fleet holds, as the start log says it: present nodes, chips and EFA ports, never the
+        empty ids of partial UltraServers (an inventory of 384 chips said ``chips=448``)."""
+        return {"nodes": self.n_present_nodes, "chips": self.n_present_chips, "efa_ports": self.n_present_efa}
 
     def site_ultraservers(self, site: int) -> range:
         """Return the UltraServer ids of ``site`` (one range: they are numbered site by site)."""

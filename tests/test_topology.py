@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from rainierd.errors import ConfigError
-from rainierd.topology import LINK_KIND_RING, LINK_KIND_TORUS, build_topology
+from rainierd.topology import LINK_KIND_RING, LINK_KIND_TORUS, build_sites, build_topology
 
 
 class TestPresetSizes:
@@ -38,6 +38,15 @@ class TestPresetSizes:
         assert (topo.n_sites, topo.n_ultraservers, topo.n_nodes, topo.n_chips) == (2, 6, 24, 384)
         assert topo.ultraserver_site.tolist() == [0, 0, 0, 1, 1, 1]
         assert build_topology("sites=3,ultraservers=2600").n_chips == build_topology("rainier").n_chips
+
+    def test_sizes_count_present_nodes_only(self) -> None:
+        """A fleet of partial UltraServers counts the nodes, chips and ports it has, not its ids (the start log
+        said chips=448 for a 384-chip inventory)."""
+        present = np.array([True, True, False, True] + [True] * 4 + [False, False, True, False])
+        topo = build_sites([3], name="partial", efa_ports_per_node=8, node_present=present)
+        assert topo.n_chips == 12 * 16
+        assert topo.sizes() == {"nodes": 8, "chips": 8 * 16, "efa_ports": 8 * 8}
+        assert build_topology("demo").sizes() == {"nodes": 8, "chips": 128, "efa_ports": 128}
 
     def test_unknown_preset_is_a_config_error(self) -> None:
         """An unknown preset raises ConfigError naming the known ones."""
