@@ -13,7 +13,9 @@ show as the whole fleet's FLOP executed again.  ``CounterSums`` adds each
 entity's increase since its previous sample instead, counting a fall as a
 restart from zero (what ``rate()`` does) and nothing for an entity's first
 sample, so the exported sums only ever grow and ``rate()`` over them is
-right across restarts and scrape gaps.
+right across restarts and scrape gaps.  The increases are taken as each
+sample lands (``Table.take_increase``, state.COUNTER_SUMS), not from one
+analysis to the next, so two samples of a chip in one window both count.
 
 Gauges count only fresh entities (heard from within ``stale_after_s``): a
 stale chip's last temperature is history, not the UltraServer's state.
@@ -27,7 +29,7 @@ from typing import Final
 import numpy as np
 
 from rainierd._types import F64, I64, B
-from rainierd.core.state import FleetState, Table
+from rainierd.core.state import COUNTER_SUMS, FleetState, Table
 from rainierd.topology import Topology
 
 __all__ = ["AGGREGATE_GAUGES", "COUNTER_SUMS", "Aggregates", "CounterSums", "Extremes"]
@@ -37,14 +39,6 @@ AGGREGATE_GAUGES: Final = (
     ("cooling", "inlet_c"), ("cooling", "outlet_c"), ("cooling", "fan_rpm"),
 )
 """(table, field) of every gauge aggregated to a max and a mean per UltraServer and site."""
-
-COUNTER_SUMS: Final = (
-    ("chips", "fp8_flop_total"), ("chips", "ecc_corrected_total"), ("chips", "ecc_uncorrected_total"),
-    ("facility", "water_l_total"), ("facility", "it_energy_j_total"),
-)
-"""(table, field) of every counter summed as increases: chips per UltraServer (and so site and fleet),
-the facility per site."""
-
 
 @dataclass(frozen=True, eq=False)
 class Extremes:
@@ -90,18 +84,16 @@ def _group_extremes(values: F64, valid: B, groups: int, ultraserver_site: I64, n
 
 
 class CounterSums:
-    """Monotonic sums of entity counters: each entity's increase since its previous sample, accumulated.
+    """Monotonic sums of entity counters: each entity's increases since its previous sample, accumulated.
 
     An entity's first sample adds nothing (its publisher's lifetime total is
     not news); a total lower than the previous one is a restart, and adds the
     new total (counted from zero).  Unknown totals add nothing and keep the
-    previous one for when the field returns.
+    previous one for when the field returns (``Table.take_increase``).
     """
 
     def __init__(self, topology: Topology) -> None:
         self._topo = topology
-        sizes = {"chips": topology.n_chips, "facility": topology.n_sites}
-        self._previous = {name: np.full(sizes[table], np.nan) for table, name in COUNTER_SUMS}
         self.ultraserver = {name: np.zeros(topology.n_ultraservers) for table, name in COUNTER_SUMS
                             if table == "chips"}
         self.site = {name: np.zeros(topology.n_sites) for _table, name in COUNTER_SUMS}
@@ -111,14 +103,7 @@ class CounterSums:
         topo = self._topo
         for table_name, name in COUNTER_SUMS:
             table: Table = getattr(state, table_name)
-            known = table.has(name)
-            total = table.totals[name].astype(np.float64)
-            previous = self._previous[name]
-            increase = total - previous  # NaN for a first sample
-            restarted = increase < 0
-            increase[restarted] = total[restarted]
-            increase[~known | np.isnan(increase)] = 0.0
-            previous[known] = total[known]
+            increase = table.take_increase(name)
             if table_name == "chips":
                 per_us = increase.reshape(topo.n_ultraservers, -1).sum(axis=1)
                 self.ultraserver[name] += per_us

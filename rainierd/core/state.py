@@ -28,7 +28,7 @@ from rainierd._types import F32, F64, I64, U16, U32, B
 from rainierd.topology import Topology
 from rainierd.wire.records import CHIP_DTYPE, COOLING_DTYPE, EFA_DTYPE, FACILITY_DTYPE, LINK_DTYPE, column_dtypes
 
-__all__ = ["RATED", "RATE_F64", "FleetState", "Scratch", "Table", "contiguous"]
+__all__ = ["COUNTER_SUMS", "RATED", "RATE_F64", "FleetState", "Scratch", "Table", "contiguous"]
 
 RATE_F64: Final = frozenset({"fp8_flop_total"})
 """Counters whose rate is kept in float64: fleet FLOP/s sums must match to 1e-9."""
@@ -45,6 +45,20 @@ million chips, 19 million of them for every counter; 12 for these).  The
 other counters keep only their latest total: their fleet and group sums are
 exported as counters, and Prometheus's ``rate()`` makes the rate.  NeuronLink
 ``tx_bytes_total`` is rated on EFA only (where traffic share is judged).
+"""
+
+
+COUNTER_SUMS: Final = (
+    ("chips", "fp8_flop_total"), ("chips", "ecc_corrected_total"), ("chips", "ecc_uncorrected_total"),
+    ("facility", "water_l_total"), ("facility", "it_energy_j_total"),
+)
+"""(table, field) of every counter whose increases are summed (``Table.take_increase``): chips per UltraServer
+(and so site and fleet), the facility per site.
+
+Why at ingest: an analysis sees only each entity's latest sample, so increases
+taken from one analysis to the next lost every interval that began and ended
+inside one window with no earlier total to subtract: a chip whose first two
+frames shared an analysis lost its first interval from the FLOP counter.
 """
 
 
@@ -75,13 +89,16 @@ class Table:
     dt_s: F32  # publisher time between the last two samples (NaN: fewer than two)
     samples: U32  # samples applied so far
     known: U16  # bit i: field i was in the latest sample
+    # Per summed counter: (its last known total, NaN: never; its increases since the last take_increase).
+    summed: dict[str, tuple[F64, F64]] = field(default_factory=dict)
 
     @classmethod
     def empty(
         cls, n: int, dtype: np.dtype[np.void], *, skip: tuple[str, ...] = (), rated: frozenset[str] = RATED,
+        summed: frozenset[str] = frozenset(),
     ) -> Table:
         """Return a table of ``n`` entities that have never reported (``skip``: id fields; ``rated``: counters
-        that get a per-second rate)."""
+        that get a per-second rate; ``summed``: counters whose increases are accumulated as samples land)."""
         columns = {name: dt for name, dt in column_dtypes(dtype).items() if name not in skip}
         gauges: dict[str, F32] = {}
         totals: dict[str, npt.NDArray[Any]] = {}
@@ -97,6 +114,7 @@ class Table:
             n, tuple(column_dtypes(dtype)), gauges, totals, rates,
             np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan, np.float32),
             np.zeros(n, np.uint32), np.zeros(n, np.uint16),
+            {name: (np.full(n, np.nan), np.zeros(n)) for name in totals if name in summed},
         )
 
     def bit(self, name: str) -> int:
@@ -157,6 +175,20 @@ class Table:
         self.known[at] = known
 
 
+    def take_increase(self, name: str) -> F64:
+        """Return summed counter ``name``'s increase per entity since the last call, and start again from zero.
+
+        Each sample adds its total less the entity's last known one: nothing
+        for its first, the new total for a fall (a restart counted from zero,
+        as Prometheus's ``rate()`` does), nothing for a sample without the
+        counter (the last known total stays, for when it returns).  So every
+        interval counts once, however many samples an analysis window holds.
+        """
+        pending = self.summed[name][1]
+        increase = pending.copy()
+        pending[:] = 0.0
+        return increase
+
     def forget_rates(self, ids: I64) -> None:
         """Make the rates of ``ids`` unknown: their last sample counted from another start than the one before.
 
@@ -194,7 +226,26 @@ class Table:
                 if not uniform:
                     rate[(np.asarray(known) & bit) == 0] = np.nan
                 self.rates[name][at] = rate
+            if name in self.summed:
+                self._add_increase(name, at, new, None if uniform else (np.asarray(known) & bit) != 0, rate)
             total[at] = new
+
+    def _add_increase(
+        self, name: str, at: slice | I64, new: npt.NDArray[Any], present: B | None, increase: F64,
+    ) -> None:
+        """Add each entity's increase of summed counter ``name`` (``present``: which samples carry it; None: all),
+        using ``increase`` (one float64 per entity) as work space."""
+        last, pending = self.summed[name]
+        before = last[at]
+        np.subtract(new, before, out=increase, dtype=np.float64)  # NaN for a first sample
+        fell = increase < 0
+        if fell.any():  # a restart: the counter began again from zero
+            np.copyto(increase, new, where=fell, casting="unsafe")
+        if present is not None:
+            increase[~present] = np.nan
+        increase[np.isnan(increase)] = 0.0
+        pending[at] += increase
+        last[at] = new if present is None else np.where(present, new, before)
 
     def _store_gauges(self, at: slice | I64, columns: Mapping[str, npt.NDArray[Any]], known: int | U16) -> None:
         """Store gauges (float32), NaN where the sample lacked them."""
@@ -231,12 +282,14 @@ class FleetState:
 
     def __post_init__(self) -> None:
         topo = self.topology
-        self.chips = Table.empty(topo.n_chips, CHIP_DTYPE, skip=_id_fields(CHIP_DTYPE))
+        summed = {table: frozenset(name for kind, name in COUNTER_SUMS if kind == table)
+                  for table in ("chips", "facility")}
+        self.chips = Table.empty(topo.n_chips, CHIP_DTYPE, skip=_id_fields(CHIP_DTYPE), summed=summed["chips"])
         self.links = Table.empty(topo.n_links, LINK_DTYPE, skip=_id_fields(LINK_DTYPE),
                                  rated=RATED - {"tx_bytes_total"})
         self.efa = Table.empty(topo.n_efa, EFA_DTYPE, skip=_id_fields(EFA_DTYPE))
         self.cooling = Table.empty(topo.n_nodes, COOLING_DTYPE)
-        self.facility = Table.empty(topo.n_sites, FACILITY_DTYPE)
+        self.facility = Table.empty(topo.n_sites, FACILITY_DTYPE, summed=summed["facility"])
 
     def silent(self, table: Table, stale_after_s: float) -> B:
         """Return entities that reported once but not in the last ``stale_after_s`` before ``now_s``."""
