@@ -285,7 +285,7 @@ class TestBatchFrame:
     def test_unknown_flags_are_rejected(self) -> None:
         """A batch announcing a feature this decoder does not know is refused, not misread."""
         payload = bytearray(encode_batch(a_batch()))
-        payload[6] = 2
+        payload[6] = 4  # bits 0 and 1 are known features; bit 2 is not
         assert reason(bytes(payload)) == "bad_header"
 
     @given(st.binary(max_size=2_000))

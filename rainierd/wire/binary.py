@@ -22,6 +22,7 @@ no Python per record (docs/wire-format.md has its layout)::
     chips u16[n] | links u16[n] | efa u16[n] | cooling u8[n] |
     [node_publisher u16[n], with flag 1] |
     one column per present field of each record kind, in dtype order |
+    [with flag 2, per record kind: known u16[records], bit i: the record's field i has a value] |
     [publisher table, with flag 1: count u16, then count x (length u8, UTF-8)]
 
 Every column starts on a multiple of 8 bytes from the start of the payload.
@@ -29,6 +30,12 @@ Flag 1 (``FLAG_NODE_PUBLISHERS``) gives each entry its own publisher: an
 aggregation tier batches many agents' frames, and each keeps the publisher
 id its agent numbered it under, so the monitor's accounting per (publisher,
 node) is the same as if the frame had come alone.
+Flag 2 (``FLAG_RECORD_KNOWN``) marks fields unknown record by record: a
+bridge whose source lacks one port's latency, or a GPU-style counter missing
+on one chip, sends that record's bit clear (and a finite placeholder, 0, in
+its column), as JSON leaves the key out.  Without it, a column's presence
+(the batch's field masks) is every record's; batches without the flag decode
+exactly as before it existed.
 Decoding copies nothing: records and columns are read-only views of the payload.
 ``decode_binary(payload, columns=False)`` goes further for a batch: it checks
 the header and returns a ``RawBatch`` (the header and where each column lies,
@@ -73,6 +80,7 @@ __all__ = [
     "COUNT_DTYPES",
     "ENTRY_DTYPES",
     "FLAG_NODE_PUBLISHERS",
+    "FLAG_RECORD_KNOWN",
     "HEADER",
     "KIND_BATCH",
     "KIND_FACILITY",
@@ -86,6 +94,7 @@ __all__ = [
     "decode_binary",
     "encode_batch",
     "encode_binary",
+    "check_known",
     "finite_mask",
     "node_frame_dtype",
     "split_node_frame",
@@ -100,6 +109,9 @@ KIND_BATCH: Final = 3
 MAX_PUBLISHER_BYTES: Final = 128
 MAX_BATCH_NODES: Final = 4_096
 FLAG_NODE_PUBLISHERS: Final = 0x0001
+FLAG_RECORD_KNOWN: Final = 0x0002
+_FLAGS: Final = FLAG_NODE_PUBLISHERS | FLAG_RECORD_KNOWN
+_KNOWN: Final = np.dtype("<u2")
 _PUBLISHER_INDEX: Final = np.dtype("<u2")
 _NODE_COLUMNS: Final[tuple[tuple[str, np.dtype[Any]], ...]] = (
     ("node", np.dtype("<u4")), ("node_seq", np.dtype("<u8")), ("node_tick", np.dtype("<u8")),
@@ -153,10 +165,12 @@ def encode_batch(batch: NodeBatch) -> bytes:
     """Return the binary encoding of a batch frame (one copy of every column)."""
     publisher = batch.publisher.encode()
     totals = [int(batch.counts[kind].sum(dtype=np.int64)) for kind in RECORD_KINDS]
-    flags = 0 if batch.node_publisher is None else FLAG_NODE_PUBLISHERS
+    flags = (0 if batch.node_publisher is None else FLAG_NODE_PUBLISHERS) | (
+        0 if batch.known is None else FLAG_RECORD_KNOWN)
+    masks = [_field_mask(kind, batch.columns[kind]) for kind in RECORD_KINDS]
     header = BATCH_HEADER.pack(
         MAGIC, WIRE_VERSION, KIND_BATCH, flags, batch.seq, batch.tick, batch.t_s, batch.site, batch.n_nodes,
-        *totals, *(_field_mask(kind, batch.columns[kind]) for kind in RECORD_KINDS), len(publisher),
+        *totals, *masks, len(publisher),
     )
     parts: list[bytes | memoryview] = [header, publisher]
     size = len(header) + len(publisher)
@@ -180,6 +194,10 @@ def encode_batch(batch: NodeBatch) -> bytes:
         for name, dtype in _COLUMNS[kind].items():
             if name in batch.columns[kind]:
                 column(batch.columns[kind][name], dtype)
+    if batch.known is not None:
+        for kind, mask, total in zip(RECORD_KINDS, masks, totals, strict=True):
+            known = batch.known.get(kind)
+            column(np.full(total, mask, _KNOWN) if known is None else np.asarray(known) & mask, _KNOWN)
     if batch.node_publisher is not None:
         names = [name.encode() for name in batch.publishers]
         parts.append(struct.pack("<H", len(names)))
@@ -251,6 +269,13 @@ class RawBatch:
         """Return the publisher table of an aggregator's batch (empty: every entry is ``publisher``'s)."""
         return self.head.publishers
 
+    def known(self, kind: str) -> npt.NDArray[np.uint16] | None:
+        """Return each ``kind`` record's known bits (unchecked: ``check_known``), or None without flag 2."""
+        if not self.head.flags & FLAG_RECORD_KNOWN:
+            return None
+        start, _stop = self.head.layout.spans["known", kind]
+        return np.frombuffer(self.payload, _KNOWN, count=self.head.totals[RECORD_KINDS.index(kind)], offset=start)
+
     @property
     def node_publisher(self) -> npt.NDArray[np.uint16] | None:
         """Return each entry's publisher, an index into ``publishers`` (checked in range), or None."""
@@ -288,6 +313,8 @@ def _batch_layout(
         layout.append(("node", "node_publisher", _PUBLISHER_INDEX, n_nodes))
     for kind, total, mask in zip(RECORD_KINDS, totals, masks, strict=True):
         layout += [(kind, name, dt, total) for i, (name, dt) in enumerate(_COLUMNS[kind].items()) if mask >> i & 1]
+    if flags & FLAG_RECORD_KNOWN:
+        layout += [("known", kind, _KNOWN, total) for kind, total in zip(RECORD_KINDS, totals, strict=True)]
     offset = BATCH_HEADER.size + pub_len
     placed = []
     spans = {}
@@ -329,7 +356,7 @@ def _batch_head(payload: bytes) -> BatchHead:
     if len(payload) < BATCH_HEADER.size:
         raise FrameError("truncated", f"{len(payload)} bytes is shorter than the {BATCH_HEADER.size}-byte header")
     (_magic, _version, _kind, flags, seq, tick, t_s, site, n_nodes, *rest) = BATCH_HEADER.unpack_from(payload)
-    if flags & ~FLAG_NODE_PUBLISHERS:
+    if flags & ~_FLAGS:
         raise FrameError("bad_header", f"batch flags {flags:#x} name unknown features")
     totals, masks, pub_len = tuple(rest[:4]), tuple(rest[4:8]), rest[8]
     _check_batch_header(n_nodes, dict(zip(RECORD_KINDS, totals, strict=True)),
@@ -359,16 +386,36 @@ def _batch_head(payload: bytes) -> BatchHead:
 def _decode_batch(payload: bytes) -> NodeBatch:
     """Return the batch a kind-3 payload encodes (views of the payload)."""
     head = _batch_head(payload)
-    groups: dict[str, dict[str, npt.NDArray[Any]]] = {group: {} for group in ("node", "counts", *RECORD_KINDS)}
+    groups: dict[str, dict[str, npt.NDArray[Any]]] = {group: {} for group in ("node", "counts", "known",
+                                                                               *RECORD_KINDS)}
     for group, name, dtype, count, at in head.layout.placed:
         groups[group][name] = np.frombuffer(payload, dtype=dtype, count=count, offset=at)
     counts, nodes = groups["counts"], groups["node"]
     for kind, total in zip(RECORD_KINDS, head.totals, strict=True):
         if int(counts[kind].sum(dtype=np.int64)) != total or (counts[kind] > MAX_NODE_COUNTS[kind]).any():
             raise FrameError("bad_header", f"per-node {kind} counts disagree with the header")
+    known = groups["known"] or None
+    if known is not None:
+        for kind, mask in zip(RECORD_KINDS, head.masks, strict=True):
+            check_known(kind, known[kind], mask)
     return NodeBatch(head.publisher, head.seq, head.tick, head.t_s, head.site, nodes["node"], nodes["node_seq"],
                      nodes["node_tick"], nodes["node_t_s"], counts, {kind: groups[kind] for kind in RECORD_KINDS},
-                     node_publisher=nodes.get("node_publisher"), publishers=head.publishers)
+                     known=known, node_publisher=nodes.get("node_publisher"), publishers=head.publishers)
+
+
+def check_known(kind: str, known: npt.NDArray[np.uint16], mask: int) -> None:
+    """Check a batch's per-record known bits of ``kind`` against its field ``mask``.
+
+    A bit may be set only for a column the batch carries, and a record must
+    know its id.  Raises FrameError("bad_header") otherwise.
+    """
+    if not known.size:
+        return
+    id_bit = 1 if ID_FIELDS[kind] is not None else 0
+    spare = int(np.bitwise_or.reduce(known)) & ~mask
+    if spare or not bool((known & id_bit == id_bit).all()):
+        what = f"names fields {spare:#x} the batch does not carry" if spare else "leaves a record's id unknown"
+        raise FrameError("bad_header", f"{kind} per-record known bits {what}")
 
 
 def encode_binary(frame: Frame) -> bytes:

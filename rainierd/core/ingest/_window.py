@@ -22,7 +22,8 @@ import numpy.typing as npt
 from rainierd._types import F64, I64, B
 from rainierd.core.ingest._values import Received
 from rainierd.core.state import Scratch
-from rainierd.wire.binary import COUNT_DTYPES, ENTRY_DTYPES, MAX_NODE_COUNTS, RawBatch
+from rainierd.errors import FrameError
+from rainierd.wire.binary import COUNT_DTYPES, ENTRY_DTYPES, MAX_NODE_COUNTS, RawBatch, check_known
 from rainierd.wire.records import (
     FACILITY_DTYPE,
     ID_FIELDS,
@@ -223,9 +224,10 @@ class Columns(Mapping[str, npt.NDArray[Any]]):
 def counted(items: Sequence[Received], scratch: Scratch) -> tuple[list[Received], int]:
     """Return the items whose per-node record counts add up to their headers' totals, and how many did not.
 
-    Only a ``RawBatch``'s counts are unchecked (``decode_binary(columns=False)``);
-    one that does not add up, or names more records for a node than a node
-    may carry, is a ``bad_header`` message, refused whole before any of its
+    Only a ``RawBatch``'s counts (and per-record known bits) are unchecked
+    (``decode_binary(columns=False)``); one that does not add up, names more
+    records for a node than a node may carry, or whose known bits name a
+    column it lacks or leave a record's id unknown, is a ``bad_header`` message, refused whole before any of its
     entries is joined.  Checked for every raw batch of the window at once.
     """
     raw = [item for item in items if isinstance(item.frame, RawBatch)]
@@ -241,6 +243,17 @@ def counted(items: Sequence[Received], scratch: Scratch) -> tuple[list[Received]
         sums = np.bincount(part, weights=counts, minlength=len(raw))  # float64: exact below 2**53
         over = np.bincount(part, weights=counts > MAX_NODE_COUNTS[kind], minlength=len(raw))
         bad |= (sums != totals) | (over > 0)
+    for at, item in enumerate(raw):  # per message, not per record: each batch's known bits in one pass a kind
+        batch: RawBatch = item.frame  # type: ignore[assignment]
+        for kind, mask in zip(RECORD_KINDS, batch.head.masks, strict=True):
+            known = batch.known(kind)
+            if known is None:
+                break
+            try:
+                check_known(kind, known, mask)
+            except FrameError:
+                bad[at] = True
+                break
     if not bad.any():
         return list(items), 0
     refused = {id(item) for item, b in zip(raw, bad.tolist(), strict=True) if b}
@@ -293,7 +306,8 @@ def join_nodes(items: Sequence[Received], scratch: Scratch) -> Window:
         have = parts.present(kind)
         columns[kind] = Columns(parts, kind, records, scratch)
         full = _ALL_FIELDS[kind]
-        per_record = [b.known.get(kind) if isinstance(b, NodeBatch) and b.known else None for b in parts.batches]
+        per_record = [b.known(kind) if isinstance(b, RawBatch)
+                      else b.known.get(kind) if b.known else None for b in parts.batches]
         if all(h == full for h in have) and all(r is None for r in per_record):
             known[kind] = full
         else:
