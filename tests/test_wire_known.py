@@ -97,7 +97,9 @@ class TestRoundTrip:
         decoded = decode_binary(plain)
         assert isinstance(decoded, NodeBatch)
         assert decoded.known is None
-        assert decode_binary(plain, columns=False).known("chips") is None  # type: ignore[union-attr]
+        raw = decode_binary(plain, columns=False)
+        assert isinstance(raw, RawBatch)
+        assert raw.known("chips") is None
 
 
 def tampered(payload: bytes, kind: str, record: int, bits: int) -> bytes:

@@ -146,7 +146,7 @@ class TestTheInventoryIsTheFleet:
         fields = _start_log(daemon)
         assert {k: fields[k] for k in ("topology", "nodes", "chips", "efa_ports")} == {
             "topology": "first-hour", "nodes": 4, "chips": 64, "efa_ports": 32}
-        assert daemon.interrupt()[0] == 0  # type: ignore[attr-defined]
+        assert daemon.interrupt()[0] == 0
 
 
 class TestTheExamplePublisher:
