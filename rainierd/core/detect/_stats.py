@@ -24,7 +24,7 @@ import numpy.typing as npt
 
 from rainierd._types import F32, I64, B, Floats
 
-__all__ = ["ClippedCusum", "PeerSample", "ewma", "robust_center_scale", "row_nanmedian"]
+__all__ = ["ClippedCusum", "PeerSample", "ewma", "others_nanmedian", "robust_center_scale", "row_nanmedian"]
 
 _MAD_TO_SIGMA: Final = 1.4826
 SAMPLE_SIZE: Final = 65_536
@@ -95,6 +95,32 @@ def row_nanmedian(values: Floats) -> Floats:
     lo = ordered[rows, np.maximum(count - 1, 0) // 2]
     hi = ordered[rows, np.maximum(count, 1) // 2 - (count == 0)]
     return np.where(count > 0, (lo + hi) / 2, np.nan).astype(values.dtype, copy=False)
+
+
+def others_nanmedian(values: Floats) -> Floats:
+    """Return, for each value, the median of the other finite values of its row (NaN where it is NaN or alone).
+
+    An entity's peers without the entity itself: with two ports a node, one
+    port at half its traffic is half its peer's, not two thirds of a median
+    it pulls down itself.  By one argsort of the rows: removing the value of
+    rank r shifts every later rank down by one, so the others' middle ranks
+    are read from the row's order directly.
+    """
+    order = np.argsort(values, axis=1)  # NaN sorts last
+    ordered = np.take_along_axis(values, order, axis=1)
+    rank = np.empty_like(order)
+    np.put_along_axis(rank, order, np.arange(values.shape[1])[None, :], axis=1)
+    others = np.isfinite(ordered).sum(axis=1, keepdims=True) - 1  # finite values beside a finite one
+    lo = np.maximum(others - 1, 0) // 2
+    hi = others // 2
+    lo = lo + (lo >= rank)
+    hi = hi + (hi >= rank)
+    last = values.shape[1] - 1
+    middle = np.take_along_axis(ordered, np.minimum(lo, last), axis=1)
+    middle += np.take_along_axis(ordered, np.minimum(hi, last), axis=1)
+    middle /= 2
+    np.copyto(middle, np.nan, where=(others < 1) | ~np.isfinite(values))
+    return middle.astype(values.dtype, copy=False)
 
 
 def ewma(previous: F32, current: Floats, mask: B, *, alpha: float) -> F32:
