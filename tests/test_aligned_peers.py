@@ -21,9 +21,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rainierd._types import F64
 from rainierd.core import FleetState
+from rainierd.core.detect._stats import others_nanmedian
 from rainierd.core.detect.efa import EfaDetector
 from rainierd.core.detect.neuronlink import LinkDetector
 from rainierd.topology import Topology, build_sites
@@ -242,3 +245,20 @@ class TestLinksOutOfPhase:
     def test_a_whole_node_at_half_is_no_link_fault(self, seed: int) -> None:
         """Every link one node reports at half together is that node's pace, not 48 link faults."""
         assert whole_node(seed)["link"] == set()
+
+
+class TestOthersMedian:
+    @given(rows=st.lists(st.lists(st.one_of(st.integers(-3, 3).map(float), st.just(float("nan"))),
+                                  min_size=4, max_size=4), min_size=1, max_size=6))
+    @settings(max_examples=200, deadline=None)
+    def test_is_the_median_of_the_rest_of_the_row(self, rows: list[list[float]]) -> None:
+        """Each value's reference is the median of the other finite values of its row (NaN when it is NaN or
+        alone), ties and NaNs included: what a port is compared with is its node's other ports."""
+        values = np.array(rows, np.float32)
+        expected = np.full(values.shape, np.nan, np.float32)
+        for (i, j), v in np.ndenumerate(values):
+            others = np.delete(values[i], j)
+            others = others[np.isfinite(others)]
+            if np.isfinite(v) and others.size:
+                expected[i, j] = np.median(others)
+        np.testing.assert_array_equal(others_nanmedian(values), expected)

@@ -102,25 +102,30 @@ def others_nanmedian(values: Floats) -> Floats:
 
     An entity's peers without the entity itself: with two ports a node, one
     port at half its traffic is half its peer's, not two thirds of a median
-    it pulls down itself.  By one argsort of the rows: removing the value of
-    rank r shifts every later rank down by one, so the others' middle ranks
-    are read from the row's order directly.
+    it pulls down itself.  By one sort of the rows: with the row's m finite
+    values in order s, leaving out a value v leaves the middle of s shifted
+    by at most one place, on the side v is not.  For even m the others'
+    median is s[m/2] if v <= s[m/2 - 1], else s[m/2 - 1]; for odd m (middle
+    s[h]), (s[h] + s[h+1]) / 2 if v < s[h], (s[h-1] + s[h]) / 2 if v > s[h],
+    else (s[h-1] + s[h+1]) / 2 (ties give the same value whichever copy is
+    left out).  Only per-row figures are gathered: the fleet-sized work is
+    the sort and one comparison a value.
     """
-    order = np.argsort(values, axis=1)  # NaN sorts last
-    ordered = np.take_along_axis(values, order, axis=1)
-    rank = np.empty_like(order)
-    np.put_along_axis(rank, order, np.arange(values.shape[1])[None, :], axis=1)
-    others = np.isfinite(ordered).sum(axis=1, keepdims=True) - 1  # finite values beside a finite one
-    lo = np.maximum(others - 1, 0) // 2
-    hi = others // 2
-    lo = lo + (lo >= rank)
-    hi = hi + (hi >= rank)
-    last = values.shape[1] - 1
-    middle = np.take_along_axis(ordered, np.minimum(lo, last), axis=1)
-    middle += np.take_along_axis(ordered, np.minimum(hi, last), axis=1)
-    middle /= 2
-    np.copyto(middle, np.nan, where=(others < 1) | ~np.isfinite(values))
-    return middle.astype(values.dtype, copy=False)
+    ordered = np.sort(values, axis=1)  # NaN sorts last
+    count = np.isfinite(ordered).sum(axis=1)
+    rows = np.arange(values.shape[0])[:, None]
+    middle_at = (count // 2)[:, None] + np.arange(-1, 2)  # per row: s[h-1], s[h], s[h+1] with h = m // 2
+    below, middle, above = np.split(ordered[rows, np.clip(middle_at, 0, values.shape[1] - 1)], 3, axis=1)
+    del ordered  # fleet-sized: freed before the comparisons allocate theirs
+    odd = (count % 2 == 1)[:, None]
+    # Per row, the others' median of a value left out from below the middle and from above it.  In an
+    # even row no value lies strictly between s[h-1] and s[h], so "below s[h]" is "at most s[h-1]".
+    from_below = np.where(odd, (middle + above) / 2, middle)
+    from_above = np.where(odd, (below + middle) / 2, below)
+    out = np.where(values < middle, from_below, from_above)
+    np.copyto(out, (below + above) / 2, where=odd & (values == middle))
+    np.copyto(out, np.nan, where=(count < 2)[:, None] | ~np.isfinite(values))
+    return out.astype(values.dtype, copy=False)
 
 
 def ewma(previous: F32, current: Floats, mask: B, *, alpha: float) -> F32:
