@@ -162,7 +162,7 @@ class LinkDetector:
         They are the reference of a link that has no history yet, and the
         latency band against peers that no learning moves.  (A learned
         bandwidth level is held against its node's links of its kind instead,
-        ``_node_levels``: levels learned by different agents at different
+        ``_far_level``: levels learned by different agents at different
         moments of a step are in different units.)
         """
         picked = {name: self.sample.pick(a) for name, a in
