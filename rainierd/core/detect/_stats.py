@@ -116,16 +116,22 @@ def others_nanmedian(values: Floats) -> Floats:
     rows = np.arange(values.shape[0])[:, None]
     middle_at = (count // 2)[:, None] + np.arange(-1, 2)  # per row: s[h-1], s[h], s[h+1] with h = m // 2
     below, middle, above = np.split(ordered[rows, np.clip(middle_at, 0, values.shape[1] - 1)], 3, axis=1)
-    del ordered  # fleet-sized: freed before the comparisons allocate theirs
     odd = (count % 2 == 1)[:, None]
     # Per row, the others' median of a value left out from below the middle and from above it.  In an
     # even row no value lies strictly between s[h-1] and s[h], so "below s[h]" is "at most s[h-1]".
-    from_below = np.where(odd, (middle + above) / 2, middle)
-    from_above = np.where(odd, (below + middle) / 2, below)
-    out = np.where(values < middle, from_below, from_above)
-    np.copyto(out, (below + above) / 2, where=odd & (values == middle))
-    np.copyto(out, np.nan, where=(count < 2)[:, None] | ~np.isfinite(values))
-    return out.astype(values.dtype, copy=False)
+    # The sorted rows are spent: their buffer takes the answer, and one mask serves every choice.
+    out = ordered
+    np.copyto(out, np.where(odd, (below + middle) / 2, below))
+    mask = np.less(values, middle)
+    np.copyto(out, np.where(odd, (middle + above) / 2, middle), where=mask)
+    np.equal(values, middle, out=mask)
+    mask &= odd
+    np.copyto(out, (below + above) / 2, where=mask)
+    np.isfinite(values, out=mask)
+    np.logical_not(mask, out=mask)
+    mask |= (count < 2)[:, None]
+    np.copyto(out, np.nan, where=mask)
+    return out
 
 
 def ewma(previous: F32, current: Floats, mask: B, *, alpha: float) -> F32:
