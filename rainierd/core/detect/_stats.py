@@ -24,7 +24,7 @@ import numpy.typing as npt
 
 from rainierd._types import F32, I64, B, Floats
 
-__all__ = ["ClippedCusum", "PeerSample", "ewma", "robust_center_scale", "row_nanmedian"]
+__all__ = ["ClippedCusum", "PeerSample", "ewma", "others_nanmedian", "robust_center_scale", "row_nanmedian"]
 
 _MAD_TO_SIGMA: Final = 1.4826
 SAMPLE_SIZE: Final = 65_536
@@ -95,6 +95,43 @@ def row_nanmedian(values: Floats) -> Floats:
     lo = ordered[rows, np.maximum(count - 1, 0) // 2]
     hi = ordered[rows, np.maximum(count, 1) // 2 - (count == 0)]
     return np.where(count > 0, (lo + hi) / 2, np.nan).astype(values.dtype, copy=False)
+
+
+def others_nanmedian(values: Floats) -> Floats:
+    """Return, for each value, the median of the other finite values of its row (NaN where it is NaN or alone).
+
+    An entity's peers without the entity itself: with two ports a node, one
+    port at half its traffic is half its peer's, not two thirds of a median
+    it pulls down itself.  By one sort of the rows: with the row's m finite
+    values in order s, leaving out a value v leaves the middle of s shifted
+    by at most one place, on the side v is not.  For even m the others'
+    median is s[m/2] if v <= s[m/2 - 1], else s[m/2 - 1]; for odd m (middle
+    s[h]), (s[h] + s[h+1]) / 2 if v < s[h], (s[h-1] + s[h]) / 2 if v > s[h],
+    else (s[h-1] + s[h+1]) / 2 (ties give the same value whichever copy is
+    left out).  Only per-row figures are gathered: the fleet-sized work is
+    the sort and one comparison a value.
+    """
+    ordered = np.sort(values, axis=1)  # NaN sorts last
+    count = np.isfinite(ordered).sum(axis=1)
+    rows = np.arange(values.shape[0])[:, None]
+    middle_at = (count // 2)[:, None] + np.arange(-1, 2)  # per row: s[h-1], s[h], s[h+1] with h = m // 2
+    below, middle, above = np.split(ordered[rows, np.clip(middle_at, 0, values.shape[1] - 1)], 3, axis=1)
+    odd = (count % 2 == 1)[:, None]
+    # Per row, the others' median of a value left out from below the middle and from above it.  In an
+    # even row no value lies strictly between s[h-1] and s[h], so "below s[h]" is "at most s[h-1]".
+    # The sorted rows are spent: their buffer takes the answer, and one mask serves every choice.
+    out = ordered
+    np.copyto(out, np.where(odd, (below + middle) / 2, below))
+    mask = np.less(values, middle)
+    np.copyto(out, np.where(odd, (middle + above) / 2, middle), where=mask)
+    np.equal(values, middle, out=mask)
+    mask &= odd
+    np.copyto(out, (below + above) / 2, where=mask)
+    np.isfinite(values, out=mask)
+    np.logical_not(mask, out=mask)
+    mask |= (count < 2)[:, None]
+    np.copyto(out, np.nan, where=mask)
+    return out
 
 
 def ewma(previous: F32, current: Floats, mask: B, *, alpha: float) -> F32:

@@ -1,7 +1,9 @@
 """EFA port health for the whole fleet: healthy, degraded or down, with the
-reasons.  Each port is compared with its own usual share of its UltraServer's
-traffic and with its UltraServer's ports (traffic follows the job), through
-per-port clipped CUSUMs of throughput, latency and retransmit bursts; the
+reasons.  Each port is compared with the other ports of its node (one agent
+samples them in one frame, so their rates cover the same seconds whatever the
+agents' phase and skew, and they carry the same job's traffic) and with its own
+usual share of them, through per-port clipped CUSUMs of throughput, latency and
+retransmit bursts; the
 slow-loss test (``slow_loss.py``) judges the trickle below bursts.  Also what a
 degraded port costs its collectives (``slow_path_stretch``).  docs/detection.md
 explains the choices.
@@ -17,7 +19,7 @@ from rainierd._types import F32, I64, B
 from rainierd.core.detect._baseline import Baseline
 from rainierd.core.detect._common import Reason, counter_delta, flag, new_samples, persistence_seconds
 from rainierd.core.detect._paths import DOWN, HEALTHY, NEEDS, PathParams, band, cusum, deviation
-from rainierd.core.detect._stats import PeerSample, ewma, robust_center_scale, row_nanmedian
+from rainierd.core.detect._stats import PeerSample, ewma, others_nanmedian, robust_center_scale
 from rainierd.core.detect._tracker import StateTracker, Transitions
 from rainierd.core.detect.slow_loss import SlowLossParams, SlowLossTest
 from rainierd.core.state import FleetState
@@ -52,7 +54,7 @@ def slow_path_stretch(latency_ratio: F32, share: F32, retrans_share: F32, *, lat
 
 @dataclass(eq=False)
 class EfaDetector:
-    """EFA port health for the whole fleet, each port compared with itself and its UltraServer's ports."""
+    """EFA port health for the whole fleet, each port compared with itself and the other ports of its node."""
 
     state: FleetState
     params: EfaParams = field(default_factory=EfaParams)
@@ -61,16 +63,16 @@ class EfaDetector:
     def __post_init__(self) -> None:
         topo, p = self.state.topology, self.params
         n = topo.n_efa
-        self.per_us = topo.efa_ports_per_node * topo.nodes_per_ultraserver
+        self.per_node = topo.efa_ports_per_node
         self.seen = np.zeros(n, dtype=np.uint32)
         self.throughput = cusum(n, p, k=p.z_k, h=p.z_h, cap=p.z_cap)
         self.latency = cusum(n, p, k=p.z_k, h=p.z_h, cap=p.z_cap)
         self.retrans = cusum(n, p, k=p.retrans_k, h=p.retrans_h, cap=p.retrans_cap)
         self.band = band(n, p)
         baseline = {"halflife_s": p.baseline_halflife_s, "learn_s": p.baseline_learn_s, "clip": p.baseline_clip}
-        self.share_base = Baseline.empty(n, **baseline)  # throughput / its UltraServer's median
+        self.share_base = Baseline.empty(n, **baseline)  # throughput / the median of its node's other ports
         self.latency_base = Baseline.empty(n, **baseline)
-        self.share = np.full(n, np.nan, np.float32)  # EWMA of throughput / its own share of its UltraServer's
+        self.share = np.full(n, np.nan, np.float32)  # EWMA of throughput / its own share of its node's
         self.latency_ratio = np.full(n, np.nan, np.float32)  # EWMA of latency / its own level
         self.was_low = np.zeros(n, dtype=bool)  # the last sample's traffic was near zero
         self.retrans_share = np.zeros(n, np.float32)  # EWMA of bytes retransmitted above its own rate / bytes sent
@@ -89,11 +91,16 @@ class EfaDetector:
         held = persistence_seconds(dt, fresh, self.sample)
         rate = table.rates["tx_bytes_total"] + table.rates["rx_bytes_total"]
         np.copyto(rate, np.float32(np.nan), where=~fresh)
-        # Traffic follows the job: compare a port with its UltraServer's ports,
-        # so a stalled or slowed group does not look like a group of bad ports;
+        # Traffic follows the job: compare a port with the other ports of its node,
+        # so a stalled or slowed node or job does not look like a group of bad ports;
         # then with its own usual share of them (traffic is never perfectly
-        # balanced).  An all-NaN group (stalled, silent) has no median: NaN.
-        ref = np.repeat(row_nanmedian(rate.reshape(-1, self.per_us)), self.per_us)
+        # balanced).  Only a node's own ports saw the same seconds: each agent
+        # samples at its own phase and skew, and training traffic swings x16
+        # within a step, so another node's rate over another stretch of time is
+        # no reference (issue 22: all 8 ports of one node "degraded" for 452 s).
+        # A port with no other port fresh in its node (a node of one port) has no
+        # reference: NaN, not judged on traffic (docs/detection.md, "Peers and time bases").
+        ref = others_nanmedian(rate.reshape(-1, self.per_node)).reshape(-1)
         active = fresh & (ref > 0)
         with np.errstate(invalid="ignore", divide="ignore"):
             share: F32 = np.divide(rate, ref, dtype=np.float32)

@@ -1,6 +1,8 @@
 """NeuronLink health for the whole fleet: healthy, degraded or down, with the
-reasons.  Each link is compared with its own learned level at its group's pace
-and with the links of its kind (robust median/MAD), through per-link clipped
+reasons.  Each link is compared with its own learned level at its node's pace
+(the links of its kind its node reports in the same frame, so over the same
+seconds whatever the agents' phase and skew) and with the links of its kind
+(robust median/MAD), through per-link clipped
 CUSUMs for gray degradation; lanes and near-zero traffic are direct evidence of
 a hard fault, and a decaying count of drops tells a flapping link.
 docs/detection.md explains the choices.
@@ -51,6 +53,13 @@ class NeuronLinkParams(PathParams):
     recent_drop: float = 0.3  # drop count above which a drop was recent (~70 s)
 
 
+def _columns(ids: I64) -> slice | I64:
+    """Return column numbers ``ids`` as a slice when they are one ascending run, else unchanged."""
+    if ids.size and int(ids[-1]) - int(ids[0]) == ids.size - 1:
+        return slice(int(ids[0]), int(ids[-1]) + 1)
+    return ids
+
+
 @dataclass(eq=False)
 class LinkDetector:
     """NeuronLink health for the whole fleet."""
@@ -69,7 +78,7 @@ class LinkDetector:
         self.errors = cusum(n, p, k=p.errors_k, h=p.errors_h, cap=p.errors_cap)
         self.band = band(n, p)
         baseline = {"halflife_s": p.baseline_halflife_s, "learn_s": p.baseline_learn_s, "clip": p.baseline_clip}
-        self.bw_base = Baseline.empty(n, **baseline)  # bandwidth / nominal, at its group's pace
+        self.bw_base = Baseline.empty(n, **baseline)  # bandwidth / nominal, at its node's pace of its kind
         self.latency_base = Baseline.empty(n, **baseline)
         self.drops = np.zeros(n, np.float32)
         self.was_dropped = np.zeros(n, dtype=bool)
@@ -80,24 +89,28 @@ class LinkDetector:
         # A drop (lanes gone, or bandwidth far below any noise) raises at once.
         self.tracker = StateTracker.create(n, raise_after_s=[0.0, p.raise_after_s, 0.0], clear_after_s=p.clear_after_s)
         self.sample = PeerSample.of(n)
-        # Which UltraServers' links carried traffic at their last sample: only theirs set a kind's centres,
-        # so UltraServers that are idle or whose job is stalled (a checkpoint, a restart: all links near 0)
+        # Which nodes' links of each kind carried traffic at their last sample: only theirs set a kind's
+        # centres, so nodes that are idle or whose job is stalled (a checkpoint, a restart: all links near 0)
         # never pull the reference a link without history learns from (issue 21: a job started while half
         # the fleet checkpointed learned 0.07 of nominal for links that carry 0.24, under the 0.5 band).
         # And, within them, only links carrying traffic now (over idle_below of the last centre): at the tick a
-        # job stalls, its UltraServers still count as talking, and half a fleet's links at 0 made the centre 0.
-        self.talking = np.ones(topo.n_ultraservers, dtype=bool)
-        self.share_ref = np.zeros(len(LINK_KIND_NAMES), np.float32)
+        # job stalls, its nodes still count as talking, and half a fleet's links at 0 made the centre 0.
+        n_kinds = len(LINK_KIND_NAMES)
+        self.talking = np.ones((topo.n_nodes, n_kinds), dtype=bool)
+        self.share_ref = np.zeros(n_kinds, np.float32)
         kind = topo.link_kind
         self.kind = kind.astype(np.int8)
         # Every node reports its links in one order (topology.py), so a kind's
         # figure reaches each link by broadcasting over that order, with no
         # gather over millions of links.
         self.per_node = topo.links_per_node
-        self.per_us = topo.links_per_node * topo.nodes_per_ultraserver
-        self._sample_ultraserver = self.sample.pick(np.arange(n, dtype=np.int64)) // self.per_us
         self.kind_order = kind[:self.per_node].copy()
         assert (kind.reshape(-1, self.per_node) == self.kind_order).all(), "nodes must share one link order"
+        # A node's links of one kind, as columns of the (node, link) view: a slice where they are one run
+        # (the topology's order), so a kind's pace is taken and divided in place, with no copy.
+        self.kind_columns = [_columns(np.flatnonzero(self.kind_order == k)) for k in range(n_kinds)]
+        picked = self.sample.pick(np.arange(n, dtype=np.int64))
+        self._sample_group = (picked // self.per_node) * n_kinds + self.kind_order[picked % self.per_node]
         hw = self.hardware
         # The nominal figure only sets the units (a share of nominal); no threshold is against it.
         self.nominal = np.where(kind == 1, hw.neuronlink_ring_bytes_s, hw.neuronlink_intra_bytes_s).astype(np.float32)
@@ -142,42 +155,81 @@ class LinkDetector:
 
     def _kind_centers(
         self, share: F32, latency: F32, judged: B, carrying: B | None = None,
-    ) -> tuple[F32, F32, F32]:
-        """Return each kind's median bandwidth share, latency and learned bandwidth level, on the peer sample
-        (``carrying``, on the sample, narrows the links whose share and latency count).
+    ) -> tuple[F32, F32]:
+        """Return each kind's median bandwidth share and latency, on the peer sample (``carrying``, on the
+        sample, narrows the links whose share and latency count).
 
         They are the reference of a link that has no history yet, and the
-        wide band against peers that no learning moves.
+        latency band against peers that no learning moves.  (A learned
+        bandwidth level is held against its node's links of its kind instead,
+        ``_far_level``: levels learned by different agents at different
+        moments of a step are in different units.)
         """
         picked = {name: self.sample.pick(a) for name, a in
-                  (("share", share), ("latency", latency), ("judged", judged), ("kind", self.kind),
-                   ("level", self.bw_base.level), ("learned", self.bw_base.learned()))}
+                  (("share", share), ("latency", latency), ("judged", judged), ("kind", self.kind))}
         if carrying is not None:
             picked["judged"] = picked["judged"] & carrying
         n_kinds = len(LINK_KIND_NAMES)
-        share_center, lat_center, level_center = (np.full(n_kinds, np.nan, np.float32) for _ in range(3))
+        share_center, lat_center = (np.full(n_kinds, np.nan, np.float32) for _ in range(2))
         for kind in range(n_kinds):
             of_kind = picked["kind"] == kind
             share_center[kind], _ = robust_center_scale(picked["share"], of_kind & picked["judged"], floor=0.0)
             lat_center[kind], _ = robust_center_scale(
                 picked["latency"], of_kind & picked["judged"] & (picked["latency"] > 0), floor=0.0)
-            level_center[kind], _ = robust_center_scale(picked["level"], of_kind & picked["learned"], floor=0.0)
-        return share_center, lat_center, level_center
+        return share_center, lat_center
 
-    def _traffic_centers(self, share: F32, latency: F32, judged: B) -> tuple[F32, F32, F32]:
+    def _traffic_centers(self, share: F32, latency: F32, judged: B) -> tuple[F32, F32]:
         """Return ``_kind_centers`` over the judged links that carry traffic (``talking``, ``share_ref``),
         deciding which carry it on the peer sample only (no fleet-sized temporary)."""
         ref = self.share_ref[self.sample.pick(self.kind)] * np.float32(self.params.idle_below)
-        carrying = self.talking[self._sample_ultraserver] & (self.sample.pick(share) > ref)
+        carrying = self.talking.reshape(-1)[self._sample_group] & (self.sample.pick(share) > ref)
         centers = self._kind_centers(share, latency, judged, carrying)
         np.copyto(self.share_ref, centers[0], where=np.isfinite(centers[0]))
         return centers
 
     def _communicating(self, pace: F32) -> B:
-        """Return, per link, whether its UltraServer's links carry traffic (pace over idle_below); remember it."""
+        """Return, per link, whether its node's links of its kind carry traffic (``pace``, per node and kind,
+        over idle_below); remember it."""
         talking = pace > np.float32(self.params.idle_below)
         np.copyto(self.talking, talking, where=np.isfinite(pace))
-        return np.repeat(talking, self.per_us)
+        return talking[:, self.kind_order].reshape(-1)
+
+    def _pace(self, relative: F32, judged: B) -> F32:
+        """Return each node's pace per kind, (nodes, kinds): the median ``relative`` of its judged links of
+        that kind (NaN where it has none).
+
+        A node's links of one kind are its peers: its agent reports them in
+        one frame, so their figures cover the same seconds whatever the
+        agents' phase, skew and jitter, and they carry the same job's traffic.
+        The links of other nodes, sampled at other moments of a training step
+        whose traffic swings x16, are not (issue 22).
+        """
+        masked = np.where(judged, relative, np.float32(np.nan)).reshape(-1, self.per_node)
+        return np.stack([row_nanmedian(masked[:, cols]) for cols in self.kind_columns], axis=1)
+
+    def _far_level(self) -> B:
+        """Return which links' learned bandwidth level is under ``bandwidth_band`` of the median learned level
+        of their node's links of their kind.
+
+        Levels are compared within a node only: a level is bandwidth at its
+        node's pace, learned while its kind's median (taken across agents that
+        sample out of phase through a x16 step) was its unit, so two nodes'
+        levels may differ by that unit; one node's links learned in the same
+        frames, in the same unit.
+        """
+        learned = self.bw_base.learned()
+        center = self._pace(self.bw_base.level, learned)
+        center *= np.float32(self.params.bandwidth_band)
+        below: B = self._per_node_kind(self.bw_base.level.copy(), center) < np.float32(1.0)  # NaN: not below
+        return learned & below
+
+    def _per_node_kind(self, values: F32, pace: F32) -> F32:
+        """Divide ``values`` (per link) by its node's pace of its kind, in place; return it."""
+        grid = values.reshape(-1, self.per_node)
+        with np.errstate(invalid="ignore", divide="ignore"):  # an idle or silent node: judged as idle
+            for k, cols in enumerate(self.kind_columns):
+                grid[:, cols] /= pace[:, k:k + 1]
+        return values
 
     def update(self, tick: int) -> Transitions:
         """Fold in the links' new samples; return the state changes."""
@@ -193,18 +245,16 @@ class LinkDetector:
         latency = table.gauges["latency_us"]
         lanes = table.gauges["lanes_up"]
         up = lanes > 0
-        share_center, lat_center, level_center = self._traffic_centers(share, latency, fresh & up)
+        share_center, lat_center = self._traffic_centers(share, latency, fresh & up)
         # Bandwidth: against the link's own level (its kind's median until it has history), then
-        # against its UltraServer's links at this moment, so a group that slows or idles as a whole
-        # (its job's pace, a straggler, the diurnal swing) is not a group of bad links.
-        # The group's pace stays one figure a group, broadcast where it divides: the fleet-sized
+        # against its node's links of its kind in the same frame, so a node or job that slows or idles
+        # as a whole (its job's pace, a straggler, the diurnal swing) is not a group of bad links.
+        # The pace stays one figure a node and kind, broadcast where it divides: the fleet-sized
         # temporaries of this update are most of the monitor's peak memory at a million chips.
         relative = share / self.bw_base.reference(self._per_link(share_center))
-        pace = row_nanmedian(np.where(fresh & up, relative, np.float32(np.nan)).reshape(-1, self.per_us))[:, None]
-        communicating = self._communicating(pace[:, 0])
-        with np.errstate(invalid="ignore", divide="ignore"):  # an idle or silent group: judged below as idle
-            ratio = np.divide(relative.reshape(-1, self.per_us), pace, out=relative.reshape(-1, self.per_us),
-                              dtype=np.float32).reshape(-1)  # relative is spent: ratio takes its buffer
+        pace = self._pace(relative, fresh & up)
+        communicating = self._communicating(pace)
+        ratio = self._per_node_kind(relative, pace)  # relative is spent: ratio takes its buffer
         np.copyto(ratio, np.float32(1.0), where=~communicating)
         bw_judged = fresh & up & communicating
         _, bw_scale = robust_center_scale(ratio, bw_judged, floor=p.bw_floor, sample=self.sample)
@@ -218,10 +268,9 @@ class LinkDetector:
         lat_dev = deviation(latency, self.latency_base.reference(self._per_link(lat_center)), lat_ok,
                              floor=p.latency_floor, sample=self.sample)
         # The wide band against peers: a link far slower than its kind, or whose own level has sunk
-        # far under its kind's, is degraded whatever its baseline learned.
+        # far under its node's links of its kind, is degraded whatever its baseline learned.
         far_latency = lat_ok & (latency > np.float32(p.latency_band) * self._per_link(lat_center))
-        far_level = self.bw_base.learned() & (self.bw_base.level < np.float32(p.bandwidth_band)
-                                              * self._per_link(level_center))
+        far_level = self._far_level()
 
         reasons = np.zeros(share.shape, dtype=np.int32)
         flag(reasons, up & (lanes < all_lanes), Reason.LANES)
@@ -254,9 +303,7 @@ class LinkDetector:
         changes = self.tracker.update(candidate, reasons, fresh, tick,
                                       seconds=held)
         del candidate, reasons
-        with np.errstate(invalid="ignore", divide="ignore"):
-            level = np.divide(share.reshape(-1, self.per_us), pace, out=share.reshape(-1, self.per_us),
-                              dtype=np.float32).reshape(-1)  # share is spent: its buffer is level's
+        level = self._per_node_kind(share, pace)  # share is spent: its buffer is level's
         self._learn(level, latency, fresh & up & ~dropped & communicating, lat_ok, held)
         return changes
 
