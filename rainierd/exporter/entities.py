@@ -46,7 +46,7 @@ WORST_FAMILIES = {
     "neuronlink": ("rainier_neuronlink_worst_bandwidth_ratio",
                    "Lowest NeuronLink bandwidth / its own level at its node's pace, healthy or not (top K)."),
     "efa": ("rainier_efa_port_worst_traffic_ratio",
-            "Lowest EFA port traffic / its node's other ports' median (smoothed), healthy or not (top K)."),
+            "Lowest EFA port traffic / its node's ports' median (smoothed), healthy or not (top K)."),
     "chip": ("rainier_chip_worst_efficiency_ratio",
              "Lowest chip efficiency / its group's median (smoothed), healthy or not (top K)."),
 }
