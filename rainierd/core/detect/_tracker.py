@@ -69,12 +69,14 @@ class StateTracker:
 
     def update(
         self, candidate: npt.NDArray[np.integer[Any]], reasons: npt.NDArray[np.int32], evidence: npt.NDArray[np.bool_],
-        tick: int, *, seconds: Floats | float = 1.0,
+        tick: int, *, seconds: Floats | float = 1.0, holding: npt.NDArray[np.bool_] | None = None,
     ) -> Transitions:
         """Fold this tick's candidates in where ``evidence`` (a new sample) exists.
 
         ``seconds`` is each entity's sample interval (or one figure for all);
         an unknown (NaN) interval counts as the shortest possible, none.
+        ``holding`` marks entities that may not clear now, however clean (a
+        link within the flap hold of its last blip); their clean streak goes on.
         """
         # Only entities that are, or may be becoming, unhealthy need any work.
         # For every other one nothing changes that is ever read: its bad
@@ -101,6 +103,8 @@ class StateTracker:
         state = np.where(rising, cand, state)
         reason = np.where(bad & (state > 0), reason | reasons[busy], reason)
         clearing = (state > 0) & good & (good_s >= self.clear_after_s + hold_s)
+        if holding is not None:
+            clearing &= ~holding[busy]
         state = np.where(clearing, 0, state)
         reason = np.where(clearing, 0, reason)
         hold_s = np.where(clearing, np.float32(0.0), hold_s)
