@@ -54,6 +54,16 @@ class TestClippedCusum:
         quiet = [bool(cusum.update(np.array([0.0]), np.array([True]))[0]) for _ in range(20)]
         assert quiet.index(False) == 10  # 40 - 2 * 11 < 20
 
+    def test_in_alarm_clean_evidence_close_to_k_drains_at_k(self) -> None:
+        """In alarm, clean samples just under k (noise that is not evidence) drain k a second, so the sum is
+        under h within (ceiling - h) / k seconds, as from zeros; below h they drain only k minus themselves."""
+        cusum = ClippedCusum.zeros(2, k=2, h=20, cap=6, ceiling=26)
+        cusum.s[:] = [26.0, 10.0]
+        seconds = np.full(2, 0.25, np.float32)
+        quiet = [bool(cusum.update(np.full(2, 1.9), np.ones(2, bool), seconds=seconds)[0]) for _ in range(16)]
+        assert quiet.index(False) == 12  # at h after 12 samples (3 s), under it at the next
+        assert cusum.s[1] == pytest.approx(10.0 - 16 * 0.25 * 0.1)
+
     def test_at_a_long_tick_samples_to_raise_intervals_must_agree(self) -> None:
         """Weighted by 5 s intervals, a full-cap deviation adds 20 z-s, but one interval adds at most h / 6:
         an interval's average cannot tell a second-long spike from a step that filled it, so six must agree."""
