@@ -50,9 +50,10 @@ class Fleet:
         now = [0.0]
         wall = [1.7e9]
 
+        at_s, by_s = monitor_step if monitor_step is not None else (float("inf"), 0.0)
+
         def wall_s() -> float:
-            step = monitor_step is not None and now[0] >= monitor_step[0]
-            return wall[0] + now[0] + (monitor_step[1] if step else 0.0)
+            return wall[0] + now[0] + (by_s if now[0] >= at_s else 0.0)
 
         inbox = Inbox(max_frame_bytes=1_024, max_backlog_bytes=2**24, listening_s=lambda: now[0],
                       rejections=RejectionLog(), monotonic_s=lambda: now[0],
