@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from rainierd.core import FleetState
 from rainierd.core.analysis import MonitorCore
 from rainierd.core.config import MonitorConfig
-from rainierd.core.detect import FleetDetector
+from rainierd.core.detect import Event, FleetDetector
 from rainierd.core.detect._stats import ClippedCusum, robust_center_scale
 from rainierd.core.detect._tracker import StateTracker
 from rainierd.sim.faults import Fault, FaultKind
@@ -377,7 +377,7 @@ class TestTickIndependence:
         assert [r for r in raises(None, tick_s, 1_800) if r[1] in ("neuronlink", "efa")] == []
 
 
-def link_events(fault: Fault, tick_s: float, seconds: float, entity: str, *, seed: int = 0) -> list:
+def link_events(fault: Fault, tick_s: float, seconds: float, entity: str, *, seed: int = 0) -> list[Event]:
     """Run one UltraServer of the realistic profile at ``tick_s`` for ``seconds``; return the events of the
     fault's target."""
     topo = build_fleet(1, 1)
