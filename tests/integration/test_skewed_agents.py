@@ -132,11 +132,12 @@ async def run_fleet(broker: Broker, start_rainierd: object, *, skew_s: float, se
     watcher = asyncio.create_task(watch_readiness(port, until_s=now + seconds + 2.0), name="watch-readiness")
     await asyncio.gather(*(publish(broker, agent, np.random.default_rng([seed, agent.node]), until_s=now + seconds,
                                    stall=window) for agent in fleet))
+    values = current_values(port)  # at once: the agents have all stopped, and a feed silent together is lost
     answers = await watcher
     lines = [json.loads(line) for line in monitor.log().splitlines() if line.startswith("{")]
     logged = [line["reasons"] for line in lines if str(line.get("event")).startswith("monitor falling behind")]
     judged = any("receive_lag" in reasons for reasons in logged) or any("receive_lag" in a for a in answers)
-    return current_values(port), judged
+    return values, judged
 
 
 @pytest.mark.mosquitto
