@@ -33,6 +33,7 @@ SKEW_S = 1.5  # each agent's clock is off by up to this, either way
 JITTER_S = 0.025  # each sample's time scatters by this much (one sigma)
 PUBLISH_S = 120.0  # long enough for the issue's rate (3 episodes a minute) to show several times over
 PEAK = 1.299e15
+QUEUED_S = 3.0  # how long the queueing test's frames wait before the monitor (every stream's, for 10 s)
 
 
 @dataclass(frozen=True)
@@ -77,19 +78,26 @@ def agents(topo: Topology, rng: np.random.Generator, *, skew_s: float) -> list[A
 async def publish(broker: Broker, agent: Agent, rng: np.random.Generator, *, until_s: float,
                   stall: tuple[float, float] | None = None) -> None:
     """Run one agent until ``until_s`` (time.time()): a sample a tick at its phase, with jitter, published at
-    once on its own connection.  ``stall`` (start, end), if given, holds every frame sampled in it until its
-    end, as a broker or network that queues them would."""
+    once on its own connection.  ``stall`` (start, end), if given, delays every frame sampled in it by
+    ``QUEUED_S``, as a broker or network that queues them would."""
     started = time.time()
     async with aiomqtt.Client("127.0.0.1", broker.port, identifier=f"agent-{agent.node}-{time.time_ns()}") as client:
-        k = 0
-        while (due := started + agent.phase_s + k * TICK_S + float(rng.normal(0.0, JITTER_S))) < until_s:
-            await asyncio.sleep(max(0.0, due - time.time()))
-            sampled = time.time()
-            payload = agent.frame(k, sampled_s=sampled, started_s=started)
-            if stall is not None and stall[0] <= sampled < stall[1]:
-                await asyncio.sleep(stall[1] - sampled)
-            await client.publish(agent.topic, payload, qos=1)
-            k += 1
+
+        async def send(topic: str, payload: bytes, *, after_s: float) -> None:
+            await asyncio.sleep(after_s)
+            await client.publish(topic, payload, qos=1)
+
+        async with asyncio.TaskGroup() as queued:
+            k = 0
+            while (due := started + agent.phase_s + k * TICK_S + float(rng.normal(0.0, JITTER_S))) < until_s:
+                await asyncio.sleep(max(0.0, due - time.time()))
+                sampled = time.time()
+                payload = agent.frame(k, sampled_s=sampled, started_s=started)
+                if stall is not None and stall[0] <= sampled < stall[1]:
+                    queued.create_task(send(agent.topic, payload, after_s=QUEUED_S), name=f"queued-{agent.node}")
+                else:
+                    await client.publish(agent.topic, payload, qos=1)
+                k += 1
 
 
 def unready(port: int) -> str:
@@ -156,7 +164,7 @@ async def test_skewed_agents_out_of_phase_are_never_overload(mosquitto: Broker, 
 
 @pytest.mark.mosquitto
 async def test_skewed_agents_whose_frames_all_queue_are_overload(mosquitto: Broker, start_rainierd: object) -> None:
-    """The same agents, but every frame sampled in a 4 s stretch is held until its end (queued before the
-    monitor, as a stalled broker or network holds them): that is receive_lag overload."""
-    _, judged = await run_fleet(mosquitto, start_rainierd, skew_s=SKEW_S, seconds=30.0, stall=(15.0, 19.0))
+    """The same agents, but every frame sampled in a 10 s stretch reaches the monitor 3 s late (queued before
+    it, as a stalled broker or network queues them): that is receive_lag overload."""
+    _, judged = await run_fleet(mosquitto, start_rainierd, skew_s=SKEW_S, seconds=35.0, stall=(15.0, 25.0))
     assert judged
