@@ -10,12 +10,14 @@ from hypothesis import strategies as st
 
 from rainierd.core import FleetState
 from rainierd.core.analysis import MonitorCore
-from rainierd.core.detect import FleetDetector
+from rainierd.core.config import MonitorConfig
+from rainierd.core.detect import Event, FleetDetector
 from rainierd.core.detect._stats import ClippedCusum, robust_center_scale
 from rainierd.core.detect._tracker import StateTracker
 from rainierd.sim.faults import Fault, FaultKind
 from rainierd.sim.fleet import FleetModel, FleetParams
 from rainierd.sim.frames import tick_frames
+from rainierd.sim.profile import PROFILES
 from rainierd.topology import build_fleet, build_topology
 from rainierd.wire import LINK_DTYPE
 
@@ -51,6 +53,16 @@ class TestClippedCusum:
         assert cusum.s[0] == 40.0  # the ceiling, 2 h
         quiet = [bool(cusum.update(np.array([0.0]), np.array([True]))[0]) for _ in range(20)]
         assert quiet.index(False) == 10  # 40 - 2 * 11 < 20
+
+    def test_in_alarm_clean_evidence_close_to_k_drains_at_k(self) -> None:
+        """In alarm, clean samples just under k (noise that is not evidence) drain k a second, so the sum is
+        under h within (ceiling - h) / k seconds, as from zeros; below h they drain only k minus themselves."""
+        cusum = ClippedCusum.zeros(2, k=2, h=20, cap=6, ceiling=26)
+        cusum.s[:] = [26.0, 10.0]
+        seconds = np.full(2, 0.25, np.float32)
+        quiet = [bool(cusum.update(np.full(2, 1.9), np.ones(2, bool), seconds=seconds)[0]) for _ in range(16)]
+        assert quiet.index(False) == 12  # at h after 12 samples (3 s), under it at the next
+        assert cusum.s[1] == pytest.approx(10.0 - 16 * 0.25 * 0.1)
 
     def test_at_a_long_tick_samples_to_raise_intervals_must_agree(self) -> None:
         """Weighted by 5 s intervals, a full-cap deviation adds 20 z-s, but one interval adds at most h / 6:
@@ -202,16 +214,17 @@ class TestLinkDetector:
         assert changes == [(7, 21, "degraded")]
 
     def test_a_flapping_link_is_one_event(self) -> None:
-        """Five short drops (no lane up at the sample) 15 s apart give one raise and one clear, not five of
-        each; the clear comes 30 s after the last drop (clear_after_s + flap_hold_s), not before."""
+        """Five short drops (no lane up at the sample) 15 s apart give one raise, one event naming it flapping
+        at the second drop (still down: no new detection), and one clear, not five of each; the clear comes
+        flap_clear_s (30 s) after the last drop ended, not before."""
         crafted = Crafted()
         changes = []
         for t in range(200):
             dropped = 20 <= t < 95 and (t - 20) % 15 == 0
             changes += crafted.links(0.0 if dropped else 0.96, 0 if dropped else 8)
-        assert [c[2] for c in changes] == ["down", "healthy"]
-        assert changes[0][1] == 20
-        assert 80 + 30 <= changes[1][1] <= 80 + 31
+        assert [c[2] for c in changes] == ["down", "down", "healthy"]
+        assert [c[1] for c in changes[:2]] == [20, 35]
+        assert 80 + 30 <= changes[2][1] <= 80 + 31  # the last sample that saw it down is t = 80
 
     def test_a_link_down_for_a_minute_clears_without_the_flap_hold(self) -> None:
         """A link down for 60 s (reseated, not flapping) clears clear_after_s after it is back, not 30 s."""
@@ -362,3 +375,61 @@ class TestTickIndependence:
         """Half an hour of a healthy pair of UltraServers, at a 0.5 s and a 5 s tick: no link or port raised."""
         # One run judged for both kinds (it was two identical runs, ~33 s of the unit tier).
         assert [r for r in raises(None, tick_s, 1_800) if r[1] in ("neuronlink", "efa")] == []
+
+
+def link_events(fault: Fault, tick_s: float, seconds: float, entity: str, *, seed: int = 0) -> list[Event]:
+    """Run one UltraServer of the realistic profile at ``tick_s`` for ``seconds``; return the events of the
+    fault's target."""
+    topo = build_fleet(1, 1)
+    model = FleetModel(topo, np.random.default_rng(seed), tick_s=tick_s, start_s=0.0, faults=[fault],
+                       profile=PROFILES["realistic"])
+    core = MonitorCore(topo, MonitorConfig(tick_s=tick_s))
+    events = []
+    for tick in range(int(seconds / tick_s)):
+        frames = [f for _t, f in tick_frames(topo, model.step(tick), publisher="t")]
+        events += [e for e in core.step(frames, now_s=model.t_of(tick)).events
+                   if e.entity == entity and e.id == fault.target]
+    return events
+
+
+class TestClearing:
+    """Clear times as docs/detection.md states them ("Bounded clearing"), at the 0.25 s tick of issue 22's
+    publisher, measured in the simulator's seconds (no wall clock: no slack)."""
+
+    TICK_S = 0.25
+
+    def test_a_flapping_link_is_flapping_and_clears_30_s_after_its_last_blip(self) -> None:
+        """Four blips of 0.5-3 s, up 6-25 s between: one detection, one event naming it flapping at the second
+        blip (its state unchanged), and one clear 30 s after the last blip (to one sample)."""
+        tick = self.TICK_S
+        flaps = ((2.0, 25.0), (0.6, 6.0), (2.9, 12.0), (0.75, 8.0))  # (down, up) seconds
+        start = int(60 / tick)
+        fault = Fault(FaultKind.NL_FLAPPING, 70, 4.0, start, start + int(sum(d + u for d, u in flaps) / tick),
+                      flaps=tuple((d / tick, u / tick) for d, u in flaps))
+        events = link_events(fault, tick, 160, "neuronlink")
+        assert [(e.before, e.after) for e in events] == [("healthy", "down"), ("down", "down"), ("down", "healthy")]
+        raised, flapping, cleared = events
+        assert raised.tick == start
+        assert "flapping" not in raised.reasons
+        assert "flapping" in flapping.reasons
+        second_blip = start + (flaps[0][0] + flaps[0][1]) / tick
+        assert second_blip <= flapping.tick <= second_blip + 1
+        last_blip_end = 60 + sum(d + u for d, u in flaps[:-1]) + flaps[-1][0]
+        assert 30.0 <= cleared.tick * tick - last_blip_end <= 30.0 + tick
+
+    @pytest.mark.parametrize(("kind", "severity", "entity"), [
+        (FaultKind.NL_DEGRADED, 0.5, "neuronlink"),
+        (FaultKind.EFA_DEGRADED, 0.75, "efa"),
+        (FaultKind.NL_CRC_STORM, 100.0, "neuronlink"),
+    ])
+    @pytest.mark.parametrize("seed", [0, 1])
+    def test_a_gray_fault_clears_within_8_s_and_one_interval_of_its_end(
+        self, kind: FaultKind, severity: float, entity: str, seed: int,
+    ) -> None:
+        """A minute of a gray fault, then none: one detection, cleared no later than drain_s + clear_after_s
+        (3 + 5 s) plus one interval after the fault ended, whatever the noise of the clean samples after it."""
+        tick = self.TICK_S
+        fault = Fault(kind, 37, severity, int(60 / tick), int(120 / tick))  # a link and a port of the one UltraServer
+        events = link_events(fault, tick, 140, entity, seed=seed)
+        assert [e.after for e in events] == ["degraded", "healthy"]
+        assert 0.0 < events[1].tick * tick - 120.0 <= 8.0 + tick

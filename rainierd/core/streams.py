@@ -47,12 +47,17 @@ first, at most what the sample time between could hold at one a tick
 A stream that starts over counts what it still had missing as lost: those
 frames can no longer be told apart from the new numbering.
 
-**Receive offset.**  Each stream keeps a floor of its receive lag (wall time
-at receipt minus ``t_s``: its clock's offset plus the transport's), which
-follows the lag down at once and rises by ``LAG_FLOOR_RISE`` seconds a second
-of sample time (clock drift).  The excess of a frame's lag over its own
-stream's floor is what queueing before the monitor adds; the load judgement
-takes that, so neither a node's clock skew nor a forged sample time moves it.
+**Receive offset.**  Each stream keeps a floor of its receive lag (receipt
+on the monitor's receive clock minus ``t_s``: its publisher's clock offset
+plus the transport's), which follows the lag down at once and rises by
+``LAG_FLOOR_RISE`` seconds a second of sample time (clock drift).  It is that
+publisher's own offset: a new publisher or numbering starts it again from its
+first frame.  The excess of a frame's lag over its own stream's floor is what
+queueing before the monitor adds; the load judgement takes that, so neither
+a publisher's clock skew, nor its sampling phase, nor a forged sample time
+moves it.  The receive clock is the wall clock moved on by the monotonic
+clock only (``monitor/inbox.py``), so a step of the monitor's own clock
+moves no lag either.
 
 Everything is vectorised over one generation of a window (each stream at most
 once).
@@ -112,7 +117,7 @@ class Streams:
         self.seq = np.zeros(n, np.uint64)
         self.t_s = np.full(n, -np.inf)
         self.missing = np.zeros(n, np.uint64)  # bit i: frame seq - 1 - i has not arrived (i < WINDOW)
-        self.offset_s = np.full(n, np.nan)  # floor of the receive lag (wall at receipt - t_s); NaN: not known
+        self.offset_s = np.full(n, np.nan)  # floor of the receive lag (receive clock - t_s); NaN: not known
         # Not carried by a checkpoint: the listening clock starts again at 0 in every process.
         self.rx_s = np.full(n, -np.inf)  # listening time the last frame applied was received
         # The candidate numbering (frames refused so far); c_n == 0: none.  Transient: not checkpointed.
@@ -130,7 +135,7 @@ class Streams:
     ) -> Advance:
         """Account for one frame of each of the (unique) ``entity`` streams; return what to apply.
 
-        ``rx_s`` is each frame's receipt on the monitor's listening clock, ``wall_s`` on its wall clock
+        ``rx_s`` is each frame's receipt on the monitor's listening clock, ``wall_s`` on its receive clock
         (NaN where unknown: then no receive offset is judged); ``shed``, how many of its stream's frames the
         monitor itself refused before decoding since the last it kept (over their share: counted there, and
         lost here as a gap), which the seq may lead by beyond what the time could hold.

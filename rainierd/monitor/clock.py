@@ -1,6 +1,13 @@
-"""The monitor's listening clock: entities age only while the monitor can
-actually hear them, so a broker outage, its own backlog or a stalled process
-never makes a healthy fleet look silent.
+"""The monitor's two clocks of its own.
+
+The listening clock: entities age only while the monitor can actually hear
+them, so a broker outage, its own backlog or a stalled process never makes a
+healthy fleet look silent.
+
+The receive clock: when each message arrived, in wall seconds, but moved on
+by the monotonic clock only, so a step of the host's clock (NTP, an
+operator) never reads as every publisher's frames arriving late or early
+(their receive lags are judged against each one's floor: monitor/load.py).
 """
 
 from __future__ import annotations
@@ -9,7 +16,7 @@ import asyncio
 import time
 from collections.abc import Callable
 
-__all__ = ["ListeningClock"]
+__all__ = ["ListeningClock", "ReceiveClock"]
 
 
 class ListeningClock:
@@ -65,3 +72,22 @@ class ListeningClock:
         while True:
             self.observe()
             await asyncio.sleep(interval_s)
+
+
+class ReceiveClock:
+    """Wall seconds as the wall clock read at the start, moved on by the monotonic clock since.
+
+    Publishers' receive offsets and the monitor's load are measured on it: a
+    step of the monitor's wall clock moves neither.  It drifts from the wall
+    clock by the steps made since the start, which no judgement needs.
+    """
+
+    def __init__(
+        self, *, wall: Callable[[], float] = time.time, monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._monotonic = monotonic
+        self._base = wall() - monotonic()
+
+    def now(self) -> float:
+        """Return the receive clock's reading now."""
+        return self._base + self._monotonic()

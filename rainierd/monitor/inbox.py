@@ -21,6 +21,7 @@ from typing import Final
 import structlog
 
 from rainierd.core.ingest import Message
+from rainierd.monitor.clock import ReceiveClock
 from rainierd.monitor.rejections import RejectionLog
 from rainierd.monitor.shares import Shares
 from rainierd.monitor.snapshot import Receipts
@@ -62,12 +63,16 @@ class Inbox:
     def __init__(
         self, *, max_frame_bytes: int, max_backlog_bytes: int, listening_s: Callable[[], float],
         rejections: RejectionLog, shares: Shares | None = None, monotonic_s: Callable[[], float] = time.monotonic,
+        receive_clock: ReceiveClock | None = None,
     ) -> None:
         self.max_frame_bytes, self.max_backlog_bytes = max_frame_bytes, max_backlog_bytes
         self._listening_s = listening_s
         self._rejections = rejections
         self.shares = shares  # None: no per-publisher shares (a test's or a benchmark's inbox)
         self.monotonic_s = monotonic_s  # the shares' clock (a test's own)
+        # Receipts are stamped on it, never on the wall clock itself: a step of this host's clock would
+        # otherwise read as every publisher's frames arriving late (monitor/clock.py).
+        self.receive_clock = receive_clock or ReceiveClock()
         self._overflowing = False  # in an episode of backlog overflow (logged once each)
         self.peak_bytes = 0  # the most payload bytes waiting since the last ``burst_over``
         self.peak_messages = 0
@@ -111,7 +116,7 @@ class Inbox:
         else:
             shed = 0
         queue = self._queue
-        queue.append(Message(self._listening_s(), topic, payload, time.time(), shed))
+        queue.append(Message(self._listening_s(), topic, payload, self.receive_clock.now(), shed))
         self.last_rx_s = now_s
         self.bytes += size
         self.peak_bytes = max(self.peak_bytes, self.bytes)

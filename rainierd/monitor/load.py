@@ -2,16 +2,23 @@
 
 Behind means: the inbox overflowed, the oldest message waited over two
 ticks, the analysis took longer than a tick, or messages now reach the inbox
-later than their usual floor (they queue before it, in the socket or the
-broker).  That floor is each node stream's own (``core/streams.py``): the
-lag judged is a frame's excess over its own stream's, so a node's clock skew
-never counts, and a sample time the stream has not confirmed never reaches
-it (such frames are refused).  Queueing delays every stream alike, so
-``receive_lag`` also needs the excess in at least ``LATE_STREAMS_SHARE`` of
-the streams a window usually carries (and at least two): one node's frames,
-late or lying, never make the fleet "overloaded".  While behind, the listening clock stops (silence is not judged)
-and ``/readyz`` says so; it ends after a few clean windows, so it does not
-flap.
+later than usual (they queue before it, in the socket or the broker).
+
+Later than usual is judged per publisher, never against the fleet: each
+frame's receive lag (its receipt on the monitor's receive clock minus its
+sample time) is taken over its own stream's floor, the learned offset of
+that node's publisher (``core/streams.py``), so a publisher's clock skew,
+its sampling phase and its jitter never count, nor does a step of the
+monitor's own clock (the receive clock is monotonic), and a sample time the
+stream has not confirmed never reaches it (such frames are refused).
+``receive_lag`` is raised when the window's median excess is over
+``max(tick, LATE_AFTER_S)`` (1 s), and the frames over it come from at least
+``LATE_STREAMS_SHARE`` of the most streams a window carried in the last
+``RECEIVE_LAG_HISTORY`` windows (and at least two): queueing delays every
+stream alike, while one node's frames, late or lying, never make the fleet
+"overloaded".  While behind, the listening clock stops (silence is not
+judged) and ``/readyz`` says so; it ends after a few clean windows, so it
+does not flap.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ log = structlog.get_logger("rainierd.monitor")
 CLEAN_WINDOWS_TO_RECOVER: Final = 3  # analyses without a sign of overload before it ends
 RECEIVE_LAG_HISTORY: Final = 300  # windows over which the usual number of streams a window carries is taken
 LATE_STREAMS_SHARE: Final = 0.1  # of those, the share whose frames must come late for receive_lag
+LATE_AFTER_S: Final = 1.0  # excess over a stream's floor that is late: this or a tick, whichever is longer
 
 
 class LoadJudge:
@@ -70,7 +78,7 @@ class LoadJudge:
         # Messages that queue before the inbox (socket, broker) show as a
         # receive lag above each stream's own floor, in many streams at once.
         self._streams.append(streams_heard)
-        bound = max(self._tick_s, 1.0)
+        bound = max(self._tick_s, LATE_AFTER_S)
         if receive_excess_s.size and float(np.median(receive_excess_s)) > bound:
             late = int(np.unique(receive_entity[receive_excess_s > bound]).size)
             if late >= max(2, LATE_STREAMS_SHARE * max(self._streams)):

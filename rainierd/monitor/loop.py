@@ -158,7 +158,7 @@ class Monitor:
         """Analyse what arrived since the last call and publish a new snapshot."""
         started = time.perf_counter()
         window = self.inbox.take_window()
-        waited_s = time.time() - window[0].rx_wall_s if window else 0.0
+        waited_s = self.inbox.receive_clock.now() - window[0].rx_wall_s if window else 0.0
         # Events are numbered by the monitor's own analyses: publishers' ticks
         # are each their own and are never compared.
         job = asyncio.ensure_future(self._analyse_locked(window, tick=self.generation + 1))

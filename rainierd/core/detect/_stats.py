@@ -147,7 +147,11 @@ def ewma(previous: F32, current: Floats, mask: B, *, alpha: float) -> F32:
 
 @dataclass(eq=False)
 class ClippedCusum:
-    """One-sided CUSUM per entity: S = clip(S + min(x, cap) - k, 0, ceiling); alarm while S >= h."""
+    """One-sided CUSUM per entity: S = clip(S + min(x, cap) - k, 0, ceiling); alarm while S >= h.
+
+    In alarm, a step under k drains at least k: from the ceiling, S falls under h in
+    (ceiling - h) / k clean seconds whatever the noise of the clean evidence.
+    """
 
     k: float
     h: float
@@ -182,12 +186,22 @@ class ClippedCusum:
         ``scratch`` (an array like ``x``, float32) saves allocating a fleet-sized step.
         """
         known = mask & ~np.isnan(x)
+        # In alarm, clean evidence (under k) drains at least k a second, however close to k it is: the
+        # ceiling then bounds how long an alarm outlives its cause (drain_s), as docs/detection.md says.
+        # Below h nothing changes, so what raises, and when, is as before.  Few entities are in alarm.
+        alarmed = np.flatnonzero(self.s >= np.float32(self.h))
         step = np.minimum(x, np.float32(self.cap), out=scratch, dtype=np.float32)
         np.copyto(step, np.float32(0.0), where=np.isnan(step))
         step -= np.float32(self.k)
         if seconds is not None:
-            step *= np.fmax(seconds, np.float32(0.0)).astype(np.float32, copy=False)  # NaN: 0 s
+            interval = np.fmax(seconds, np.float32(0.0)).astype(np.float32, copy=False)  # NaN: 0 s
+            step *= interval
             np.minimum(step, np.float32(self.h / self.samples), out=step)
+        if alarmed.size:
+            full = np.float32(-self.k) * (np.broadcast_to(interval, step.shape)[alarmed] if seconds is not None
+                                          else np.float32(1.0))
+            moved = step[alarmed]
+            step[alarmed] = np.where(moved < 0, np.minimum(moved, full), moved)
         step += self.s
         np.clip(step, 0.0, self.ceiling, out=step)
         np.copyto(self.s, step, where=known)

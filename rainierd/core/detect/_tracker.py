@@ -45,7 +45,6 @@ class StateTracker:
     bad_ticks: npt.NDArray[np.int32]  # samples in the current bad streak (for the onset tick)
     bad_s: F32  # seconds in the current bad streak
     good_s: F32  # seconds in the current clean streak
-    hold_s: F32  # extra clean seconds needed to clear (e.g. a flapping link)
 
     @classmethod
     def create(cls, n: int, *, raise_after_s: list[float], clear_after_s: float) -> StateTracker:
@@ -55,7 +54,7 @@ class StateTracker:
 
         return cls(np.asarray(raise_after_s, dtype=np.float32), float(clear_after_s), zeros(np.int8),
                    zeros(np.int32), np.full(n, -1, dtype=np.int64), zeros(np.int32), zeros(np.float32),
-                   zeros(np.float32), zeros(np.float32))
+                   zeros(np.float32))
 
     def unhealthy(self) -> I64:
         """Return the ids of the entities not healthy, ascending: ``np.flatnonzero(state)``, found eight states
@@ -69,12 +68,14 @@ class StateTracker:
 
     def update(
         self, candidate: npt.NDArray[np.integer[Any]], reasons: npt.NDArray[np.int32], evidence: npt.NDArray[np.bool_],
-        tick: int, *, seconds: Floats | float = 1.0,
+        tick: int, *, seconds: Floats | float = 1.0, holding: npt.NDArray[np.bool_] | None = None,
     ) -> Transitions:
         """Fold this tick's candidates in where ``evidence`` (a new sample) exists.
 
         ``seconds`` is each entity's sample interval (or one figure for all);
         an unknown (NaN) interval counts as the shortest possible, none.
+        ``holding`` marks entities that may not clear now, however clean (a
+        link within the flap hold of its last blip); their clean streak goes on.
         """
         # Only entities that are, or may be becoming, unhealthy need any work.
         # For every other one nothing changes that is ever read: its bad
@@ -87,7 +88,7 @@ class StateTracker:
         ev = evidence[busy]
         interval = np.nan_to_num(np.broadcast_to(np.asarray(seconds, np.float32), candidate.shape)[busy], nan=0.0)
         state, reason, onset = self.state[busy], self.reason[busy], self.onset[busy]
-        bad_ticks, bad_s, good_s, hold_s = self.bad_ticks[busy], self.bad_s[busy], self.good_s[busy], self.hold_s[busy]
+        bad_ticks, bad_s, good_s = self.bad_ticks[busy], self.bad_s[busy], self.good_s[busy]
         bad = ev & (cand > 0)
         good = ev & (cand == 0)
         bad_ticks = np.where(bad, bad_ticks + 1, np.where(good, 0, bad_ticks))
@@ -100,11 +101,12 @@ class StateTracker:
         onset = np.where(rising & (state == 0), tick - bad_ticks + 1, onset)
         state = np.where(rising, cand, state)
         reason = np.where(bad & (state > 0), reason | reasons[busy], reason)
-        clearing = (state > 0) & good & (good_s >= self.clear_after_s + hold_s)
+        clearing = (state > 0) & good & (good_s >= self.clear_after_s)
+        if holding is not None:
+            clearing &= ~holding[busy]
         state = np.where(clearing, 0, state)
         reason = np.where(clearing, 0, reason)
-        hold_s = np.where(clearing, np.float32(0.0), hold_s)
         self.state[busy], self.reason[busy], self.onset[busy] = state, reason, onset
-        self.bad_ticks[busy], self.bad_s[busy], self.good_s[busy], self.hold_s[busy] = bad_ticks, bad_s, good_s, hold_s
+        self.bad_ticks[busy], self.bad_s[busy], self.good_s[busy] = bad_ticks, bad_s, good_s
         changed = np.flatnonzero(state != before)
         return Transitions(busy[changed], before[changed].astype(np.int64), state[changed].astype(np.int64))

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 
 from rainierd._types import F32, I64, B
 from rainierd.core.detect._baseline import Baseline
@@ -44,10 +45,13 @@ class NeuronLinkParams(PathParams):
     idle_below: float = 0.05  # a group whose links carry under this share of their levels is not communicating
     bandwidth_band: float = 0.5  # a learned level under this share of its kind's is degraded whatever it learned
     flap_window_s: float = 60.0  # decay time of the drop count
-    flap_drops: float = 1.8  # ~2 drops within the window is flapping
-    flap_hold_s: float = 25.0  # extra clean seconds a link that blipped recently needs to clear
+    # Two drops within the window are flapping: the count after a drop is 1 + e^(-gap / window) >= this.
+    flap_drops: float = 1.0 + float(np.exp(-1.0))
+    # A link whose last drop was a blip clears this long after the blip ended (and not before clear_after_s
+    # clean): merging blips up to 30 s apart (the longest up period of a flap) into one event needs it.
+    flap_clear_s: float = 30.0
     # A drop this short is a blip, the flapping signature (down 0.5-3 s, up 5-30 s: MegaScale, Alibaba
-    # HPN): only after a blip does a link wait flap_hold_s to clear.  A link that was down longer was
+    # HPN): only after a blip does a link wait flap_clear_s to clear.  A link that was down longer was
     # reseated, replaced or retrained for good, and clears like any other fault.
     flap_blip_s: float = 15.0
     recent_drop: float = 0.3  # drop count above which a drop was recent (~70 s)
@@ -84,6 +88,7 @@ class LinkDetector:
         self.was_dropped = np.zeros(n, dtype=bool)
         self.down_s = np.zeros(n, np.float32)  # seconds of the current (or last) run of dropped samples
         self.last_down_s = np.full(n, np.inf, np.float32)  # how long the last drop that ended lasted
+        self.up_s = np.full(n, np.inf, np.float32)  # seconds of samples since the last drop ended
         self.was_low = np.zeros(n, dtype=bool)  # the last sample's bandwidth was near zero with lanes up
         self.now_ratio = np.ones(n, np.float32)  # the latest such ratio
         # A drop (lanes gone, or bandwidth far below any noise) raises at once.
@@ -151,6 +156,8 @@ class LinkDetector:
         np.copyto(self.down_s, np.float32(0.0), where=begins)
         np.add(self.down_s, np.nan_to_num(held, nan=0.0), out=self.down_s, where=dropped)
         np.copyto(self.last_down_s, self.down_s, where=fresh & ~dropped & self.was_dropped)
+        np.copyto(self.up_s, np.float32(0.0), where=dropped)
+        np.add(self.up_s, np.nan_to_num(held, nan=0.0), out=self.up_s, where=fresh & ~dropped)
         np.copyto(self.was_dropped, dropped, where=fresh)
 
     def _kind_centers(
@@ -291,21 +298,44 @@ class LinkDetector:
         del errors
         flag(reasons, self.drops >= p.flap_drops, Reason.FLAPPING)
         flag(reasons, dropped, Reason.DOWN)
-        # A drop raises at once; a link that blipped (dropped briefly) recently must stay clean
-        # for flap_hold_s more before it clears, so a flapping link is one
+        # A drop raises at once; a link that blipped (dropped briefly) recently clears only
+        # flap_clear_s after its last blip ended, so a flapping link is one
         # event for its whole episode, never a string of downs.  Flapping names
         # the episode but holds nothing by itself: the hold does, for a bounded
         # time after the last drop, however many drops came before.
         candidate = ((reasons & ~np.int32(Reason.FLAPPING)) != 0).astype(np.int8)  # DEGRADED
         candidate[dropped] = DOWN
-        blipped = np.where(self.last_down_s < p.flap_blip_s, np.float32(p.flap_hold_s), np.float32(0.0))
-        np.copyto(self.tracker.hold_s, blipped, where=self.drops > p.recent_drop)
-        changes = self.tracker.update(candidate, reasons, fresh, tick,
-                                      seconds=held)
+        changes = self._track(candidate, reasons, fresh, tick, held)
         del candidate, reasons
         level = self._per_node_kind(share, pace)  # share is spent: its buffer is level's
         self._learn(level, latency, fresh & up & ~dropped & communicating, lat_ok, held)
         return changes
+
+    def _track(self, candidate: npt.NDArray[np.int8], reasons: npt.NDArray[np.int32], fresh: B, tick: int,
+               held: F32) -> Transitions:
+        """Fold the candidates into the tracker, a link within flap_clear_s of its last blip held; return the
+        state changes, and the links found flapping in the state they are in (``_found_flapping``)."""
+        p = self.params
+        holding = (self.drops > p.recent_drop) & (self.last_down_s < p.flap_blip_s) & (self.up_s < p.flap_clear_s)
+        unhealthy = self.tracker.unhealthy()
+        was_flapping = (self.tracker.reason[unhealthy] & np.int32(Reason.FLAPPING)) != 0
+        changes = self.tracker.update(candidate, reasons, fresh, tick, seconds=held, holding=holding)
+        return self._found_flapping(changes, unhealthy[~was_flapping])
+
+    def _found_flapping(self, changes: Transitions, candidates: I64) -> Transitions:
+        """Return ``changes`` with the links of ``candidates`` (unhealthy before this update, not flapping)
+        that are flapping now in the same state: their event names it (the raise, on the first drop, cannot)."""
+        t = self.tracker
+        state = t.state[candidates]
+        found = candidates[(state > 0) & ((t.reason[candidates] & np.int32(Reason.FLAPPING)) != 0)
+                           & ~np.isin(candidates, changes.ids)]
+        if not found.size:
+            return changes
+        now = t.state[found].astype(np.int64)
+        ids = np.concatenate([changes.ids, found])
+        order = np.argsort(ids, kind="stable")
+        return Transitions(ids[order], np.concatenate([changes.before, now])[order],
+                           np.concatenate([changes.after, now])[order])
 
     def _learn(self, level: F32, latency: F32, bw_ok: B, lat_ok: B, dt: F32) -> None:
         """Fold the sample into the baselines of healthy links with little evidence against them (_baseline.py)."""

@@ -18,7 +18,11 @@ __all__ = ["FlushResult", "Message", "Received"]
 
 @dataclass(frozen=True, slots=True)
 class Message:
-    """One MQTT message as received: when (listening clock, and wall clock), where, what."""
+    """One MQTT message as received: when (listening clock, and receive clock), where, what.
+
+    ``rx_wall_s`` is on the monitor's receive clock: wall seconds, but moved on by the monotonic clock only
+    (``monitor/inbox.py``), so a step of the monitor's own clock never shows as a change of every receive lag.
+    """
 
     rx_s: float
     topic: str
