@@ -12,7 +12,7 @@ import statistics
 import time
 from collections.abc import Collection, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 import numpy as np
@@ -44,12 +44,14 @@ from benchmarks.detect.placing import (
 )
 from rainierd.core.analysis import MonitorCore
 from rainierd.core.config import MonitorConfig
+from rainierd.hardware import TRN2
 from rainierd.pace import CAUSES
 from rainierd.sim.faults import Fault, FaultKind
 from rainierd.sim.fleet import FleetModel, FleetParams
 from rainierd.sim.frames import tick_batches
-from rainierd.sim.workload import JobSpec
-from rainierd.topology import build_fleet
+from rainierd.sim.profile import Profile
+from rainierd.sim.workload import JobMix, JobSpec
+from rainierd.topology import Topology, build_fleet
 
 __all__ = [
     "DEFAULT_PROFILES", "FULL", "HEADLINE_TICK_S", "QUICK", "Job", "JobRowRun", "Scale", "available_profiles",
@@ -104,6 +106,20 @@ def _profile_kwargs(name: str) -> dict[str, Any]:
     return {} if profile is None else {"profile": profile}
 
 
+def fleet_of(profile: str, ultraservers: int) -> Topology:
+    """Return the fleet a run of ``profile`` watches: the profile's shape (sites, partial UltraServers, EFA
+    ports), or one site of whole UltraServers for a simulator without profiles.
+    """
+    prof = available_profiles().get(profile)
+    name = f"bench-{ultraservers}"
+    return prof.fleet(ultraservers, name=name) if isinstance(prof, Profile) else build_fleet(1, ultraservers, name=name)
+
+
+def _profile_job_mix(profile: str) -> bool:
+    prof = available_profiles().get(profile)
+    return isinstance(prof, Profile) and prof.job_mix
+
+
 def run_fleet(
     ultraservers: int, faults: list[Fault], *, seed: int, ticks: int, noise: float = 1.0,
     tick_s: float = 1.0, profile: str = "ideal", job_mix: bool = False,
@@ -115,17 +131,22 @@ def run_fleet(
     Raises KeyError for a ``profile`` the simulator does not have.
     """
     started = time.perf_counter()
-    topo = build_fleet(1, ultraservers, name=f"bench-{ultraservers}")
+    topo = fleet_of(profile, ultraservers)
+    # A profile that runs the job mix runs it everywhere; its fault runs keep every UltraServer in a job, so
+    # that each fault slows work the monitor can see (a fault in an idle UltraServer is a question of its own).
+    mix = job_mix or _profile_job_mix(profile)
     # One simulated day per run, so the diurnal swing is always in it.
-    params = FleetParams(noise=noise, time_scale=86_400.0 / (ticks * tick_s), jobs="mix" if job_mix else "none")
+    params = FleetParams(noise=noise, time_scale=86_400.0 / (ticks * tick_s), jobs="mix" if mix else "none",
+                         job_mix=JobMix(target_allocated=1.0) if mix and faults else JobMix())
     diurnal = Fault(FaultKind.DIURNAL, 0, 0.02, 0, ticks)
     model = FleetModel(topo, np.random.default_rng(seed), tick_s=tick_s, start_s=0.0, params=params,
                        faults=[*faults, diurnal], **_profile_kwargs(profile))
-    core = MonitorCore(topo, MonitorConfig(tick_s=tick_s))
+    core = MonitorCore(topo, MonitorConfig(tick_s=tick_s,
+                                           hardware=replace(TRN2, efa_ports_per_node=topo.efa_ports_per_node)))
     result = RunResult(faults, [], topo.n_chips, ticks, tick_s=tick_s, profile=profile,
                        lost_truth=dict.fromkeys(CAUSES, 0.0), lost_estimate=dict.fromkeys(CAUSES, 0.0))
     settled = ticks_of(WARMUP_S / 2, tick_s)
-    log = PhaseLog(topo.n_ultraservers) if job_mix else None
+    log = PhaseLog(topo.n_ultraservers) if mix else None
     for tick in range(ticks):
         sample = model.step(tick)
         if log is not None:
@@ -264,7 +285,8 @@ def bench_detect(
                                                                                   kinds=kinds,
                                                                                   checkpoints=job_row_checkpoints)]
             plan += [Job(profile, tick_s, False, us, faults, seed, run_ticks, noise)
-                     for us, faults, seed, run_ticks in fault_runs(seeds, ultraservers, tick_s=tick_s, kinds=kinds)]
+                     for us, faults, seed, run_ticks in fault_runs(seeds, ultraservers, tick_s=tick_s, kinds=kinds,
+                                                                     fleet=lambda n, p=profile: fleet_of(p, n))]
             plan += [Job(profile, tick_s, True, control_ultraservers, [], 500_000 + s,
                          ticks_of(control_seconds, tick_s), noise, job_mix) for s in range(control_seeds)]
     results = _run_all(plan, jobs, Progress(len(plan)) if progress is None else progress)
