@@ -16,10 +16,10 @@ from benchmarks.__main__ import main
 from benchmarks.detect import RunResult, fault_runs, grade, ticks_of
 from benchmarks.detect.alarms import poisson_upper, rates_by_class
 from benchmarks.detect.grading import control
-from benchmarks.detect.running import control_shapes
 from benchmarks.detect.jobgrading import culprit_found, grade_job_rows
 from benchmarks.detect.jobrows import JobRecord, JobRunResult, job_row_runs
 from benchmarks.detect.phases import PhaseLog
+from benchmarks.detect.running import control_shapes
 from rainierd.core.detect import Event
 from rainierd.sim.faults import Fault, FaultKind, fault_ultraservers
 from rainierd.topology import build_fleet

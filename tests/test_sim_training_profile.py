@@ -74,7 +74,8 @@ class TestClocks:
         offset = stamped - sampled
         present = FLEET.node_present
         assert np.ptp(offset, axis=0).max() < 1e-9  # fixed per agent
-        assert (np.abs(offset[0]) <= 1.5).all() and offset[0].max() > 0.5 and offset[0].min() < -0.5
+        assert (np.abs(offset[0]) <= 1.5).all()
+        assert (offset[0].max() > 0.5, offset[0].min() < -0.5) == (True, True)  # both ways
         phase = sampled - nominal
         assert np.ptp(phase.mean(axis=0)) > 0.3  # agents out of phase with each other
         assert np.std(phase - phase.mean(axis=0), axis=0).mean() == pytest.approx(0.025, rel=0.2)
@@ -127,7 +128,8 @@ class TestTraffic:
         """A NeuronLink's bandwidth gauge is its counter's delta over its agent's true interval."""
         _model, samples = run(6)
         a, b = samples[-2:]
-        assert a.node_sampled_t_s is not None and b.node_sampled_t_s is not None
+        assert a.node_sampled_t_s is not None
+        assert b.node_sampled_t_s is not None
         dt = (b.node_sampled_t_s - a.node_sampled_t_s)[FLEET.link_node]
         delta = b.links["tx_bytes_total"].astype(float) - a.links["tx_bytes_total"].astype(float)
         assert delta / dt == pytest.approx(b.links["bw_bytes_s"].astype(float), rel=1e-6, abs=2.0)
@@ -151,10 +153,13 @@ class TestFleet:
         """The profile runs the job mix: jobs hold most UltraServers and at least one idles."""
         _model, samples = run(2)
         truth = samples[-1].truth
-        assert truth.jobs and truth.unallocated is not None and len(truth.unallocated) >= 1
+        assert truth.jobs
+        assert truth.unallocated is not None
+        assert len(truth.unallocated) >= 1
 
     def test_noisy_trickles_differ_by_port(self) -> None:
         """Healthy ports retransmit at a trickle that differs from port to port (as in the realistic profile)."""
         model, _samples = run(1)
         trickle = model._static.efa_retrans_per_s
-        assert trickle.min() > 0 and trickle.max() / trickle.min() > 10
+        assert trickle.min() > 0
+        assert trickle.max() / trickle.min() > 10

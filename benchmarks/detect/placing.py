@@ -123,18 +123,18 @@ def place(cell: Cell, topo: Topology, us: int, rng: np.random.Generator, start: 
 
 def fault_runs(
     seeds: int, ultraservers: int, *, tick_s: float = 1.0, kinds: Collection[FaultKind] | None = None,
-    fleet: Callable[[int], Topology] | None = None,
+    build: Callable[[int], Topology] | None = None,
 ) -> list[tuple[int, list[Fault], int, int]]:
     """Return (ultraservers, faults, seed, ticks) of every fault run; slow faults run apart, for longer.
 
     The draws do not depend on ``tick_s``: every tick length gets the same faults at the same times.
-    ``fleet`` builds the fleet of a number of UltraServers (default: one site of whole ones); faults land
+    ``build`` builds the fleet of a number of UltraServers (default: one site of whole ones); faults land
     only on what it has, so a profile with partial UltraServers draws other targets in those.
     """
     per_run = max(1, ultraservers // 4)  # faults stay a minority of peers
     warmup, jitter = ticks_of(WARMUP_S, tick_s), ticks_of(JITTER_S, tick_s)
     sizes = (ultraservers, min(ultraservers, SLOW_ULTRASERVERS))
-    topos = tuple((fleet or (lambda n: build_fleet(1, n)))(n) for n in sizes)
+    topos = tuple(build(n) if build is not None else build_fleet(1, n) for n in sizes)
     all_cells = cells(kinds)
     runs = []
     for seed in range(seeds):

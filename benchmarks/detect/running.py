@@ -14,6 +14,7 @@ import time
 from collections.abc import Collection, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, Final
 
 import numpy as np
@@ -313,7 +314,7 @@ def bench_detect(
                                                                                   checkpoints=job_row_checkpoints)]
             plan += [Job(profile, tick_s, False, us, faults, seed, run_ticks, noise)
                      for us, faults, seed, run_ticks in fault_runs(seeds, ultraservers, tick_s=tick_s, kinds=kinds,
-                                                                     fleet=lambda n, p=profile: fleet_of(p, n))]
+                                                                     build=partial(fleet_of, profile))]
             shapes = ([(control_ultraservers, control_seconds)] * control_seeds
                       if control_chip_days is None or profile != profiles[0]
                       else control_shapes(control_chip_days, ultraservers=control_ultraservers,

@@ -24,7 +24,10 @@ all randomness comes from the injected generator, so a seed fixes every value.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+import numpy.typing as npt
 
 from rainierd._types import F64, B
 from rainierd.hardware import TRN2, Trainium2
@@ -221,7 +224,7 @@ class FleetModel:
         phase = self.training.cycle_phase()[node_group]
         return self.cycle.seconds(noise.node_t0 - self.start_s, noise.node_t1 - self.start_s, phase)
 
-    def _counted(self, rate: F64, per_node: int) -> F64:
+    def _counted(self, rate: npt.NDArray[np.floating[Any]], per_node: int) -> F64:
         """Return what each entity's byte counter adds this tick at a mean ``rate`` a second.
 
         Flat traffic: rate x its node's interval.  With a step cycle, rate x
