@@ -223,6 +223,8 @@ def control(results: list[RunResult], seconds: float) -> dict[str, Any]:
         "composition": [{"runs": n, "chips": chips, "seconds": secs, "chip_days": n * chips * secs / 86_400.0}
                         for (chips, secs), n in sorted(shapes.items())],
         "false_alarms": len(events),
+        # What the control cost: its runs' seconds in their worker processes, summed (the CPU it needs).
+        "run_seconds": sum(r.seconds for r in results),
         "false_alarms_per_day_per_10k_chips": len(events) / units if units else None,
         # The exact one-sided Poisson bound: 3.0 / exposure with no alarm seen.
         "upper_95_per_day_per_10k_chips": poisson_upper(len(events)) / units if units else None,
