@@ -52,7 +52,7 @@ from rainierd.sim.faults import Fault, FaultKind
 from rainierd.sim.fleet import FleetModel, FleetParams
 from rainierd.sim.frames import tick_batches
 from rainierd.sim.profile import Profile
-from rainierd.sim.workload import JobMix, JobSpec
+from rainierd.sim.workload import JobSpec
 from rainierd.topology import Topology, build_fleet
 
 __all__ = [
@@ -157,15 +157,19 @@ def run_fleet(
     """
     started = time.perf_counter()
     topo = fleet_of(profile, ultraservers)
-    # A profile that runs the job mix runs it everywhere; its fault runs keep every UltraServer in a job, so
-    # that each fault slows work the monitor can see (a fault in an idle UltraServer is a question of its own).
-    mix = job_mix or _profile_job_mix(profile)
+    kwargs = _profile_kwargs(profile)
+    # A profile that runs the job mix runs it in its control runs, as --job-mix does; its fault runs keep the
+    # fixed groups of one UltraServer, as every fault run does: a fault in a job of many UltraServers slows
+    # or stalls all of them, which this grading (one fault, its entity) cannot tell from false alarms and
+    # the in-process monitor, told no jobs, cannot price.  Faults inside jobs are the job rows' (--job-rows).
+    mix = job_mix or (not faults and _profile_job_mix(profile))
+    if faults and "profile" in kwargs:
+        kwargs["profile"] = replace(kwargs["profile"], job_mix=False)
     # One simulated day per run, so the diurnal swing is always in it.
-    params = FleetParams(noise=noise, time_scale=86_400.0 / (ticks * tick_s), jobs="mix" if mix else "none",
-                         job_mix=JobMix(target_allocated=1.0) if mix and faults else JobMix())
+    params = FleetParams(noise=noise, time_scale=86_400.0 / (ticks * tick_s), jobs="mix" if mix else "none")
     diurnal = Fault(FaultKind.DIURNAL, 0, 0.02, 0, ticks)
     model = FleetModel(topo, np.random.default_rng(seed), tick_s=tick_s, start_s=0.0, params=params,
-                       faults=[*faults, diurnal], **_profile_kwargs(profile))
+                       faults=[*faults, diurnal], **kwargs)
     core = MonitorCore(topo, MonitorConfig(tick_s=tick_s,
                                            hardware=replace(TRN2, efa_ports_per_node=topo.efa_ports_per_node)))
     # Chips that exist: a partial UltraServer's absent nodes hold none (the chip-days of a control).
