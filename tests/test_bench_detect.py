@@ -22,6 +22,7 @@ from benchmarks.detect.phases import PhaseLog
 from benchmarks.detect.running import control_shapes
 from rainierd.core.detect import Event
 from rainierd.sim.faults import Fault, FaultKind, fault_ultraservers
+from rainierd.sim.profile import PROFILES
 from rainierd.topology import build_fleet
 
 
@@ -351,6 +352,15 @@ class TestFalseAlarmReporting:
         shapes = control_shapes(1_000.0, ultraservers=64, seconds=3_600.0)
         assert shapes == [(64, 3_600.0)] * 3 + [(16, 21_600.0)] * 2
         assert sum(us * 64 * secs for us, secs in shapes) / 86_400 >= 1_000.0
+
+    def test_control_shapes_count_present_chips(self) -> None:
+        """With partial UltraServers (the training profile's), more runs reach the same present chip-days."""
+        training = PROFILES["training"]
+        shapes = control_shapes(1_000.0, ultraservers=64, seconds=3_600.0,
+                                chips_of=lambda n: training.fleet(n, name="t").n_present_chips)
+        assert shapes == [(64, 3_600.0)] * 4 + [(16, 21_600.0)] * 3
+        days = sum(training.fleet(us, name="t").n_present_chips * secs for us, secs in shapes) / 86_400
+        assert days >= 1_000.0
 
 
 class TestTimesPerKind:

@@ -11,7 +11,7 @@ import inspect
 import math
 import statistics
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 from functools import partial
@@ -94,14 +94,18 @@ LONG_CONTROL_ULTRASERVERS: Final = 16
 LONG_CONTROL_S: Final = 6 * 3_600.0
 
 
-def control_shapes(chip_days: float, *, ultraservers: int, seconds: float) -> list[tuple[int, float]]:
-    """Return (UltraServers, seconds) of control runs that hold at least ``chip_days`` of whole UltraServers.
+def control_shapes(
+    chip_days: float, *, ultraservers: int, seconds: float, chips_of: Callable[[int], int] | None = None,
+) -> list[tuple[int, float]]:
+    """Return (UltraServers, seconds) of control runs that hold at least ``chip_days`` of present chips.
 
     Half the chip-days from runs of ``ultraservers`` for ``seconds``, half from ``LONG_CONTROL`` runs; each
-    half rounded up to whole runs.  A profile with partial UltraServers holds fewer chips than that.
+    half rounded up to whole runs.  ``chips_of`` gives the present chips of a fleet of so many UltraServers
+    (default: 64 each; a profile with partial UltraServers has fewer).
     """
     def runs_for(days: float, us: int, secs: float) -> int:
-        return max(1, math.ceil(days / (us * 64 * secs / 86_400.0)))
+        chips = chips_of(us) if chips_of is not None else us * 64
+        return max(1, math.ceil(days / (chips * secs / 86_400.0)))
 
     short = runs_for(chip_days / 2, ultraservers, seconds)
     long = runs_for(chip_days / 2, LONG_CONTROL_ULTRASERVERS, LONG_CONTROL_S)
@@ -138,6 +142,11 @@ def fleet_of(profile: str, ultraservers: int) -> Topology:
     prof = available_profiles().get(profile)
     name = f"bench-{ultraservers}"
     return prof.fleet(ultraservers, name=name) if isinstance(prof, Profile) else build_fleet(1, ultraservers, name=name)
+
+
+def present_chips(profile: str, ultraservers: int) -> int:
+    """Return the chips that exist in a fleet of ``ultraservers`` in ``profile``'s shape."""
+    return fleet_of(profile, ultraservers).n_present_chips
 
 
 def _profile_job_mix(profile: str) -> bool:
@@ -322,7 +331,8 @@ def bench_detect(
             shapes = ([(control_ultraservers, control_seconds)] * control_seeds
                       if control_chip_days is None or profile != profiles[0]
                       else control_shapes(control_chip_days, ultraservers=control_ultraservers,
-                                          seconds=control_seconds))
+                                          seconds=control_seconds,
+                                          chips_of=partial(present_chips, profile)))
             plan += [Job(profile, tick_s, True, us, [], 500_000 + s, ticks_of(secs, tick_s), noise, job_mix)
                      for s, (us, secs) in enumerate(shapes)]
     results = _run_all(plan, jobs, Progress(len(plan)) if progress is None else progress)
