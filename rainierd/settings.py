@@ -151,8 +151,10 @@ class Settings(BaseSettings):
         1.0, ge=0.0, le=10.0, description="simulator telemetry noise, 1 = default")
     time_scale: Annotated[float, Use("simulator")] = Field(
         1.0, gt=0.0, le=1e6, description="simulated seconds per tick second (diurnal cycle)")
-    profile: Annotated[Literal["ideal", "realistic"], Use("simulator")] = Field(
-        "ideal", description="simulator telemetry profile: ideal, or realistic (docs/simulator-profiles.md)")
+    profile: Annotated[Literal["ideal", "realistic", "training"], Use("simulator")] = Field(
+        "ideal", description="simulator telemetry profile: ideal, realistic, or training (skewed agent clocks, "
+        "traffic swinging within each step, the job mix; the fleet's shape stays --topology's or the "
+        "inventory's) (docs/simulator-profiles.md)")
     sim_jobs: Annotated[Literal["none", "mix"], Use("simulator")] = Field(
         "none", description="simulator: the fleet runs jobs: none (fixed groups), or mix (a seed-driven job mix; "
         "a scenario's [[job]] entries run either way; docs/scenarios.md, Jobs)")

@@ -14,11 +14,15 @@ import pytest
 
 from benchmarks.__main__ import main
 from benchmarks.detect import RunResult, fault_runs, grade, ticks_of
+from benchmarks.detect.alarms import poisson_upper, rates_by_class
+from benchmarks.detect.grading import control
 from benchmarks.detect.jobgrading import culprit_found, grade_job_rows
 from benchmarks.detect.jobrows import JobRecord, JobRunResult, job_row_runs
 from benchmarks.detect.phases import PhaseLog
+from benchmarks.detect.running import control_shapes
 from rainierd.core.detect import Event
 from rainierd.sim.faults import Fault, FaultKind, fault_ultraservers
+from rainierd.sim.profile import PROFILES
 from rainierd.topology import build_fleet
 
 
@@ -300,3 +304,80 @@ class TestJobRows:
         assert ({(j.checkpoint_every_ticks, j.checkpoint_ticks) for j in jobs}, starts) == ({(180, 60)}, 2)
         assert [(f, [j.ultraservers for j in js]) for js, f, *_ in plain] == [
             (f, [j.ultraservers for j in js]) for js, f, *_ in with_checkpoints]
+
+
+class TestFalseAlarmReporting:
+    """False alarms per day per 10k chips, per entity class, with exact Poisson upper bounds (issue 22 item 8)."""
+
+    @pytest.mark.parametrize(("count", "bound"), [(0, 2.995732), (1, 4.743865), (2, 6.295794), (5, 10.51303),
+                                                  (10, 16.96222), (50, 63.28741)])
+    def test_upper_bound_matches_the_chi_square_table(self, count: int, bound: float) -> None:
+        """The 95 % upper bound is chi2(0.95, 2k + 2) / 2, as tabulated (Garwood's exact interval)."""
+        assert poisson_upper(count) == pytest.approx(bound, rel=1e-5)
+
+    def test_upper_bound_refuses_nonsense(self) -> None:
+        """A negative count or a confidence of 1 has no bound."""
+        with pytest.raises(ValueError, match="Poisson"):
+            poisson_upper(-1)
+        with pytest.raises(ValueError, match="Poisson"):
+            poisson_upper(3, confidence=1.0)
+
+    def test_rates_per_class(self) -> None:
+        """Raised events count under their entity's class, a node's cooling state under cooling, clears
+        never; every class is listed, with its rate and bound over the control's chip-days."""
+        events = [raise_(1, "chip", 3), raise_(2, "chip", 4), raise_(3, "efa", 1), clear(4, "efa", 1),
+                  Event(5, "node", 2, "healthy", "cooling_degraded", ("temperature",), 5),
+                  Event(6, "feed", 0, "healthy", "lost", (), 6)]
+        rates = rates_by_class(events, chip_days=5_000.0)  # half a unit of 10k chip-days
+        assert {k: v["false_alarms"] for k, v in rates.items()} == {
+            "chip": 2, "neuronlink": 0, "efa": 1, "cooling": 1, "node": 0, "ultraserver": 0, "feed": 1}
+        assert (rates["chip"]["per_day_per_10k_chips"], rates["node"]["upper_95_per_day_per_10k_chips"]) == (
+            4.0, pytest.approx(2 * 2.995732, rel=1e-5))
+
+    def test_control_reports_classes_and_composition(self) -> None:
+        """The control's totals, its exact bound and its classes; a big short run and a small long one are
+        listed apart in its composition."""
+        big = RunResult([], [raise_(10, "efa", 5)], chips=4_096, ticks=3_600, tick_s=1.0)
+        small = RunResult([], [], chips=1_024, ticks=21_600, tick_s=1.0)
+        c = control([big, small], 3_600.0)
+        days = (4_096 * 3_600 + 1_024 * 21_600) / 86_400
+        assert (c["chip_days"], c["false_alarms"], c["upper_95_per_day_per_10k_chips"],
+                c["by_class"]["efa"]["false_alarms"], c["composition"]) == (
+            pytest.approx(days), 1, pytest.approx(4.743865 / (days / 1e4), rel=1e-5), 1,
+            [{"runs": 1, "chips": 1_024, "seconds": 21_600.0, "chip_days": 256.0},
+             {"runs": 1, "chips": 4_096, "seconds": 3_600.0, "chip_days": pytest.approx(4_096 / 24)}])
+
+    def test_control_shapes_reach_the_chip_days(self) -> None:
+        """1,000 chip-days: half from 64 UltraServers for an hour (3 runs), half from 16 for 6 h (2 runs)."""
+        shapes = control_shapes(1_000.0, ultraservers=64, seconds=3_600.0)
+        assert shapes == [(64, 3_600.0)] * 3 + [(16, 21_600.0)] * 2
+        assert sum(us * 64 * secs for us, secs in shapes) / 86_400 >= 1_000.0
+
+    def test_control_shapes_count_present_chips(self) -> None:
+        """With partial UltraServers (the training profile's), more runs reach the same present chip-days."""
+        training = PROFILES["training"]
+        shapes = control_shapes(1_000.0, ultraservers=64, seconds=3_600.0,
+                                chips_of=lambda n: training.fleet(n, name="t").n_present_chips)
+        assert shapes == [(64, 3_600.0)] * 4 + [(16, 21_600.0)] * 3
+        days = sum(training.fleet(us, name="t").n_present_chips * secs for us, secs in shapes) / 86_400
+        assert days >= 1_000.0
+
+
+class TestTimesPerKind:
+    def test_every_severity_of_a_kind_together(self) -> None:
+        """Per fault kind, times to detect and to clear pool every severity: two nl_down faults found after
+        2 s and 4 s, cleared 10 s and 20 s after their ends."""
+        first = Fault(FaultKind.NL_DOWN, 5, 0.0, 100, 200)
+        second = Fault(FaultKind.NL_DEGRADED, 9, 0.5, 100, 200)
+        events = [raise_(102, "neuronlink", 5), raise_(104, "neuronlink", 9), clear(210, "neuronlink", 5),
+                  clear(220, "neuronlink", 9)]
+        again = Fault(FaultKind.NL_DEGRADED, 9, 0.7, 300, 400)
+        later = [raise_(306, "neuronlink", 9), clear(430, "neuronlink", 9)]
+        by_kind = grade([RunResult([first, second, again], events + later, chips=64, ticks=500)],
+                        ultraservers=1)["by_kind"]
+        assert by_kind == [
+            {"kind": "nl_degraded", "faults": 2, "detected": 2, "ttd_median_s": 5.0, "ttd_p95_s": pytest.approx(5.9),
+             "ttc_median_s": 25.0, "ttc_p95_s": pytest.approx(29.5), "not_cleared": 0},
+            {"kind": "nl_down", "faults": 1, "detected": 1, "ttd_median_s": 2.0, "ttd_p95_s": 2.0,
+             "ttc_median_s": 10.0, "ttc_p95_s": 10.0, "not_cleared": 0},
+        ]

@@ -63,10 +63,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--control-seconds", "--control-ticks", dest="control_seconds", type=float,
                         help=f"length of each fault-free run (default {FULL.control_seconds:g} s; "
                              f"--quick {QUICK.control_seconds:g} s)")
+    parser.add_argument("--control-chip-days", type=float,
+                        help=f"the headline profile's control in chip-days, half a big fleet for "
+                             f"--control-seconds and half 16 UltraServers for 6 h (default "
+                             f"{FULL.control_chip_days:g}; --quick: none, --control-seeds runs as for the other "
+                             "profiles; 0: none)")
     parser.add_argument("--quick", action="store_true",
                         help="a smoke run: one seed, small fleets, short controls (explicit sizes still win)")
     parser.add_argument("--profile", nargs="+", metavar="NAME",
-                        help="simulator profiles, the first heading the report (default: realistic ideal)")
+                        help="simulator profiles, the first heading the report (default: training realistic ideal)")
     parser.add_argument("--tick", nargs="+", type=float, metavar="SECONDS",
                         help="tick lengths in seconds, e.g. 0.5 1 5 (default 1); other ticks compare against 1 s")
     parser.add_argument("--kinds", nargs="+", metavar="KIND", help="grade only these fault kinds (default: all)")
@@ -128,6 +133,7 @@ def run(args: argparse.Namespace) -> int:
         kinds=kinds, quick=args.quick, job_mix=args.job_mix, job_rows=args.job_rows,
         job_row_seeds=_option(args.job_row_seeds, args.quick, "job_row_seeds"),
         job_row_checkpoints=args.job_row_checkpoints,
+        control_chip_days=_option(args.control_chip_days, args.quick, "control_chip_days") or None,
     )
     if args.output:
         with open(args.output, "w") as out:

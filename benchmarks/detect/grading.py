@@ -24,6 +24,7 @@ from typing import Any, Final
 
 import numpy as np
 
+from benchmarks.detect.alarms import poisson_upper, rates_by_class
 from benchmarks.detect.placing import GRACE_S, tail_seconds, ticks_of
 from rainierd.core.detect import Event
 from rainierd.pace import CAUSES
@@ -161,6 +162,14 @@ def grade(results: Iterable[RunResult], ultraservers: int) -> dict[str, Any]:
 
     precision = {e: true_pos[e] / (true_pos[e] + false_pos[e]) if true_pos[e] + false_pos[e] else 1.0
                  for e in ENTITY.values()}
+    by_kind: dict[str, Tally] = defaultdict(Tally)
+    for (kind, _severity), t in rows.items():
+        k = by_kind[kind]
+        k.faults += t.faults
+        k.detected += t.detected
+        k.ttd_s += t.ttd_s
+        k.ttc_s += t.ttc_s
+        k.not_cleared += t.not_cleared
     table = []
     for (kind, severity), t in sorted(rows.items(), key=lambda kv: (kv[0][0], -kv[0][1])):
         fault_kind = FaultKind(kind)
@@ -177,6 +186,13 @@ def grade(results: Iterable[RunResult], ultraservers: int) -> dict[str, Any]:
         })
     return {
         "rows": table,
+        # Per fault kind, every severity and placement together: what an SRE waits for a page and its clear.
+        "by_kind": [
+            {"kind": kind, "faults": t.faults, "detected": t.detected,
+             "ttd_median_s": _median(t.ttd_s), "ttd_p95_s": _p95(t.ttd_s),
+             "ttc_median_s": _median(t.ttc_s), "ttc_p95_s": _p95(t.ttc_s), "not_cleared": t.not_cleared}
+            for kind, t in sorted(by_kind.items())
+        ],
         "precision_by_entity": precision,
         "true_positives": dict(true_pos),
         "false_positives": dict(false_pos),
@@ -194,18 +210,25 @@ def grade(results: Iterable[RunResult], ultraservers: int) -> dict[str, Any]:
 
 
 def control(results: list[RunResult], seconds: float) -> dict[str, Any]:
-    """Return the false-alarm figures of the fault-free runs."""
+    """Return the false-alarm figures of the fault-free runs: per day per 10k chips, in all and per entity
+    class, each with its exact 95 % Poisson upper bound (``alarms``), and the runs' composition."""
     events = [e for r in results for e in r.events if e.raised]
     chip_days = sum(r.chips * r.ticks * r.tick_s for r in results) / 86_400.0
     units = chip_days / 1e4
+    shapes = Counter((r.chips, r.ticks * r.tick_s) for r in results)
     return {
         "runs": len(results), "chips": results[0].chips if results else 0,
         "ticks": results[0].ticks if results else 0, "seconds": seconds, "chip_days": chip_days,
+        # Which fleets for how long made up the chip-days: a big fleet over a short time, a small one long.
+        "composition": [{"runs": n, "chips": chips, "seconds": secs, "chip_days": n * chips * secs / 86_400.0}
+                        for (chips, secs), n in sorted(shapes.items())],
         "false_alarms": len(events),
+        # What the control cost: its runs' seconds in their worker processes, summed (the CPU it needs).
+        "run_seconds": sum(r.seconds for r in results),
         "false_alarms_per_day_per_10k_chips": len(events) / units if units else None,
-        # With no alarm seen, the 95 % upper bound of a Poisson rate is 3 / exposure.
-        "upper_95_per_day_per_10k_chips": max(3.0, 1.96 * len(events) ** 0.5 + len(events)) / units
-        if units else None,
+        # The exact one-sided Poisson bound: 3.0 / exposure with no alarm seen.
+        "upper_95_per_day_per_10k_chips": poisson_upper(len(events)) / units if units else None,
+        "by_class": rates_by_class(events, chip_days),
         "by_entity": dict(Counter(f"{e.entity}:{e.after}" for e in events)),
         "effective_fp8_error_max": max((max(r.effective_error) for r in results if r.effective_error),
                                        default=None),

@@ -7,7 +7,7 @@ seeds, the same faults at the same seconds for every tick length and profile.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Final
 
@@ -85,15 +85,28 @@ def cells(kinds: Collection[FaultKind] | None = None) -> list[Cell]:
 
 def place(cell: Cell, topo: Topology, us: int, rng: np.random.Generator, start: int, *,
            tick_s: float) -> Fault:
-    """Return the fault of ``cell`` inside UltraServer ``us``; placement 0/1 varies where."""
+    """Return the fault of ``cell`` inside UltraServer ``us``; placement 0/1 varies where.
+
+    In a partial UltraServer the target is one that exists: a present node's, and for a link one whose both
+    ends are present (a whole UltraServer's draws are what they always were).
+    """
     chips = topo.chips_per_node * topo.nodes_per_ultraserver
     nodes, links = topo.nodes_per_ultraserver, topo.links_per_node * topo.nodes_per_ultraserver
     ports = topo.efa_ports_per_node * topo.nodes_per_ultraserver
+    whole = bool(topo.node_present[us * nodes:(us + 1) * nodes].all())
     kind = cell.kind
     if cell.scope == "link":
         ids = np.arange(us * links, (us + 1) * links)
         ring = topo.link_kind[ids] == LINK_KIND_RING
+        if not whole:
+            there = topo.node_present[topo.link_node[ids]] & topo.node_present[topo.chip_node[topo.link_b[ids]]]
+            ids, ring = ids[there], ring[there]
         target = int(rng.choice(ids[ring] if cell.placement else ids[~ring]))  # a ring link or a torus link
+    elif not whole and cell.scope in ("efa", "chip", "node"):
+        of_node = {"efa": topo.efa_node, "chip": topo.chip_node, "node": np.arange(topo.n_nodes)}[cell.scope]
+        per_us = {"efa": ports, "chip": chips, "node": nodes}[cell.scope]
+        ids = np.arange(us * per_us, (us + 1) * per_us)
+        target = int(rng.choice(ids[topo.node_present[of_node[ids]]]))
     elif cell.scope == "efa":
         target = int(rng.integers(us * ports, (us + 1) * ports))
     elif cell.scope == "chip":
@@ -110,15 +123,18 @@ def place(cell: Cell, topo: Topology, us: int, rng: np.random.Generator, start: 
 
 def fault_runs(
     seeds: int, ultraservers: int, *, tick_s: float = 1.0, kinds: Collection[FaultKind] | None = None,
+    build: Callable[[int], Topology] | None = None,
 ) -> list[tuple[int, list[Fault], int, int]]:
     """Return (ultraservers, faults, seed, ticks) of every fault run; slow faults run apart, for longer.
 
     The draws do not depend on ``tick_s``: every tick length gets the same faults at the same times.
+    ``build`` builds the fleet of a number of UltraServers (default: one site of whole ones); faults land
+    only on what it has, so a profile with partial UltraServers draws other targets in those.
     """
     per_run = max(1, ultraservers // 4)  # faults stay a minority of peers
     warmup, jitter = ticks_of(WARMUP_S, tick_s), ticks_of(JITTER_S, tick_s)
     sizes = (ultraservers, min(ultraservers, SLOW_ULTRASERVERS))
-    topos = tuple(build_fleet(1, n) for n in sizes)
+    topos = tuple(build(n) if build is not None else build_fleet(1, n) for n in sizes)
     all_cells = cells(kinds)
     runs = []
     for seed in range(seeds):

@@ -34,11 +34,26 @@ def _print_section(graded: dict[str, Any], cfg: dict[str, Any], profile: str) ->
         for r in graded["comparison"]["rows"]:
             print(f"  {r['kind']} {r['severity']:g}: F1 {_fmt(r['f1_diff'], '+.3f')}, "
                   f"TTD median {_fmt(r['ttd_median_s_diff'], '+g')} s")
+    if by_kind := graded.get("by_kind"):
+        print("per fault kind (every severity and placement):")
+        print("| kind | faults | detected | TTD median s | TTD p95 s | TTC median s | TTC p95 s | not cleared |")
+        print("|---|---|---|---|---|---|---|---|")
+        for k in by_kind:
+            print(f"| {k['kind']} | {k['faults']} | {k['detected']} | {_fmt(k['ttd_median_s'], 'g')} | "
+                  f"{_fmt(k['ttd_p95_s'], '.1f')} | {_fmt(k['ttc_median_s'], 'g')} | {_fmt(k['ttc_p95_s'], '.1f')} | "
+                  f"{k['not_cleared']} |")
     c = graded["control"]
-    print(f"control: {c['runs']} fault-free runs x {c['chips']} chips x {c['seconds']:g} s "
-          f"({c['chip_days']:.0f} chip-days, diurnal swing included): {c['false_alarms']} false alarms = "
-          f"{_fmt(c['false_alarms_per_day_per_10k_chips'], '.2f')} per day per 10k chips "
+    shapes = " + ".join(f"{s['runs']} x {s['chips']} chips x {s['seconds']:g} s"
+                        for s in c.get("composition", [])) or f"{c['runs']} runs"
+    print(f"control: {shapes} ({c['chip_days']:.0f} chip-days, diurnal swing included): {c['false_alarms']} "
+          f"false alarms = {_fmt(c['false_alarms_per_day_per_10k_chips'], '.2f')} per day per 10k chips "
           f"(95 % upper bound {_fmt(c['upper_95_per_day_per_10k_chips'], '.2f')}) {c['by_entity']}")
+    if by_class := c.get("by_class"):
+        print("| entity class | false alarms | per day per 10k chips | 95 % upper bound |")
+        print("|---|---|---|---|")
+        for name, v in by_class.items():
+            print(f"| {name} | {v['false_alarms']} | {_fmt(v['per_day_per_10k_chips'], '.2f')} | "
+                  f"{_fmt(v['upper_95_per_day_per_10k_chips'], '.2f')} |")
     if (jp := c.get("job_phases")) is not None:
         print(f"job-mix control: phases entered {jp['phase_entries']} "
               f"(UltraServers {jp['phase_entered_ultraservers']})")

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import math
 import statistics
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, Final
 
 import numpy as np
@@ -44,21 +46,24 @@ from benchmarks.detect.placing import (
 )
 from rainierd.core.analysis import MonitorCore
 from rainierd.core.config import MonitorConfig
+from rainierd.hardware import TRN2
 from rainierd.pace import CAUSES
 from rainierd.sim.faults import Fault, FaultKind
 from rainierd.sim.fleet import FleetModel, FleetParams
 from rainierd.sim.frames import tick_batches
+from rainierd.sim.profile import Profile
 from rainierd.sim.workload import JobSpec
-from rainierd.topology import build_fleet
+from rainierd.topology import Topology, build_fleet
 
 __all__ = [
     "DEFAULT_PROFILES", "FULL", "HEADLINE_TICK_S", "QUICK", "Job", "JobRowRun", "Scale", "available_profiles",
     "bench_detect", "run_fleet",
 ]
 
-# The tick length and profile whose figures head the report (and that other ticks compare against).
+# The tick length and profile whose figures head the report (and that other ticks compare against): the
+# training profile, the telemetry a fleet running training jobs gives (docs/simulator-profiles.md).
 HEADLINE_TICK_S: Final = 1.0
-DEFAULT_PROFILES: Final = ("realistic", "ideal")
+DEFAULT_PROFILES: Final = ("training", "realistic", "ideal")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,14 +76,40 @@ class Scale:
     control_ultraservers: int
     control_seconds: float
     job_row_seeds: int  # each grades every job-row cell once (12 runs of 12 UltraServers)
+    # The headline profile's control in chip-days (None: control_seeds runs as above): half from runs of
+    # control_ultraservers x control_seconds, half from LONG_CONTROL runs (``control_shapes``).
+    control_chip_days: float | None = None
 
 
 FULL: Final = Scale(seeds=30, ultraservers=64, control_seeds=8, control_ultraservers=64, control_seconds=3_600.0,
-                    job_row_seeds=10)
+                    job_row_seeds=10, control_chip_days=1_000.0)
 # A smoke run: every cell once, on fleets small enough for a minute or two on two cores; the job rows over
 # three seeds even so, since a figure of one seed may be that seed's luck.
 QUICK: Final = Scale(seeds=1, ultraservers=16, control_seeds=1, control_ultraservers=16, control_seconds=600.0,
                      job_row_seeds=3)
+# The long half of a control in chip-days: a small fleet for six hours, long enough for the job mix's checkpoints
+# (every 20-60 min), evaluations, agent restarts and a slow detector's drift to show; the other half, a big fleet
+# over a short time, brings many peers and many entities at once.
+LONG_CONTROL_ULTRASERVERS: Final = 16
+LONG_CONTROL_S: Final = 6 * 3_600.0
+
+
+def control_shapes(
+    chip_days: float, *, ultraservers: int, seconds: float, chips_of: Callable[[int], int] | None = None,
+) -> list[tuple[int, float]]:
+    """Return (UltraServers, seconds) of control runs that hold at least ``chip_days`` of present chips.
+
+    Half the chip-days from runs of ``ultraservers`` for ``seconds``, half from ``LONG_CONTROL`` runs; each
+    half rounded up to whole runs.  ``chips_of`` gives the present chips of a fleet of so many UltraServers
+    (default: 64 each; a profile with partial UltraServers has fewer).
+    """
+    def runs_for(days: float, us: int, secs: float) -> int:
+        chips = chips_of(us) if chips_of is not None else us * 64
+        return max(1, math.ceil(days / (chips * secs / 86_400.0)))
+
+    short = runs_for(chip_days / 2, ultraservers, seconds)
+    long = runs_for(chip_days / 2, LONG_CONTROL_ULTRASERVERS, LONG_CONTROL_S)
+    return [(ultraservers, seconds)] * short + [(LONG_CONTROL_ULTRASERVERS, LONG_CONTROL_S)] * long
 
 
 def available_profiles() -> dict[str, Any]:
@@ -104,6 +135,25 @@ def _profile_kwargs(name: str) -> dict[str, Any]:
     return {} if profile is None else {"profile": profile}
 
 
+def fleet_of(profile: str, ultraservers: int) -> Topology:
+    """Return the fleet a run of ``profile`` watches: the profile's shape (sites, partial UltraServers, EFA
+    ports), or one site of whole UltraServers for a simulator without profiles.
+    """
+    prof = available_profiles().get(profile)
+    name = f"bench-{ultraservers}"
+    return prof.fleet(ultraservers, name=name) if isinstance(prof, Profile) else build_fleet(1, ultraservers, name=name)
+
+
+def present_chips(profile: str, ultraservers: int) -> int:
+    """Return the chips that exist in a fleet of ``ultraservers`` in ``profile``'s shape."""
+    return fleet_of(profile, ultraservers).n_present_chips
+
+
+def _profile_job_mix(profile: str) -> bool:
+    prof = available_profiles().get(profile)
+    return isinstance(prof, Profile) and prof.job_mix
+
+
 def run_fleet(
     ultraservers: int, faults: list[Fault], *, seed: int, ticks: int, noise: float = 1.0,
     tick_s: float = 1.0, profile: str = "ideal", job_mix: bool = False,
@@ -115,17 +165,27 @@ def run_fleet(
     Raises KeyError for a ``profile`` the simulator does not have.
     """
     started = time.perf_counter()
-    topo = build_fleet(1, ultraservers, name=f"bench-{ultraservers}")
+    topo = fleet_of(profile, ultraservers)
+    kwargs = _profile_kwargs(profile)
+    # A profile that runs the job mix runs it in its control runs, as --job-mix does; its fault runs keep the
+    # fixed groups of one UltraServer, as every fault run does: a fault in a job of many UltraServers slows
+    # or stalls all of them, which this grading (one fault, its entity) cannot tell from false alarms and
+    # the in-process monitor, told no jobs, cannot price.  Faults inside jobs are the job rows' (--job-rows).
+    mix = job_mix or (not faults and _profile_job_mix(profile))
+    if faults and "profile" in kwargs:
+        kwargs["profile"] = replace(kwargs["profile"], job_mix=False)
     # One simulated day per run, so the diurnal swing is always in it.
-    params = FleetParams(noise=noise, time_scale=86_400.0 / (ticks * tick_s), jobs="mix" if job_mix else "none")
+    params = FleetParams(noise=noise, time_scale=86_400.0 / (ticks * tick_s), jobs="mix" if mix else "none")
     diurnal = Fault(FaultKind.DIURNAL, 0, 0.02, 0, ticks)
     model = FleetModel(topo, np.random.default_rng(seed), tick_s=tick_s, start_s=0.0, params=params,
-                       faults=[*faults, diurnal], **_profile_kwargs(profile))
-    core = MonitorCore(topo, MonitorConfig(tick_s=tick_s))
-    result = RunResult(faults, [], topo.n_chips, ticks, tick_s=tick_s, profile=profile,
+                       faults=[*faults, diurnal], **kwargs)
+    core = MonitorCore(topo, MonitorConfig(tick_s=tick_s,
+                                           hardware=replace(TRN2, efa_ports_per_node=topo.efa_ports_per_node)))
+    # Chips that exist: a partial UltraServer's absent nodes hold none (the chip-days of a control).
+    result = RunResult(faults, [], topo.n_present_chips, ticks, tick_s=tick_s, profile=profile,
                        lost_truth=dict.fromkeys(CAUSES, 0.0), lost_estimate=dict.fromkeys(CAUSES, 0.0))
     settled = ticks_of(WARMUP_S / 2, tick_s)
-    log = PhaseLog(topo.n_ultraservers) if job_mix else None
+    log = PhaseLog(topo.n_ultraservers) if mix else None
     for tick in range(ticks):
         sample = model.step(tick)
         if log is not None:
@@ -239,7 +299,7 @@ def bench_detect(
     jobs: int, noise: float = 1.0, profiles: Sequence[str] = ("ideal",), ticks_s: Sequence[float] = (1.0,),
     kinds: Collection[FaultKind] | None = None, quick: bool = False, job_mix: bool = False,
     job_rows: bool = False, job_row_seeds: int = 3, job_row_checkpoints: bool = False,
-    progress: Progress | None = None,
+    control_chip_days: float | None = None, progress: Progress | None = None,
 ) -> dict[str, Any]:
     """Run the fault and control runs of every profile and tick length; return the graded report.
 
@@ -249,7 +309,9 @@ def bench_detect(
     mix, and the control's figures carry each raised event's job phase (``phases``); the fault runs are
     unchanged.  With ``job_rows`` each section also runs ``job_row_seeds`` seeds of job-row runs (``jobrows``)
     and carries their grades (``jobgrading``) under ``job_rows``; with ``job_row_checkpoints`` their jobs
-    checkpoint.
+    checkpoint.  With ``control_chip_days`` the headline profile's control is at least that many chip-days,
+    half a big fleet over a short time and half a small one over six hours (``control_shapes``); the other
+    profiles keep ``control_seeds`` runs.
     """
     started = time.perf_counter()
     for name in profiles:
@@ -264,9 +326,15 @@ def bench_detect(
                                                                                   kinds=kinds,
                                                                                   checkpoints=job_row_checkpoints)]
             plan += [Job(profile, tick_s, False, us, faults, seed, run_ticks, noise)
-                     for us, faults, seed, run_ticks in fault_runs(seeds, ultraservers, tick_s=tick_s, kinds=kinds)]
-            plan += [Job(profile, tick_s, True, control_ultraservers, [], 500_000 + s,
-                         ticks_of(control_seconds, tick_s), noise, job_mix) for s in range(control_seeds)]
+                     for us, faults, seed, run_ticks in fault_runs(seeds, ultraservers, tick_s=tick_s, kinds=kinds,
+                                                                     build=partial(fleet_of, profile))]
+            shapes = ([(control_ultraservers, control_seconds)] * control_seeds
+                      if control_chip_days is None or profile != profiles[0]
+                      else control_shapes(control_chip_days, ultraservers=control_ultraservers,
+                                          seconds=control_seconds,
+                                          chips_of=partial(present_chips, profile)))
+            plan += [Job(profile, tick_s, True, us, [], 500_000 + s, ticks_of(secs, tick_s), noise, job_mix)
+                     for s, (us, secs) in enumerate(shapes)]
     results = _run_all(plan, jobs, Progress(len(plan)) if progress is None else progress)
 
     sections: dict[str, dict[str, Any]] = {}
@@ -314,7 +382,9 @@ def bench_detect(
             "grace_ticks": ticks_of(GRACE_S, headline_tick),
             "fault_runs": top["fault_runs"], "faults": top["faults"], "runs_total": len(plan),
             "noise": noise, "control_seeds": control_seeds, "control_ultraservers": control_ultraservers,
-            "control_seconds": control_seconds, "jobs": jobs, "control_job_mix": job_mix,
+            "control_seconds": control_seconds, "control_chip_days": control_chip_days,
+            "long_control": {"ultraservers": LONG_CONTROL_ULTRASERVERS, "seconds": LONG_CONTROL_S},
+            "jobs": jobs, "control_job_mix": job_mix,
             "job_rows": job_rows, "job_row_seeds": job_row_seeds if job_rows else None,
             "job_row_checkpoints": job_row_checkpoints if job_rows else None,
             "job_row_ultraservers": JOB_ROW_ULTRASERVERS if job_rows else None,

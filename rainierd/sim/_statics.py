@@ -1,6 +1,6 @@
 """Per-entity properties that a profile fixes for a model's lifetime: each link's
 latency and efficiency, each port's latency, traffic share and retransmit
-trickle, each chip's speed and each node's sampling phase.
+trickle, each chip's speed, each node's sampling phase and its agent's clock offset.
 
 They are drawn from their own generator, derived from the model's seed, so
 that the per-tick stream of the ideal profile stays what it always was.
@@ -52,6 +52,7 @@ class Statics:
     efa_retrans_per_s: F64  # each port's healthy retransmit trickle, packets a second
     chip_util_scale: F64  # busy share of a chip relative to its group's slowest (<= 1)
     node_phase_s: F64  # when each node samples within the tick
+    node_clock_offset_s: F64  # how far each node's agent's clock is off: its timestamps minus the true time
 
     @classmethod
     def draw(
@@ -88,4 +89,6 @@ class Statics:
             efa_retrans_per_s=retrans,
             chip_util_scale=slowest / speed,
             node_phase_s=rng.uniform(0.0, p.sample_phase_frac * tick_s, topo.n_nodes),
+            # Drawn last, so that the draws above are what they were before clocks had offsets.
+            node_clock_offset_s=rng.uniform(-p.clock_skew_s, p.clock_skew_s, topo.n_nodes),
         )

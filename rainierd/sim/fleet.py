@@ -13,8 +13,10 @@ noise and the occasional burst (contention, error bursts) at a level scaled by
 ``noise`` (``sim/noise.py``).  A ``Profile`` (``sim/profile.py``) says how real
 that telemetry looks: the ideal one keeps every entity of a kind identical and
 every node on the tick; the realistic one adds static per-entity baselines,
-heavy-tailed interval averages, per-node sample times and counter resets
-(docs/simulator-profiles.md).
+heavy-tailed interval averages, per-node sample times and counter resets; the
+training one adds skewed agent clocks and traffic that swings within each
+step, each counter the exact integral of that swing up to its agent's sample
+(``sim/stepcycle.py``; docs/simulator-profiles.md).
 
 It holds no I/O and no clock: tick ``k`` is at ``start_s + k * tick_s``, and
 all randomness comes from the injected generator, so a seed fixes every value.
@@ -22,7 +24,10 @@ all randomness comes from the injected generator, so a seed fixes every value.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+import numpy.typing as npt
 
 from rainierd._types import F64, B
 from rainierd.hardware import TRN2, Trainium2
@@ -34,6 +39,7 @@ from rainierd.sim.noise import Noise
 from rainierd.sim.params import FleetParams
 from rainierd.sim.profile import PROFILES, Profile
 from rainierd.sim.sample import TickSample, TickTruth
+from rainierd.sim.stepcycle import StepCycle
 from rainierd.sim.training import EFA_PACKET_BYTES, Pace, Training
 from rainierd.sim.workload import JobSchedule, JobSpec
 from rainierd.topology import LINK_KIND_RING, Topology
@@ -80,7 +86,7 @@ class FleetModel:
         # With jobs (a fixed list, or the mix), groups come and go: the mix draws from its own derived stream, and
         # the static per-chip speeds are relative to the chip's UltraServer.
         self.training: Training
-        if jobs is not None or p.jobs == "mix":
+        if jobs is not None or p.jobs == "mix" or profile.job_mix:
             schedule = JobSchedule(topology, tick_s, static_rng(rng, _JOBS_SPAWN_KEY),
                                    mix=p.job_mix if jobs is None else None, jobs=list(jobs or []))
             self.training = JobTraining(topology, p, schedule, hardware=hardware, start_s=start_s, tick_s=tick_s)
@@ -100,6 +106,10 @@ class FleetModel:
         self._link_latency_us = np.where(ring, p.ring_latency_us, p.torus_latency_us) * self._static.link_latency
         self._efa_port_bytes_s = self.hw.efa_port_bytes_s * p.efa_load * self._static.efa_share
         self._efa_latency_us = p.efa_latency_us * self._static.efa_latency
+        # Traffic within a step (None: flat); per node, the seconds of mean traffic its last interval held.
+        self.cycle = (StepCycle(period_s=p.step_s, comm_share=p.comm_share, swing=profile.step_swing)
+                      if profile.step_swing > 1.0 else None)
+        self._cycle_s: F64 | None = None
 
         self.chips = np.zeros(topo.n_chips, CHIP_DTYPE)
         self.chips["chip"] = np.arange(topo.n_chips)
@@ -159,7 +169,8 @@ class FleetModel:
         sim_s = tick * self.tick_s * p.time_scale
         e = effects(topo, self.faults, tick, diurnal_phase=self.climate.day_phase(sim_s), tick_s=self.tick_s)
         inlet_node = self.climate.inlet_c(sim_s) + e.node_inlet_rise_c
-        node_t_s = self.noise.node_times(self.t_of(tick))
+        sampled_t_s = self.noise.node_times(self.t_of(tick))
+        node_t_s = sampled_t_s + self._static.node_clock_offset_s  # what each agent's clock says it is
         node_reset = self._reset_counters()
         self._agent_start[node_reset] = np.uint64(tick)
 
@@ -169,6 +180,7 @@ class FleetModel:
         efa_stretch = self.training.efa_stretch(e, retrans_per_s=self._static.efa_retrans_per_s,
                                                 port_bytes_s=self._efa_port_bytes_s)
         self.training.advance(tick)
+        self._cycle_s = self._cycle_seconds()
         group = self.training.pace(e, thermal_clock, efa_stretch)
         flops, power, util_true = self._step_chips(tick, e, group, inlet_node, thermal_clock)
         self._step_links(e, group.pace, group.traffic)
@@ -196,7 +208,37 @@ class FleetModel:
         return TickSample(
             tick, truth.t_s, self.chips, self.links, self.efa, self.cooling, self.facility, truth,
             chip_silent, e.node_silent.copy(), node_t_s, node_reset, np.uint64(tick) - self._agent_start,
+            sampled_t_s,
         )
+
+    def _cycle_seconds(self) -> F64 | None:
+        """Return, per node, the integral of its job's step cycle over the node's interval (None: no cycle).
+
+        Each node's interval runs between its agent's true sample times; the
+        cycle's phase is its synchronous group's (``Training.cycle_phase``).
+        """
+        noise = self.noise
+        if self.cycle is None or noise.node_t0 is None or noise.node_t1 is None:
+            return None
+        node_group = self.training.efa_group[::self.topology.efa_ports_per_node]
+        phase = self.training.cycle_phase()[node_group]
+        return self.cycle.seconds(noise.node_t0 - self.start_s, noise.node_t1 - self.start_s, phase)
+
+    def _counted(self, rate: npt.NDArray[np.floating[Any]], per_node: int) -> F64:
+        """Return what each entity's byte counter adds this tick at a mean ``rate`` a second.
+
+        Flat traffic: rate x its node's interval.  With a step cycle, rate x
+        the cycle's integral over that interval: the counter is the integral
+        of the swinging rate up to the agent's sample, exactly.
+        """
+        if self._cycle_s is None:
+            return self.noise.per_entity_s(rate, per_node)
+        return np.asarray((rate.reshape(-1, per_node) * self._cycle_s[:, None]).ravel(), dtype=np.float64)
+
+    def _interval_s(self, per_node: int) -> F64 | float:
+        """Return each entity's interval: its node's time between samples (the tick while nodes sample on it)."""
+        dt = self.noise.node_dt
+        return self.tick_s if dt is None else np.repeat(dt, per_node)
 
     def _step_chips(
         self, tick: int, e: Effects, group: Pace, inlet_node: F64, thermal_clock: F64,
@@ -259,10 +301,13 @@ class FleetModel:
             bw *= traffic[self.training.link_group]
         if self.profile.link_bw_utilised:
             bw *= p.comm_share * link_pace
-            links["tx_bytes_total"] += noise.per_entity_s(bw, topo.links_per_node).astype(np.uint64)
+            moved = self._counted(bw, topo.links_per_node)
+            if self._cycle_s is not None:  # the interval's average is what the agent's counter gives it
+                bw = moved / self._interval_s(topo.links_per_node)
+            links["tx_bytes_total"] += moved.astype(np.uint64)
         else:
-            links["tx_bytes_total"] += noise.per_entity_s(bw * p.comm_share * link_pace,
-                                                          topo.links_per_node).astype(np.uint64)
+            links["tx_bytes_total"] += self._counted(bw * p.comm_share * link_pace,
+                                                     topo.links_per_node).astype(np.uint64)
         links["bw_bytes_s"] = bw
         links["lanes_up"] = e.link_lanes
         noise.add_poisson(links["crc_errors_total"], p.link_crc_per_s, e.link_crc_per_s, node_of=topo.link_node)
@@ -289,7 +334,7 @@ class FleetModel:
             port_pace = port_pace * traffic[self.training.efa_group]
         rate = (1.0 + noise.jitter(n, 0.02 * p.noise)) * (self._efa_port_bytes_s * port_pace * e.efa_frac)
         rate = np.where(e.efa_down, 0.0, np.maximum(rate, 0.0))
-        moved = noise.per_entity_s(rate, per_node).astype(np.uint64)
+        moved = self._counted(rate, per_node).astype(np.uint64)
         efa = self.efa
         efa["tx_bytes_total"] += moved
         efa["rx_bytes_total"] += moved

@@ -80,6 +80,10 @@ class JobTraining(Training):
         """Return the ids of the jobs restarting now (their documents say so)."""
         return frozenset(j.id for j, phase in zip(self.jobs, self.phase, strict=False) if phase == RESTARTING)
 
+    def cycle_phase(self) -> F64:
+        """Return where in its step cycle each job started, as a share of a step (the idle group's: 0)."""
+        return np.array([j.cycle_phase for j in self.jobs] + [0.0])
+
     def busy_share(self, elapsed_s: float) -> F64:
         """Return each group's healthy busy share: training's cycle, evaluation's lower one, 0 when not stepping."""
         p, m = self.params, self.mix

@@ -36,17 +36,23 @@ class Noise:
         # Each node's interval since its previous sample; None while every node samples on the tick.
         self.node_dt: F64 | None = None
         self._node_t_prev: F64 | None = None
+        # Each node's true previous and current sample times (Unix seconds), set by ``node_times``.
+        self.node_t0: F64 | None = None
+        self.node_t1: F64 | None = None
 
     def node_times(self, t_s: float) -> F64:
         """Return each node's sample time of the tick due at ``t_s``, and keep each node's interval since its last."""
         prof, n = self.profile, self.topology.n_nodes
         if prof.tick_aligned:
+            self.node_t0, self.node_t1 = np.full(n, t_s - self.tick_s), np.full(n, t_s)
             return np.full(n, t_s)
-        sd = prof.sample_jitter_frac * self.tick_s
+        sd = prof.sample_jitter_frac * self.tick_s + prof.sample_jitter_s
         # Clipped at 3 sigma so that a node's samples stay in order.
         jitter = np.clip(self.rng.normal(0.0, sd, n), -3.0 * sd, 3.0 * sd) if sd > 0 else np.zeros(n)
         node_t = np.asarray(t_s + self._node_phase_s + jitter, dtype=np.float64)
         self.node_dt = np.full(n, self.tick_s) if self._node_t_prev is None else node_t - self._node_t_prev
+        self.node_t0 = node_t - self.node_dt
+        self.node_t1 = node_t
         self._node_t_prev = node_t
         return node_t
 

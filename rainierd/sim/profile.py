@@ -8,6 +8,12 @@ statistically identical, noise is Gaussian and every publisher samples on the
 tick.  Detectors tuned only on it meet per-entity baselines, heavy tails,
 skewed clocks and counter resets for the first time in production, and raise
 false alarms there; ``"realistic"`` brings those into the simulator.
+``"training"`` adds what a synchronous training job does to them: agents
+whose clocks are off by seconds, traffic that swings many-fold within each
+step (so agents sampling at different moments see different rates), a job
+mix with checkpoints, restarts and idle UltraServers, and a fleet whose
+UltraServers are not all whole and whose nodes have 8 EFA ports; a profile
+also says the shape of the fleet it runs on (``fleet``).
 
 No public figure gives per-entity spreads for Trainium2, NeuronLink or EFA:
 each realistic value below is an assumption whose reasoning its comment
@@ -16,8 +22,13 @@ gives, and docs/simulator-profiles.md tabulates them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
+
+import numpy as np
+
+from rainierd.hardware import TRN2
+from rainierd.topology import Topology, build_sites
 
 __all__ = ["PROFILES", "Profile"]
 
@@ -47,12 +58,44 @@ class Profile:
     # Publishers' clocks and agents.
     sample_phase_frac: float = 0.0  # each node samples at a fixed phase in [0, this) of the tick
     sample_jitter_frac: float = 0.0  # plus this much jitter (standard deviation, share of a tick)
+    sample_jitter_s: float = 0.0  # and this much more, in seconds (a timer's jitter does not scale with the tick)
     resets_per_node_day: float = 0.0  # node agent restarts: its counters start again from zero
+    clock_skew_s: float = 0.0  # each agent's clock is off by a fixed U(-this, this), seconds: its timestamps too
+    # Traffic within a step: NeuronLink and EFA bytes run this many times faster in the step's collectives than
+    # while the chips compute (sim/stepcycle.py); 1 = flat, each interval's bytes its mean rate x its length.
+    step_swing: float = 1.0
+    # The fleet's shape (``fleet``): what a benchmark builds for this profile.
+    efa_ports_per_node: int = 0  # 0: the hardware's
+    sites: int = 1  # the UltraServers split over this many sites
+    partial_every: int = 0  # every this-many-th UltraServer is partial (0: none) ...
+    partial_nodes: tuple[int, ...] = ()  # ... with these many nodes present, cycled
+    job_mix: bool = False  # the fleet runs the simulator's job mix (FleetParams jobs="mix")
 
     @property
     def tick_aligned(self) -> bool:
         """Return True if every node samples exactly on the tick."""
-        return self.sample_phase_frac == 0.0 and self.sample_jitter_frac == 0.0
+        return self.sample_phase_frac == 0.0 and self.sample_jitter_frac == 0.0 and self.sample_jitter_s == 0.0
+
+    def fleet(self, ultraservers: int, *, name: str, efa_ports_per_node: int = TRN2.efa_ports_per_node) -> Topology:
+        """Return a fleet of ``ultraservers`` UltraServers in this profile's shape.
+
+        Sites split the UltraServers as evenly as they go (at least one each);
+        a partial UltraServer keeps its first nodes and lacks the rest, as an
+        inventory that lists only the nodes a capacity block holds.  The
+        profile's EFA port count wins over ``efa_ports_per_node`` (the
+        hardware's, given by the caller).  Raises ConfigError for a bad size.
+        """
+        sites = max(1, min(self.sites, ultraservers))
+        per_site = [ultraservers // sites + (s < ultraservers % sites) for s in range(sites)]
+        nodes_per_us = TRN2.nodes_per_ultraserver
+        present = np.ones(ultraservers * nodes_per_us, dtype=bool)
+        if self.partial_every and self.partial_nodes:
+            partial = np.arange(self.partial_every - 1, ultraservers, self.partial_every)
+            for i, us in enumerate(partial):
+                present[us * nodes_per_us + self.partial_nodes[i % len(self.partial_nodes)]:
+                        (us + 1) * nodes_per_us] = False
+        return build_sites(per_site, name=name, efa_ports_per_node=self.efa_ports_per_node or efa_ports_per_node,
+                           node_present=present)
 
 
 PROFILES: Final[dict[str, Profile]] = {
@@ -97,3 +140,27 @@ PROFILES: Final[dict[str, Profile]] = {
         resets_per_node_day=1.0,
     ),
 }
+PROFILES["training"] = replace(
+    PROFILES["realistic"],
+    name="training",
+    # An independent publisher (issue 22) ran its agents like this: each agent's clock within +-1.5 s of the
+    # truth (NTP-disciplined hosts keep milliseconds; a host whose chrony lost its source, or an agent stamping
+    # with a VM's drifting clock, seconds: an assumption at the pessimistic end), each sampling at its own
+    # phase with 25 ms of timer jitter (a Python asyncio timer on a busy host: an assumption).
+    sample_jitter_frac=0.0,
+    sample_jitter_s=0.025,
+    clock_skew_s=1.5,
+    # Collectives are bursts: ~25 % of a step (FleetParams.comm_share) carries the step's traffic at line rate,
+    # the rest nearly nothing (pipeline sends, parameter prefetch).  x16 between the two is the swing the
+    # independent publisher used; no public trace of Trainium2 training traffic gives the figure (an assumption).
+    step_swing=16.0,
+    # The fleet's shape: 3 sites, every fourth UltraServer partial (3 or 2 of its 4 nodes: a node out for repair,
+    # a capacity block that does not fill it) and 8 EFA ports a node (an instance type or an inventory that
+    # exposes half the 16 ports), as the independent publisher's inventory had.
+    efa_ports_per_node=8,
+    sites=3,
+    partial_every=4,
+    partial_nodes=(3, 2),
+    # Jobs come and go, checkpoint, evaluate and restart, and some UltraServers idle (sim/workload.py, JobMix).
+    job_mix=True,
+)

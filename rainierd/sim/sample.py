@@ -69,6 +69,8 @@ class TickSample:
     truth: TickTruth
     chip_silent: B
     node_silent: B
-    node_t_s: F64  # when each node sampled (Unix seconds); t_s is the tick's nominal time
+    node_t_s: F64  # when each node says it sampled (Unix seconds, its own clock); t_s is the tick's nominal time
     node_reset: B  # nodes whose agent restarted this tick: their counters began again from zero
     node_seq: U64  # each node's frame sequence number: ticks since its agent (re)started, as a real agent counts
+    # When each node truly sampled (Unix seconds): node_t_s less its agent's clock offset (the same without skew).
+    node_sampled_t_s: F64 | None = None

@@ -70,6 +70,10 @@ class Training:
         """Return the ids of the jobs restarting now: none for fixed groups."""
         return frozenset()
 
+    def cycle_phase(self) -> F64:
+        """Return where in its step cycle each group started, as a share of a step."""
+        return np.asarray(self._phase, dtype=np.float64)
+
     def busy_share(self, elapsed_s: float) -> F64:
         """Return each group's healthy busy share ``elapsed_s`` into the run: the mean, swinging over its step."""
         p = self.params
