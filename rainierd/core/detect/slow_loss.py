@@ -1,15 +1,20 @@
 """Slow EFA loss (docs/detection.md, layer 4): a Poisson CUSUM per port of its
 retransmits, in packets per second, so it means the same at any tick.
 
-In control: the port's own rate (``RateBaseline``: its history, shrunk to the
-fleet's background with a prior of ``loss_prior_s`` seconds).  Out of control:
-that rate plus ``loss_detect`` of the packets it sends (a loss fraction, so the
-test means the same at any load), at least ``loss_min_per_s``.  Each port's
-threshold is set by its own rate, so every port has the same false-alarm rate:
-Siegmund's approximation puts the chance that a healthy excursion reaches h at
-exp(-loss_exponent).  Counts a port can add in one interval are capped, so a
-burst is not loss.  The EFA detector owns one test, and reads each port's own
-rate from it (its retransmit CUSUM judges bursts above that rate).
+In control: the port's own rate (``RateBaseline``: its history, shrunk to its
+site's background with a prior of ``loss_prior_s`` seconds), taken
+``loss_margin_se`` posterior deviations high.  Out of control: that rate plus
+``loss_detect`` of the packets it sends (a loss fraction, so the test means the
+same at any load) or ``loss_detect_ratio`` times its rate, whichever is less,
+at least ``loss_min_per_s`` and at least ``loss_uncertain_se`` posterior
+deviations, so a rate still uncertain is tested only for a rise its
+uncertainty cannot explain.  Each port's threshold is set by its own rate, so
+every port has the same false-alarm rate: Siegmund's approximation puts the
+chance that a healthy excursion reaches h at exp(-loss_exponent).  Counts a
+port can add in one interval are capped, so a burst is not loss.  The EFA
+detector owns one test, and reads each port's own rate from it (its
+retransmit CUSUM judges bursts above that rate).  ``arrays``/``load`` carry
+what it learned across a monitor restart (``core/learned.py``).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from rainierd._types import F32, B
+from rainierd._types import F32, I64, B
 from rainierd.core.detect._baseline import RateBaseline
 from rainierd.core.detect._stats import PeerSample
 
@@ -30,19 +35,28 @@ class SlowLossParams:
     """Thresholds of the slow-loss test (docs/detection.md, layer 4, justifies them)."""
 
     loss_detect: float = 2e-7
+    # A rise of twice the port's rate (x3) is tested for even where 2e-7 of its packets is more: a quiet
+    # port's loss is its own trickle tripled long before it is 2e-7 of what it sends.
+    loss_detect_ratio: float = 2.0
     loss_min_per_s: float = 0.05
     loss_exponent: float = 20.0
     loss_h_min: float = 10.0  # packets: the threshold of a port whose rate is near zero
     loss_packet_bytes: float = 8_192.0  # EFA's SRD packet (jumbo frames), to turn bytes into packets
     loss_floor_per_s: float = 0.01  # the background rate assumed at least
-    loss_background_halflife_s: float = 600.0  # how slowly the fleet's background adapts
-    loss_prior_s: float = 30.0  # seconds of the fleet's background a port's own rate starts from
-    # A port is judged for slow loss only after loss_learn_s of its own history: the test needs its
-    # rate to a few %, and a port sending 0.5 retransmits a second counts ~900 in half an hour (3 %).
-    # Its rate is then taken loss_margin_se standard errors high, so what it does not know yet about
-    # its rate is not read as loss.
-    loss_learn_s: float = 1_800.0
-    loss_margin_se: float = 1.0
+    loss_background_halflife_s: float = 600.0  # how slowly each site's background adapts
+    # Seconds of its site's background a port's own rate starts from: the gamma prior's weight.  Ports of
+    # a site differ by a lognormal sigma of ~0.7 (docs/detection.md, layer 4): a gamma of that spread
+    # weighs 1 / (CV^2 x rate) = 1.6 / rate seconds, 2-8 s at the sites' 0.2-0.8/s; 10 s is that, rounded up.
+    loss_prior_s: float = 10.0
+    # A port is judged for slow loss once it has loss_judge_s of its own history, and its rate is taken
+    # loss_margin_se posterior deviations high, the rise tested at least loss_uncertain_se of them: what it
+    # does not know yet about its rate is neither read as loss nor lets a rate it underestimates drift up
+    # to h (docs/detection.md, layer 4, gives the false-alarm figures).  Until loss_learn_s every sample is
+    # learned at once; from then on, with the delay of loss_delay_s.
+    loss_judge_s: float = 120.0
+    loss_learn_s: float = 600.0
+    loss_margin_se: float = 2.0
+    loss_uncertain_se: float = 4.0
     # Hysteresis of the loss test, in units of each port's h: raised at 1, cleared under loss_clear,
     # the sum held under loss_ceiling.  Clearing drains (ceiling - clear) h at the healthy drift, about
     # half of what raising took: a rate test cannot know that loss ended much faster than it saw it
@@ -65,11 +79,12 @@ def burst_cap(alternative: F32, dt_s: F32) -> F32:
 
 @dataclass(eq=False)
 class SlowLossTest:
-    """Each port's own retransmit rate and its slow-loss CUSUM, for ``n`` ports."""
+    """Each port's own retransmit rate and its slow-loss CUSUM, for ``n`` ports (``site``: each port's site)."""
 
     n: int
-    sample: PeerSample  # the ports the fleet's background is estimated on
+    sample: PeerSample  # the ports the sites' backgrounds are estimated on
     params: SlowLossParams = field(default_factory=SlowLossParams)
+    site: I64 | None = None  # each port's site (None: one site)
 
     def __post_init__(self) -> None:
         p = self.params
@@ -77,42 +92,62 @@ class SlowLossTest:
                                         learn_s=p.loss_learn_s, delay_s=p.loss_delay_s)
         self.loss = np.zeros(self.n, np.float32)  # Poisson CUSUM of retransmits over the port's rate, in its own h
         self.lossy = np.zeros(self.n, bool)  # over h, and not yet back under half of it
-        self.background_per_s = float("nan")  # the fleet's retransmit rate per port, bursts clipped
-        self._background_s = 0.0  # seconds the background has been estimated over (a plain mean at first)
+        if self.site is None:
+            self.site = np.zeros(self.n, np.int64)
+        self.n_sites = int(self.site.max(initial=-1)) + 1
+        self._sample_site = self.sample.pick(self.site)
+        # Each site's retransmit rate per port, bursts clipped (NaN until seen), and the seconds it has been
+        # estimated over (a plain mean at first): the prior of its ports' own rates.
+        self.background_per_s = np.full(self.n_sites, np.nan)
+        self.background_s = np.zeros(self.n_sites)
+
+    @property
+    def fleet_background_per_s(self) -> float:
+        """Return the sites' backgrounds averaged (NaN before any): the prior of a site never seen."""
+        seen = np.isfinite(self.background_per_s)
+        return float(self.background_per_s[seen].mean()) if seen.any() else float("nan")
 
     def own_rate(self) -> F32:
-        """Return each port's baseline retransmit rate per second: its own history, shrunk to the fleet's."""
+        """Return each port's baseline retransmit rate per second: its own history, shrunk to its site's."""
         p = self.params
-        background = self.background_per_s if np.isfinite(self.background_per_s) else p.loss_floor_per_s
-        rate = self.rates.rate(max(background, p.loss_floor_per_s))
+        fleet = self.fleet_background_per_s
+        fleet = fleet if np.isfinite(fleet) else p.loss_floor_per_s
+        by_site = np.fmax(np.nan_to_num(self.background_per_s, nan=fleet), p.loss_floor_per_s).astype(np.float32)
+        assert self.site is not None
+        rate = self.rates.rate(by_site[self.site] if self.n_sites > 1 else float(by_site[0]))
         np.maximum(rate, np.float32(p.loss_floor_per_s), out=rate)
         return rate
 
-    def _in_control_rate(self, own_rate: F32) -> F32:
-        """Return the slow-loss test's in-control rate: the port's own, plus loss_margin_se standard errors."""
-        p = self.params
-        exposure = self.rates.seconds + np.float32(p.loss_prior_s)
-        margin = np.sqrt(own_rate / exposure, dtype=np.float32)
-        margin *= np.float32(p.loss_margin_se)
-        return (own_rate + margin).astype(np.float32)
+    def _uncertainty(self, own_rate: F32) -> F32:
+        """Return each port's rate's posterior standard deviation (gamma-Poisson: rate / exposure, square-rooted)."""
+        exposure = self.rates.seconds + np.float32(self.params.loss_prior_s)
+        return np.sqrt(own_rate / exposure, dtype=np.float32)
 
     def update(self, counts: F32, dt_s: F32, fresh: B, own_rate: F32, sent_bytes_s: F32) -> B:
         """Fold each port's retransmits into its loss CUSUM; return where it is over its threshold.
 
         The in-control rate is the port's own (``RateBaseline``: its history,
-        starting from the fleet's background, estimated on the peer sample
+        starting from its site's background, estimated on the peer sample
         with each port's count capped, adapting over
         ``loss_background_halflife_s``), so a trickle a port or its site
         always had is not a fault, and neither is one every port shares.
         """
         p = self.params
         ok = fresh & np.isfinite(counts) & (dt_s > 0)
-        started = np.isfinite(self.background_per_s)
+        started = bool(np.isfinite(self.background_per_s).any())
         interval = np.where(ok, dt_s, np.float32(0.0))  # seconds each port's count covers (0: none)
-        # The rise to detect: loss_detect of the packets the port sends, at least loss_min_per_s.
+        # Taken loss_margin_se posterior deviations high: what it does not know yet about its rate is not loss.
+        spread = self._uncertainty(own_rate)
+        in_control = spread * np.float32(p.loss_margin_se)
+        in_control += own_rate
+        # The rise to detect: loss_detect of the packets the port sends or loss_detect_ratio times its rate,
+        # whichever is less; at least loss_min_per_s, and at least loss_uncertain_se deviations of its rate.
         rise = np.fmax(sent_bytes_s, np.float32(0.0)).astype(np.float32)
         rise *= np.float32(p.loss_detect / p.loss_packet_bytes)
+        np.minimum(rise, in_control * np.float32(p.loss_detect_ratio), out=rise)
         np.maximum(rise, np.float32(p.loss_min_per_s), out=rise)
+        spread *= np.float32(p.loss_uncertain_se)
+        np.maximum(rise, spread, out=rise)
         # Counts above a few standard deviations of the alternative are a burst, not a rate: a burst
         # counts as the alternative's mean, so bursts add no more evidence of loss than loss itself
         # would (a cap at the threshold would add several packets a burst, and bursts come every few
@@ -124,21 +159,20 @@ class SlowLossTest:
         self._update_background(counted, interval, ok)
         if not started:  # the first interval only sets the background
             return np.zeros(counts.shape, bool)
-        own_rate = self._in_control_rate(own_rate)
         # Lucas's Poisson CUSUM between rate r and r + d: reference value k = d / ln(1 + d / r).  Its
         # healthy drift is r - k < 0, and an excursion reaches h with chance exp(-2 (k - r) h / r):
         # h = loss_exponent r / (2 (k - r)) gives every port the same false-alarm rate.
-        k_per_s = rise / np.log1p(rise / own_rate)
-        h = np.float32(0.5 * p.loss_exponent) * own_rate / (k_per_s - own_rate)
+        k_per_s = rise / np.log1p(rise / in_control)
+        h = np.float32(0.5 * p.loss_exponent) * in_control / (k_per_s - in_control)
         np.maximum(h, np.float32(p.loss_h_min), out=h)
         step = counted - k_per_s * interval
         step /= h  # the CUSUM is kept in units of each port's own threshold
         # No one interval raises alone: after a long gap (a node back from silence) a burst or two in
         # its one interval would otherwise read as minutes of loss.
         np.minimum(step, np.float32(0.25), out=step)
-        # A port is judged for slow loss only once its own rate has loss_learn_s of history: before, its
-        # rate is mostly the fleet's, and a port that always retransmitted more would read as lossy.
-        judged = ok & self.rates.learned()
+        # A port is judged for slow loss only once its own rate has loss_judge_s of history: before, its
+        # rate is mostly its site's, and a port that always retransmitted more would read as lossy.
+        judged = ok & (self.rates.history_s >= np.float32(p.loss_judge_s))
         np.add(self.loss, step.astype(np.float32), out=self.loss, where=judged)
         # Hysteresis: raised at h, cleared under loss_clear of it, so noise around the threshold during a
         # fault is one detection; the ceiling bounds how long it takes to clear once the loss has ended.
@@ -148,19 +182,25 @@ class SlowLossTest:
         return self.lossy
 
     def _update_background(self, clipped: F32, interval: F32, ok: B) -> None:
-        """Fold this interval into the fleet's retransmit background (the prior of every port's own rate)."""
+        """Fold this interval into each site's retransmit background (the prior of its ports' own rates)."""
         p = self.params
         sample_ok, sample_dt = self.sample.pick(ok), self.sample.pick(interval)
-        seconds = float(sample_dt[sample_ok].sum())
-        if seconds <= 0:
+        if not (sample_dt[sample_ok] > 0).any():
             return
-        now = float(self.sample.pick(clipped)[sample_ok].sum()) / seconds
+        sites = self._sample_site[sample_ok]
+        seconds = np.bincount(sites, weights=sample_dt[sample_ok], minlength=self.n_sites)
+        counted = np.bincount(sites, weights=self.sample.pick(clipped)[sample_ok], minlength=self.n_sites)
+        seen = seconds > 0
+        now = np.divide(counted, seconds, out=np.zeros(self.n_sites), where=seen)
         step_s = float(np.median(sample_dt[sample_ok]))
         # A plain mean over what has been seen, until that is longer than the half-life allows.
-        self._background_s += step_s
-        weight = max(1.0 - 0.5 ** (step_s / p.loss_background_halflife_s), step_s / self._background_s)
-        self.background_per_s = now if not np.isfinite(self.background_per_s) else (
-            self.background_per_s + weight * (now - self.background_per_s))
+        self.background_s[seen] += step_s
+        weight = np.fmax(1.0 - 0.5 ** (step_s / p.loss_background_halflife_s),
+                         step_s / np.fmax(self.background_s, step_s))
+        first = seen & ~np.isfinite(self.background_per_s)
+        self.background_per_s[first] = now[first]
+        later = seen & ~first
+        self.background_per_s[later] += weight[later] * (now[later] - self.background_per_s[later])
 
     def learn(self, retrans: F32, own_rate: F32, fresh: B, dt: F32, *, settled_s: float, healthy: B) -> None:
         """Fold the retransmits into each port's own rate: learned after a delay, if the port stayed healthy.
