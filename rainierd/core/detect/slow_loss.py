@@ -5,10 +5,10 @@ In control: the port's own rate (``RateBaseline``: its history, shrunk to its
 site's background with a prior of ``loss_prior_s`` seconds), taken
 ``loss_margin_se`` posterior deviations high.  Out of control: that rate plus
 ``loss_detect`` of the packets it sends (a loss fraction, so the test means the
-same at any load) or ``loss_detect_ratio`` times its rate, whichever is less,
-at least ``loss_min_per_s`` and at least ``loss_uncertain_se`` posterior
-deviations, so a rate still uncertain is tested only for a rise its
-uncertainty cannot explain.  Each port's threshold is set by its own rate, so
+same at any load), and in a second CUSUM ``loss_detect_ratio`` times its rate
+(its trickle tripled), each at least ``loss_min_per_s`` and at least
+``loss_uncertain_se`` posterior deviations, so a rate still uncertain is
+tested only for a rise its uncertainty cannot explain.  Each port's threshold is set by its own rate, so
 every port has the same false-alarm rate: Siegmund's approximation puts the
 chance that a healthy excursion reaches h at exp(-loss_exponent).  Counts a
 port can add in one interval are capped, so a burst is not loss.  The EFA
@@ -19,12 +19,15 @@ what it learned across a monitor restart (``core/learned.py``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from rainierd._types import F32, I64, B
-from rainierd.core.detect._baseline import RateBaseline
+from rainierd.core.detect._baseline import RateBaseline, fit, take
 from rainierd.core.detect._stats import PeerSample
 
 __all__ = ["SlowLossParams", "SlowLossTest", "burst_cap"]
@@ -35,8 +38,8 @@ class SlowLossParams:
     """Thresholds of the slow-loss test (docs/detection.md, layer 4, justifies them)."""
 
     loss_detect: float = 2e-7
-    # A rise of twice the port's rate (x3) is tested for even where 2e-7 of its packets is more: a quiet
-    # port's loss is its own trickle tripled long before it is 2e-7 of what it sends.
+    # A rise of twice the port's rate (x3) is tested for by a CUSUM of its own: a busy port's trickle
+    # tripled is far more than 2e-7 of what it sends, and the fraction test reads most of it as bursts.
     loss_detect_ratio: float = 2.0
     loss_min_per_s: float = 0.05
     loss_exponent: float = 20.0
@@ -67,6 +70,10 @@ class SlowLossParams:
     loss_baseline_halflife_s: float = 3_600.0
 
 
+def _rates(arrays: Mapping[str, npt.NDArray[Any]]) -> dict[str, npt.NDArray[Any]]:
+    return {name.removeprefix("rates."): value for name, value in arrays.items() if name.startswith("rates.")}
+
+
 def burst_cap(alternative: F32, dt_s: F32) -> F32:
     """Return the most retransmits an interval counts: a few deviations over the alternative; more is a burst."""
     expected: F32 = alternative * np.fmax(dt_s, np.float32(0.0)).astype(np.float32, copy=False)
@@ -90,7 +97,10 @@ class SlowLossTest:
         p = self.params
         self.rates = RateBaseline.empty(self.n, halflife_s=p.loss_baseline_halflife_s, prior_s=p.loss_prior_s,
                                         learn_s=p.loss_learn_s, delay_s=p.loss_delay_s)
-        self.loss = np.zeros(self.n, np.float32)  # Poisson CUSUM of retransmits over the port's rate, in its own h
+        # Poisson CUSUMs of retransmits over the port's rate, in their own h: for a rise of loss_detect of the
+        # packets it sends, and for one of loss_detect_ratio times its rate.
+        self.loss = np.zeros(self.n, np.float32)
+        self.tripled = np.zeros(self.n, np.float32)
         self.lossy = np.zeros(self.n, bool)  # over h, and not yet back under half of it
         if self.site is None:
             self.site = np.zeros(self.n, np.int64)
@@ -106,6 +116,24 @@ class SlowLossTest:
         """Return the sites' backgrounds averaged (NaN before any): the prior of a site never seen."""
         seen = np.isfinite(self.background_per_s)
         return float(self.background_per_s[seen].mean()) if seen.any() else float("nan")
+
+    def arrays(self) -> dict[str, npt.NDArray[Any]]:
+        """Return copies of what it has learned: each port's rate and each site's background."""
+        out = {f"rates.{name}": value for name, value in self.rates.arrays().items()}
+        return out | {"background_per_s": self.background_per_s.copy(), "background_s": self.background_s.copy()}
+
+    def check(self, arrays: Mapping[str, npt.NDArray[Any]]) -> None:
+        """Raise ValueError unless ``arrays`` fit ``load``."""
+        fit(arrays, "background_per_s", self.background_per_s)
+        fit(arrays, "background_s", self.background_s)
+        self.rates.check(_rates(arrays))
+
+    def load(self, arrays: Mapping[str, npt.NDArray[Any]]) -> None:
+        """Take back ``arrays()``; raises ValueError, changing nothing, unless every array fits."""
+        self.check(arrays)
+        self.rates.load(_rates(arrays))
+        self.background_per_s = take(arrays, "background_per_s", self.background_per_s)
+        self.background_s = take(arrays, "background_s", self.background_s)
 
     def own_rate(self) -> F32:
         """Return each port's baseline retransmit rate per second: its own history, shrunk to its site's."""
@@ -124,62 +152,84 @@ class SlowLossTest:
         return np.sqrt(own_rate / exposure, dtype=np.float32)
 
     def update(self, counts: F32, dt_s: F32, fresh: B, own_rate: F32, sent_bytes_s: F32) -> B:
-        """Fold each port's retransmits into its loss CUSUM; return where it is over its threshold.
+        """Fold each port's retransmits into its two loss CUSUMs; return where either is over its threshold.
 
         The in-control rate is the port's own (``RateBaseline``: its history,
         starting from its site's background, estimated on the peer sample
         with each port's count capped, adapting over
         ``loss_background_halflife_s``), so a trickle a port or its site
         always had is not a fault, and neither is one every port shares.
+        One CUSUM is tuned to ``loss_detect`` of the packets a port sends
+        (silent loss at the bottom of the CorrOpt band), the other to
+        ``loss_detect_ratio`` times its rate (its trickle tripled): each
+        caps bursts at a few deviations of its own alternative, and one test
+        cannot serve both, since a cap that lets a tripled trickle count
+        lets a busy port's bursts count too.
         """
         p = self.params
         ok = fresh & np.isfinite(counts) & (dt_s > 0)
         started = bool(np.isfinite(self.background_per_s).any())
         interval = np.where(ok, dt_s, np.float32(0.0))  # seconds each port's count covers (0: none)
-        # Taken loss_margin_se posterior deviations high: what it does not know yet about its rate is not loss.
+        counted = np.where(ok, counts, np.float32(0.0))
+        # Taken loss_margin_se posterior deviations high: what it does not know yet about its rate is not loss;
+        # and no rise smaller than loss_uncertain_se deviations is tested for, nor than loss_min_per_s.
         spread = self._uncertainty(own_rate)
         in_control = spread * np.float32(p.loss_margin_se)
         in_control += own_rate
-        # The rise to detect: loss_detect of the packets the port sends or loss_detect_ratio times its rate,
-        # whichever is less; at least loss_min_per_s, and at least loss_uncertain_se deviations of its rate.
-        rise = np.fmax(sent_bytes_s, np.float32(0.0)).astype(np.float32)
-        rise *= np.float32(p.loss_detect / p.loss_packet_bytes)
-        np.minimum(rise, in_control * np.float32(p.loss_detect_ratio), out=rise)
-        np.maximum(rise, np.float32(p.loss_min_per_s), out=rise)
         spread *= np.float32(p.loss_uncertain_se)
-        np.maximum(rise, spread, out=rise)
-        # Counts above a few standard deviations of the alternative are a burst, not a rate: a burst
-        # counts as the alternative's mean, so bursts add no more evidence of loss than loss itself
-        # would (a cap at the threshold would add several packets a burst, and bursts come every few
-        # minutes).  Before there is a background, nothing is a burst.
-        counted = np.where(ok, counts, np.float32(0.0))
+        np.maximum(spread, np.float32(p.loss_min_per_s), out=spread)
+        # The rises to detect: loss_detect of the packets the port sends, and loss_detect_ratio of its rate.
+        fraction = np.fmax(sent_bytes_s, np.float32(0.0)).astype(np.float32)
+        fraction *= np.float32(p.loss_detect / p.loss_packet_bytes)
+        np.maximum(fraction, spread, out=fraction)
+        ratio = in_control * np.float32(p.loss_detect_ratio)
+        np.maximum(ratio, spread, out=ratio)
+        # Counts above a few standard deviations of the alternative are a burst, not a rate.  In the
+        # fraction test a burst counts as the alternative's mean, so bursts add no more evidence of
+        # loss than loss itself would (a cap at the threshold would add several packets a burst, and
+        # bursts come every few minutes); in the ratio test, whose alternative is far above the rate,
+        # as the port's own rate: no evidence at all.  Before there is a background, nothing is a burst.
+        by_fraction, by_ratio = counted, counted.copy()
         if started:
-            burst = counted > burst_cap(own_rate + rise, interval)
-            np.copyto(counted, (own_rate + rise) * interval, where=burst)
-        self._update_background(counted, interval, ok)
+            alternative = own_rate + fraction
+            burst = counted > burst_cap(alternative, interval)
+            by_fraction = np.where(burst, alternative * interval, counted).astype(np.float32)
+            burst = by_ratio > burst_cap(in_control + ratio, interval)
+            np.copyto(by_ratio, own_rate * interval, where=burst)
+        self._update_background(by_fraction, interval, ok)
         if not started:  # the first interval only sets the background
             return np.zeros(counts.shape, bool)
-        # Lucas's Poisson CUSUM between rate r and r + d: reference value k = d / ln(1 + d / r).  Its
-        # healthy drift is r - k < 0, and an excursion reaches h with chance exp(-2 (k - r) h / r):
-        # h = loss_exponent r / (2 (k - r)) gives every port the same false-alarm rate.
-        k_per_s = rise / np.log1p(rise / in_control)
-        h = np.float32(0.5 * p.loss_exponent) * in_control / (k_per_s - in_control)
-        np.maximum(h, np.float32(p.loss_h_min), out=h)
-        step = counted - k_per_s * interval
-        step /= h  # the CUSUM is kept in units of each port's own threshold
-        # No one interval raises alone: after a long gap (a node back from silence) a burst or two in
-        # its one interval would otherwise read as minutes of loss.
-        np.minimum(step, np.float32(0.25), out=step)
         # A port is judged for slow loss only once its own rate has loss_judge_s of history: before, its
         # rate is mostly its site's, and a port that always retransmitted more would read as lossy.
         judged = ok & (self.rates.history_s >= np.float32(p.loss_judge_s))
-        np.add(self.loss, step.astype(np.float32), out=self.loss, where=judged)
-        # Hysteresis: raised at h, cleared under loss_clear of it, so noise around the threshold during a
-        # fault is one detection; the ceiling bounds how long it takes to clear once the loss has ended.
-        np.clip(self.loss, 0.0, np.float32(p.loss_ceiling), out=self.loss)
-        self.lossy |= self.loss >= 1.0
-        self.lossy &= self.loss > np.float32(p.loss_clear)
+        for cusum, steps in ((self.loss, self._steps(by_fraction, interval, in_control, fraction)),
+                             (self.tripled, self._steps(by_ratio, interval, in_control, ratio))):
+            np.add(cusum, steps, out=cusum, where=judged)
+            # Hysteresis: raised at h, cleared under loss_clear of it, so noise around the threshold during a
+            # fault is one detection; the ceiling bounds how long it takes to clear once the loss has ended.
+            np.clip(cusum, 0.0, np.float32(p.loss_ceiling), out=cusum)
+        over = (self.loss >= 1.0) | (self.tripled >= 1.0)
+        self.lossy |= over
+        self.lossy &= (self.loss > np.float32(p.loss_clear)) | (self.tripled > np.float32(p.loss_clear))
         return self.lossy
+
+    def _steps(self, counted: F32, interval: F32, in_control: F32, rise: F32) -> F32:
+        """Return each port's CUSUM step, in units of its own threshold, testing ``in_control`` against ``+ rise``.
+
+        Lucas's Poisson CUSUM between rate r and r + d: reference value k = d / ln(1 + d / r).  Its
+        healthy drift is r - k < 0, and an excursion reaches h with chance exp(-2 (k - r) h / r):
+        h = loss_exponent r / (2 (k - r)) gives every port the same false-alarm rate.
+        """
+        p = self.params
+        k_per_s = rise / np.log1p(rise / in_control)
+        h = np.float32(0.5 * p.loss_exponent) * in_control / (k_per_s - in_control)
+        np.maximum(h, np.float32(p.loss_h_min), out=h)
+        step: F32 = (counted - k_per_s * interval).astype(np.float32, copy=False)
+        step /= h
+        # No one interval raises alone: after a long gap (a node back from silence) a burst or two in
+        # its one interval would otherwise read as minutes of loss.
+        np.minimum(step, np.float32(0.25), out=step)
+        return step
 
     def _update_background(self, clipped: F32, interval: F32, ok: B) -> None:
         """Fold this interval into each site's retransmit background (the prior of its ports' own rates)."""
