@@ -14,16 +14,20 @@ import numpy as np
 import pytest
 from structlog.testing import capture_logs
 
+from harness.waits import wait_until
 from rainierd.core.analysis import MonitorCore
+from rainierd.core.config import MonitorConfig
 from rainierd.core.detect._stats import PeerSample
 from rainierd.core.detect.slow_loss import SlowLossParams, SlowLossTest
 from rainierd.core.learned import VERSION, LearnedStateError
+from rainierd.monitor import Monitor
 from rainierd.monitor.checkpoint_file import load_checkpoint, save_checkpoint
 from rainierd.monitor.checkpointing import Checkpointer
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
 from rainierd.sim.profile import PROFILES
-from rainierd.topology import build_fleet
+from rainierd.topology import build_fleet, build_topology
+from tests.test_monitor import tick_messages
 
 REALISTIC = PROFILES["realistic"]
 SITE_RATES = REALISTIC.site_retrans_per_s  # (0.2, 0.8, 0.4) retransmits a second, each port lognormal around it
@@ -198,6 +202,32 @@ class TestRestart:
                           onset_s=onset_s, rng=rng)
         assert [(p, "loss_rate" in reasons) for _at, p, reasons in raised] == [(port, True)]
         assert 0.0 < raised[0][0] <= FIFTEEN_MINUTES_S
+
+
+    async def test_the_monitor_saves_its_learned_state_on_the_way_out_and_takes_it_back(
+        self, tmp_path: Path,
+    ) -> None:
+        """A monitor with a state file, analysing until it is stopped: the learned file is written (the stop
+        waits for it), and a new monitor started from the state file holds every array the first one learned."""
+        path = tmp_path / "streams.npz"
+        first = Monitor(build_topology("demo"), MonitorConfig(tick_s=0.05), checkpoint_file=path)
+        for messages in tick_messages(3):
+            for topic, payload in messages:
+                first.on_message(topic, payload)
+        analysing = asyncio.create_task(first.analyse())
+        await wait_until(lambda: first.checkpointer is not None and first.checkpointer.saves >= 2, 10, "analyses")
+        analysing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await analysing
+        assert first.checkpointer is not None
+        assert first.checkpointer.learned_path.exists()
+        assert first.checkpointer.learned_failures == 0
+        saved = first.core.learned()
+        assert np.isfinite(saved["efa.share.level"]).any()  # it did learn something to carry over
+        second = Monitor(build_topology("demo"), MonitorConfig(tick_s=0.05), checkpoint_file=path)
+        second.restore()
+        back = second.core.learned()
+        assert all(np.array_equal(saved[k], back[k], equal_nan=saved[k].dtype.kind == "f") for k in saved)
 
 
 class TestRefused:
