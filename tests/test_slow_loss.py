@@ -111,9 +111,9 @@ class TestStatistics:
     def test_noisy_but_steady_trickles_never_raise_over_thousands_of_port_hours(self, dt_s: float) -> None:
         """3,000 new ports (three sites at 0.2, 0.8 and 0.4/s, lognormal sigma 0.7 across ports, a burst of ~50
         every 200 s a port) over 2 h at 1 s and 6 h at 5 s: 6,000 and 18,000 port-hours, their first hours
-        (the least known) among them, and no raise.  At loss_exponent 12 the same control raised 4 ports in
-        18,000 port-hours, each two units of exponent dividing that by ~5 (docs/detection.md, layer 4): at 20,
-        about 0.007, so a raise here is a change in the test, not bad luck (p < 1 %)."""
+        (the least known) among them, and no raise.  At loss_exponent 12 the same control raised 1 port in
+        18,000 port-hours, each two units of exponent dividing that by ~7 (docs/detection.md, layer 4): at 20,
+        about 4e-4, so a raise here is a change in the test, not bad luck (p < 0.1 %)."""
         rng = np.random.default_rng(11)
         site, rate = ports(1_000, rng)
         test = SlowLossTest(rate.size, PeerSample.of(rate.size), SlowLossParams(), site=site)

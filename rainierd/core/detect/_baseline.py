@@ -194,8 +194,9 @@ class RateBaseline(Learned):
         """Return which entities have ``learn_s`` of history."""
         return np.asarray(self.history_s >= self.learn_s)
 
-    def rate(self, prior_per_s: float) -> F32:
-        """Return each entity's rate per second, ``prior_s`` seconds of ``prior_per_s`` blended in."""
+    def rate(self, prior_per_s: Floats | float) -> F32:
+        """Return each entity's rate per second, ``prior_s`` seconds of ``prior_per_s`` (each entity's, or one
+        for all) blended in."""
         prior = np.float32(self.prior_s)
         return ((self.count + prior * np.float32(prior_per_s)) / (self.seconds + prior)).astype(np.float32)
 
