@@ -33,8 +33,9 @@ SLOW_FAULT_S: Final = {(FaultKind.EFA_LOSS, 3e-7): 900.0}
 # time to clear is measured over ten minutes after the fault, not one.
 SLOW_TAIL_S: Final = 600.0
 # A slow test judges a port against its own retransmit rate, which needs history: slow faults start
-# after half an hour of monitoring (as on a fleet the monitor has watched for a while; the detector
-# judges no port for slow loss before SlowLossParams.loss_learn_s of its own history).
+# after half an hour of monitoring (as on a fleet the monitor has watched for a while, or restarted from
+# its state file): 3e-7 of a busy port's packets is a rise of a few % of its trickle, and the rate must be
+# known better than that (docs/detection.md, layer 4; a tripled trickle needs only ten minutes).
 SLOW_WARMUP_S: Final = 1_800.0
 # Slow faults are two a seed: a fleet of 16 UltraServers (1,024 ports) keeps them a small minority of
 # the peers whose background they are judged against, at a quarter of a 64-UltraServer run's cost.

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
+import numpy.typing as npt
 
 from rainierd._types import F64, I64, Floats
 from rainierd.core.aggregates import Aggregates, CounterSums, aggregate
@@ -22,6 +23,7 @@ from rainierd.core.ingest import FlushResult, Ingest, IngestStats, Message, Rece
 from rainierd.core.jobmodel import JobLoss, job_loss
 from rainierd.core.jobphase import JobPhases, PhaseTracker
 from rainierd.core.jobs import JobMembership
+from rainierd.core.learned import fingerprint, learned_arrays, restore_learned
 from rainierd.core.model import HealthyShares, LostByCause, lost_by_cause
 from rainierd.core.state import FleetState
 from rainierd.core.throughput import Throughput, compute_throughput
@@ -168,6 +170,22 @@ class MonitorCore:
         self.phases = PhaseTracker()  # each job's phase, carried by id from tick to tick
         self.counter_sums = CounterSums(topology)  # the raw telemetry's counters as monotonic sums
         self.analyses = 0  # analyses run: what events are numbered by, unless the caller says otherwise
+        self._fingerprint: str | None = None  # the topology's (core/learned.py), hashed when first needed
+
+    def topology_fingerprint(self) -> str:
+        """Return the digest of the topology the learned state belongs to (core/learned.py)."""
+        if self._fingerprint is None:
+            self._fingerprint = fingerprint(self.topology)
+        return self._fingerprint
+
+    def learned(self) -> dict[str, npt.NDArray[Any]]:
+        """Return copies of what the detectors and the model have learned, by name (core/learned.py)."""
+        return learned_arrays(self, topology_fingerprint=self.topology_fingerprint())
+
+    def restore_learned(self, arrays: dict[str, npt.NDArray[Any]]) -> None:
+        """Take back ``learned()``'s arrays; raises LearnedStateError, saying why and changing nothing, if they are
+        of another layout or topology or do not fit."""
+        restore_learned(self, arrays, topology_fingerprint=self.topology_fingerprint())
 
     def analyse(
         self, messages: Sequence[Message], *, now_s: float, tick: int | None = None, jobs: JobMembership | None = None,

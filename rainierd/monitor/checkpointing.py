@@ -9,6 +9,16 @@ checkpoint whose directory refuses a new file is not taken at all, because
 every later save would fail and the next start would take back these same,
 older counters (a false reset to Prometheus, and frames applied since counted
 lost again).
+
+Beside it, in ``<file>.learned``, what the detectors and the model have
+learned (``core/learned.py``): saved every ``learned_every_s`` (a minute;
+baselines learn over 15-minute delays and hour half-lives, so a minute lost
+costs nothing), copied off the event loop while no analysis runs and written
+by a task the analyses do not wait for; on a stop, saved and awaited.  It is
+restored at start independently of the accounting: a missing one, or one of
+another layout or topology, is logged with its reason and the monitor learns
+afresh.  Unlike the accounting, an older learned file is never harmful (a
+baseline an hour old is still the entity's), so a failed write leaves it.
 """
 
 from __future__ import annotations
@@ -17,7 +27,9 @@ import asyncio
 import contextlib
 import time
 from pathlib import Path
+from typing import Any, Protocol
 
+import numpy.typing as npt
 import structlog
 
 from rainierd.core.ingest import Ingest
@@ -25,30 +37,54 @@ from rainierd.monitor.checkpoint_file import can_replace, load_checkpoint, mark_
 from rainierd.monitor.rejections import worth_logging
 from rainierd.monitor.snapshot import Checkpointing
 
-__all__ = ["Checkpointer"]
+__all__ = ["Checkpointer", "LearnedSource"]
 
 log = structlog.get_logger("rainierd.monitor")
 
 
-class Checkpointer:
-    """Saves and restores ``ingest``'s sequence accounting at ``path`` for the fleet named ``fleet``."""
+class LearnedSource(Protocol):
+    """What keeps learned state (``MonitorCore``): copies it out, and takes it back or says why not."""
 
-    def __init__(self, path: Path, ingest: Ingest, *, fleet: str) -> None:
+    def learned(self) -> dict[str, npt.NDArray[Any]]: ...
+
+    def restore_learned(self, arrays: dict[str, npt.NDArray[Any]]) -> None: ...
+
+
+class Checkpointer:
+    """Saves and restores ``ingest``'s sequence accounting at ``path`` for the fleet named ``fleet``, and what
+    ``learned`` has learned beside it (``learned_path``) every ``learned_every_s``."""
+
+    def __init__(self, path: Path, ingest: Ingest, *, fleet: str, learned: LearnedSource | None = None,
+                 learned_every_s: float = 60.0) -> None:
         self.path, self._ingest, self._fleet = path, ingest, fleet
         self.saves = 0
         self.failures = 0
         self.last_save_wall_s = float("nan")
+        self._learned, self._learned_every_s = learned, learned_every_s
+        self.learned_path = path.with_name(f"{path.name}.learned")
+        self.learned_saves = 0
+        self.learned_failures = 0
+        self.learned_bytes = 0  # the size of the last learned file written
+        self._learned_due_s = float("-inf")  # monotonic
+        self._learned_writing: asyncio.Future[None] | None = None
 
     def frozen(self) -> Checkpointing:
         """Return how the checkpoint is keeping up, as of now."""
         return Checkpointing(self.saves, self.failures, self.last_save_wall_s)
 
     def restore(self) -> bool:
-        """Continue the sequence accounting of the checkpoint file, if there is a usable one.
+        """Continue the sequence accounting of the checkpoint file, if there is a usable one, and take back the
+        learned state beside it, if there is a usable one; return whether the accounting was restored.
 
         A missing, unreadable or foreign checkpoint is logged and ignored: the
         monitor starts afresh (and overwrites it after its first analysis).
+        Either file is used or not on its own.
         """
+        restored = self._restore_accounting()
+        self._restore_learned()
+        return restored
+
+    def _restore_accounting(self) -> bool:
         path = self.path
         try:
             arrays = load_checkpoint(path, fleet=self._fleet)
@@ -69,8 +105,56 @@ class Checkpointer:
                  frames_lost=stats.frames_lost, frames_missing=stats.frames_missing)
         return True
 
-    async def save(self) -> None:
-        """Save the sequence accounting as of the analysis just finished (the write runs off the loop).
+    def _restore_learned(self) -> None:
+        """Take back the learned state beside the checkpoint, or log why not (the monitor then learns afresh)."""
+        if self._learned is None:
+            return
+        path = self.learned_path
+        try:
+            arrays = load_checkpoint(path, fleet=self._fleet)
+            if arrays is None:
+                log.info("no learned-state checkpoint; baselines learn afresh", path=str(path))
+                return
+            self._learned.restore_learned(arrays)
+        except Exception as exc:  # whatever is wrong with the file, the monitor learns afresh
+            log.warning("learned-state checkpoint not used; baselines learn afresh", path=str(path),
+                        reason=str(exc)[:300], error_type=type(exc).__name__)
+            return
+        log.info("learned-state checkpoint restored: baselines continue", path=str(path), arrays=len(arrays))
+
+    async def save_learned(self, *, wait: bool = False) -> None:
+        """Copy the learned state (in a thread: call it only while no analysis runs) and write it in a task the
+        caller does not wait for, unless ``wait``.  A write still running is waited for when ``wait``, and
+        otherwise leaves this save out."""
+        if self._learned is None:
+            return
+        if self._learned_writing is not None and not self._learned_writing.done():
+            if not wait:
+                return
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._learned_writing)
+        self._learned_due_s = time.monotonic() + self._learned_every_s
+        arrays = await asyncio.to_thread(self._learned.learned)
+        self._learned_writing = writing = asyncio.ensure_future(asyncio.to_thread(self._write_learned, arrays))
+        if wait:
+            await asyncio.shield(writing)
+
+    def _write_learned(self, arrays: dict[str, npt.NDArray[Any]]) -> None:
+        """Write the learned state's file (in a thread); a failure is counted and logged, never raised."""
+        try:
+            save_checkpoint(self.learned_path, arrays, fleet=self._fleet)
+            self.learned_bytes = self.learned_path.stat().st_size
+        except Exception as exc:  # the last learned file, if any, stays: older baselines are still the fleet's
+            self.learned_failures += 1
+            if worth_logging(self.learned_failures - 1, self.learned_failures):
+                log.warning("learned-state checkpoint not saved", path=str(self.learned_path),
+                            error=str(exc)[:300], error_type=type(exc).__name__, occurrences=self.learned_failures)
+        else:
+            self.learned_saves += 1
+
+    async def save(self, *, final: bool = False) -> None:
+        """Save the sequence accounting as of the analysis just finished (the write runs off the loop), and the
+        learned state when it is due or ``final`` (``save_learned``; waited for when ``final``).
 
         Call it only while no analysis runs: the arrays are copied first, on the loop.
         """
@@ -104,3 +188,5 @@ class Checkpointer:
         else:
             self.saves += 1
             self.last_save_wall_s = time.time()
+        if final or time.monotonic() >= self._learned_due_s:
+            await self.save_learned(wait=final)

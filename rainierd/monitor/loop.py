@@ -106,7 +106,7 @@ class Monitor:
         if not shard.whole:  # another shard's accounting is not this one's
             fleet += f", shard {shard}"
         self.checkpointer = None if checkpoint_file is None else Checkpointer(checkpoint_file, self.core.ingest,
-                                                                              fleet=fleet)
+                                                                              fleet=fleet, learned=self.core)
         self._sample_lag = LagHistogram()
         self._loop_lag = loop_lag
         # The one value every reader takes: replaced, never mutated, once per analysis.
@@ -209,7 +209,8 @@ class Monitor:
         return self.core.analyse(window, now_s=now_s, tick=tick, jobs=self.jobs.resolve(documents))
 
     async def save_checkpoint_now(self) -> None:
-        """Save the sequence accounting as of the analysis just finished, if there is a checkpoint file."""
+        """Save the sequence accounting as of the analysis just finished, if there is a checkpoint file (and the
+        learned state, once a minute)."""
         if self.checkpointer is not None:
             await self.checkpointer.save()
 
@@ -275,7 +276,7 @@ class Monitor:
         try:
             if len(self.inbox) and not self.load.overloaded and last < _STOP_ANALYSIS_S:
                 await self.analyse_once()
-            await self.checkpointer.save()
+            await self.checkpointer.save(final=True)
         except asyncio.CancelledError:  # stopped again: keep the last checkpoint
             log.warning("stopped again while saving the last stream checkpoint; the previous one stands")
 

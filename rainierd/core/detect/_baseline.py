@@ -31,17 +31,24 @@ estimate, so a port with little history sits near its peers' rate and one
 with an hour of history at its own.  It learns with a delay instead of
 freezing on evidence: a slow test's evidence builds over minutes, and a rate
 learned only in its quiet moments would be biased low.
+
+Both export what they learned as named arrays (``arrays``) and take them
+back (``load``, all or nothing), so a restarted monitor continues from them
+(``core/learned.py``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
+import numpy.typing as npt
 
 from rainierd._types import F32, B, Floats
 
-__all__ = ["Baseline", "RateBaseline"]
+__all__ = ["Baseline", "Learned", "RateBaseline", "fit", "take"]
 
 
 def _interval(seconds: Floats, accept: B) -> F32:
@@ -51,8 +58,43 @@ def _interval(seconds: Floats, accept: B) -> F32:
     return out
 
 
+def fit(arrays: Mapping[str, npt.NDArray[Any]], name: str, like: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """Return ``arrays[name]``; raises ValueError unless it has ``like``'s shape and dtype."""
+    theirs = arrays.get(name)
+    if theirs is None or theirs.shape != like.shape or theirs.dtype != like.dtype:
+        found = None if theirs is None else (theirs.shape, str(theirs.dtype))
+        raise ValueError(f"{name}: {found} does not fit {(like.shape, str(like.dtype))}")
+    return theirs
+
+
+def take(arrays: Mapping[str, npt.NDArray[Any]], name: str, like: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """Return a copy of ``arrays[name]``; raises ValueError unless it has ``like``'s shape and dtype."""
+    return fit(arrays, name, like).copy()
+
+
+class Learned:
+    """What a baseline has learned, as named arrays (its ``FIELDS``): exported, and taken back after a restart."""
+
+    FIELDS: ClassVar[tuple[str, ...]] = ()
+
+    def arrays(self) -> dict[str, npt.NDArray[Any]]:
+        """Return copies of what it has learned, by name."""
+        return {name: getattr(self, name).copy() for name in self.FIELDS}
+
+    def check(self, arrays: Mapping[str, npt.NDArray[Any]]) -> None:
+        """Raise ValueError unless ``arrays`` fit ``load``."""
+        for name in self.FIELDS:
+            fit(arrays, name, getattr(self, name))
+
+    def load(self, arrays: Mapping[str, npt.NDArray[Any]]) -> None:
+        """Take back ``arrays()``; raises ValueError, changing nothing, unless every array fits."""
+        taken = {name: take(arrays, name, getattr(self, name)) for name in self.FIELDS}
+        for name, value in taken.items():
+            setattr(self, name, value)
+
+
 @dataclass(eq=False)
-class Baseline:
+class Baseline(Learned):
     """Each entity's learned level of one figure (NaN until its first accepted sample)."""
 
     halflife_s: float
@@ -68,6 +110,8 @@ class Baseline:
     ) -> Baseline:
         """Return baselines of ``n`` entities with no history."""
         return cls(halflife_s, learn_s, clip, np.full(n, np.nan, np.float32), np.zeros(n, np.float32), learn_clip)
+
+    FIELDS: ClassVar[tuple[str, ...]] = ("level", "history_s")
 
     def learned(self) -> B:
         """Return which entities have enough history to be judged against themselves."""
@@ -112,7 +156,7 @@ class Baseline:
 
 
 @dataclass(eq=False)
-class RateBaseline:
+class RateBaseline(Learned):
     """Each entity's Poisson rate per second: its discounted count over its discounted seconds, shrunk to a prior.
 
     Once it has ``learn_s`` of history, what it sees is held back for
@@ -143,12 +187,16 @@ class RateBaseline:
         return cls(halflife_s, prior_s, learn_s, delay_s, zeros(), zeros(), zeros(), zeros(), np.ones(n, bool),
                    zeros())
 
+    FIELDS: ClassVar[tuple[str, ...]] = (
+        "count", "seconds", "pending_count", "pending_seconds", "pending_clean", "history_s")
+
     def learned(self) -> B:
         """Return which entities have ``learn_s`` of history."""
         return np.asarray(self.history_s >= self.learn_s)
 
-    def rate(self, prior_per_s: float) -> F32:
-        """Return each entity's rate per second, ``prior_s`` seconds of ``prior_per_s`` blended in."""
+    def rate(self, prior_per_s: Floats | float) -> F32:
+        """Return each entity's rate per second, ``prior_s`` seconds of ``prior_per_s`` (each entity's, or one
+        for all) blended in."""
         prior = np.float32(self.prior_s)
         return ((self.count + prior * np.float32(prior_per_s)) / (self.seconds + prior)).astype(np.float32)
 
@@ -173,3 +221,4 @@ class RateBaseline:
         np.copyto(self.pending_count, np.float32(0.0), where=due)
         np.copyto(self.pending_seconds, np.float32(0.0), where=due)
         np.copyto(self.pending_clean, True, where=due)
+

@@ -77,7 +77,8 @@ class EfaDetector:
         self.was_low = np.zeros(n, dtype=bool)  # the last sample's traffic was near zero
         self.retrans_share = np.zeros(n, np.float32)  # EWMA of bytes retransmitted above its own rate / bytes sent
         self.sample = PeerSample.of(n)
-        self.slow_loss = SlowLossTest(n, self.sample, self.loss_params)  # owns each port's own retransmit rate
+        # Owns each port's own retransmit rate, its prior the port's site's (sites differ in optics and cabling).
+        self.slow_loss = SlowLossTest(n, self.sample, self.loss_params, site=topo.node_site[topo.efa_node])
         self.tracker = StateTracker.create(n, raise_after_s=[0.0, p.raise_after_s, p.raise_after_s],
                                            clear_after_s=p.clear_after_s)
 

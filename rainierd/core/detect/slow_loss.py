@@ -1,25 +1,33 @@
 """Slow EFA loss (docs/detection.md, layer 4): a Poisson CUSUM per port of its
 retransmits, in packets per second, so it means the same at any tick.
 
-In control: the port's own rate (``RateBaseline``: its history, shrunk to the
-fleet's background with a prior of ``loss_prior_s`` seconds).  Out of control:
-that rate plus ``loss_detect`` of the packets it sends (a loss fraction, so the
-test means the same at any load), at least ``loss_min_per_s``.  Each port's
-threshold is set by its own rate, so every port has the same false-alarm rate:
-Siegmund's approximation puts the chance that a healthy excursion reaches h at
-exp(-loss_exponent).  Counts a port can add in one interval are capped, so a
-burst is not loss.  The EFA detector owns one test, and reads each port's own
-rate from it (its retransmit CUSUM judges bursts above that rate).
+In control: the port's own rate (``RateBaseline``: its history, shrunk to its
+site's background with a prior of ``loss_prior_s`` seconds), taken
+``loss_margin_se`` posterior deviations high.  Out of control: that rate plus
+``loss_detect`` of the packets it sends (a loss fraction, so the test means the
+same at any load), and in a second CUSUM ``loss_detect_ratio`` times its rate
+(its trickle tripled), each at least ``loss_min_per_s`` and at least
+``loss_uncertain_se`` posterior deviations, so a rate still uncertain is
+tested only for a rise its uncertainty cannot explain.  Each port's threshold
+is set by its own rate, so every port has the same false-alarm rate: Wald's
+bound puts the chance that a healthy excursion reaches h under
+exp(-loss_exponent).  Counts a port can add in one interval are capped, so a burst is not loss.  The EFA
+detector owns one test, and reads each port's own rate from it (its
+retransmit CUSUM judges bursts above that rate).  ``arrays``/``load`` carry
+what it learned across a monitor restart (``core/learned.py``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
-from rainierd._types import F32, B
-from rainierd.core.detect._baseline import RateBaseline
+from rainierd._types import F32, I64, B
+from rainierd.core.detect._baseline import RateBaseline, fit, take
 from rainierd.core.detect._stats import PeerSample
 
 __all__ = ["SlowLossParams", "SlowLossTest", "burst_cap"]
@@ -30,19 +38,28 @@ class SlowLossParams:
     """Thresholds of the slow-loss test (docs/detection.md, layer 4, justifies them)."""
 
     loss_detect: float = 2e-7
+    # A rise of twice the port's rate (x3) is tested for by a CUSUM of its own: a busy port's trickle
+    # tripled is far more than 2e-7 of what it sends, and the fraction test reads most of it as bursts.
+    loss_detect_ratio: float = 2.0
     loss_min_per_s: float = 0.05
     loss_exponent: float = 20.0
     loss_h_min: float = 10.0  # packets: the threshold of a port whose rate is near zero
     loss_packet_bytes: float = 8_192.0  # EFA's SRD packet (jumbo frames), to turn bytes into packets
     loss_floor_per_s: float = 0.01  # the background rate assumed at least
-    loss_background_halflife_s: float = 600.0  # how slowly the fleet's background adapts
-    loss_prior_s: float = 30.0  # seconds of the fleet's background a port's own rate starts from
-    # A port is judged for slow loss only after loss_learn_s of its own history: the test needs its
-    # rate to a few %, and a port sending 0.5 retransmits a second counts ~900 in half an hour (3 %).
-    # Its rate is then taken loss_margin_se standard errors high, so what it does not know yet about
-    # its rate is not read as loss.
-    loss_learn_s: float = 1_800.0
-    loss_margin_se: float = 1.0
+    loss_background_halflife_s: float = 600.0  # how slowly each site's background adapts
+    # Seconds of its site's background a port's own rate starts from: the gamma prior's weight.  Ports of
+    # a site differ by a lognormal sigma of ~0.7 (docs/detection.md, layer 4): a gamma of that spread
+    # weighs 1 / (CV^2 x rate) = 1.6 / rate seconds, 2-8 s at the sites' 0.2-0.8/s; 10 s is that, rounded up.
+    loss_prior_s: float = 10.0
+    # A port is judged for slow loss once it has loss_judge_s of its own history, and its rate is taken
+    # loss_margin_se posterior deviations high, the rise tested at least loss_uncertain_se of them: what it
+    # does not know yet about its rate is neither read as loss nor lets a rate it underestimates drift up
+    # to h (docs/detection.md, layer 4, gives the false-alarm figures).  Until loss_learn_s every sample is
+    # learned at once; from then on, with the delay of loss_delay_s.
+    loss_judge_s: float = 120.0
+    loss_learn_s: float = 600.0
+    loss_margin_se: float = 2.0
+    loss_uncertain_se: float = 4.0
     # Hysteresis of the loss test, in units of each port's h: raised at 1, cleared under loss_clear,
     # the sum held under loss_ceiling.  Clearing drains (ceiling - clear) h at the healthy drift, about
     # half of what raising took: a rate test cannot know that loss ended much faster than it saw it
@@ -51,6 +68,10 @@ class SlowLossParams:
     loss_clear: float = 0.75
     loss_delay_s: float = 900.0  # then a port's rate learns what it saw this long ago, if it stayed healthy
     loss_baseline_halflife_s: float = 3_600.0
+
+
+def _rates(arrays: Mapping[str, npt.NDArray[Any]]) -> dict[str, npt.NDArray[Any]]:
+    return {name.removeprefix("rates."): value for name, value in arrays.items() if name.startswith("rates.")}
 
 
 def burst_cap(alternative: F32, dt_s: F32) -> F32:
@@ -65,102 +86,175 @@ def burst_cap(alternative: F32, dt_s: F32) -> F32:
 
 @dataclass(eq=False)
 class SlowLossTest:
-    """Each port's own retransmit rate and its slow-loss CUSUM, for ``n`` ports."""
+    """Each port's own retransmit rate and its slow-loss CUSUM, for ``n`` ports (``site``: each port's site)."""
 
     n: int
-    sample: PeerSample  # the ports the fleet's background is estimated on
+    sample: PeerSample  # the ports the sites' backgrounds are estimated on
     params: SlowLossParams = field(default_factory=SlowLossParams)
+    site: I64 | None = None  # each port's site (None: one site)
 
     def __post_init__(self) -> None:
         p = self.params
         self.rates = RateBaseline.empty(self.n, halflife_s=p.loss_baseline_halflife_s, prior_s=p.loss_prior_s,
                                         learn_s=p.loss_learn_s, delay_s=p.loss_delay_s)
-        self.loss = np.zeros(self.n, np.float32)  # Poisson CUSUM of retransmits over the port's rate, in its own h
+        # Poisson CUSUMs of retransmits over the port's rate, in their own h: for a rise of loss_detect of the
+        # packets it sends, and for one of loss_detect_ratio times its rate.
+        self.loss = np.zeros(self.n, np.float32)
+        self.tripled = np.zeros(self.n, np.float32)
         self.lossy = np.zeros(self.n, bool)  # over h, and not yet back under half of it
-        self.background_per_s = float("nan")  # the fleet's retransmit rate per port, bursts clipped
-        self._background_s = 0.0  # seconds the background has been estimated over (a plain mean at first)
+        if self.site is None:
+            self.site = np.zeros(self.n, np.int64)
+        self.n_sites = int(self.site.max(initial=-1)) + 1
+        self._sample_site = self.sample.pick(self.site)
+        # Each site's retransmit rate per port, bursts clipped (NaN until seen), and the seconds it has been
+        # estimated over (a plain mean at first): the prior of its ports' own rates.
+        self.background_per_s = np.full(self.n_sites, np.nan)
+        self.background_s = np.zeros(self.n_sites)
+
+    @property
+    def fleet_background_per_s(self) -> float:
+        """Return the sites' backgrounds averaged (NaN before any): the prior of a site never seen."""
+        seen = np.isfinite(self.background_per_s)
+        return float(self.background_per_s[seen].mean()) if seen.any() else float("nan")
+
+    def arrays(self) -> dict[str, npt.NDArray[Any]]:
+        """Return copies of what it has learned: each port's rate and each site's background."""
+        out = {f"rates.{name}": value for name, value in self.rates.arrays().items()}
+        return out | {"background_per_s": self.background_per_s.copy(), "background_s": self.background_s.copy()}
+
+    def check(self, arrays: Mapping[str, npt.NDArray[Any]]) -> None:
+        """Raise ValueError unless ``arrays`` fit ``load``."""
+        fit(arrays, "background_per_s", self.background_per_s)
+        fit(arrays, "background_s", self.background_s)
+        self.rates.check(_rates(arrays))
+
+    def load(self, arrays: Mapping[str, npt.NDArray[Any]]) -> None:
+        """Take back ``arrays()``; raises ValueError, changing nothing, unless every array fits."""
+        self.check(arrays)
+        self.rates.load(_rates(arrays))
+        self.background_per_s = take(arrays, "background_per_s", self.background_per_s)
+        self.background_s = take(arrays, "background_s", self.background_s)
 
     def own_rate(self) -> F32:
-        """Return each port's baseline retransmit rate per second: its own history, shrunk to the fleet's."""
+        """Return each port's baseline retransmit rate per second: its own history, shrunk to its site's."""
         p = self.params
-        background = self.background_per_s if np.isfinite(self.background_per_s) else p.loss_floor_per_s
-        rate = self.rates.rate(max(background, p.loss_floor_per_s))
+        fleet = self.fleet_background_per_s
+        fleet = fleet if np.isfinite(fleet) else p.loss_floor_per_s
+        by_site = np.fmax(np.nan_to_num(self.background_per_s, nan=fleet), p.loss_floor_per_s).astype(np.float32)
+        assert self.site is not None
+        rate = self.rates.rate(by_site[self.site] if self.n_sites > 1 else float(by_site[0]))
         np.maximum(rate, np.float32(p.loss_floor_per_s), out=rate)
         return rate
 
-    def _in_control_rate(self, own_rate: F32) -> F32:
-        """Return the slow-loss test's in-control rate: the port's own, plus loss_margin_se standard errors."""
-        p = self.params
-        exposure = self.rates.seconds + np.float32(p.loss_prior_s)
-        margin = np.sqrt(own_rate / exposure, dtype=np.float32)
-        margin *= np.float32(p.loss_margin_se)
-        return (own_rate + margin).astype(np.float32)
+    def _uncertainty(self, own_rate: F32) -> F32:
+        """Return each port's rate's posterior standard deviation (gamma-Poisson: rate / exposure, square-rooted)."""
+        exposure = self.rates.seconds + np.float32(self.params.loss_prior_s)
+        return np.sqrt(own_rate / exposure, dtype=np.float32)
 
     def update(self, counts: F32, dt_s: F32, fresh: B, own_rate: F32, sent_bytes_s: F32) -> B:
-        """Fold each port's retransmits into its loss CUSUM; return where it is over its threshold.
+        """Fold each port's retransmits into its two loss CUSUMs; return where either is over its threshold.
 
         The in-control rate is the port's own (``RateBaseline``: its history,
-        starting from the fleet's background, estimated on the peer sample
+        starting from its site's background, estimated on the peer sample
         with each port's count capped, adapting over
         ``loss_background_halflife_s``), so a trickle a port or its site
         always had is not a fault, and neither is one every port shares.
+        One CUSUM is tuned to ``loss_detect`` of the packets a port sends
+        (silent loss at the bottom of the CorrOpt band), the other to
+        ``loss_detect_ratio`` times its rate (its trickle tripled): each
+        caps bursts at a few deviations of its own alternative, and one test
+        cannot serve both, since a cap that lets a tripled trickle count
+        lets a busy port's bursts count too.
         """
         p = self.params
         ok = fresh & np.isfinite(counts) & (dt_s > 0)
-        started = np.isfinite(self.background_per_s)
+        started = bool(np.isfinite(self.background_per_s).any())
         interval = np.where(ok, dt_s, np.float32(0.0))  # seconds each port's count covers (0: none)
-        # The rise to detect: loss_detect of the packets the port sends, at least loss_min_per_s.
-        rise = np.fmax(sent_bytes_s, np.float32(0.0)).astype(np.float32)
-        rise *= np.float32(p.loss_detect / p.loss_packet_bytes)
-        np.maximum(rise, np.float32(p.loss_min_per_s), out=rise)
-        # Counts above a few standard deviations of the alternative are a burst, not a rate: a burst
-        # counts as the alternative's mean, so bursts add no more evidence of loss than loss itself
-        # would (a cap at the threshold would add several packets a burst, and bursts come every few
-        # minutes).  Before there is a background, nothing is a burst.
         counted = np.where(ok, counts, np.float32(0.0))
+        # Taken loss_margin_se posterior deviations high: what it does not know yet about its rate is not loss;
+        # and no rise smaller than loss_uncertain_se deviations is tested for, nor than loss_min_per_s.
+        spread = self._uncertainty(own_rate)
+        in_control = spread * np.float32(p.loss_margin_se)
+        in_control += own_rate
+        spread *= np.float32(p.loss_uncertain_se)
+        np.maximum(spread, np.float32(p.loss_min_per_s), out=spread)
+        # The rises to detect: loss_detect of the packets the port sends, and loss_detect_ratio of its rate.
+        fraction = np.fmax(sent_bytes_s, np.float32(0.0)).astype(np.float32)
+        fraction *= np.float32(p.loss_detect / p.loss_packet_bytes)
+        np.maximum(fraction, spread, out=fraction)
+        ratio = in_control * np.float32(p.loss_detect_ratio)
+        np.maximum(ratio, spread, out=ratio)
+        # Counts above a few standard deviations of the alternative are a burst, not a rate.  In the
+        # fraction test a burst counts as the alternative's mean, so bursts add no more evidence of
+        # loss than loss itself would (a cap at the threshold would add several packets a burst, and
+        # bursts come every few minutes); in the ratio test, whose alternative is far above the rate,
+        # as the port's own rate: no evidence at all.  Before there is a background, nothing is a burst.
+        by_fraction, by_ratio = counted, counted.copy()
         if started:
-            burst = counted > burst_cap(own_rate + rise, interval)
-            np.copyto(counted, (own_rate + rise) * interval, where=burst)
-        self._update_background(counted, interval, ok)
+            alternative = own_rate + fraction
+            burst = counted > burst_cap(alternative, interval)
+            by_fraction = np.where(burst, alternative * interval, counted).astype(np.float32)
+            burst = by_ratio > burst_cap(in_control + ratio, interval)
+            np.copyto(by_ratio, own_rate * interval, where=burst)
+        self._update_background(by_fraction, interval, ok)
         if not started:  # the first interval only sets the background
             return np.zeros(counts.shape, bool)
-        own_rate = self._in_control_rate(own_rate)
-        # Lucas's Poisson CUSUM between rate r and r + d: reference value k = d / ln(1 + d / r).  Its
-        # healthy drift is r - k < 0, and an excursion reaches h with chance exp(-2 (k - r) h / r):
-        # h = loss_exponent r / (2 (k - r)) gives every port the same false-alarm rate.
-        k_per_s = rise / np.log1p(rise / own_rate)
-        h = np.float32(0.5 * p.loss_exponent) * own_rate / (k_per_s - own_rate)
+        # A port is judged for slow loss only once its own rate has loss_judge_s of history: before, its
+        # rate is mostly its site's, and a port that always retransmitted more would read as lossy.
+        judged = ok & (self.rates.history_s >= np.float32(p.loss_judge_s))
+        for cusum, steps in ((self.loss, self._steps(by_fraction, interval, in_control, fraction)),
+                             (self.tripled, self._steps(by_ratio, interval, in_control, ratio))):
+            np.add(cusum, steps, out=cusum, where=judged)
+            # Hysteresis: raised at h, cleared under loss_clear of it, so noise around the threshold during a
+            # fault is one detection; the ceiling bounds how long it takes to clear once the loss has ended.
+            np.clip(cusum, 0.0, np.float32(p.loss_ceiling), out=cusum)
+        over = (self.loss >= 1.0) | (self.tripled >= 1.0)
+        self.lossy |= over
+        self.lossy &= (self.loss > np.float32(p.loss_clear)) | (self.tripled > np.float32(p.loss_clear))
+        return self.lossy
+
+    def _steps(self, counted: F32, interval: F32, in_control: F32, rise: F32) -> F32:
+        """Return each port's CUSUM step, in units of its own threshold, testing ``in_control`` against ``+ rise``.
+
+        Lucas's Poisson CUSUM between rate r and r + d: reference value k = d / ln(1 + d / r), so each
+        step is the log-likelihood ratio of the two rates over ln(1 + d / r), and by Wald's bound a
+        healthy excursion reaches h packets with chance at most exp(-h ln(1 + d / r)):
+        h = loss_exponent / ln(1 + d / r) gives every port the same false-alarm rate.  (The Brownian
+        approximation, exp(-2 (k - r) h / r), agrees for d << r and is too low a threshold for a rise
+        of a few times r: 13 of loss_exponent's 20 for a tripling, measured as false alarms.)
+        """
+        p = self.params
+        log_ratio = np.log1p(rise / in_control)
+        k_per_s = rise / log_ratio
+        h = np.float32(p.loss_exponent) / log_ratio
         np.maximum(h, np.float32(p.loss_h_min), out=h)
-        step = counted - k_per_s * interval
-        step /= h  # the CUSUM is kept in units of each port's own threshold
+        step: F32 = (counted - k_per_s * interval).astype(np.float32, copy=False)
+        step /= h
         # No one interval raises alone: after a long gap (a node back from silence) a burst or two in
         # its one interval would otherwise read as minutes of loss.
         np.minimum(step, np.float32(0.25), out=step)
-        # A port is judged for slow loss only once its own rate has loss_learn_s of history: before, its
-        # rate is mostly the fleet's, and a port that always retransmitted more would read as lossy.
-        judged = ok & self.rates.learned()
-        np.add(self.loss, step.astype(np.float32), out=self.loss, where=judged)
-        # Hysteresis: raised at h, cleared under loss_clear of it, so noise around the threshold during a
-        # fault is one detection; the ceiling bounds how long it takes to clear once the loss has ended.
-        np.clip(self.loss, 0.0, np.float32(p.loss_ceiling), out=self.loss)
-        self.lossy |= self.loss >= 1.0
-        self.lossy &= self.loss > np.float32(p.loss_clear)
-        return self.lossy
+        return step
 
     def _update_background(self, clipped: F32, interval: F32, ok: B) -> None:
-        """Fold this interval into the fleet's retransmit background (the prior of every port's own rate)."""
+        """Fold this interval into each site's retransmit background (the prior of its ports' own rates)."""
         p = self.params
         sample_ok, sample_dt = self.sample.pick(ok), self.sample.pick(interval)
-        seconds = float(sample_dt[sample_ok].sum())
-        if seconds <= 0:
+        if not (sample_dt[sample_ok] > 0).any():
             return
-        now = float(self.sample.pick(clipped)[sample_ok].sum()) / seconds
+        sites = self._sample_site[sample_ok]
+        seconds = np.bincount(sites, weights=sample_dt[sample_ok], minlength=self.n_sites)
+        counted = np.bincount(sites, weights=self.sample.pick(clipped)[sample_ok], minlength=self.n_sites)
+        seen = seconds > 0
+        now = np.divide(counted, seconds, out=np.zeros(self.n_sites), where=seen)
         step_s = float(np.median(sample_dt[sample_ok]))
         # A plain mean over what has been seen, until that is longer than the half-life allows.
-        self._background_s += step_s
-        weight = max(1.0 - 0.5 ** (step_s / p.loss_background_halflife_s), step_s / self._background_s)
-        self.background_per_s = now if not np.isfinite(self.background_per_s) else (
-            self.background_per_s + weight * (now - self.background_per_s))
+        self.background_s[seen] += step_s
+        weight = np.fmax(1.0 - 0.5 ** (step_s / p.loss_background_halflife_s),
+                         step_s / np.fmax(self.background_s, step_s))
+        first = seen & ~np.isfinite(self.background_per_s)
+        self.background_per_s[first] = now[first]
+        later = seen & ~first
+        self.background_per_s[later] += weight[later] * (now[later] - self.background_per_s[later])
 
     def learn(self, retrans: F32, own_rate: F32, fresh: B, dt: F32, *, settled_s: float, healthy: B) -> None:
         """Fold the retransmits into each port's own rate: learned after a delay, if the port stayed healthy.
