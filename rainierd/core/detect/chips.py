@@ -14,13 +14,14 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from rainierd._types import F32, B
+from rainierd._types import F32, B, Floats
 from rainierd.core.detect._baseline import Baseline
-from rainierd.core.detect._common import Reason, new_samples, persistence_seconds
+from rainierd.core.detect._common import Reason, new_samples, persistence_seconds, typical_interval
 from rainierd.core.detect._common import flag as set_reason
 from rainierd.core.detect._stats import ClippedCusum, PeerSample, ewma, robust_center_scale, row_nanmedian
 from rainierd.core.detect._tracker import StateTracker, Transitions
@@ -100,18 +101,16 @@ class ChipDetector:
         # An all-NaN group (stalled, silent) has no median: NaN.
         group_median = np.repeat(row_nanmedian(np.where(active, efficiency, np.nan).reshape(-1, per_us)), per_us)
         relative = efficiency / group_median
-        _, scale = robust_center_scale(relative, active & np.isfinite(relative), floor=p.efficiency_floor,
-                                       sample=self.sample)
         judged = active & np.isfinite(relative)
         # Against the chip's own usual share of its group (its group's median until it has history).
         own = relative / self.baseline.reference(1.0)
-        _, scale = robust_center_scale(own, judged, floor=p.efficiency_floor, sample=self.sample)
         self.efficiency = ewma(self.efficiency, own, judged, alpha=p.ewma_alpha)
         # Until a chip has history it is judged by its clock, flags and counters only (_baseline.py).
         learned = self.baseline.learned()
         # Evidence, persistence and learning count a sample after a gap as one typical interval.
         held = persistence_seconds(table.dt_s, fresh, self.sample)
-        straggling = self.cusum.update((1.0 - own) / scale, judged & learned, seconds=held)
+        straggling = self.cusum.update((1.0 - own) / self._spread_per_root_s(own, judged, fresh),
+                                       judged & learned, seconds=held)
         straggling |= judged & learned & (self.baseline.level < np.float32(p.efficiency_band))
 
         site = topo.chip_site
@@ -149,6 +148,24 @@ class ChipDetector:
         quiet = judged & (self.tracker.state == HEALTHY) & (self.cusum.s < 0.5 * p.z_h)
         self.baseline.update(relative, quiet, held)
         return changes
+
+    def _spread_per_root_s(self, own: Floats, judged: B, fresh: B) -> float:
+        """Return the healthy spread of ``own`` as a one-second interval would show it (``efficiency_floor``
+        at least): the spread this tick's samples show, times the root of their typical interval.
+
+        The CUSUM weighs each sample by its interval, so its deviation must be
+        per root second: T seconds of noise that averages over the interval
+        then add N(-kT, T), what T one-second samples add, whatever the tick.
+        Divided by the spread of this tick's own samples instead, each sample
+        of a 5 s tick added five times one sample's noise, N(-5k, 25): three
+        healthy samples 2.6 sigma out in a row raised a straggler, 64 in a
+        10-minute fault-free soak at ``rainier`` (issue 22).  Noise that does
+        not average over the interval (a gauge read at one instant) is then
+        overstated at long ticks, which only slows detection there.
+        """
+        _, spread = robust_center_scale(own, judged, floor=0.0, sample=self.sample)
+        typical = typical_interval(self.state.chips.dt_s, fresh, self.sample) or 1.0
+        return max(spread * math.sqrt(typical), self.params.efficiency_floor)
 
     def speed(self) -> F32:
         """Return each chip's estimated speed (clock x relative efficiency) for the throughput model."""
