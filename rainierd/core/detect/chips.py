@@ -109,8 +109,8 @@ class ChipDetector:
         learned = self.baseline.learned()
         # Evidence, persistence and learning count a sample after a gap as one typical interval.
         held = persistence_seconds(table.dt_s, fresh, self.sample)
-        straggling = self.cusum.update((1.0 - own) / self._spread_per_root_s(own, judged, fresh),
-                                       judged & learned, seconds=held)
+        sigmas_per_s = self._evidence_per_s(1.0 - own, judged, fresh, held)
+        straggling = self.cusum.update(sigmas_per_s, judged & learned, seconds=held)
         straggling |= judged & learned & (self.baseline.level < np.float32(p.efficiency_band))
 
         site = topo.chip_site
@@ -149,23 +149,41 @@ class ChipDetector:
         self.baseline.update(relative, quiet, held)
         return changes
 
-    def _spread_per_root_s(self, own: Floats, judged: B, fresh: B) -> float:
-        """Return the healthy spread of ``own`` as a one-second interval would show it (``efficiency_floor``
-        at least): the spread this tick's samples show, times the root of their typical interval.
+    def _evidence_per_s(self, deficit: Floats, judged: B, fresh: B, held: F32) -> F32:
+        """Return each chip's efficiency deficit as the CUSUM's evidence: sigmas per second of its interval.
 
-        The CUSUM weighs each sample by its interval, so its deviation must be
-        per root second: T seconds of noise that averages over the interval
-        then add N(-kT, T), what T one-second samples add, whatever the tick.
-        Divided by the spread of this tick's own samples instead, each sample
-        of a 5 s tick added five times one sample's noise, N(-5k, 25): three
-        healthy samples 2.6 sigma out in a row raised a straggler, 64 in a
-        10-minute fault-free soak at ``rainier`` (issue 22).  Noise that does
-        not average over the interval (a gauge read at one instant) is then
-        overstated at long ticks, which only slows detection there.
+        The CUSUM weighs each sample by its interval ``held``, so a sample's
+        deviation must be in units of a one-second sample's spread.  This
+        tick's samples show the spread of one interval of T seconds (their
+        median); whether its variance is T times smaller than a 1 s one's
+        depends on the publisher: utilisation averaged over the interval, or
+        read at one instant.  A sample counts as the stronger of two readings:
+
+        * averaged: the deficit over the spread x sqrt(T), so T seconds of
+          healthy noise add N(-kT, T), what T one-second samples add;
+        * instant: the deficit over the spread itself, whose excess over
+          ``z_k`` is worth at most one second (a shortfall under it drains
+          per second of the interval, so an alarm whose cause ended clears
+          as fast as before, and one low sample of a slow chip does not).
+
+        Healthy noise then raises no more often per second than at a 1 s tick
+        under either reading, so at most twice as often together; at 1 s the
+        two are one.  Taken as T seconds of the per-sample spread instead, a
+        5 s sample added N(-5k, 25): three healthy samples 2.6 sigma out
+        raised a straggler, 64 in a 10-minute fault-free soak at ``rainier``
+        (issue 22).
         """
-        _, spread = robust_center_scale(own, judged, floor=0.0, sample=self.sample)
+        p = self.params
+        _, spread = robust_center_scale(deficit, judged, floor=0.0, sample=self.sample)
         typical = typical_interval(self.state.chips.dt_s, fresh, self.sample) or 1.0
-        return max(spread * math.sqrt(typical), self.params.efficiency_floor)
+        floor = p.efficiency_floor
+        averaged = (deficit / np.float32(max(spread * math.sqrt(typical), floor))).astype(np.float32)
+        excess = np.minimum(deficit / np.float32(max(spread, floor)), np.float32(p.z_cap)) - np.float32(p.z_k)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            # held x (rate - k) = min(held, 1 s) x the excess above k, held x the shortfall under it.
+            excess *= np.where(excess > 0, np.minimum(held, np.float32(1.0)) / held, np.float32(1.0))
+        np.fmax(averaged, excess + np.float32(p.z_k), out=averaged)
+        return averaged
 
     def speed(self) -> F32:
         """Return each chip's estimated speed (clock x relative efficiency) for the throughput model."""
