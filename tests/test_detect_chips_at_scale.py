@@ -82,12 +82,12 @@ class TestStragglersAtRainier:
     def test_healthy_chips_raise_nothing(self, run: Run) -> None:
         """499,200 healthy chips (ten minutes at 5 s, two at 1 s), then two minutes more beside three
         stragglers: no other chip is raised (at a 5 s tick, evidence standardised per sample instead of per
-        root second raised about six healthy chips a minute)."""
+        root second raised about four healthy chips a minute)."""
         assert set(run.raised) - set(SLOWED) == set()
 
     def test_stragglers_are_found(self, run: Run) -> None:
         """Each straggler is raised: the 5 and 10 % ones within three intervals (or 8 s at 1 s), the 2 % one
-        within a minute (its 1 % of noise in a 5 s sample is no quieter than in a 1 s one)."""
+        within a minute (the simulated utilisation of a 5 s sample is no quieter than a 1 s one's)."""
         late = {chip: run.raised.get(chip, np.inf) - run.onset_s for chip in SLOWED}
         bound = {chip: 60.0 if s < 0.05 else max(8.0, 3 * run.tick_s) for chip, s in SLOWED.items()}
         assert {chip: after <= bound[chip] for chip, after in late.items()} == dict.fromkeys(SLOWED, True), late
