@@ -10,8 +10,13 @@ percentiles of the sample lag and of the event-loop lag over the window
 event-loop lag seen, and, once the simulator has finished and the monitor
 drained, every frame accounted for exactly as ``bench ingest`` does.
 
+It also lists every health event the monitor logged, by entity, new state
+and reasons, while the simulator published (its fleet has no faults, so
+each is a false alarm) and after it stopped (the fleet falling silent).
+
 A soak passes with RSS growth of at most 2 % after the warm-up, no frame
-lost, every frame accounted for, and an event-loop lag p99 of at most 10 ms.
+lost, every frame accounted for, an event-loop lag p99 of at most 10 ms,
+and no health event while the simulator published.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Final
 
@@ -55,6 +62,22 @@ def _rss(pid: int) -> int | None:
 
 def _percentiles(buckets: list[tuple[float, float]]) -> dict[str, float | None]:
     return {"p50": histogram_quantile(0.5, buckets), "p99": histogram_quantile(0.99, buckets)}
+
+
+def _events(monitor_log: Path, *, until: str | None) -> dict[str, dict[str, int]]:
+    """Return the health events of the monitor's JSON log (each a change to an unhealthy state), as counts
+    of "entity state (reasons)", split at the ISO time ``until`` (the simulator's last line; None: all
+    while publishing)."""
+    stop = datetime.fromisoformat(until) if until else None
+    split: dict[str, Counter[str]] = {"while_publishing": Counter(), "after_the_simulator_stopped": Counter()}
+    for line in monitor_log.read_text(errors="replace").splitlines():
+        if not line.startswith("{") or '"health degraded"' not in line:
+            continue
+        event = json.loads(line)
+        late = stop is not None and datetime.fromisoformat(event["timestamp"]) > stop
+        name = f"{event['entity']} {event['after']} ({', '.join(event['reasons'])})"
+        split["after_the_simulator_stopped" if late else "while_publishing"][name] += 1
+    return {when: dict(counts.most_common()) for when, counts in split.items()}
 
 
 def _slope_per_hour(points: list[tuple[float, int]]) -> float | None:
@@ -116,6 +139,7 @@ def bench_soak(
                         "max_rss_bytes": max_rss_bytes(pid)} for name, pid in procs.items()}
         progress.note("window over; waiting for the simulator to finish and the monitor to drain")
         _at_exit, end, finished = settle(running, tick_s=tick_s, ticks=ticks)
+        events = _events(running.monitor_log, until=finished.get("timestamp"))
     frames = account_frames(end, finished)
     loop_lag = histogram_delta(after, before, _LOOP_LAG)
     probes = loop_lag[-1][1] if loop_lag else 0.0
@@ -148,6 +172,7 @@ def bench_soak(
         "machine": {"cpus": os.cpu_count(), "monitor_loop_thread_runqueue_wait_share": waited,
                     "load_1m_median": statistics.median(s["load_1m"] for s in samples) if samples else None},
         "overload_episodes": int(end.get("rainier_monitor_overload_episodes_total", 0)),
+        "health_events": events,
         "simulator_ticks_late": int(finished.get("ticks_late", -1)),
         "processes": usage,
         "rss_series": [[s["t_s"], s["monitor_rss_bytes"], s["simulate_rss_bytes"]] for s in samples],
@@ -157,6 +182,7 @@ def bench_soak(
         "rss_growth": growth is not None and growth <= MAX_RSS_GROWTH,
         "no_loss": frames["counted_lost"] == 0 and frames["dropped_by_simulator"] == 0 and frames["accounted"],
         "event_loop_lag_p99": p99 is not None and p99 <= MAX_LOOP_LAG_P99_S,
+        "no_health_events": not events["while_publishing"],
     }
     return report
 
@@ -202,5 +228,8 @@ def run(args: argparse.Namespace) -> int:
           f"{lag['p50']:.2f} / {lag['p99']:.2f} s | "
           f"{ms(loop['p50'])} / {ms(loop['p99'])} / {ms(loop['max'])} ms | "
           f"{loop['probes_over_10ms']} of {loop['probes']} |")
+    for when, counts in r["health_events"].items():
+        print(f"health events {when.replace('_', ' ')}: " + (", ".join(f"{n} {name}" for name, n in counts.items())
+                                                            or "none"))
     print("passed: " + ", ".join(f"{name} {ok}" for name, ok in r["passed"].items()))
     return 0

@@ -12,7 +12,8 @@ from rainierd._types import F32, U32, B
 from rainierd.core.detect._stats import PeerSample
 from rainierd.core.state import Table
 
-__all__ = ["Reason", "counter_delta", "flag", "new_samples", "persistence_seconds", "reason_names"]
+__all__ = ["Reason", "counter_delta", "flag", "new_samples", "persistence_seconds", "reason_names",
+           "typical_interval"]
 
 
 class Reason(IntFlag):
@@ -63,14 +64,20 @@ def counter_delta(table: Table, field: str, *also: str) -> F32:
 
 
 
+def typical_interval(dt_s: F32, fresh: B, sample: PeerSample) -> float | None:
+    """Return the fresh entities' median interval in seconds (on ``sample``), None with none known."""
+    picked = sample.pick(dt_s)[sample.pick(fresh)]
+    picked = picked[np.isfinite(picked) & (picked > 0)]
+    return float(np.median(picked)) if picked.size else None
+
+
 def persistence_seconds(dt_s: F32, fresh: B, sample: PeerSample) -> F32:
     """Return each entity's interval as persistence counts it: at most the fresh entities' median interval.
 
     One sample after a gap (a node back from silence) is one observation,
     not a minute of agreeing ones.
     """
-    picked = sample.pick(dt_s)[sample.pick(fresh)]
-    picked = picked[np.isfinite(picked) & (picked > 0)]
-    if not picked.size:
+    typical = typical_interval(dt_s, fresh, sample)
+    if typical is None:
         return dt_s
-    return np.minimum(dt_s, np.float32(np.median(picked)))
+    return np.minimum(dt_s, np.float32(typical))

@@ -14,13 +14,14 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from rainierd._types import F32, B
+from rainierd._types import F32, B, Floats
 from rainierd.core.detect._baseline import Baseline
-from rainierd.core.detect._common import Reason, new_samples, persistence_seconds
+from rainierd.core.detect._common import Reason, new_samples, persistence_seconds, typical_interval
 from rainierd.core.detect._common import flag as set_reason
 from rainierd.core.detect._stats import ClippedCusum, PeerSample, ewma, robust_center_scale, row_nanmedian
 from rainierd.core.detect._tracker import StateTracker, Transitions
@@ -100,18 +101,16 @@ class ChipDetector:
         # An all-NaN group (stalled, silent) has no median: NaN.
         group_median = np.repeat(row_nanmedian(np.where(active, efficiency, np.nan).reshape(-1, per_us)), per_us)
         relative = efficiency / group_median
-        _, scale = robust_center_scale(relative, active & np.isfinite(relative), floor=p.efficiency_floor,
-                                       sample=self.sample)
         judged = active & np.isfinite(relative)
         # Against the chip's own usual share of its group (its group's median until it has history).
         own = relative / self.baseline.reference(1.0)
-        _, scale = robust_center_scale(own, judged, floor=p.efficiency_floor, sample=self.sample)
         self.efficiency = ewma(self.efficiency, own, judged, alpha=p.ewma_alpha)
         # Until a chip has history it is judged by its clock, flags and counters only (_baseline.py).
         learned = self.baseline.learned()
         # Evidence, persistence and learning count a sample after a gap as one typical interval.
         held = persistence_seconds(table.dt_s, fresh, self.sample)
-        straggling = self.cusum.update((1.0 - own) / scale, judged & learned, seconds=held)
+        sigmas_per_s = self._evidence_per_s(1.0 - own, judged, fresh, held)
+        straggling = self.cusum.update(sigmas_per_s, judged & learned, seconds=held)
         straggling |= judged & learned & (self.baseline.level < np.float32(p.efficiency_band))
 
         site = topo.chip_site
@@ -149,6 +148,42 @@ class ChipDetector:
         quiet = judged & (self.tracker.state == HEALTHY) & (self.cusum.s < 0.5 * p.z_h)
         self.baseline.update(relative, quiet, held)
         return changes
+
+    def _evidence_per_s(self, deficit: Floats, judged: B, fresh: B, held: F32) -> F32:
+        """Return each chip's efficiency deficit as the CUSUM's evidence: sigmas per second of its interval.
+
+        The CUSUM weighs each sample by its interval ``held``, so a sample's
+        deviation must be in units of a one-second sample's spread.  This
+        tick's samples show the spread of one interval of T seconds (their
+        median); whether its variance is T times smaller than a 1 s one's
+        depends on the publisher: utilisation averaged over the interval, or
+        read at one instant.  A sample counts as the stronger of two readings:
+
+        * averaged: the deficit over the spread x sqrt(T), so T seconds of
+          healthy noise add N(-kT, T), what T one-second samples add;
+        * instant: the deficit over the spread itself, whose excess over
+          ``z_k`` is worth at most one second (a shortfall under it drains
+          per second of the interval, so an alarm whose cause ended clears
+          as fast as before, and one low sample of a slow chip does not).
+
+        Healthy noise then raises no more often per second than at a 1 s tick
+        under either reading, so at most twice as often together; at 1 s the
+        two are one.  Taken as T seconds of the per-sample spread instead, a
+        5 s sample added N(-5k, 25): three healthy samples 2.6 sigma out
+        raised a straggler, 64 in a 10-minute fault-free soak at ``rainier``
+        (issue 22).
+        """
+        p = self.params
+        _, spread = robust_center_scale(deficit, judged, floor=0.0, sample=self.sample)
+        typical = typical_interval(self.state.chips.dt_s, fresh, self.sample) or 1.0
+        floor = p.efficiency_floor
+        averaged = (deficit / np.float32(max(spread * math.sqrt(typical), floor))).astype(np.float32)
+        excess = np.minimum(deficit / np.float32(max(spread, floor)), np.float32(p.z_cap)) - np.float32(p.z_k)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            # held x (rate - k) = min(held, 1 s) x the excess above k, held x the shortfall under it.
+            excess *= np.where(excess > 0, np.minimum(held, np.float32(1.0)) / held, np.float32(1.0))
+        np.fmax(averaged, excess + np.float32(p.z_k), out=averaged)
+        return averaged
 
     def speed(self) -> F32:
         """Return each chip's estimated speed (clock x relative efficiency) for the throughput model."""
