@@ -42,7 +42,7 @@ class NeuronLinkParams(PathParams):
     # drop of drop_min_s dilutes to 1 - drop_min_s / interval, so the threshold rises to that.
     drop_min_s: float = 0.5
     retrain_replays: float = 20.0  # replays in one interval that mean the link retrained (a CRC burst makes ~5)
-    idle_below: float = 0.05  # a group whose links carry under this share of their levels is not communicating
+    idle_below: float = 0.05  # a node's links of a kind carrying under this share of their kind's centre are idle
     bandwidth_band: float = 0.5  # a learned level under this share of its kind's is degraded whatever it learned
     flap_window_s: float = 60.0  # decay time of the drop count
     # Two drops within the window are flapping: the count after a drop is 1 + e^(-gap / window) >= this.
@@ -82,7 +82,7 @@ class LinkDetector:
         self.errors = cusum(n, p, k=p.errors_k, h=p.errors_h, cap=p.errors_cap)
         self.band = band(n, p)
         baseline = {"halflife_s": p.baseline_halflife_s, "learn_s": p.baseline_learn_s, "clip": p.baseline_clip}
-        self.bw_base = Baseline.empty(n, **baseline)  # bandwidth / nominal, at its node's pace of its kind
+        self.bw_base = Baseline.empty(n, **baseline)  # bandwidth / its node's median of its kind (a unit-free share)
         self.latency_base = Baseline.empty(n, **baseline)
         self.drops = np.zeros(n, np.float32)
         self.was_dropped = np.zeros(n, dtype=bool)
@@ -215,20 +215,10 @@ class LinkDetector:
         return np.stack([row_nanmedian(masked[:, cols]) for cols in self.kind_columns], axis=1)
 
     def _far_level(self) -> B:
-        """Return which links' learned bandwidth level is under ``bandwidth_band`` of the median learned level
-        of their node's links of their kind.
-
-        Levels are compared within a node only: a level is bandwidth at its
-        node's pace, learned while its kind's median (taken across agents that
-        sample out of phase through a x16 step) was its unit, so two nodes'
-        levels may differ by that unit; one node's links learned in the same
-        frames, in the same unit.
-        """
-        learned = self.bw_base.learned()
-        center = self._pace(self.bw_base.level, learned)
-        center *= np.float32(self.params.bandwidth_band)
-        below: B = self._per_node_kind(self.bw_base.level.copy(), center) < np.float32(1.0)  # NaN: not below
-        return learned & below
+        """Return which links' learned bandwidth level is under ``bandwidth_band`` of their node's links of
+        their kind: a level is already a share of that median (learned in the same frames, no unit)."""
+        below: B = self.bw_base.level < np.float32(self.params.bandwidth_band)  # NaN: not below
+        return self.bw_base.learned() & below
 
     def _per_node_kind(self, values: F32, pace: F32) -> F32:
         """Divide ``values`` (per link) by its node's pace of its kind, in place; return it."""
@@ -252,16 +242,21 @@ class LinkDetector:
         latency = table.gauges["latency_us"]
         lanes = table.gauges["lanes_up"]
         up = lanes > 0
-        share_center, lat_center = self._traffic_centers(share, latency, fresh & up)
-        # Bandwidth: against the link's own level (its kind's median until it has history), then
-        # against its node's links of its kind in the same frame, so a node or job that slows or idles
-        # as a whole (its job's pace, a straggler, the diurnal swing) is not a group of bad links.
+        _, lat_center = self._traffic_centers(share, latency, fresh & up)
+        # Bandwidth: against its node's links of its kind in the same frame (so a node or job that slows
+        # or idles as a whole, its job's pace, a straggler, the diurnal swing, is not a group of bad
+        # links), then against the link's own usual share of them (its level).  Levels are shares of the
+        # node's median, free of any unit: learned as bandwidth over a fleet-wide centre, taken across
+        # agents that sample out of phase through a x16 step, each link's level carried the centre of
+        # the seconds it learned in, and a link that stopped learning before its node's others kept a
+        # unit 5 % off theirs, for good (the training profile's control, issue 22).
         # The pace stays one figure a node and kind, broadcast where it divides: the fleet-sized
         # temporaries of this update are most of the monitor's peak memory at a million chips.
-        relative = share / self.bw_base.reference(self._per_link(share_center))
-        pace = self._pace(relative, fresh & up)
-        communicating = self._communicating(pace)
-        ratio = self._per_node_kind(relative, pace)  # relative is spent: ratio takes its buffer
+        pace = self._pace(share, fresh & up)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            communicating = self._communicating(pace / self.share_ref)
+        node_share = self._per_node_kind(share, pace)  # share is spent: node_share takes its buffer
+        ratio = node_share / self.bw_base.reference(1.0)
         np.copyto(ratio, np.float32(1.0), where=~communicating)
         bw_judged = fresh & up & communicating
         _, bw_scale = robust_center_scale(ratio, bw_judged, floor=p.bw_floor, sample=self.sample)
@@ -307,8 +302,7 @@ class LinkDetector:
         candidate[dropped] = DOWN
         changes = self._track(candidate, reasons, fresh, tick, held)
         del candidate, reasons
-        level = self._per_node_kind(share, pace)  # share is spent: its buffer is level's
-        self._learn(level, latency, fresh & up & ~dropped & communicating, lat_ok, held)
+        self._learn(node_share, latency, fresh & up & ~dropped & communicating, lat_ok, held)
         return changes
 
     def _track(self, candidate: npt.NDArray[np.int8], reasons: npt.NDArray[np.int32], fresh: B, tick: int,
