@@ -34,6 +34,10 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     # (the core's pure resolution): edges, which the monitor, the exporter and the simulator never need.
     "rainierd.jobs": ("rainierd.monitor", "rainierd.exporter", "rainierd.sim", "rainierd.aggregate",
                             "rainierd.daemon", "rainierd.cli"),
+    # The advisory policy is pure like the core (its clock is the analysis' time, handed in); its sinks
+    # (rainierd.sinks: webhook, node-problem-detector) and the HTTP route read its frozen view, never the reverse.
+    "rainierd.actions": ("rainierd.monitor", "rainierd.exporter", "rainierd.sinks", "rainierd.sim", "rainierd.daemon",
+                         "rainierd.cli", "asyncio", "aiomqtt"),
     # The product ships the product: the command line and every role load no benchmark or test harness.
     "rainierd": ("benchmarks", "harness"),
 }

@@ -1,0 +1,21 @@
+"""Remediation advisories (docs/actions.md): what rainierd recommends doing about each unhealthy node, held
+back by a blast-radius brake and remembered in a repeat-offender ledger.  The policy is pure (no I/O, no
+clock reads); the sinks (HTTP, MQTT, webhook, node-problem-detector) read its frozen ``ActionsView``.
+"""
+
+from rainierd.actions.model import (
+    ACTIONS,
+    SCHEMA_VERSION,
+    STATES,
+    ActionsView,
+    Advisory,
+    BrakeStatus,
+    Cause,
+    LedgerRecord,
+    Protected,
+)
+
+__all__ = [
+    "ACTIONS", "SCHEMA_VERSION", "STATES", "ActionsView", "Advisory", "BrakeStatus", "Cause", "LedgerRecord",
+    "Protected",
+]

@@ -1,0 +1,153 @@
+"""What the advisory policy concludes each analysis, frozen: one recommended action per node with its reason,
+what it protects and its state, the brake's status and the repeat-offender ledger's lemons.
+
+The policy (``actions/policy.py``) builds one ``ActionsView`` per tick; every sink (``/api/v1/actions``, the
+retained MQTT documents, the webhook, ``rainierd node-check``) reads only this value and its ``document()``,
+whose JSON form is ``docs/actions.schema.json``.  Times are wall seconds (Unix), so a reader in another
+process can compare them with its own clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+__all__ = [
+    "ACTIONS", "SCHEMA_VERSION", "STATES", "ActionsView", "Advisory", "BrakeStatus", "Cause", "LedgerRecord",
+    "Protected",
+]
+
+SCHEMA_VERSION: Final = 1
+
+# Least to most disruptive: a node's advisory is the most disruptive its causes call for.
+ACTIONS: Final = ("watch", "reset_link", "drain", "cordon", "replace")
+
+# pending: held (the hold time has not passed); proposed: an SRE or an automation may act; suppressed: the brake
+# or a correlated cause holds it back; expired: its causes cleared (kept for ``expired_keep_s`` so a reader sees it).
+STATES: Final = ("pending", "proposed", "suppressed", "expired")
+
+
+@dataclass(frozen=True, slots=True)
+class Cause:
+    """One unhealthy entity behind an advisory, as the detection events name it."""
+
+    entity: str  # neuronlink, efa, chip, node, cooling, ...
+    id: int
+    name: str  # what an SRE reads: e.g. "trn2-a-0012/chip3/link1"
+    state: str  # degraded, failed, throttled, silent, ...
+    reasons: tuple[str, ...]
+    since_s: float  # wall time of its onset
+
+    def document(self) -> dict[str, Any]:
+        """Return the cause as plain data."""
+        return {"entity": self.entity, "id": self.id, "name": self.name, "state": self.state,
+                "reasons": list(self.reasons), "since_s": self.since_s}
+
+
+@dataclass(frozen=True, slots=True)
+class Protected:
+    """A job the action protects and the FP8 FLOP/s its causes cost that job now."""
+
+    job: str
+    flops: float
+
+    def document(self) -> dict[str, Any]:
+        """Return the protected job as plain data."""
+        return {"job": self.job, "flops": self.flops}
+
+
+@dataclass(frozen=True, slots=True)
+class Advisory:
+    """One node's recommended action."""
+
+    node: str  # hostname (or n<id>)
+    node_id: int
+    site: str
+    ultraserver: int
+    action: str  # one of ACTIONS
+    state: str  # one of STATES
+    reason: str  # one line an SRE reads at 3 a.m.
+    causes: tuple[Cause, ...]
+    protects: tuple[Protected, ...]  # costliest first
+    since_s: float  # the earliest cause's onset
+    proposed_s: float | None = None  # when it became proposed (None: never yet)
+    expired_s: float | None = None
+    suppressed_by: str | None = None  # "brake", "correlated:<scope>", "monitor_behind", ... (state suppressed)
+    lemon: bool = False  # the ledger marks this node a repeat offender
+
+    @property
+    def protects_flops(self) -> float:
+        """Return the FLOP/s all the jobs it protects lose to its causes."""
+        return sum(p.flops for p in self.protects)
+
+    def document(self) -> dict[str, Any]:
+        """Return the advisory as plain data (one element of ``/api/v1/actions``' ``actions``)."""
+        return {
+            "node": self.node, "node_id": self.node_id, "site": self.site, "ultraserver": self.ultraserver,
+            "action": self.action, "state": self.state, "reason": self.reason,
+            "causes": [c.document() for c in self.causes], "protects": [p.document() for p in self.protects],
+            "protects_flops": self.protects_flops, "since_s": self.since_s, "proposed_s": self.proposed_s,
+            "expired_s": self.expired_s, "suppressed_by": self.suppressed_by, "lemon": self.lemon,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class BrakeStatus:
+    """The blast-radius brake: both bounds, how many nodes are under action in the window, and whether it holds."""
+
+    max_nodes: int
+    max_fraction: float  # of the scope's present nodes
+    window_s: float
+    under_action: int  # nodes proposed within the window (fleet-wide)
+    tripped: bool = False
+    scope: str | None = None  # "fleet" or the site whose bound tripped
+    since_s: float | None = None
+
+    def document(self) -> dict[str, Any]:
+        """Return the brake's status as plain data."""
+        return {"max_nodes": self.max_nodes, "max_fraction": self.max_fraction, "window_s": self.window_s,
+                "under_action": self.under_action, "tripped": self.tripped, "scope": self.scope,
+                "since_s": self.since_s}
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerRecord:
+    """One node's history of actions and causes, kept across restarts."""
+
+    node: str
+    flagged: int  # advisories proposed for it within the ledger's window
+    lemon: bool
+    history: tuple[tuple[float, str, str], ...]  # (wall time, action, one-line cause), oldest first
+
+    def document(self) -> dict[str, Any]:
+        """Return the record as plain data."""
+        return {"node": self.node, "flagged": self.flagged, "lemon": self.lemon,
+                "history": [{"t_s": t, "action": a, "cause": c} for t, a, c in self.history]}
+
+
+@dataclass(frozen=True, slots=True)
+class ActionsView:
+    """Every advisory of one analysis (most disruptive, then costliest first), the brake and the lemons."""
+
+    t_s: float  # wall time of the analysis
+    dry_run: bool
+    advisories: tuple[Advisory, ...] = ()
+    brake: BrakeStatus = field(default_factory=lambda: BrakeStatus(0, 0.0, 0.0, 0))
+    lemons: tuple[LedgerRecord, ...] = ()
+
+    def for_node(self, node: str) -> Advisory | None:
+        """Return ``node``'s advisory (by hostname or n<id>), or None."""
+        return next((a for a in self.advisories if a.node == node), None)
+
+    def document(self, *, node: str | None = None, state: str | None = None, limit: int | None = None,
+                 ) -> dict[str, Any]:
+        """Return the view as ``/api/v1/actions`` serves it (docs/actions.schema.json): optionally one node's,
+        one state's, and at most ``limit`` advisories (``total`` counts them all)."""
+        chosen = [a for a in self.advisories
+                  if (node is None or a.node == node) and (state is None or a.state == state)]
+        shown = chosen if limit is None else chosen[:limit]
+        return {
+            "schema_version": SCHEMA_VERSION, "t_s": self.t_s, "dry_run": self.dry_run,
+            "total": len(chosen), "actions": [a.document() for a in shown],
+            "brake": self.brake.document(), "lemons": [r.document() for r in self.lemons],
+        }
