@@ -225,7 +225,7 @@ class Simulator:
         fault_rng = np.random.default_rng(seeds[1])
         if self._truth_file is not None:
             self._truth_out = self._truth_file.open("w", buffering=1)
-        log.info("simulating fleet", topology=self.topology.name, chips=self.topology.n_chips,
+        log.info("simulating fleet", topology=self.topology.name, chips=self.topology.n_present_chips,
                  tick_s=self.tick_s, publisher=self.publisher_id)
         # A worker of its own, left behind on a stop: asyncio.run joins the loop's default executor on the way
         # out, and one tick of per-node frames at rainier takes 2.5 s there, past the 2 s a stop is given.
