@@ -47,6 +47,11 @@ class Url:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return host if self.port == _DEFAULT_PORTS[self.scheme] else f"{host}:{self.port}"
 
+    @property
+    def origin(self) -> str:
+        """Return scheme and authority: the server, without the request target."""
+        return f"{self.scheme}://{self.authority}"
+
     def with_target(self, target: str) -> Url:
         """Return this URL's server with another request target (path and query)."""
         return Url(self.scheme, self.host, self.port, target)

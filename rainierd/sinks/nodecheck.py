@@ -128,6 +128,7 @@ async def check(url: Url, node: str, *, ssl_context: ssl.SSLContext | None, auth
                 budget_s: float, max_age_s: float = DEFAULT_MAX_AGE_S, dry_run_counts: bool = False) -> Verdict:
     """Return the verdict on ``node`` from the monitor at ``url`` within ``budget_s``; never raises for what
     the monitor answers or fails to."""
+    where = url.origin
     target = url.with_target("/api/v1/actions?" + urllib.parse.urlencode({"node": node, "limit": 1}))
     headers = {"Accept": "application/json", "User-Agent": "rainierd-node-check"}
     if authorization is not None:
@@ -136,23 +137,23 @@ async def check(url: Url, node: str, *, ssl_context: ssl.SSLContext | None, auth
         async with asyncio.timeout(budget_s):
             response = await request(target, headers=headers, ssl_context=ssl_context, max_body_bytes=_MAX_BODY_BYTES)
     except TimeoutError:
-        return Verdict(UNKNOWN, f"monitor {url} did not answer within {budget_s:.2f} s")
+        return Verdict(UNKNOWN, f"monitor {where} did not answer within {budget_s:.2f} s")
     except ConnectionRefusedError:
-        return Verdict(UNKNOWN, f"monitor {url} unreachable: connection refused")
+        return Verdict(UNKNOWN, f"monitor {where} unreachable: connection refused")
     except ssl.SSLError as exc:
-        return Verdict(UNKNOWN, f"monitor {url}: TLS failed: {exc.reason or exc}")
+        return Verdict(UNKNOWN, f"monitor {where}: TLS failed: {exc.reason or exc}")
     except OSError as exc:
-        return Verdict(UNKNOWN, f"monitor {url} unreachable: {exc.strerror or exc}")
+        return Verdict(UNKNOWN, f"monitor {where} unreachable: {exc.strerror or exc}")
     except HttpError as exc:
-        return Verdict(UNKNOWN, f"monitor {url}: {exc}")
+        return Verdict(UNKNOWN, f"monitor {where}: {exc}")
     if response.status == 401:
-        return Verdict(UNKNOWN, f"monitor {url} refused the credentials (401)")
+        return Verdict(UNKNOWN, f"monitor {where} refused the credentials (401)")
     if response.status != 200:
-        return Verdict(UNKNOWN, f"monitor {url}: {response.status} {_error_of(response.body) or response.reason}")
+        return Verdict(UNKNOWN, f"monitor {where}: {response.status} {_error_of(response.body) or response.reason}")
     try:
         document = json.loads(response.body)
     except (ValueError, UnicodeDecodeError):
-        return Verdict(UNKNOWN, f"monitor {url}: the answer is not JSON")
+        return Verdict(UNKNOWN, f"monitor {where}: the answer is not JSON")
     return judge(document, node, now_s=time.time(), max_age_s=max_age_s, dry_run_counts=dry_run_counts)
 
 
