@@ -75,6 +75,7 @@ class RetainedActions:
         self.dropped = 0  # topics whose pending payload was dropped from the full outbox
         self.refused = 0  # advisories whose node name cannot be a topic level
         self.removed_stale = 0  # retained documents of this shard that stood for no current advisory
+        self.heard = 0  # retained documents the broker handed over (on subscribing)
         # Heard before the first view: judged once it is known, so a restart does not remove and then republish
         # every standing document (a subscriber would see each node clear and come back).
         self._unjudged: set[str] = set()
@@ -128,6 +129,7 @@ class RetainedActions:
         current advisory is removed, one that is out of date is republished."""
         if not retained or not payload:
             return  # our own publications echoed back, or removals
+        self.heard += 1
         if topic in self._current:
             if payload != self._current[topic] and topic not in self._pending:
                 self._put(topic, self._current[topic])
