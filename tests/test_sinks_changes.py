@@ -46,7 +46,8 @@ class TestDiff:
 
 
 def pending_of(outbox: RetainedActions) -> dict[str, bytes]:
-    return dict(outbox._pending)  # the outbox's content is what these tests specify
+    # The outbox's content is what these tests specify.
+    return {topic: document.payload for topic, document in outbox._pending.items()}
 
 
 class TestOutbox:

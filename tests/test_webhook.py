@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -113,7 +114,7 @@ class TestEvents:
                          "type": "io.rainierd.action.proposed", "time": "2023-11-14T22:13:20.500Z",
                          "subject": "trn2-a-0001", "datacontenttype": "application/json", "dryrun": False,
                          "data": first.advisories[0].document()}
-        assert len(event["id"]) == 32
+        assert re.fullmatch(r"[0-9a-f]{16}-1", event["id"])
 
     async def test_only_changes_are_sent(self, receiver: Receiver) -> None:
         """The same advisory again is no event; a state change and a clearing are one each, in order."""
@@ -297,3 +298,28 @@ class TestMetrics:
         assert values == {"rainier_webhook_events_sent_total": 4.0, "rainier_webhook_events_failed_total": 1.0,
                           "rainier_webhook_events_dropped_total": 1.0, "rainier_webhook_retries_total": 7.0,
                           "rainier_webhook_queue_events": 2.0, "rainier_webhook_queue_capacity_events": 2.0}
+
+
+class TestSettings:
+    def test_every_webhook_setting_reaches_the_sink(self, tmp_path: Path) -> None:
+        """The monitor's webhook sink is built from every webhook_* setting, its source naming the monitor."""
+        from rainierd.daemon import _webhook  # noqa: PLC0415 - the daemon's wiring is what this pins
+        from rainierd.settings import load_settings  # noqa: PLC0415
+
+        token = tmp_path / "token"
+        token.write_text("t")
+        settings = load_settings({"webhook_url": "http://hooks.example:8080/in", "webhook_token_file": str(token),
+                                  "webhook_queue_size": "7", "webhook_max_attempts": "2", "webhook_timeout_s": "1.5"})
+        sink = _webhook(settings, "rainierd-monitor-1")
+        assert sink is not None
+        assert sink.config == WebhookConfig(url="http://hooks.example:8080/in", token_file=token, ca_file=None,
+                                            queue_size=7, max_attempts=2, timeout_s=1.5,
+                                            source="/rainierd/rainierd-monitor-1")
+        assert _webhook(load_settings({}), "rainierd-monitor-1") is None
+
+    def test_a_bad_url_stops_the_start(self) -> None:
+        """A webhook_url that is not http(s) is refused when the settings load, naming the setting."""
+        from rainierd.settings import load_settings  # noqa: PLC0415
+
+        with pytest.raises(ConfigError, match="webhook_url"):
+            load_settings({"webhook_url": "ftp://hooks.example/"})

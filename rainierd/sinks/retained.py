@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from typing import Any, Final
 
 import aiomqtt
@@ -57,6 +58,29 @@ def is_action_topic(topic: str) -> bool:
     return topic.startswith(ACTIONS_ROOT + "/")
 
 
+class _Document:
+    """One retained document, encoded when first needed: the analysis only queues it, and 1,000 new advisories
+    encoded at once would hold the event loop ~35 ms (``python -m benchmarks sinks``); the publishing task
+    encodes one at a time.  ``b""`` is a removal."""
+
+    __slots__ = ("_encode", "_encoded")
+
+    def __init__(self, encode: Callable[[], bytes] | None = None) -> None:
+        self._encode = encode
+        self._encoded: bytes | None = None if encode is not None else b""
+
+    @property
+    def payload(self) -> bytes:
+        """Return the document's bytes (encoding it the first time)."""
+        if self._encoded is None:
+            assert self._encode is not None
+            self._encoded, self._encode = self._encode(), None
+        return self._encoded
+
+
+_REMOVAL: Final = _Document()
+
+
 class RetainedActions:
     """Publishes each advisory change as a retained document (see the module docstring)."""
 
@@ -67,8 +91,8 @@ class RetainedActions:
         self._shard = str(shard)
         self.brake_topic = f"{ACTIONS_ROOT}/_brake" if shard.whole else f"{ACTIONS_ROOT}/_brake-{shard.index}"
         self._max_pending = max_pending
-        self._pending: dict[str, bytes] = {}  # topic -> latest payload, oldest change first
-        self._current: dict[str, bytes] = {}  # topic -> the document that should stand now
+        self._pending: dict[str, _Document] = {}  # topic -> latest document, oldest change first
+        self._current: dict[str, _Document] = {}  # topic -> the document that should stand now
         self._ready = asyncio.Event()
         self._last: ActionsView | None = None
         self.published = 0
@@ -99,26 +123,26 @@ class RetainedActions:
             topic = action_topic(change.node)
             if change.kind == "cleared":
                 self._current.pop(topic, None)
-                self._put(topic, b"")
+                self._put(topic, _REMOVAL)
             else:
-                payload = self._document(view, "advisory", change.advisory.document())
-                self._current[topic] = payload
-                self._put(topic, payload)
+                document = self._document(view, "advisory", change.advisory.document)
+                self._current[topic] = document
+                self._put(topic, document)
         if brake_changed(before, view):
-            payload = self._document(view, "brake", view.brake.document())
-            self._current[self.brake_topic] = payload
-            self._put(self.brake_topic, payload)
+            document = self._document(view, "brake", view.brake.document)
+            self._current[self.brake_topic] = document
+            self._put(self.brake_topic, document)
         for topic in self._unjudged - self._current.keys():
             self._remove_stale(topic)
         self._unjudged.clear()
 
-    def _document(self, view: ActionsView, key: str, body: dict[str, Any]) -> bytes:
-        return json.dumps({"schema_version": SCHEMA_VERSION, "t_s": view.t_s, "dry_run": view.dry_run,
-                           "shard": self._shard, key: body}, separators=(",", ":")).encode()
+    def _document(self, view: ActionsView, key: str, body: Callable[[], dict[str, Any]]) -> _Document:
+        head = {"schema_version": SCHEMA_VERSION, "t_s": view.t_s, "dry_run": view.dry_run, "shard": self._shard}
+        return _Document(lambda: json.dumps(head | {key: body()}, separators=(",", ":")).encode())
 
-    def _put(self, topic: str, payload: bytes) -> None:
+    def _put(self, topic: str, document: _Document) -> None:
         self._pending.pop(topic, None)  # to the back: the order is that of the latest changes
-        self._pending[topic] = payload
+        self._pending[topic] = document
         if len(self._pending) > self._max_pending:
             del self._pending[next(iter(self._pending))]
             self.dropped += 1
@@ -131,7 +155,7 @@ class RetainedActions:
             return  # our own publications echoed back, or removals
         self.heard += 1
         if topic in self._current:
-            if payload != self._current[topic] and topic not in self._pending:
+            if payload != self._current[topic].payload and topic not in self._pending:
                 self._put(topic, self._current[topic])
             return
         try:
@@ -148,21 +172,21 @@ class RetainedActions:
 
     def _remove_stale(self, topic: str) -> None:
         self.removed_stale += 1
-        self._put(topic, b"")
+        self._put(topic, _REMOVAL)
 
     async def publish(self, client: aiomqtt.Client) -> None:
         """Republish every current document, hear the retained ones, then publish changes until cancelled."""
-        for topic, payload in self._current.items():
+        for topic, document in self._current.items():
             if topic not in self._pending:
-                self._put(topic, payload)
+                self._put(topic, document)
         await client.subscribe(ACTIONS_FILTER, qos=1)
         while True:
             await self._ready.wait()
             self._ready.clear()
             while self._pending:
-                topic, payload = next(iter(self._pending.items()))
+                topic, document = next(iter(self._pending.items()))
                 # Left pending until the broker has it: a session that ends here publishes it on the next.
-                await client.publish(topic, payload, qos=self._qos, retain=True)
-                if self._pending.get(topic) is payload:
+                await client.publish(topic, document.payload, qos=self._qos, retain=True)
+                if self._pending.get(topic) is document:
                     del self._pending[topic]
                 self.published += 1

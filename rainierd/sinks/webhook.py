@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import itertools
 import json
 import random
 import ssl
@@ -98,11 +99,17 @@ def _rfc3339(t_s: float) -> str:
                                                                                                        "Z")
 
 
-def cloud_event(*, type_: str, subject: str, data: dict[str, Any], t_s: float, source: str, dry_run: bool,
-                event_id: str | None = None) -> dict[str, Any]:
-    """Return one CloudEvents 1.0 event in structured JSON form."""
+# An event waiting in the queue: its attributes, and its data made when it is sent (1,000 advisories' documents
+# made at once would hold the event loop ~35 ms: python -m benchmarks sinks).
+_Queued = tuple[dict[str, Any], Callable[[], dict[str, Any]]]
+
+
+def cloud_event(*, type_: str, subject: str, data: dict[str, Any] | None, t_s: float | str, source: str,
+                dry_run: bool, event_id: str | None = None) -> dict[str, Any]:
+    """Return one CloudEvents 1.0 event in structured JSON form (``t_s``: wall seconds, or already RFC 3339)."""
     return {"specversion": "1.0", "id": event_id or uuid.uuid4().hex, "source": source,
-            "type": f"{_TYPE_PREFIX}.{type_}", "time": _rfc3339(t_s), "subject": subject,
+            "type": f"{_TYPE_PREFIX}.{type_}", "time": t_s if isinstance(t_s, str) else _rfc3339(t_s),
+            "subject": subject,
             "datacontenttype": "application/json", "dryrun": dry_run, "data": data}
 
 
@@ -133,12 +140,15 @@ class WebhookSink:
                 self._ssl = ssl.create_default_context(cafile=config.ca_file)
             except (OSError, ssl.SSLError) as exc:
                 raise ConfigError(f"webhook_ca_file: {exc}") from None
-        self.queue: DropOldestQueue[dict[str, Any]] = DropOldestQueue(config.queue_size)
+        self.queue: DropOldestQueue[_Queued] = DropOldestQueue(config.queue_size)
         self._last: ActionsView | None = None
         self._rng = rng or random.Random()  # jitter, not a secret
         self._sleep = sleep
         self.sent = self.failed = self.retries = 0
         self._failing = False
+        # Event ids: this sink's random prefix and a count, unique per source (CloudEvents' rule) across restarts.
+        self._ids = itertools.count(1)
+        self._id_prefix = uuid.uuid4().hex[:16]
 
     @staticmethod
     def _read_token(path: Path) -> str | None:
@@ -165,7 +175,8 @@ class WebhookSink:
         if view is None:
             return 0
         before, self._last = self._last, view
-        events = [self._event(change, view) for change in diff(before, view)]
+        time_text = _rfc3339(view.t_s)
+        events = [self._event(change, view, time_text) for change in diff(before, view)]
         was = (before.brake.tripped, before.brake.scope) if before is not None else (False, None)
         if was != (view.brake.tripped, view.brake.scope):  # its count moving is no event: the next change carries it
             events.append(self._brake_event(before, view))
@@ -173,16 +184,18 @@ class WebhookSink:
             self.queue.offer(event)
         return len(events)
 
-    def _event(self, change: Change, view: ActionsView) -> dict[str, Any]:
-        return cloud_event(type_=f"action.{change.event_type}", subject=change.node, data=change.advisory.document(),
-                           t_s=change.t_s, source=self.config.source, dry_run=view.dry_run)
+    def _event(self, change: Change, view: ActionsView, time_text: str) -> _Queued:
+        return (cloud_event(type_=f"action.{change.event_type}", subject=change.node, data=None, t_s=time_text,
+                            source=self.config.source, dry_run=view.dry_run,
+                            event_id=f"{self._id_prefix}-{next(self._ids)}"), change.advisory.document)
 
-    def _brake_event(self, before: ActionsView | None, view: ActionsView) -> dict[str, Any]:
+    def _brake_event(self, before: ActionsView | None, view: ActionsView) -> _Queued:
         was = before is not None and before.brake.tripped
         kind = "tripped" if view.brake.tripped and not was else "released" if was and not view.brake.tripped \
             else "changed"
-        return cloud_event(type_=f"brake.{kind}", subject="_brake", data=view.brake.document(), t_s=view.t_s,
-                           source=self.config.source, dry_run=view.dry_run)
+        return (cloud_event(type_=f"brake.{kind}", subject="_brake", data=None, t_s=view.t_s,
+                            source=self.config.source, dry_run=view.dry_run,
+                            event_id=f"{self._id_prefix}-{next(self._ids)}"), view.brake.document)
 
     async def run(self) -> None:
         """Deliver queued events, one at a time, until cancelled."""
@@ -193,8 +206,9 @@ class WebhookSink:
             finally:
                 self.queue.task_done()
 
-    async def _deliver(self, event: dict[str, Any]) -> None:
-        body = json.dumps(event, separators=(",", ":")).encode()
+    async def _deliver(self, queued: _Queued) -> None:
+        event, data = queued
+        body = json.dumps(event | {"data": data()}, separators=(",", ":")).encode()
         for attempt in range(1, self.config.max_attempts + 1):
             if attempt > 1:
                 self.retries += 1
