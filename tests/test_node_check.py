@@ -110,3 +110,19 @@ class TestAgainstTheMonitor:
         """Nothing listening is exit 2: unreachable, connection refused."""
         verdict = await self.ask(1)
         assert verdict == Verdict(UNKNOWN, "monitor http://127.0.0.1:1 unreachable: connection refused")
+
+
+class TestCommandLine:
+    def test_the_cli_runs_it(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """``rainierd node-check`` through the command line's parser prints one line and returns its exit code."""
+        from rainierd.cli import main  # noqa: PLC0415 - the full command line, only here
+
+        assert main(["node-check", "--node", "n1", "--url", "http://127.0.0.1:1"]) == UNKNOWN
+        assert capsys.readouterr().out == "monitor http://127.0.0.1:1 unreachable: connection refused\n"
+
+    def test_a_usage_error_is_unknown(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """Without --url the plugin exits 2 (unknown), as the protocol reads any code but 0 and 1."""
+        from rainierd.sinks.nodecheck import main  # noqa: PLC0415
+
+        assert main(["--node", "n1"]) == UNKNOWN
+        assert "--url" in capsys.readouterr().err

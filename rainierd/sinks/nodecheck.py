@@ -193,14 +193,15 @@ def _prepare(args: argparse.Namespace) -> Verdict | tuple[Url, str, ssl.SSLConte
     return url, node, context, authorization
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run the check of parsed ``args``: print the one line, return the exit code."""
+def run(args: argparse.Namespace, *, started_s_ago: float = 0.0) -> int:
+    """Run the check of parsed ``args``, of a command that started ``started_s_ago``: print the one line, return
+    the exit code."""
     prepared = _prepare(args)
     if isinstance(prepared, Verdict):
         verdict = prepared
     else:
         url, node, context, authorization = prepared
-        budget_s = min(float(args.timeout), 1.0) - _started_s_ago()
+        budget_s = min(float(args.timeout), 1.0) - started_s_ago
         if budget_s <= 0.05:
             verdict = Verdict(UNKNOWN, "no time left to ask the monitor (the host is overloaded?)")
         else:
@@ -219,7 +220,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # a usage error is "unknown" to the plugin protocol, as argparse's 2 already is
         return int(exc.code) if isinstance(exc.code, int) else UNKNOWN
-    return run(args)
+    return run(args, started_s_ago=_started_s_ago())
 
 
 if __name__ == "__main__":
