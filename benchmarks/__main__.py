@@ -25,6 +25,7 @@ from benchmarks import (
     process,
     scrape,
     simfeed,
+    sinks,
     soak,
     startup,
     transport,
@@ -50,6 +51,7 @@ BENCHMARKS: dict[str, ModuleType] = {
     "aggregate": aggregate,
     "startup": startup,
     "simfeed": simfeed,
+    "sinks": sinks,
 }
 
 _ROOT = Path(__file__).resolve().parent.parent

@@ -17,6 +17,7 @@ This module imports nothing of rainierd's (or anything slow) at its top.
 from __future__ import annotations
 
 import signal
+import sys
 from types import FrameType
 from typing import Final, NoReturn
 
@@ -45,8 +46,16 @@ def honour_signals() -> None:
 
 
 def entry() -> NoReturn:
-    """The console script and ``python -m rainierd``: signals first, then the command line (``cli.entry``)."""
+    """The console script and ``python -m rainierd``: signals first, then the command line (``cli.entry``).
+
+    ``rainierd node-check`` (a node-problem-detector plugin with a second to answer) goes straight to its
+    module, which loads only the standard library: the full command line takes about a second to import.
+    """
     honour_signals()
+    if sys.argv[1:2] == ["node-check"]:
+        from rainierd.sinks.nodecheck import main as node_check  # noqa: PLC0415 - only this command loads it
+
+        sys.exit(node_check(sys.argv[2:]))
     from rainierd.cli import entry as cli_entry  # noqa: PLC0415 - after the handlers, on purpose
 
     cli_entry()

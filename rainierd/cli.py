@@ -34,6 +34,7 @@ from rainierd.jobs.run import run_jobs
 from rainierd.logs import configure_logging
 from rainierd.promrules import RULES_DIR, write_rules
 from rainierd.settings import Settings, flag_name, load_settings, role_settings
+from rainierd.sinks import nodecheck
 from rainierd.wire import json_schema
 from rainierd.wire.jobs import jobs_schema
 
@@ -111,6 +112,10 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                        help=f"give up after this long (default {DEFAULT_TIMEOUT_S:g})")
     _add_settings(check, "healthcheck")
+    text = ("node-problem-detector plugin: ask the monitor whether this node has an advisory to act on; "
+            "exit 0 OK, 1 problem, 2 unknown, one line on stdout (docs/actions.md)")
+    node_check = commands.add_parser("node-check", help=text, description=text)
+    nodecheck.add_arguments(node_check)
     commands.add_parser("version", help="print the version")
     schema = commands.add_parser("schema", help="print the JSON Schema of the JSON frame form (--jobs: of a job "
                                                 "document)")
@@ -206,7 +211,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _main(_parse(argv))
 
 
-def _main(args: argparse.Namespace) -> int:
+def _utility(args: argparse.Namespace) -> int | None:
+    """Run a command that reads no settings and return its exit code (None: ``args`` is not one)."""
+    if args.command == "node-check":
+        return nodecheck.run(args)
     if args.command == "version":
         print(f"rainierd {__version__}")
         return 0
@@ -226,6 +234,12 @@ def _main(args: argparse.Namespace) -> int:
     if args.command == "bench":
         print(_BENCH_MOVED, file=sys.stderr)
         return 2
+    return None
+
+
+def _main(args: argparse.Namespace) -> int:
+    if (code := _utility(args)) is not None:
+        return code
     try:
         settings = _settings(args)
     except ConfigError as exc:

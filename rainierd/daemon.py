@@ -23,12 +23,14 @@ from typing import Any, Final, Literal
 
 import numpy as np
 import structlog
+from prometheus_client.registry import Collector
 
 from rainierd._malloc import keep_freed_memory
 from rainierd.aggregate import Aggregator, AggregatorCollector, batch_name
 from rainierd.broker import EmbeddedBroker
 from rainierd.connection import ConnectionState
 from rainierd.exporter import MetricsServer, UltraServerProbe, build_exporter, build_registry
+from rainierd.exporter.actions import ActionsApi
 from rainierd.exporter.serverstatus import ServerCollector, ServerCounters
 from rainierd.exporter.webconfig import load_web_config
 from rainierd.inventory import load_topology
@@ -43,6 +45,7 @@ from rainierd.sim.faults import Fault
 from rainierd.sim.profile import PROFILES
 from rainierd.sim.scenarios import load_scenario
 from rainierd.sim.workload import JobSpec, load_jobs
+from rainierd.sinks.webhook import WebhookCollector, WebhookConfig, WebhookSink
 from rainierd.topology import Topology
 
 __all__ = ["Role", "run_role"]
@@ -94,6 +97,36 @@ async def run_role(role: Role, settings: Settings) -> None:
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     keep_freed_memory()  # fleet-sized temporaries are reused, not faulted in anew each tick
     await _run_role(role, settings, asyncio.Event())
+
+
+def _webhook(settings: Settings, client_id: str) -> WebhookSink | None:
+    """Return the webhook sink the settings ask for (None: no webhook_url); raise ConfigError if it is unusable."""
+    if settings.webhook_url is None:
+        return None
+    return WebhookSink(WebhookConfig(
+        url=settings.webhook_url, token_file=settings.webhook_token_file, ca_file=settings.webhook_ca_file,
+        queue_size=settings.webhook_queue_size, max_attempts=settings.webhook_max_attempts,
+        timeout_s=settings.webhook_timeout_s, source=f"/rainierd/{client_id}",
+    ))
+
+
+def _collectors(webhook: WebhookSink | None) -> dict[str, Collector]:
+    """Return the exporter's collectors of the monitor's sinks."""
+    return {} if webhook is None else {"webhook": WebhookCollector(webhook.status)}
+
+
+def _analysis_tasks(monitor: Monitor, server: MetricsServer,
+                    webhook: WebhookSink | None) -> dict[str, Callable[[], Coroutine[Any, Any, None]]]:
+    """Return the analysis task, which after each analysis queues the webhook's events (the sink delivers them
+    from its own task: the analysis never waits on a receiver) and renders the scrape, and the webhook's task."""
+    if webhook is None:
+        return {"monitor-analyse": lambda: monitor.analyse(after=server.refresh)}
+
+    async def after() -> None:
+        webhook.offer(monitor.snapshot.actions if monitor.snapshot is not None else None)
+        await server.refresh()
+
+    return {"monitor-analyse": lambda: monitor.analyse(after=after), "monitor-webhook": webhook.run}
 
 
 def _scenario(settings: Settings, topology: Topology) -> tuple[list[Fault], list[JobSpec] | None]:
@@ -166,16 +199,18 @@ async def _run_role(role: Role, settings: Settings, stop: asyncio.Event) -> None
             exporter = build_exporter(topology, lambda: monitor.snapshot,
                                       max_entity_series=settings.max_entity_series, max_jobs=settings.max_jobs,
                                       shard=settings.monitor_shard,
-                                      server=counters.status)
+                                      server=counters.status,
+                                      extra=_collectors(webhook := _webhook(settings, mon_mqtt.client_id)))
             server = await stack.enter_async_context(http(
                 exporter.render, generation=lambda: monitor.generation,
                 healthy=monitor.healthy, ready=monitor.ready, counters=counters,
                 prober=UltraServerProbe(monitor.topology, monitor.core, lambda: monitor.snapshot,
                                         lock=monitor.state_lock),
+                actions=ActionsApi(lambda: monitor.snapshot),
             ))
             coroutines["monitor-mqtt-subscribe"] = lambda: supervise(mon_mqtt, monitor.session.consume,
                                                                      state=monitor.connection)
-            coroutines["monitor-analyse"] = lambda: monitor.analyse(after=server.refresh)
+            coroutines.update(_analysis_tasks(monitor, server, webhook))
             coroutines["monitor-listening-clock"] = monitor.clock.keep
             coroutines["loop-lag"] = loop_lag.run
         if role == "aggregate":

@@ -21,6 +21,7 @@ from rainierd.core.config import MonitorConfig
 from rainierd.errors import ConfigError
 from rainierd.hardware import TRN2
 from rainierd.inventory import load_inventory
+from rainierd.sinks._http import parse_url
 from rainierd.topology import PRESETS, Topology, parse_topology
 from rainierd.wire.topics import Shard, parse_shard
 
@@ -261,6 +262,27 @@ class Settings(BaseSettings):
         "all", description="monitor: all hears node frames and batch frames; batches hears batch and facility "
         "frames only, as a monitor behind an aggregation tier must (rainierd aggregate; docs/aggregation.md)",
     )
+    webhook_url: Annotated[str | None, Use("monitor")] = Field(
+        None, description="monitor: POST each advisory change as a CloudEvent to this http(s) URL "
+        "(docs/actions.md; unset: no webhook)",
+    )
+    webhook_token_file: Annotated[Path | None, Use("monitor")] = Field(
+        None, description="monitor: file holding the webhook's bearer token, re-read before each attempt; never "
+        "logged (unset: no Authorization header)",
+    )
+    webhook_ca_file: Annotated[Path | None, Use("monitor")] = Field(
+        None, description="monitor: CA bundle that signs the webhook receiver's certificate (unset: the system CAs)",
+    )
+    webhook_queue_size: Annotated[int, Use("monitor")] = Field(
+        1_000, ge=1, le=1_000_000,
+        description="monitor: webhook events queued at most; beyond it the oldest is dropped and counted",
+    )
+    webhook_max_attempts: Annotated[int, Use("monitor")] = Field(
+        5, ge=1, le=20, description="monitor: tries of one webhook event (jittered exponential backoff between)",
+    )
+    webhook_timeout_s: Annotated[float, Use("monitor")] = Field(
+        5.0, gt=0, le=60, description="monitor: one webhook attempt (connect, TLS, request, response) at most",
+    )
     log_format: Annotated[Literal["auto", "json", "console"], Use("log")] = Field(
         "auto", description="log format: json, console, or auto (console on a terminal)")
     log_level: Annotated[Literal["debug", "info", "warning", "error"], Use("log")] = Field(
@@ -299,6 +321,13 @@ class Settings(BaseSettings):
         if len(set(urls)) != len(urls):
             raise ValueError(f"{value!r} names a broker twice")
         return ",".join(urls)
+
+    @field_validator("webhook_url")
+    @classmethod
+    def _webhook_url(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_url(value)  # raises ValueError saying what is wrong
+        return value
 
     @field_validator("shard")
     @classmethod

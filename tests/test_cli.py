@@ -27,6 +27,8 @@ SIMULATOR = ["ticks", "seed", "encoding", "batch_nodes", "scenario", "fault_acce
 MONITOR = ["stale_after_ticks", "max_frame_bytes", "max_clock_skew_s", "reconnect_grace_s", "state_file",
            "max_seq_jump", "max_backlog_bytes", "share_frames_per_tick", "share_bytes_per_tick", "max_share_topics",
            "max_entity_series", "max_jobs", "shard", "feed_lost_share", "feed_hold_s", "telemetry_input"]
+MONITOR += ["webhook_url", "webhook_token_file", "webhook_ca_file", "webhook_queue_size", "webhook_max_attempts",
+            "webhook_timeout_s"]
 AGGREGATOR = ["tick_s", "batch_nodes", "shard", "max_frame_bytes"]
 HTTP = ["metrics_addr", "web_config_file"]
 SERVER = ["http_max_connections", "http_max_handshakes", "http_unauthenticated_idle_s"]
@@ -92,6 +94,12 @@ VALUES: dict[str, tuple[str, Any]] = {
     "feed_lost_share": ("0.8", 0.8),
     "feed_hold_s": ("90", 90.0),
     "telemetry_input": ("batches", "batches"),
+    "webhook_url": ("https://hooks.example/rainierd", "https://hooks.example/rainierd"),
+    "webhook_token_file": ("token", Path("token")),
+    "webhook_ca_file": ("hooks-ca.pem", Path("hooks-ca.pem")),
+    "webhook_queue_size": ("50", 50),
+    "webhook_max_attempts": ("3", 3),
+    "webhook_timeout_s": ("2.5", 2.5),
     "log_format": ("json", "json"),
     "log_level": ("debug", "debug"),
 }

@@ -285,7 +285,8 @@ class TestKubernetes:
         assert sorted(kustomize(KUBE), key=key) == sorted(manifests(), key=key)
 
 
-MONITOR_TOPICS = {"read rainier/v1/telemetry/#", "write rainier/v1/events/#", "read rainier/v1/jobs/#"}
+MONITOR_TOPICS = {"read rainier/v1/telemetry/#", "write rainier/v1/events/#", "read rainier/v1/jobs/#",
+                  "readwrite rainier/v1/actions/#"}
 
 
 def credential_users() -> list[str]:

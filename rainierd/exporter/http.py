@@ -17,6 +17,9 @@ one per target, so a scrape costs no TCP (or TLS) handshake.
 UltraServer's chips, links and ports on demand and the Prometheus HTTP
 service discovery of the UltraServers worth probing.
 
+``/api/v1/actions`` (exporter/actions.py) serves the latest analysis's
+remediation advisories as JSON (docs/actions.md).
+
 With a web configuration (``webconfig``) it speaks TLS only, and with
 basic-auth users every path, the probes included, wants a valid password
 (``basicauth``).
@@ -60,6 +63,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from rainierd.exporter._episodes import Episode
 from rainierd.exporter._request import MAX_HEAD_BYTES, Rejection, Request, parse_head
 from rainierd.exporter._slots import Slots, Standing
+from rainierd.exporter.actions import ActionsApi
 from rainierd.exporter.basicauth import BasicAuth
 from rainierd.exporter.descriptors import connection_budget
 from rainierd.exporter.serverstatus import ServerCounters
@@ -131,7 +135,8 @@ class MetricsServer:
     every open connection.  With ``web`` it serves over TLS if ``web.tls`` is
     set and asks for basic auth if ``web`` has users; building the server
     loads the certificate, so it raises ConfigError if that fails.  With
-    ``prober`` it also serves ``/probe`` and ``/probe/targets``.  It counts
+    ``prober`` it also serves ``/probe`` and ``/probe/targets``, with
+    ``actions`` ``/api/v1/actions``.  It counts
     into ``counters`` (``serverstatus``), a fresh one if none is given.
     """
 
@@ -146,6 +151,7 @@ class MetricsServer:
         ready: Callable[[], Verdict],
         web: WebConfig | None = None,
         prober: Prober | None = None,
+        actions: ActionsApi | None = None,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
         max_handshakes: int = DEFAULT_MAX_HANDSHAKES,
         unauthenticated_idle_s: float = DEFAULT_UNAUTHENTICATED_IDLE_S,
@@ -155,6 +161,7 @@ class MetricsServer:
         self.host, self.port = host, port
         self._generation, self._healthy, self._ready = generation, healthy, ready
         self._prober = prober
+        self._actions = actions
         self._cache: _Render | None = None
         self._sockets: list[socket.socket] = []
         self._acceptors: list[asyncio.Task[None]] = []
@@ -474,8 +481,12 @@ class MetricsServer:
             return _Response(status, kind, body, head_only)
         if self._prober is not None and path == "/probe/targets":
             return _Response("200 OK", "application/json", self._prober.targets(), head_only)
+        if self._actions is not None and path == "/api/v1/actions":
+            status, body = await self._actions.answer(query)
+            return _Response(status, "application/json", body, head_only)
         if path == "/":
             routes = " /probe?target=u<id> /probe/targets" if self._prober is not None else ""
+            routes += " /api/v1/actions" if self._actions is not None else ""
             page = f"rainierd exporter: /metrics /healthz /readyz{routes}\n".encode()
             return _Response("200 OK", "text/plain; charset=utf-8", page, head_only)
         return _Response("404 Not Found", "text/plain", b"not found\n", head_only)

@@ -5,9 +5,10 @@ benchmark and the golden-scrape test serve the same /metrics.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import numpy as np
+from prometheus_client.registry import Collector
 
 from rainierd.exporter.entities import DetectionCollector, EntityFamilies
 from rainierd.exporter.fleet import FleetCollector, ShardCollector
@@ -40,6 +41,7 @@ def build_exporter(
     process_metrics: bool = True,
     shard: Shard = WHOLE_FLEET,
     server: Callable[[], ServerStatus | None] | None = None,
+    extra: Mapping[str, Collector] | None = None,
 ) -> Exporter:
     """Return the monitor's exporter over ``snapshot``, of ``shard``'s share of ``topology``.
 
@@ -56,7 +58,8 @@ def build_exporter(
     The jobs' families (exporter/jobs.py) export at most ``max_jobs`` jobs.
 
     With ``server`` (the HTTP server's ``ServerCounters.status``) it also
-    exports the server's connections, drops and password checks.
+    exports the server's connections, drops and password checks.  ``extra``
+    adds named collectors of the daemon's own (the webhook sink's counters).
     """
 
     def computed() -> MonitorSnapshot | None:
@@ -79,6 +82,7 @@ def build_exporter(
         "analysis": AnalysisCollector(snapshot),
         "detection": DetectionCollector(computed, dropped=lambda: entities.dropped),
         **({} if server is None else {"http": ServerCollector(server)}),
+        **(extra or {}),
     }, texts={
         "ultraservers": UltraServerFamilies(share, computed, ultraservers=ours),
         "entities": entities,

@@ -41,6 +41,7 @@ from rainierd.monitor.shares import BURST_TICKS, SharePolicy
 from rainierd.monitor.snapshot import IngestCounts, MonitorSnapshot, MonitorStatus
 from rainierd.probes import Verdict
 from rainierd.shards import shard_view
+from rainierd.sinks.retained import RetainedActions
 from rainierd.topology import Topology
 from rainierd.wire.jobs import JobDocument
 from rainierd.wire.topics import WHOLE_FLEET, Shard
@@ -99,9 +100,11 @@ class Monitor:
         self.events = EventLog(qos=qos)
         # The shard's view of the fleet: a job's nodes in other shards are absent, so its figures are its share's.
         self.jobs = JobFeed(topology)
+        # The advisories' retained documents (docs/actions.md), published by the session like the events.
+        self.actions_out = RetainedActions(qos=qos, shard=shard)
         self.session = Session(shard=shard, n_sites=topology.n_sites, qos=qos, inbox=self.inbox,
                                events=self.events, clock=clock, reconnect_grace_s=reconnect_grace_s,
-                               batches_only=batches_only, jobs=self.jobs)
+                               batches_only=batches_only, jobs=self.jobs, actions=self.actions_out)
         fleet = f"{topology.name}: {topology.n_nodes} nodes, {topology.n_sites} sites"
         if not shard.whole:  # another shard's accounting is not this one's
             fleet += f", shard {shard}"
@@ -193,6 +196,7 @@ class Monitor:
             lag_s=finished_wall - self.core.state.latest_t_s, status=self.status(),
         )
         self._last_analysis = time.monotonic()
+        self.actions_out.offer(self.snapshot.actions)  # a diff and an outbox append: the session publishes
         return self.snapshot
 
     async def _analyse_locked(self, window: list[Message], *, tick: int) -> Analysis:

@@ -1,6 +1,7 @@
 """The monitor's MQTT session, one connection's worth: subscribe to its
 shard's telemetry, hand every message to the inbox, publish the event
-outbox, and keep its own retained status saying ``online``.
+outbox and the advisories' retained documents (sinks/retained.py), and keep
+its own retained status saying ``online``.
 
 ``mqtt.supervise`` runs ``consume`` once per connection and is the only
 place that catches the transport's errors; it also ends ``consume`` when
@@ -22,6 +23,7 @@ from rainierd.monitor.events import EventLog
 from rainierd.monitor.inbox import Inbox
 from rainierd.monitor.jobs import JobFeed, is_job_topic
 from rainierd.mqtt import deliver
+from rainierd.sinks.retained import RetainedActions, is_action_topic
 from rainierd.wire.jobs import JOBS_FILTER
 from rainierd.wire.topics import Shard, status_topic, telemetry_filters
 
@@ -36,6 +38,7 @@ class Session:
     def __init__(
         self, *, shard: Shard, n_sites: int, qos: int, inbox: Inbox, events: EventLog, clock: ListeningClock,
         reconnect_grace_s: float = 0.0, batches_only: bool = False, jobs: JobFeed | None = None,
+        actions: RetainedActions | None = None,
     ) -> None:
         self._filters = telemetry_filters(shard, n_sites=n_sites, batches_only=batches_only)
         self._qos, self._inbox, self._events, self._clock = qos, inbox, events, clock
@@ -43,6 +46,7 @@ class Session:
         self.connection = ConnectionState()  # written by mqtt.supervise
         self._status_restore: asyncio.Task[None] | None = None
         self._jobs = jobs  # None: a session that does not hear jobs
+        self._actions = actions  # None: a session that publishes no advisories
 
     async def consume(self, client: aiomqtt.Client) -> None:
         """Subscribe to telemetry and jobs, queue messages and publish events until cancelled.
@@ -55,12 +59,14 @@ class Session:
         keep others out; docs/security.md).
         """
         own_status = status_topic(client.identifier)
-        inbox, jobs = self._inbox, self._jobs
+        inbox, jobs, actions = self._inbox, self._jobs, self._actions
         serving = [True]  # paho may still deliver after the TaskGroup ended (our own "offline" on the way out)
         try:
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self._events.publish(client), name="monitor-publish-events")
                 tg.create_task(self._grace(), name="monitor-reconnect-grace")
+                if actions is not None:  # it subscribes to the advisories' retained documents itself
+                    tg.create_task(actions.publish(client), name="monitor-publish-actions")
 
                 def on_message(topic: str, payload: bytes, retained: bool) -> None:
                     if topic == own_status:
@@ -71,6 +77,9 @@ class Session:
                         return
                     if jobs is not None and is_job_topic(topic):
                         jobs.hear(topic, payload)
+                        return
+                    if actions is not None and is_action_topic(topic):
+                        actions.hear(topic, payload, retained=retained)
                         return
                     inbox.put(topic, payload, retained=retained)
 

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from rainierd.actions.model import ActionsView
 from rainierd.connection import Connection
 from rainierd.core.aggregates import Aggregates
 from rainierd.core.analysis import Analysis, DetailView, HealthView
@@ -144,6 +145,7 @@ class MonitorSnapshot:
     jobs: JobMembership | None = None  # the jobs this analysis priced (docs/jobs.md)
     job_loss: JobLoss | None = None  # what each of them loses (core/jobmodel.py)
     job_phases: JobPhases | None = None  # each one's phase: running, checkpoint, restarting, stalled (core/jobphase.py)
+    actions: ActionsView | None = None  # the advisory policy's conclusions (docs/actions.md); None: none yet
 
     @classmethod
     def of(

@@ -8,6 +8,7 @@ subscription to one kind can never match another (as Sparkplug does)::
     rainier/v1/telemetry/s<site>/b<bucket>/batch/<name>                  batch frames of that site's and bucket's nodes
     rainier/v1/telemetry/s<site>/facility                                a site's cooling plant
     rainier/v1/events/<entity>/<id>                                      detections (monitor only)
+    rainier/v1/actions/<node>                                            a node's advisory (monitor only)
     rainier/v1/status/<client-id>                                        online/offline (MQTT will)
     rainier/v1/jobs/<job id>                                             a job's retained document (wire/jobs.py)
     rainier/v1/truth/<publisher>                                         simulator ground truth
@@ -52,6 +53,7 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 __all__ = [
+    "ACTIONS_ROOT",
     "BUCKETS",
     "EVENTS_ROOT",
     "ROOT",
@@ -74,6 +76,7 @@ __all__ = [
 ROOT: Final = "rainier/v1"
 TELEMETRY_ROOT: Final = f"{ROOT}/telemetry"
 EVENTS_ROOT: Final = f"{ROOT}/events"
+ACTIONS_ROOT: Final = f"{ROOT}/actions"
 BUCKETS: Final = 256
 """Fixed by the wire format: changing it moves every UltraServer's topics."""
 

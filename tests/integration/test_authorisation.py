@@ -157,7 +157,7 @@ def test_the_shipped_broker_refuses_what_a_client_may_not_write(
     shipped_broker: ShippedBroker, start_rainierd: object,
 ) -> None:
     """Anonymous and wrong-password clients are turned away; an authenticated node agent's
-    telemetry for another node, its forged event and its forged monitor status are dropped,
+    telemetry for another node, its forged event, advisory and monitor status are dropped,
     while its own node's telemetry is applied."""
     broker = shipped_broker
     port = free_port()
@@ -176,6 +176,7 @@ def test_the_shipped_broker_refuses_what_a_client_may_not_write(
 
     monitor_status = status_topic("rainierd-monitor")
     forged_event = "rainier/v1/events/chip/5"
+    forged_advisory = "rainier/v1/actions/n4"  # an agent must not cordon another node, nor clear its own advisory
 
     async def intrude() -> None:
         async with aiomqtt.Client("127.0.0.1", broker.port, identifier="n3", username="n3",
@@ -185,6 +186,7 @@ def test_the_shipped_broker_refuses_what_a_client_may_not_write(
             await n3.publish("rainier/v1/telemetry/s0/b0/batch/n3", rogue_batch(), qos=1)  # in either layout
             await n3.publish(forged_event, b'{"entity": "chip", "id": 5, "after": "failed"}', qos=1, retain=True)
             await n3.publish(monitor_status, b"offline", qos=1, retain=True)
+            await n3.publish(forged_advisory, b'{"advisory": {"action": "cordon"}}', qos=1, retain=True)
             # Its own node's telemetry, the allowed control: a new publisher id takes a node only with three
             # frames in a row over at least a tick (docs/wire-format.md), so it sends three, a tick apart.
             for tick in range(3):
@@ -201,6 +203,7 @@ def test_the_shipped_broker_refuses_what_a_client_may_not_write(
     assert values["rainier_mqtt_status_overwritten_total"] == 0  # the forgery never reached the monitor
 
     assert forged_event not in asyncio.run(retained(broker, "rainier/v1/events/#"))
+    assert forged_advisory not in asyncio.run(retained(broker, "rainier/v1/actions/#"))
     assert asyncio.run(retained(broker, monitor_status)) == {monitor_status: b"online"}
     assert monitor.proc.poll() is None
 
