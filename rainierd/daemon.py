@@ -159,7 +159,7 @@ async def _run_role(role: Role, settings: Settings, stop: asyncio.Event) -> None
                 share=SharePolicy(frames_per_tick=settings.share_frames_per_tick,
                                   bytes_per_tick=settings.share_bytes_per_tick,
                                   max_topics=settings.max_share_topics),
-                batches_only=settings.telemetry_input == "batches",
+                batches_only=settings.telemetry_input == "batches", actions=settings.action_config(),
             )
             monitor.restore()
             counters = ServerCounters()
