@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from rainierd.exporter.actions import ActionsCollector
 from rainierd.exporter.entities import DetectionCollector, EntityFamilies
 from rainierd.exporter.fleet import FleetCollector, ShardCollector
 from rainierd.exporter.jobs import JobFamilies
@@ -78,6 +79,7 @@ def build_exporter(
         "event_loop": LoopCollector(snapshot),
         "analysis": AnalysisCollector(snapshot),
         "detection": DetectionCollector(computed, dropped=lambda: entities.dropped),
+        "actions": ActionsCollector(computed),
         **({} if server is None else {"http": ServerCollector(server)}),
     }, texts={
         "ultraservers": UltraServerFamilies(share, computed, ultraservers=ours),
