@@ -66,7 +66,8 @@ def loss_charging(n_jobs: int, charged: list[tuple[str, int, int, float]]) -> Jo
     return JobLoss(
         chips=np.zeros(n_jobs, np.int64), peak=zeros, effective=zeros, lost={}, stalled=zeros.astype(bool),
         failed=zeros.astype(bool), s_min=zeros + 1, slowest_is_straggler=zeros.astype(bool), f_nl=zeros + 1,
-        f_efa=zeros + 1, healthy_value=zeros, culprit_kind=np.full((n_jobs, 5), -1), culprit_id=np.zeros((n_jobs, 5), np.int64),
+        f_efa=zeros + 1, healthy_value=zeros, culprit_kind=np.full((n_jobs, 5), -1),
+        culprit_id=np.zeros((n_jobs, 5), np.int64),
         culprit_flops=np.zeros((n_jobs, 5)), charged_key=key[order],
         charged_job=np.array([j for _, _, j, _ in charged], np.int64)[order],
         charged_flops=np.array([f for _, _, _, f in charged], np.float64)[order], unallocated_peak=0.0,
