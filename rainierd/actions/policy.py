@@ -35,6 +35,8 @@ vectorised over the unhealthy entities; per node it builds the advisory's few ob
 
 from __future__ import annotations
 
+import functools
+import time
 from collections import Counter, deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -116,6 +118,7 @@ class _NodeRecord:
     proposed_s: float | None = None
     expired_s: float | None = None
     last: Advisory | None = None
+    signature: tuple[object, ...] = ()  # what ``last`` was built from
 
 
 @dataclass(frozen=True, eq=False)
@@ -130,6 +133,11 @@ class _Entities:
     since: F64
     action: I64
     flops: F64  # what the job model charges it (0: nothing, or no jobs)
+
+    def rows(self) -> I64:
+        """Return every field of each row as one int64 row: a node's rows' bytes say whether it changed."""
+        return np.stack([self.kind, self.id, self.state, self.reasons, self.since.view(np.int64),
+                         self.flops.view(np.int64), self.action], axis=1)
 
 
 class ActionPolicy:
@@ -174,11 +182,12 @@ class ActionPolicy:
         starts = np.flatnonzero(np.r_[True, nodes[1:] != nodes[:-1]]) if nodes.size else np.zeros(0, np.int64)
         ends = np.r_[starts[1:], nodes.size].astype(np.int64) if nodes.size else starts
         node_action = np.maximum.reduceat(entities.action, starts) if nodes.size else np.zeros(0, np.int64)
+        node_flops = np.add.reduceat(entities.flops, starts) if nodes.size else np.zeros(0, np.float64)
         seen: set[int] = set()
         candidates: list[tuple[int, float, int, int, int]] = []  # (-action, -flops, node, start, end)
         built: dict[int, tuple[str, str | None]] = {}
-        for n, a, s, e in zip(nodes[starts].tolist(), node_action.tolist(), starts.tolist(), ends.tolist(),
-                              strict=True):
+        for n, a, f, s, e in zip(nodes[starts].tolist(), node_action.tolist(), node_flops.tolist(), starts.tolist(),
+                                 ends.tolist(), strict=True):
             seen.add(n)
             rec = self._nodes.get(n)
             if rec is None or rec.state == "expired":
@@ -201,22 +210,13 @@ class ActionPolicy:
                 rec.proposed_s = t_s
                 built[n] = ("proposed", None)
             else:
-                candidates.append((-a, -float(entities.flops[s:e].sum()), n, s, e))
+                candidates.append((-a, -f, n, s, e))
                 built[n] = ("pending", None)  # until the brake admits it
         self._brake(sorted(candidates), built, entities, t_s)
-        advisories = []
-        for n, s, e in zip(nodes[starts].tolist(), starts.tolist(), ends.tolist(), strict=True):
-            rec = self._nodes[n]
-            rec.state, by = built[n]
-            rec.last = self._advisory(n, rec, entities, slice(s, e), t_s=t_s, by=by, jobs=jobs)
-            advisories.append(rec.last)
-        advisories.extend(self._expire(seen, t_s))
         lemons = self._lemons(t_s)
-        if lemons:
-            names = {r.node for r in lemons}
-            advisories = [_with_lemon(a) if a.node in names else a for a in advisories]
-        advisories.sort(key=lambda a: (a.state == "expired", -ACTIONS.index(a.action), -a.protects_flops,
-                                       a.node_id))
+        advisories = self._advisories(entities, starts, ends, built, jobs=jobs, lemons={r.node for r in lemons})
+        advisories.extend(self._expire(seen, t_s))
+        advisories.sort(key=_order)
         return ActionsView(t_s, config.dry_run, tuple(advisories), self._brake_status(t_s), lemons)
 
     # -- the entities and what holds them back ------------------------------------------
@@ -378,30 +378,49 @@ class ActionPolicy:
         node = int(topo.efa_node[entity])
         return f"{topo.node_name(node)}/efa{entity - node * topo.efa_ports_per_node}"
 
-    def _advisory(self, n: int, rec: _NodeRecord, entities: _Entities, rows: slice, *, t_s: float,
-                  by: str | None, jobs: JobMembership | None) -> Advisory:
+    def _advisories(self, entities: _Entities, starts: I64, ends: I64, built: dict[int, tuple[str, str | None]],
+                    *, jobs: JobMembership | None, lemons: set[str]) -> list[Advisory]:
+        """Return each unhealthy node's advisory, in its state of this tick."""
+        nodes = entities.node
+        node_job = (jobs.node_job[nodes[starts]].astype(np.int64) if jobs is not None and jobs.node_job.size
+                    else np.full(starts.size, -1, np.int64))
+        rows = entities.rows()
+        advisories = []
+        for n, s, e, j in zip(nodes[starts].tolist(), starts.tolist(), ends.tolist(), node_job.tolist(),
+                              strict=True):
+            rec = self._nodes[n]
+            rec.state, by = built[n]
+            job = jobs.ids[j] if jobs is not None and j >= 0 else None
+            lemon = self.topology.node_name(n) in lemons
+            # An advisory whose every part is as last tick is last tick's object: a standing incident of a
+            # thousand nodes costs a comparison a node, not a thousand rebuilt advisories.
+            signature = (rows[s:e].tobytes(), rec.state, by, rec.action, rec.proposed_s, job, lemon)
+            if rec.last is None or signature != rec.signature:
+                rec.last = self._advisory(n, rec, entities, slice(s, e), by=by, job=job, lemon=lemon)
+                rec.signature = signature
+            advisories.append(rec.last)
+        return advisories
+
+    def _advisory(self, n: int, rec: _NodeRecord, entities: _Entities, rows: slice, *, by: str | None,
+                  job: str | None, lemon: bool) -> Advisory:
         topo = self.topology
         s, e = rows.start, rows.stop
         causes = tuple(
-            Cause(NODE_KINDS[k], i, self._name(k, i), STATE_NAMES[NODE_KINDS[k]][st],
-                  tuple(reason_names(r)), since)
+            Cause(NODE_KINDS[k], i, self._name(k, i), STATE_NAMES[NODE_KINDS[k]][st], _reason_names(r), since)
             for k, i, st, r, since in zip(entities.kind[s:e].tolist(), entities.id[s:e].tolist(),
                                           entities.state[s:e].tolist(), entities.reasons[s:e].tolist(),
                                           entities.since[s:e].tolist(), strict=True))
-        protects: tuple[Protected, ...] = ()
-        job = int(jobs.node_job[n]) if jobs is not None and jobs.node_job.size > n else -1
-        if job >= 0 and jobs is not None:
-            protects = (Protected(jobs.ids[job], float(entities.flops[s:e].sum())),)
+        protects = () if job is None else (Protected(job, float(entities.flops[s:e].sum())),)
         action = ACTIONS[rec.action]
-        state = rec.state
         held = {"pending": f"pending until held {self.config.hold_s:.0f} s",
-                "suppressed": f"held back by {by}", "proposed": "proposed"}[state]
-        cost = (f"; protects {protects[0].job} ({protects[0].flops / 1e12:.1f} TFLOP/s lost)" if protects
+                "suppressed": f"held back by {by}", "proposed": "proposed"}[rec.state]
+        cost = (f"; protects {protects[0].job} ({protects[0].flops / 1e12:.1f} TFLOP/s lost to it)" if protects
                 else "; in no job")
-        reason = (f"{action}: {self._cause_line(entities, rows)} for {t_s - rec.first_s:.0f} s; {held}{cost}")
+        since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(rec.first_s))
+        reason = f"{action}: {self._cause_line(entities, rows)} since {since}; {held}{cost}"
         us = int(topo.node_ultraserver[n])
-        return Advisory(topo.node_name(n), n, f"s{int(topo.ultraserver_site[us])}", us, action, state, reason,
-                        causes, protects, rec.first_s, rec.proposed_s, None, by, False)
+        return Advisory(topo.node_name(n), n, f"s{int(topo.ultraserver_site[us])}", us, action, rec.state, reason,
+                        causes, protects, rec.first_s, rec.proposed_s, None, by, lemon)
 
     def _expire(self, seen: set[int], t_s: float) -> list[Advisory]:
         """Expire the proposals whose causes all cleared, drop the rest of the cleared, and return the expired
@@ -426,8 +445,16 @@ class ActionPolicy:
         return self.ledger.lemons()
 
 
-def _with_lemon(advisory: Advisory) -> Advisory:
-    return replace(advisory, lemon=True)
+@functools.cache
+def _reason_names(mask: int) -> tuple[str, ...]:
+    """Return the names of the reasons in ``mask`` (few distinct masks: remembered)."""
+    return tuple(reason_names(mask))
+
+
+def _order(advisory: Advisory) -> tuple[bool, int, float, int]:
+    """Return where an advisory sorts: standing before expired, most disruptive, then costliest, first."""
+    return (advisory.state == "expired", -ACTIONS.index(advisory.action), -advisory.protects_flops,
+            advisory.node_id)
 
 
 def _expired(advisory: Advisory, t_s: float) -> Advisory:

@@ -201,7 +201,9 @@ class Monitor:
                 await asyncio.sleep(0)  # rainier falling silent is 31,200 node events: 0.8 s in one go
         self.generation += 1
         status = self.status()
-        actions = self._advise(analysis, t_s=finished_wall, status=status)
+        # In a thread: ~6 ms a tick with 1,000 unhealthy entities at rainier, ~50 ms the tick they all appear
+        # (benchmarks/actions-2026-12-02.json); one analysis at a time, so the policy is never shared.
+        actions = await asyncio.to_thread(self._advise, analysis, t_s=finished_wall, status=status)
         self.snapshot = MonitorSnapshot.of(
             analysis, generation=self.generation, chips_total=self.topology.n_present_chips, analysis_s=elapsed,
             analysed_ticks=self.generation, events=self.events.counts,
@@ -212,8 +214,7 @@ class Monitor:
         return self.snapshot
 
     def _advise(self, analysis: Analysis, *, t_s: float, status: MonitorStatus) -> ActionsView:
-        """Return the analysis's advisories (a few ms at 1,000 unhealthy entities: on the loop), and log each
-        new proposal and each trip of the brake."""
+        """Return the analysis's advisories, and log each new proposal and each trip of the brake."""
         policy = self.actions
         trips = policy.totals.brake_trips
         backlog = status.backlog
