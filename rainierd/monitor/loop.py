@@ -225,10 +225,11 @@ class Monitor:
         for advisory in view.advisories:
             if advisory.proposed_s == t_s and advisory.state == "proposed":
                 log.warning("action proposed", node=advisory.node, action=advisory.action, reason=advisory.reason,
-                            dry_run=view.dry_run, lemon=advisory.lemon)
+                            protects=[p.document() for p in advisory.protects], dry_run=view.dry_run,
+                            lemon=advisory.lemon)
         if policy.totals.brake_trips != trips:
             brake = view.brake
-            log.warning("action brake tripped: nothing new is proposed", scope=brake.scope,
+            log.warning("action brake tripped", scope=brake.scope,
                         under_action=brake.under_action, max_nodes=brake.max_nodes,
                         max_fraction=brake.max_fraction, window_s=brake.window_s,
                         held=sum(1 for a in view.advisories if a.suppressed_by == "brake"))
