@@ -163,6 +163,19 @@ class TestHold:
         assert states(view) == {"n2": ("drain", "proposed", None)}
 
 
+    def test_a_watched_node_needing_action_is_held_afresh(self) -> None:
+        """A node proposed for a watch (a throttled chip) whose link then goes down is pending for the hold, not
+        proposed at once: watching a node is not acting on it."""
+        policy = ActionPolicy(TOPO)
+        chip = (7 * TOPO.chips_per_node + 1, "throttled", int(Reason.THROTTLE_FLAG))
+        watched = run(policy, health({"chip": [chip]}), 2 * HOLD)
+        assert states(watched) == {"n7": ("watch", "proposed", None)}
+        both = health({"chip": [chip], **down_link(7)})
+        assert states(policy.update(both, t_s=T0 + 3 * HOLD)) == {"n7": ("drain", "pending", None)}
+        assert states(run(policy, both, HOLD, start=T0 + 3 * HOLD)) == {"n7": ("drain", "proposed", None)}
+        assert policy.totals.proposed["drain"] == 1
+
+
 class TestCorrelated:
     """Causes too widespread to be a node's own never propose node actions."""
 

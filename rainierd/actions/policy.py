@@ -17,7 +17,8 @@ monitor's feed lost (``feed_lost``), its broker session down (``broker_down``), 
 once (``correlated:ultraserver:u<id>``), node cooling on ``site_cooling_ultraservers`` UltraServers of its
 site (``correlated:site:s<id>``), its job in a checkpoint or restarting (``job_phase:<phase>``), or the
 brake (``brake``).  A proposal stays proposed while any of its causes stands (a later outage does not
-withdraw it; an escalation raises its action); once they all clear it is ``expired`` and kept
+withdraw it; an escalation raises its action, but a proposed ``watch`` that comes to need an action is held
+and braked afresh); once they all clear it is ``expired`` and kept
 ``expired_keep_s``; an advisory never proposed is dropped when its causes clear.
 
 **The brake.** Non-watch proposals are counted per node over ``brake_window_s``: at most
@@ -192,8 +193,11 @@ class ActionPolicy:
             rec = self._nodes.get(n)
             if rec is None or rec.state == "expired":
                 rec = self._nodes[n] = _NodeRecord(first_s=float(entities.since[s:e].min()))
+            if rec.state == "proposed" and rec.action == WATCH and a != WATCH:
+                # Watching a node is not acting on it: an action it now needs is held and braked afresh.
+                rec.state, rec.proposed_s, rec.first_s = "pending", None, t_s
             if rec.state == "proposed":
-                if a > rec.action and a != WATCH:  # an escalation is proposed at once: the node is under action
+                if a > rec.action:  # an escalation is proposed at once: the node is under action
                     self._flag(n, a, entities, slice(s, e), t_s=t_s)
                 rec.action = max(rec.action, a)
                 built[n] = ("proposed", None)
