@@ -200,6 +200,12 @@ class TestCorrelated:
         view = run(ActionPolicy(TOPO), health({"neuronlink": links}), 2 * HOLD)
         assert set(states(view).values()) == {("drain", "suppressed", "correlated:ultraserver:u3")}
 
+    def test_watched_nodes_do_not_crowd_an_ultraserver(self) -> None:
+        """Throttled chips on three nodes of an UltraServer do not hold back its fourth node's down link."""
+        chips = [(n * TOPO.chips_per_node, "throttled", int(Reason.THROTTLE_FLAG)) for n in (12, 13, 14)]
+        view = run(ActionPolicy(TOPO), health({"chip": chips, **down_link(15)}), 2 * HOLD)
+        assert states(view)["n15"] == ("drain", "proposed", None)
+
     @pytest.mark.parametrize(("condition", "feed_lost", "by"), [
         (MonitorCondition(connected=False), False, "broker_down"),
         (MonitorCondition(overloaded=True), False, "monitor_behind"),

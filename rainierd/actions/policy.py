@@ -13,8 +13,8 @@ for (``ACTIONS`` is ordered).
 when this policy first saw it unhealthy, so a flap that clears and comes back starts again), then
 ``proposed``, unless something correlated holds it back (``suppressed``, ``suppressed_by`` says what): the
 monitor's feed lost (``feed_lost``), its broker session down (``broker_down``), the monitor overloaded
-(``monitor_behind``), its UltraServer's cooling degraded or ``ultraserver_nodes`` of its nodes unhealthy at
-once (``correlated:ultraserver:u<id>``), node cooling on ``site_cooling_ultraservers`` UltraServers of its
+(``monitor_behind``), its UltraServer's cooling degraded or ``ultraserver_nodes`` of its nodes needing action
+at once (``correlated:ultraserver:u<id>``), node cooling on ``site_cooling_ultraservers`` UltraServers of its
 site (``correlated:site:s<id>``), its job in a checkpoint or restarting (``job_phase:<phase>``), or the
 brake (``brake``).  A proposal stays proposed while any of its causes stands (a later outage does not
 withdraw it; an escalation raises its action, but a proposed ``watch`` that comes to need an action is held
@@ -284,9 +284,11 @@ class ActionPolicy:
         for n, s in zip(nodes.tolist(), site.tolist(), strict=True):
             if hot_sites[s] >= config.site_cooling_ultraservers:
                 held[n] = f"correlated:site:s{s}"
-        # An UltraServer whose cooling is degraded, or many of whose nodes are unhealthy at once.
+        # An UltraServer whose cooling is degraded, or many of whose nodes need action at once (watched nodes,
+        # a job's stragglers say, do not crowd it).
         us = topo.node_ultraserver[nodes]
-        crowded = np.bincount(us, minlength=topo.n_ultraservers) >= config.ultraserver_nodes
+        acting = topo.node_ultraserver[np.unique(entities.node[entities.action != WATCH])]
+        crowded = np.bincount(acting, minlength=topo.n_ultraservers) >= config.ultraserver_nodes
         crowded[us_cooling] = True
         for n, u in zip(nodes[crowded[us]].tolist(), us[crowded[us]].tolist(), strict=True):
             held.setdefault(n, f"correlated:ultraserver:u{u}")
