@@ -176,6 +176,20 @@ class TestHold:
         assert policy.totals.proposed["drain"] == 1
 
 
+    def test_the_hold_runs_from_the_cause_calling_for_the_action(self) -> None:
+        """A node pending on a throttled chip for 200 s whose link then goes down waits the link's own hold."""
+        policy = ActionPolicy(TOPO, ActionConfig(hold_s=HOLD))
+        chip = (8 * TOPO.chips_per_node, "throttled", int(Reason.THROTTLE_FLAG))
+        run(policy, health({"chip": [chip]}), 200)
+        both = health({"chip": [chip], **down_link(8)})
+        assert states(run(policy, both, HOLD - 30, start=T0 + 210)) == {"n8": ("drain", "pending", None)}
+        view = run(policy, both, 30, start=T0 + 210 + HOLD)
+        assert states(view) == {"n8": ("drain", "proposed", None)}
+        advisory = view.for_node("n8")
+        assert advisory is not None
+        assert advisory.since_s == T0  # the earliest cause's onset
+
+
 class TestCorrelated:
     """Causes too widespread to be a node's own never propose node actions."""
 

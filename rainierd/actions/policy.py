@@ -9,7 +9,8 @@ HBM reported an uncorrectable ECC error; a node whose cooling is degraded is cor
 watched, and cordoned once silent ``silent_long_s``.  A node's advisory is the most disruptive its causes call
 for (``ACTIONS`` is ordered).
 
-**When.** An advisory is ``pending`` until its node's causes have stood ``hold_s`` (each cause's onset is
+**When.** An advisory is ``pending`` until the causes calling for its action have stood ``hold_s`` (each
+cause's onset is
 when this policy first saw it unhealthy, so a flap that clears and comes back starts again), then
 ``proposed``, unless something correlated holds it back (``suppressed``, ``suppressed_by`` says what): the
 monitor's feed lost (``feed_lost``), its broker session down (``broker_down``), the monitor overloaded
@@ -113,7 +114,7 @@ def entity_actions(kind: str, states: I64, reasons: I64, held_s: F64, config: Ac
 class _NodeRecord:
     """One node's advisory from tick to tick."""
 
-    first_s: float
+    first_s: float  # its earliest standing cause's onset
     state: str = "pending"
     action: int = WATCH
     proposed_s: float | None = None
@@ -184,18 +185,26 @@ class ActionPolicy:
         ends = np.r_[starts[1:], nodes.size].astype(np.int64) if nodes.size else starts
         node_action = np.maximum.reduceat(entities.action, starts) if nodes.size else np.zeros(0, np.int64)
         node_flops = np.add.reduceat(entities.flops, starts) if nodes.size else np.zeros(0, np.float64)
+        node_since = np.minimum.reduceat(entities.since, starts) if nodes.size else np.zeros(0, np.float64)
+        # The hold runs from the onset of the causes calling for the node's action: a link that goes down on a
+        # node watched for a while is held its own hold_s.
+        calling = entities.action == np.repeat(node_action, ends - starts)
+        held_since = (np.minimum.reduceat(np.where(calling, entities.since, np.inf), starts) if nodes.size
+                      else np.zeros(0, np.float64))
         seen: set[int] = set()
         candidates: list[tuple[int, float, int, int, int]] = []  # (-action, -flops, node, start, end)
         built: dict[int, tuple[str, str | None]] = {}
-        for n, a, f, s, e in zip(nodes[starts].tolist(), node_action.tolist(), node_flops.tolist(), starts.tolist(),
-                                 ends.tolist(), strict=True):
+        for n, a, f, since, hold_from, s, e in zip(
+                nodes[starts].tolist(), node_action.tolist(), node_flops.tolist(), node_since.tolist(),
+                held_since.tolist(), starts.tolist(), ends.tolist(), strict=True):
             seen.add(n)
             rec = self._nodes.get(n)
             if rec is None or rec.state == "expired":
-                rec = self._nodes[n] = _NodeRecord(first_s=float(entities.since[s:e].min()))
+                rec = self._nodes[n] = _NodeRecord(first_s=since)
+            rec.first_s = since
             if rec.state == "proposed" and rec.action == WATCH and a != WATCH:
                 # Watching a node is not acting on it: an action it now needs is held and braked afresh.
-                rec.state, rec.proposed_s, rec.first_s = "pending", None, t_s
+                rec.state, rec.proposed_s = "pending", None
             if rec.state == "proposed":
                 if a > rec.action:  # an escalation is proposed at once: the node is under action
                     self._flag(n, a, entities, slice(s, e), t_s=t_s)
@@ -206,7 +215,7 @@ class ActionPolicy:
             by = held.get(n)
             if by is None and n in phase_of_node:
                 by = f"job_phase:{phase_of_node[n]}"
-            if t_s - rec.first_s < config.hold_s:
+            if t_s - hold_from < config.hold_s:
                 built[n] = ("pending", None)
             elif by is not None:
                 built[n] = ("suppressed", by)
