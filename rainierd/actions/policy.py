@@ -10,8 +10,7 @@ watched, and cordoned once silent ``silent_long_s``.  A node's advisory is the m
 for (``ACTIONS`` is ordered).
 
 **When.** An advisory is ``pending`` until the causes calling for its action have stood ``hold_s`` (each
-cause's onset is
-when this policy first saw it unhealthy, so a flap that clears and comes back starts again), then
+cause's onset is when this policy first saw it unhealthy, so a flap that clears and comes back starts again), then
 ``proposed``, unless something correlated holds it back (``suppressed``, ``suppressed_by`` says what): the
 monitor's feed lost (``feed_lost``), its broker session down (``broker_down``), the monitor overloaded
 (``monitor_behind``), its UltraServer's cooling degraded or ``ultraserver_nodes`` of its nodes needing action
