@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -127,7 +128,8 @@ def measure(topology: str, *, n_unhealthy: int, repeat: int, seed: int) -> dict[
         return float(np.percentile(values, 99))
 
     return {
-        "benchmark": "actions", "topology": topology, "nodes": topo.n_nodes, "unhealthy_entities": n_unhealthy,
+        "benchmark": "actions", "load_average_1m": round(os.getloadavg()[0], 2), "topology": topology,
+        "nodes": topo.n_nodes, "unhealthy_entities": n_unhealthy,
         "advisories": len(actions.advisories), "states": states, "brake_tripped": actions.brake.tripped,
         "repeat": repeat, "seed": seed,
         "update_ms_median": round(statistics.median(wall), 3), "update_ms_p99": round(p99(wall), 3),
