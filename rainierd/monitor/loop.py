@@ -15,6 +15,7 @@ import asyncio
 import dataclasses
 import gc
 import os
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -117,6 +118,7 @@ class Monitor:
         self.actions = ActionPolicy(topology, actions)
         self._ledger_path = None if checkpoint_file is None else ledger_path(checkpoint_file)
         self._ledger_failures = 0
+        self._advising = threading.Lock()
         self._sample_lag = LagHistogram()
         self._loop_lag = loop_lag
         # The one value every reader takes: replaced, never mutated, once per analysis.
@@ -215,6 +217,10 @@ class Monitor:
 
     def _advise(self, analysis: Analysis, *, t_s: float, status: MonitorStatus) -> ActionsView:
         """Return the analysis's advisories, and log each new proposal and each trip of the brake."""
+        with self._advising:  # a stop's last analysis may start while a cancelled one's thread still advises
+            return self._advise_locked(analysis, t_s=t_s, status=status)
+
+    def _advise_locked(self, analysis: Analysis, *, t_s: float, status: MonitorStatus) -> ActionsView:
         policy = self.actions
         trips = policy.totals.brake_trips
         backlog = status.backlog
