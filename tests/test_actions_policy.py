@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from rainierd.actions import ActionsView
+from rainierd.actions.brake import Brake
 from rainierd.actions.config import ActionConfig
 from rainierd.actions.ledger import Ledger, LedgerError
 from rainierd.actions.policy import ActionPolicy, MonitorCondition, entity_actions
@@ -282,6 +283,13 @@ class TestBrake:
         released = run(policy, health(down_link(150)), 2 * HOLD, start=T0 + 6 * HOLD)
         assert states(released)["n150"] == ("drain", "proposed", None)
         assert not released.brake.tripped
+
+
+    def test_a_small_site_may_still_act_on_one_node(self) -> None:
+        """5 % of a site of 8 nodes is under one node: the brake still admits one, then trips on the second."""
+        brake = Brake(build_fleet(1, 2), ActionConfig(brake_max_fraction=0.05))
+        assert brake.admit([3, 5], t_s=T0) == [3]
+        assert (brake.status().tripped, brake.status().scope, brake.trips) == (True, "fleet", 1)
 
 
 class TestExpiry:

@@ -21,13 +21,8 @@ withdraw it; an escalation raises its action, but a proposed ``watch`` that come
 and braked afresh); once they all clear it is ``expired`` and kept
 ``expired_keep_s``; an advisory never proposed is dropped when its causes clear.
 
-**The brake.** Non-watch proposals are counted per node over ``brake_window_s``: at most
-``brake_max_nodes`` nodes fleet-wide, and at most ``brake_max_fraction`` of the fleet's and of each site's
-present nodes (at least one).  Candidates are admitted most disruptive and costliest first; the first one
-refused trips the brake: it and every later candidate are suppressed, and nothing new is proposed until
-everything waiting fits within every bound at once (the window freed, or the waiting causes cleared): it
-latches, so a mass event never drips out proposals as the window frees.  Existing proposals
-stay.  Each trip counts once (``ActionTotals.brake_trips``).
+**The brake** (``actions/brake.py``) admits the non-watch advisories ready to be proposed, most disruptive
+and costliest first, within its bounds; the rest are ``suppressed`` by it.  Existing proposals stay.
 
 Pure: arrays and frozen values in, a frozen ``ActionsView`` out; the wall time is handed in.  The grouping is
 vectorised over the unhealthy entities; per node it builds the advisory's few objects (only unhealthy nodes:
@@ -38,7 +33,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
@@ -47,9 +42,10 @@ from typing import Final
 import numpy as np
 
 from rainierd._types import F64, I64
+from rainierd.actions.brake import Brake
 from rainierd.actions.config import ActionConfig
 from rainierd.actions.ledger import Ledger
-from rainierd.actions.model import ACTIONS, ActionsView, Advisory, BrakeStatus, Cause, LedgerRecord, Protected
+from rainierd.actions.model import ACTIONS, ActionsView, Advisory, Cause, LedgerRecord, Protected
 from rainierd.core.analysis import HealthView
 from rainierd.core.detect import STATE_NAMES
 from rainierd.core.detect._common import Reason, reason_names
@@ -152,22 +148,16 @@ class ActionPolicy:
         self.ledger = ledger or Ledger(flags=config.lemon_flags, days=config.lemon_days,
                                        history=config.ledger_history)
         self._node_site = topo.node_site
-        present = topo.node_present
-        self._site_present = np.bincount(self._node_site[present], minlength=topo.n_sites)
-        self._fleet_present = int(present.sum())
+        self.brake = Brake(topo, config)
         self._keys = np.zeros(0, np.int64)  # every unhealthy entity's key, ascending, and when first seen
         self._first_s = np.zeros(0, np.float64)
         self._nodes: dict[int, _NodeRecord] = {}
-        self._window: deque[tuple[float, int, int]] = deque()  # (proposed at, node, site), oldest first
-        self._brake_since: float | None = None
-        self._brake_scope: str | None = None
         self._proposed: Counter[str] = Counter(dict.fromkeys(ACTIONS, 0))
-        self._trips = 0
 
     @property
     def totals(self) -> ActionTotals:
         """Return the cumulative proposals and brake trips."""
-        return ActionTotals(MappingProxyType(dict(self._proposed)), self._trips)
+        return ActionTotals(MappingProxyType(dict(self._proposed)), self.brake.trips)
 
     def update(
         self, health: HealthView, *, t_s: float, jobs: JobMembership | None = None, loss: JobLoss | None = None,
@@ -224,12 +214,12 @@ class ActionPolicy:
             else:
                 candidates.append((-a, -f, n, s, e))
                 built[n] = ("pending", None)  # until the brake admits it
-        self._brake(sorted(candidates), built, entities, t_s)
+        self._propose(sorted(candidates), built, entities, t_s)
         lemons = self._lemons(t_s)
         advisories = self._advisories(entities, starts, ends, built, jobs=jobs, lemons={r.node for r in lemons})
         advisories.extend(self._expire(seen, t_s))
         advisories.sort(key=_order)
-        return ActionsView(t_s, config.dry_run, tuple(advisories), self._brake_status(t_s), lemons)
+        return ActionsView(t_s, config.dry_run, tuple(advisories), self.brake.status(), lemons)
 
     # -- the entities and what holds them back ------------------------------------------
 
@@ -316,50 +306,18 @@ class ActionPolicy:
 
     # -- the brake ----------------------------------------------------------------------
 
-    def _brake(self, candidates: list[tuple[int, float, int, int, int]], built: dict[int, tuple[str, str | None]],
-               entities: _Entities, t_s: float) -> None:
+    def _propose(self, candidates: list[tuple[int, float, int, int, int]], built: dict[int, tuple[str, str | None]],
+                 entities: _Entities, t_s: float) -> None:
         """Propose the candidates the brake admits, most disruptive and costliest first; suppress the rest."""
-        config, window = self.config, self._window
-        while window and window[0][0] <= t_s - config.brake_window_s:
-            window.popleft()
-        if not candidates:
-            self._brake_since = self._brake_scope = None  # nothing waits on it: released
-            return
-        fleet = len({n for _, n, _ in window})
-        per_site = Counter(site for _, site in {(n, site) for _, n, site in window})
-        fleet_bound = min(config.brake_max_nodes, max(1, int(config.brake_max_fraction * self._fleet_present)))
-
-        def site_bound(site: int) -> int:
-            return max(1, int(config.brake_max_fraction * self._site_present[site]))
-
-        if self._brake_since is not None:
-            # Latched: released only once everything waiting fits within every bound at once (no drip of
-            # proposals out of a mass event as the window frees).
-            wanting = Counter(int(self._node_site[n]) for _, _, n, _, _ in candidates)
-            if fleet + len(candidates) <= fleet_bound and all(
-                    per_site[site] + k <= site_bound(site) for site, k in wanting.items()):
-                self._brake_since = self._brake_scope = None
+        admitted = set(self.brake.admit([n for _, _, n, _, _ in candidates], t_s=t_s))
         for _, _, n, s, e in candidates:
-            site = int(self._node_site[n])
-            if self._brake_since is None and (fleet + 1 > fleet_bound or per_site[site] + 1 > site_bound(site)):
-                self._brake_since, self._trips = t_s, self._trips + 1
-                self._brake_scope = "fleet" if fleet + 1 > fleet_bound else f"site:s{site}"
-            if self._brake_since is not None:
+            if n not in admitted:
                 built[n] = ("suppressed", "brake")
                 continue
-            fleet += 1
-            per_site[site] += 1
-            window.append((t_s, n, site))
             rec = self._nodes[n]
             rec.proposed_s = t_s
             built[n] = ("proposed", None)
             self._flag(n, rec.action, entities, slice(s, e), t_s=t_s)
-
-    def _brake_status(self, t_s: float) -> BrakeStatus:
-        config = self.config
-        return BrakeStatus(config.brake_max_nodes, config.brake_max_fraction, config.brake_window_s,
-                           len({n for _, n, _ in self._window}), self._brake_since is not None,
-                           self._brake_scope, self._brake_since)
 
     # -- advisories ---------------------------------------------------------------------
 
