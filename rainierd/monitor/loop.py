@@ -203,7 +203,7 @@ class Monitor:
                 await asyncio.sleep(0)  # rainier falling silent is 31,200 node events: 0.8 s in one go
         self.generation += 1
         status = self.status()
-        # In a thread: ~4 ms of CPU a tick with 1,000 unhealthy entities at rainier, ~80 ms the tick they all appear
+        # In a thread: ~4 ms of CPU a tick with 1,000 unhealthy entities at rainier, ~80 ms wall the tick all appear
         # (benchmarks/actions-2026-12-02.json); one analysis at a time, so the policy is never shared.
         actions = await asyncio.to_thread(self._advise, analysis, t_s=finished_wall, status=status)
         self.snapshot = MonitorSnapshot.of(
