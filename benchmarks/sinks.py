@@ -28,7 +28,7 @@ import numpy as np
 from rainierd.actions.model import ActionsView, Advisory, BrakeStatus, Cause, Protected
 from rainierd.core.throughput import Throughput
 from rainierd.exporter import MetricsServer
-from rainierd.exporter.actions import DEFAULT_LIMIT, ActionsApi, render
+from rainierd.exporter.actions_api import DEFAULT_LIMIT, ActionsApi, render
 from rainierd.monitor.snapshot import MonitorSnapshot
 from rainierd.probes import Verdict
 from rainierd.sinks._http import parse_url, request

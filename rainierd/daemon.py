@@ -30,7 +30,7 @@ from rainierd.aggregate import Aggregator, AggregatorCollector, batch_name
 from rainierd.broker import EmbeddedBroker
 from rainierd.connection import ConnectionState
 from rainierd.exporter import MetricsServer, UltraServerProbe, build_exporter, build_registry
-from rainierd.exporter.actions import ActionsApi
+from rainierd.exporter.actions_api import ActionsApi
 from rainierd.exporter.serverstatus import ServerCollector, ServerCounters
 from rainierd.exporter.webconfig import load_web_config
 from rainierd.inventory import load_topology
@@ -192,7 +192,7 @@ async def _run_role(role: Role, settings: Settings, stop: asyncio.Event) -> None
                 share=SharePolicy(frames_per_tick=settings.share_frames_per_tick,
                                   bytes_per_tick=settings.share_bytes_per_tick,
                                   max_topics=settings.max_share_topics),
-                batches_only=settings.telemetry_input == "batches",
+                batches_only=settings.telemetry_input == "batches", actions=settings.action_config(),
             )
             monitor.restore()
             counters = ServerCounters()

@@ -17,6 +17,7 @@ from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from rainierd.actions.config import ActionConfig
 from rainierd.core.config import MonitorConfig
 from rainierd.errors import ConfigError
 from rainierd.hardware import TRN2
@@ -283,6 +284,38 @@ class Settings(BaseSettings):
     webhook_timeout_s: Annotated[float, Use("monitor")] = Field(
         5.0, gt=0, le=60, description="monitor: one webhook attempt (connect, TLS, request, response) at most",
     )
+    actions_dry_run: Annotated[bool, Use("monitor")] = Field(
+        True, description="monitor: advisories are advice only: every sink says dry_run and nothing acts on them "
+        "(false: a sink's consumer may act on a proposed advisory) (docs/actions.md)",
+    )
+    actions_hold_s: Annotated[float, Use("monitor")] = Field(
+        300.0, ge=0.0, le=86_400.0,
+        description="monitor: seconds a node's causes must stand before its advisory is proposed: a flap or a "
+        "checkpoint clears first (docs/actions.md)",
+    )
+    actions_expired_keep_s: Annotated[float, Use("monitor")] = Field(
+        3_600.0, ge=0.0, le=30 * 86_400.0,
+        description="monitor: seconds a proposed advisory whose causes cleared stays visible as expired",
+    )
+    actions_brake_max_nodes: Annotated[int, Use("monitor")] = Field(
+        10, ge=1, le=1_000_000,
+        description="monitor: the brake: nodes proposed for action within the brake's window at most; beyond it "
+        "nothing new is proposed (docs/actions.md)",
+    )
+    actions_brake_max_fraction: Annotated[float, Use("monitor")] = Field(
+        0.05, gt=0.0, le=1.0,
+        description="monitor: the brake: share of a site's, and of the fleet's, present nodes proposed within the "
+        "window at most (at least one node)",
+    )
+    actions_brake_window_s: Annotated[float, Use("monitor")] = Field(
+        3_600.0, gt=0.0, le=30 * 86_400.0, description="monitor: the brake's window, seconds")
+    actions_lemon_flags: Annotated[int, Use("monitor")] = Field(
+        3, ge=1, le=1_000,
+        description="monitor: a node proposed for action this many times within actions_lemon_days is a lemon "
+        "(the repeat-offender ledger, kept in <state-file>.ledger)",
+    )
+    actions_lemon_days: Annotated[float, Use("monitor")] = Field(
+        30.0, gt=0.0, le=3_650.0, description="monitor: the repeat-offender ledger's window, days")
     log_format: Annotated[Literal["auto", "json", "console"], Use("log")] = Field(
         "auto", description="log format: json, console, or auto (console on a terminal)")
     log_level: Annotated[Literal["debug", "info", "warning", "error"], Use("log")] = Field(
@@ -354,6 +387,15 @@ class Settings(BaseSettings):
             max_clock_skew_s=self.max_clock_skew_s, max_seq_jump=self.max_seq_jump,
             feed_lost_share=self.feed_lost_share, feed_hold_s=self.feed_hold_s,
             hardware=replace(TRN2, efa_ports_per_node=ports),
+        )
+
+    def action_config(self) -> ActionConfig:
+        """Return the advisory policy's configuration (docs/actions.md): the one place it is built."""
+        return ActionConfig(
+            dry_run=self.actions_dry_run, hold_s=self.actions_hold_s, expired_keep_s=self.actions_expired_keep_s,
+            brake_max_nodes=self.actions_brake_max_nodes, brake_max_fraction=self.actions_brake_max_fraction,
+            brake_window_s=self.actions_brake_window_s, lemon_flags=self.actions_lemon_flags,
+            lemon_days=self.actions_lemon_days,
         )
 
     @property

@@ -1,4 +1,4 @@
-"""Specification of ``GET /api/v1/actions`` (exporter/actions.py) on a real in-process exporter HTTP server:
+"""Specification of ``GET /api/v1/actions`` (exporter/actions_api.py) on a real in-process exporter HTTP server:
 the document it serves, its query parameters and their bounds, its errors, and the same TLS and basic auth as
 ``/metrics``."""
 
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from rainierd.exporter import MetricsServer
-from rainierd.exporter.actions import ActionsApi
+from rainierd.exporter.actions_api import ActionsApi
 from rainierd.exporter.webconfig import load_web_config
 from rainierd.monitor.snapshot import MonitorSnapshot
 from rainierd.probes import Verdict

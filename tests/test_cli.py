@@ -26,7 +26,9 @@ SIMULATOR = ["ticks", "seed", "encoding", "batch_nodes", "scenario", "fault_acce
              "profile", "sim_jobs", "truth_file"]
 MONITOR = ["stale_after_ticks", "max_frame_bytes", "max_clock_skew_s", "reconnect_grace_s", "state_file",
            "max_seq_jump", "max_backlog_bytes", "share_frames_per_tick", "share_bytes_per_tick", "max_share_topics",
-           "max_entity_series", "max_jobs", "shard", "feed_lost_share", "feed_hold_s", "telemetry_input"]
+           "max_entity_series", "max_jobs", "shard", "feed_lost_share", "feed_hold_s", "telemetry_input",
+           "actions_dry_run", "actions_hold_s", "actions_expired_keep_s", "actions_brake_max_nodes",
+           "actions_brake_max_fraction", "actions_brake_window_s", "actions_lemon_flags", "actions_lemon_days"]
 MONITOR += ["webhook_url", "webhook_token_file", "webhook_ca_file", "webhook_queue_size", "webhook_max_attempts",
             "webhook_timeout_s"]
 AGGREGATOR = ["tick_s", "batch_nodes", "shard", "max_frame_bytes"]
@@ -100,6 +102,14 @@ VALUES: dict[str, tuple[str, Any]] = {
     "webhook_queue_size": ("50", 50),
     "webhook_max_attempts": ("3", 3),
     "webhook_timeout_s": ("2.5", 2.5),
+    "actions_dry_run": ("false", False),
+    "actions_hold_s": ("60", 60.0),
+    "actions_expired_keep_s": ("120", 120.0),
+    "actions_brake_max_nodes": ("30", 30),
+    "actions_brake_max_fraction": ("0.2", 0.2),
+    "actions_brake_window_s": ("600", 600.0),
+    "actions_lemon_flags": ("5", 5),
+    "actions_lemon_days": ("7", 7.0),
     "log_format": ("json", "json"),
     "log_level": ("debug", "debug"),
 }
@@ -207,6 +217,8 @@ def readme_default(cell: str | None, default: object) -> object:
     if cell is None or default is None:
         return None
     text = cell.strip("`")
+    if isinstance(default, bool):
+        return text == "true"
     return float(text) if isinstance(default, int | float) else text
 
 

@@ -17,6 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rainierd.actions.config import ActionConfig
+from rainierd.actions.policy import ActionPolicy
 from rainierd.connection import Connection
 from rainierd.core.analysis import MonitorCore
 from rainierd.exporter import build_exporter
@@ -44,9 +46,14 @@ def scrape_of_fixed_scenario() -> str:
     model = FleetModel(topo, np.random.default_rng(7), tick_s=1.0, start_s=1.8e9, faults=faults)
     core = MonitorCore(topo)
     events: Counter[tuple[str, str]] = Counter()
+    # Advisories held 10 s: the down EFA port's and the degraded link's nodes want action, the demo fleet's 8
+    # nodes allow one (5 %, at least one): one proposal, and the brake holds the other back.
+    policy = ActionPolicy(topo, ActionConfig(hold_s=10.0))
     for tick in range(60):
         analysis = core.step([f for _t, f in tick_frames(topo, model.step(tick), publisher="golden")])
         events.update((e.entity, e.after) for e in analysis.events)
+        actions = policy.update(analysis.health, t_s=1.8e9 + tick, jobs=analysis.jobs, loss=analysis.job_loss,
+                                phases=analysis.job_phases)
     lag = LagHistogram()
     lag.observe(np.array([0.25, 0.5, 0.75, 1.2, 3.5]))
     loop_lag = LoopLag()
@@ -58,7 +65,8 @@ def scrape_of_fixed_scenario() -> str:
         sample_lag=lag.frozen(), loop_lag_worst_s=0.001, loop_lag=loop_lag.histogram.frozen(),
     )
     snapshot = MonitorSnapshot.of(analysis, generation=60, chips_total=topo.n_present_chips, analysis_s=0.002,
-                                  analysed_ticks=60, events=events, lag_s=0.25, status=status)
+                                  analysed_ticks=60, events=events, lag_s=0.25, status=status, actions=actions,
+                                  action_totals=policy.totals)
     # The HTTP server's families too, as a monitor with basic auth serves them (all zero: no connection yet).
     server = ServerCounters(max_connections=256, auth=dict.fromkeys(AUTH_RESULTS, 0))
     exporter = build_exporter(topo, lambda: snapshot, process_metrics=False, server=server.status)

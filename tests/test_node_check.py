@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from rainierd.exporter import MetricsServer
-from rainierd.exporter.actions import ActionsApi
+from rainierd.exporter.actions_api import ActionsApi
 from rainierd.monitor.snapshot import MonitorSnapshot
 from rainierd.probes import Verdict as ProbeVerdict
 from rainierd.sinks._http import parse_url

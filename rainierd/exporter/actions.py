@@ -1,108 +1,64 @@
-"""``GET /api/v1/actions``: the advisories of the latest analysis as JSON
-(docs/actions.md, "Where actions go"; the document is ``ActionsView.document``).
-
-Served from the latest snapshot's frozen ``ActionsView``: a request never
-waits for an analysis and never reads live state.  The JSON is built in a
-worker thread once the answer holds more than a few advisories, so a large
-answer (about 2 KB an advisory) costs the event loop nothing but the write.
-
-Query parameters, each at most once: ``node`` (a hostname or ``n<id>``),
-``state`` (pending, proposed, suppressed, expired) and ``limit`` (0 ..
-``max_limit``; default ``default_limit``).  ``total`` counts every advisory
-that matched, so a client knows when ``limit`` cut the answer.  Anything
-else is 400 with a JSON error; 503 (JSON) before the first analysis, or
-while no advisory policy has run.
+"""The advisories as metrics (docs/actions.md, docs/metrics.md "Actions"): how many nodes are advised each
+action in each state, the proposals and brake trips so far, whether the brake holds, how many nodes are
+under action within its window, the lemons, and whether the advisories are dry-run.  A fixed, small set of
+series (5 actions x 4 states, and a few scalars): the advisories themselves are ``/api/v1/actions``', never
+one series per node.  Absent until the first analysis.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
-import re
-import urllib.parse
-from collections.abc import Callable
-from typing import Final
+from collections import Counter
+from collections.abc import Callable, Iterator
 
-from rainierd.actions.model import STATES, ActionsView
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from rainierd.actions import ACTIONS, STATES
 from rainierd.monitor.snapshot import MonitorSnapshot
 
-__all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "ActionsApi"]
-
-DEFAULT_LIMIT: Final = 1_000
-MAX_LIMIT: Final = 10_000  # ~20 MB of JSON at most
-_INLINE_MAX: Final = 32  # answers of at most this many advisories are built on the loop (well under 1 ms)
-_NODE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}", re.ASCII)
-_PARAMS: Final = frozenset({"node", "state", "limit"})
+__all__ = ["ActionsCollector"]
 
 
-class ActionsApi:
-    """Answers ``/api/v1/actions?<query>`` from ``snapshot().actions``."""
+class ActionsCollector(Collector):
+    """The rainier_actions* families of the latest snapshot's advisories."""
 
-    def __init__(self, snapshot: Callable[[], MonitorSnapshot | None], *, default_limit: int = DEFAULT_LIMIT,
-                 max_limit: int = MAX_LIMIT) -> None:
-        if not 0 <= default_limit <= max_limit:
-            raise ValueError(f"default limit {default_limit} must be within 0 .. {max_limit}")
+    def __init__(self, snapshot: Callable[[], MonitorSnapshot | None]) -> None:
         self._snapshot = snapshot
-        self.default_limit, self.max_limit = default_limit, max_limit
 
-    def parse(self, query: str) -> tuple[str | None, str | None, int] | str:
-        """Return (node, state, limit) of a query string, or the one-line reason it is refused."""
-        try:
-            pairs = urllib.parse.parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query),
-                                           max_num_fields=len(_PARAMS))
-        except ValueError:
-            return f"want at most node=, state= and limit=, each once; e.g. ?state=proposed&limit={self.default_limit}"
-        names = [name for name, _ in pairs]
-        if unknown := sorted(set(names) - _PARAMS):
-            return f"unknown parameter {unknown[0][:40]!r}: want node=, state=, limit="
-        if len(set(names)) != len(names):
-            return "each parameter at most once"
-        params = dict(pairs)
-        node, state, limit_text = params.get("node"), params.get("state"), params.get("limit")
-        if node is not None and _NODE.fullmatch(node) is None:
-            return "node= wants a hostname or n<id>"
-        if state is not None and state not in STATES:
-            return f"state= wants one of {', '.join(STATES)}"
-        limit = self.default_limit
-        if limit_text is not None:
-            if not (limit_text.isascii() and limit_text.isdigit()) or len(limit_text) > 9:
-                return f"limit= wants a whole number 0 .. {self.max_limit}"
-            limit = int(limit_text)
-            if limit > self.max_limit:
-                return f"limit= is at most {self.max_limit}"
-        return node, state, limit
-
-    async def answer(self, query: str) -> tuple[str, bytes]:
-        """Return (HTTP status line, JSON body) for ``/api/v1/actions?<query>``."""
-        parsed = self.parse(query)
-        if isinstance(parsed, str):
-            return "400 Bad Request", _error(parsed)
-        node, state, limit = parsed
+    def collect(self) -> Iterator[Metric]:
         snap = self._snapshot()
-        if snap is None or not snap.computed:
-            return "503 Service Unavailable", _error("no telemetry analysed yet")
+        if snap is None or snap.actions is None:
+            return
         view = snap.actions
-        if view is None:
-            return "503 Service Unavailable", _error("no advisories yet: the advisory policy has not run")
-        if node is not None:
-            node = _resolve(view, node)
-        if (node is None and state is None and len(view.advisories) <= _INLINE_MAX) or limit <= _INLINE_MAX:
-            return "200 OK", render(view, node=node, state=state, limit=limit)
-        return "200 OK", await asyncio.to_thread(render, view, node=node, state=state, limit=limit)
-
-
-def _resolve(view: ActionsView, node: str) -> str:
-    """Return the advisory's node name that ``node`` (a hostname or ``n<id>``) names (or ``node`` itself)."""
-    if view.for_node(node) is not None or not node.startswith("n") or not node[1:].isdigit():
-        return node
-    node_id = int(node[1:])
-    return next((a.node for a in view.advisories if a.node_id == node_id), node)
-
-
-def render(view: ActionsView, *, node: str | None, state: str | None, limit: int) -> bytes:
-    """Return the JSON body of ``view``'s document for one query."""
-    return (json.dumps(view.document(node=node, state=state, limit=limit), separators=(",", ":")) + "\n").encode()
-
-
-def _error(message: str) -> bytes:
-    return (json.dumps({"error": message}) + "\n").encode()
+        counts = Counter((a.action, a.state) for a in view.advisories)
+        advised = GaugeMetricFamily(
+            "rainier_actions", "Nodes advised each action, by the advisory's state (pending, proposed, suppressed, "
+            "expired); docs/actions.md.", labels=["action", "state"])
+        for action in ACTIONS:
+            for state in STATES:
+                advised.add_metric([action, state], counts[action, state])
+        yield advised
+        if snap.action_totals is not None:
+            proposed = CounterMetricFamily(
+                "rainier_actions_proposed", "Advisories proposed (an escalation of one too), by action, since the "
+                "monitor started.", labels=["action"])
+            for action in ACTIONS:
+                proposed.add_metric([action], snap.action_totals.proposed.get(action, 0))
+            yield proposed
+            yield CounterMetricFamily("rainier_actions_brake_trips", "Times the blast-radius brake tripped.",
+                                      value=snap.action_totals.brake_trips)
+        brake = view.brake
+        yield GaugeMetricFamily("rainier_actions_brake_tripped",
+                                "1 while the blast-radius brake holds every new proposal back.",
+                                value=float(brake.tripped))
+        yield GaugeMetricFamily("rainier_actions_brake_under_action",
+                                "Nodes proposed for action within the brake's window.", value=brake.under_action)
+        yield GaugeMetricFamily("rainier_actions_brake_max_nodes",
+                                "The brake's bound: nodes proposed within its window at most.",
+                                value=brake.max_nodes)
+        yield GaugeMetricFamily("rainier_actions_lemons",
+                                "Nodes the repeat-offender ledger marks lemons (proposed K times in D days).",
+                                value=len(view.lemons))
+        yield GaugeMetricFamily("rainier_actions_dry_run",
+                                "1 while advisories are advice only (--actions-dry-run, the default).",
+                                value=float(view.dry_run))

@@ -17,7 +17,7 @@ one per target, so a scrape costs no TCP (or TLS) handshake.
 UltraServer's chips, links and ports on demand and the Prometheus HTTP
 service discovery of the UltraServers worth probing.
 
-``/api/v1/actions`` (exporter/actions.py) serves the latest analysis's
+``/api/v1/actions`` (exporter/actions_api.py) serves the latest analysis's
 remediation advisories as JSON (docs/actions.md).
 
 With a web configuration (``webconfig``) it speaks TLS only, and with
@@ -63,7 +63,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from rainierd.exporter._episodes import Episode
 from rainierd.exporter._request import MAX_HEAD_BYTES, Rejection, Request, parse_head
 from rainierd.exporter._slots import Slots, Standing
-from rainierd.exporter.actions import ActionsApi
+from rainierd.exporter.actions_api import ActionsApi
 from rainierd.exporter.basicauth import BasicAuth
 from rainierd.exporter.descriptors import connection_budget
 from rainierd.exporter.serverstatus import ServerCounters

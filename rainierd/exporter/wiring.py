@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 from prometheus_client.registry import Collector
 
+from rainierd.exporter.actions import ActionsCollector
 from rainierd.exporter.entities import DetectionCollector, EntityFamilies
 from rainierd.exporter.fleet import FleetCollector, ShardCollector
 from rainierd.exporter.jobs import JobFamilies
@@ -81,6 +82,7 @@ def build_exporter(
         "event_loop": LoopCollector(snapshot),
         "analysis": AnalysisCollector(snapshot),
         "detection": DetectionCollector(computed, dropped=lambda: entities.dropped),
+        "actions": ActionsCollector(computed),
         **({} if server is None else {"http": ServerCollector(server)}),
         **(extra or {}),
     }, texts={

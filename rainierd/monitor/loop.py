@@ -15,6 +15,7 @@ import asyncio
 import dataclasses
 import gc
 import os
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -23,6 +24,9 @@ from typing import Final
 import structlog
 
 from rainierd._malloc import release_freed_memory
+from rainierd.actions import ActionsView
+from rainierd.actions.config import ActionConfig
+from rainierd.actions.policy import ActionPolicy, MonitorCondition
 from rainierd.connection import ConnectionState
 from rainierd.core.analysis import Analysis, MonitorCore
 from rainierd.core.config import MonitorConfig
@@ -34,8 +38,9 @@ from rainierd.monitor.clock import ListeningClock
 from rainierd.monitor.events import EventLog
 from rainierd.monitor.inbox import Inbox, backlog_bytes_for
 from rainierd.monitor.jobs import JobFeed, is_job_topic
+from rainierd.monitor.ledger_file import ledger_path, restore_ledger, save_ledger
 from rainierd.monitor.load import LoadJudge
-from rainierd.monitor.rejections import RejectionLog
+from rainierd.monitor.rejections import RejectionLog, worth_logging
 from rainierd.monitor.session import Session
 from rainierd.monitor.shares import BURST_TICKS, SharePolicy
 from rainierd.monitor.snapshot import IngestCounts, MonitorSnapshot, MonitorStatus
@@ -84,6 +89,7 @@ class Monitor:
         loop_lag: LoopLag | None = None,
         share: SharePolicy | None = _DEFAULT_SHARE,
         batches_only: bool = False,
+        actions: ActionConfig | None = None,
     ) -> None:
         self.shard = shard
         self.topology = topology = shard_view(topology, shard)
@@ -110,6 +116,12 @@ class Monitor:
             fleet += f", shard {shard}"
         self.checkpointer = None if checkpoint_file is None else Checkpointer(checkpoint_file, self.core.ingest,
                                                                               fleet=fleet, learned=self.core)
+        # The advisories (docs/actions.md): judged on the loop after each analysis, from its frozen results and
+        # the monitor's own condition; their ledger is kept beside the checkpoint.
+        self.actions = ActionPolicy(topology, actions)
+        self._ledger_path = None if checkpoint_file is None else ledger_path(checkpoint_file)
+        self._ledger_failures = 0
+        self._advising = threading.Lock()
         self._sample_lag = LagHistogram()
         self._loop_lag = loop_lag
         # The one value every reader takes: replaced, never mutated, once per analysis.
@@ -130,7 +142,10 @@ class Monitor:
         return self.session.connection
 
     def restore(self) -> bool:
-        """Continue the sequence accounting of the checkpoint file, if there is a usable one."""
+        """Continue the sequence accounting of the checkpoint file, if there is a usable one, and take back the
+        action ledger beside it."""
+        if self._ledger_path is not None:
+            restore_ledger(self._ledger_path, self.actions.ledger)
         return self.checkpointer.restore() if self.checkpointer is not None else False
 
     def on_message(self, topic: str, payload: bytes, *, retained: bool = False) -> None:
@@ -190,14 +205,59 @@ class Monitor:
             if count % _ANNOUNCE_BATCH == 0:
                 await asyncio.sleep(0)  # rainier falling silent is 31,200 node events: 0.8 s in one go
         self.generation += 1
+        status = self.status()
+        # In a thread: ~4 ms of CPU a tick with 1,000 unhealthy entities at rainier, ~80 ms wall the tick all appear
+        # (benchmarks/actions-2026-12-02.json); one analysis at a time, so the policy is never shared.
+        actions = await asyncio.to_thread(self._advise, analysis, t_s=finished_wall, status=status)
         self.snapshot = MonitorSnapshot.of(
             analysis, generation=self.generation, chips_total=self.topology.n_present_chips, analysis_s=elapsed,
             analysed_ticks=self.generation, events=self.events.counts,
-            lag_s=finished_wall - self.core.state.latest_t_s, status=self.status(),
+            lag_s=finished_wall - self.core.state.latest_t_s, status=status, actions=actions,
+            action_totals=self.actions.totals,
         )
         self._last_analysis = time.monotonic()
         self.actions_out.offer(self.snapshot.actions)  # a diff and an outbox append: the session publishes
         return self.snapshot
+
+    def _advise(self, analysis: Analysis, *, t_s: float, status: MonitorStatus) -> ActionsView:
+        """Return the analysis's advisories, and log each new proposal and each trip of the brake."""
+        with self._advising:  # a stop's last analysis may start while a cancelled one's thread still advises
+            return self._advise_locked(analysis, t_s=t_s, status=status)
+
+    def _advise_locked(self, analysis: Analysis, *, t_s: float, status: MonitorStatus) -> ActionsView:
+        policy = self.actions
+        trips = policy.totals.brake_trips
+        backlog = status.backlog
+        view = policy.update(analysis.health, t_s=t_s, jobs=analysis.jobs, loss=analysis.job_loss,
+                             phases=analysis.job_phases,
+                             condition=MonitorCondition(connected=status.connection.connected,
+                                                        overloaded=backlog is not None and backlog.overloaded))
+        for advisory in view.advisories:
+            if advisory.proposed_s == t_s and advisory.state == "proposed":
+                log.warning("action proposed", node=advisory.node, action=advisory.action, reason=advisory.reason,
+                            protects=[p.document() for p in advisory.protects], dry_run=view.dry_run,
+                            lemon=advisory.lemon)
+        if policy.totals.brake_trips != trips:
+            brake = view.brake
+            log.warning("action brake tripped", scope=brake.scope,
+                        under_action=brake.under_action, max_nodes=brake.max_nodes,
+                        max_fraction=brake.max_fraction, window_s=brake.window_s,
+                        held=sum(1 for a in view.advisories if a.suppressed_by == "brake"))
+        return view
+
+    async def _save_ledger(self) -> None:
+        """Write the action ledger beside the checkpoint if it changed (off the loop); a failure is counted and
+        logged, never raised (the ledger stays in memory and is written again at the next change)."""
+        if self._ledger_path is None or not self.actions.ledger.changed:
+            return
+        try:
+            await asyncio.to_thread(save_ledger, self._ledger_path, self.actions.ledger.document())
+        except OSError as exc:
+            self.actions.ledger.changed = True
+            self._ledger_failures += 1
+            if worth_logging(self._ledger_failures - 1, self._ledger_failures):
+                log.warning("action ledger not saved", path=str(self._ledger_path), error=str(exc)[:300],
+                            occurrences=self._ledger_failures)
 
     async def _analyse_locked(self, window: list[Message], *, tick: int) -> Analysis:
         # Its own task: the lock is held until the thread is done, even when the caller is cancelled.
@@ -217,6 +277,7 @@ class Monitor:
         learned state, once a minute)."""
         if self.checkpointer is not None:
             await self.checkpointer.save()
+        await self._save_ledger()
 
     async def analyse(self, after: Callable[[], Awaitable[None]] | None = None) -> None:
         """Run ``analyse_once`` (then ``after``) about once a tick until cancelled.
@@ -281,6 +342,7 @@ class Monitor:
             if len(self.inbox) and not self.load.overloaded and last < _STOP_ANALYSIS_S:
                 await self.analyse_once()
             await self.checkpointer.save(final=True)
+            await self._save_ledger()
         except asyncio.CancelledError:  # stopped again: keep the last checkpoint
             log.warning("stopped again while saving the last stream checkpoint; the previous one stands")
 

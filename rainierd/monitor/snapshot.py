@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from rainierd.actions.model import ActionsView
+from rainierd.actions import ActionsView
+from rainierd.actions.policy import ActionTotals
 from rainierd.connection import Connection
 from rainierd.core.aggregates import Aggregates
 from rainierd.core.analysis import Analysis, DetailView, HealthView
@@ -145,12 +146,14 @@ class MonitorSnapshot:
     jobs: JobMembership | None = None  # the jobs this analysis priced (docs/jobs.md)
     job_loss: JobLoss | None = None  # what each of them loses (core/jobmodel.py)
     job_phases: JobPhases | None = None  # each one's phase: running, checkpoint, restarting, stalled (core/jobphase.py)
-    actions: ActionsView | None = None  # the advisory policy's conclusions (docs/actions.md); None: none yet
+    actions: ActionsView | None = None  # each unhealthy node's advisory, the brake and the lemons (docs/actions.md)
+    action_totals: ActionTotals | None = None  # proposals and brake trips since the monitor started
 
     @classmethod
     def of(
         cls, analysis: Analysis, *, generation: int, chips_total: int, analysis_s: float, analysed_ticks: int,
         events: Mapping[tuple[str, str], int], lag_s: float, status: MonitorStatus,
+        actions: ActionsView | None = None, action_totals: ActionTotals | None = None,
     ) -> MonitorSnapshot:
         """Return the snapshot of ``analysis``: every reader's fields, filled the one way."""
         return cls(
@@ -158,7 +161,7 @@ class MonitorSnapshot:
             analysed_ticks=analysed_ticks, lost=analysis.lost, health=analysis.health,
             events=MappingProxyType(dict(events)), lag_s=lag_s, detail=analysis.detail,
             aggregates=analysis.aggregates, status=status, jobs=analysis.jobs, job_loss=analysis.job_loss,
-            job_phases=analysis.job_phases,
+            job_phases=analysis.job_phases, actions=actions, action_totals=action_totals,
         )
 
     @property

@@ -16,7 +16,7 @@ import pytest
 
 from harness.procs import free_port
 from rainierd.exporter import MetricsServer
-from rainierd.exporter.actions import ActionsApi
+from rainierd.exporter.actions_api import ActionsApi
 from rainierd.exporter.webconfig import load_web_config
 from rainierd.probes import Verdict
 from tests.actions_views import advisory, snapshot, view
