@@ -24,7 +24,7 @@ reference is idle (under ``idle_below`` of its own recent peak: a checkpoint,
 a restart, an idle UltraServer), nor within ``settle_s`` of the reference
 moving (more than ``steady_within`` off its own slower average: a job phase
 beginning or ending, when a node whose agent samples seconds after its peers
-lags them), nor before the node has ``settle_s`` of its own history.  So a
+lags them), nor before the node has ``warmup_s`` of its own history.  So a
 whole UltraServer or job moving together (a job phase, ``core/jobphase.py``)
 raises nothing: its nodes move with their reference.  A node with no peer
 reporting (a job of one node, an UltraServer with one present node) is not
@@ -69,7 +69,10 @@ class NodePathParams:
     peak_halflife_s: float = 600.0  # how fast the recent peak forgets
     steady_s: float = 10.0  # the reference's slower average, against which it is steady
     steady_within: float = 0.25  # the reference this far off its slower average is moving: not judged
-    settle_s: float = 20.0  # seconds of steady, busy peers (and of the node's own history) before judging
+    settle_s: float = 20.0  # seconds of steady, busy peers before judging
+    # A node's own history before it is judged: its averages start from one interval's rate, anywhere between
+    # the step's low and high (x16 apart); after ten averaging times that start weighs under 1 %.
+    warmup_s: float = 60.0
     raise_after_s: float = 5.0
     clear_after_s: float = 10.0
 
@@ -121,6 +124,8 @@ def group_others_median(values: F32, group: I64) -> F32:
     lo, hi = np.maximum(others - 1, 0) // 2, others // 2
     lo += lo >= rank
     hi += hi >= rank
+    np.minimum(lo, others, out=lo)  # an entry alone in its group (others 0): any place of it; NaN below
+    np.minimum(hi, others, out=hi)
     median = ((v[first + lo] + v[first + hi]) / 2).astype(np.float32)
     median[others < 1] = np.nan
     out[idx[order]] = median
@@ -136,13 +141,14 @@ class _Smoothed:
     peak: F32
     slow_ref: F32
     settled_s: F32
+    history_s: F32  # seconds of the node's own samples since its averages started
     ratio: F32  # the latest level / reference (NaN: not known)
 
     @classmethod
     def empty(cls, n: int) -> _Smoothed:
         nan = np.full(n, np.nan, np.float32)
         return cls(np.full((3, n), np.nan, np.float32), np.zeros(n, np.float32), nan.copy(),
-                   np.zeros(n, np.float32), nan.copy())
+                   np.zeros(n, np.float32), np.zeros(n, np.float32), nan.copy())
 
 
 def _blend(average: F32, value: F32, weight: F32, where: B) -> None:
@@ -202,6 +208,7 @@ class NodePathDetector:
             _blend(stage, value, weight, fresh)
             value = stage
         level = s.levels[-1]
+        np.add(s.history_s, dt, out=s.history_s, where=fresh)
         reference = group_others_median(np.where(fresh, level, np.float32(np.nan)).astype(np.float32), group)
         known = fresh & np.isfinite(reference)
         decay = np.exp2(-dt / np.float32(p.peak_halflife_s)).astype(np.float32)
@@ -214,7 +221,7 @@ class NodePathDetector:
             ratio = (level / reference).astype(np.float32)
         settling = busy & steady
         np.copyto(s.settled_s, np.where(settling, s.settled_s + dt, np.float32(0.0)), where=fresh)
-        judged = settling & (s.settled_s >= np.float32(p.settle_s))
+        judged = settling & (s.settled_s >= np.float32(p.settle_s)) & (s.history_s >= np.float32(p.warmup_s))
         np.copyto(s.ratio, ratio, where=fresh)
         np.copyto(s.ratio, np.float32(np.nan), where=fresh & ~busy)
         return judged, judged & (ratio < np.float32(p.band))
