@@ -163,7 +163,7 @@ class TestHealthyAndTogether:
         stand out, so the jobs' nodes are what a node is judged against."""
         fleet = Fleet(seed)
         us0, us1 = fleet.ultraserver(0), fleet.ultraserver(1)
-        light = (us0[2],) + us1  # job 1: one node of UltraServer 0 and the whole of UltraServer 1
+        light = (us0[2], *us1)  # job 1: one node of UltraServer 0 and the whole of UltraServer 1
         node_group = np.full(fleet.topo.n_nodes, -1, np.int64)
         node_group[list(us0[:2])] = 0
         node_group[list(light)] = 1
