@@ -111,7 +111,15 @@ def group_others_median(values: F32, group: I64) -> F32:
     idx = np.flatnonzero(np.isfinite(values) & (group >= 0))
     if not idx.size:
         return out
-    order = np.lexsort((values[idx], group[idx]))
+    # One sort by group plus the value scaled into [0, 1): the order of np.lexsort((value, group)) within float64's
+    # 2^-52 (values closer than ~1e-11 of their spread may swap, which moves no median by more), at 0.5 ms over
+    # rainier's 31k nodes against 24 for np.lexsort and 8 for two argsorts.
+    picked = values[idx].astype(np.float64)
+    low, span = float(picked.min()), float(picked.max() - picked.min())
+    picked -= low
+    picked /= span * (1.0 + 2.0**-20) if span > 0 else 1.0
+    picked += group[idx]
+    order = np.argsort(picked)
     g, v = group[idx][order], values[idx][order]
     starts = np.ones(g.size, dtype=bool)
     starts[1:] = g[1:] != g[:-1]
@@ -246,9 +254,14 @@ class NodePathDetector:
 def node_mean(values: F32, per_node: int) -> F32:
     """Return each node's mean of its entities' finite ``values`` (NaN where none is finite)."""
     grid = values.reshape(-1, per_node)
-    finite = np.isfinite(grid)
-    total = np.where(finite, grid, np.float32(0.0)).sum(axis=1, dtype=np.float32)
-    count = finite.sum(axis=1)
+    total = np.zeros(grid.shape[0], np.float32)
+    count = np.zeros(grid.shape[0], np.float32)
+    # Column by column (at most the 16 ports or 2 link kinds of a node): a numpy reduction along a short row
+    # pays per row, ~10 ms over rainier's 500k ports against ~1.5 ms this way.
+    for column in grid.T:
+        finite = np.isfinite(column)
+        np.add(total, column, out=total, where=finite)
+        count += finite
     with np.errstate(invalid="ignore", divide="ignore"):
         mean: F32 = np.where(count > 0, total / count, np.float32(np.nan)).astype(np.float32)
     return mean
