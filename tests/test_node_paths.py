@@ -20,9 +20,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rainierd._types import I64
-from rainierd.core.detect import Event, FleetDetector
+from rainierd.core.analysis import MonitorCore
+from rainierd.core.detect import Event, FleetDetector, JobCost
 from rainierd.core.detect.nodepaths import group_others_median
+from rainierd.sim.faults import Fault, FaultKind, effects
+from rainierd.sim.fleet import FleetModel
+from rainierd.sim.frames import tick_frames
+from rainierd.topology import build_fleet
 from tests.test_aligned_peers import SEEDS, TICK_S, OutOfPhase
+from tests.test_eventjobs import culprit_flops
+from tests.test_jobmodel import membership, ultraservers
 
 
 @dataclass(frozen=True)
@@ -188,3 +195,47 @@ class TestGroupOthersMedian:
             if np.isfinite(v[i]) and g[i] >= 0 and others.size:
                 expected[i] = np.median(others)
         np.testing.assert_array_equal(group_others_median(v, g), expected)
+
+
+class TestEfaNodeDegradedFault:
+    def test_caps_every_port_of_its_node_and_no_other(self) -> None:
+        """efa_node_degraded sets the throughput fraction of every port of its node to its severity, and leaves
+        their latency, retransmits and every other node's ports as they were."""
+        topo = build_fleet(1, 2)
+        e = effects(topo, [Fault(FaultKind.EFA_NODE_DEGRADED, 3, 0.45, 0, 10)], 0, diurnal_phase=0.0)
+        ports = topo.node_efa(3)
+        expected = np.ones(topo.n_efa)
+        expected[ports.start:ports.stop] = 0.45
+        np.testing.assert_array_equal(e.efa_frac, expected)
+        assert (e.efa_latency_mult == 1.0).all()
+        assert (e.efa_retrans_per_s == 0.0).all()
+
+
+class TestThroughTheCore:
+    def test_a_simulated_slow_node_is_one_event_its_job_pays_for(self) -> None:
+        """Every EFA port of a node of a 3-UltraServer job at 0.45 (the simulator's efa_node_degraded): the
+        monitor raises that node, path_degraded for efa_node_slow, raises no port, and the job model charges
+        the node to that job, which the event names."""
+        topo = build_fleet(1, 4)
+        node = 1 * topo.nodes_per_ultraserver + 2
+        model = FleetModel(topo, np.random.default_rng(0), tick_s=1.0, start_s=0.0,
+                           faults=[Fault(FaultKind.EFA_NODE_DEGRADED, node, 0.45, 90, 400)])
+        core = MonitorCore(topo)
+        members = membership(topo, {"wide": ultraservers(0, 1, 2), "solo": ultraservers(3)})
+        raised: list[Event] = []
+        for tick in range(200):
+            analysis = core.step([f for _t, f in tick_frames(topo, model.step(tick), publisher="t")],
+                                 jobs=members if tick == 0 else None)
+            raised += [e for e in analysis.events if e.raised]
+            if any(e.entity == "node" for e in raised):
+                break
+        else:
+            pytest.fail("the slow node was never raised")
+        assert [(e.entity, e.id, e.after, e.reasons) for e in raised] == [
+            ("node", node, "path_degraded", ("efa_node_slow",))]
+        assert analysis.job_loss is not None
+        wide = members.ids.index("wide")
+        flops = culprit_flops(analysis.job_loss, wide, "node", node)
+        assert flops > 0
+        assert analysis.job_loss.lost["degraded_efa"][wide] > 0
+        assert raised[0].jobs == (JobCost("wide", flops),)
