@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from rainierd._types import I64
 from rainierd.core.analysis import MonitorCore
-from rainierd.core.detect import Event, FleetDetector, JobCost
+from rainierd.core.detect import Event, FleetDetector, JobCost, Reason
 from rainierd.core.detect.nodepaths import group_others_median
 from rainierd.sim.faults import Fault, FaultKind, effects
 from rainierd.sim.fleet import FleetModel
@@ -29,6 +29,7 @@ from rainierd.sim.frames import tick_frames
 from rainierd.topology import build_fleet
 from tests.test_aligned_peers import SEEDS, TICK_S, OutOfPhase
 from tests.test_eventjobs import culprit_flops
+from tests.test_jobmodel import Fleet as JobFleet
 from tests.test_jobmodel import membership, ultraservers
 
 
@@ -239,3 +240,23 @@ class TestThroughTheCore:
         assert flops > 0
         assert analysis.job_loss.lost["degraded_efa"][wide] > 0
         assert raised[0].jobs == (JobCost("wide", flops),)
+
+
+class TestJobCulprit:
+    def test_a_node_slow_on_both_paths_is_one_culprit_costing_both_terms(self) -> None:
+        """A node of a 3-UltraServer job whose ports carry 0.5 and links 0.6 of their peers': the job loses to
+        degraded EFA and NeuronLink, and its one culprit is that node, costing the two together."""
+        fleet = JobFleet(3)
+        members = membership(fleet.topo, {"big": ultraservers(0, 1, 2)})
+        node = 5
+        paths = fleet.detector.node_paths
+        paths.tracker.state[node] = 1
+        paths.tracker.reason[node] = int(Reason.EFA_NODE_SLOW | Reason.NEURONLINK_NODE_SLOW)
+        paths.smoothed["efa"].ratio[node] = 0.5
+        paths.smoothed["neuronlink"].ratio[node] = 0.6
+        loss = fleet.loss(members)
+        lost = loss.lost["degraded_efa"][0] + loss.lost["degraded_neuronlink"][0]
+        assert loss.lost["degraded_efa"][0] > 0
+        assert loss.lost["degraded_neuronlink"][0] > 0
+        assert loss.culprits(0) == [("node", node, pytest.approx(lost, rel=1e-9))]
+        assert loss.charged("node", np.array([node]))[1].tolist() == [pytest.approx(lost, rel=1e-9)]

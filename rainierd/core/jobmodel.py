@@ -165,7 +165,13 @@ def _charged(found: list[_Candidates]) -> _Candidates:
     ids = np.concatenate([c.id for c in found])
     flops = np.concatenate([c.value for c in found])
     costs = flops > 0
-    return _Candidates(job[costs], kind[costs], ids[costs], flops[costs])
+    job, kind, ids, flops = job[costs], kind[costs], ids[costs], flops[costs]
+    # A node may cost its job through two terms (its EFA ports and its NeuronLinks both slow): one row, the sum.
+    key = _key(kind, ids)
+    unique, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    if unique.size < key.size:
+        return _Candidates(job[first], kind[first], ids[first], np.bincount(inverse, weights=flops))
+    return _Candidates(job, kind, ids, flops)
 
 
 def _top(charged: _Candidates, n_jobs: int, k: int) -> tuple[I64, I64, F64]:
