@@ -170,7 +170,7 @@ def _charged(found: list[_Candidates]) -> _Candidates:
     key = _key(kind, ids)
     unique, first, inverse = np.unique(key, return_index=True, return_inverse=True)
     if unique.size < key.size:
-        return _Candidates(job[first], kind[first], ids[first], np.bincount(inverse, weights=flops))
+        return _Candidates(job[first], kind[first], ids[first], np.bincount(inverse, weights=flops).astype(np.float64))
     return _Candidates(job, kind, ids, flops)
 
 
