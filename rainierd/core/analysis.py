@@ -216,7 +216,9 @@ class MonitorCore:
                                  f"{self.topology.n_nodes}: resolve it against this core's topology")
             self.jobs = jobs
         self.state.now_s = now_s
-        events = self.detector.update(self.analyses if tick is None else tick)
+        # A node's paths are judged against its job's nodes (its UltraServer's without one): detect/nodepaths.py.
+        events = self.detector.update(self.analyses if tick is None else tick,
+                                      node_group=self.jobs.node_job.astype(np.int64))
         self.analyses += 1
         throughput = compute_throughput(
             self.state, peak_flops_per_chip=self.peak_flops_per_chip, stale_after_s=self.stale_after_s,

@@ -165,7 +165,13 @@ def _charged(found: list[_Candidates]) -> _Candidates:
     ids = np.concatenate([c.id for c in found])
     flops = np.concatenate([c.value for c in found])
     costs = flops > 0
-    return _Candidates(job[costs], kind[costs], ids[costs], flops[costs])
+    job, kind, ids, flops = job[costs], kind[costs], ids[costs], flops[costs]
+    # A node may cost its job through two terms (its EFA ports and its NeuronLinks both slow): one row, the sum.
+    key = _key(kind, ids)
+    unique, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    if unique.size < key.size:
+        return _Candidates(job[first], kind[first], ids[first], np.bincount(inverse, weights=flops).astype(np.float64))
+    return _Candidates(job, kind, ids, flops)
 
 
 def _top(charged: _Candidates, n_jobs: int, k: int) -> tuple[I64, I64, F64]:
@@ -259,16 +265,29 @@ def _pace(jobs: _Jobs, detector: FleetDetector, params: ModelParams) -> _Pace:
     link_job = link_job[ours]
     ports, port_fraction = detector.efa.slow_paths(latency_share=params.efa_latency_share)
     mine, port_job = jobs.own(topo.efa_node[ports])
+    links_c = _Candidates(link_job, np.full(link_job.size, _NEURONLINK), links[ours],
+                          np.clip(link_fraction[ours], _FLOOR, 1.0).astype(np.float64))
+    ports_c = _Candidates(port_job, np.full(port_job.size, _EFA), ports[mine],
+                          np.clip(port_fraction[mine], _FLOOR, 1.0).astype(np.float64))
+    # A node whose every link or port is slow against its peers (detect/nodepaths.py) is one slow path of its job,
+    # charged to the node: its share of its peers' traffic is the fraction its paths keep.
+    links_c = _with_nodes(links_c, jobs, *detector.node_paths.fractions("neuronlink"))
+    ports_c = _with_nodes(ports_c, jobs, *detector.node_paths.fractions("efa"))
     return _Pace(
         s_min=np.clip(job_speed, _FLOOR, 1.0), slowest_is_straggler=slowest_is_straggler,
-        f_nl=_slowest(jobs.n_jobs, link_job, link_fraction[ours]),
-        f_efa=_slowest(jobs.n_jobs, port_job, port_fraction[mine]),
-        speed=speed, node_speed=node_speed,
-        links=_Candidates(link_job, np.full(link_job.size, _NEURONLINK), links[ours],
-                          np.clip(link_fraction[ours], _FLOOR, 1.0).astype(np.float64)),
-        ports=_Candidates(port_job, np.full(port_job.size, _EFA), ports[mine],
-                          np.clip(port_fraction[mine], _FLOOR, 1.0).astype(np.float64)),
+        f_nl=_slowest(jobs.n_jobs, links_c.job, links_c.value.astype(np.float32)),
+        f_efa=_slowest(jobs.n_jobs, ports_c.job, ports_c.value.astype(np.float32)),
+        speed=speed, node_speed=node_speed, links=links_c, ports=ports_c,
     )
+
+
+def _with_nodes(paths: _Candidates, jobs: _Jobs, nodes: I64, fraction: F32) -> _Candidates:
+    """Return ``paths`` with the slow nodes that are in a job added, each with its fraction (kind ``node``)."""
+    ours, job = jobs.own(nodes)
+    return _Candidates(np.concatenate([paths.job, job]),
+                       np.concatenate([paths.kind, np.full(job.size, _NODE, np.int64)]),
+                       np.concatenate([paths.id, nodes[ours]]),
+                       np.concatenate([paths.value, np.clip(fraction[ours], _FLOOR, 1.0).astype(np.float64)]))
 
 
 def _row_min(values: F32) -> F32:

@@ -120,8 +120,12 @@ def lost_by_cause(
     # The float32 speed widened exactly, priced in float64 as core/jobmodel.py and the job recording rules price it.
     s_min = np.clip(speed[np.arange(n_us), slowest], 0.05, 1.0).astype(np.float64)
     slowest_is_straggler = (chip_state.reshape(n_us, per_us)[np.arange(n_us), slowest] == STRAGGLER)
-    f_nl = np.clip(detector.links.slowest_by_ultraserver(), 0.05, 1.0).astype(np.float64)
-    slowest_efa = detector.efa.slowest_by_ultraserver(latency_share=params.efa_latency_share)
+    # A node whose every port or link is slow (detect/nodepaths.py) is a path as slow as the share it carries.
+    slowest_nl = np.minimum(detector.links.slowest_by_ultraserver(),
+                            detector.node_paths.slowest_by_ultraserver("neuronlink"))
+    f_nl = np.clip(slowest_nl, 0.05, 1.0).astype(np.float64)
+    slowest_efa = np.minimum(detector.efa.slowest_by_ultraserver(latency_share=params.efa_latency_share),
+                             detector.node_paths.slowest_by_ultraserver("efa"))
     f_efa = np.clip(slowest_efa, 0.05, 1.0).astype(np.float64)
 
     failed = (chip_state == FAILED).reshape(n_us, per_us).any(axis=1)

@@ -39,7 +39,8 @@ ENTITY_FAMILIES = {
     "neuronlink": ("rainier_neuronlink_unhealthy", "NeuronLink that is not healthy (1); state and location in labels."),
     "efa": ("rainier_efa_port_unhealthy", "EFA port that is not healthy (1)."),
     "chip": ("rainier_chip_unhealthy", "Chip that is not healthy (1)."),
-    "node": ("rainier_node_unhealthy", "Node whose cooling is degraded or which is lost (1)."),
+    "node": ("rainier_node_unhealthy",
+             "Node whose cooling is degraded, which is lost, or whose EFA or NeuronLink paths are slow (1)."),
     "ultraserver": ("rainier_ultraserver_cooling_degraded", "UltraServer whose cooling is degraded (1)."),
 }
 WORST_FAMILIES = {

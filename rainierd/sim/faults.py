@@ -49,6 +49,7 @@ class FaultKind(StrEnum):
     EFA_LOSS = "efa_loss"  # severity: silent packet loss rate
     EFA_DOWN = "efa_down"
     EFA_SLOW = "efa_slow"  # severity: latency multiplier; throughput kept, retransmits 20x its trickle
+    EFA_NODE_DEGRADED = "efa_node_degraded"  # severity: throughput fraction left on every port of one node
     CHIP_FAILED = "chip_failed"  # uncorrectable HBM ECC, then silence
     CHIP_THROTTLE = "chip_throttle"  # severity: clock ratio
     STRAGGLER = "straggler"  # severity: fraction slower, no counter moves
@@ -68,6 +69,7 @@ TARGETS: Final[dict[FaultKind, tuple[str, ...]]] = {
     FaultKind.EFA_LOSS: ("efa",),
     FaultKind.EFA_DOWN: ("efa",),
     FaultKind.EFA_SLOW: ("efa",),
+    FaultKind.EFA_NODE_DEGRADED: ("node",),
     FaultKind.CHIP_FAILED: ("chip",),
     FaultKind.CHIP_THROTTLE: ("chip",),
     FaultKind.STRAGGLER: ("chip",),
@@ -88,6 +90,7 @@ SEVERITIES: Final[dict[FaultKind, tuple[float, ...]]] = {
     FaultKind.EFA_LOSS: (3e-7, 3e-5, 3e-4, 3e-3),
     FaultKind.EFA_DOWN: (0.0,),
     FaultKind.EFA_SLOW: (1.25, 1.5, 2.0),
+    FaultKind.EFA_NODE_DEGRADED: (0.6, 0.45, 0.3),
     FaultKind.CHIP_FAILED: (0.0,),
     FaultKind.CHIP_THROTTLE: (0.85, 0.7, 0.5),
     FaultKind.STRAGGLER: (0.02, 0.05, 0.10),
@@ -268,6 +271,14 @@ def _efa_slow(e: Effects, f: Fault, tick: int, topo: Topology, phase: float) -> 
     e.efa_retrans_mult[f.target] = _SLOW_RETRANS_MULT
 
 
+def _efa_node_degraded(e: Effects, f: Fault, tick: int, topo: Topology, phase: float) -> None:
+    # Assumption (no public figure): a node-wide NIC, PCIe or firmware limit caps every port of the node
+    # alike and shows in throughput only; its ports' latency and retransmits stay their own (a port that
+    # also retransmits or answers slowly is efa_degraded or efa_slow, judged per port).
+    ports = np.arange(topo.node_efa(f.target).start, topo.node_efa(f.target).stop)
+    e.efa_frac[ports] = np.minimum(e.efa_frac[ports], f.severity)
+
+
 def _chip_failed(e: Effects, f: Fault, tick: int, topo: Topology, phase: float) -> None:
     e.chip_failed[f.target] = True
     e.chip_fail_onset[f.target] = tick == f.start_tick
@@ -307,6 +318,7 @@ _APPLY: Final[dict[FaultKind, Callable[[Effects, Fault, int, Topology, float], N
     FaultKind.EFA_LOSS: _efa_loss,
     FaultKind.EFA_DOWN: _efa_down,
     FaultKind.EFA_SLOW: _efa_slow,
+    FaultKind.EFA_NODE_DEGRADED: _efa_node_degraded,
     FaultKind.CHIP_FAILED: _chip_failed,
     FaultKind.CHIP_THROTTLE: _chip_throttle,
     FaultKind.STRAGGLER: _straggler,

@@ -15,6 +15,7 @@ from typing import Any, Final, NamedTuple
 
 import numpy as np
 
+from rainierd._types import I64
 from rainierd.core.detect._common import Reason, reason_names
 from rainierd.core.detect._paths import NEEDS, PathParams
 from rainierd.core.detect._tracker import StateTracker, Transitions
@@ -23,6 +24,7 @@ from rainierd.core.detect.cooling import CoolingDetector, CoolingParams
 from rainierd.core.detect.efa import EfaDetector, EfaParams
 from rainierd.core.detect.feed import FeedDetector, FeedParams, FeedView
 from rainierd.core.detect.neuronlink import LinkDetector, NeuronLinkParams
+from rainierd.core.detect.nodepaths import NodePathDetector, NodePathParams
 from rainierd.core.detect.slow_loss import SlowLossParams
 from rainierd.core.state import FleetState
 from rainierd.hardware import TRN2, Trainium2
@@ -39,6 +41,7 @@ __all__ = [
     "FleetDetector",
     "JobCost",
     "NeuronLinkParams",
+    "NodePathParams",
     "PathParams",
     "Reason",
     "SlowLossParams",
@@ -48,7 +51,9 @@ STATE_NAMES: Final[dict[str, tuple[str, ...]]] = {
     "neuronlink": ("healthy", "degraded", "down"),
     "efa": ("healthy", "degraded", "down"),
     "chip": ("healthy", "straggler", "throttled", "stale", "failed"),
-    "node": ("healthy", "cooling_degraded", "lost"),
+    # path_degraded: every EFA port or NeuronLink of the node far under its peers' (detect/nodepaths.py); a node
+    # shows its cooling's state or loss first, its paths' when its cooling is healthy.
+    "node": ("healthy", "cooling_degraded", "lost", "path_degraded"),
     "ultraserver": ("healthy", "cooling_degraded"),
     "feed": ("healthy", "lost"),  # one entity: this monitor's (or shard's) telemetry feed (detect/feed.py)
 }
@@ -64,6 +69,10 @@ class DetectionParams:
     chips: ChipParams = field(default_factory=ChipParams)
     cooling: CoolingParams = field(default_factory=CoolingParams)
     feed: FeedParams = field(default_factory=FeedParams)
+    node_paths: NodePathParams = field(default_factory=NodePathParams)
+
+
+_NODE_PATH_DEGRADED: Final = STATE_NAMES["node"].index("path_degraded")
 
 
 class JobCost(NamedTuple):
@@ -113,14 +122,40 @@ class FleetDetector:
         self.chips = ChipDetector(state, hardware.fp8_dense_flops, self.params.chips)
         self.cooling = CoolingDetector(state, self.params.cooling)
         self.feed = FeedDetector(state, self.params.feed)
+        self.node_paths = NodePathDetector(state, self.params.node_paths)
+        self._node_state = np.zeros(state.topology.n_nodes, np.int8)  # the node entity's state at the last update
 
     def trackers(self) -> dict[str, StateTracker]:
-        """Return the state tracker of every entity kind."""
+        """Return the state tracker of every entity kind (the node's: a view of its two trackers, ``_nodes``)."""
         return {"neuronlink": self.links.tracker, "efa": self.efa.tracker, "chip": self.chips.tracker,
-                "node": self.cooling.nodes, "ultraserver": self.cooling.ultraservers, "feed": self.feed.tracker}
+                "node": self._nodes(), "ultraserver": self.cooling.ultraservers, "feed": self.feed.tracker}
 
-    def update(self, tick: int) -> list[Event]:
-        """Run every detector on the state as it is now; return the events, worst last."""
+    def _nodes(self) -> StateTracker:
+        """Return the node entity's states: its cooling tracker's (cooling degraded, lost) where not healthy, else
+        ``path_degraded`` where its paths' tracker says so; reasons of both, the earlier onset (a copy)."""
+        cooling, paths = self.cooling.nodes, self.node_paths.tracker
+        state = np.where(cooling.state > 0, cooling.state,
+                         np.where(paths.state > 0, np.int8(_NODE_PATH_DEGRADED), np.int8(0))).astype(np.int8)
+        onset = np.where(cooling.state > 0, cooling.onset, paths.onset)
+        both = (cooling.state > 0) & (paths.state > 0)
+        np.copyto(onset, np.minimum(cooling.onset, paths.onset), where=both)
+        return StateTracker(cooling.raise_after_s, cooling.clear_after_s, state, cooling.reason | paths.reason, onset,
+                            cooling.bad_ticks, cooling.bad_s, cooling.good_s)
+
+    def _node_changes(self, view: StateTracker) -> Transitions:
+        """Return the node entity's changes since the last update (its two trackers' changes, merged)."""
+        before = self._node_state
+        changed = np.flatnonzero(view.state != before)
+        out = Transitions(changed, before[changed].astype(np.int64), view.state[changed].astype(np.int64))
+        self._node_state = view.state.copy()
+        return out
+
+    def update(self, tick: int, *, node_group: I64 | None = None) -> list[Event]:
+        """Run every detector on the state as it is now; return the events, worst last.
+
+        ``node_group`` is each node's job (-1: none; None: jobs unknown): a node's paths are judged against
+        its job's nodes, else its UltraServer's (``nodepaths.py``).
+        """
         topo, chips = self.state.topology, self.state.chips
         stale = self.state.silent(chips, self.params.chips.stale_after_s)
         # The feed first: nodes whose silence is its loss's are held back from the node and chip judgements.
@@ -132,20 +167,23 @@ class FleetDetector:
         held_chips = hold[topo.chip_node] if hold.any() else None
         if held_chips is not None:
             stale = stale & ~held_chips
-        nodes, ultraservers = self.cooling.update(tick, chip_stale=stale)
+        _, ultraservers = self.cooling.update(tick, chip_stale=stale)
         lost_chips = self.cooling.lost_nodes()[topo.chip_node]
         if held_chips is not None:
             lost_chips |= held_chips
+        links, ports = self.links.update(tick), self.efa.update(tick)
+        self.node_paths.update(tick, {"efa": self.efa.node_signal, "neuronlink": self.links.node_signal},
+                               node_group=node_group)
+        trackers = self.trackers()
         changes = {
-            "neuronlink": self.links.update(tick),
-            "efa": self.efa.update(tick),
+            "neuronlink": links,
+            "efa": ports,
             "chip": self.chips.update(tick, suppress_stale=lost_chips),
-            "node": nodes,
+            "node": self._node_changes(trackers["node"]),
             "ultraserver": ultraservers,
             "feed": feed,
         }
         events = []
-        trackers = self.trackers()
         for entity, change in changes.items():
             events.extend(self._events(entity, change, trackers[entity], tick))
         return events

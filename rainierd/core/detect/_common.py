@@ -37,6 +37,8 @@ class Reason(IntFlag):
     TEMPERATURE = 32768
     LOSS_RATE = 65536  # retransmits above the fleet's background over minutes (slow packet loss)
     FEED_LOST = 131072  # most of the nodes heard fell silent together: the transport's loss (detect/feed.py)
+    EFA_NODE_SLOW = 262144  # every EFA port of a node far under its peers' traffic (detect/nodepaths.py)
+    NEURONLINK_NODE_SLOW = 524288  # every NeuronLink of a node far under its peers' (detect/nodepaths.py)
 
 
 def reason_names(mask: int) -> list[str]:

@@ -21,6 +21,7 @@ from rainierd.core.detect._common import Reason, counter_delta, flag, new_sample
 from rainierd.core.detect._paths import DOWN, HEALTHY, NEEDS, PathParams, band, cusum, deviation
 from rainierd.core.detect._stats import PeerSample, ewma, others_nanmedian, robust_center_scale, row_nanmedian
 from rainierd.core.detect._tracker import StateTracker, Transitions
+from rainierd.core.detect.nodepaths import NodeSignal
 from rainierd.core.detect.slow_loss import SlowLossParams, SlowLossTest
 from rainierd.core.state import FleetState
 
@@ -77,6 +78,7 @@ class EfaDetector:
         self.was_low = np.zeros(n, dtype=bool)  # the last sample's traffic was near zero
         self.retrans_share = np.zeros(n, np.float32)  # EWMA of bytes retransmitted above its own rate / bytes sent
         self.sample = PeerSample.of(n)
+        self.node_signal = NodeSignal.unknown(topo.n_nodes)  # this analysis's figure a node (nodepaths.py)
         # Owns each port's own retransmit rate, its prior the port's site's (sites differ in optics and cabling).
         self.slow_loss = SlowLossTest(n, self.sample, self.loss_params, site=topo.node_site[topo.efa_node])
         self.tracker = StateTracker.create(n, raise_after_s=[0.0, p.raise_after_s, p.raise_after_s],
@@ -101,7 +103,7 @@ class EfaDetector:
         # no reference (issue 22: all 8 ports of one node "degraded" for 452 s).
         # A port with no other port fresh in its node (a node of one port) has no
         # reference: NaN, not judged on traffic (docs/detection.md, "Peers and time bases").
-        ref = self._node_reference(rate)
+        ref = self._node_reference(rate, dt, fresh)
         active = fresh & (ref > 0)
         with np.errstate(invalid="ignore", divide="ignore"):
             share: F32 = np.divide(rate, ref, dtype=np.float32)
@@ -154,14 +156,19 @@ class EfaDetector:
                              healthy=(self.tracker.state == HEALTHY) & (self.retrans.s < 0.25 * p.retrans_h))
         return changes
 
-    def _node_reference(self, rate: F32) -> F32:
+    def _node_reference(self, rate: F32, dt: F32, fresh: B) -> F32:
         """Return each port's reference: the median of its node's fresh ports (NaN with no other one fresh).
+
+        The node's own figure, its ports' mean rate, is kept for the node's
+        judgement against the nodes carrying the same work (``node_signal``,
+        nodepaths.py): the same seconds make both.
 
         From three ports a node the median with the port itself is the others'
         (one port off the middle does not move it), at a fifth of the cost at
         rainier (6.5 against 33 ms over 500k ports); with two, a port is
         compared with the other alone.
         """
+        self.node_signal = NodeSignal.of(rate, dt, fresh, per_node=self.per_node)
         by_node = rate.reshape(-1, self.per_node)
         if self.per_node < 3:
             ref: F32 = others_nanmedian(by_node).reshape(-1)

@@ -21,6 +21,7 @@ from rainierd.core.detect._common import Reason, counter_delta, flag, new_sample
 from rainierd.core.detect._paths import DOWN, HEALTHY, NEEDS, PathParams, band, cusum, deviation
 from rainierd.core.detect._stats import PeerSample, robust_center_scale, row_nanmedian
 from rainierd.core.detect._tracker import StateTracker, Transitions
+from rainierd.core.detect.nodepaths import NodeSignal
 from rainierd.core.state import FleetState
 from rainierd.hardware import TRN2, Trainium2
 from rainierd.topology import LINK_KIND_NAMES
@@ -94,6 +95,7 @@ class LinkDetector:
         # A drop (lanes gone, or bandwidth far below any noise) raises at once.
         self.tracker = StateTracker.create(n, raise_after_s=[0.0, p.raise_after_s, 0.0], clear_after_s=p.clear_after_s)
         self.sample = PeerSample.of(n)
+        self.node_signal = NodeSignal.unknown(topo.n_nodes)  # this analysis's figure a node (nodepaths.py)
         # Which nodes' links of each kind carried traffic at their last sample: only theirs set a kind's
         # centres, so nodes that are idle or whose job is stalled (a checkpoint, a restart: all links near 0)
         # never pull the reference a link without history learns from (issue 21: a job started while half
@@ -253,6 +255,9 @@ class LinkDetector:
         # The pace stays one figure a node and kind, broadcast where it divides: the fleet-sized
         # temporaries of this update are most of the monitor's peak memory at a million chips.
         pace = self._pace(share, fresh & up)
+        # The node as a whole is judged against the nodes carrying the same work, over whole steps (nodepaths.py).
+        self.node_signal = NodeSignal.of(pace.reshape(-1), dt, fresh, per_node=self.per_node,
+                                         values_per_node=pace.shape[1])
         with np.errstate(invalid="ignore", divide="ignore"):
             communicating = self._communicating(pace / self.share_ref)
         node_share = self._per_node_kind(share, pace)  # share is spent: node_share takes its buffer
