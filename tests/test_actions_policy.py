@@ -116,10 +116,11 @@ class TestEntityActions:
         assert self.actions("chip", rows) == ["watch", "watch", "drain", "replace", "watch", "cordon"]
 
     def test_efa_and_node(self) -> None:
-        """A degraded EFA port is drained; a node's cooling cordons it; a lost node is watched until long."""
+        """A degraded EFA port is drained; a node's cooling cordons it; a node whose paths are all slow together is
+        drained; a lost node is watched until long."""
         assert self.actions("efa", [("degraded", 2, 0.0), ("down", 64, 0.0)]) == ["drain", "drain"]
-        assert self.actions("node", [("cooling_degraded", 8192, 0.0), ("lost", 4096, 60.0),
-                                     ("lost", 4096, 1_800.0)]) == ["cordon", "watch", "cordon"]
+        assert self.actions("node", [("cooling_degraded", 8192, 0.0), ("path_degraded", 0, 0.0), ("lost", 4096, 60.0),
+                                     ("lost", 4096, 1_800.0)]) == ["cordon", "drain", "watch", "cordon"]
 
 
 class TestHold:

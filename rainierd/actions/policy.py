@@ -101,6 +101,7 @@ def entity_actions(kind: str, states: I64, reasons: I64, held_s: F64, config: Ac
         out[state("stale") & (held_s >= config.silent_long_s)] = CORDON
     elif kind == "node":
         out[state("cooling_degraded")] = CORDON
+        out[state("path_degraded")] = DRAIN
         out[state("lost") & (held_s >= config.silent_long_s)] = CORDON
     return out
 
