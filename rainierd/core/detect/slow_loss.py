@@ -181,11 +181,14 @@ class SlowLossTest:
         ``loss_background_halflife_s``), so a trickle a port or its site
         always had is not a fault, and neither is one every port shares.
         One CUSUM is tuned to ``loss_detect`` of the packets a port sends
-        (silent loss at the bottom of the CorrOpt band), the other to
-        ``loss_detect_ratio`` times its rate (its trickle tripled): each
-        caps bursts at a few deviations of its own alternative, and one test
-        cannot serve both, since a cap that lets a tripled trickle count
-        lets a busy port's bursts count too.
+        (silent loss at the bottom of the CorrOpt band, but no rise smaller
+        than the port could show within ``loss_horizon_s``), the others to
+        rises of ``loss_detect_ratio`` (its trickle tripled) and
+        ``loss_detect_ratios_extra`` times its rate: each caps bursts at a
+        few deviations of its own alternative, and one test cannot serve
+        all, since a cap that lets a tripled trickle count lets a busy
+        port's bursts count too, and a test tuned to a tripling barely
+        drifts up under a rise of half the rate.
         """
         p = self.params
         ok = fresh & np.isfinite(counts) & (dt_s > 0)
