@@ -77,8 +77,8 @@ class TestRateBaseline:
         assert rate.rate(0.2)[0] == pytest.approx((10_000 + 20) / 10_100, rel=1e-4)
 
     def test_once_learned_it_learns_a_window_late_and_only_if_it_stayed_clean(self) -> None:
-        """After learn_s, what a port sees is held delay_s and dropped if it was unhealthy meanwhile: a slow
-        fault found within the delay is never learned as the port's normal rate."""
+        """After learn_s, what a port sees is held at least delay_s and dropped if it was unhealthy meanwhile: a
+        slow fault found within the delay is never learned as the port's normal rate."""
         rate = RateBaseline.empty(1, halflife_s=1e9, prior_s=0.0, learn_s=10.0, delay_s=100.0)
         yes, no = np.array([True]), np.array([False])
         for _ in range(10):
@@ -88,9 +88,24 @@ class TestRateBaseline:
         for t in range(100):  # a window of 5/s, the port unhealthy for one second of it
             rate.update(np.full(1, 5.0, np.float32), SECONDS, accept=yes, clean=no if t == 50 else yes)
         assert rate.rate(0.0)[0] == pytest.approx(1.0)
-        for _ in range(100):  # a clean window of 2/s is learned, at its end
+        for _ in range(100):  # a clean window of 2/s is held at its end, not learned yet
             rate.update(np.full(1, 2.0, np.float32), SECONDS, accept=yes, clean=yes)
+        assert rate.rate(0.0)[0] == pytest.approx(1.0)
+        for _ in range(100):  # ... and learned once the window after it has ended clean too
+            rate.update(np.full(1, 3.0, np.float32), SECONDS, accept=yes, clean=yes)
         assert rate.rate(0.0)[0] == pytest.approx((10 + 200) / 110)
+
+    def test_a_fault_that_began_late_in_a_window_is_not_learned_when_that_window_ends(self) -> None:
+        """A rise that begins a second before a window ends and is found within delay_s of its start: neither
+        that window nor the next is learned (with one window alone, that rise was learned within seconds)."""
+        rate = RateBaseline.empty(1, halflife_s=1e9, prior_s=0.0, learn_s=10.0, delay_s=100.0)
+        yes, no = np.array([True]), np.array([False])
+        for _ in range(10):
+            rate.update(np.ones(1, np.float32), SECONDS, accept=yes, clean=yes)
+        for t in range(99 + 101):  # the rise begins in the window's last second and is found 50 s later
+            rate.update(np.full(1, 1.0 if t < 99 else 5.0, np.float32), SECONDS, accept=yes,
+                        clean=no if t == 149 else yes)
+        assert rate.rate(0.0)[0] == pytest.approx(1.0)
 
 
 Transform = Callable[[TickSample, int], None]

@@ -36,7 +36,9 @@ if TYPE_CHECKING:
 __all__ = ["VERSION", "LearnedStateError", "fingerprint", "learned_arrays", "restore_learned"]
 
 # 1: the first layout (issue 22): baselines, slow-loss rates and site backgrounds, healthy shares.
-VERSION: Final = 1
+# 2: each port's retransmit rate also holds the window it keeps back until the next one ends clean
+#    (``RateBaseline.held_*``): a layout-1 file lacks them and is refused as another layout.
+VERSION: Final = 2
 _VERSION_KEY: Final = "version"
 _TOPOLOGY_KEY: Final = "topology"
 
@@ -96,7 +98,7 @@ def _check_values(arrays: Mapping[str, npt.NDArray[Any]]) -> None:
         if np.isinf(value).any():
             raise LearnedStateError(f"{name}: an infinite value")
         if name.rsplit(".", 1)[-1] in {"history_s", "count", "seconds", "pending_count", "pending_seconds",
-                                       "background_s"} and (value < 0).any():
+                                       "background_s", "held_seconds"} and (value < 0).any():
             raise LearnedStateError(f"{name}: a negative count or duration")
 
 

@@ -1,13 +1,16 @@
-"""Slow EFA loss (docs/detection.md, layer 4): a Poisson CUSUM per port of its
-retransmits, in packets per second, so it means the same at any tick.
+"""Slow EFA loss (docs/detection.md, layer 4): Poisson CUSUMs per port of its
+retransmits, in packets per second, so they mean the same at any tick.
 
 In control: the port's own rate (``RateBaseline``: its history, shrunk to its
 site's background with a prior of ``loss_prior_s`` seconds), taken
 ``loss_margin_se`` posterior deviations high.  Out of control: that rate plus
 ``loss_detect`` of the packets it sends (a loss fraction, so the test means the
-same at any load), and in a second CUSUM ``loss_detect_ratio`` times its rate
-(its trickle tripled), each at least ``loss_min_per_s`` and at least
-``loss_uncertain_se`` posterior deviations, so a rate still uncertain is
+same at any load), tuned to no rise smaller than it could show within
+``loss_horizon_s``; and in CUSUMs of their own, rises to ``1 + loss_detect_ratio``
+(its trickle tripled) and ``1 + loss_detect_ratios_extra`` times its own rate
+(their in-control rate taken ``loss_ratio_margin_se`` deviations high once the
+rate rests on enough retransmits); each at least ``loss_min_per_s`` and at
+least ``loss_uncertain_se`` posterior deviations, so a rate still uncertain is
 tested only for a rise its uncertainty cannot explain.  Each port's threshold
 is set by its own rate, so every port has the same false-alarm rate: Wald's
 bound puts the chance that a healthy excursion reaches h under
@@ -41,7 +44,15 @@ class SlowLossParams:
     # A rise of twice the port's rate (x3) is tested for by a CUSUM of its own: a busy port's trickle
     # tripled is far more than 2e-7 of what it sends, and the fraction test reads most of it as bursts.
     loss_detect_ratio: float = 2.0
+    # ... and rises of these multiples of its rate, each in a CUSUM of its own (as the tripled test): a test
+    # tuned to a tripling barely drifts up under a rise of 50-100 %, and the fraction test, its in-control
+    # rate taken high, loses a third of such a rise to that margin (issue 22: 3e-7 of loss on a port of
+    # 0.2-0.5/s).  Each is held to Wald's bound on its own: four tests, at most four times e^-20.
+    loss_detect_ratios_extra: tuple[float, ...] = (0.5, 1.0)
     loss_min_per_s: float = 0.05
+    # The horizon a rise must show within (issue 22: 15 minutes): the fraction test is tuned to no rise
+    # smaller than it could show in that time (``SlowLossTest._findable``).
+    loss_horizon_s: float = 900.0
     loss_exponent: float = 20.0
     loss_h_min: float = 10.0  # packets: the threshold of a port whose rate is near zero
     loss_packet_bytes: float = 8_192.0  # EFA's SRD packet (jumbo frames), to turn bytes into packets
@@ -60,6 +71,15 @@ class SlowLossParams:
     loss_learn_s: float = 600.0
     loss_margin_se: float = 2.0
     loss_uncertain_se: float = 4.0
+    # The ratio tests take a port's rate loss_ratio_margin_se posterior deviations high once it rests on
+    # loss_ratio_settled_count retransmits of its own (discounted), loss_margin_se before: their reference
+    # value is at least 1.2 times the rate, so a settled rate they underestimate still drifts down, and the
+    # full margin hid a third of a 3e-7 rise on ports of 0.2-0.5/s.  A port with fewer retransmits learned (a
+    # quiet new one: 30 at 0.05/s in 10 minutes) keeps the full margin: its gamma posterior is skewed, the
+    # normal deviation too narrow (at 1 deviation from the start, 3 of 12,000 ports of 0.02-0.1/s raised in
+    # their first hour; from 100 retransmits, 1 of 3,000 of the realistic sites' in 2 h; from 300, none).
+    loss_ratio_margin_se: float = 1.0
+    loss_ratio_settled_count: float = 300.0
     # Hysteresis of the loss test, in units of each port's h: raised at 1, cleared under loss_clear,
     # the sum held under loss_ceiling.  Clearing drains (ceiling - clear) h at the healthy drift, about
     # half of what raising took: a rate test cannot know that loss ended much faster than it saw it
@@ -101,6 +121,7 @@ class SlowLossTest:
         # packets it sends, and for one of loss_detect_ratio times its rate.
         self.loss = np.zeros(self.n, np.float32)
         self.tripled = np.zeros(self.n, np.float32)
+        self.raised_by = np.zeros((len(p.loss_detect_ratios_extra), self.n), np.float32)  # rises of 50 %, 100 %
         self.lossy = np.zeros(self.n, bool)  # over h, and not yet back under half of it
         if self.site is None:
             self.site = np.zeros(self.n, np.int64)
@@ -160,11 +181,14 @@ class SlowLossTest:
         ``loss_background_halflife_s``), so a trickle a port or its site
         always had is not a fault, and neither is one every port shares.
         One CUSUM is tuned to ``loss_detect`` of the packets a port sends
-        (silent loss at the bottom of the CorrOpt band), the other to
-        ``loss_detect_ratio`` times its rate (its trickle tripled): each
-        caps bursts at a few deviations of its own alternative, and one test
-        cannot serve both, since a cap that lets a tripled trickle count
-        lets a busy port's bursts count too.
+        (silent loss at the bottom of the CorrOpt band, but no rise smaller
+        than the port could show within ``loss_horizon_s``), the others to
+        rises of ``loss_detect_ratio`` (its trickle tripled) and
+        ``loss_detect_ratios_extra`` times its rate: each caps bursts at a
+        few deviations of its own alternative, and one test cannot serve
+        all, since a cap that lets a tripled trickle count lets a busy
+        port's bursts count too, and a test tuned to a tripling barely
+        drifts up under a rise of half the rate.
         """
         p = self.params
         ok = fresh & np.isfinite(counts) & (dt_s > 0)
@@ -176,14 +200,19 @@ class SlowLossTest:
         spread = self._uncertainty(own_rate)
         in_control = spread * np.float32(p.loss_margin_se)
         in_control += own_rate
+        settled = self.rates.count >= np.float32(p.loss_ratio_settled_count)
+        base = spread * np.where(settled, np.float32(p.loss_ratio_margin_se), np.float32(p.loss_margin_se))
+        base += own_rate  # the ratio tests' in-control rate
         spread *= np.float32(p.loss_uncertain_se)
         np.maximum(spread, np.float32(p.loss_min_per_s), out=spread)
         # The rises to detect: loss_detect of the packets the port sends, and loss_detect_ratio of its rate.
         fraction = np.fmax(sent_bytes_s, np.float32(0.0)).astype(np.float32)
         fraction *= np.float32(p.loss_detect / p.loss_packet_bytes)
         np.maximum(fraction, spread, out=fraction)
-        ratio = in_control * np.float32(p.loss_detect_ratio)
-        np.maximum(ratio, spread, out=ratio)
+        np.maximum(fraction, self._findable(in_control), out=fraction)
+        # The tripled trickle is its own rate tripled, not the in-control rate's: the margin is what the port
+        # does not know yet, and tripling it too would test a quiet new port for a rise ~40 % above its own.
+        ratio = self._rise(own_rate, base, spread, p.loss_detect_ratio)
         # Counts above a few standard deviations of the alternative are a burst, not a rate.  In the
         # fraction test a burst counts as the alternative's mean, so bursts add no more evidence of
         # loss than loss itself would (a cap at the threshold would add several packets a burst, and
@@ -194,7 +223,7 @@ class SlowLossTest:
             alternative = own_rate + fraction
             burst = counted > burst_cap(alternative, interval)
             by_fraction = np.where(burst, alternative * interval, counted).astype(np.float32)
-            burst = by_ratio > burst_cap(in_control + ratio, interval)
+            burst = by_ratio > burst_cap(base + ratio, interval)
             np.copyto(by_ratio, own_rate * interval, where=burst)
         self._update_background(by_fraction, interval, ok)
         if not started:  # the first interval only sets the background
@@ -202,16 +231,47 @@ class SlowLossTest:
         # A port is judged for slow loss only once its own rate has loss_judge_s of history: before, its
         # rate is mostly its site's, and a port that always retransmitted more would read as lossy.
         judged = ok & (self.rates.history_s >= np.float32(p.loss_judge_s))
-        for cusum, steps in ((self.loss, self._steps(by_fraction, interval, in_control, fraction)),
-                             (self.tripled, self._steps(by_ratio, interval, in_control, ratio))):
+        tests = [(self.loss, self._steps(by_fraction, interval, in_control, fraction)),
+                 (self.tripled, self._steps(by_ratio, interval, base, ratio))]
+        for row, times in zip(self.raised_by, p.loss_detect_ratios_extra, strict=True):
+            rise = self._rise(own_rate, base, spread, times)
+            by_rise = counted
+            if started:  # a burst counts as the port's own rate, as in the tripled test
+                by_rise = np.where(counted > burst_cap(base + rise, interval), own_rate * interval, counted)
+            tests.append((row, self._steps(by_rise.astype(np.float32, copy=False), interval, base, rise)))
+        for cusum, steps in tests:
             np.add(cusum, steps, out=cusum, where=judged)
             # Hysteresis: raised at h, cleared under loss_clear of it, so noise around the threshold during a
             # fault is one detection; the ceiling bounds how long it takes to clear once the loss has ended.
             np.clip(cusum, 0.0, np.float32(p.loss_ceiling), out=cusum)
-        over = (self.loss >= 1.0) | (self.tripled >= 1.0)
+        over = (self.loss >= 1.0) | (self.tripled >= 1.0) | (self.raised_by >= 1.0).any(axis=0)
         self.lossy |= over
-        self.lossy &= (self.loss > np.float32(p.loss_clear)) | (self.tripled > np.float32(p.loss_clear))
+        self.lossy &= ((self.loss > np.float32(p.loss_clear)) | (self.tripled > np.float32(p.loss_clear))
+                       | (self.raised_by > np.float32(p.loss_clear)).any(axis=0))
         return self.lossy
+
+    @staticmethod
+    def _rise(own_rate: F32, base: F32, spread: F32, times: float) -> F32:
+        """Return the rise a ratio test looks for: to (1 + ``times``) x the port's own rate, at least ``spread``."""
+        rise = own_rate * np.float32(1.0 + times)
+        rise -= base
+        np.maximum(rise, spread, out=rise)
+        return rise
+
+    def _findable(self, in_control: F32) -> F32:
+        """Return the smallest rise each port could show within ``loss_horizon_s``: about sqrt(2 E r / T).
+
+        A rise d over a rate r gains d^2 / 2r of log-likelihood a second, so the threshold's E = loss_exponent
+        takes 2 E r / d^2 seconds: a test tuned to a smaller rise cannot raise within the horizon at all,
+        and one tuned below the real rise only lengthens h (h ~ E r / d).  The simulator's 3e-7 adds 0.18/s
+        to a port whose mean traffic is 1 GB/s (the training profile): tuned to the measured fraction alone
+        (0.026/s, floored at 4 deviations) the test expects to take 28 minutes on a port of 0.43/s, tuned
+        to the findable rise (0.15/s) 21; the ratio tests take it from there.
+        """
+        p = self.params
+        findable: F32 = in_control * np.float32(2.0 * p.loss_exponent / p.loss_horizon_s)
+        np.sqrt(findable, out=findable)
+        return findable
 
     def _steps(self, counted: F32, interval: F32, in_control: F32, rise: F32) -> F32:
         """Return each port's CUSUM step, in units of its own threshold, testing ``in_control`` against ``+ rise``.
