@@ -13,6 +13,11 @@ temperature read every busy node as hot whenever most of the site was idle
 or stalled (issue 21: 1,911 false cooling alarms in 1,365 chip-days of the
 simulator's job mix).  An UltraServer's cooling is degraded when at least
 half its nodes' are.  A node is lost when every chip of it has gone stale.
+A node's temperature is judged only once its trend covers ``cooling_trend_s``
+of samples: a monitor that starts (or first hears a node) while its chips
+still cool from a job that just ended cannot yet tell them from hot ones
+(issue 22: every one of the training control's 13 false cooling alarms was an
+idle UltraServer's chips cooling in the monitor's first seconds).
 """
 
 from __future__ import annotations
@@ -46,6 +51,8 @@ class CoolingParams:
     # are still hot but cooling is recovering, not failing.  Hot counts only while the node's
     # temperature is not falling: under its own recent level (an average over cooling_trend_s) by
     # less than cooling_fall_z site sigmas.
+    # A node's temperature counts only once that average has seen cooling_trend_s of its samples (the
+    # trend is known): until then chips that are cooling cannot be told from hot ones.
     cooling_trend_s: float = 5.0
     cooling_fall_z: float = 1.0
     # The load a node's temperature is compared at: its chips' mean power, smoothed with the time constant
@@ -66,6 +73,7 @@ class CoolingDetector:
         self.seen = np.zeros(topo.n_nodes, dtype=np.uint32)
         self.sample = PeerSample.of(topo.n_nodes)
         self.temp_trend = np.full(topo.n_nodes, np.nan, np.float32)  # each node's recent chip temperature, C
+        self.trend_s = np.zeros(topo.n_nodes, np.float32)  # the seconds of samples its trend has seen
         self.load = np.full(topo.n_nodes, np.nan, np.float32)  # each node's chips' mean power, smoothed (W)
         self.nodes = StateTracker.create(topo.n_nodes, raise_after_s=[0.0, p.raise_after_s, 0.0],
                                          clear_after_s=p.clear_after_s)
@@ -131,8 +139,8 @@ class CoolingDetector:
         reasons = np.zeros(topo.n_nodes, dtype=np.int32)
         flag(reasons, fresh & (inlet_z > p.z_alarm), Reason.INLET)
         flag(reasons, fresh & (fan_z > p.z_alarm), Reason.FANS)
-        cooling_down = self._cooling_down(chip_temp, temp_scale, fresh, table.dt_s)
-        flag(reasons, fresh & (temp_z > p.z_alarm) & ~cooling_down, Reason.TEMPERATURE)
+        steady = self._steady(chip_temp, temp_scale, fresh, table.dt_s)
+        flag(reasons, fresh & (temp_z > p.z_alarm) & steady, Reason.TEMPERATURE)
         flag(reasons, lost, Reason.SILENT)
         candidate = np.where(lost, NODE_LOST, np.where(reasons != 0, NODE_COOLING, NODE_HEALTHY))
         node_changes = self.nodes.update(candidate, reasons, fresh | lost, tick,
@@ -153,19 +161,31 @@ class CoolingDetector:
         np.copyto(blended, power, where=np.isnan(self.load))  # first sample, or after an unknown one
         np.copyto(self.load, blended, where=fresh)
 
-    def _cooling_down(self, temp: F32, scale: F32, fresh: B, dt_s: F32) -> B:
-        """Return which nodes' chips are cooling (under their recent temperature); fold this sample in.
+    def _steady(self, temp: F32, scale: F32, fresh: B, dt_s: F32) -> B:
+        """Return which fresh nodes' chips are known not to be cooling; fold this sample into their trend.
 
-        In degrees, not in z: when a node's load falls its reference falls at
-        once while its chips take tens of seconds to follow.
+        Cooling: under their recent temperature (the trend) by more than
+        ``cooling_fall_z`` times ``scale``, in degrees, not in z: when a
+        node's load falls its reference falls at once while its chips take
+        tens of seconds to follow.  Known: the trend has seen
+        ``cooling_trend_s`` of samples (a first sample, or one after an
+        unknown temperature, starts it again); before that a fall cannot be
+        told from noise.
         """
         p = self.params
         falling = temp < self.temp_trend - np.float32(p.cooling_fall_z) * scale  # NaN (no history): not falling
-        weight = (1.0 - np.exp(-np.fmax(np.nan_to_num(dt_s, nan=0.0), 0.0) / p.cooling_trend_s)).astype(np.float32)
+        known = self.trend_s >= np.float32(p.cooling_trend_s)
+        dt = np.fmax(np.nan_to_num(dt_s, nan=0.0), 0.0).astype(np.float32)
+        weight = (1.0 - np.exp(-dt / p.cooling_trend_s)).astype(np.float32)
         blended = self.temp_trend + weight * (temp - self.temp_trend)
-        np.copyto(blended, temp, where=np.isnan(self.temp_trend))
+        restart = np.isnan(self.temp_trend)
+        np.copyto(blended, temp, where=restart)
         np.copyto(self.temp_trend, blended, where=fresh)
-        return np.asarray(falling & fresh, dtype=bool)
+        # A trend that starts (or starts again) has seen no interval yet; a NaN temperature empties it.
+        age = np.where(restart, np.float32(0.0), self.trend_s + dt)
+        age = np.where(np.isnan(self.temp_trend), np.float32(0.0), age).astype(np.float32)
+        np.copyto(self.trend_s, age, where=fresh)
+        return np.asarray(fresh & known & ~falling, dtype=bool)
 
     def lost_nodes(self) -> B:
         """Return which nodes are lost now."""
