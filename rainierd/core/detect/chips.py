@@ -109,7 +109,8 @@ class ChipDetector:
         learned = self.baseline.learned()
         # Evidence, persistence and learning count a sample after a gap as one typical interval.
         held = persistence_seconds(table.dt_s, fresh, self.sample)
-        sigmas_per_s = self._evidence_per_s(1.0 - own, judged, fresh, held)
+        _, spread = robust_center_scale(own, judged, floor=0.0, sample=self.sample)
+        sigmas_per_s = self._evidence_per_s(1.0 - own, spread, fresh, held)
         straggling = self.cusum.update(sigmas_per_s, judged & learned, seconds=held)
         straggling |= judged & learned & (self.baseline.level < np.float32(p.efficiency_band))
 
@@ -146,10 +147,32 @@ class ChipDetector:
         # (Half its threshold, not a quarter as for paths: a chip's efficiency wanders by a fraction of a %
         # with the phase at which its publisher samples utilisation, and a level frozen early stays off.)
         quiet = judged & (self.tracker.state == HEALTHY) & (self.cusum.s < 0.5 * p.z_h)
-        self.baseline.update(relative, quiet, held)
+        self.baseline.update(self._believed(relative, spread), quiet, held)
         return changes
 
-    def _evidence_per_s(self, deficit: Floats, judged: B, fresh: B, held: F32) -> F32:
+    def _believed(self, relative: Floats, spread: float) -> F32:
+        """Return ``relative`` as the baseline may learn it: within ``z_cap`` spreads of the chip's level.
+
+        The CUSUM believes no more than ``z_cap`` sigmas of one sample, and the
+        level is what its evidence is measured from, so one sample moves the
+        level by no more than that either.  A chip's efficiency spreads by a
+        fraction of a % while one instant utilisation reading can be 20 % off
+        (heavy-tailed noise): taken up to ``Baseline.learn_clip`` (30 %) in the
+        learning seconds, such a sample left the level of the plain mean 0.3 / n
+        high, still 0.8 % (two floor sigmas) after 47 s, when the CUSUM, fed
+        by that offset, froze the level and raised a healthy chip three times
+        in one run (issue 22, training profile).  Before its first sample a
+        chip's level is its group's median (1.0), so a first sample that is
+        an outlier is held to the same bound.  Two fleet-sized temporaries a
+        tick, no loop: at ``rainier`` a few MB.
+        """
+        level = self.baseline.level
+        center = np.where(np.isnan(level), np.float32(1.0), level).astype(np.float32)
+        bound = np.float32(self.params.z_cap * max(spread, self.params.efficiency_floor))
+        return np.clip(relative, center * (np.float32(1.0) - bound), center * (np.float32(1.0) + bound)).astype(
+            np.float32, copy=False)
+
+    def _evidence_per_s(self, deficit: Floats, spread: float, fresh: B, held: F32) -> F32:
         """Return each chip's efficiency deficit as the CUSUM's evidence: sigmas per second of its interval.
 
         The CUSUM weighs each sample by its interval ``held``, so a sample's
@@ -174,7 +197,6 @@ class ChipDetector:
         (issue 22).
         """
         p = self.params
-        _, spread = robust_center_scale(deficit, judged, floor=0.0, sample=self.sample)
         typical = typical_interval(self.state.chips.dt_s, fresh, self.sample) or 1.0
         floor = p.efficiency_floor
         averaged = (deficit / np.float32(max(spread * math.sqrt(typical), floor))).astype(np.float32)

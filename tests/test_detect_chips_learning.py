@@ -1,0 +1,109 @@
+"""Specification of how the chip detector learns each chip's own level: one
+outlying utilisation reading in a chip's first seconds leaves no offset that
+the straggler test later reads as a slowdown (issue 22: in one training-profile
+run a chip whose utilisation read 21 % low once at 13 s kept a level 0.8 %
+high, was judged 2 floor sigmas slow from then on and raised three times).
+
+The feed is the simulator's healthy chip as in ``test_detect_chips_at_scale``
+(FLOP at the group's pace, utilisation the busy share plus Gaussian noise read
+once a sample), at a 1 s tick on four UltraServers, with one chip's reading
+replaced by the outlier the training profile's heavy-tailed noise drew.  The
+noise is 0.2 % of utilisation, under ``ChipParams.efficiency_floor`` as the
+training profile's is (a gauge averaged over its interval), so the floor is
+the detector's resolution: an offset of two floor sigmas is evidence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from rainierd.core.detect.chips import STRAGGLER, ChipDetector
+from rainierd.core.state import FleetState
+from rainierd.hardware import TRN2
+from rainierd.sim.params import FleetParams
+from rainierd.topology import build_fleet
+
+CHIP = 70
+# The training run's reading: 0.4958 where the busy share was 0.63.
+OUTLIER = 0.79
+RUN_S = 200
+UTIL_NOISE = 0.002
+
+
+@dataclass(frozen=True)
+class Run:
+    """What one run raised and the watched chip's learned level at its end."""
+
+    raised: dict[int, int]  # chip -> second of its first straggler raise
+    level: float
+
+
+def run_chips(*, outlier_at: int | None, reading: float = OUTLIER, slow: float = 0.0,
+              slowed_from: int = 0, seed: int = 0, seconds: int = RUN_S) -> Run:
+    """Feed four UltraServers of healthy chips for ``seconds``; ``CHIP``'s utilisation is read at
+    ``reading`` times its busy share at second ``outlier_at``, and it is slower by ``slow`` from
+    ``slowed_from``; return the raises."""
+    topo = build_fleet(1, 4)
+    state = FleetState(topo)
+    detector = ChipDetector(state, TRN2.fp8_dense_flops)
+    params, rng, n = FleetParams(), np.random.default_rng(seed), topo.n_chips
+    per_group = topo.chips_per_node * topo.nodes_per_ultraserver
+    flop = np.zeros(n)
+    ids = np.arange(n, dtype=np.int64)
+    raised: dict[int, int] = {}
+    for tick in range(seconds):
+        speed = np.ones(n)
+        if tick >= slowed_from:
+            speed[CHIP] -= slow
+        pace = np.repeat(speed.reshape(-1, per_group).min(axis=1), per_group)
+        flop += TRN2.fp8_dense_flops * params.util_mean * pace
+        busy = params.util_mean * pace / speed
+        util = busy + rng.normal(0.0, UTIL_NOISE, n)
+        if tick == outlier_at:
+            util[CHIP] = busy[CHIP] * reading
+        columns = {"util": util.astype(np.float32), "clock_ratio": np.ones(n, np.float32),
+                   "throttled": np.zeros(n, np.uint8), "fp8_flop_total": flop,
+                   "ecc_uncorrected_total": np.zeros(n, np.uint64)}
+        known = sum(state.chips.bit(name) for name in columns)
+        t_s = np.full(n, float(tick))
+        state.chips.apply(ids, columns, t_s=t_s, rx_s=t_s, known=known)
+        state.now_s = float(tick)
+        changes = detector.update(tick)
+        for chip in changes.ids[changes.after == STRAGGLER]:
+            raised.setdefault(int(chip), tick)
+    return Run(raised, float(detector.baseline.level[CHIP]))
+
+
+class TestLearningAChipsLevel:
+    @pytest.mark.parametrize("reading", [OUTLIER, 1.0 / OUTLIER], ids=["low", "high"])
+    def test_one_outlying_reading_while_learning_raises_nothing(self, reading: float) -> None:
+        """A healthy chip whose utilisation reads 21 % low (or 27 % high) once, 13 s into its 30 s of learning,
+        is never raised, and neither is any other chip (the reading pulled its level by 30 % / 13)."""
+        assert run_chips(outlier_at=13, reading=reading).raised == {}
+
+    @pytest.mark.parametrize("reading", [OUTLIER, 1.0 / OUTLIER], ids=["low", "high"])
+    def test_an_outlying_first_reading_raises_nothing(self, reading: float) -> None:
+        """A healthy chip whose first judged reading is the outlier is never raised: the reading does not set its
+        level, which starts at its group's median."""
+        assert run_chips(outlier_at=1, reading=reading).raised == {}
+
+    def test_the_learned_level_is_within_half_a_floor_sigma_when_judging_starts(self) -> None:
+        """30 s in, when the chip starts to be judged against its own level, the level an outlier at 13 s pulled
+        is within 0.2 % (half the efficiency floor) of its group's median."""
+        assert abs(run_chips(outlier_at=13, seconds=31).level - 1.0) < 0.002
+
+    def test_a_chip_slow_from_its_first_sample_is_still_a_straggler(self) -> None:
+        """A chip 12 % slower than its group from its first sample (no history of being healthy) is raised
+        within a minute, by its level under the efficiency band, and alone."""
+        run = run_chips(outlier_at=None, slow=0.12)
+        assert set(run.raised) == {CHIP}
+        assert run.raised[CHIP] <= 60
+
+    def test_a_straggler_after_learning_is_found_in_seconds(self) -> None:
+        """A chip that slows by 5 % at 100 s, after an outlier at 13 s, is raised within 8 s, alone."""
+        run = run_chips(outlier_at=13, slow=0.05, slowed_from=100)
+        assert set(run.raised) == {CHIP}
+        assert run.raised[CHIP] - 100 <= 8
