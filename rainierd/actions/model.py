@@ -136,7 +136,7 @@ class ActionsView:
     lemons: tuple[LedgerRecord, ...] = ()
 
     def for_node(self, node: str) -> Advisory | None:
-        """Return ``node``'s advisory (by hostname or n<id>), or None."""
+        """Return the advisory of the node named ``node`` (its hostname, or n<id> for a node without one), or None."""
         return next((a for a in self.advisories if a.node == node), None)
 
     def document(self, *, node: str | None = None, state: str | None = None, limit: int | None = None,
