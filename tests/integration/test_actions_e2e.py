@@ -1,11 +1,14 @@
 """Advisories end to end (docs/actions.md): ``rainierd run`` against a real Mosquitto, its simulator injecting a
 scenario's faults and its monitor judging them: a hard NeuronLink fault on one node of a job gives one drain
 proposal naming that job, and 30 nodes failing at once trip the brake at its configured bound, once.  The
-view is read where a user reads it without the HTTP route: /metrics and the monitor's log."""
+view is read where a user reads it: /metrics, the monitor's log, /api/v1/actions and ``rainierd node-check``."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +67,16 @@ def test_a_hard_link_fault_gives_one_proposal_naming_its_job(
     assert set(others.values()) == {0.0}
     assert values["rainier_actions_brake_tripped"] == 0
     assert values['rainier_actions_proposed_total{action="drain"}'] == 1
+    # The same advisory reaches the sinks: /api/v1/actions serves it, and node-check (NPD's plugin) reports it
+    # as a problem only when a dry run counts.
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/actions?node=n0", timeout=5) as response:
+        document = json.load(response)
+    [advisory] = document["actions"]
+    assert (advisory["action"], advisory["state"], document["dry_run"]) == ("drain", "proposed", True)
+    assert [p["job"] for p in advisory["protects"]] == ["lab/pretrain"]
+    check = [sys.executable, "-m", "rainierd", "node-check", "--node", "n0", "--url", f"http://127.0.0.1:{port}"]
+    assert subprocess.run(check, check=False, capture_output=True, timeout=10).returncode == 0
+    assert subprocess.run([*check, "--dry-run-counts"], check=False, capture_output=True, timeout=10).returncode == 1
     assert daemon.interrupt()[0] == 0, daemon.log()
 
 
