@@ -18,7 +18,9 @@ UltraServer's chips, links and ports on demand and the Prometheus HTTP
 service discovery of the UltraServers worth probing.
 
 ``/api/v1/actions`` (exporter/actions_api.py) serves the latest analysis's
-remediation advisories as JSON (docs/actions.md).
+remediation advisories as JSON (docs/actions.md); the rest of ``/api/v1/``
+(exporter/api/) the read API: fleet, sites, UltraServers, jobs, events
+(docs/api.md).
 
 With a web configuration (``webconfig``) it speaks TLS only, and with
 basic-auth users every path, the probes included, wants a valid password
@@ -64,6 +66,7 @@ from rainierd.exporter._episodes import Episode
 from rainierd.exporter._request import MAX_HEAD_BYTES, Rejection, Request, parse_head
 from rainierd.exporter._slots import Slots, Standing
 from rainierd.exporter.actions_api import ActionsApi
+from rainierd.exporter.api import ReadApi
 from rainierd.exporter.basicauth import BasicAuth
 from rainierd.exporter.descriptors import connection_budget
 from rainierd.exporter.serverstatus import ServerCounters
@@ -136,7 +139,7 @@ class MetricsServer:
     set and asks for basic auth if ``web`` has users; building the server
     loads the certificate, so it raises ConfigError if that fails.  With
     ``prober`` it also serves ``/probe`` and ``/probe/targets``, with
-    ``actions`` ``/api/v1/actions``.  It counts
+    ``actions`` ``/api/v1/actions``, with ``api`` the rest of ``/api/v1/``.  It counts
     into ``counters`` (``serverstatus``), a fresh one if none is given.
     """
 
@@ -152,6 +155,7 @@ class MetricsServer:
         web: WebConfig | None = None,
         prober: Prober | None = None,
         actions: ActionsApi | None = None,
+        api: ReadApi | None = None,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
         max_handshakes: int = DEFAULT_MAX_HANDSHAKES,
         unauthenticated_idle_s: float = DEFAULT_UNAUTHENTICATED_IDLE_S,
@@ -162,6 +166,7 @@ class MetricsServer:
         self._generation, self._healthy, self._ready = generation, healthy, ready
         self._prober = prober
         self._actions = actions
+        self._api = api
         self._cache: _Render | None = None
         self._sockets: list[socket.socket] = []
         self._acceptors: list[asyncio.Task[None]] = []
@@ -484,9 +489,13 @@ class MetricsServer:
         if self._actions is not None and path == "/api/v1/actions":
             status, body = await self._actions.answer(query)
             return _Response(status, "application/json", body, head_only)
+        if self._api is not None and (path == "/api/v1" or path.startswith("/api/v1/")):
+            status, body = await self._api.answer(path, query)
+            return _Response(status, "application/json", body, head_only)
         if path == "/":
             routes = " /probe?target=u<id> /probe/targets" if self._prober is not None else ""
             routes += " /api/v1/actions" if self._actions is not None else ""
+            routes += " /api/v1/" if self._api is not None else ""
             page = f"rainierd exporter: /metrics /healthz /readyz{routes}\n".encode()
             return _Response("200 OK", "text/plain; charset=utf-8", page, head_only)
         return _Response("404 Not Found", "text/plain", b"not found\n", head_only)
