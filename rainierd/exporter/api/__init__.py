@@ -51,12 +51,12 @@ class ReadApi:
     ``snapshot`` returns the latest snapshot; ``core`` and ``lock`` are the
     monitor's live state and the lock its analysis holds (one UltraServer's
     detail reads them); ``events`` returns the recent events, oldest first
-    (``EventLog.recent``).
+    (``EventLog.recent``, a bounded deque; without it ``/events`` is 404).
     """
 
     def __init__(
         self, topology: Topology, snapshot: Callable[[], MonitorSnapshot | None], *, core: MonitorCore,
-        lock: asyncio.Lock, events: Callable[[], Sequence[Mapping[str, Any]]] = tuple,
+        lock: asyncio.Lock, events: Callable[[], Sequence[Mapping[str, Any]]] | None = None,
         max_limit: int = MAX_LIMIT, actions: bool = True,
     ) -> None:
         self._topo, self._snapshot, self._core, self._lock, self._events = topology, snapshot, core, lock, events
@@ -122,7 +122,7 @@ class ReadApi:
             job_id = urllib.parse.unquote(path.removeprefix("/jobs/"))
             snap = self._computed()
             return await _threaded(lambda: _jobs.job(topo, self.table(snap), snap, job_id))
-        if path == "/events":
+        if path == "/events" and self._events is not None:
             given = params(query, {"limit": "", "entity": ""})
             recent = self._events()
             capacity = getattr(recent, "maxlen", None) or len(recent)
@@ -155,8 +155,9 @@ class ReadApi:
             "ultraserver": (f"{_PREFIX}/ultraservers/{{id}}", "one UltraServer's nodes, chips, links and ports"),
             "jobs": (f"{_PREFIX}/jobs?sort=&order=&offset=&limit=", "a page of jobs, the costliest first"),
             "job": (f"{_PREFIX}/jobs/{{id}}", "one job: its UltraServers, culprits, phase and loss"),
-            "events": (f"{_PREFIX}/events?limit=&entity=", "recent detection events, newest first"),
         }
+        if self._events is not None:
+            endpoints["events"] = (f"{_PREFIX}/events?limit=&entity=", "recent detection events, newest first")
         if self._actions:
             endpoints["actions"] = (f"{_PREFIX}/actions?node=&state=&limit=", "remediation advisories")
         return {"api": "rainierd/v1", "max_limit": self.max_limit, "endpoints": {
