@@ -12,7 +12,7 @@ import numpy as np
 
 from rainierd.core.analysis import MonitorCore
 from rainierd.core.jobs import NameIndex, resolve_jobs
-from rainierd.exporter.api import ReadApi
+from rainierd.exporter.api import MAX_LIMIT, ReadApi
 from rainierd.monitor.events import EventLog
 from rainierd.monitor.snapshot import MonitorSnapshot, MonitorStatus
 from rainierd.sim.faults import Fault, FaultKind
@@ -34,11 +34,11 @@ class Monitored:
     snap: MonitorSnapshot
     events: EventLog
 
-    def api(self, snapshot: MonitorSnapshot | None = None, **limits: int) -> ReadApi:
+    def api(self, snapshot: MonitorSnapshot | None = None, *, max_limit: int = MAX_LIMIT) -> ReadApi:
         """Return a read API over this monitor (over ``snapshot`` instead of its own, if given)."""
         snap = snapshot or self.snap
         return ReadApi(self.core.topology, lambda: snap, core=self.core, lock=asyncio.Lock(),
-                       events=lambda: self.events.recent, **limits)
+                       events=lambda: self.events.recent, max_limit=max_limit)
 
 
 def monitored() -> Monitored:

@@ -19,6 +19,7 @@ import pytest
 from rainierd.core.detect import Event
 from rainierd.exporter import MetricsServer
 from rainierd.exporter.api import ReadApi
+from rainierd.exporter.api._common import body, floats
 from rainierd.exporter.webconfig import load_web_config
 from rainierd.monitor.events import RECENT_EVENTS, EventLog
 from rainierd.pace import CAUSES
@@ -321,9 +322,8 @@ class TestBounds:
             await plain.ok(f"/api/v1{path}")
         assert plain.api.builds == 1
 
-    def test_nan_is_null(self, monitor: Monitored) -> None:
+    def test_nan_is_null(self) -> None:
         """An unknown figure (NaN) is JSON null, never NaN."""
-        from rainierd.exporter.api._common import body, floats
         assert json.loads(body({"v": floats(np.array([1.0, np.nan]))})) == {"v": [1.0, None]}
 
 
