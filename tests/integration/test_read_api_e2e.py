@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from harness.procs import Broker, free_port
-from harness.timing import within
 from harness.waits import poll_until
 from tests.conftest import Daemon
 
@@ -47,7 +46,7 @@ def test_worst_first_leads_to_the_faulty_link(mosquitto: Broker, start_rainierd:
         worst = page["ultraservers"][0] if page["ultraservers"] else {}
         return worst.get("lost_flops", 0) > 0 and worst["unhealthy"]["neuronlink"] >= 1
 
-    poll_until(detected, within(40.0), f"an UltraServer losing FLOP/s to a link ({daemon.log()[-2000:]})")
+    poll_until(detected, 40.0, f"an UltraServer losing FLOP/s to a link ({daemon.log()[-2000:]})")
     assert worst["id"] == "u1"
     assert worst["lost_by_cause"]["degraded_neuronlink"] > 0
 
