@@ -110,6 +110,7 @@ async def _serve_and_ask(preset: str, *, requests: int, seed: int, n_jobs: int, 
     port = await server.start()
     targets = ["/api/v1/", "/api/v1/fleet", "/api/v1/sites", "/api/v1/ultraservers",
                "/api/v1/ultraservers?sort=effective_share&limit=50", "/api/v1/ultraservers?sort=lost&limit=10000",
+               "/api/v1/ultraservers?limit=10000&fields=site,effective_share,unhealthy_total",
                f"/api/v1/ultraservers/u{worst_us}", "/api/v1/jobs", "/api/v1/jobs?sort=id&limit=10000",
                f"/api/v1/jobs/{worst_job}", "/api/v1/events", "/api/v1/events?limit=1000"]
     async with asyncio.TaskGroup() as tg:

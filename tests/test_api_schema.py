@@ -51,6 +51,15 @@ class TestSchema:
         _status, document = await served(monitor, target)
         validator(definition).validate(document)
 
+    async def test_full_rows_carry_every_field(self, monitor: Monitored) -> None:
+        """Without fields= every UltraServer row is a whole ``ultraserver_row``; with it, only those fields."""
+        _status, document = await served(monitor, "/api/v1/ultraservers")
+        for row in document["ultraservers"]:
+            validator("ultraserver_row").validate(row)
+        _status, document = await served(monitor, "/api/v1/ultraservers?fields=effective_share,site")
+        validator("ultraservers").validate(document)
+        assert {tuple(row) for row in document["ultraservers"]} == {("id", "site", "effective_share")}
+
     def test_every_endpoint_of_the_index_has_a_definition(self) -> None:
         """Each endpoint the index names (the actions' excepted: docs/actions.md) has a schema definition."""
         assert {"fleet", "sites", "ultraservers", "ultraserver", "jobs", "job", "events"} <= set(SCHEMA["$defs"])

@@ -160,8 +160,15 @@ class TestUltraServers:
         assert (await plain.ok("/api/v1/ultraservers?site=s0"))["total"] == 2
         assert (await plain.ok("/api/v1/ultraservers?site=0"))["total"] == 2
 
+    async def test_fields_pick_columns(self, plain: Served) -> None:
+        """fields= answers only those fields of each row (id always), in the rows' own order."""
+        document = await plain.ok("/api/v1/ultraservers?sort=effective_share&fields=unhealthy_total,effective_share")
+        assert [list(row) for row in document["ultraservers"]] == [["id", "effective_share", "unhealthy_total"]] * 2
+        assert document["ultraservers"][0]["id"] == FAULTY_US
+
     @pytest.mark.parametrize("query", ["limit=6", "limit=-1", "offset=x", "sort=name", "order=up", "site=s1",
-                                       "site=east", "colour=red", "limit=1&limit=2", "a=1&b=2&c=3&d=4&e=5&f=6"])
+                                       "site=east", "colour=red", "limit=1&limit=2", "fields=id,colour", "fields=",
+                                       "a=1&b=2&c=3&d=4&e=5&f=6&g=7"])
     async def test_bad_parameters_are_400(self, plain: Served, query: str) -> None:
         """A parameter out of bounds, unknown, repeated or malformed is 400 with a one-line JSON error."""
         status, document = await plain.json(f"/api/v1/ultraservers?{query}")
@@ -325,6 +332,11 @@ class TestBounds:
     def test_nan_is_null(self) -> None:
         """An unknown figure (NaN) is JSON null, never NaN."""
         assert json.loads(body({"v": floats(np.array([1.0, np.nan]))})) == {"v": [1.0, None]}
+
+    def test_long_lists_encode_in_chunks_to_the_same_json(self) -> None:
+        """A top-level list longer than a chunk is the same JSON as one encoder call would write."""
+        document = {"total": 250, "rows": [{"id": i, "v": [i, None]} for i in range(250)], "empty": []}
+        assert body(document) == (json.dumps(document, separators=(",", ":")) + "\n").encode()
 
 
 @pytest.fixture(scope="module")

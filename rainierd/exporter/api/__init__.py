@@ -8,8 +8,10 @@ Every answer but one UltraServer's detail is built from the latest frozen
 ``MonitorSnapshot`` alone, so a request never waits for an analysis and
 never reads live state.  The per-UltraServer table behind the lists, sites
 and jobs is built once per snapshot and kept; answers that grow with the
-fleet (lists, sites, one UltraServer, one job) are built in a worker
-thread, so the event loop pays only the write.  One UltraServer's detail
+fleet (lists, sites, one UltraServer, one job, events) are built in a
+worker thread, and encoded a hundred rows per encoder call (the C encoder
+holds the GIL for a whole call), so the event loop pays little but the
+write.  One UltraServer's detail
 copies its entities' live figures under the monitor's analysis lock (as
 ``/probe`` reads them) and builds the JSON after releasing it.
 
@@ -102,11 +104,12 @@ class ReadApi:
             snap = self._computed()
             return await _threaded(lambda: _fleet.sites(topo, self.table(snap), snap))
         if path == "/ultraservers":
-            given = params(query, {"site": "", "sort": "", "order": "", "offset": "", "limit": ""})
+            given = params(query, {"site": "", "sort": "", "order": "", "offset": "", "limit": "", "fields": ""})
             paging = page(given, _ultraservers.SORTS, default_sort="id", max_limit=self.max_limit)
-            site = self._site(given.get("site"))
+            site, fields = self._site(given.get("site")), _ultraservers.wanted_fields(given.get("fields"))
             snap = self._computed()
-            return await _threaded(lambda: _ultraservers.listing(topo, self.table(snap), snap, paging, site))
+            return await _threaded(lambda: _ultraservers.listing(topo, self.table(snap), snap, paging, site=site,
+                                                                 fields=fields))
         if path.startswith("/ultraservers/"):
             params(query, {})
             us = _ultraservers.resolve(topo, urllib.parse.unquote(path.removeprefix("/ultraservers/")), self._names)
@@ -132,7 +135,10 @@ class ReadApi:
                 raise ApiError("400 Bad Request", f"entity= wants one of {', '.join(STATE_NAMES)}")
             latest = self._snapshot()
             announced = sum(latest.events.values()) if latest is not None else 0
-            return body(_events.events(topo, recent, limit=limit, entity=entity, announced=announced))
+            # Copied here: the loop appends to the ring, and a deque changed while a thread reads it raises.
+            held = list(recent)
+            return await _threaded(lambda: _events.events(topo, held, limit=limit, entity=entity,
+                                                          announced=announced, capacity=capacity))
         raise ApiError("404 Not Found", f"no such endpoint {(_PREFIX + path)[:200]!r}: see {_PREFIX}/")
 
     def _site(self, text: str | None) -> int | None:
@@ -150,7 +156,7 @@ class ReadApi:
         endpoints = {
             "fleet": (f"{_PREFIX}/fleet", "the fleet: throughput, loss by cause, chips, unhealthy counts, lag"),
             "sites": (f"{_PREFIX}/sites", "one row a site"),
-            "ultraservers": (f"{_PREFIX}/ultraservers?site=&sort=&order=&offset=&limit=",
+            "ultraservers": (f"{_PREFIX}/ultraservers?site=&sort=&order=&offset=&limit=&fields=",
                              "a page of UltraServers: effective share, loss by cause, unhealthy counts"),
             "ultraserver": (f"{_PREFIX}/ultraservers/{{id}}", "one UltraServer's nodes, chips, links and ports"),
             "jobs": (f"{_PREFIX}/jobs?sort=&order=&offset=&limit=", "a page of jobs, the costliest first"),

@@ -20,6 +20,7 @@ __all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "ApiError", "Page", "body", "floats", "
 DEFAULT_LIMIT: Final = 500
 MAX_LIMIT: Final = 10_000
 _MAX_OFFSET: Final = 1_000_000_000
+_CHUNK: Final = 100  # rows a JSON encoder call at most (~35 KB, well under 1 ms)
 
 Answer: TypeAlias = tuple[str, bytes]  # (HTTP status line, body)
 
@@ -112,9 +113,25 @@ def floats(values: F64) -> list[float | None]:
     return out
 
 
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), allow_nan=False)
+
+
 def body(document: Mapping[str, Any]) -> bytes:
-    """Return ``document`` as a compact JSON body (NaN already replaced: ``allow_nan`` off guards it)."""
-    return (json.dumps(document, separators=(",", ":"), allow_nan=False) + "\n").encode()
+    """Return ``document`` as a compact JSON body (NaN already replaced: ``allow_nan`` off guards it).
+
+    A long list at the top level (the rows of a page) is encoded ``_CHUNK`` rows at a time: the C encoder
+    holds the GIL for a whole call, so one call over 10,000 rows (3.4 MB, ~60 ms at rainier) would stall
+    the event loop even from a worker thread; between chunks the loop gets its turn.
+    """
+    parts = []
+    for key, value in document.items():
+        if isinstance(value, list) and len(value) > _CHUNK:
+            rows = ",".join(_dumps(value[i:i + _CHUNK])[1:-1] for i in range(0, len(value), _CHUNK))
+            parts.append(f"{_dumps(key)}:[{rows}]")
+        else:
+            parts.append(f"{_dumps(key)}:{_dumps(value)}")
+    return ("{" + ",".join(parts) + "}\n").encode()
 
 
 def columns(rows: int, named: Mapping[str, list[Any]]) -> list[dict[str, Any]]:

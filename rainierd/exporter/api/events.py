@@ -28,11 +28,11 @@ def _ultraserver(topo: Topology, entity: str, entity_id: int) -> str | None:
 
 
 def events(topo: Topology, recent: Sequence[Mapping[str, Any]], *, limit: int, entity: str | None,
-           announced: int) -> dict[str, Any]:
-    """Return the newest ``limit`` events of ``recent`` (oldest first, as the ring holds them) of ``entity``
-    (or every kind); ``announced`` counts every event since the monitor started."""
+           announced: int, capacity: int) -> dict[str, Any]:
+    """Return the newest ``limit`` events of ``recent`` (oldest first, as the ring of ``capacity`` holds them)
+    of ``entity`` (or every kind); ``announced`` counts every event since the monitor started."""
     newest = [e for e in reversed(recent) if entity is None or e.get("entity") == entity]
     out = [dict(e) | {"ultraserver": _ultraserver(topo, str(e.get("entity")), int(e.get("id", -1)))}
            for e in newest[:limit]]
-    return {"total": len(newest), "limit": limit, "capacity": getattr(recent, "maxlen", None) or len(recent),
+    return {"total": len(newest), "limit": limit, "capacity": capacity,
             "announced": announced, "events": out}

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -33,10 +34,15 @@ from rainierd.monitor.snapshot import MonitorSnapshot
 from rainierd.pace import CAUSES
 from rainierd.topology import LINK_KIND_NAMES, Topology
 
-__all__ = ["ENTITIES", "SORTS", "UltraServerTable", "copy_live", "detail", "listing", "resolve"]
+__all__ = ["ENTITIES", "FIELDS", "SORTS", "UltraServerTable", "copy_live", "detail", "listing", "resolve",
+           "wanted_fields"]
 
 ENTITIES: Final = ("chip", "neuronlink", "efa", "node", "ultraserver")
 """The entity kinds counted per UltraServer (the feed is the monitor's own, not an UltraServer's)."""
+
+FIELDS: Final = ("id", "name", "site", "state", "chips_present", "chips_reporting", "peak_flops",
+                  "effective_flops", "effective_share", "lost_flops", "lost_by_cause", "unhealthy", "unhealthy_total")
+"""The fields of an UltraServer's row, in order (``fields=`` picks some; ``id`` is always there)."""
 
 SORTS: Final = {"id": False, "effective_share": False, "lost": True, "unhealthy": True}
 """Sort keys of the list and whether each runs descending (worst first) by default."""
@@ -91,27 +97,44 @@ class UltraServerTable:
             state=state,
         )
 
-    def rows(self, topo: Topology, ids: I64) -> list[dict[str, Any]]:
-        """Return the rows of UltraServers ``ids``, in that order."""
+    def rows(self, topo: Topology, ids: I64, fields: tuple[str, ...] = FIELDS) -> list[dict[str, Any]]:
+        """Return the rows of UltraServers ``ids``, in that order, with ``fields`` only (each of ``FIELDS``)."""
         names = topo.names.ultraservers
-        sites = topo.ultraserver_site[ids].tolist()
-        lost = {c: floats(self.lost[c][ids]) for c in CAUSES}
-        unhealthy = {e: self.unhealthy[e][ids].tolist() for e in ENTITIES}
-        return columns(ids.size, {
-            "id": [f"u{u}" for u in ids.tolist()],
-            "name": [names[u] for u in ids.tolist()] if names else [None] * ids.size,
-            "site": [f"s{s}" for s in sites],
-            "state": [STATE_NAMES["ultraserver"][s] for s in self.state[ids].tolist()],
-            "chips_present": self.chips_present[ids].tolist(),
-            "chips_reporting": self.chips_reporting[ids].tolist(),
-            "peak_flops": floats(self.peak[ids]),
-            "effective_flops": floats(self.effective[ids]),
-            "effective_share": floats(self.share[ids]),
-            "lost_flops": floats(self.lost_total[ids]),
-            "lost_by_cause": [dict(zip(CAUSES, v, strict=True)) for v in zip(*lost.values(), strict=True)],
-            "unhealthy": [dict(zip(ENTITIES, v, strict=True)) for v in zip(*unhealthy.values(), strict=True)],
-            "unhealthy_total": self.unhealthy_total[ids].tolist(),
-        })
+
+        def lost() -> list[dict[str, float | None]]:
+            by_cause = [floats(self.lost[c][ids]) for c in CAUSES]
+            return [dict(zip(CAUSES, v, strict=True)) for v in zip(*by_cause, strict=True)]
+
+        def unhealthy() -> list[dict[str, int]]:
+            by_kind = [self.unhealthy[e][ids].tolist() for e in ENTITIES]
+            return [dict(zip(ENTITIES, v, strict=True)) for v in zip(*by_kind, strict=True)]
+
+        column: dict[str, Callable[[], list[Any]]] = {
+            "id": lambda: [f"u{u}" for u in ids.tolist()],
+            "name": lambda: [names[u] for u in ids.tolist()] if names else [None] * ids.size,
+            "site": lambda: [f"s{s}" for s in topo.ultraserver_site[ids].tolist()],
+            "state": lambda: [STATE_NAMES["ultraserver"][s] for s in self.state[ids].tolist()],
+            "chips_present": self.chips_present[ids].tolist,
+            "chips_reporting": self.chips_reporting[ids].tolist,
+            "peak_flops": lambda: floats(self.peak[ids]),
+            "effective_flops": lambda: floats(self.effective[ids]),
+            "effective_share": lambda: floats(self.share[ids]),
+            "lost_flops": lambda: floats(self.lost_total[ids]),
+            "lost_by_cause": lost,
+            "unhealthy": unhealthy,
+            "unhealthy_total": self.unhealthy_total[ids].tolist,
+        }
+        return columns(ids.size, {name: column[name]() for name in fields})
+
+
+def wanted_fields(text: str | None) -> tuple[str, ...]:
+    """Return the row fields ``fields=`` names (``id`` always, in ``FIELDS`` order), or raise a 400."""
+    if text is None:
+        return FIELDS
+    named = set(text.split(","))
+    if not named <= set(FIELDS):
+        raise ApiError("400 Bad Request", f"fields= wants a comma-separated subset of {','.join(FIELDS)}")
+    return tuple(f for f in FIELDS if f in named or f == "id")
 
 
 def resolve(topo: Topology, text: str, names: dict[str, int]) -> int:
@@ -129,9 +152,10 @@ def resolve(topo: Topology, text: str, names: dict[str, int]) -> int:
     return us
 
 
-def listing(topo: Topology, table: UltraServerTable, snap: MonitorSnapshot, paging: Page,
-            site: int | None) -> dict[str, Any]:
-    """Return one page of the UltraServers (of ``site``, or all), sorted as ``paging`` says."""
+def listing(topo: Topology, table: UltraServerTable, snap: MonitorSnapshot, paging: Page, *,
+            site: int | None, fields: tuple[str, ...] = FIELDS) -> dict[str, Any]:
+    """Return one page of the UltraServers (of ``site``, or all), sorted as ``paging`` says, their rows
+    holding ``fields``."""
     ids = np.flatnonzero(table.present).astype(np.int64)
     if site is not None:
         ids = ids[topo.ultraserver_site[ids] == site]
@@ -141,7 +165,7 @@ def listing(topo: Topology, table: UltraServerTable, snap: MonitorSnapshot, pagi
     chosen = ranked[paging.offset:paging.offset + paging.limit]
     return {"generation": snap.generation, "tick": snap.throughput.tick, "total": int(ids.size),
             "offset": paging.offset, "limit": paging.limit, "sort": paging.sort,
-            "order": "desc" if paging.descending else "asc", "ultraservers": table.rows(topo, chosen)}
+            "order": "desc" if paging.descending else "asc", "ultraservers": table.rows(topo, chosen, fields)}
 
 
 @dataclass(frozen=True, eq=False)
