@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import statistics
 import subprocess
@@ -102,7 +103,9 @@ async def _serve_and_ask(preset: str, *, requests: int, seed: int, n_jobs: int, 
         builds.append(time.perf_counter() - started)
     worst_us = int(np.nanargmin(np.where(table.present, table.share, np.nan)))
     worst_job = snap.jobs.ids[int(np.argmax(snap.job_loss.lost_total))] if snap.jobs and snap.job_loss else "none"
-    sys.setswitchinterval(SWITCH_INTERVAL_S)  # as the daemon runs
+    sys.setswitchinterval(SWITCH_INTERVAL_S)  # as the daemon runs, with what was built so far frozen
+    gc.collect()
+    gc.freeze()
     lag = LoopLag(interval_s=0.01, window=1_000_000)
     api = ReadApi(topo, lambda: snap, core=core, lock=asyncio.Lock(), events=lambda: events.recent)
     server = MetricsServer(lambda: b"", host="127.0.0.1", port=0, generation=lambda: 1,
