@@ -289,6 +289,15 @@ class TestEvents:
         assert (await plain.json(f"/api/v1/events?{query}"))[0] == 400
 
 
+    async def test_without_an_event_source_no_events_endpoint(self, monitor: Monitored) -> None:
+        """A read API given no event ring neither lists nor serves /events (404)."""
+        snap = monitor.snap
+        api = ReadApi(monitor.core.topology, lambda: snap, core=monitor.core, lock=asyncio.Lock())
+        async for served in serve(api):
+            assert "events" not in (await served.ok("/api/v1/"))["endpoints"]
+            assert (await served.json("/api/v1/events"))[0] == 404
+
+
 class TestRecentEvents:
     def test_the_ring_keeps_the_newest(self) -> None:
         """Past RECENT_EVENTS the log's ring drops its oldest: it holds the newest RECENT_EVENTS, oldest first."""
