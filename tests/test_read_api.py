@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gzip
 import json
 import ssl
 from collections.abc import AsyncIterator
@@ -45,9 +46,11 @@ class Served:
         self.context: ssl.SSLContext | None = None
         self.authorization: str | None = None
 
-    async def get(self, target: str, *, method: str = "GET") -> Response:
+    async def get(self, target: str, *, method: str = "GET", gzip: bool = False) -> Response:
         url = parse_url(f"{self.scheme}://127.0.0.1:{self.port}{target}")
         headers = {"Authorization": self.authorization} if self.authorization else {}
+        if gzip:
+            headers["Accept-Encoding"] = "gzip"
         async with asyncio.timeout(10):
             return await request(url, method=method, headers=headers, ssl_context=self.context)
 
@@ -296,6 +299,22 @@ class TestEvents:
         async for served in serve(api):
             assert "events" not in (await served.ok("/api/v1/"))["endpoints"]
             assert (await served.json("/api/v1/events"))[0] == 404
+
+
+class TestCompression:
+    async def test_a_large_answer_is_gzipped_for_a_client_that_accepts_it(self, plain: Served) -> None:
+        """One UltraServer's detail (~75 KB) comes gzipped when asked, and unzips to the same document."""
+        plain_body = (await plain.get("/api/v1/ultraservers/u1")).body
+        response = await plain.get("/api/v1/ultraservers/u1", gzip=True)
+        assert (response.headers["content-encoding"], response.headers["vary"]) == ("gzip", "Accept-Encoding")
+        assert len(response.body) < len(plain_body) // 4
+        assert gzip.decompress(response.body) == plain_body
+
+    async def test_a_small_answer_is_not(self, plain: Served) -> None:
+        """The fleet document (under 16 KiB) is sent as it is even to a client that accepts gzip."""
+        response = await plain.get("/api/v1/fleet", gzip=True)
+        assert "content-encoding" not in response.headers
+        assert json.loads(response.body)["generation"] == 45
 
 
 class TestRecentEvents:
