@@ -17,6 +17,7 @@ from typing import NoReturn
 
 from benchmarks import (
     aggregate,
+    api,
     cluster,
     core,
     detect,
@@ -52,6 +53,7 @@ BENCHMARKS: dict[str, ModuleType] = {
     "startup": startup,
     "simfeed": simfeed,
     "sinks": sinks,
+    "api": api,
 }
 
 _ROOT = Path(__file__).resolve().parent.parent

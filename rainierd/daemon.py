@@ -31,6 +31,7 @@ from rainierd.broker import EmbeddedBroker
 from rainierd.connection import ConnectionState
 from rainierd.exporter import MetricsServer, UltraServerProbe, build_exporter, build_registry
 from rainierd.exporter.actions_api import ActionsApi
+from rainierd.exporter.api import ReadApi
 from rainierd.exporter.serverstatus import ServerCollector, ServerCounters
 from rainierd.exporter.webconfig import load_web_config
 from rainierd.inventory import load_topology
@@ -207,6 +208,8 @@ async def _run_role(role: Role, settings: Settings, stop: asyncio.Event) -> None
                 prober=UltraServerProbe(monitor.topology, monitor.core, lambda: monitor.snapshot,
                                         lock=monitor.state_lock),
                 actions=ActionsApi(lambda: monitor.snapshot),
+                api=ReadApi(monitor.topology, lambda: monitor.snapshot, core=monitor.core, lock=monitor.state_lock,
+                            events=lambda: monitor.events.recent),
             ))
             coroutines["monitor-mqtt-subscribe"] = lambda: supervise(mon_mqtt, monitor.session.consume,
                                                                      state=monitor.connection)

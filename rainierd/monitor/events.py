@@ -1,14 +1,17 @@
 """Detection events on their way out: counted by entity and state, logged,
 and published to MQTT (retained, so a late subscriber sees each entity's
 last change) from an outbox that drops its oldest when the session is down.
+The newest ``RECENT_EVENTS`` are also kept as plain dicts for the read API's
+``/api/v1/events`` (docs/api.md): a ring, so a burst (rainier falling silent
+is 31,200 node events) costs a bounded ~1,000 dicts, not the burst.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections import Counter
-from typing import Final
+from collections import Counter, deque
+from typing import Any, Final
 
 import aiomqtt
 import structlog
@@ -17,11 +20,12 @@ from rainierd.core.detect import Event
 from rainierd.dropqueue import DropOldestQueue
 from rainierd.wire.topics import EVENTS_ROOT
 
-__all__ = ["EventLog"]
+__all__ = ["RECENT_EVENTS", "EventLog"]
 
 log = structlog.get_logger("rainierd.monitor")
 
 OUTBOX_EVENTS: Final = 10_000
+RECENT_EVENTS: Final = 1_000
 
 
 class EventLog:
@@ -31,6 +35,8 @@ class EventLog:
         self._qos = max(qos, 1)
         self.counts: Counter[tuple[str, str]] = Counter()  # cumulative, by (entity, new state)
         self.outbox: DropOldestQueue[tuple[Event, float]] = DropOldestQueue(OUTBOX_EVENTS)
+        # The newest events as the log writes them (with ``t_s``), oldest first; appended on the event loop.
+        self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT_EVENTS)
 
     def announce(self, event: Event) -> None:
         """Count, log and queue one event for publishing."""
@@ -42,6 +48,7 @@ class EventLog:
         else:
             log.warning("health degraded", **fields)
         self.outbox.offer((event, t_s))
+        self.recent.append(fields)
 
     async def publish(self, client: aiomqtt.Client) -> None:
         """Publish queued events on ``client`` until cancelled."""

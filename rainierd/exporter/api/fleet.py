@@ -1,0 +1,81 @@
+"""``/api/v1/fleet`` (the whole watched fleet in one small document) and
+``/api/v1/sites`` (one row a site), from the snapshot only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from rainierd.core.detect import STATE_NAMES
+from rainierd.exporter.api._common import columns, floats, number
+from rainierd.exporter.api.ultraservers import ENTITIES, UltraServerTable
+from rainierd.monitor.snapshot import MonitorSnapshot
+from rainierd.pace import CAUSES
+from rainierd.topology import Topology
+
+__all__ = ["fleet", "sites"]
+
+
+def fleet(topo: Topology, snap: MonitorSnapshot) -> dict[str, Any]:
+    """Return the fleet document of ``snap`` (computed)."""
+    tp = snap.throughput
+    peak, effective = tp.fleet_peak, tp.fleet_effective
+    lost = snap.lost.fleet() if snap.lost is not None else dict.fromkeys(CAUSES, 0.0)
+    counts = snap.health.counts() if snap.health is not None else {}
+    unhealthy = {entity: {state: counts.get((entity, state), 0) for state in names[1:]}
+                 for entity, names in STATE_NAMES.items()}
+    backlog = snap.status.backlog
+    goodput = snap.job_loss.allocated_goodput_ratio if snap.job_loss is not None else float("nan")
+    return {
+        "generation": snap.generation, "tick": tp.tick, "analysed_ticks": snap.analysed_ticks,
+        "peak_flops": peak, "delivered_flops": tp.fleet_delivered, "effective_flops": effective,
+        "effective_share": number(effective / peak) if peak > 0 else None,
+        "goodput_ratio": number(goodput),
+        "lost_flops": sum(lost.values()), "lost_by_cause": {c: lost.get(c, 0.0) for c in CAUSES},
+        "chips": {"total": snap.chips_total, "reporting": tp.chips_fresh},
+        "sites": topo.n_sites, "ultraservers": int(topo.node_present.reshape(topo.n_ultraservers, -1)
+                                                   .any(axis=1).sum()),
+        "jobs": snap.jobs.n_jobs if snap.jobs is not None else 0,
+        "unhealthy": unhealthy,
+        "monitor": {
+            "lag_s": number(snap.lag_s), "analysis_s": number(snap.analysis_s),
+            "overloaded": backlog.overloaded if backlog is not None else False,
+            "backlog_messages": backlog.messages if backlog is not None else 0,
+            "connected": snap.status.connection.connected,
+        },
+    }
+
+
+def sites(topo: Topology, table: UltraServerTable, snap: MonitorSnapshot) -> dict[str, Any]:
+    """Return one row a site: its UltraServers' sums, its throughput and its facility's air."""
+    n = topo.n_sites
+    site_of = topo.ultraserver_site
+
+    def per_site(values: np.ndarray) -> np.ndarray:
+        return np.bincount(site_of, weights=values.astype(np.float64), minlength=n)
+
+    tp = snap.throughput
+    share = np.full(n, np.nan)
+    np.divide(tp.site_effective, tp.site_peak, out=share, where=tp.site_peak > 0)
+    lost = {c: floats(snap.lost.site[c]) if snap.lost is not None else [0.0] * n for c in CAUSES}
+    unhealthy = {e: per_site(table.unhealthy[e]).astype(np.int64).tolist() for e in ENTITIES}
+    aggregates = snap.aggregates
+    outside = floats(aggregates.site_outside_c) if aggregates is not None else [None] * n
+    water = aggregates.site_water_assist if aggregates is not None else np.full(n, np.nan)
+    names = topo.names.sites
+    return {"generation": snap.generation, "tick": tp.tick, "total": n, "sites": columns(n, {
+        "id": [f"s{s}" for s in range(n)], "name": list(names) if names else [None] * n,
+        "ultraservers": per_site(table.present).astype(np.int64).tolist(),
+        "chips_present": per_site(table.chips_present).astype(np.int64).tolist(),
+        "chips_reporting": per_site(table.chips_reporting).astype(np.int64).tolist(),
+        "peak_flops": floats(tp.site_peak), "effective_flops": floats(tp.site_effective),
+        "effective_share": floats(share),
+        "lost_flops": floats(np.sum([snap.lost.site[c] for c in CAUSES], axis=0, dtype=np.float64).reshape(n))
+        if snap.lost is not None else [0.0] * n,
+        "lost_by_cause": [dict(zip(CAUSES, v, strict=True)) for v in zip(*lost.values(), strict=True)],
+        "unhealthy": [dict(zip(ENTITIES, v, strict=True)) for v in zip(*unhealthy.values(), strict=True)],
+        "outside_c": outside,
+        "water_assist": [None if np.isnan(w) else bool(w) for w in water.tolist()],
+    })}

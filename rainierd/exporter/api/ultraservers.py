@@ -1,0 +1,266 @@
+"""``/api/v1/ultraservers`` (a page of UltraServers, any sort) and
+``/api/v1/ultraservers/<id>`` (one UltraServer's nodes, chips, links and ports).
+
+The list reads only the snapshot: ``UltraServerTable`` is built from it once
+per generation (a ``reshape().sum()`` over the chips' freshness and a
+``bincount`` per entity kind over the unhealthy ids; about 1 ms at
+``rainier``) and every page is a slice of one sort of it.  The effective
+share is the snapshot's effective over its peak, per UltraServer.
+
+One UltraServer's detail is what ``/probe`` knows (exporter/drilldown.py):
+the live per-entity state, read under the monitor's analysis lock (never a
+half-applied tick) but only for as long as a few fancy-indexed copies take;
+the JSON is built after the lock is released.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+import numpy as np
+
+from rainierd._types import F64, I64, B
+from rainierd.core.analysis import MonitorCore
+from rainierd.core.detect import STATE_NAMES
+from rainierd.core.detect._common import reason_names
+from rainierd.core.state import Table
+from rainierd.exporter.api._common import ApiError, Page, columns, floats, order
+from rainierd.exporter.drilldown import _CHIP_FIGURES, _EFA_FIGURES, _LINK_FIGURES, _NODE_FIGURES
+from rainierd.monitor.snapshot import MonitorSnapshot
+from rainierd.pace import CAUSES
+from rainierd.topology import LINK_KIND_NAMES, Topology
+
+__all__ = ["ENTITIES", "FIELDS", "SORTS", "UltraServerTable", "copy_live", "detail", "listing", "resolve",
+           "wanted_fields"]
+
+ENTITIES: Final = ("chip", "neuronlink", "efa", "node", "ultraserver")
+"""The entity kinds counted per UltraServer (the feed is the monitor's own, not an UltraServer's)."""
+
+FIELDS: Final = ("id", "name", "site", "state", "chips_present", "chips_reporting", "peak_flops",
+                  "effective_flops", "effective_share", "lost_flops", "lost_by_cause", "unhealthy", "unhealthy_total")
+"""The fields of an UltraServer's row, in order (``fields=`` picks some; ``id`` is always there)."""
+
+SORTS: Final = {"id": False, "effective_share": False, "lost": True, "unhealthy": True}
+"""Sort keys of the list and whether each runs descending (worst first) by default."""
+
+_ID: Final = re.compile(r"u?([0-9]{1,9})")
+
+
+@dataclass(frozen=True, eq=False)
+class UltraServerTable:
+    """Per UltraServer of one snapshot (indexed by UltraServer id): what the list, sites and jobs read."""
+
+    present: B  # has a present node (a shard: in its share)
+    chips_present: I64
+    chips_reporting: I64
+    peak: F64
+    effective: F64
+    share: F64  # effective / peak (NaN: no peak)
+    lost: dict[str, F64]  # by cause
+    lost_total: F64
+    unhealthy: dict[str, I64]  # by entity kind
+    unhealthy_total: I64
+    state: I64  # the ultraserver entity's own state (cooling)
+
+    @classmethod
+    def of(cls, topo: Topology, snap: MonitorSnapshot) -> UltraServerTable:
+        """Return the table of ``snap`` (computed: its throughput applies)."""
+        n = topo.n_ultraservers
+        tp = snap.throughput
+        chips_present = topo.chip_present.reshape(n, -1).sum(axis=1).astype(np.int64)
+        reporting = (tp.chip_fresh & topo.chip_present).reshape(n, -1).sum(axis=1).astype(np.int64)
+        share = np.full(n, np.nan)
+        np.divide(tp.ultraserver_effective, tp.ultraserver_peak, out=share, where=tp.ultraserver_peak > 0)
+        lost = {c: (snap.lost.ultraserver[c] if snap.lost is not None else np.zeros(n)) for c in CAUSES}
+        unhealthy = {e: np.zeros(n, np.int64) for e in ENTITIES}
+        state = np.zeros(n, np.int64)
+        if snap.health is not None:
+            owner_node = {"chip": topo.chip_node, "neuronlink": topo.link_node, "efa": topo.efa_node}
+            for entity in ENTITIES:
+                ids = snap.health.ids.get(entity, np.zeros(0, np.int64))
+                if entity == "ultraserver":
+                    owners = ids
+                    state[ids] = snap.health.states[entity]
+                else:
+                    nodes = owner_node[entity][ids] if entity in owner_node else ids
+                    owners = topo.node_ultraserver[nodes]
+                unhealthy[entity] = np.bincount(owners, minlength=n).astype(np.int64)
+        return cls(
+            present=np.asarray(topo.node_present.reshape(n, -1).any(axis=1), bool), chips_present=chips_present,
+            chips_reporting=reporting, peak=tp.ultraserver_peak, effective=tp.ultraserver_effective, share=share,
+            lost=lost, lost_total=np.sum([lost[c] for c in CAUSES], axis=0, dtype=np.float64).reshape(n),
+            unhealthy=unhealthy, unhealthy_total=np.sum(list(unhealthy.values()), axis=0).astype(np.int64),
+            state=state,
+        )
+
+    def rows(self, topo: Topology, ids: I64, fields: tuple[str, ...] = FIELDS) -> list[dict[str, Any]]:
+        """Return the rows of UltraServers ``ids``, in that order, with ``fields`` only (each of ``FIELDS``)."""
+        names = topo.names.ultraservers
+
+        def lost() -> list[dict[str, float | None]]:
+            by_cause = [floats(self.lost[c][ids]) for c in CAUSES]
+            return [dict(zip(CAUSES, v, strict=True)) for v in zip(*by_cause, strict=True)]
+
+        def unhealthy() -> list[dict[str, int]]:
+            by_kind = [self.unhealthy[e][ids].tolist() for e in ENTITIES]
+            return [dict(zip(ENTITIES, v, strict=True)) for v in zip(*by_kind, strict=True)]
+
+        column: dict[str, Callable[[], list[Any]]] = {
+            "id": lambda: [f"u{u}" for u in ids.tolist()],
+            "name": lambda: [names[u] for u in ids.tolist()] if names else [None] * ids.size,
+            "site": lambda: [f"s{s}" for s in topo.ultraserver_site[ids].tolist()],
+            "state": lambda: [STATE_NAMES["ultraserver"][s] for s in self.state[ids].tolist()],
+            "chips_present": self.chips_present[ids].tolist,
+            "chips_reporting": self.chips_reporting[ids].tolist,
+            "peak_flops": lambda: floats(self.peak[ids]),
+            "effective_flops": lambda: floats(self.effective[ids]),
+            "effective_share": lambda: floats(self.share[ids]),
+            "lost_flops": lambda: floats(self.lost_total[ids]),
+            "lost_by_cause": lost,
+            "unhealthy": unhealthy,
+            "unhealthy_total": self.unhealthy_total[ids].tolist,
+        }
+        return columns(ids.size, {name: column[name]() for name in fields})
+
+
+def wanted_fields(text: str | None) -> tuple[str, ...]:
+    """Return the row fields ``fields=`` names (``id`` always, in ``FIELDS`` order), or raise a 400."""
+    if text is None:
+        return FIELDS
+    named = set(text.split(","))
+    if not named <= set(FIELDS):
+        raise ApiError("400 Bad Request", f"fields= wants a comma-separated subset of {','.join(FIELDS)}")
+    return tuple(f for f in FIELDS if f in named or f == "id")
+
+
+def resolve(topo: Topology, text: str, names: dict[str, int]) -> int:
+    """Return the UltraServer ``text`` names (``u<id>``, an id, or an inventory name); raise 400 or 404."""
+    if text in names:
+        return names[text]
+    match = _ID.fullmatch(text)
+    if match is None:
+        raise ApiError("400 Bad Request", f"want u<id> (0 .. {topo.n_ultraservers - 1}), an id, or an inventory "
+                       "name; e.g. /api/v1/ultraservers/u0")
+    us = int(match.group(1))
+    if us >= topo.n_ultraservers or not topo.node_present[us * topo.nodes_per_ultraserver:
+                                                          (us + 1) * topo.nodes_per_ultraserver].any():
+        raise ApiError("404 Not Found", f"no UltraServer u{us} here ({topo.n_ultraservers} UltraServers)")
+    return us
+
+
+def listing(topo: Topology, table: UltraServerTable, snap: MonitorSnapshot, paging: Page, *,
+            site: int | None, fields: tuple[str, ...] = FIELDS) -> dict[str, Any]:
+    """Return one page of the UltraServers (of ``site``, or all), sorted as ``paging`` says, their rows
+    holding ``fields``."""
+    ids = np.flatnonzero(table.present).astype(np.int64)
+    if site is not None:
+        ids = ids[topo.ultraserver_site[ids] == site]
+    key = {"id": ids.astype(np.float64), "effective_share": table.share[ids], "lost": table.lost_total[ids],
+           "unhealthy": table.unhealthy_total[ids].astype(np.float64)}[paging.sort]
+    ranked = ids if paging.sort == "id" and not paging.descending else order(ids, key, descending=paging.descending)
+    chosen = ranked[paging.offset:paging.offset + paging.limit]
+    return {"generation": snap.generation, "tick": snap.throughput.tick, "total": int(ids.size),
+            "offset": paging.offset, "limit": paging.limit, "sort": paging.sort,
+            "order": "desc" if paging.descending else "asc", "ultraservers": table.rows(topo, chosen, fields)}
+
+
+@dataclass(frozen=True, eq=False)
+class _Slices:
+    """One UltraServer's live per-entity figures, copied under the lock."""
+
+    nodes: I64
+    chips: I64
+    links: I64
+    ports: I64
+    figures: dict[str, dict[str, F64]]  # entity -> field -> values
+    states: dict[str, I64]
+    reasons: dict[str, I64]
+    onsets: dict[str, I64]
+    chip_effective: F64
+
+
+def _values(table: Table, name: str, ids: I64) -> F64:
+    if name in table.gauges:
+        return table.gauges[name][ids].astype(np.float64)
+    values = table.totals[name][ids].astype(np.float64)
+    values[~table.has(name)[ids]] = np.nan
+    return values
+
+
+def _slices(topo: Topology, core: MonitorCore, snap: MonitorSnapshot, us: int) -> _Slices:
+    """Copy UltraServer ``us``'s live figures (hold the analysis lock)."""
+    state, trackers = core.state, core.detector.trackers()
+    nodes = np.arange(us * topo.nodes_per_ultraserver, (us + 1) * topo.nodes_per_ultraserver)
+    nodes = nodes[topo.node_present[nodes]]
+    chips = (nodes[:, None] * topo.chips_per_node + np.arange(topo.chips_per_node)).ravel()
+    links = (nodes[:, None] * topo.links_per_node + np.arange(topo.links_per_node)).ravel()
+    ports = (nodes[:, None] * topo.efa_ports_per_node + np.arange(topo.efa_ports_per_node)).ravel()
+    ids = {"chip": chips, "neuronlink": links, "efa": ports, "node": nodes}
+    tables = {"chip": (state.chips, _CHIP_FIGURES), "neuronlink": (state.links, _LINK_FIGURES),
+              "efa": (state.efa, _EFA_FIGURES), "node": (state.cooling, _NODE_FIGURES)}
+    figures = {entity: {figure[3]: _values(table, figure[3], ids[entity]) for figure in spec}
+               for entity, (table, spec) in tables.items()}
+    ids["ultraserver"] = np.array([us])
+    chip_effective = np.where(snap.throughput.chip_fresh[chips], snap.throughput.chip_effective[chips], np.nan)
+    return _Slices(nodes, chips, links, ports, figures,
+                   {e: trackers[e].state[i].astype(np.int64) for e, i in ids.items()},
+                   {e: trackers[e].reason[i].astype(np.int64) for e, i in ids.items()},
+                   {e: trackers[e].onset[i].astype(np.int64) for e, i in ids.items()}, chip_effective)
+
+
+async def copy_live(topo: Topology, core: MonitorCore, lock: asyncio.Lock, snapshot: Any, us: int,
+                    ) -> tuple[MonitorSnapshot, _Slices]:
+    """Return the latest snapshot and UltraServer ``us``'s live figures, copied under ``lock``; 503 before any
+    telemetry has been analysed."""
+    async with lock:
+        snap = snapshot()
+        if snap is None or not snap.computed:
+            raise ApiError("503 Service Unavailable", "no telemetry analysed yet")
+        return snap, _slices(topo, core, snap, us)
+
+
+def _health(entity: str, slices: _Slices) -> dict[str, list[Any]]:
+    states = slices.states[entity].tolist()
+    return {"state": [STATE_NAMES[entity][s] for s in states],
+            "reasons": [list(reason_names(r)) if s else [] for s, r in
+                        zip(states, slices.reasons[entity].tolist(), strict=True)],
+            "onset_tick": [o if s else None for s, o in zip(states, slices.onsets[entity].tolist(), strict=True)]}
+
+
+def detail(topo: Topology, table: UltraServerTable, snap: MonitorSnapshot, slices: _Slices, us: int,
+           ) -> dict[str, Any]:
+    """Return UltraServer ``us``'s document: its summary row and every node, chip, link and port."""
+    [summary] = table.rows(topo, np.array([us], np.int64))
+    summary["reasons"] = list(reason_names(int(slices.reasons["ultraserver"][0])))
+    names = topo.names
+    nodes, chips, links, ports = (slices.nodes.tolist(), slices.chips.tolist(), slices.links.tolist(),
+                                  slices.ports.tolist())
+    figure = {e: {name: floats(values) for name, values in fields.items()} for e, fields in slices.figures.items()}
+    jobs: list[str | None] = [None] * len(nodes)
+    if snap.jobs is not None and snap.jobs.node_job.size == topo.n_nodes:
+        jobs = [snap.jobs.ids[j] if j >= 0 else None for j in snap.jobs.node_job[slices.nodes].tolist()]
+    return {
+        "generation": snap.generation, "tick": snap.throughput.tick, "ultraserver": summary,
+        "nodes": columns(len(nodes), {
+            "id": [f"n{n}" for n in nodes],
+            "hostname": [names.hostnames[n] for n in nodes] if names.hostnames else [None] * len(nodes),
+            "instance_id": [names.instance_ids[n] for n in nodes] if names.instance_ids else [None] * len(nodes),
+            "job": jobs, **_health("node", slices), **figure["node"]}),
+        "chips": columns(len(chips), {
+            "id": chips, "node": [f"n{n}" for n in topo.chip_node[slices.chips].tolist()],
+            **_health("chip", slices), "effective_flops": floats(slices.chip_effective), **figure["chip"]}),
+        "links": columns(len(links), {
+            "id": links, "kind": [LINK_KIND_NAMES[k] for k in topo.link_kind[slices.links].tolist()],
+            "chip_a": topo.link_a[slices.links].tolist(), "chip_b": topo.link_b[slices.links].tolist(),
+            "node": [f"n{n}" for n in topo.link_node[slices.links].tolist()], **_health("neuronlink", slices),
+            **figure["neuronlink"]}),
+        "ports": columns(len(ports), {
+            "id": ports, "chip": topo.efa_chip[slices.ports].tolist(),
+            "node": [f"n{n}" for n in topo.efa_node[slices.ports].tolist()], **_health("efa", slices),
+            **figure["efa"]}),
+    }
+
