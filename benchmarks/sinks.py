@@ -38,7 +38,7 @@ from rainierd.sinks.webhook import WebhookConfig, WebhookSink
 
 __all__ = ["HELP", "add_arguments", "bench_sinks", "run", "view_of"]
 
-HELP: Final = "size and time of /api/v1/actions, and the pushing sinks' per-tick cost, with many advisories"
+HELP: Final = "size and time of /api/v1/actions, and what the pushing sinks cost a tick, with many advisories"
 
 
 def view_of(n_advisories: int, *, causes: int, jobs: int, t_s: float = 1_764_000_000.0) -> ActionsView:
