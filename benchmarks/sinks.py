@@ -29,9 +29,9 @@ from rainierd.actions.model import ActionsView, Advisory, BrakeStatus, Cause, Pr
 from rainierd.core.throughput import Throughput
 from rainierd.exporter import MetricsServer
 from rainierd.exporter.actions_api import DEFAULT_LIMIT, ActionsApi, render
+from rainierd.httpclient import parse_url, request
 from rainierd.monitor.snapshot import MonitorSnapshot
 from rainierd.probes import Verdict
-from rainierd.sinks._http import parse_url, request
 from rainierd.sinks.changes import diff
 from rainierd.sinks.retained import RetainedActions
 from rainierd.sinks.webhook import WebhookConfig, WebhookSink

@@ -21,8 +21,8 @@ from rainierd.actions.config import ActionConfig
 from rainierd.core.config import MonitorConfig
 from rainierd.errors import ConfigError
 from rainierd.hardware import TRN2
+from rainierd.httpclient import parse_url
 from rainierd.inventory import load_inventory
-from rainierd.sinks._http import parse_url
 from rainierd.topology import PRESETS, Topology, parse_topology
 from rainierd.wire.topics import Shard, parse_shard
 

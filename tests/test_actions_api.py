@@ -17,9 +17,9 @@ import pytest
 from rainierd.exporter import MetricsServer
 from rainierd.exporter.actions_api import ActionsApi
 from rainierd.exporter.webconfig import load_web_config
+from rainierd.httpclient import HttpError, Response, parse_url, request
 from rainierd.monitor.snapshot import MonitorSnapshot
 from rainierd.probes import Verdict
-from rainierd.sinks._http import HttpError, Response, parse_url, request
 from tests.actions_views import advisory, snapshot, view
 from tests.certs import Pki, make_pki
 from tests.test_webconfig import HASH

@@ -12,9 +12,9 @@ import pytest
 
 from rainierd.exporter import MetricsServer
 from rainierd.exporter.actions_api import ActionsApi
+from rainierd.httpclient import parse_url
 from rainierd.monitor.snapshot import MonitorSnapshot
 from rainierd.probes import Verdict as ProbeVerdict
-from rainierd.sinks._http import parse_url
 from rainierd.sinks.nodecheck import OK, PROBLEM, UNKNOWN, Verdict, check, judge
 from tests.actions_views import advisory, snapshot, view
 

@@ -22,10 +22,10 @@ from rainierd.exporter import MetricsServer
 from rainierd.exporter.api import ReadApi
 from rainierd.exporter.api._common import body, floats
 from rainierd.exporter.webconfig import load_web_config
+from rainierd.httpclient import Response, parse_url, request
 from rainierd.monitor.events import RECENT_EVENTS, EventLog
 from rainierd.pace import CAUSES
 from rainierd.probes import Verdict
-from rainierd.sinks._http import Response, parse_url, request
 from tests.certs import Pki, make_pki
 from tests.read_api_fixture import FAULTY_LINK, FAULTY_US, JOBS, Monitored, monitored
 from tests.test_actions_api import basic

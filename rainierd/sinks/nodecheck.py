@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import json
 import os
 import ssl
@@ -39,10 +38,9 @@ import time
 import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Final
 
-from rainierd.sinks._http import HttpError, Url, parse_url, request
+from rainierd.httpclient import Connection, HttpError, Url, add_connection_arguments, connection, request
 
 __all__ = ["DEFAULT_MAX_AGE_S", "DEFAULT_TIMEOUT_S", "OK", "PROBLEM", "UNKNOWN", "Verdict", "add_arguments",
            "check", "judge", "main", "run"]
@@ -71,12 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--node", default=None,
                         help=f"this node as the monitor names it: its inventory hostname or n<id> "
                              f"(default: ${_NODE_ENV})")
-    parser.add_argument("--url", required=True, help="the monitor's HTTP address, e.g. https://monitor:9780")
-    parser.add_argument("--ca-file", type=Path, default=None,
-                        help="CA bundle that signs the monitor's certificate (default: the system's)")
-    parser.add_argument("--basic-auth-user", default=None, help="user name, if the monitor asks for basic auth")
-    parser.add_argument("--basic-auth-password-file", type=Path, default=None,
-                        help="file holding that user's password (never a flag: a command line is visible to ps)")
+    add_connection_arguments(parser)
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                         help=f"end within this long of the command's start (default {DEFAULT_TIMEOUT_S:g}, at most 1)")
     parser.add_argument("--max-age", type=float, default=DEFAULT_MAX_AGE_S, metavar="SECONDS",
@@ -165,32 +158,15 @@ def _error_of(body: bytes) -> str:
     return str(document.get("error", ""))[:200] if isinstance(document, dict) else ""
 
 
-def _prepare(args: argparse.Namespace) -> Verdict | tuple[Url, str, ssl.SSLContext | None, str | None]:
+def _prepare(args: argparse.Namespace) -> Verdict | tuple[Connection, str]:
     """Return what the check needs from the options, or the unknown verdict that they are unusable."""
     node = args.node or os.environ.get(_NODE_ENV)
     if not node:
         return Verdict(UNKNOWN, f"no node: give --node or set {_NODE_ENV}")
     try:
-        url = parse_url(args.url)
+        return connection(args), node
     except ValueError as exc:
-        return Verdict(UNKNOWN, f"--url: {exc}")
-    context = None
-    if url.scheme == "https":
-        try:
-            context = ssl.create_default_context(cafile=args.ca_file)
-        except (OSError, ssl.SSLError) as exc:
-            return Verdict(UNKNOWN, f"--ca-file: {exc}")
-    authorization = None
-    if args.basic_auth_user is not None:
-        if args.basic_auth_password_file is None:
-            return Verdict(UNKNOWN, "--basic-auth-user wants --basic-auth-password-file")
-        try:
-            password = args.basic_auth_password_file.read_text(encoding="utf-8").strip("\r\n")
-        except (OSError, UnicodeDecodeError) as exc:
-            return Verdict(UNKNOWN, f"cannot read the password file: {getattr(exc, 'strerror', None) or exc}")
-        token = base64.b64encode(f"{args.basic_auth_user}:{password}".encode()).decode()
-        authorization = f"Basic {token}"
-    return url, node, context, authorization
+        return Verdict(UNKNOWN, str(exc))
 
 
 def run(args: argparse.Namespace, *, started_s_ago: float = 0.0) -> int:
@@ -200,13 +176,13 @@ def run(args: argparse.Namespace, *, started_s_ago: float = 0.0) -> int:
     if isinstance(prepared, Verdict):
         verdict = prepared
     else:
-        url, node, context, authorization = prepared
+        reach, node = prepared
         budget_s = min(float(args.timeout), 1.0) - started_s_ago
         if budget_s <= 0.05:
             verdict = Verdict(UNKNOWN, "no time left to ask the monitor (the host is overloaded?)")
         else:
-            verdict = asyncio.run(check(url, node, ssl_context=context, authorization=authorization,
-                                        budget_s=budget_s, max_age_s=args.max_age,
+            verdict = asyncio.run(check(reach.url, node, ssl_context=reach.ssl_context,
+                                        authorization=reach.authorization, budget_s=budget_s, max_age_s=args.max_age,
                                         dry_run_counts=args.dry_run_counts))
     print(verdict.line)
     return verdict.code

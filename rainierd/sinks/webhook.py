@@ -51,7 +51,7 @@ from prometheus_client.registry import Collector
 from rainierd.actions.model import ActionsView
 from rainierd.dropqueue import DropOldestQueue
 from rainierd.errors import ConfigError
-from rainierd.sinks._http import HttpError, Url, parse_url, request
+from rainierd.httpclient import HttpError, Url, parse_url, request
 from rainierd.sinks.changes import Change, diff
 
 __all__ = [

@@ -2,12 +2,17 @@
 response, over TCP or TLS.
 
 Why not a library: the package has no HTTP client among its dependencies,
-and the two sinks that need one (the webhook's POST, ``node-check``'s GET)
-send one small request and read one small response; ``http.client`` blocks,
+and its three users (the webhook's POST, ``node-check``'s GET, ``rainierd
+top``'s few GETs a tick) send one small request and read one bounded response; ``http.client`` blocks,
 so under the event loop it would need a thread per request, and its timeout
 bounds each socket operation, not the whole exchange.  Here the caller
 bounds the whole exchange with ``asyncio.timeout``.  What it does not do:
-redirects, cookies, proxies, keep-alive, compression (none is needed).
+redirects, cookies, proxies, keep-alive, compression (``top`` asks for gzip
+and inflates the body itself).
+
+``add_connection_arguments`` and ``connection`` are the command-line options
+that say how to reach a monitor (URL, CA, basic auth), shared by
+``node-check`` and ``top``.
 
 A failure is an ``OSError`` (refused, reset, TLS: ``ssl.SSLError`` is one)
 or ``HttpError`` (a response that is not HTTP/1.x or too large).
@@ -15,14 +20,18 @@ or ``HttpError`` (a response that is not HTTP/1.x or too large).
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import base64
 import ssl
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Final
 
-__all__ = ["HttpError", "Response", "Url", "parse_url", "request"]
+__all__ = ["Connection", "HttpError", "Response", "Url", "add_connection_arguments", "connection", "parse_url",
+           "request"]
 
 _MAX_HEAD_BYTES: Final = 16_384
 _DEFAULT_PORTS: Final = {"http": 80, "https": 443}
@@ -182,3 +191,57 @@ async def _chunked(reader: asyncio.StreamReader, max_body_bytes: int) -> bytes:
             await reader.readexactly(2)
     except (asyncio.IncompleteReadError, asyncio.LimitOverrunError):
         raise HttpError("truncated chunked body") from None
+
+
+@dataclass(frozen=True, slots=True)
+class Connection:
+    """How to reach a monitor: its origin, the TLS context for https, the Authorization header's value."""
+
+    url: Url
+    ssl_context: ssl.SSLContext | None
+    authorization: str | None
+
+    def headers(self, **extra: str) -> dict[str, str]:
+        """Return request headers: ``extra`` (``Accept="..."``; underscores become dashes) and the credentials."""
+        headers = {name.replace("_", "-"): value for name, value in extra.items()}
+        if self.authorization is not None:
+            headers["Authorization"] = self.authorization
+        return headers
+
+
+def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
+    """Give ``parser`` the options that say how to reach the monitor's HTTP server (``connection`` reads them)."""
+    parser.add_argument("--url", required=True, help="the monitor's HTTP address, e.g. https://monitor:9780")
+    parser.add_argument("--ca-file", type=Path, default=None,
+                        help="CA bundle that signs the monitor's certificate (default: the system's)")
+    parser.add_argument("--basic-auth-user", default=None, help="user name, if the monitor asks for basic auth")
+    parser.add_argument("--basic-auth-password-file", type=Path, default=None,
+                        help="file holding that user's password (never a flag: a command line is visible to ps)")
+
+
+def connection(args: argparse.Namespace) -> Connection:
+    """Return the ``Connection`` the options of ``add_connection_arguments`` describe.
+
+    Raises ValueError with one line naming the option at fault (the password itself is never in it).
+    """
+    try:
+        url = parse_url(args.url)
+    except ValueError as exc:
+        raise ValueError(f"--url: {exc}") from None
+    context = None
+    if url.scheme == "https":
+        try:
+            context = ssl.create_default_context(cafile=args.ca_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise ValueError(f"--ca-file: {exc}") from None
+    authorization = None
+    if args.basic_auth_user is not None:
+        if args.basic_auth_password_file is None:
+            raise ValueError("--basic-auth-user wants --basic-auth-password-file")
+        try:
+            password = args.basic_auth_password_file.read_text(encoding="utf-8").strip("\r\n")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"cannot read the password file: {getattr(exc, 'strerror', None) or exc}") from None
+        token = base64.b64encode(f"{args.basic_auth_user}:{password}".encode()).decode()
+        authorization = f"Basic {token}"
+    return Connection(url, context, authorization)
