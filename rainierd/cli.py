@@ -35,6 +35,7 @@ from rainierd.logs import configure_logging
 from rainierd.promrules import RULES_DIR, write_rules
 from rainierd.settings import Settings, flag_name, load_settings, role_settings
 from rainierd.sinks import nodecheck
+from rainierd.top import launch as top_launch
 from rainierd.wire import json_schema
 from rainierd.wire.jobs import jobs_schema
 
@@ -93,6 +94,10 @@ def _parser() -> argparse.ArgumentParser:
     ):
         role = commands.add_parser(name, help=text, description=text)
         role.add_argument("--config", type=Path, default=argparse.SUPPRESS, help="TOML settings file")
+        if name == "run":
+            role.add_argument("--top", action="store_true",
+                              help="show the fleet in this terminal (rainierd top) while it runs; the log goes to a "
+                                   "file (docs/top.md)")
         _add_settings(role, name)
     bridge = commands.add_parser("bridge", help="bridge a node's own telemetry sources to MQTT")
     sources = bridge.add_subparsers(dest="bridge", required=True, parser_class=_Parser)
@@ -116,6 +121,10 @@ def _parser() -> argparse.ArgumentParser:
             "exit 0 OK, 1 problem, 2 unknown, one line on stdout (docs/actions.md)")
     node_check = commands.add_parser("node-check", help=text, description=text)
     nodecheck.add_arguments(node_check)
+    text = ("the fleet in a terminal: follow a monitor's read API (--url, with its CA and credentials); "
+            "needs the 'top' extra (docs/top.md)")
+    top = commands.add_parser("top", help=text, description=text)
+    top_launch.add_arguments(top)
     commands.add_parser("version", help="print the version")
     schema = commands.add_parser("schema", help="print the JSON Schema of the JSON frame form (--jobs: of a job "
                                                 "document)")
@@ -173,6 +182,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     benchmarks went."""
     parser = _parser()
     args, rest = parser.parse_known_args(argv)
+    args.argv = None if argv is None else list(argv)
     if rest and args.command != "bench":
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     return args
@@ -215,6 +225,8 @@ def _utility(args: argparse.Namespace) -> int | None:
     """Run a command that reads no settings and return its exit code (None: ``args`` is not one)."""
     if args.command == "node-check":
         return nodecheck.run(args)
+    if args.command == "top":
+        return top_launch.run_top(args)
     if args.command == "version":
         print(f"rainierd {__version__}")
         return 0
@@ -245,6 +257,9 @@ def _main(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"rainierd: {exc}", file=sys.stderr)
         return 2
+    if args.command == "run" and args.top:
+        child = [arg for arg in (sys.argv[1:] if args.argv is None else args.argv) if arg != "--top"]
+        return top_launch.run_with_top(child, settings.metrics_addr, tls=settings.web_config_file is not None)
     if args.command == "healthcheck":
         verdict = check_health(settings, probe="readyz" if args.ready else "healthz", timeout_s=args.timeout)
         print(f"{'healthy' if verdict.ok else 'unhealthy'}: {verdict.reason}")

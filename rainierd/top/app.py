@@ -1,0 +1,393 @@
+"""The ``rainierd top`` application: the fleet screen and the poll that
+keeps every screen current.
+
+Once an interval (default 1 s, about a monitor tick) it asks ``/api/v1/fleet``
+(1 KB); only when the monitor's generation has moved on does it fetch the
+rest the fleet screen shows: the heat map's page of every UltraServer (three
+small fields a row: 80 KB gzipped at ``rainier``), the sites, the worst
+UltraServers, the jobs, the advisories and the recent events, concurrently.
+The drill-down screen on top fetches its own document at the same moment
+(``screens``).  What comes back is frozen into one ``View``; the banner of
+every screen says how far to trust it (``model.health``): live, behind (the
+monitor's newest sample is old, it is overloaded, or its broker session is
+down), stalled (no new analysis), or unreachable (and since when the screen
+shows old figures).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any, ClassVar, Final
+
+from rich.text import Text
+from textual.app import App, ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, RichLog, Static, TabbedContent, TabPane
+
+from rainierd.top.heatmap import HeatMap
+from rainierd.top.model import (
+    PALETTE,
+    UNKNOWN_COLOUR,
+    Document,
+    Health,
+    View,
+    cause_text,
+    event_text,
+    flops,
+    health,
+    percent,
+    reference_share,
+    seconds,
+)
+from rainierd.top.screens import Banner, DrillScreen, JobScreen, SiteScreen, UltraServerScreen, fill
+from rainierd.top.source import Source, SourceError
+
+__all__ = ["FleetScreen", "TopApp"]
+
+# What the fleet screen fetches at each new generation (docs/top.md).
+HEAT_FIELDS: Final = "site,effective_share,lost_flops,unhealthy_total,chips_present,chips_reporting"
+TARGETS: Final = {
+    "heat": f"/api/v1/ultraservers?limit=10000&fields={HEAT_FIELDS}",
+    "sites": "/api/v1/sites",
+    "worst": "/api/v1/ultraservers?sort=lost&limit=50",
+    "jobs": "/api/v1/jobs?sort=lost&limit=100",
+    "events": "/api/v1/events?limit=100",
+    "actions": "/api/v1/actions?limit=100",
+}
+_ENTITY_LABELS: Final = {"neuronlink": "NeuronLink", "efa": "EFA", "chip": "chip", "node": "node",
+                         "ultraserver": "UltraServer", "feed": "feed"}
+
+
+def _unhealthy_text(unhealthy: Mapping[str, Mapping[str, int]] | None) -> str:
+    parts = [f"{_ENTITY_LABELS.get(entity, entity)} {state} {count:,}"
+             for entity, states in (unhealthy or {}).items() for state, count in states.items() if count]
+    return ", ".join(parts) or "none"
+
+
+def fleet_header(view: View) -> Text:
+    """The fleet screen's three header lines (empty until the first answer)."""
+    fleet = view.fleet
+    text = Text()
+    if fleet is None:
+        return text
+    chips = fleet.get("chips") or {}
+    monitor = fleet.get("monitor") or {}
+    text.append("FP8 ", "bold")
+    text.append(f"peak {flops(fleet.get('peak_flops'))}  effective {flops(fleet.get('effective_flops'))} "
+                f"({percent(fleet.get('effective_share'))})  goodput {percent(fleet.get('goodput_ratio'))}   ")
+    text.append("chips ", "bold")
+    text.append(f"{chips.get('reporting', 0):,}/{chips.get('total', 0):,} reporting   "
+                f"{fleet.get('sites', 0)} sites, {fleet.get('ultraservers', 0):,} UltraServers, "
+                f"{fleet.get('jobs', 0):,} jobs\n")
+    text.append("lost ", "bold red" if fleet.get("lost_flops") else "bold")
+    text.append(f"{flops(fleet.get('lost_flops'))}: {cause_text(fleet.get('lost_by_cause'), top=6)}\n")
+    text.append("unhealthy ", "bold")
+    text.append(f"{_unhealthy_text(fleet.get('unhealthy'))}   ")
+    text.append("monitor ", "bold")
+    lag = monitor.get("lag_s")
+    analysis = monitor.get("analysis_s")
+    text.append(f"lag {seconds(lag) if isinstance(lag, (int, float)) else '-'}, analysis "
+                f"{f'{analysis * 1000:.0f} ms' if isinstance(analysis, (int, float)) else '-'}"
+                f"{', OVERLOADED' if monitor.get('overloaded') else ''}")
+    if backlog := monitor.get("backlog_messages"):
+        text.append(f", backlog {backlog:,}")
+    return text
+
+
+def legend(reference: float | None) -> Text:
+    """The heat map's key: what each colour means against the healthy reference share."""
+    text = Text("effective share vs a healthy UltraServer")
+    text.append(f" ({percent(reference)} of peak):" if reference is not None else ":")
+    bounds = [floor for floor, _ in PALETTE[1:]] + [None]
+    for (floor, colour), upper in zip(PALETTE, bounds, strict=True):
+        text.append(" ")
+        text.append("  ", f"on {colour}")
+        text.append(f" {'<' + format(upper, '.0%') if floor == 0 else '>=' + format(floor, '.0%')}")
+    text.append(" ")
+    text.append("  ", f"on {UNKNOWN_COLOUR}")
+    text.append(" no data  ")
+    text.append("!", "bold black on #a3c85a")
+    text.append(" unhealthy entity inside")
+    return text
+
+
+def site_titles(view: View) -> dict[str, str]:
+    """Each site's title line over its cells."""
+    titles = {}
+    for site in view.sites:
+        name = f" {site['name']}" if site.get("name") else ""
+        bad = sum((site.get("unhealthy") or {}).values())
+        titles[str(site["id"])] = (f"{site['id']}{name}: {site.get('ultraservers', 0):,} UltraServers, effective "
+                                   f"{percent(site.get('effective_share'))}, lost {flops(site.get('lost_flops'))}, "
+                                   f"{bad:,} unhealthy")
+    return titles
+
+
+class FleetScreen(Screen[None]):
+    """The whole fleet: header, heat map, worst UltraServers, jobs, sites, advisories and the event feed."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("h", "heat", "Heat map"),
+        Binding("u", "tab('worst')", "UltraServers"),
+        Binding("j", "tab('jobs')", "Jobs"),
+        Binding("s", "tab('sites')", "Sites"),
+        Binding("a", "tab('actions')", "Advisories"),
+    ]
+
+    def compose(self) -> ComposeResult:
+        """Lay the fleet out."""
+        yield Banner(id="banner")
+        yield Static(id="header")
+        with Horizontal(id="middle"):
+            with Vertical(id="left"):
+                yield Static(id="legend")
+                yield HeatMap(id="heat")
+                yield Static(id="cell")
+            with TabbedContent(id="tabs", initial="tab-worst"):
+                with TabPane("UltraServers", id="tab-worst"):
+                    worst: DataTable[Any] = DataTable(id="worst", cursor_type="row")
+                    worst.add_columns("UltraServer", "site", "eff.", "lost", "by", "bad")
+                    yield worst
+                with TabPane("Jobs", id="tab-jobs"):
+                    jobs: DataTable[Any] = DataTable(id="jobs", cursor_type="row")
+                    jobs.add_columns("job", "chips", "goodput", "lost", "by", "phase")
+                    yield jobs
+                with TabPane("Sites", id="tab-sites"):
+                    sites: DataTable[Any] = DataTable(id="sites", cursor_type="row")
+                    sites.add_columns("site", "UltraServers", "reporting", "eff.", "lost", "bad")
+                    yield sites
+                with TabPane("Advisories", id="tab-actions"):
+                    yield Static(id="actions-note")
+                    actions: DataTable[Any] = DataTable(id="actions", cursor_type="row")
+                    actions.add_columns("node", "action", "state", "reason")
+                    yield actions
+        yield RichLog(id="events", max_lines=500, wrap=False)
+        yield Footer()
+
+    @property
+    def top(self) -> TopApp:
+        """The application (typed)."""
+        return self.app  # type: ignore[return-value]
+
+    def on_mount(self) -> None:
+        """Focus the heat map and show what there is."""
+        self.query_one(HeatMap).focus()
+        self.query_one("#events", RichLog).border_title = "events (newest last)"
+        self.follow(self.top.view, self.top.health)
+
+    def on_screen_resume(self) -> None:
+        """Back from a drill-down: catch up."""
+        self.follow(self.top.view, self.top.health)
+
+    def action_heat(self) -> None:
+        """Focus the heat map."""
+        self.query_one(HeatMap).focus()
+
+    def action_tab(self, tab: str) -> None:
+        """Show a tab and focus its table."""
+        self.query_one("#tabs", TabbedContent).active = f"tab-{tab}"
+        self.query_one(f"#{tab}", DataTable).focus()
+
+    def follow(self, view: View, health_: Health) -> None:
+        """Draw ``view``."""
+        self.query_one(Banner).show(self.top.source.where, health_, view)
+        self.query_one("#header", Static).update(fleet_header(view))
+        if view.generation == getattr(self, "_drawn", None):
+            return
+        self._drawn = view.generation
+        heat = self.query_one(HeatMap)
+        heat.show(view.heat, site_titles(view))
+        self.query_one("#legend", Static).update(legend(reference_share([c.get("effective_share")
+                                                                         for c in view.heat])))
+        fill(self.query_one("#worst", DataTable), (
+            (f"us:{r['id']}", (r["id"], r.get("site"), percent(r.get("effective_share")), flops(r.get("lost_flops")),
+                               cause_text(r.get("lost_by_cause"), top=1), r.get("unhealthy_total", 0)))
+            for r in view.worst if r.get("lost_flops") or r.get("unhealthy_total")))
+        fill(self.query_one("#jobs", DataTable), (
+            (f"job:{j['id']}", (j["id"], j.get("chips"), percent(j.get("goodput_ratio")), flops(j.get("lost_flops")),
+                                cause_text(j.get("lost_by_cause"), top=1), j.get("phase")))
+            for j in view.jobs))
+        fill(self.query_one("#sites", DataTable), (
+            (f"site:{s['id']}", (f"{s['id']}{' ' + s['name'] if s.get('name') else ''}", s.get("ultraservers"),
+                                 f"{s.get('chips_reporting', 0):,}/{s.get('chips_present', 0):,}",
+                                 percent(s.get("effective_share")), flops(s.get("lost_flops")),
+                                 sum((s.get("unhealthy") or {}).values())))
+            for s in view.sites))
+        self._show_actions(view)
+        self._show_events(view)
+
+    def _show_actions(self, view: View) -> None:
+        note = self.query_one("#actions-note", Static)
+        actions = view.actions
+        if actions is None:
+            note.update(Text(f"advisories: {view.errors.get('actions', 'none yet')}", "italic"))
+            rows: list[Document] = []
+        else:
+            rows = list(actions.get("actions", ()))
+            brake = actions.get("brake") or {}
+            note.update(Text(f"{actions.get('total', 0):,} advisories{' (dry run)' if actions.get('dry_run') else ''}"
+                             f"{'; BRAKE TRIPPED' if brake.get('tripped') else ''}",
+                             "bold red" if brake.get("tripped") else ""))
+        fill(self.query_one("#actions", DataTable), (
+            (f"node:{a.get('node')}@{a.get('ultraserver')}",
+             (a.get("node"), a.get("action"), a.get("state"), " ".join(str(a.get("reason", "")).split())[:80]))
+            for a in rows))
+
+    def _show_events(self, view: View) -> None:
+        log = self.query_one("#events", RichLog)
+        seen: set[tuple[Any, ...]] = getattr(self, "_seen", set())
+        for event in reversed(view.events):  # the API gives the newest first
+            key = (event.get("t_s"), event.get("entity"), event.get("id"), event.get("after"))
+            if key in seen:
+                continue
+            seen.add(key)
+            unhealthy = event.get("after") not in ("healthy", None)
+            log.write(Text(event_text(event), "red" if unhealthy else "green"))
+        self._seen = seen
+
+    def on_heat_map_highlighted(self, message: HeatMap.Highlighted) -> None:
+        """Say what the cell under the cursor is."""
+        cell = message.cell
+        reference = reference_share([c.get("effective_share") for c in self.top.view.heat])
+        share = cell.get("effective_share")
+        relative = f" ({share / reference:.0%} of a healthy one)" if share is not None and reference else ""
+        self.query_one("#cell", Static).update(
+            f"{cell['id']} (site {cell.get('site')}): effective {percent(share)} of peak{relative}; lost "
+            f"{flops(cell.get('lost_flops'))}; {cell.get('unhealthy_total', 0)} unhealthy; "
+            f"{cell.get('chips_reporting', 0)}/{cell.get('chips_present', 0)} chips reporting. Enter opens it")
+
+    def on_heat_map_selected(self, message: HeatMap.Selected) -> None:
+        """Open the UltraServer under the cursor."""
+        self.top.open_key(f"us:{message.ultraserver}")
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        """Open the row's UltraServer, job, site or node."""
+        self.top.open_key(str(event.row_key.value))
+
+
+class TopApp(App[None]):
+    """``rainierd top``: follows the monitor behind ``source``."""
+
+    TITLE = "rainierd top"
+    CSS = """
+    #header { height: 3; }
+    #middle { height: 1fr; }
+    #left { width: 2fr; }
+    #legend, #cell { height: 1; }
+    #tabs { width: 1fr; min-width: 50; }
+    #events { height: 9; border-top: solid $primary; }
+    .label { text-style: bold; margin-top: 1; }
+    #title { height: auto; max-height: 4; }
+    DataTable { height: 1fr; }
+    #unhealthy, #culprits { height: auto; max-height: 45%; }
+    """
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("q", "quit", "Quit"),
+        Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
+        Binding("r", "refresh", "Refresh now"),
+    ]
+
+    def __init__(self, source: Source, *, interval_s: float = 1.0, behind_after_s: float = 10.0,
+                 stalled_after_s: float | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self.source = source
+        self.interval_s = interval_s
+        self.behind_after_s = behind_after_s
+        # No new analysis for five polls (at least 10 s): the monitor has stopped analysing.
+        self.stalled_after_s = stalled_after_s if stalled_after_s is not None else max(10.0, 5 * interval_s)
+        self.clock = clock
+        self.view = View()
+        self.health = Health("connecting", "connecting...")
+        self.polls = 0  # polls completed (tests wait on it)
+        self._last_ok_s: float | None = None
+        self._last_error: str | None = None
+        self._generation_since_s: float | None = None
+        self._wake = asyncio.Event()
+
+    def on_mount(self) -> None:
+        """Show the fleet and start following the monitor; SIGTERM quits as q does."""
+        self.push_screen(FleetScreen())
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no loop
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, self.exit)
+        self.run_worker(self._follow(), name="follow", group="follow", exclusive=True)
+
+    async def _follow(self) -> None:
+        while True:
+            await self.poll()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.interval_s):
+                    await self._wake.wait()
+            self._wake.clear()
+
+    def action_refresh(self) -> None:
+        """Poll now."""
+        self._wake.set()
+
+    async def poll(self) -> None:
+        """Ask the monitor once; at a new generation fetch the rest; tell the screens."""
+        now = self.clock()
+        try:
+            fleet = await self.source.get("/api/v1/fleet")
+        except SourceError as exc:
+            self._last_error = str(exc)
+        else:
+            self._last_error, self._last_ok_s = None, now
+            if fleet.get("generation") != self.view.generation or self._generation_since_s is None:
+                self._generation_since_s = now
+                self.view = await self._fetch(fleet)
+            else:
+                self.view = replace(self.view, fleet=fleet)
+        self.health = health(self.view, now_s=now, last_ok_s=self._last_ok_s, last_error=self._last_error,
+                             generation_since_s=self._generation_since_s, behind_after_s=self.behind_after_s,
+                             stalled_after_s=self.stalled_after_s)
+        self.polls += 1
+        screen = self.screen
+        if isinstance(screen, (FleetScreen, DrillScreen)):
+            screen.follow(self.view, self.health)
+
+    async def _fetch(self, fleet: Document) -> View:
+        names = list(TARGETS)
+        answers = await asyncio.gather(*(self.source.get(TARGETS[name]) for name in names), return_exceptions=True)
+        got: dict[str, Any] = {}
+        errors: dict[str, str] = {}
+        for name, answer in zip(names, answers, strict=True):
+            if isinstance(answer, SourceError):
+                errors[name] = str(answer)
+            elif isinstance(answer, BaseException):
+                raise answer
+            else:
+                got[name] = answer
+        old = self.view
+        return View(
+            fleet=fleet,
+            heat=got["heat"]["ultraservers"] if "heat" in got else old.heat,
+            sites=got["sites"]["sites"] if "sites" in got else old.sites,
+            worst=got["worst"]["ultraservers"] if "worst" in got else old.worst,
+            jobs=got["jobs"]["jobs"] if "jobs" in got else old.jobs,
+            jobs_total=got["jobs"]["total"] if "jobs" in got else old.jobs_total,
+            events=got["events"]["events"] if "events" in got else old.events,
+            actions=got.get("actions"),
+            errors=errors,
+        )
+
+    def open_key(self, key: str) -> None:
+        """Open what a row key names: ``us:<id>``, ``job:<id>``, ``site:<id>``, ``node:<name>@<ultraserver>``."""
+        kind, _, ident = key.partition(":")
+        if kind == "us":
+            self.push_screen(UltraServerScreen(ident))
+        elif kind == "job":
+            self.push_screen(JobScreen(ident))
+        elif kind == "site":
+            self.push_screen(SiteScreen(ident))
+        elif kind == "node":
+            _node, _, ultraserver = ident.partition("@")
+            if ultraserver not in ("", "None"):
+                self.push_screen(UltraServerScreen(f"u{ultraserver}" if ultraserver.isdigit() else ultraserver))
+
