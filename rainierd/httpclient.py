@@ -30,8 +30,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-__all__ = ["Connection", "HttpError", "Response", "Url", "add_connection_arguments", "connection", "parse_url",
-           "request"]
+__all__ = [
+    "HttpError",
+    "Remote",
+    "Response",
+    "Url",
+    "add_connection_arguments",
+    "parse_url",
+    "remote",
+    "request",
+]
 
 _MAX_HEAD_BYTES: Final = 16_384
 _DEFAULT_PORTS: Final = {"http": 80, "https": 443}
@@ -117,7 +125,7 @@ async def request(
     reader, writer = await asyncio.open_connection(url.host, url.port, ssl=context, limit=_MAX_HEAD_BYTES,
                                                    server_hostname=url.host if context is not None else None)
     try:
-        lines = [f"{method} {url.target} HTTP/1.1", f"Host: {url.authority}", "Connection: close",
+        lines = [f"{method} {url.target} HTTP/1.1", f"Host: {url.authority}", "Remote: close",
                  f"Content-Length: {len(body)}" if body or method in ("POST", "PUT") else ""]
         lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
         writer.write(("\r\n".join(line for line in lines if line) + "\r\n\r\n").encode("latin-1") + body)
@@ -194,7 +202,7 @@ async def _chunked(reader: asyncio.StreamReader, max_body_bytes: int) -> bytes:
 
 
 @dataclass(frozen=True, slots=True)
-class Connection:
+class Remote:
     """How to reach a monitor: its origin, the TLS context for https, the Authorization header's value."""
 
     url: Url
@@ -219,8 +227,8 @@ def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
                         help="file holding that user's password (never a flag: a command line is visible to ps)")
 
 
-def connection(args: argparse.Namespace) -> Connection:
-    """Return the ``Connection`` the options of ``add_connection_arguments`` describe.
+def remote(args: argparse.Namespace) -> Remote:
+    """Return the ``Remote`` the options of ``add_connection_arguments`` describe.
 
     Raises ValueError with one line naming the option at fault (the password itself is never in it).
     """
@@ -244,4 +252,4 @@ def connection(args: argparse.Namespace) -> Connection:
             raise ValueError(f"cannot read the password file: {getattr(exc, 'strerror', None) or exc}") from None
         token = base64.b64encode(f"{args.basic_auth_user}:{password}".encode()).decode()
         authorization = f"Basic {token}"
-    return Connection(url, context, authorization)
+    return Remote(url, context, authorization)

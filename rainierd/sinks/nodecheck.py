@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from rainierd.httpclient import Connection, HttpError, Url, add_connection_arguments, connection, request
+from rainierd.httpclient import HttpError, Remote, Url, add_connection_arguments, remote, request
 
 __all__ = ["DEFAULT_MAX_AGE_S", "DEFAULT_TIMEOUT_S", "OK", "PROBLEM", "UNKNOWN", "Verdict", "add_arguments",
            "check", "judge", "main", "run"]
@@ -158,13 +158,13 @@ def _error_of(body: bytes) -> str:
     return str(document.get("error", ""))[:200] if isinstance(document, dict) else ""
 
 
-def _prepare(args: argparse.Namespace) -> Verdict | tuple[Connection, str]:
+def _prepare(args: argparse.Namespace) -> Verdict | tuple[Remote, str]:
     """Return what the check needs from the options, or the unknown verdict that they are unusable."""
     node = args.node or os.environ.get(_NODE_ENV)
     if not node:
         return Verdict(UNKNOWN, f"no node: give --node or set {_NODE_ENV}")
     try:
-        return connection(args), node
+        return remote(args), node
     except ValueError as exc:
         return Verdict(UNKNOWN, str(exc))
 

@@ -28,6 +28,7 @@ from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
+from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, RichLog, Static, TabbedContent, TabPane
 
@@ -133,6 +134,8 @@ def site_titles(view: View) -> dict[str, str]:
 class FleetScreen(Screen[None]):
     """The whole fleet: header, heat map, worst UltraServers, jobs, sites, advisories and the event feed."""
 
+    ready = False  # mounted: its widgets can be drawn on
+
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("h", "heat", "Heat map"),
         Binding("u", "tab('worst')", "UltraServers"),
@@ -180,11 +183,13 @@ class FleetScreen(Screen[None]):
         """Focus the heat map and show what there is."""
         self.query_one(HeatMap).focus()
         self.query_one("#events", RichLog).border_title = "events (newest last)"
+        self.ready = True
         self.follow(self.top.view, self.top.health)
 
     def on_screen_resume(self) -> None:
-        """Back from a drill-down: catch up."""
-        self.follow(self.top.view, self.top.health)
+        """Back from a drill-down: catch up (a screen resumes once before it is mounted, too)."""
+        if self.ready:
+            self.follow(self.top.view, self.top.health)
 
     def action_heat(self) -> None:
         """Focus the heat map."""
@@ -258,10 +263,10 @@ class FleetScreen(Screen[None]):
         reference = reference_share([c.get("effective_share") for c in self.top.view.heat])
         share = cell.get("effective_share")
         relative = f" ({share / reference:.0%} of a healthy one)" if share is not None and reference else ""
-        self.query_one("#cell", Static).update(
+        self.query_one("#cell", Static).update(Text(
             f"{cell['id']} (site {cell.get('site')}): effective {percent(share)} of peak{relative}; lost "
             f"{flops(cell.get('lost_flops'))}; {cell.get('unhealthy_total', 0)} unhealthy; "
-            f"{cell.get('chips_reporting', 0)}/{cell.get('chips_present', 0)} chips reporting. Enter opens it")
+            f"{cell.get('chips_reporting', 0)}/{cell.get('chips_present', 0)} chips reporting. Enter opens it"))
 
     def on_heat_map_selected(self, message: HeatMap.Selected) -> None:
         """Open the UltraServer under the cursor."""
@@ -349,8 +354,10 @@ class TopApp(App[None]):
                              stalled_after_s=self.stalled_after_s)
         self.polls += 1
         screen = self.screen
-        if isinstance(screen, (FleetScreen, DrillScreen)):
-            screen.follow(self.view, self.health)
+        if isinstance(screen, (FleetScreen, DrillScreen)) and screen.ready:
+            # While the application shuts down a screen loses its widgets before it stops being current.
+            with contextlib.suppress(NoMatches):
+                screen.follow(self.view, self.health)
 
     async def _fetch(self, fleet: Document) -> View:
         names = list(TARGETS)

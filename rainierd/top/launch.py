@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
-from rainierd.httpclient import add_connection_arguments, connection
+from rainierd.httpclient import add_connection_arguments, remote
 
 __all__ = ["add_arguments", "run_top", "run_with_top"]
 
@@ -61,7 +61,7 @@ def run_top(args: argparse.Namespace) -> int:
         print(f"rainierd top: {problem}", file=sys.stderr)
         return 2
     try:
-        reach = connection(args)
+        reach = remote(args)
     except ValueError as exc:
         print(f"rainierd top: {exc}", file=sys.stderr)
         return 2
@@ -102,7 +102,7 @@ def run_with_top(argv: Sequence[str], metrics_addr: str, *, tls: bool) -> int:
     code = 0
     try:
         view = argparse.Namespace(url=url, ca_file=None, basic_auth_user=None, basic_auth_password_file=None)
-        app = TopApp(HttpSource(connection(view), timeout_s=5.0), interval_s=1.0)
+        app = TopApp(HttpSource(remote(view), timeout_s=5.0), interval_s=1.0)
         app.run()
     finally:
         if child.poll() is None:

@@ -106,6 +106,7 @@ class DrillScreen(Screen[None]):
         self.error: str | None = None
         self.loaded_generation: int | None = None
         self.loads = 0  # documents shown so far (tests wait on it)
+        self.ready = False  # mounted: its widgets can be drawn on
 
     @property
     def top(self) -> TopApp:
@@ -125,11 +126,13 @@ class DrillScreen(Screen[None]):
 
     def on_mount(self) -> None:
         """Show what the application has and fetch the document."""
+        self.ready = True
         self.follow(self.top.view, self.top.health)
 
     def on_screen_resume(self) -> None:
-        """Back on top: catch up."""
-        self.follow(self.top.view, self.top.health)
+        """Back on top: catch up (a screen resumes once before it is mounted, too)."""
+        if self.ready:
+            self.follow(self.top.view, self.top.health)
 
     def follow(self, view: View, health: Health) -> None:
         """The application polled: redraw the banner, and fetch the document again if the generation moved."""
@@ -174,9 +177,9 @@ class SiteScreen(DrillScreen):
 
     def show(self, document: Document) -> None:
         rows = document["ultraservers"]
-        self.query_one("#title", Static).update(
+        self.query_one("#title", Static).update(Text(
             f"Site {self.site}: {document['total']:,} UltraServers, the {len(rows):,} lowest effective share first "
-            "(Enter opens one)")
+            "(Enter opens one)"))
         fill(self.query_one("#ultraservers", DataTable), (
             (f"us:{r['id']}", (r["id"], percent(r.get("effective_share")), flops(r.get("lost_flops")),
                                cause_text(r.get("lost_by_cause"), top=1), r.get("unhealthy_total", 0),

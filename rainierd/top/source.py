@@ -18,7 +18,7 @@ import ssl
 import zlib
 from typing import Any, Final, Protocol
 
-from rainierd.httpclient import Connection, HttpError, request
+from rainierd.httpclient import HttpError, Remote, request
 
 __all__ = ["MAX_BODY_BYTES", "HttpSource", "Source", "SourceError"]
 
@@ -45,8 +45,8 @@ class Source(Protocol):
 class HttpSource:
     """The read API of the monitor ``connection`` reaches."""
 
-    def __init__(self, connection: Connection, *, timeout_s: float = 5.0) -> None:
-        self.connection = connection
+    def __init__(self, remote: Remote, *, timeout_s: float = 5.0) -> None:
+        self.connection = remote
         self.timeout_s = timeout_s
 
     @property
@@ -70,7 +70,7 @@ class HttpSource:
         except ssl.SSLError as exc:
             raise SourceError(f"TLS failed: {exc.reason or exc}") from None
         except OSError as exc:
-            raise SourceError(f"unreachable: {exc.strerror or exc}") from None
+            raise SourceError(str(exc.strerror or exc)) from None
         except HttpError as exc:
             raise SourceError(str(exc)) from None
         if response.status == 401:

@@ -1,0 +1,166 @@
+"""Specification of what ``rainierd top`` says, without a terminal (rainierd/top/model.py, heatmap.py's
+layout): how figures are spelled, when the monitor counts as behind, stalled or unreachable, how a share is
+coloured, and where the heat map's cursor goes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from rainierd.top.heatmap import HeatLayout, ordered
+from rainierd.top.model import (
+    PALETTE,
+    UNKNOWN_COLOUR,
+    View,
+    cause_text,
+    colour_of,
+    event_text,
+    flops,
+    health,
+    percent,
+    reference_share,
+    seconds,
+)
+
+GREEN, RED = PALETTE[-1][1], PALETTE[0][1]
+
+
+def fleet(**monitor: Any) -> dict[str, Any]:
+    return {"generation": 7, "tick": 6, "monitor": {"lag_s": 0.4, "overloaded": False, "backlog_messages": 0,
+                                                    "connected": True, **monitor}}
+
+
+def judge(view: View, **kw: Any) -> tuple[str, str]:
+    args: dict[str, Any] = {"now_s": 100.0, "last_ok_s": 100.0, "last_error": None, "generation_since_s": 99.0,
+                            "behind_after_s": 10.0, "stalled_after_s": 10.0}
+    args.update(kw)
+    verdict = health(view, **args)
+    return verdict.link, verdict.text
+
+
+class TestHealth:
+    def test_live(self) -> None:
+        assert judge(View(fleet=fleet())) == ("live", "live")
+
+    def test_connecting_before_any_answer(self) -> None:
+        assert judge(View(), last_ok_s=None)[0] == "connecting"
+
+    def test_unreachable_says_why_and_how_old_the_screen_is(self) -> None:
+        link, text = judge(View(fleet=fleet()), last_error="connection refused", last_ok_s=40.0)
+        assert link == "unreachable"
+        assert "connection refused" in text
+        assert "60 s ago" in text
+
+    def test_unreachable_before_anything_was_shown(self) -> None:
+        link, text = judge(View(), last_error="TLS failed: CERTIFICATE_VERIFY_FAILED", last_ok_s=None)
+        assert link == "unreachable"
+        assert "nothing shown yet" in text
+        assert "CERTIFICATE_VERIFY_FAILED" in text
+
+    def test_stalled_when_the_generation_stops_moving(self) -> None:
+        assert judge(View(fleet=fleet()), generation_since_s=85.0) == ("stalled",
+                                                                        "STALLED: no new analysis for 15 s")
+        assert judge(View(fleet=fleet()), generation_since_s=91.0)[0] == "live"
+
+    @pytest.mark.parametrize(("monitor", "says"), [
+        ({"lag_s": 12.0}, "newest sample 12 s old"),
+        ({"overloaded": True, "backlog_messages": 5000}, "overloaded, 5,000 messages queued"),
+        ({"connected": False}, "its broker session is down"),
+    ])
+    def test_behind(self, monitor: dict[str, Any], says: str) -> None:
+        link, text = judge(View(fleet=fleet(**monitor)))
+        assert link == "behind"
+        assert says in text
+
+    def test_unreachable_beats_stalled_beats_behind(self) -> None:
+        view = View(fleet=fleet(lag_s=60.0))
+        assert judge(view, generation_since_s=0.0)[0] == "stalled"
+        assert judge(view, generation_since_s=0.0, last_error="refused")[0] == "unreachable"
+
+
+class TestSpelling:
+    @pytest.mark.parametrize(("value", "text"), [
+        (1.66272e17, "166 PF/s"), (7.17e15, "7.17 PF/s"), (6.49e20, "649 EF/s"), (3e12, "3 TF/s"), (0.0, "0"),
+        (None, "-"), (float("nan"), "-"),
+    ])
+    def test_flops(self, value: float | None, text: str) -> None:
+        assert flops(value) == text
+
+    def test_percent_and_seconds(self) -> None:
+        assert (percent(0.5813), percent(None)) == ("58.1%", "-")
+        assert [seconds(s) for s in (0.44, 12.4, 300, 9000)] == ["0.4 s", "12 s", "5 min", "2.5 h"]
+
+    def test_causes_costliest_first_and_zero_left_out(self) -> None:
+        lost = {"failed_chip": 0.0, "degraded_efa": 1e12, "degraded_neuronlink": 7.17e15, "straggler": 2e13}
+        assert cause_text(lost, top=2) == "NeuronLink 7.17 PF/s, straggler 20 TF/s"
+        assert cause_text({"failed_chip": 0.0}) == "none"
+
+    def test_event_line_names_entity_where_and_the_job_it_hurts(self) -> None:
+        line = event_text({"tick": 36, "entity": "neuronlink", "id": 224, "before": "healthy", "after": "degraded",
+                           "reasons": ["lanes"], "jobs": [{"job": "lab/pretrain", "flops": 7.1e15},
+                                                          {"job": "lab/x", "flops": 1e12}], "ultraserver": "u1"})
+        assert line == "tick 36  neuronlink 224 (u1)  healthy -> degraded  [lanes]  hurts lab/pretrain 7.1 PF/s +1"
+
+
+class TestColour:
+    def test_reference_is_the_healthy_tenth(self) -> None:
+        shares = [0.6] * 90 + [0.3] * 9 + [None]
+        assert reference_share(shares) == 0.6
+        assert reference_share([None, 0.0]) is None
+
+    def test_healthy_green_hurt_not_unknown_grey(self) -> None:
+        assert colour_of(0.6, 0.6) == GREEN
+        assert colour_of(0.2, 0.6) == RED
+        assert colour_of(0.5, 0.6) not in (GREEN, RED, UNKNOWN_COLOUR)
+        assert colour_of(None, 0.6) == colour_of(0.5, None) == UNKNOWN_COLOUR
+
+    def test_colours_fall_with_share(self) -> None:
+        order = [colour for _, colour in PALETTE]
+        seen = [order.index(colour_of(share, 1.0)) for share in (0.99, 0.93, 0.8, 0.6, 0.1)]
+        assert seen == sorted(seen, reverse=True)
+        assert len(set(seen)) == 5
+
+
+def cells(per_site: dict[str, int]) -> list[dict[str, Any]]:
+    out, n = [], 0
+    for site, count in per_site.items():
+        for _ in range(count):
+            out.append({"id": f"u{n}", "site": site})
+            n += 1
+    return out
+
+
+class TestHeatLayout:
+    def test_a_title_a_site_then_its_cells_width_a_line(self) -> None:
+        layout = HeatLayout(cells({"s0": 5, "s1": 3}), width=2)
+        assert layout.rows == [("s0", -1, -1), ("s0", 0, 2), ("s0", 2, 4), ("s0", 4, 5),
+                               ("s1", -1, -1), ("s1", 5, 7), ("s1", 7, 8)]
+        assert layout.place[4] == (3, 0)
+        assert layout.place[7] == (6, 0)
+
+    def test_rainier_fits_in_sixty_one_lines_a_site_at_130_columns(self) -> None:
+        layout = HeatLayout(cells({"s0": 2600, "s1": 2600, "s2": 2600}), width=130)
+        assert len(layout.cells) == 7800
+        assert len(layout.rows) == 3 * (1 + 20)
+
+    def test_order_is_by_site_then_number_not_by_text(self) -> None:
+        rows = [{"id": "u10", "site": "s1"}, {"id": "u9", "site": "s1"}, {"id": "u2", "site": "s0"}]
+        assert [c["id"] for c in ordered(rows)] == ["u2", "u9", "u10"]
+
+    def test_up_and_down_keep_the_column_and_step_over_titles(self) -> None:
+        layout = HeatLayout(cells({"s0": 5, "s1": 3}), width=2)
+        assert layout.move(1, 0, 1) == 3          # u1 -> the line below, same column
+        assert layout.move(3, 0, 1) == 4          # short last line: its only cell
+        assert layout.move(4, 0, 1) == 5          # over s1's title to its first line
+        assert layout.move(5, 0, -1) == 4         # and back
+        assert layout.move(0, 0, -1) == 0         # the top stays the top
+        assert layout.move(7, 0, 10) == 7         # so does the bottom
+
+    def test_left_and_right_run_through_sites(self) -> None:
+        layout = HeatLayout(cells({"s0": 2, "s1": 2}), width=8)
+        assert [layout.move(1, 1, 0), layout.move(0, -1, 0), layout.move(3, 5, 0)] == [2, 0, 3]
+
+    def test_empty(self) -> None:
+        layout = HeatLayout([], width=10)
+        assert (layout.rows, layout.move(0, 1, 0)) == ([], 0)
