@@ -102,7 +102,8 @@ class TestDrillDown:
             await pilot.press("enter")
             await settle(pilot, lambda: isinstance(app.screen, UltraServerScreen) and app.screen.loads > 0,
                          "the UltraServer screen")
-            assert rows(app, "#unhealthy") == [["neuronlink", str(FAULTY_LINK), "n4", "degraded", "lanes,bandwidth", "35"]]
+            assert rows(app, "#unhealthy") == [
+                ["neuronlink", str(FAULTY_LINK), "n4", "degraded", "lanes,bandwidth", "35"]]
             await pilot.press("enter")
             await settle(pilot, lambda: isinstance(app.screen, EntityScreen) and app.screen.loads > 0,
                          "the link's screen")
