@@ -29,13 +29,14 @@ import structlog
 from harness import procs
 from harness.procs import Broker, free_port, start_prometheus, wait_for_port
 from harness.slurm import SlurmCluster
+from harness.terminal import Terminal
 
 HERE = Path(__file__).parent
 INTEGRATION_DIR = HERE / "integration"
-TOOLS = ("mosquitto", "prometheus", "alertmanager", "nats", "kubectl", "podman", "slurm")
+TOOLS = ("mosquitto", "prometheus", "alertmanager", "nats", "kubectl", "podman", "slurm", "tmux")
 # The fixtures that start a tool, and the tool (a test using one needs that binary).
 FIXTURE_TOOLS = {"mosquitto_process": "mosquitto", "mosquitto": "mosquitto", "secure_mosquitto": "mosquitto",
-                 "prometheus": "prometheus", "nats": "nats", "slurm": "slurm"}
+                 "prometheus": "prometheus", "nats": "nats", "slurm": "slurm", "terminal": "tmux"}
 # Fixtures that start some process, whatever else the test does.
 PROCESS_FIXTURES = frozenset(FIXTURE_TOOLS) | {"start_rainierd"}
 
@@ -149,6 +150,25 @@ def start_rainierd(tmp_path: Path) -> Iterator[object]:
         if daemon.proc.poll() is None:
             daemon.proc.kill()
             daemon.proc.wait()
+
+
+StartTerminal = Callable[..., Terminal]
+
+
+@pytest.fixture
+def terminal() -> Iterator[StartTerminal]:
+    """Return a function that runs a command in a real terminal (a tmux pane: harness/terminal.py); every
+    terminal is killed after the test."""
+    opened: list[Terminal] = []
+
+    def start(command: list[str], **kw: object) -> Terminal:
+        term = Terminal(command, **kw)  # type: ignore[arg-type]
+        opened.append(term)
+        return term
+
+    yield start
+    for term in opened:
+        term.close()
 
 
 @pytest.fixture

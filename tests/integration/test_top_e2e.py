@@ -1,0 +1,99 @@
+"""``rainierd top`` end to end (docs/top.md): over a live ``rainierd run`` whose simulator degrades NeuronLink
+224 of UltraServer u1 (a ring link of node n4) two seconds in, through a real Mosquitto:
+
+- driven by Textual's pilot, the faulty UltraServer shows on the heat map and at the top of the worst list,
+  the generation moves on, and the keyboard reaches the faulty link;
+- in a real terminal (tmux), ``rainierd run --top`` shows the same fleet and event, the keys reach the link,
+  and ``q`` stops the UI and the monitor under it, which leaves its log in a file."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+from harness.procs import Broker, free_port
+from harness.waits import poll_until
+from rainierd.top.app import FleetScreen
+from rainierd.top.heatmap import HeatMap
+from rainierd.top.model import PALETTE
+from rainierd.top.screens import EntityScreen, UltraServerScreen
+from tests.conftest import Daemon, StartTerminal
+from tests.top_driver import rows, settle, text_of, top_app
+
+FAULTY_LINK = 224
+SCENARIO = ('[[job]]\nid = "lab/pretrain"\nultraservers = [1]\n\n[[job]]\nid = "lab/finetune"\nultraservers = [0]\n\n'
+            f'[[fault]]\nkind = "nl_degraded"\ntarget = {FAULTY_LINK}\nseverity = 0.5\nat_s = 2\nfor_s = 3600\n')
+
+
+def scenario(tmp_path: Path) -> Path:
+    path = tmp_path / "link.toml"
+    path.write_text(SCENARIO)
+    return path
+
+
+async def test_pilot_follows_a_live_monitor_down_to_the_faulty_link(
+        mosquitto: Broker, start_rainierd: object, tmp_path: Path) -> None:
+    port = free_port()
+    daemon: Daemon = start_rainierd(  # type: ignore[operator]
+        "run", "--mqtt-url", mosquitto.url, "--metrics-addr", f"127.0.0.1:{port}", "--scenario",
+        str(scenario(tmp_path)), "--tick", "0.5")
+    app = top_app(f"http://127.0.0.1:{port}", interval_s=0.5)
+    async with app.run_test(size=(160, 48)) as pilot:
+        def faulty_shown() -> bool:
+            if not isinstance(app.screen, FleetScreen) or app.health.link != "live":
+                return False
+            cells = {c["id"]: c for c in app.screen.query_one(HeatMap).layout_.cells}
+            return bool(cells.get("u1", {}).get("unhealthy_total")) and bool(rows(app, "#worst"))
+
+        await settle(pilot, faulty_shown, f"u1 unhealthy on the heat map ({daemon.log()[-1500:]})", timeout_s=40)
+        first = app.view.generation
+        heat = app.screen.query_one(HeatMap)
+        assert heat.cells_by_colour().get(PALETTE[-1][1]) == ["u0"]  # only the healthy one is green
+        assert rows(app, "#worst")[0][0] == "u1"
+        assert "NeuronLink degraded 1" in text_of(app, "#header")
+        await settle(pilot, lambda: (app.view.generation or 0) > (first or 0), "a new generation")
+
+        await pilot.press("right", "enter")
+        await settle(pilot, lambda: isinstance(app.screen, UltraServerScreen) and app.screen.loads > 0, "u1")
+        assert [r[:4] for r in rows(app, "#unhealthy")] == [["neuronlink", str(FAULTY_LINK), "n4", "degraded"]]
+        await pilot.press("enter")
+        await settle(pilot, lambda: isinstance(app.screen, EntityScreen) and app.screen.loads > 0, "link 224")
+        fields = dict(rows(app, "#fields"))
+        assert (fields["id"], fields["state"], fields["lanes_up"]) == (str(FAULTY_LINK), "degraded", "4")
+
+
+def test_run_top_in_a_real_terminal(terminal: StartTerminal, tmp_path: Path) -> None:
+    port = free_port()
+    term = terminal([sys.executable, "-m", "rainierd", "run", "--top", "--metrics-addr", f"127.0.0.1:{port}",
+                     "--scenario", str(scenario(tmp_path)), "--tick", "0.5"], width=160, height=48)
+    screen = term.wait_for(" LIVE ", f"127.0.0.1:{port}", f"neuronlink {FAULTY_LINK} (u1)  healthy -> degraded",
+                           timeout_s=60)
+    assert re.search(r"chips\s+128/128 reporting", screen)
+    assert "lost" in screen
+    assert "NeuronLink" in screen
+    term.press("Right", "Enter")
+    screen = term.wait_for("UltraServer u1 (site s0)", "Unhealthy here", f"neuronlink  {FAULTY_LINK}")
+    term.press("Enter")
+    term.wait_for(f"neuronlink {FAULTY_LINK} is degraded", "lanes_up")
+    # One key at a time: an Escape followed at once by a key reads as Alt+key in any terminal.
+    term.press("Escape")
+    term.wait_for("Unhealthy here")
+    term.press("Escape")
+    term.wait_for("events (newest last)")
+    term.press("q")
+    screen = term.wait_for("[exited 0]", timeout_s=20)
+    match = re.search(r"rainierd run stopped \(0\); its log: (\S+)", screen)
+    assert match, screen
+    log = Path(match.group(1))
+    assert '"event": "rainierd stopped"' in log.read_text()
+    log.unlink()
+    poll_until(lambda: not _listening(port), 10, "the monitor under the UI to stop")
+
+
+def _listening(port: int) -> bool:
+    import socket  # noqa: PLC0415
+
+    with socket.socket() as probe:
+        probe.settimeout(0.5)
+        return probe.connect_ex(("127.0.0.1", port)) == 0
