@@ -16,7 +16,7 @@ from rainierd.connection import Connection
 from rainierd.monitor.snapshot import MonitorSnapshot, MonitorStatus
 from rainierd.top.app import FleetScreen, TopApp
 from rainierd.top.heatmap import HeatMap
-from rainierd.top.model import PALETTE
+from rainierd.top.model import COLOURS
 from rainierd.top.screens import EntityScreen, JobScreen, NodeScreen, SiteScreen, UltraServerScreen
 from tests.certs import Pki, make_pki
 from tests.read_api_fixture import FAULTY_LINK, FAULTY_US, Monitored, monitored
@@ -24,7 +24,7 @@ from tests.test_read_api import Served, serve
 from tests.test_webconfig import HASH
 from tests.top_driver import rows, settle, text_of, top_app
 
-GREEN = PALETTE[-1][1]
+GREEN = COLOURS[-1]
 
 
 def CONNECTED(monitor: Monitored) -> MonitorSnapshot:  # noqa: N802 - reads as the snapshot it returns
@@ -80,6 +80,21 @@ class TestFleetScreen:
             log = app.screen.query_one("#events")
             assert any(f"neuronlink {FAULTY_LINK} ({FAULTY_US})  healthy -> degraded" in line.text
                        for line in log.lines)  # type: ignore[attr-defined]
+
+    async def test_c_colours_by_effective_share_against_a_healthy_one(self, plain: Served) -> None:
+        """By FP8 kept u0 is green (it loses nothing); by effective share it is green too (it is the healthy
+        reference), and u1, at 83 % of u0's share, is not; the legend says which figure."""
+        app = follow(plain)
+        async with app.run_test(size=SIZE) as pilot:
+            await fleet_shown(pilot, app)
+            assert text_of(app, "#legend").startswith("FP8 kept")
+            await pilot.press("c")
+            heat = app.screen.query_one(HeatMap)
+            assert heat.mode == "peak"
+            assert text_of(app, "#legend").startswith("effective share vs a healthy one")
+            assert heat.cells_by_colour()[GREEN] == ["u0"]
+            await pilot.press("c")
+            assert heat.mode == "kept"
 
     async def test_advisories_tab_says_why_it_is_empty(self, plain: Served) -> None:
         """A monitor without the advisory endpoint: the tab says what the monitor answered, not nothing."""

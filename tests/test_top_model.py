@@ -10,8 +10,10 @@ import pytest
 
 from rainierd.top.heatmap import HeatLayout, ordered
 from rainierd.top.model import (
-    PALETTE,
+    COLOURS,
     UNKNOWN_COLOUR,
+    Scale,
+    ScaleMode,
     View,
     cause_text,
     colour_of,
@@ -23,7 +25,7 @@ from rainierd.top.model import (
     seconds,
 )
 
-GREEN, RED = PALETTE[-1][1], PALETTE[0][1]
+GREEN, RED = COLOURS[-1], COLOURS[0]
 
 
 def fleet(**monitor: Any) -> dict[str, Any]:
@@ -103,23 +105,36 @@ class TestSpelling:
         assert line == "tick 36  neuronlink 224 (u1)  healthy -> degraded  [lanes]  hurts lab/pretrain 7.1 PF/s +1"
 
 
-class TestColour:
-    def test_reference_is_the_healthy_tenth(self) -> None:
-        shares = [0.6] * 90 + [0.3] * 9 + [None]
-        assert reference_share(shares) == 0.6
+class TestScale:
+    def test_kept_is_effective_over_effective_plus_lost(self) -> None:
+        kept = Scale.of("kept", ())
+        assert kept.value({"effective_flops": 75.0, "lost_flops": 25.0}) == 0.75
+        assert kept.colour({"effective_flops": 1.0, "lost_flops": 0.0}) == GREEN
+        assert kept.colour({"effective_flops": 1.0, "lost_flops": 1.0}) == RED
+
+    def test_kept_has_no_figure_without_work_or_loss(self) -> None:
+        """An idle UltraServer is grey, not red: no work is not a fault."""
+        kept = Scale.of("kept", ())
+        assert kept.colour({"effective_flops": 0.0, "lost_flops": 0.0}) == UNKNOWN_COLOUR
+        assert kept.colour({"effective_flops": None, "lost_flops": 1.0}) == UNKNOWN_COLOUR
+
+    def test_peak_is_against_the_healthy_tenth(self) -> None:
+        cells = [{"effective_share": 0.6}] * 90 + [{"effective_share": 0.3}] * 9 + [{"effective_share": None}]
+        peak = Scale.of("peak", cells)
+        assert peak.reference == 0.6
+        assert peak.colour({"effective_share": 0.6}) == GREEN
+        assert peak.colour({"effective_share": 0.2}) == RED
+        assert peak.colour({"effective_share": 0.5}) not in (GREEN, RED, UNKNOWN_COLOUR)
+        assert peak.colour({"effective_share": None}) == UNKNOWN_COLOUR
         assert reference_share([None, 0.0]) is None
+        assert Scale.of("peak", [{"effective_share": None}]).colour({"effective_share": 0.5}) == UNKNOWN_COLOUR
 
-    def test_healthy_green_hurt_not_unknown_grey(self) -> None:
-        assert colour_of(0.6, 0.6) == GREEN
-        assert colour_of(0.2, 0.6) == RED
-        assert colour_of(0.5, 0.6) not in (GREEN, RED, UNKNOWN_COLOUR)
-        assert colour_of(None, 0.6) == colour_of(0.5, None) == UNKNOWN_COLOUR
-
-    def test_colours_fall_with_share(self) -> None:
-        order = [colour for _, colour in PALETTE]
-        seen = [order.index(colour_of(share, 1.0)) for share in (0.99, 0.93, 0.8, 0.6, 0.1)]
-        assert seen == sorted(seen, reverse=True)
-        assert len(set(seen)) == 5
+    @pytest.mark.parametrize("mode", ["kept", "peak"])
+    def test_colours_fall_with_the_figure(self, mode: ScaleMode) -> None:
+        scale = Scale.of(mode, [{"effective_share": 1.0}])
+        values = (0.995, 0.96, 0.9, 0.7, 0.1) if mode == "kept" else (0.99, 0.93, 0.8, 0.6, 0.1)
+        seen = [COLOURS.index(colour_of(v, scale.floors)) for v in values]
+        assert seen == [4, 3, 2, 1, 0]
 
 
 def cells(per_site: dict[str, int]) -> list[dict[str, Any]]:

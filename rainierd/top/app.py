@@ -34,17 +34,17 @@ from textual.widgets import DataTable, Footer, RichLog, Static, TabbedContent, T
 
 from rainierd.top.heatmap import HeatMap
 from rainierd.top.model import (
-    PALETTE,
+    COLOURS,
     UNKNOWN_COLOUR,
     Document,
     Health,
+    Scale,
     View,
     cause_text,
     event_text,
     flops,
     health,
     percent,
-    reference_share,
     seconds,
 )
 from rainierd.top.screens import Banner, DrillScreen, JobScreen, SiteScreen, UltraServerScreen, fill
@@ -53,7 +53,7 @@ from rainierd.top.source import Source, SourceError
 __all__ = ["FleetScreen", "TopApp"]
 
 # What the fleet screen fetches at each new generation (docs/top.md).
-HEAT_FIELDS: Final = "site,effective_share,lost_flops,unhealthy_total,chips_present,chips_reporting"
+HEAT_FIELDS: Final = "site,effective_flops,effective_share,lost_flops,unhealthy_total,chips_present,chips_reporting"
 TARGETS: Final = {
     "heat": f"/api/v1/ultraservers?limit=10000&fields={HEAT_FIELDS}",
     "sites": "/api/v1/sites",
@@ -102,20 +102,21 @@ def fleet_header(view: View) -> Text:
     return text
 
 
-def legend(reference: float | None) -> Text:
-    """The heat map's key: what each colour means against the healthy reference share."""
-    text = Text("effective share vs a healthy UltraServer")
-    text.append(f" ({percent(reference)} of peak):" if reference is not None else ":")
-    bounds = [floor for floor, _ in PALETTE[1:]] + [None]
-    for (floor, colour), upper in zip(PALETTE, bounds, strict=True):
+def legend(scale: Scale) -> Text:
+    """The heat map's key: what each colour means on ``scale``."""
+    text = Text(f"{scale.title()}:")
+    uppers = [*scale.floors[1:], None]
+    for floor, colour, upper in zip(scale.floors, COLOURS, uppers, strict=True):
         text.append(" ")
         text.append("  ", f"on {colour}")
-        text.append(f" {'<' + format(upper, '.0%') if floor == 0 else '>=' + format(floor, '.0%')}")
+        text.append(f" <{upper:.0%}" if floor == 0 and upper is not None else f" >={floor:.0%}")
     text.append(" ")
     text.append("  ", f"on {UNKNOWN_COLOUR}")
-    text.append(" no data  ")
+    text.append(" none ")
     text.append("!", "bold black on #a3c85a")
-    text.append(" unhealthy entity inside")
+    text.append(" unhealthy inside  (c: colour by ")
+    text.append("effective share" if scale.mode == "kept" else "FP8 kept")
+    text.append(")")
     return text
 
 
@@ -142,6 +143,7 @@ class FleetScreen(Screen[None]):
         Binding("j", "tab('jobs')", "Jobs"),
         Binding("s", "tab('sites')", "Sites"),
         Binding("a", "tab('actions')", "Advisories"),
+        Binding("c", "colour", "Colour by"),
     ]
 
     def compose(self) -> ComposeResult:
@@ -195,6 +197,12 @@ class FleetScreen(Screen[None]):
         """Focus the heat map."""
         self.query_one(HeatMap).focus()
 
+    def action_colour(self) -> None:
+        """Colour the heat map by the other figure (FP8 kept, effective share)."""
+        heat = self.query_one(HeatMap)
+        heat.recolour("peak" if heat.mode == "kept" else "kept")
+        self.query_one("#legend", Static).update(legend(heat.scale))
+
     def action_tab(self, tab: str) -> None:
         """Show a tab and focus its table."""
         self.query_one("#tabs", TabbedContent).active = f"tab-{tab}"
@@ -209,8 +217,7 @@ class FleetScreen(Screen[None]):
         self._drawn = view.generation
         heat = self.query_one(HeatMap)
         heat.show(view.heat, site_titles(view))
-        self.query_one("#legend", Static).update(legend(reference_share([c.get("effective_share")
-                                                                         for c in view.heat])))
+        self.query_one("#legend", Static).update(legend(heat.scale))
         fill(self.query_one("#worst", DataTable), (
             (f"us:{r['id']}", (r["id"], r.get("site"), percent(r.get("effective_share")), flops(r.get("lost_flops")),
                                cause_text(r.get("lost_by_cause"), top=1), r.get("unhealthy_total", 0)))
@@ -260,12 +267,13 @@ class FleetScreen(Screen[None]):
     def on_heat_map_highlighted(self, message: HeatMap.Highlighted) -> None:
         """Say what the cell under the cursor is."""
         cell = message.cell
-        reference = reference_share([c.get("effective_share") for c in self.top.view.heat])
-        share = cell.get("effective_share")
-        relative = f" ({share / reference:.0%} of a healthy one)" if share is not None and reference else ""
+        scale = self.query_one(HeatMap).scale
+        kept = Scale.of("kept", ()).value(cell)
         self.query_one("#cell", Static).update(Text(
-            f"{cell['id']} (site {cell.get('site')}): effective {percent(share)} of peak{relative}; lost "
-            f"{flops(cell.get('lost_flops'))}; {cell.get('unhealthy_total', 0)} unhealthy; "
+            f"{cell['id']} (site {cell.get('site')}): keeps {percent(kept)} of its FP8; effective "
+            f"{percent(cell.get('effective_share'))} of peak"
+            f"{f' ({scale.value(cell):.0%} of a healthy one)' if scale.mode == 'peak' and scale.value(cell) else ''}"
+            f"; lost {flops(cell.get('lost_flops'))}; {cell.get('unhealthy_total', 0)} unhealthy; "
             f"{cell.get('chips_reporting', 0)}/{cell.get('chips_present', 0)} chips reporting. Enter opens it"))
 
     def on_heat_map_selected(self, message: HeatMap.Selected) -> None:

@@ -1,5 +1,6 @@
 """The heat map: every UltraServer of the fleet as one character cell,
-coloured by its effective share, grouped under a title line per site.
+coloured by the share of its FP8 it keeps (or by its effective share: the
+``c`` key, ``model.Scale``), grouped under a title line per site.
 
 At ``rainier`` that is 7,800 cells: 60 lines of 130 at a common terminal
 width, so the map scrolls and draws only the lines on screen (Textual's line
@@ -22,7 +23,7 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from rainierd.top.model import Document, colour_of, reference_share
+from rainierd.top.model import Document, Scale, ScaleMode
 
 __all__ = ["HeatLayout", "HeatMap", "ordered"]
 
@@ -121,7 +122,8 @@ class HeatMap(ScrollView, can_focus=True):
         super().__init__(id=id)
         self._cells: Sequence[Document] = ()
         self._titles: Mapping[str, str] = {}
-        self._reference: float | None = None
+        self.mode: ScaleMode = "kept"
+        self.scale = Scale.of(self.mode, ())
         self._layout = HeatLayout((), 1)
         self.cursor = 0
 
@@ -140,12 +142,18 @@ class HeatMap(ScrollView, can_focus=True):
         """Draw ``cells`` (keeping the cursor on the same UltraServer) under each site's title."""
         held = self.current
         self._cells, self._titles = cells, titles
-        self._reference = reference_share([c.get("effective_share") for c in cells])
+        self.scale = Scale.of(self.mode, cells)
         self._relayout()
         if held is not None and (index := self._layout.index(str(held["id"]))) is not None:
             self.cursor = index
         self.cursor = min(self.cursor, max(0, len(self._layout.cells) - 1))
         self._announce()
+
+    def recolour(self, mode: ScaleMode) -> None:
+        """Colour the cells by ``mode`` (``model.Scale``)."""
+        self.mode = mode
+        self.scale = Scale.of(mode, self._cells)
+        self.refresh()
 
     def _relayout(self) -> None:
         width = max(8, self.scrollable_content_region.width or self.size.width or 80)
@@ -177,8 +185,7 @@ class HeatMap(ScrollView, can_focus=True):
                 style = _CURSOR
                 char = _MARK if marked else "@"
             else:
-                style = Style(bgcolor=colour_of(cell.get("effective_share"), self._reference),
-                              color="#000000", bold=marked)
+                style = Style(bgcolor=self.scale.colour(cell), color="#000000", bold=marked)
             segments.append(Segment(char, style))
         return Strip(segments, stop - start)
 
@@ -215,5 +222,5 @@ class HeatMap(ScrollView, can_focus=True):
         """Return the UltraServer ids of each colour on the map (what a reader of the map sees, for tests)."""
         by: dict[str, list[Any]] = {}
         for cell in self._layout.cells:
-            by.setdefault(colour_of(cell.get("effective_share"), self._reference), []).append(cell["id"])
+            by.setdefault(self.scale.colour(cell), []).append(cell["id"])
         return by

@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-__all__ = ["CAUSE_LABELS", "Health", "Link", "View", "cause_text", "colour_of", "event_text", "flops", "health",
-           "percent", "reference_share", "seconds"]
+__all__ = ["CAUSE_LABELS", "COLOURS", "UNKNOWN_COLOUR", "Health", "Link", "Scale", "ScaleMode", "View", "cause_text",
+           "colour_of", "event_text", "flops", "health", "percent", "reference_share", "seconds"]
 
 Document = Mapping[str, Any]
 Link = Literal["connecting", "live", "behind", "stalled", "unreachable"]
@@ -30,15 +30,67 @@ CAUSE_LABELS: Final = {
     "stale_telemetry": "stale",
 }
 
-# The heat map's colours, worst to best, and the share of the reference each needs (``colour_of``).
-PALETTE: Final = (
-    (0.0, "#d7263d"),   # red: under half of what a healthy UltraServer delivers
-    (0.5, "#f46036"),   # orange
-    (0.75, "#f2c14e"),  # yellow
-    (0.9, "#a3c85a"),   # yellow-green
-    (0.97, "#2e933c"),  # green: within 3 % of a healthy UltraServer
-)
+# The heat map's colours, worst to best (``Scale``).
+COLOURS: Final = ("#d7263d", "#f46036", "#f2c14e", "#a3c85a", "#2e933c")  # red, orange, yellow, yellow-green, green
 UNKNOWN_COLOUR: Final = "#555555"
+ScaleMode = Literal["kept", "peak"]
+
+
+@dataclass(frozen=True, slots=True)
+class Scale:
+    """How the heat map colours an UltraServer.
+
+    ``kept`` (the default): the share of the FP8 it could deliver that it delivers, effective / (effective +
+    lost): 1 for a healthy UltraServer whatever its workload, less as faults cost it; an UltraServer with no
+    work and no loss has no figure (grey).  ``peak``: its effective share (effective / peak) against what a
+    healthy one delivers here (``reference_share``): effective / peak alone says as much about the
+    workload's model FLOP/s utilisation as about faults, so every busy, healthy UltraServer would be yellow
+    on an absolute scale.  ``floors`` are the value each colour of ``COLOURS`` needs.
+    """
+
+    mode: ScaleMode
+    floors: tuple[float, ...]
+    reference: float | None = None
+
+    @classmethod
+    def of(cls, mode: ScaleMode, cells: Sequence[Document]) -> Scale:
+        """The scale of ``mode`` for the heat map of ``cells`` (rows of ``/api/v1/ultraservers``)."""
+        if mode == "kept":
+            return cls("kept", (0.0, 0.6, 0.85, 0.95, 0.99))
+        return cls("peak", (0.0, 0.5, 0.75, 0.9, 0.97), reference_share([c.get("effective_share") for c in cells]))
+
+    def value(self, cell: Document) -> float | None:
+        """The figure ``cell`` is coloured by (None: none)."""
+        if self.mode == "kept":
+            effective, lost = cell.get("effective_flops"), cell.get("lost_flops")
+            if effective is None or lost is None or effective + lost <= 0:
+                return None
+            return float(effective / (effective + lost))
+        share = cell.get("effective_share")
+        if share is None or self.reference is None or not math.isfinite(share):
+            return None
+        return float(share / self.reference)
+
+    def colour(self, cell: Document) -> str:
+        """``cell``'s colour."""
+        return colour_of(self.value(cell), self.floors)
+
+    def title(self) -> str:
+        """What the colours mean, for the legend."""
+        if self.mode == "kept":
+            return "FP8 kept, effective/(effective+lost)"
+        return f"effective share vs a healthy one ({percent(self.reference)} of peak)"
+
+
+def colour_of(value: float | None, floors: Sequence[float]) -> str:
+    """Return the colour of ``value`` on a scale whose colours need ``floors`` (``COLOURS``, worst first)."""
+    if value is None or not math.isfinite(value):
+        return UNKNOWN_COLOUR
+    colour = COLOURS[0]
+    for floor, hue in zip(floors, COLOURS, strict=True):
+        if value >= floor:
+            colour = hue
+    return colour
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,18 +211,6 @@ def reference_share(shares: Sequence[float | None]) -> float | None:
     if not known:
         return None
     return known[min(len(known) - 1, int(0.9 * len(known)))]
-
-
-def colour_of(share: float | None, reference: float | None) -> str:
-    """Return the heat map's colour of an UltraServer's effective ``share`` against ``reference``."""
-    if share is None or reference is None or not math.isfinite(share):
-        return UNKNOWN_COLOUR
-    ratio = share / reference
-    colour = PALETTE[0][1]
-    for floor, hue in PALETTE:
-        if ratio >= floor:
-            colour = hue
-    return colour
 
 
 def event_text(event: Document) -> str:

@@ -16,7 +16,7 @@ from harness.procs import Broker, free_port
 from harness.waits import poll_until
 from rainierd.top.app import FleetScreen
 from rainierd.top.heatmap import HeatMap
-from rainierd.top.model import PALETTE
+from rainierd.top.model import COLOURS
 from rainierd.top.screens import EntityScreen, UltraServerScreen
 from tests.conftest import Daemon, StartTerminal
 from tests.top_driver import rows, settle, text_of, top_app
@@ -49,7 +49,7 @@ async def test_pilot_follows_a_live_monitor_down_to_the_faulty_link(
         await settle(pilot, faulty_shown, f"u1 unhealthy on the heat map ({daemon.log()[-1500:]})", timeout_s=40)
         first = app.view.generation
         heat = app.screen.query_one(HeatMap)
-        assert heat.cells_by_colour().get(PALETTE[-1][1]) == ["u0"]  # only the healthy one is green
+        assert heat.cells_by_colour().get(COLOURS[-1]) == ["u0"]  # only the healthy one is green
         assert rows(app, "#worst")[0][0] == "u1"
         assert "NeuronLink degraded 1" in text_of(app, "#header")
         await settle(pilot, lambda: (app.view.generation or 0) > (first or 0), "a new generation")
