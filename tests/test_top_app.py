@@ -50,8 +50,8 @@ def link_is(app: TopApp, link: str) -> Callable[[], bool]:
     return lambda: app.health.link == link
 
 
-def follow(served: Served, **kw: object) -> TopApp:
-    return top_app(f"http://127.0.0.1:{served.port}", interval_s=0.1, **kw)  # type: ignore[arg-type]
+def follow(served: Served, *, interval_s: float = 0.1, **kw: object) -> TopApp:
+    return top_app(f"http://127.0.0.1:{served.port}", interval_s=interval_s, **kw)
 
 
 async def fleet_shown(pilot: object, app: TopApp) -> None:
@@ -95,6 +95,29 @@ class TestFleetScreen:
             assert heat.cells_by_colour()[GREEN] == ["u0"]
             await pilot.press("c")
             assert heat.mode == "kept"
+
+    async def test_event_feed_appends_each_event_once_and_remembers_only_the_window(self, plain: Served) -> None:
+        """The API's window of newest events slides: each event joins the feed once, oldest first, and what is
+        remembered is that window only (a feed followed for days keeps a bounded set)."""
+        app = follow(plain, interval_s=3600.0)
+        async with app.run_test(size=SIZE) as pilot:
+            await fleet_shown(pilot, app)
+            screen = app.screen
+            assert isinstance(screen, FleetScreen)
+
+            def event(tick: int) -> dict[str, object]:
+                return {"tick": tick, "t_s": float(tick), "entity": "efa", "id": tick, "before": "healthy",
+                        "after": "degraded", "reasons": ["latency"], "jobs": [], "ultraserver": "u0"}
+
+            log = screen.query_one("#events")
+            before = len(log.lines)  # type: ignore[attr-defined]
+            for generation, window in ((100, [event(2), event(1)]), (101, [event(3), event(2)])):
+                view = dataclasses.replace(app.view, fleet={**app.view.fleet, "generation": generation},  # type: ignore[dict-item]
+                                           events=window)
+                screen.follow(view, app.health)
+            lines = [line.text for line in log.lines][before:]  # type: ignore[attr-defined]
+            assert [line.split()[1] for line in lines] == ["1", "2", "3"]
+            assert screen._shown == {(3.0, "efa", 3, "degraded"), (2.0, "efa", 2, "degraded")}
 
     async def test_advisories_tab_says_why_it_is_empty(self, plain: Served) -> None:
         """A monitor without the advisory endpoint: the tab says what the monitor answered, not nothing."""

@@ -137,6 +137,11 @@ class FleetScreen(Screen[None]):
 
     ready = False  # mounted: its widgets can be drawn on
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._drawn: int | None = None  # the generation on screen
+        self._shown: set[tuple[Any, ...]] = set()  # the events of the API's window already in the feed
+
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("h", "heat", "Heat map"),
         Binding("u", "tab('worst')", "UltraServers"),
@@ -212,7 +217,7 @@ class FleetScreen(Screen[None]):
         """Draw ``view``."""
         self.query_one(Banner).show(self.top.source.where, health_, view)
         self.query_one("#header", Static).update(fleet_header(view))
-        if view.generation == getattr(self, "_drawn", None):
+        if view.generation == self._drawn:
             return
         self._drawn = view.generation
         heat = self.query_one(HeatMap)
@@ -253,16 +258,16 @@ class FleetScreen(Screen[None]):
             for a in rows))
 
     def _show_events(self, view: View) -> None:
+        """Append the events not shown yet, oldest first.  The API gives the newest ones; an event that has left
+        that window never comes back, so remembering the window's keys alone bounds what is kept."""
         log = self.query_one("#events", RichLog)
-        seen: set[tuple[Any, ...]] = getattr(self, "_seen", set())
-        for event in reversed(view.events):  # the API gives the newest first
-            key = (event.get("t_s"), event.get("entity"), event.get("id"), event.get("after"))
-            if key in seen:
+        window = {(e.get("t_s"), e.get("entity"), e.get("id"), e.get("after")): e for e in view.events}
+        for key, event in reversed(window.items()):  # newest first from the API
+            if key in self._shown:
                 continue
-            seen.add(key)
             unhealthy = event.get("after") not in ("healthy", None)
             log.write(Text(event_text(event), "red" if unhealthy else "green"))
-        self._seen = seen
+        self._shown = set(window)
 
     def on_heat_map_highlighted(self, message: HeatMap.Highlighted) -> None:
         """Say what the cell under the cursor is."""
