@@ -279,7 +279,8 @@ class FleetScreen(Screen[None]):
             f"{percent(cell.get('effective_share'))} of peak"
             f"{f' ({scale.value(cell):.0%} of a healthy one)' if scale.mode == 'peak' and scale.value(cell) else ''}"
             f"; lost {flops(cell.get('lost_flops'))}; {cell.get('unhealthy_total', 0)} unhealthy; "
-            f"{cell.get('chips_reporting', 0)}/{cell.get('chips_present', 0)} chips reporting. Enter opens it"))
+            f"{cell.get('chips_reporting', 0)}/{cell.get('chips_present', 0)} chips reporting. Enter opens it"),
+            layout=False)  # one line of fixed height: a layout pass a keypress is the map's largest cost
 
     def on_heat_map_selected(self, message: HeatMap.Selected) -> None:
         """Open the UltraServer under the cursor."""

@@ -126,6 +126,10 @@ class HeatMap(ScrollView, can_focus=True):
         self.scale = Scale.of(self.mode, ())
         self._layout = HeatLayout((), 1)
         self.cursor = 0
+        # Lines already drawn, by layout row, without the cursor: moving the cursor redraws two lines, not the
+        # screen (at rainier a screenful is ~5,000 cells).  Emptied whenever the cells, colours or width change.
+        self._lines: dict[int, Strip] = {}
+        self._styles: dict[tuple[str, bool], Style] = {}
 
     @property
     def layout_(self) -> HeatLayout:
@@ -153,11 +157,13 @@ class HeatMap(ScrollView, can_focus=True):
         """Colour the cells by ``mode`` (``model.Scale``)."""
         self.mode = mode
         self.scale = Scale.of(mode, self._cells)
+        self._lines.clear()
         self.refresh()
 
     def _relayout(self) -> None:
         width = max(8, self.scrollable_content_region.width or self.size.width or 80)
         self._layout = HeatLayout(self._cells, width)
+        self._lines.clear()
         self.virtual_size = Size(width, len(self._layout.rows))
         self.refresh()
 
@@ -175,25 +181,36 @@ class HeatMap(ScrollView, can_focus=True):
         if start == -1:
             text = self._titles.get(site, site)[: self.size.width]
             return Strip([Segment(text, _TITLE)], len(text))
+        if not (self.has_focus and start <= self.cursor < stop):
+            if (strip := self._lines.get(row)) is None:
+                strip = self._lines[row] = self._draw(start, stop, None)
+            return strip
+        return self._draw(start, stop, self.cursor)
+
+    def _draw(self, start: int, stop: int, cursor: int | None) -> Strip:
         cells = self._layout.cells
         segments = []
         for i in range(start, stop):
             cell = cells[i]
             marked = bool(cell.get("unhealthy_total"))
-            char = _MARK if marked else " "
-            if i == self.cursor and self.has_focus:
-                style = _CURSOR
-                char = _MARK if marked else "@"
-            else:
-                style = Style(bgcolor=self.scale.colour(cell), color="#000000", bold=marked)
-            segments.append(Segment(char, style))
+            if i == cursor:
+                segments.append(Segment(_MARK if marked else "@", _CURSOR))
+                continue
+            key = (self.scale.colour(cell), marked)
+            if (style := self._styles.get(key)) is None:
+                style = self._styles[key] = Style(bgcolor=key[0], color="#000000", bold=marked)
+            segments.append(Segment(_MARK if marked else " ", style))
         return Strip(segments, stop - start)
 
     def action_step(self, dx: int, dy: int) -> None:
-        """Move the cursor."""
+        """Move the cursor: redraw the line it leaves and the line it reaches."""
+        before = self.cursor
         self.cursor = self._layout.move(self.cursor, dx, dy)
         self._scroll_to_cursor()
-        self.refresh()
+        for index in {before, self.cursor}:
+            if self._layout.place:
+                row = self._layout.place[min(index, len(self._layout.place) - 1)][0]
+                self.refresh(Region(0, row - int(self.scroll_offset.y), self.size.width, 1))
         self._announce()
 
     def action_open(self) -> None:
