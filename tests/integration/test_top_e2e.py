@@ -41,22 +41,28 @@ async def test_pilot_follows_a_live_monitor_down_to_the_faulty_link(
     app = top_app(f"http://127.0.0.1:{port}", interval_s=0.5)
     async with app.run_test(size=(160, 48)) as pilot:
         def faulty_shown() -> bool:
+            """u1 marked on the heat map and not green, first of the worst list by a NeuronLink.  Asked until
+            true, not at one instant: on a loaded machine a late sample can make u0 lose to stale telemetry for
+            a moment, which the screen then rightly shows."""
             if not isinstance(app.screen, FleetScreen) or app.health.link != "live":
                 return False
-            cells = {c["id"]: c for c in app.screen.query_one(HeatMap).layout_.cells}
-            return bool(cells.get("u1", {}).get("unhealthy_total")) and bool(rows(app, "#worst"))
+            heat = app.screen.query_one(HeatMap)
+            cells = {c["id"]: c for c in heat.layout_.cells}
+            worst = rows(app, "#worst")
+            return (bool(cells.get("u1", {}).get("unhealthy_total")) and bool(worst) and worst[0][0] == "u1"
+                    and worst[0][4].startswith("NeuronLink") and heat.cells_by_colour().get(COLOURS[-1]) == ["u0"]
+                    and "NeuronLink degraded 1" in text_of(app, "#header"))
 
-        await settle(pilot, faulty_shown, f"u1 unhealthy on the heat map ({daemon.log()[-1500:]})", timeout_s=40)
+        await settle(pilot, faulty_shown, f"u1 shown hurt by its NeuronLink ({daemon.log()[-1500:]})", timeout_s=40)
         first = app.view.generation
-        heat = app.screen.query_one(HeatMap)
-        assert heat.cells_by_colour().get(COLOURS[-1]) == ["u0"]  # only the healthy one is green
-        assert rows(app, "#worst")[0][0] == "u1"
-        assert "NeuronLink degraded 1" in text_of(app, "#header")
         await settle(pilot, lambda: (app.view.generation or 0) > (first or 0), "a new generation")
 
         await pilot.press("right", "enter")
         await settle(pilot, lambda: isinstance(app.screen, UltraServerScreen) and app.screen.loads > 0, "u1")
-        assert [r[:4] for r in rows(app, "#unhealthy")] == [["neuronlink", str(FAULTY_LINK), "n4", "degraded"]]
+        unhealthy = [r[:4] for r in rows(app, "#unhealthy")]
+        assert ["neuronlink", str(FAULTY_LINK), "n4", "degraded"] in unhealthy
+        for _ in range(unhealthy.index(["neuronlink", str(FAULTY_LINK), "n4", "degraded"])):
+            await pilot.press("down")
         await pilot.press("enter")
         await settle(pilot, lambda: isinstance(app.screen, EntityScreen) and app.screen.loads > 0, "link 224")
         fields = dict(rows(app, "#fields"))
