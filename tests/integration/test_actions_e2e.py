@@ -181,5 +181,9 @@ def test_a_site_s_cooling_a_flap_and_a_checkpoint_propose_nothing(
     assert {k for k, v in values.items() if k.startswith("rainier_actions{") and 'state="suppressed"' in k and v} \
         == {series("cordon", "suppressed")}
     assert values[series("cordon", "suppressed")] <= 12
+    # Held back as the site's, not each UltraServer's (whose own correlation would hold them back too).
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/actions", timeout=5) as response:
+        document = json.load(response)
+    assert {a["suppressed_by"] for a in document["actions"] if a["state"] == "suppressed"} == {"correlated:site:s0"}
     assert values["rainier_actions_brake_tripped"] == 0
     assert daemon.interrupt()[0] == 0, daemon.log()
