@@ -122,7 +122,8 @@ def compare(windows: list[dict[str, Any]], ticks: dict[str, list[Tick]], lags: d
             ) -> dict[str, Any]:
     """Return on against off: the analysis time's and the loop lag's median and p99 over all ticks of each kind,
     their on/off ratios, and each pair's ratio of medians (window ``2i`` off, ``2i + 1`` on)."""
-    pooled = {kind: {"analysis_s": spread([t.analysis_s for t in ticks[kind]]), "loop_lag_s": spread(lags[kind])}
+    pooled = {kind: {"analysis_s": spread([t.analysis_s for t in ticks.get(kind, [])]),
+                     "loop_lag_s": spread(lags.get(kind, []))}
               for kind in ("off", "on")}
     ratios = {f"{figure}_{stat}": _ratio(pooled["on"][figure][stat], pooled["off"][figure][stat])
               for figure in ("analysis_s", "loop_lag_s") for stat in ("median", "p99")}
