@@ -45,7 +45,7 @@ from rainierd.daemon import SWITCH_INTERVAL_S, MonitorRole, monitor_role
 from rainierd.inventory import load_topology
 from rainierd.looplag import LoopLag
 
-__all__ = ["POLL", "Tick", "compare", "spread", "tick_run", "window_report"]
+__all__ = ["POLL", "Tick", "compare", "pooled", "ratios", "spread", "tick_run", "window_report"]
 
 # What a terminal UI asks once a tick (rainierd top): the fleet, the heat map's page of every UltraServer
 # (gzipped), the worst jobs, the latest events and one UltraServer drilled into ({k}: a different one each tick).
@@ -118,18 +118,25 @@ def _ratio(on: float | None, off: float | None) -> float | None:
     return on / off if on is not None and off else None
 
 
+def pooled(ticks: list[Tick], lags: list[float]) -> dict[str, dict[str, float | None]]:
+    """Return the analysis time's and the loop lag's spread over ``ticks`` and ``lags`` (windows of one kind)."""
+    return {"analysis_s": spread([t.analysis_s for t in ticks]), "loop_lag_s": spread(lags)}
+
+
+def ratios(test: dict[str, dict[str, float | None]], base: dict[str, dict[str, float | None]]) -> dict[str, Any]:
+    """Return ``test`` over ``base`` (``pooled`` figures): their medians' and p99s' ratios (None: either absent)."""
+    return {f"{figure}_{stat}": _ratio(test[figure][stat], base[figure][stat])
+            for figure in ("analysis_s", "loop_lag_s") for stat in ("median", "p99")}
+
+
 def compare(windows: list[dict[str, Any]], ticks: dict[str, list[Tick]], lags: dict[str, list[float]],
             ) -> dict[str, Any]:
     """Return on against off: the analysis time's and the loop lag's median and p99 over all ticks of each kind,
     their on/off ratios, and each pair's ratio of medians (window ``2i`` off, ``2i + 1`` on)."""
-    pooled = {kind: {"analysis_s": spread([t.analysis_s for t in ticks.get(kind, [])]),
-                     "loop_lag_s": spread(lags.get(kind, []))}
-              for kind in ("off", "on")}
-    ratios = {f"{figure}_{stat}": _ratio(pooled["on"][figure][stat], pooled["off"][figure][stat])
-              for figure in ("analysis_s", "loop_lag_s") for stat in ("median", "p99")}
-    pairs = [{figure: _ratio(on[figure]["median"], off[figure]["median"]) for figure in ("analysis_s", "loop_lag_s")}
-             for off, on in zip(windows[0::2], windows[1::2], strict=True)]
-    return {**pooled, "on_over_off": ratios, "pairs_on_over_off_median": pairs}
+    off, on = (pooled(ticks.get(kind, []), lags.get(kind, [])) for kind in ("off", "on"))
+    pairs = [{f: _ratio(on_w[f]["median"], off_w[f]["median"]) for f in ("analysis_s", "loop_lag_s")}
+             for off_w, on_w in zip(windows[0::2], windows[1::2], strict=True)]
+    return {"off": off, "on": on, "on_over_off": ratios(on, off), "pairs_on_over_off_median": pairs}
 
 
 class _Recorder:
@@ -245,7 +252,11 @@ async def tick_run(
                 if follow_command:
                     rec.switch("follow")
                     followed = await follow(follow_command, url=url, seconds=follow_s)
-                    followed["monitor_tick"] = window_report("follow", rec.ticks["follow"], rec.take_lags())
+                    lags = rec.take_lags()
+                    followed["monitor_tick"] = window_report("follow", rec.ticks["follow"], lags)
+                    # Not alternated: the one follow window against every off window of the run.
+                    followed["monitor_tick_over_off"] = ratios(
+                        pooled(rec.ticks["follow"], lags), pooled(rec.ticks.get("off", []), rec.lags.get("off", [])))
                 snap = role.monitor.snapshot
                 for task in tasks:
                     task.cancel()

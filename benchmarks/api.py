@@ -217,6 +217,10 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value * 1e3:.1f} ms"
 
 
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
 def _print_tick(report: dict[str, Any], *, as_json: bool) -> int:
     if as_json:
         print(json.dumps(report, indent=2))
@@ -233,6 +237,8 @@ def _print_tick(report: dict[str, Any], *, as_json: bool) -> int:
         print("on/off: " + ", ".join(f"{k} {v:.3f}" for k, v in ratio.items() if v is not None))
         if (f := r.get("follow")) is not None:
             print(f"follower {f['template']!r}: {f['seconds']} s, CPU {f['cpu_share_of_one_core']:.1%} of a core "
-                  f"(settled {f['cpu_share_of_one_core_settled'] or 0:.1%}), RSS max "
-                  f"{f['rss_bytes']['max'] / 2**20:.0f} MiB, final {f['rss_bytes']['final'] / 2**20:.0f} MiB")
+                  f"(settled {_pct(f['cpu_share_of_one_core_settled'])}), RSS max "
+                  f"{f['rss_bytes']['max'] / 2**20:.0f} MiB, final {f['rss_bytes']['final'] / 2**20:.0f} MiB; "
+                  "the tick meanwhile over off: " + ", ".join(f"{k} {v:.3f}" for k, v in
+                                                             f["monitor_tick_over_off"].items() if v is not None))
     return 0
