@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -105,8 +106,9 @@ def _sample(root: int) -> tuple[float, int, dict[str, int]]:
 
 
 async def _tmux(socket: str, *args: str) -> str:
-    proc = await asyncio.create_subprocess_exec("tmux", "-L", socket, *args, stdout=asyncio.subprocess.PIPE,
-                                                stderr=asyncio.subprocess.PIPE)
+    # Its own server (-L), and no user's configuration: the same terminal on every machine.
+    proc = await asyncio.create_subprocess_exec("tmux", "-L", socket, "-f", "/dev/null", *args,
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await proc.communicate()
     if proc.returncode:
         raise RuntimeError(f"tmux {' '.join(args[:1])}: {err.decode(errors='replace').strip()}")
@@ -120,9 +122,11 @@ async def follow(template: str, *, url: str, seconds: float, sample_s: float = 1
     Raises ValueError for a template without ``{url}``, RuntimeError if tmux fails to start it.
     """
     command = follower_command(template, url)
-    socket, session = f"rainierd-bench-{os.getpid()}", "follow"
-    await _tmux(socket, "new-session", "-d", "-s", session, "-x", str(WIDTH), "-y", str(HEIGHT), command,
-                ";", "set-option", "-t", session, "remain-on-exit", "on")
+    socket, session = f"rainierd-bench-{os.getpid()}-{secrets.token_hex(4)}", "follow"
+    # The pane stays once its command ends (set before it starts: a command may end at once), so what it
+    # showed can be read and its end told from a pane that never was.
+    await _tmux(socket, "start-server", ";", "set-option", "-g", "remain-on-exit", "on", ";",
+                "new-session", "-d", "-s", session, "-x", str(WIDTH), "-y", str(HEIGHT), command)
     try:
         root = int((await _tmux(socket, "list-panes", "-t", session, "-F", "#{pane_pid}")).split()[0])
         started = time.monotonic()
