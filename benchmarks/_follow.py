@@ -1,6 +1,6 @@
 """What a follower costs the machine: a command (``rainierd top --url
 {url}``, or any other) run in a real terminal — a detached tmux session of
-200 x 60 on a tmux server of its own — for a while, its process tree's CPU
+200 x 60 on a tmux server of its own (harness/terminal.py) — for a while, its process tree's CPU
 (utime + stime, with the children it has reaped) as a share of one core and
 its resident memory (VmRSS, summed over the tree) sampled once a second.
 
@@ -16,16 +16,18 @@ from __future__ import annotations
 
 import asyncio
 import os
-import secrets
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Final
 
+from harness.terminal import Terminal
+
 __all__ = ["cpu_shares", "follow", "follower_command", "process_tree", "tree_cpu_s"]
 
 WIDTH: Final = 200
 HEIGHT: Final = 60
+EXITED: Final = "[exited "  # what harness.terminal's pane shows once the command has ended
 SETTLE_S: Final = 10.0  # seconds a follower may take to start (imports, first fetch) before it is "settled"
 _SCREEN_LINES: Final = 8  # of the pane's last screen, kept in the report: what the follower showed
 
@@ -88,65 +90,51 @@ def _read(path: str) -> str | None:
         return None
 
 
-def _sample(root: int) -> tuple[float, int, dict[str, int]]:
-    """Return the tree's CPU seconds, summed VmRSS bytes and its processes' names (pid count a name)."""
+def _sample(root: int) -> tuple[float, list[tuple[str, int]]]:
+    """Return the tree's CPU seconds and each of its processes' name and VmRSS bytes."""
     stats: list[str] = []
-    rss, names = 0, dict[str, int]()
+    rows: list[tuple[str, int]] = []
     for pid in process_tree(root, _children):
         stat, status = _read(f"/proc/{pid}/stat"), _read(f"/proc/{pid}/status")
         if stat is None or status is None:
             continue
         stats.append(stat)
-        for line in status.splitlines():
-            if line.startswith("VmRSS:"):
-                rss += int(line.split()[1]) * 1024
-        name = stat[stat.index("(") + 1:stat.rindex(")")]
-        names[name] = names.get(name, 0) + 1
-    return tree_cpu_s(stats, os.sysconf("SC_CLK_TCK")), rss, names
-
-
-async def _tmux(socket: str, *args: str) -> str:
-    # Its own server (-L), and no user's configuration: the same terminal on every machine.
-    proc = await asyncio.create_subprocess_exec("tmux", "-L", socket, "-f", "/dev/null", *args,
-                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    out, err = await proc.communicate()
-    if proc.returncode:
-        raise RuntimeError(f"tmux {' '.join(args[:1])}: {err.decode(errors='replace').strip()}")
-    return out.decode(errors="replace")
+        rss = next((int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith("VmRSS:")), 0)
+        rows.append((stat[stat.index("(") + 1:stat.rindex(")")], rss))
+    return tree_cpu_s(stats, os.sysconf("SC_CLK_TCK")), rows
 
 
 async def follow(template: str, *, url: str, seconds: float, sample_s: float = 1.0) -> dict[str, Any]:
-    """Run the follower in a detached tmux session for ``seconds`` and return its CPU share of one core, its
-    tree's RSS (max, final), what ran and its last screen.
+    """Run the follower in a real terminal for ``seconds`` and return its CPU share of one core, its tree's RSS
+    (max, final: the pane's shell and the command's processes), its largest process's, what ran and its last
+    screen.
 
-    Raises ValueError for a template without ``{url}``, RuntimeError if tmux fails to start it.
+    Raises ValueError for a template without ``{url}``, FileNotFoundError without tmux.
     """
     command = follower_command(template, url)
-    socket, session = f"rainierd-bench-{os.getpid()}-{secrets.token_hex(4)}", "follow"
-    # The pane stays once its command ends (set before it starts: a command may end at once), so what it
-    # showed can be read and its end told from a pane that never was.
-    await _tmux(socket, "start-server", ";", "set-option", "-g", "remain-on-exit", "on", ";",
-                "new-session", "-d", "-s", session, "-x", str(WIDTH), "-y", str(HEIGHT), command)
+    terminal = await asyncio.to_thread(Terminal, ["sh", "-c", command], width=WIDTH, height=HEIGHT)
     try:
-        root = int((await _tmux(socket, "list-panes", "-t", session, "-F", "#{pane_pid}")).split()[0])
+        root = await asyncio.to_thread(terminal.pid)
         started = time.monotonic()
-        cpu, rss, processes = await asyncio.to_thread(_sample, root)
-        samples, ended_s = [(0.0, cpu, rss)], None
+        cpu, rows = await asyncio.to_thread(_sample, root)
+        samples, seen, ended_s = [(0.0, cpu, sum(r for _n, r in rows))], rows, None
         while time.monotonic() - started < seconds:
             await asyncio.sleep(sample_s)
-            if (await _tmux(socket, "list-panes", "-t", session, "-F", "#{pane_dead}")).split()[0] == "1":
-                ended_s = time.monotonic() - started  # its CPU went with it: tmux reaps a pane's process
+            cpu, rows = await asyncio.to_thread(_sample, root)
+            samples.append((time.monotonic() - started, cpu, sum(r for _n, r in rows)))
+            seen = seen + rows
+            if EXITED in await asyncio.to_thread(terminal.screen):
+                ended_s = samples[-1][0]
                 break
-            cpu, rss, names = await asyncio.to_thread(_sample, root)
-            samples.append((time.monotonic() - started, cpu, rss))
-            for name, count in names.items():
-                processes[name] = max(processes.get(name, 0), count)
-        screen = (await _tmux(socket, "capture-pane", "-p", "-t", session)).rstrip().splitlines()
+        screen = (await asyncio.to_thread(terminal.screen)).rstrip().splitlines()
     finally:
-        await _tmux(socket, "kill-server")
+        await asyncio.to_thread(terminal.close)
+    name, largest = max(seen, key=lambda row: row[1])
     return {
         "template": template, "terminal": f"tmux {WIDTH}x{HEIGHT}", "seconds": round(samples[-1][0], 1),
         "ended_early_s": ended_s, **cpu_shares(samples, settle_s=SETTLE_S),
-        "rss_bytes": {"max": max(r for _t, _c, r in samples), "final": samples[-1][2]}, "processes": processes,
+        "rss_bytes": {"max": max(r for _t, _c, r in samples), "final": samples[-1][2]},
+        "largest_process": {"name": name, "rss_bytes_max": largest},
+        "processes": sorted({n for n, _r in seen}),
         "screen_head": [line[:WIDTH] for line in screen if line.strip()][:_SCREEN_LINES],
     }
