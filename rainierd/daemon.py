@@ -153,7 +153,7 @@ def _http(settings: Settings) -> Callable[..., MetricsServer]:
 @dataclass(frozen=True)
 class MonitorRole:
     """The monitor role's parts, its HTTP server listening: the tasks to run, named, and the monitor and server
-    they drive (what a benchmark watches from inside: benchmarks/api_tick.py)."""
+    they drive (what a benchmark watches from inside: benchmarks/_apitick.py)."""
 
     monitor: Monitor
     server: MetricsServer
@@ -164,9 +164,10 @@ class MonitorRole:
 async def monitor_role(
     settings: Settings, topology: Topology, stack: contextlib.AsyncExitStack, *, url: str | None,
     protocol: Literal["3.1.1", "5"] | None, client_id: str, suffix: str | None = None,
+    http: Callable[..., MetricsServer] | None = None,
 ) -> MonitorRole:
-    """Build the monitor, its exporter and API, bind its HTTP server (closed when ``stack`` is), and return them
-    with the role's tasks (not started).
+    """Build the monitor, its exporter and API, bind its HTTP server (``http``, default the settings'; closed
+    when ``stack`` is), and return them with the role's tasks (not started).
 
     Raises OSError if the listening socket cannot be bound, ConfigError for an unusable webhook.
     """
@@ -189,7 +190,7 @@ async def monitor_role(
                               shard=settings.monitor_shard,
                               server=counters.status,
                               extra=_collectors(webhook := _webhook(settings, mon_mqtt.client_id)))
-    server = await stack.enter_async_context(_http(settings)(
+    server = await stack.enter_async_context((http or _http(settings))(
         exporter.render, generation=lambda: monitor.generation,
         healthy=monitor.healthy, ready=monitor.ready, counters=counters,
         prober=UltraServerProbe(monitor.topology, monitor.core, lambda: monitor.snapshot,
@@ -245,10 +246,10 @@ async def _run_role(role: Role, settings: Settings, stop: asyncio.Event) -> None
             coroutines["sim-mqtt-publish"] = lambda: supervise(sim_mqtt, sim.session, state=sim_connection)
             drain = sim.drain  # its simulated jobs' retained documents go with it
         if role in ("run", "monitor"):
-            monitor = await monitor_role(settings, topology, stack, url=url, protocol=protocol,
-                                         client_id=f"rainierd-monitor-{nonce}",
-                                         suffix="monitor" if role == "run" else None)
-            coroutines.update(monitor.coroutines)
+            parts = await monitor_role(settings, topology, stack, url=url, protocol=protocol,
+                                       client_id=f"rainierd-monitor-{nonce}",
+                                       suffix="monitor" if role == "run" else None, http=http)
+            coroutines.update(parts.coroutines)
         if role == "aggregate":
             agg_mqtt = mqtt_config(settings, client_id=f"rainierd-aggregate-{nonce}", url=url,
                                    max_packet_bytes=settings.max_frame_bytes + MAX_PACKET_OVERHEAD)
