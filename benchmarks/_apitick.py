@@ -77,7 +77,7 @@ while (began := time.monotonic()) < end:
         row["latency_s"].append(time.perf_counter() - started)
     k += 7919  # a prime: every UltraServer in turn, far apart
     time.sleep(max(0.0, began + tick_s - time.monotonic()))
-print(json.dumps(out))
+print(json.dumps({"targets": out, "cpu_s": time.process_time(), "seconds": seconds}))
 """
 
 
@@ -186,14 +186,18 @@ async def _wait(condition: Any, timeout_s: float, what: str) -> None:
         await asyncio.sleep(0.1)
 
 
-async def _poll(url: str, *, seconds: float, tick_s: float, n_ultraservers: int) -> dict[str, Any]:
+async def _poll(url: str, *, seconds: float, tick_s: float, n_ultraservers: int) -> tuple[dict[str, Any], float]:
+    """Return each target's answers as the client saw them, and the client's CPU share of one core (its own
+    parsing, which shares this machine's cores with the monitor; its start not counted)."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-c", _POLLER, url, str(seconds), str(tick_s), str(n_ultraservers), json.dumps(POLL),
         stdout=subprocess.PIPE,
     )
     out, _ = await proc.communicate()
+    report = json.loads(out)
     return {target: {"requests": len(r["latency_s"]), "errors": r["errors"], "bytes": r["bytes"],
-                     "latency_s": spread(r["latency_s"])} for target, r in json.loads(out).items()}
+                     "latency_s": spread(r["latency_s"])} for target, r in report["targets"].items()}, (
+        report["cpu_s"] / report["seconds"])
 
 
 async def _windows(rec: _Recorder, url: str, *, pairs: int, window_s: float, tick_s: float,
@@ -203,14 +207,15 @@ async def _windows(rec: _Recorder, url: str, *, pairs: int, window_s: float, tic
         kind = "on" if index % 2 else "off"
         ticks = rec.switch(kind)
         first = len(ticks)
-        client = None
+        client: dict[str, Any] = {}
         if kind == "on":
-            client = await _poll(url, seconds=window_s, tick_s=tick_s, n_ultraservers=n_ultraservers)
+            answers, cpu_share = await _poll(url, seconds=window_s, tick_s=tick_s, n_ultraservers=n_ultraservers)
+            client = {"client": answers, "client_cpu_share_of_one_core": cpu_share}
         else:
             await asyncio.sleep(window_s)
         samples = rec.take_lags()
         report = window_report(kind, ticks[first:], samples)
-        windows.append(report | ({"client": client} if client is not None else {}))
+        windows.append(report | client)
         print(f"bench api: window {index + 1}/{2 * pairs} {kind}: {report['ticks']} ticks, analysis median "
               f"{(report['analysis_s']['median'] or 0) * 1e3:.0f} ms", file=sys.stderr, flush=True)
     return windows

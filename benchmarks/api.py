@@ -228,11 +228,13 @@ def _print_tick(report: dict[str, Any], *, as_json: bool) -> int:
     for r in report["results"]:
         print(f"{r['topology']}: {r['ultraservers']:,} UltraServers, {r['jobs']:,} jobs, windows of "
               f"{r['window_s']:.0f} s, medians (p99)")
-        print("| window | ticks | analysis | loop lag | monitor's worst loop lag |\n|---|---|---|---|---|")
+        print("| window | ticks | analysis | loop lag | monitor's worst loop lag | overloaded ticks | client CPU |\n"
+              "|---|---|---|---|---|---|---|")
         for w in r["windows"]:
             a, lag, worst = w["analysis_s"], w["loop_lag_s"], w["monitor_loop_lag_worst_s"]
             print(f"| {w['kind']} | {w['ticks']} | {_ms(a['median'])} ({_ms(a['p99'])}) | {_ms(lag['median'])} "
-                  f"({_ms(lag['p99'])}) | {_ms(worst['median'])} ({_ms(worst['max'])}) |")
+                  f"({_ms(lag['p99'])}) | {_ms(worst['median'])} ({_ms(worst['max'])}) | {w['overloaded_ticks']} | "
+                  f"{_pct(w.get('client_cpu_share_of_one_core'))} |")
         ratio = r["comparison"]["on_over_off"]
         print("on/off: " + ", ".join(f"{k} {v:.3f}" for k, v in ratio.items() if v is not None))
         if (f := r.get("follow")) is not None:
