@@ -34,6 +34,7 @@ from typing import Any, Final
 import numpy as np
 
 from benchmarks._apitick import bench_tick, spread
+from benchmarks._table import print_table
 from rainierd.connection import Connection
 from rainierd.core.analysis import MonitorCore
 from rainierd.core.jobs import NameIndex, resolve_jobs
@@ -211,10 +212,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-
-
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value * 1e3:.1f} ms"
+
+
+def _spread_ms(spread: dict[str, float | None]) -> str:
+    return f"{_ms(spread['median'])} ({_ms(spread['p99'])})"
 
 
 def _pct(value: float | None) -> str:
@@ -228,13 +231,11 @@ def _print_tick(report: dict[str, Any], *, as_json: bool) -> int:
     for r in report["results"]:
         print(f"{r['topology']}: {r['ultraservers']:,} UltraServers, {r['jobs']:,} jobs, windows of "
               f"{r['window_s']:.0f} s, medians (p99)")
-        print("| window | ticks | analysis | loop lag | monitor's worst loop lag | overloaded ticks | client CPU |\n"
-              "|---|---|---|---|---|---|---|")
-        for w in r["windows"]:
-            a, lag, worst = w["analysis_s"], w["loop_lag_s"], w["monitor_loop_lag_worst_s"]
-            print(f"| {w['kind']} | {w['ticks']} | {_ms(a['median'])} ({_ms(a['p99'])}) | {_ms(lag['median'])} "
-                  f"({_ms(lag['p99'])}) | {_ms(worst['median'])} ({_ms(worst['max'])}) | {w['overloaded_ticks']} | "
-                  f"{_pct(w.get('client_cpu_share_of_one_core'))} |")
+        print_table(
+            ("window", "ticks", "analysis", "loop lag", "monitor's worst loop lag", "overloaded ticks", "client CPU"),
+            ((w["kind"], str(w["ticks"]), _spread_ms(w["analysis_s"]), _spread_ms(w["loop_lag_s"]),
+              _spread_ms(w["monitor_loop_lag_worst_s"]), str(w["overloaded_ticks"]),
+              _pct(w.get("client_cpu_share_of_one_core"))) for w in r["windows"]))
         ratio = r["comparison"]["on_over_off"]
         print("on/off: " + ", ".join(f"{k} {v:.3f}" for k, v in ratio.items() if v is not None))
         if (f := r.get("follow")) is not None:
