@@ -23,7 +23,7 @@ from harness.procs import MosquittoProcess, free_port, mosquitto
 from harness.scrape import current_values
 from harness.waits import poll_until
 
-__all__ = ["MONITOR_FAMILIES", "Fleet", "fleet", "last_log", "monitor_values"]
+__all__ = ["MONITOR_FAMILIES", "Fleet", "fleet", "last_log", "monitor_values", "simulator"]
 
 # The monitor's families the benchmarks read: parsing only these keeps a `rainier` scrape (150,000
 # series) from costing the machine being measured seconds of CPU per read.
@@ -90,12 +90,24 @@ def fleet(
         for agg_port in agg_ports:
             poll_until(lambda p=agg_port: current_values(p, only=("rainier_aggregator_mqtt",)).get(  # type: ignore[misc]
                 "rainier_aggregator_mqtt_connected") == 1, 120, "an aggregator to connect")
-        with sim_log.open("w") as out:
-            sim = subprocess.Popen([*rainierd, "simulate", *common, "--mqtt-url", broker.url, "--ticks", str(ticks),
-                                    "--batch-nodes", "0" if aggregators else str(batch_nodes)],
-                                   stdout=out, stderr=subprocess.STDOUT)
-        running.callback(_stop, sim)
+        sim = simulator(running, topology, mqtt_url=broker.url, tick_s=tick_s, ticks=ticks,
+                        batch_nodes=0 if aggregators else batch_nodes, log=sim_log)
         yield Fleet(broker, monitor, sim, port, monitor_log, sim_log, tuple(agg_procs), tuple(agg_ports))
+
+
+def simulator(
+    running: contextlib.ExitStack, topology: str, *, mqtt_url: str, tick_s: float, ticks: int, batch_nodes: int,
+    log: Path, extra: tuple[str, ...] = (),
+) -> subprocess.Popen[bytes]:
+    """Start ``rainierd simulate`` (``extra``: more of its flags) logging JSON to ``log``; ``running`` stops it
+    (SIGINT, then a kill after 30 s)."""
+    with log.open("w") as out:
+        sim = subprocess.Popen([sys.executable, "-m", "rainierd", "simulate", "--topology", topology,
+                                "--tick", str(tick_s), "--log-format", "json", "--mqtt-url", mqtt_url,
+                                "--ticks", str(ticks), "--batch-nodes", str(batch_nodes), *extra],
+                               stdout=out, stderr=subprocess.STDOUT)
+    running.callback(_stop, sim)
+    return sim
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:

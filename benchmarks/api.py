@@ -11,7 +11,10 @@ while each endpoint is asked (its client alone), per preset.
 
 The snapshot does not change during a run, so the table is built once:
 the first answer after each analysis also pays ``table_build_s``.  What
-serving the API does to the monitor's tick is not measured here.
+serving the API does to the monitor's tick is ``--tick-pairs N``'s
+question (a monitor that ticks, with and without a client that polls as a
+terminal UI does: benchmarks/_apitick.py), with ``--follow-command`` the
+follower's own CPU and memory (benchmarks/_follow.py).
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ from typing import Any, Final
 
 import numpy as np
 
+from benchmarks._apitick import bench_tick, spread
+from benchmarks._table import print_table
 from rainierd.connection import Connection
 from rainierd.core.analysis import MonitorCore
 from rainierd.core.jobs import NameIndex, resolve_jobs
@@ -143,17 +148,11 @@ async def _serve_and_ask(preset: str, *, requests: int, seed: int, n_jobs: int, 
         "jobs": snap.jobs.n_jobs if snap.jobs else 0, "recent_events": len(events.recent),
         "unhealthy": {k: int(v.size) for k, v in snap.health.ids.items()} if snap.health else {},
         "requests_per_endpoint": requests, "table_build_s_median": statistics.median(builds),
-        "loop_lag_idle_s": _spread(idle),
-        "endpoints": [{"target": t, "bytes": r["bytes"], "latency_s": _spread(r["latency_s"]),
-                       "gzip_bytes": r["gzip_bytes"], "gzip_latency_s": _spread(r["gzip_latency_s"]),
-                       "loop_lag_s": _spread(r["lags"])} for t, r in client.items()],
+        "loop_lag_idle_s": spread(idle),
+        "endpoints": [{"target": t, "bytes": r["bytes"], "latency_s": spread(r["latency_s"]),
+                       "gzip_bytes": r["gzip_bytes"], "gzip_latency_s": spread(r["gzip_latency_s"]),
+                       "loop_lag_s": spread(r["lags"])} for t, r in client.items()],
     }
-
-
-def _spread(values: list[float]) -> dict[str, float | None]:
-    if not values:
-        return {"median": None, "p99": None, "max": None}
-    return {"median": statistics.median(values), "p99": float(np.percentile(values, 99)), "max": max(values)}
 
 
 def bench_api(presets: list[str], *, requests: int, seed: int, jobs: int, ticks: int) -> dict[str, Any]:
@@ -170,6 +169,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jobs", type=int, default=1_000, help="jobs over the fleet (whole UltraServers each)")
     parser.add_argument("--ticks", type=int, default=12, help="ticks simulated before the snapshot")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--tick-pairs", type=int, default=0, metavar="N",
+                        help="instead: a monitor that ticks, fed by a simulator over Mosquitto, in N pairs of "
+                             "windows without and with a client polling as a terminal UI does (default 0: not run)")
+    parser.add_argument("--window-s", type=float, default=30.0, help="--tick-pairs: seconds a window")
+    parser.add_argument("--warmup-s", type=float, default=30.0, help="--tick-pairs: seconds before the first window")
+    parser.add_argument("--tick", type=float, default=1.0, dest="tick_s", help="--tick-pairs: seconds a tick")
+    parser.add_argument("--fault-acceleration", type=float, default=2e3,
+                        help="--tick-pairs: the simulator's random faults at the calibrated rates times this")
+    parser.add_argument("--follow-command", metavar="CMD",
+                        help="with a ticking monitor: run CMD in a tmux terminal ({url}: the monitor's URL) and "
+                             "report its CPU and memory, e.g. '.venv/bin/rainierd top --url {url}'")
+    parser.add_argument("--follow-s", type=float, default=60.0, help="--follow-command: seconds it runs")
     parser.add_argument("--json", action="store_true")
 
 
@@ -177,6 +188,14 @@ def run(args: argparse.Namespace) -> int:
     """Run the benchmark and print JSON or a table."""
     # The event log logs each event it keeps; at rainier the simulated faults raise thousands.
     configure_logging(log_format="auto", level="error")
+    if args.tick_pairs > 0 or args.follow_command:
+        if args.follow_command and "{url}" not in args.follow_command:
+            print("bench api: --follow-command needs {url} where the monitor's URL goes", file=sys.stderr)
+            return 2
+        return _print_tick(bench_tick(
+            args.topology, tick_s=args.tick_s, warmup_s=args.warmup_s, pairs=max(0, args.tick_pairs),
+            window_s=args.window_s, fault_acceleration=args.fault_acceleration, seed=args.seed,
+            follow_command=args.follow_command, follow_s=args.follow_s), as_json=args.json)
     report = bench_api(args.topology, requests=args.requests, seed=args.seed, jobs=args.jobs, ticks=args.ticks)
     if args.json:
         print(json.dumps(report, indent=2))
@@ -193,3 +212,36 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1e3:.1f} ms"
+
+
+def _spread_ms(spread: dict[str, float | None]) -> str:
+    return f"{_ms(spread['median'])} ({_ms(spread['p99'])})"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
+def _print_tick(report: dict[str, Any], *, as_json: bool) -> int:
+    if as_json:
+        print(json.dumps(report, indent=2))
+        return 0
+    for r in report["results"]:
+        print(f"{r['topology']}: {r['ultraservers']:,} UltraServers, {r['jobs']:,} jobs, windows of "
+              f"{r['window_s']:.0f} s, medians (p99)")
+        print_table(
+            ("window", "ticks", "analysis", "loop lag", "monitor's worst loop lag", "overloaded ticks", "client CPU"),
+            ((w["kind"], str(w["ticks"]), _spread_ms(w["analysis_s"]), _spread_ms(w["loop_lag_s"]),
+              _spread_ms(w["monitor_loop_lag_worst_s"]), str(w["overloaded_ticks"]),
+              _pct(w.get("client_cpu_share_of_one_core"))) for w in r["windows"]))
+        ratio = r["comparison"]["on_over_off"]
+        print("on/off: " + ", ".join(f"{k} {v:.3f}" for k, v in ratio.items() if v is not None))
+        if (f := r.get("follow")) is not None:
+            print(f"follower {f['template']!r}: {f['seconds']} s, CPU {f['cpu_share_of_one_core']:.1%} of a core "
+                  f"(settled {_pct(f['cpu_share_of_one_core_settled'])}), RSS max "
+                  f"{f['rss_bytes']['max'] / 2**20:.0f} MiB, final {f['rss_bytes']['final'] / 2**20:.0f} MiB; "
+                  "the tick meanwhile over off: " + ", ".join(f"{k} {v:.3f}" for k, v in
+                                                             f["monitor_tick_over_off"].items() if v is not None))
+    return 0

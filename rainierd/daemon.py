@@ -19,6 +19,7 @@ import secrets
 import sys
 import time
 from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 import numpy as np
@@ -49,7 +50,7 @@ from rainierd.sim.workload import JobSpec, load_jobs
 from rainierd.sinks.webhook import WebhookCollector, WebhookConfig, WebhookSink
 from rainierd.topology import Topology
 
-__all__ = ["Role", "run_role"]
+__all__ = ["MonitorRole", "Role", "monitor_role", "run_role"]
 
 log = structlog.get_logger("rainierd")
 
@@ -139,15 +140,78 @@ def _scenario(settings: Settings, topology: Topology) -> tuple[list[Fault], list
     return faults, load_jobs(settings.scenario, topology, tick_s=settings.tick_s) or None
 
 
-async def _run_role(role: Role, settings: Settings, stop: asyncio.Event) -> None:
-    topology = load_topology(settings.topology, efa_ports_per_node=settings.efa_ports_per_node)
-    nonce = secrets.token_hex(4)
+def _http(settings: Settings) -> Callable[..., MetricsServer]:
+    """Return the roles' HTTP server as the settings configure it, its content still to be given."""
     web = None if settings.web_config_file is None else load_web_config(settings.web_config_file)
     host, port = settings.metrics_host_port
-    http = functools.partial(MetricsServer, host=host, port=port, web=web,
+    return functools.partial(MetricsServer, host=host, port=port, web=web,
                              max_connections=settings.http_max_connections,
                              max_handshakes=settings.http_max_handshakes,
                              unauthenticated_idle_s=settings.http_unauthenticated_idle_s)
+
+
+@dataclass(frozen=True)
+class MonitorRole:
+    """The monitor role's parts, its HTTP server listening: the tasks to run, named, and the monitor and server
+    they drive (what a benchmark watches from inside: benchmarks/_apitick.py)."""
+
+    monitor: Monitor
+    server: MetricsServer
+    loop_lag: LoopLag
+    coroutines: dict[str, Callable[[], Coroutine[Any, Any, None]]]
+
+
+async def monitor_role(
+    settings: Settings, topology: Topology, stack: contextlib.AsyncExitStack, *, url: str | None,
+    protocol: Literal["3.1.1", "5"] | None, client_id: str, suffix: str | None = None,
+    http: Callable[..., MetricsServer] | None = None,
+) -> MonitorRole:
+    """Build the monitor, its exporter and API, bind its HTTP server (``http``, default the settings'; closed
+    when ``stack`` is), and return them with the role's tasks (not started).
+
+    Raises OSError if the listening socket cannot be bound, ConfigError for an unusable webhook.
+    """
+    mon_mqtt = mqtt_config(settings, client_id=client_id, url=url, suffix=suffix, protocol=protocol,
+                           max_packet_bytes=settings.max_frame_bytes + MAX_PACKET_OVERHEAD)
+    loop_lag = LoopLag()
+    monitor = Monitor(
+        topology, settings.monitor_config(topology), max_backlog_bytes=settings.max_backlog_bytes,
+        checkpoint_file=settings.state_file, reconnect_grace_s=settings.reconnect_grace_s,
+        qos=settings.mqtt_qos, shard=settings.monitor_shard, loop_lag=loop_lag,
+        share=SharePolicy(frames_per_tick=settings.share_frames_per_tick,
+                          bytes_per_tick=settings.share_bytes_per_tick,
+                          max_topics=settings.max_share_topics),
+        batches_only=settings.telemetry_input == "batches", actions=settings.action_config(),
+    )
+    monitor.restore()
+    counters = ServerCounters()
+    exporter = build_exporter(topology, lambda: monitor.snapshot,
+                              max_entity_series=settings.max_entity_series, max_jobs=settings.max_jobs,
+                              shard=settings.monitor_shard,
+                              server=counters.status,
+                              extra=_collectors(webhook := _webhook(settings, mon_mqtt.client_id)))
+    server = await stack.enter_async_context((http or _http(settings))(
+        exporter.render, generation=lambda: monitor.generation,
+        healthy=monitor.healthy, ready=monitor.ready, counters=counters,
+        prober=UltraServerProbe(monitor.topology, monitor.core, lambda: monitor.snapshot,
+                                lock=monitor.state_lock),
+        actions=ActionsApi(lambda: monitor.snapshot),
+        api=ReadApi(monitor.topology, lambda: monitor.snapshot, core=monitor.core, lock=monitor.state_lock,
+                    events=lambda: monitor.events.recent),
+    ))
+    coroutines: dict[str, Callable[[], Coroutine[Any, Any, None]]] = {
+        "monitor-mqtt-subscribe": lambda: supervise(mon_mqtt, monitor.session.consume, state=monitor.connection),
+        **_analysis_tasks(monitor, server, webhook),
+        "monitor-listening-clock": monitor.clock.keep,
+        "loop-lag": loop_lag.run,
+    }
+    return MonitorRole(monitor, server, loop_lag, coroutines)
+
+
+async def _run_role(role: Role, settings: Settings, stop: asyncio.Event) -> None:
+    topology = load_topology(settings.topology, efa_ports_per_node=settings.efa_ports_per_node)
+    nonce = secrets.token_hex(4)
+    http = _http(settings)
     async with contextlib.AsyncExitStack() as stack:
         url = settings.mqtt_url
         protocol: Literal["3.1.1", "5"] | None = None
@@ -182,40 +246,10 @@ async def _run_role(role: Role, settings: Settings, stop: asyncio.Event) -> None
             coroutines["sim-mqtt-publish"] = lambda: supervise(sim_mqtt, sim.session, state=sim_connection)
             drain = sim.drain  # its simulated jobs' retained documents go with it
         if role in ("run", "monitor"):
-            mon_mqtt = mqtt_config(settings, client_id=f"rainierd-monitor-{nonce}", url=url,
-                                   suffix="monitor" if role == "run" else None, protocol=protocol,
-                                   max_packet_bytes=settings.max_frame_bytes + MAX_PACKET_OVERHEAD)
-            loop_lag = LoopLag()
-            monitor = Monitor(
-                topology, settings.monitor_config(topology), max_backlog_bytes=settings.max_backlog_bytes,
-                checkpoint_file=settings.state_file, reconnect_grace_s=settings.reconnect_grace_s,
-                qos=settings.mqtt_qos, shard=settings.monitor_shard, loop_lag=loop_lag,
-                share=SharePolicy(frames_per_tick=settings.share_frames_per_tick,
-                                  bytes_per_tick=settings.share_bytes_per_tick,
-                                  max_topics=settings.max_share_topics),
-                batches_only=settings.telemetry_input == "batches", actions=settings.action_config(),
-            )
-            monitor.restore()
-            counters = ServerCounters()
-            exporter = build_exporter(topology, lambda: monitor.snapshot,
-                                      max_entity_series=settings.max_entity_series, max_jobs=settings.max_jobs,
-                                      shard=settings.monitor_shard,
-                                      server=counters.status,
-                                      extra=_collectors(webhook := _webhook(settings, mon_mqtt.client_id)))
-            server = await stack.enter_async_context(http(
-                exporter.render, generation=lambda: monitor.generation,
-                healthy=monitor.healthy, ready=monitor.ready, counters=counters,
-                prober=UltraServerProbe(monitor.topology, monitor.core, lambda: monitor.snapshot,
-                                        lock=monitor.state_lock),
-                actions=ActionsApi(lambda: monitor.snapshot),
-                api=ReadApi(monitor.topology, lambda: monitor.snapshot, core=monitor.core, lock=monitor.state_lock,
-                            events=lambda: monitor.events.recent),
-            ))
-            coroutines["monitor-mqtt-subscribe"] = lambda: supervise(mon_mqtt, monitor.session.consume,
-                                                                     state=monitor.connection)
-            coroutines.update(_analysis_tasks(monitor, server, webhook))
-            coroutines["monitor-listening-clock"] = monitor.clock.keep
-            coroutines["loop-lag"] = loop_lag.run
+            parts = await monitor_role(settings, topology, stack, url=url, protocol=protocol,
+                                       client_id=f"rainierd-monitor-{nonce}",
+                                       suffix="monitor" if role == "run" else None, http=http)
+            coroutines.update(parts.coroutines)
         if role == "aggregate":
             agg_mqtt = mqtt_config(settings, client_id=f"rainierd-aggregate-{nonce}", url=url,
                                    max_packet_bytes=settings.max_frame_bytes + MAX_PACKET_OVERHEAD)
