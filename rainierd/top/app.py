@@ -73,11 +73,34 @@ def _unhealthy_text(unhealthy: Mapping[str, Mapping[str, int]] | None) -> str:
 
 
 def fleet_header(view: View) -> Text:
-    """The fleet screen's three header lines (empty until the first answer)."""
+    """The fleet screen's four header lines, each short enough not to wrap at 120 columns but the last (the
+    unhealthy counts, cut at the edge): FP8, chips and the monitor, lost FP8, unhealthy entities."""
     fleet = view.fleet
-    text = Text()
+    text = Text(no_wrap=True, overflow="ellipsis")
     if fleet is None:
         return text
+    chips = fleet.get("chips") or {}
+    monitor = fleet.get("monitor") or {}
+    text.append("FP8 ", "bold")
+    text.append(f"peak {flops(fleet.get('peak_flops'))}  effective {flops(fleet.get('effective_flops'))} "
+                f"({percent(fleet.get('effective_share'))})  goodput {percent(fleet.get('goodput_ratio'))}\n")
+    text.append("chips ", "bold")
+    text.append(f"{chips.get('reporting', 0):,}/{chips.get('total', 0):,} reporting in "
+                f"{fleet.get('sites', 0)} sites, {fleet.get('ultraservers', 0):,} UltraServers; "
+                f"{fleet.get('jobs', 0):,} jobs   ")
+    text.append("monitor ", "bold")
+    lag = monitor.get("lag_s")
+    analysis = monitor.get("analysis_s")
+    text.append(f"lag {seconds(lag) if isinstance(lag, (int, float)) else '-'}, analysis "
+                f"{f'{analysis * 1000:.0f} ms' if isinstance(analysis, (int, float)) else '-'}"
+                f"{', OVERLOADED' if monitor.get('overloaded') else ''}")
+    if backlog := monitor.get("backlog_messages"):
+        text.append(f", backlog {backlog:,}")
+    text.append("\nlost ", "bold red" if fleet.get("lost_flops") else "bold")
+    text.append(f"{flops(fleet.get('lost_flops'))}: {cause_text(fleet.get('lost_by_cause'), top=6)}\n")
+    text.append("unhealthy ", "bold")
+    text.append(_unhealthy_text(fleet.get("unhealthy")))
+    return text
     chips = fleet.get("chips") or {}
     monitor = fleet.get("monitor") or {}
     text.append("FP8 ", "bold")
@@ -296,7 +319,7 @@ class TopApp(App[None]):
 
     TITLE = "rainierd top"
     CSS = """
-    #header { height: 3; }
+    #header { height: 4; }
     #middle { height: 1fr; }
     #left { width: 2fr; }
     #legend, #cell { height: 1; }
