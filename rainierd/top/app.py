@@ -47,7 +47,15 @@ from rainierd.top.model import (
     percent,
     seconds,
 )
-from rainierd.top.screens import Banner, DrillScreen, JobScreen, SiteScreen, UltraServerScreen, fill
+from rainierd.top.screens import (
+    Banner,
+    DrillScreen,
+    JobScreen,
+    SiteScreen,
+    UltraServerScreen,
+    fill,
+    ultraserver_row,
+)
 from rainierd.top.source import Source, SourceError
 
 __all__ = ["FleetScreen", "TopApp"]
@@ -100,28 +108,6 @@ def fleet_header(view: View) -> Text:
     text.append(f"{flops(fleet.get('lost_flops'))}: {cause_text(fleet.get('lost_by_cause'), top=6)}\n")
     text.append("unhealthy ", "bold")
     text.append(_unhealthy_text(fleet.get("unhealthy")))
-    return text
-    chips = fleet.get("chips") or {}
-    monitor = fleet.get("monitor") or {}
-    text.append("FP8 ", "bold")
-    text.append(f"peak {flops(fleet.get('peak_flops'))}  effective {flops(fleet.get('effective_flops'))} "
-                f"({percent(fleet.get('effective_share'))})  goodput {percent(fleet.get('goodput_ratio'))}   ")
-    text.append("chips ", "bold")
-    text.append(f"{chips.get('reporting', 0):,}/{chips.get('total', 0):,} reporting   "
-                f"{fleet.get('sites', 0)} sites, {fleet.get('ultraservers', 0):,} UltraServers, "
-                f"{fleet.get('jobs', 0):,} jobs\n")
-    text.append("lost ", "bold red" if fleet.get("lost_flops") else "bold")
-    text.append(f"{flops(fleet.get('lost_flops'))}: {cause_text(fleet.get('lost_by_cause'), top=6)}\n")
-    text.append("unhealthy ", "bold")
-    text.append(f"{_unhealthy_text(fleet.get('unhealthy'))}   ")
-    text.append("monitor ", "bold")
-    lag = monitor.get("lag_s")
-    analysis = monitor.get("analysis_s")
-    text.append(f"lag {seconds(lag) if isinstance(lag, (int, float)) else '-'}, analysis "
-                f"{f'{analysis * 1000:.0f} ms' if isinstance(analysis, (int, float)) else '-'}"
-                f"{', OVERLOADED' if monitor.get('overloaded') else ''}")
-    if backlog := monitor.get("backlog_messages"):
-        text.append(f", backlog {backlog:,}")
     return text
 
 
@@ -246,10 +232,8 @@ class FleetScreen(Screen[None]):
         heat = self.query_one(HeatMap)
         heat.show(view.heat, site_titles(view))
         self.query_one("#legend", Static).update(legend(heat.scale))
-        fill(self.query_one("#worst", DataTable), (
-            (f"us:{r['id']}", (r["id"], r.get("site"), percent(r.get("effective_share")), flops(r.get("lost_flops")),
-                               cause_text(r.get("lost_by_cause"), top=1), r.get("unhealthy_total", 0)))
-            for r in view.worst if r.get("lost_flops") or r.get("unhealthy_total")))
+        fill(self.query_one("#worst", DataTable), (ultraserver_row(r) for r in view.worst
+                                                   if r.get("lost_flops") or r.get("unhealthy_total")))
         fill(self.query_one("#jobs", DataTable), (
             (f"job:{j['id']}", (j["id"], j.get("chips"), percent(j.get("goodput_ratio")), flops(j.get("lost_flops")),
                                 cause_text(j.get("lost_by_cause"), top=1), j.get("phase")))

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from rainierd.top.app import TopApp
 
 __all__ = ["Banner", "DrillScreen", "EntityScreen", "JobScreen", "NodeScreen", "SiteScreen", "UltraServerScreen",
-           "fill"]
+           "fill", "ultraserver_row"]
 
 # The UltraServer document's lists, and the entity kind each holds (as the metrics and events name them).
 KINDS: Final = {"nodes": "node", "chips": "chip", "links": "neuronlink", "ports": "efa"}
@@ -71,6 +71,14 @@ def fill(table: DataTable[Any], rows: Iterable[tuple[str, Sequence[Any]]]) -> No
     if held is not None:
         with contextlib.suppress(RowDoesNotExist):  # the row is gone: the cursor stays where clear() put it
             table.move_cursor(row=table.get_row_index(held), animate=False)
+
+
+def ultraserver_row(row: Document) -> tuple[str, Sequence[Any]]:
+    """A row of ``/api/v1/ultraservers`` as a table row keyed ``us:<id>``: id, site, effective share, lost, its
+    first cause, unhealthy entities (the fleet screen's worst list and a job's UltraServers)."""
+    return (f"us:{row['id']}", (row["id"], row.get("site"), percent(row.get("effective_share")),
+                                flops(row.get("lost_flops")), cause_text(row.get("lost_by_cause"), top=1),
+                                row.get("unhealthy_total", 0)))
 
 
 def _state(entity: Document) -> Text:
@@ -386,10 +394,7 @@ class JobScreen(DrillScreen):
             (f"{c['entity']}:{c['id']}@{c.get('ultraserver')}",
              (c["entity"], c["id"], c.get("ultraserver") or "-", flops(c.get("flops"))))
             for c in document.get("culprits", ())))
-        fill(self.query_one("#held", DataTable), (
-            (f"us:{r['id']}", (r["id"], r.get("site"), percent(r.get("effective_share")), flops(r.get("lost_flops")),
-                               cause_text(r.get("lost_by_cause"), top=1), r.get("unhealthy_total", 0)))
-            for r in document.get("ultraservers", ())))
+        fill(self.query_one("#held", DataTable), (ultraserver_row(r) for r in document.get("ultraservers", ())))
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         """Open the culprit (in its UltraServer) or the UltraServer."""
