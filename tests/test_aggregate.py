@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 from collections import Counter
 
 import numpy as np
@@ -157,6 +158,32 @@ class TestBatching:
         for _, batch in decoded(result):
             assert "clock_ratio" not in batch.columns["chips"]
             assert "util" in batch.columns["chips"]
+
+
+    def test_binary_and_json_agents_batch_apart_and_keep_their_fields(self) -> None:
+        """A binary node frame carries wire v1's records and a JSON one may carry fields added since: batched
+        in one tick, neither is read in the other's layout, the JSON agents' added field arrives and the
+        binary agents' is not made up."""
+        binary = tick(0)
+        jsonl = []
+        for topic, payload in tick(0, encode=encode_json)[:4]:
+            doc = json.loads(payload)
+            for chip in doc["chips"]:
+                chip["exec_errors_total"] = 7
+            jsonl.append((topic, json.dumps(doc).encode()))
+        json_nodes = {int(json.loads(p)["node"]) for _, p in jsonl}
+        messages = [m for m in binary if int(m[0].rsplit("/n", 1)[1]) not in json_nodes] + jsonl
+        result = batcher().tick(messages, now_s=0.0)
+        carried: set[int] = set()
+        for _, batch in decoded(result):
+            if "exec_errors_total" in batch.columns["chips"]:
+                assert set(batch.node.tolist()) <= json_nodes
+                assert batch.columns["chips"]["exec_errors_total"].tolist() == [7] * int(batch.counts["chips"].sum())
+                carried |= set(batch.node.tolist())
+            np.testing.assert_array_equal(batch.columns["chips"]["chip"] // 16,
+                                          np.repeat(batch.node, batch.counts["chips"]))
+        assert carried == json_nodes
+        assert result.frames == len(messages)
 
 
 class TestAggregatorEdges:

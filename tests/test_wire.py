@@ -31,7 +31,7 @@ from rainierd.wire import (
     json_schema,
 )
 from rainierd.wire.binary import BATCH_HEADER, HEADER, encode_batch
-from rainierd.wire.records import RECORD_DTYPES, RECORD_KINDS
+from rainierd.wire.records import NODE_FRAME_DTYPES, RECORD_DTYPES, RECORD_KINDS
 from rainierd.wire.topics import (
     TopicAddress,
     batch_topic,
@@ -55,7 +55,7 @@ def random_records(rng: np.random.Generator, dtype: np.dtype[np.void], n: int) -
         kind = dtype.fields[name][0].kind  # type: ignore[index]
         if name in ("util", "clock_ratio"):
             out[name] = rng.uniform(0, 1, n)
-        elif name in {"throttled", "cooling_mode"}:
+        elif name in {"throttled", "cooling_mode", "present", "port_active"}:
             out[name] = rng.integers(0, 2, n)
         elif kind == "u":
             top = np.iinfo(dtype.fields[name][0]).max  # type: ignore[index]
@@ -66,18 +66,20 @@ def random_records(rng: np.random.Generator, dtype: np.dtype[np.void], n: int) -
 
 
 @st.composite
-def node_frames(draw: st.DrawFn) -> NodeFrame:
+def node_frames(draw: st.DrawFn, *, binary: bool = False) -> NodeFrame:
+    """Node frames with every field of their records: a binary node frame's layout, or every record field."""
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    dtypes = NODE_FRAME_DTYPES if binary else RECORD_DTYPES
     return NodeFrame(
         publisher=draw(st.text(min_size=1, max_size=30).filter(lambda s: len(s.encode()) <= 128)),
         seq=draw(st.integers(0, 2**64 - 1)),
         tick=draw(st.integers(0, 2**64 - 1)),
         t_s=draw(st.floats(allow_nan=False, allow_infinity=False)),
         node=draw(st.integers(0, 2**32 - 1)),
-        chips=random_records(rng, CHIP_DTYPE, draw(st.integers(0, 64))),
-        links=random_records(rng, LINK_DTYPE, draw(st.integers(0, 256))),
-        efa=random_records(rng, EFA_DTYPE, draw(st.integers(0, 64))),
-        cooling=random_records(rng, COOLING_DTYPE, draw(st.integers(0, 1))),
+        chips=random_records(rng, dtypes["chips"], draw(st.integers(0, 64))),
+        links=random_records(rng, dtypes["links"], draw(st.integers(0, 256))),
+        efa=random_records(rng, dtypes["efa"], draw(st.integers(0, 64))),
+        cooling=random_records(rng, dtypes["cooling"], draw(st.integers(0, 1))),
     )
 
 
@@ -160,7 +162,7 @@ def a_node_frame() -> NodeFrame:
 
 
 class TestRoundTrip:
-    @given(node_frames())
+    @given(node_frames(binary=True))
     @settings(max_examples=60, deadline=None)
     def test_binary_node_frame(self, frame: NodeFrame) -> None:
         """Any valid node frame survives binary encoding bit for bit."""
@@ -453,8 +455,32 @@ class TestPartialJson:
         """A node frame with unknown fields cannot be sent as binary, where they would read as zeros."""
         doc = dict(json.loads(encode_json(a_node_frame())))
         del doc["efa"][0]["latency_us"]  # type: ignore[index]
-        with pytest.raises(ValueError, match="every field"):
+        with pytest.raises(ValueError, match="carry exactly the fields"):
             encode_binary(decode_json(json.dumps(doc).encode()))
+
+    def test_a_binary_node_frame_keeps_wire_v1s_records(self) -> None:
+        """A binary node frame's records are wire version 1's layout whatever fields were added to a record
+        since: a JSON frame with exactly those fields encodes to it, one with an added field is refused, and
+        the decoded records carry v1's fields only (the added ones are unknown, never zeros)."""
+        doc = dict(json.loads(encode_json(a_node_frame())))
+        for chip in doc["chips"]:  # type: ignore[union-attr]
+            for name in ("sram_ecc_corrected_total", "sram_ecc_uncorrected_total", "exec_errors_total",
+                         "exec_timeouts_total", "exec_latency_us", "present"):
+                chip.pop(name, None)
+        for port in doc["efa"]:  # type: ignore[union-attr]
+            for name in ("rx_drops_total", "rdma_wr_errors_total", "keep_alive_total", "port_active", "present"):
+                port.pop(name, None)
+        v1 = decode_json(json.dumps(doc).encode())
+        decoded = decode_binary(encode_binary(v1))
+        assert isinstance(decoded, NodeFrame)
+        assert (decoded.chips.dtype, decoded.efa.dtype) == (NODE_FRAME_DTYPES["chips"], NODE_FRAME_DTYPES["efa"])
+        assert decoded.chips.dtype.itemsize == 53
+        assert decoded.chips.tobytes() == np.asarray(v1.chips[list(NODE_FRAME_DTYPES["chips"].names or ())]
+                                                     ).astype(NODE_FRAME_DTYPES["chips"]).tobytes()
+        doc["chips"][0]["exec_errors_total"] = 3  # type: ignore[index]
+        with pytest.raises(ValueError, match="carry exactly the fields"):
+            encode_binary(decode_json(json.dumps(doc).encode()))
+
 
 class TestTopics:
     def test_telemetry_topics_parse_back(self) -> None:

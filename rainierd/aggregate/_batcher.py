@@ -44,7 +44,7 @@ from rainierd.wire.binary import (
     MAX_BATCH_NODES,
     split_node_frame,
 )
-from rainierd.wire.records import RECORD_DTYPES, RECORD_KINDS
+from rainierd.wire.records import NODE_FRAME_DTYPES, RECORD_DTYPES, RECORD_KINDS
 from rainierd.wire.topics import Shard, batch_topic, bucket_of, parse_topic
 
 __all__ = ["DROP_REASONS", "Batcher", "Outgoing", "TickResult", "batch_name"]
@@ -65,6 +65,8 @@ DROP_REASONS: Final = (
 _FULL: Final = {kind: (1 << len(RECORD_DTYPES[kind].names or ())) - 1 for kind in RECORD_KINDS}
 _COLUMNS: Final = {kind: RECORD_DTYPES[kind].names or () for kind in RECORD_KINDS}
 _ALL: Final = tuple(_FULL[kind] for kind in RECORD_KINDS)
+# A binary node frame's records carry its layout's fields, every one (later fields are unknown).
+_BINARY: Final = tuple((1 << len(NODE_FRAME_DTYPES[kind].names or ())) - 1 for kind in RECORD_KINDS)
 _ENTRY_BYTES: Final = 4 + 8 + 8 + 8 + 2 + 2 + 2 + 1 + 2 + 129  # node columns, its index, a table entry at most
 _NAME_RE: Final = re.compile(r"[^A-Za-z0-9_.-]")
 
@@ -107,6 +109,7 @@ class _Entry:
     counts: tuple[int, ...]
     blocks: tuple[bytes | memoryview, ...]
     masks: tuple[int, ...]  # the fields every record of each kind carries
+    binary: bool = False  # records in a binary node frame's layout (NODE_FRAME_DTYPES), else RECORD_DTYPES'
 
     @property
     def size(self) -> int:
@@ -141,7 +144,7 @@ def _entry(payload: bytes) -> tuple[_Entry, bool]:
     """
     if payload[:1] == MAGIC[:1] and len(payload) > 5 and payload[5] == KIND_NODE:
         publisher, seq, tick, t_s, node, counts, blocks = split_node_frame(payload)
-        return _Entry(node, publisher, seq, tick, t_s, counts, blocks, _ALL), False
+        return _Entry(node, publisher, seq, tick, t_s, counts, blocks, _BINARY, binary=True), False
     if payload[:1] == MAGIC[:1] and len(payload) > 5 and payload[5] in (KIND_FACILITY, KIND_BATCH):
         raise _NotANodeFrameError
     if payload[:1] == b"{":
@@ -217,7 +220,7 @@ class Batcher:
         dropped: Counter[str] = Counter()
         decode_errors: Counter[str] = Counter()
         narrowed = 0
-        groups: dict[tuple[int, int, tuple[int, ...]], list[_Entry]] = {}
+        groups: dict[tuple[int, int, tuple[int, ...], bool], list[_Entry]] = {}
         seen: set[tuple[int, str, int]] = set()
         for topic, payload in messages:
             judged = self._judge(topic, payload, dropped, decode_errors)
@@ -231,13 +234,13 @@ class Batcher:
             seen.add(key)
             narrowed += partial
             us = self._node_us[entry.node]
-            groups.setdefault((self._site[us], bucket_of(us), entry.masks), []).append(entry)
+            groups.setdefault((self._site[us], bucket_of(us), entry.masks, entry.binary), []).append(entry)
         batches: list[Outgoing] = []
         ages: list[npt.NDArray[np.float64]] = []
         per_topic: Counter[tuple[int, int]] = Counter()
-        for (site, bucket, masks), entries in sorted(groups.items(), key=lambda item: item[0][:2]):
+        for (site, bucket, masks, binary), entries in sorted(groups.items(), key=lambda item: item[0][:2]):
             for chunk in self._chunks(entries):
-                batch = self._batch(site, bucket, masks, chunk, now_s)
+                batch = self._batch(site, bucket, masks, chunk, now_s, binary=binary)
                 # Named by its place in the site's bucket this tick: the same few topics tick after tick.
                 topic = batch_topic(site, bucket, f"{self.name}-{per_topic[site, bucket]}")
                 per_topic[site, bucket] += 1
@@ -274,7 +277,8 @@ class Batcher:
                 chunks.append(chunk)
         return chunks
 
-    def _batch(self, site: int, bucket: int, masks: tuple[int, ...], entries: list[_Entry], now_s: float) -> NodeBatch:
+    def _batch(self, site: int, bucket: int, masks: tuple[int, ...], entries: list[_Entry], now_s: float, *,
+               binary: bool) -> NodeBatch:
         """Return the batch frame of ``entries`` (nodes of one site and bucket, each once): each kind's records
         joined by the block, then split into columns by numpy."""
         table: dict[str, int] = {}
@@ -283,7 +287,8 @@ class Batcher:
         columns: dict[str, dict[str, npt.NDArray[Any]]] = {}
         for k, (kind, mask) in enumerate(zip(RECORD_KINDS, masks, strict=True)):
             counts[kind] = np.fromiter((entry.counts[k] for entry in entries), np.uint16, len(entries))
-            joined = np.frombuffer(b"".join([entry.blocks[k] for entry in entries]), RECORD_DTYPES[kind])
+            layout = (NODE_FRAME_DTYPES if binary else RECORD_DTYPES)[kind]
+            joined = np.frombuffer(b"".join([entry.blocks[k] for entry in entries]), layout)
             columns[kind] = {name: joined[name] for bit, name in enumerate(_COLUMNS[kind]) if mask >> bit & 1}
         key = (site, bucket)
         seq = self._batch_seq.get(key, 0)

@@ -27,7 +27,7 @@ from rainierd.monitor.shares import Shares
 from rainierd.monitor.snapshot import Receipts
 from rainierd.topology import Topology
 from rainierd.wire.binary import HEADER
-from rainierd.wire.records import RECORD_DTYPES
+from rainierd.wire.records import NODE_FRAME_DTYPES
 
 log = structlog.get_logger("rainierd.monitor")
 _PUBLISHER_BYTES: Final = 32  # a publisher id in a frame (``rainierd-sim-ffe68dde``: 21)
@@ -48,9 +48,10 @@ def backlog_bytes_for(topology: Topology, *, max_frame_bytes: int, ticks: int = 
     simulator's batches (771 of them); at ``demo`` 30 kB, so the floor holds.
     """
     nodes = int(topology.node_present.sum())  # a shard's view keeps the fleet's numbering, its share present
-    per_node = (topology.n_links * RECORD_DTYPES["links"].itemsize + topology.n_efa * RECORD_DTYPES["efa"].itemsize
-                ) // topology.n_nodes + RECORD_DTYPES["cooling"].itemsize + HEADER.size + _PUBLISHER_BYTES
-    records = topology.n_present_chips * RECORD_DTYPES["chips"].itemsize + nodes * per_node
+    size = {kind: dtype.itemsize for kind, dtype in NODE_FRAME_DTYPES.items()}
+    per_node = (topology.n_links * size["links"] + topology.n_efa * size["efa"]
+                ) // topology.n_nodes + size["cooling"] + HEADER.size + _PUBLISHER_BYTES
+    records = topology.n_present_chips * size["chips"] + nodes * per_node
     return max(ticks * records, _MIN_BACKLOG_BYTES, 4 * max_frame_bytes)
 
 

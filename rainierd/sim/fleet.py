@@ -44,9 +44,9 @@ from rainierd.sim.training import EFA_PACKET_BYTES, Pace, Training
 from rainierd.sim.workload import JobSchedule, JobSpec
 from rainierd.topology import LINK_KIND_RING, Topology
 from rainierd.wire.records import (
-    CHIP_DTYPE,
+    CHIP_DTYPE_V1,
     COOLING_DTYPE,
-    EFA_DTYPE,
+    EFA_DTYPE_V1,
     FACILITY_DTYPE,
     LINK_DTYPE,
 )
@@ -111,12 +111,13 @@ class FleetModel:
                       if profile.step_swing > 1.0 else None)
         self._cycle_s: F64 | None = None
 
-        self.chips = np.zeros(topo.n_chips, CHIP_DTYPE)
+        # The simulated agent reports what a binary node frame carries (wire v1's records).
+        self.chips = np.zeros(topo.n_chips, CHIP_DTYPE_V1)
         self.chips["chip"] = np.arange(topo.n_chips)
         self.chips["hbm_used_bytes"] = rng.uniform(0.70, 0.90, topo.n_chips) * self.hw.hbm_bytes
         self.links = np.zeros(topo.n_links, LINK_DTYPE)
         self.links["link"] = np.arange(topo.n_links)
-        self.efa = np.zeros(topo.n_efa, EFA_DTYPE)
+        self.efa = np.zeros(topo.n_efa, EFA_DTYPE_V1)
         self.efa["port"] = np.arange(topo.n_efa)
         self.cooling = np.zeros(topo.n_nodes, COOLING_DTYPE)
         self.facility = np.zeros(topo.n_sites, FACILITY_DTYPE)

@@ -47,7 +47,7 @@ from rainierd.sim.scenarios import random_faults
 from rainierd.sim.workload import JobAnnouncer, JobSpec, jobs_truth_document
 from rainierd.topology import Topology
 from rainierd.wire import encode_binary, encode_json
-from rainierd.wire.records import RECORD_DTYPES, Frame, NodeBatch
+from rainierd.wire.records import NODE_FRAME_DTYPES, Frame, NodeBatch
 from rainierd.wire.topics import truth_topic
 
 __all__ = ["Outgoing", "OutgoingRun", "Simulator", "outbox_ticks", "truth_document", "truth_payload"]
@@ -89,7 +89,7 @@ class OutgoingRun:
 def outbox_ticks(topology: Topology) -> int:
     """Return how many ticks of frames the outbox holds: ``_OUTBOX_TICKS``, fewer where they would pass
     ``_OUTBOX_BYTES`` of binary records, at least one."""
-    records = sum(count * RECORD_DTYPES[kind].itemsize for kind, count in (
+    records = sum(count * NODE_FRAME_DTYPES[kind].itemsize for kind, count in (
         ("chips", topology.n_chips), ("links", topology.n_links), ("efa", topology.n_efa),
         ("cooling", topology.n_nodes)))
     return max(1, min(_OUTBOX_TICKS, _OUTBOX_BYTES // max(1, records)))

@@ -58,12 +58,9 @@ import numpy.typing as npt
 
 from rainierd.errors import FrameError
 from rainierd.wire.records import (
-    CHIP_DTYPE,
-    COOLING_DTYPE,
-    EFA_DTYPE,
     FACILITY_DTYPE,
     ID_FIELDS,
-    LINK_DTYPE,
+    NODE_FRAME_DTYPES,
     RECORD_DTYPES,
     RECORD_KINDS,
     WIRE_VERSION,
@@ -128,14 +125,16 @@ _COLUMNS: Final = {kind: column_dtypes(dtype) for kind, dtype in RECORD_DTYPES.i
 # Upper bounds on record counts in one frame: a node has 16 chips, 48 links
 # and at most 64 EFA ports; the slack admits other node shapes, not garbage.
 _MAX_COUNTS: Final = {KIND_NODE: (64, 256, 64, 1), KIND_FACILITY: (0, 0, 0, 1)}
-_NODE_DTYPES: Final[tuple[np.dtype[Any], ...]] = (CHIP_DTYPE, LINK_DTYPE, EFA_DTYPE, COOLING_DTYPE)
-_FACILITY_DTYPES: Final[tuple[np.dtype[Any], ...]] = (CHIP_DTYPE, LINK_DTYPE, EFA_DTYPE, FACILITY_DTYPE)
+# A node or facility frame's records are wire version 1's layouts (NODE_FRAME_DTYPES): fields added to a
+# record since travel in JSON and batch frames only.
+_NODE_DTYPES: Final[tuple[np.dtype[Any], ...]] = tuple(NODE_FRAME_DTYPES[kind] for kind in RECORD_KINDS)
+_FACILITY_DTYPES: Final[tuple[np.dtype[Any], ...]] = (*_NODE_DTYPES[:3], FACILITY_DTYPE)
 _NODE_SIZES: Final = tuple(dt.itemsize for dt in _NODE_DTYPES)
 _FACILITY_SIZES: Final = tuple(dt.itemsize for dt in _FACILITY_DTYPES)
 MAX_NODE_COUNTS: Final = dict(zip(RECORD_KINDS, _MAX_COUNTS[KIND_NODE], strict=True))
 """Records of each kind one node entry may carry (a node frame's, or a batch entry's)."""
 _FLOATS: Final = {
-    dt.str: float_fields(dt) for dt in (CHIP_DTYPE, LINK_DTYPE, EFA_DTYPE, COOLING_DTYPE, FACILITY_DTYPE)
+    dt.str: float_fields(dt) for dt in (*RECORD_DTYPES.values(), *NODE_FRAME_DTYPES.values(), FACILITY_DTYPE)
 }
 
 
@@ -418,23 +417,46 @@ def check_known(kind: str, known: npt.NDArray[np.uint16], mask: int) -> None:
         raise FrameError("bad_header", f"{kind} per-record known bits {what}")
 
 
+def _node_frame_records(frame: NodeFrame, kind: str) -> npt.NDArray[np.void]:
+    """Return a node frame's records of ``kind`` in the binary node frame's layout (``NODE_FRAME_DTYPES``).
+
+    Raises ValueError when a record lacks a field of that layout (zeros would claim values nobody sent) or
+    carries one the layout has not (it would be lost).
+    """
+    records: npt.NDArray[np.void] = getattr(frame, kind)
+    layout = NODE_FRAME_DTYPES[kind]
+    names = layout.names or ()
+    known = (frame.known or {}).get(kind)
+    if known is not None and known.size:
+        own = (1 << len(records.dtype.names or ())) - 1
+        want = (1 << len(names)) - 1
+        if not bool(((known & np.uint16(own)) == want).all()):
+            raise ValueError(f"a binary node frame's {kind} records carry exactly the fields {', '.join(names)}: "
+                             "send other telemetry as JSON or a batch frame")
+    if records.dtype == layout:
+        return records
+    out = np.zeros(records.size, layout)
+    for name in names:
+        out[name] = records[name]
+    return out
+
+
 def encode_binary(frame: Frame) -> bytes:
-    """Return the binary encoding of a frame."""
+    """Return the binary encoding of a frame.
+
+    Raises ValueError for a node frame the binary layout cannot carry whole (``_node_frame_records``).
+    """
     if isinstance(frame, NodeBatch):
         return encode_batch(frame)
-    if isinstance(frame, NodeFrame) and not frame.complete():
-        # A node frame's records carry every field; zeros would claim values nobody sent.
-        raise ValueError("a binary node frame carries every field: send partial telemetry as JSON or a batch frame")
     publisher = frame.publisher.encode()
     if isinstance(frame, NodeFrame):
         kind, entity = KIND_NODE, frame.node
-        parts = (frame.chips, frame.links, frame.efa, frame.cooling)
-        dtypes = (CHIP_DTYPE, LINK_DTYPE, EFA_DTYPE, COOLING_DTYPE)
+        parts = tuple(_node_frame_records(frame, k) for k in RECORD_KINDS)
+        dtypes = _NODE_DTYPES
     else:
         kind, entity = KIND_FACILITY, frame.site
-        empty = np.zeros(0, dtype=CHIP_DTYPE)
-        parts = (empty, np.zeros(0, LINK_DTYPE), np.zeros(0, EFA_DTYPE), frame.facility)
-        dtypes = (CHIP_DTYPE, LINK_DTYPE, EFA_DTYPE, FACILITY_DTYPE)
+        parts = (*(np.zeros(0, dt) for dt in _FACILITY_DTYPES[:3]), frame.facility)
+        dtypes = _FACILITY_DTYPES
     header = HEADER.pack(
         MAGIC, WIRE_VERSION, kind, 0, frame.seq, frame.tick, frame.t_s, entity,
         *(len(p) for p in parts), len(publisher),
@@ -456,11 +478,11 @@ def node_frame_dtype(publisher_bytes: int, n_chips: int, n_links: int, n_efa: in
     header = [(name, np.dtype(code)) for name, code in zip(names, ("S4", "u1", "u1", "<u2", "<u8", "<u8", "<f8",
                                                                     "<u4", "<u2", "<u2", "<u2", "<u2", "<u2"),
                                                           strict=True)]
-    dtype = np.dtype([*header, ("publisher", f"S{publisher_bytes}"), ("chips", CHIP_DTYPE, (n_chips,)),
-                      ("links", LINK_DTYPE, (n_links,)), ("efa", EFA_DTYPE, (n_efa,)),
-                      ("cooling", COOLING_DTYPE, (1,))])
-    assert dtype.itemsize == (HEADER.size + publisher_bytes + n_chips * CHIP_DTYPE.itemsize
-                              + n_links * LINK_DTYPE.itemsize + n_efa * EFA_DTYPE.itemsize + COOLING_DTYPE.itemsize)
+    chips, links, efa, cooling = _NODE_DTYPES
+    dtype = np.dtype([*header, ("publisher", f"S{publisher_bytes}"), ("chips", chips, (n_chips,)),
+                      ("links", links, (n_links,)), ("efa", efa, (n_efa,)), ("cooling", cooling, (1,))])
+    assert dtype.itemsize == (HEADER.size + publisher_bytes + n_chips * chips.itemsize
+                              + n_links * links.itemsize + n_efa * efa.itemsize + cooling.itemsize)
     return dtype
 
 

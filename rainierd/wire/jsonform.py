@@ -13,6 +13,7 @@ unknown, never as zero.  Only the record's id is required.
 from __future__ import annotations
 
 import json
+import math
 from typing import Annotated, Any, Final, Literal
 
 import numpy as np
@@ -64,8 +65,18 @@ class ChipSample(_Strict):
     power_w: NonNeg | None = None
     hbm_used_bytes: Counter | None = None
     fp8_flop_total: NonNeg | None = Field(None, description="FP8 FLOP executed since publisher start")
-    ecc_corrected_total: Counter | None = None
-    ecc_uncorrected_total: Counter | None = None
+    ecc_corrected_total: Counter | None = Field(None, description="corrected ECC events in HBM")
+    ecc_uncorrected_total: Counter | None = Field(None, description="uncorrected ECC events in HBM")
+    sram_ecc_corrected_total: Counter | None = Field(None, description="corrected ECC events in on-chip SRAM")
+    sram_ecc_uncorrected_total: Counter | None = Field(None, description="uncorrected ECC events in on-chip SRAM")
+    exec_errors_total: Counter | None = Field(
+        None, description="executions failed by the device or its runtime (neuron-monitor error_summary generic, "
+                          "runtime and hardware; numerical and model errors are the job's, not the chip's)")
+    exec_timeouts_total: Counter | None = Field(None, description="executions that outran the runtime's timeout")
+    exec_latency_us: NonNeg | None = Field(
+        None, description="median time on the device of one execution over the sample's period")
+    present: bool | None = Field(
+        None, description="false: the node's agent reports the device gone (its driver no longer lists it)")
 
 
 class LinkSample(_Strict):
@@ -92,6 +103,14 @@ class EfaSample(_Strict):
     unresponsive_remote_events_total: Counter | None = None
     impaired_remote_conn_events_total: Counter | None = None
     latency_us: NonNeg | None = None
+    rx_drops_total: Counter | None = None
+    rdma_wr_errors_total: Counter | None = Field(
+        None, description="RDMA read and write work requests completed in error (rdma_read_wr_err + rdma_write_wr_err)")
+    keep_alive_total: Counter | None = Field(
+        None, description="keep-alive messages the driver received from the device (keep_alive_rcvd)")
+    port_active: bool | None = Field(
+        None, description="the port's state reads ACTIVE (the EFA driver reports ACTIVE whatever the link's state)")
+    present: bool | None = Field(None, description="false: the node's agent reports the device gone")
 
 
 class CoolingSample(_Strict):
@@ -130,6 +149,9 @@ class NodeFrameModel(_FrameBase):
     links: Annotated[list[LinkSample], Field(max_length=256)]
     efa: Annotated[list[EfaSample], Field(max_length=64)]
     cooling: CoolingSample | None = None
+    period_s: Annotated[float, Field(gt=0.0, le=3_600.0, allow_inf_nan=False)] | None = Field(
+        None, description="how often the publisher sends this node's frames, seconds (neuron-monitor's period): "
+                          "the monitor judges the node's silence against it")
 
 
 class FacilityFrameModel(_FrameBase):
@@ -157,14 +179,10 @@ def _records(items: list[Any], dtype: np.dtype[np.void]) -> tuple[npt.NDArray[np
     rows = [tuple(item.__dict__.values()) for item in items]
     if not any(None in row for row in rows):
         return np.array(rows, dtype=dtype), np.full(len(items), (1 << len(dtype.names)) - 1, np.uint16)
-    out = np.zeros(len(items), dtype=dtype)
-    known = np.zeros(len(items), dtype=np.uint16)
-    for bit, name in enumerate(dtype.names):
-        values = [getattr(item, name) for item in items]
-        present = np.fromiter((v is not None for v in values), bool, len(values))
-        out[name][present] = [v for v in values if v is not None]
-        known[present] |= np.uint16(1 << bit)
-    return out, known
+    # Still one structured conversion: each left-out field stored as 0, its bit clear.
+    known = np.fromiter((sum(1 << bit for bit, v in enumerate(row) if v is not None) for row in rows),
+                        np.uint16, len(rows))
+    return np.array([tuple(0 if v is None else v for v in row) for row in rows], dtype=dtype), known
 
 
 _SAME_ORDER: Final = all(
@@ -186,7 +204,8 @@ def _dicts(
     rows = [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
     for i, row in enumerate(rows):
         for name in bools:
-            row[name] = bool(row[name])
+            if name in row:
+                row[name] = bool(row[name])
         if known is not None:
             for bit, name in enumerate(names):
                 if not int(known[i]) >> bit & 1:
@@ -213,10 +232,13 @@ def encode_json(frame: NodeFrame | FacilityFrame) -> bytes:
         cooling = _dicts(frame.cooling, known.get("cooling"))
         base |= {
             "kind": "node", "node": frame.node,
-            "chips": _dicts(frame.chips, known.get("chips"), ("throttled",)),
-            "links": _dicts(frame.links, known.get("links")), "efa": _dicts(frame.efa, known.get("efa")),
+            "chips": _dicts(frame.chips, known.get("chips"), ("throttled", "present")),
+            "links": _dicts(frame.links, known.get("links")),
+            "efa": _dicts(frame.efa, known.get("efa"), ("port_active", "present")),
             "cooling": cooling[0] if cooling else None,
         }
+        if math.isfinite(frame.period_s):
+            base["period_s"] = frame.period_s
     else:
         base |= {"kind": "facility", "site": frame.site, "facility": _dicts(frame.facility)[0]}
     return json.dumps(base, separators=(",", ":"), allow_nan=False).encode()
@@ -267,6 +289,7 @@ def decode_json(payload: bytes) -> Frame:
         return NodeFrame(
             model.publisher, model.seq, model.tick, model.t_s, model.node, chips[0], links[0], efa[0], air[0],
             known={"chips": chips[1], "links": links[1], "efa": efa[1], "cooling": air[1]},
+            period_s=float("nan") if model.period_s is None else model.period_s,
         )
     return FacilityFrame(
         model.publisher, model.seq, model.tick, model.t_s, model.site,

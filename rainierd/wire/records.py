@@ -18,11 +18,14 @@ import numpy.typing as npt
 
 __all__ = [
     "CHIP_DTYPE",
+    "CHIP_DTYPE_V1",
     "COOLING_DTYPE",
     "EFA_DTYPE",
+    "EFA_DTYPE_V1",
     "FACILITY_DTYPE",
     "ID_FIELDS",
     "LINK_DTYPE",
+    "NODE_FRAME_DTYPES",
     "RECORD_DTYPES",
     "RECORD_KINDS",
     "WIRE_VERSION",
@@ -46,8 +49,16 @@ CHIP_DTYPE: Final = np.dtype(
         ("power_w", "<f4"),
         ("hbm_used_bytes", "<u8"),
         ("fp8_flop_total", "<f8"),  # FLOP executed since publisher start
-        ("ecc_corrected_total", "<u8"),
-        ("ecc_uncorrected_total", "<u8"),
+        ("ecc_corrected_total", "<u8"),  # HBM (the device's DRAM)
+        ("ecc_uncorrected_total", "<u8"),  # HBM
+        # Fields added since the binary node frame's layout was fixed (CHIP_DTYPE_V1): JSON and batch frames
+        # carry them, a binary node frame never does.
+        ("sram_ecc_corrected_total", "<u8"),  # on-chip SRAM
+        ("sram_ecc_uncorrected_total", "<u8"),
+        ("exec_errors_total", "<u8"),  # executions failed by the device or its runtime (generic, runtime, hardware)
+        ("exec_timeouts_total", "<u8"),  # executions that outran the runtime's timeout
+        ("exec_latency_us", "<f4"),  # median time on the device of one execution over the sample's period
+        ("present", "u1"),  # 0: the node's agent reports the device gone (its driver no longer lists it)
     ]
 )
 
@@ -74,6 +85,12 @@ EFA_DTYPE: Final = np.dtype(
         ("unresponsive_remote_events_total", "<u8"),
         ("impaired_remote_conn_events_total", "<u8"),
         ("latency_us", "<f4"),
+        # Added since the binary node frame's layout was fixed (EFA_DTYPE_V1): JSON and batch frames only.
+        ("rx_drops_total", "<u8"),
+        ("rdma_wr_errors_total", "<u8"),  # RDMA read and write work requests that completed in error
+        ("keep_alive_total", "<u8"),  # keep-alive messages the driver received from the device
+        ("port_active", "u1"),  # the port's state reads ACTIVE (the EFA driver reports it whatever the link's)
+        ("present", "u1"),  # 0: the node's agent reports the device gone
     ]
 )
 
@@ -96,12 +113,33 @@ FACILITY_DTYPE: Final = np.dtype(
 )
 
 
+
+
+def _prefix(dtype: np.dtype[np.void], n: int) -> np.dtype[np.void]:
+    """Return the packed dtype of the first ``n`` fields of ``dtype``."""
+    assert dtype.names is not None
+    assert dtype.fields is not None
+    return np.dtype([(name, dtype.fields[name][0]) for name in dtype.names[:n]])
+
+
+CHIP_DTYPE_V1: Final = _prefix(CHIP_DTYPE, 10)
+"""A chip record as a binary node frame carries it: the first ten fields, fixed since wire version 1."""
+EFA_DTYPE_V1: Final = _prefix(EFA_DTYPE, 9)
+"""An EFA record as a binary node frame carries it: the first nine fields, fixed since wire version 1."""
+
+
 RECORD_KINDS: Final = ("chips", "links", "efa", "cooling")
 """The kinds of record a node reports, in frame order."""
 
 RECORD_DTYPES: Final[dict[str, np.dtype[np.void]]] = {
     "chips": CHIP_DTYPE, "links": LINK_DTYPE, "efa": EFA_DTYPE, "cooling": COOLING_DTYPE,
 }
+NODE_FRAME_DTYPES: Final[dict[str, np.dtype[np.void]]] = {
+    "chips": CHIP_DTYPE_V1, "links": LINK_DTYPE, "efa": EFA_DTYPE_V1, "cooling": COOLING_DTYPE,
+}
+"""The records of a binary node frame (kind 1), by kind: wire version 1's layouts, unchanged, so publishers
+written to that layout keep working.  A record's fields added since (``RECORD_DTYPES`` has them all) travel
+in JSON and batch frames, where every field is optional; in a binary node frame they are unknown."""
 ID_FIELDS: Final[dict[str, str | None]] = {"chips": "chip", "links": "link", "efa": "port", "cooling": None}
 
 
@@ -136,15 +174,19 @@ class NodeFrame:
     efa: npt.NDArray[np.void] = field(default_factory=lambda: _empty(EFA_DTYPE))
     cooling: npt.NDArray[np.void] = field(default_factory=lambda: _empty(COOLING_DTYPE))
     # Per record kind, per record: which fields it carries (bit i: the dtype's
-    # i-th field); None, or a kind left out, means every field.  Only the JSON
-    # form can leave fields out.
+    # i-th field); None, or a kind left out, means every field of its records'
+    # dtype.  Only the JSON form can leave fields out.  Records are of
+    # ``RECORD_DTYPES`` (JSON) or ``NODE_FRAME_DTYPES`` (binary, and the
+    # simulator's), whose later fields are then unknown.
     known: dict[str, npt.NDArray[np.uint16]] | None = None
+    # How often the publisher sends this node's frames, as it declares it (JSON ``period_s``); NaN: not said.
+    period_s: float = float("nan")
 
     def complete(self) -> bool:
-        """Return True when every record carries every field."""
+        """Return True when every record carries every field of its records' dtype."""
         if not self.known:
             return True
-        return all(bool((mask == (1 << len(RECORD_DTYPES[kind].names or ())) - 1).all())
+        return all(bool((mask == (1 << len(getattr(self, kind).dtype.names or ())) - 1).all())
                    for kind, mask in self.known.items())
 
 

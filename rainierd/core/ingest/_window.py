@@ -84,7 +84,9 @@ def as_batch(frame: NodeFrame) -> NodeBatch:
         np.array([frame.node], np.uint32), np.array([frame.seq], np.uint64), np.array([frame.tick], np.uint64),
         np.array([frame.t_s], np.float64),
         {kind: np.array([len(records[kind])], np.uint16) for kind in RECORD_KINDS},
-        {kind: {name: records[kind][name] for name in COLUMNS[kind]} for kind in RECORD_KINDS},
+        # A binary node frame's records lack the fields added since its layout was fixed: those are unknown.
+        {kind: {name: records[kind][name] for name in COLUMNS[kind] if name in (records[kind].dtype.names or ())}
+         for kind in RECORD_KINDS},
         known=frame.known,
     )
 
