@@ -11,7 +11,7 @@ The pure part, reports and snapshots in and frames out, no I/O:
 - ``_devices``: a report as one reading per device (idle, unknown, attributed);
 - ``_clock``: the sample clock, advanced by the reports' periods;
 - ``_totals``: monotone totals from per-period and cumulative counts;
-- ``_ports``: EFA devices by name as port records;
+- ``_ports``: EFA devices by name as port records (and the snapshot ``_efa`` reads);
 - ``_node``: one node's reports to frames.
 
 The edges: ``_efa`` reads the EFA driver's sysfs files, ``_lines`` cuts the
@@ -24,9 +24,9 @@ from __future__ import annotations
 
 from rainierd.bridge._clock import STEP_REASONS, SampleClock, Tick
 from rainierd.bridge._config import EFA_MARGIN, FLOPS_MARGIN, BridgeConfig
-from rainierd.bridge._efa import EfaDevice, EfaSnapshot, read_efa
+from rainierd.bridge._efa import read_efa
 from rainierd.bridge._node import NodeBridge, Outcome
-from rainierd.bridge._ports import EfaPorts, natural_order
+from rainierd.bridge._ports import EfaDevice, EfaPorts, EfaSnapshot, natural_order
 from rainierd.bridge._report import GROUPS, Report, read_report
 from rainierd.bridge._values import REFUSAL_REASONS
 

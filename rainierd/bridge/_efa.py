@@ -29,12 +29,13 @@ decimal integer is refused.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final
 
-__all__ = ["DEVICE_COUNTERS", "PORT_COUNTERS", "EfaDevice", "EfaSnapshot", "read_efa"]
+from rainierd.bridge._ports import EfaDevice, EfaSnapshot
+
+__all__ = ["DEVICE_COUNTERS", "PORT_COUNTERS", "read_efa"]
 
 PORT_COUNTERS: Final = (
     "tx_bytes", "rx_bytes", "retrans_bytes", "retrans_pkts", "retrans_timeout_events",
@@ -44,25 +45,6 @@ PORT_COUNTERS: Final = (
 DEVICE_COUNTERS: Final = ("keep_alive_rcvd",)
 _PREFIXES: Final = ("rdmap", "efa")  # how the driver's devices are named (rdmap<bus>s<slot>), without a map
 _MAX_TEXT: Final = 64  # a u64 in decimal is 20 characters; a counter file is never longer
-
-
-@dataclass(frozen=True, slots=True)
-class EfaDevice:
-    """One EFA device's counters as read: an int, or the reason it was refused (``wrong_type``)."""
-
-    counters: Mapping[str, int | str] = field(default_factory=dict)
-    state: str | None = None  # the port's state as the file says it (None: unreadable)
-
-
-@dataclass(frozen=True, slots=True)
-class EfaSnapshot:
-    """Every EFA device read at once."""
-
-    devices: Mapping[str, EfaDevice]
-    read_s: float  # when, on the monotonic clock: what a port's byte rate is judged over
-    # False: the devices' directory could not be listed (no EFA driver, sysfs not mounted): every port unknown,
-    # rather than every port gone.
-    listed: bool = True
 
 
 def _read(path: Path) -> str | None:

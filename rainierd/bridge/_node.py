@@ -47,8 +47,7 @@ from typing import Any, Final
 from rainierd.bridge._clock import SampleClock, Tick
 from rainierd.bridge._config import BridgeConfig
 from rainierd.bridge._devices import DeviceReading, Devices, device_readings
-from rainierd.bridge._efa import EfaSnapshot
-from rainierd.bridge._ports import EfaPorts
+from rainierd.bridge._ports import EfaPorts, EfaSnapshot
 from rainierd.bridge._report import ECC_FIELDS, Report, read_report
 from rainierd.bridge._totals import CumulativeTotal, FlopTotal, PeriodTotal
 from rainierd.bridge._values import Refusals

@@ -35,16 +35,15 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from rainierd.bridge._config import BridgeConfig
-from rainierd.bridge._efa import EfaSnapshot
 from rainierd.bridge._totals import CumulativeTotal
 from rainierd.bridge._values import Refusals
 
-__all__ = ["EFA_WIRE_FIELDS", "EfaPorts", "natural_order"]
+__all__ = ["EFA_WIRE_FIELDS", "EfaDevice", "EfaPorts", "EfaSnapshot", "natural_order"]
 
 # Wire field -> the driver counters it sums.
 EFA_WIRE_FIELDS: Final[dict[str, tuple[str, ...]]] = {
@@ -63,6 +62,25 @@ _BYTES: Final = frozenset({"tx_bytes", "rx_bytes", "retrans_bytes"})
 _U64: Final = 2**64
 _STATE: Final = re.compile(r"(\d+): ([A-Z_]+)")
 _STATES: Final = frozenset({"NOP", "DOWN", "INIT", "ARMED", "ACTIVE", "ACTIVE_DEFER"})  # ib_port_state names
+
+
+@dataclass(frozen=True, slots=True)
+class EfaDevice:
+    """One EFA device's counters as read: an int, or the reason it was refused (``wrong_type``)."""
+
+    counters: Mapping[str, int | str] = field(default_factory=dict)
+    state: str | None = None  # the port's state as the file says it (None: unreadable)
+
+
+@dataclass(frozen=True, slots=True)
+class EfaSnapshot:
+    """Every EFA device read at once."""
+
+    devices: Mapping[str, EfaDevice]
+    read_s: float  # when, on the monotonic clock: what a port's byte rate is judged over
+    # False: the devices' directory could not be listed (no EFA driver, sysfs not mounted): every port unknown,
+    # rather than every port gone.
+    listed: bool = True
 
 
 def natural_order(names: Sequence[str]) -> list[str]:

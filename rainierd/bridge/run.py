@@ -44,10 +44,11 @@ import aiomqtt
 import structlog
 
 from rainierd.bridge._config import BridgeConfig
-from rainierd.bridge._efa import EfaSnapshot, read_efa
+from rainierd.bridge._efa import read_efa
 from rainierd.bridge._lines import lines
 from rainierd.bridge._metrics import BridgeCollector, BridgeStatus
 from rainierd.bridge._node import NodeBridge, Outcome
+from rainierd.bridge._ports import EfaSnapshot
 from rainierd.connection import ConnectionState
 from rainierd.dropqueue import DropOldestQueue
 from rainierd.errors import ConfigError
@@ -161,8 +162,9 @@ class NeuronMonitorBridge:
             return _Handled(skipped="bridge_error", error=f"{type(exc).__name__}: {exc}"[:200])
         return _Handled(outcome=outcome, payload=payload)
 
-    async def read_input(self, read: Callable[[int], Awaitable[bytes]], stop: asyncio.Event) -> None:
-        """Bridge every line ``read`` delivers; at its end drain the outbox (up to ``DRAIN_S``) and set ``stop``."""
+    async def read_input(self, read: Callable[[int], Awaitable[bytes]], stop: asyncio.Event, *,
+                         drain_s: float = DRAIN_S) -> None:
+        """Bridge every line ``read`` delivers; at its end drain the outbox (up to ``drain_s``) and set ``stop``."""
         async for line in lines(read, max_bytes=MAX_LINE_BYTES):
             wall_s = time.time()
             self.lines += 1
@@ -178,7 +180,7 @@ class NeuronMonitorBridge:
             self._update()
         log.info("neuron-monitor input ended", lines=self.lines, frames=self.node.seq)
         try:
-            async with asyncio.timeout(DRAIN_S):
+            async with asyncio.timeout(drain_s):
                 await self.outbox.join()
         except TimeoutError:
             log.warning("bridge stopped with frames unpublished", pending=self.outbox.qsize())
