@@ -25,6 +25,13 @@ class TestSampleClock:
         ticks = [c.advance(1.0, wall_s=1_006.0 + 0.006 * k) for k in range(5)]
         assert [(t.t_s, t.step) for t in ticks] == [(1_001.0 + k, None) for k in range(5)]
         assert [t.lag_s for t in ticks] == pytest.approx([5.0 - 0.994 * k for k in range(5)])
+        assert [t.excess_s for t in ticks] == pytest.approx([5.0 - 0.994 * k - 0.06 for k in range(5)], abs=1e-3)
+
+    def test_a_steady_drift_is_no_excess(self) -> None:
+        """Reports written every 1.005 s with a period of 1.000 s: the lag grows, its floor with it, no excess."""
+        c = clock()
+        ticks = [c.advance(1.0, wall_s=1_000.0 + 1.005 * k) for k in range(100)]
+        assert (ticks[-1].lag_s, max(t.excess_s for t in ticks)) == (pytest.approx(0.495), 0.0)
 
     def test_it_is_never_ahead_of_the_wall_clock(self) -> None:
         """A late start (the first line had waited): the next report is pulled back to the wall and the step said."""

@@ -25,6 +25,13 @@ and no EFA ports: a rate across a step would be wrong, and the monitor
 gives none for a counter its previous sample lacked, while the bridge's
 totals keep counting, so nothing is lost from the sums.  A report with no
 usable period at all steps to the wall clock too (``no_period``).
+
+Each tick also says how far its lag is above the lag's **floor**, which
+follows the lag down at once and rises at most ``FLOOR_RISE`` of the wall
+time that passes: a frame of a backlog (lines that waited in the pipe) is
+well above it, a frame read as it was written is at it, even while
+neuron-monitor's periods drift a little from the wall clock.  That is what
+says whether counters read *now* (the EFA driver's) belong with the frame.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ __all__ = ["STEP_REASONS", "SampleClock", "Tick"]
 
 Step = Literal["ahead", "behind", "no_period"]
 STEP_REASONS: Final[tuple[Step, ...]] = ("ahead", "behind", "no_period")
+FLOOR_RISE: Final = 0.01  # the lag's floor rises at most 1 s per 100 s of wall time (a drift of 1 %)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +54,7 @@ class Tick:
     lag_s: float  # wall time minus sample time, >= 0
     first: bool = False
     step: Step | None = None  # why the clock was stepped to the wall clock (None: it advanced by the period)
+    excess_s: float = 0.0  # the lag above its floor: how long this report waited beyond the usual
 
 
 class SampleClock:
@@ -54,22 +63,27 @@ class SampleClock:
     def __init__(self, *, max_lag_s: float, clamp_ratio: float) -> None:
         self.max_lag_s, self.clamp_ratio = max_lag_s, clamp_ratio
         self.t_s: float | None = None
+        self._floor_s = 0.0
+        self._wall_s: float | None = None
 
     def advance(self, period_s: float | None, *, wall_s: float) -> Tick:
         """Return the sample time of a report of ``period_s`` (None: it has none) read at ``wall_s``."""
-        if self.t_s is None:
-            self.t_s = wall_s
-            return Tick(wall_s, 0.0, first=True)
-        if period_s is None:
-            self.t_s = max(self.t_s, wall_s)
-            return Tick(self.t_s, 0.0, step="no_period")
-        t_s = self.t_s + period_s
         step: Step | None = None
-        if t_s > wall_s:
-            if t_s - wall_s > self.clamp_ratio * period_s:
-                step = "ahead"
-            t_s = max(self.t_s, wall_s)  # pulled back, but never backwards
-        elif wall_s - t_s > self.max_lag_s:
-            t_s, step = wall_s, "behind"
-        self.t_s = t_s
-        return Tick(t_s, wall_s - t_s if wall_s > t_s else 0.0, step=step)
+        if self.t_s is None:
+            t_s = wall_s
+        elif period_s is None:
+            t_s, step = max(self.t_s, wall_s), "no_period"
+        else:
+            t_s = self.t_s + period_s
+            if t_s > wall_s:
+                if t_s - wall_s > self.clamp_ratio * period_s:
+                    step = "ahead"
+                t_s = max(self.t_s, wall_s)  # pulled back, but never backwards
+            elif wall_s - t_s > self.max_lag_s:
+                t_s, step = wall_s, "behind"
+        lag_s = max(0.0, wall_s - t_s)
+        rise_s = FLOOR_RISE * max(0.0, wall_s - self._wall_s) if self._wall_s is not None else 0.0
+        self._floor_s = lag_s if self.t_s is None else min(lag_s, self._floor_s + rise_s)
+        first = self.t_s is None
+        self.t_s, self._wall_s = t_s, wall_s
+        return Tick(t_s, lag_s, first=first, step=step, excess_s=lag_s - self._floor_s)

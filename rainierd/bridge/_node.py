@@ -28,11 +28,12 @@ Per report, in order, every check before any state changes:
    the time between reads), HBM and SRAM ECC (apart; per-period counts added up, or
    cumulative counts followed across resets, as ``ecc_counts`` says) and
    execution errors and timeouts, each a monotone total.
-6. **EFA** (``_ports``), read only for a frame whose sample time is within
-   ``efa_tolerance`` of the wall clock: the driver's counters are of *now*,
-   so they are attached only to a frame that is of now too.  A frame of a
-   backlog (lines that waited in the pipe) carries no EFA ports, and the
-   next current one carries the counters over the whole gap.
+6. **EFA** (``_ports``), read only for a frame that is of now: the
+   driver's counters are read now, so they go only with a report that did
+   not wait in the pipe longer than usual (its lag at most
+   ``_efa_tolerance`` above the clock's floor).  A frame of a backlog
+   carries no EFA ports, and the next current one carries the counters
+   over the whole gap.
 
 What a frame leaves out, the monitor keeps unknown.
 """
@@ -60,7 +61,7 @@ ECC_WIRE_FIELDS: Final = {
     "sram_ecc_corrected": "sram_ecc_corrected_total",
     "sram_ecc_uncorrected": "sram_ecc_uncorrected_total",
 }
-# A frame within this share of its period of the wall clock (at most _EFA_TOLERANCE_MAX_S) is of now.
+# A frame whose lag is within this share of its period (at most _EFA_TOLERANCE_MAX_S) of the usual is of now.
 _EFA_TOLERANCE: Final = 0.1
 _EFA_TOLERANCE_MAX_S: Final = 0.25
 
@@ -155,7 +156,7 @@ class NodeBridge:
         body["chips"] = [c for c in body["chips"] if len(c) > 1]
         if period_s is not None:
             body["period_s"] = period_s
-        if efa is not None and tick.step is None and tick.lag_s <= self._efa_tolerance(period_s):
+        if efa is not None and tick.step is None and tick.excess_s <= self._efa_tolerance(period_s):
             body["efa"] = self.ports.records(efa(), self.refusals)
             self.resets.update(self.ports.resets)
             self.ports.resets.clear()
@@ -164,7 +165,7 @@ class NodeBridge:
 
     @staticmethod
     def _efa_tolerance(period_s: float | None) -> float:
-        """Return how far behind the wall clock a frame may be and still carry EFA counters read now."""
+        """Return how much longer than usual a report may have waited and still carry EFA counters read now."""
         return min(_EFA_TOLERANCE * period_s, _EFA_TOLERANCE_MAX_S) if period_s else _EFA_TOLERANCE_MAX_S
 
     def _count(self, report: Report, devices: Devices) -> None:
