@@ -290,9 +290,17 @@ class NeuronMonitorBridge:
 
 
 async def _stdin() -> Callable[[int], Awaitable[bytes]]:
-    """Return a reader of stdin: a pipe (neuron-monitor's) read on the loop, a regular file in a thread."""
-    fd = sys.stdin.fileno()
-    if stat.S_ISREG(os.fstat(fd).st_mode):
+    """Return a reader of stdin: a pipe (neuron-monitor's) read on the loop, a regular file in a thread.
+
+    Raises ConfigError when there is no stdin to read (closed).
+    """
+    try:
+        fd = sys.stdin.fileno()
+        mode = os.fstat(fd).st_mode
+    except (AttributeError, OSError, ValueError):
+        raise ConfigError("the bridge reads neuron-monitor's reports on stdin, and stdin is closed "
+                          "(neuron-monitor | rainierd bridge neuron-monitor ...)") from None
+    if stat.S_ISREG(mode):
         return lambda n: asyncio.to_thread(os.read, fd, n)
     reader = asyncio.StreamReader()
     await asyncio.get_running_loop().connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
@@ -319,9 +327,12 @@ async def run_bridge(settings: Settings, *, node_name: str, efa_root: Path | Non
     exporter = build_registry({"bridge": BridgeCollector(lambda: bridge.status),
                                "http": ServerCollector(counters.status)})
     host, port = settings.bridge_host_port
+    read = await _stdin()
     async with MetricsServer(exporter.render, host=host, port=port, generation=lambda: bridge.generation,
                              healthy=bridge.healthy, ready=bridge.ready, counters=counters) as server:
-        read = await _stdin()
+        if efa_root is not None and not (efa_root / "class" / "infiniband").is_dir():
+            log.warning("no EFA devices under the EFA sysfs root: the node's ports stay unknown",
+                        efa_sysfs=str(efa_root))
         log.info("bridging neuron-monitor", node=topology.node_name(node), topic=bridge.topic,
                  efa_sysfs=str(efa_root) if efa_root else None, ecc_counts=config.ecc_counts,
                  efa_devices=list(config.efa_devices) if config.efa_devices else "natural order at start",
