@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rainierd.bridge import BridgeConfig, EfaSnapshot, NodeBridge, Outcome, read_efa
 from rainierd.wire import NodeFrame, decode_json
@@ -239,3 +241,50 @@ class TestEfa:
         ports = {p["port"]: p for p in second.frame["efa"]}  # type: ignore[index]
         assert (len(first.frame["efa"]), ports[34], ports[35]["tx_bytes_total"]) == (  # type: ignore[index]
             16, {"port": 34, "present": False}, 3_000)
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70) | st.floats() | st.text(max_size=8),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    max_leaves=12,
+)
+
+
+def paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Return the path of every node of a JSON value (the root is ``()``)."""
+    out = [prefix]
+    if isinstance(value, dict):
+        for key, child in value.items():
+            out += paths(child, (*prefix, key))
+    elif isinstance(value, list):
+        for i, child in enumerate(value):
+            out += paths(child, (*prefix, i))
+    return out
+
+
+def replaced(document: Any, path: tuple[Any, ...], value: Any) -> Any:
+    """Return ``document`` with the node at ``path`` replaced by ``value`` (a deep copy)."""
+    if not path:
+        return value
+    out = copy.deepcopy(document)
+    parent = out
+    for step in path[:-1]:
+        parent = parent[step]
+    parent[path[-1]] = value
+    return out
+
+
+class TestNeverDies:
+    @settings(max_examples=300, deadline=None)
+    @given(data=st.data())
+    def test_any_part_of_a_report_replaced_by_any_json_is_survived(self, data: st.DataObject) -> None:
+        """Any node of a valid report replaced by any JSON value (NaN, 2**70, a string, a list ...): the bridge
+        returns a frame the wire accepts (or folds or refuses the report), and the next good report is a frame."""
+        document = busy([0, 1])
+        targets = paths(document)[1:]  # the root is always an object: the role skips a line that is not
+        path = targets[data.draw(st.integers(0, len(targets) - 1), label="node")]
+        b = bridge()
+        outcome = b.process(replaced(document, path, data.draw(JSON, label="value")), wall_s=1_000.0)
+        if outcome.frame is not None:
+            assert isinstance(decode_json(json.dumps(outcome.frame, allow_nan=False).encode()), NodeFrame)
+        assert chips(b.process(varied(busy([0, 1]), 1), wall_s=1_001.0))[0]["util"] == 0.5

@@ -42,7 +42,7 @@ from rainierd.bridge._values import Refusals, count, is_error
 
 __all__ = ["CoreMap", "HardwareInfo", "read_hardware_info", "v3d_device"]
 
-_PHYSICAL: Final = re.compile(r"nc_v3\.(\d{1,6})")
+_PHYSICAL: Final = re.compile(r"nc_v3\.([0-9]{1,6})")
 _DEFAULT_LNC: Final = 2  # Trn2's default Logical NeuronCore configuration (logical-neuroncore-config.rst)
 
 

@@ -60,7 +60,7 @@ EFA_WIRE_FIELDS: Final[dict[str, tuple[str, ...]]] = {
 }
 _BYTES: Final = frozenset({"tx_bytes", "rx_bytes", "retrans_bytes"})
 _U64: Final = 2**64
-_STATE: Final = re.compile(r"(\d+): ([A-Z_]+)")
+_STATE: Final = re.compile(r"([0-9]+): ([A-Z_]+)")
 _STATES: Final = frozenset({"NOP", "DOWN", "INIT", "ARMED", "ACTIVE", "ACTIVE_DEFER"})  # ib_port_state names
 
 
@@ -86,7 +86,8 @@ class EfaSnapshot:
 def natural_order(names: Sequence[str]) -> list[str]:
     """Return ``names`` sorted by the numbers in them as numbers (``rdmap96s0`` before ``rdmap112s0``)."""
     def key(name: str) -> list[tuple[int, int | str]]:
-        return [(0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", name) if part]
+        return [(0, int(part)) if part.isascii() and part.isdigit() else (1, part)
+                for part in re.split(r"([0-9]+)", name) if part]
     return sorted(names, key=key)
 
 

@@ -164,12 +164,17 @@ class _Reading:
     group_errors: Counter[str] = field(default_factory=Counter)
 
 
+def _index(key: object) -> int | None:
+    """Return a JSON key that is a decimal index (``"12"``) as an int, else None."""
+    return int(key) if isinstance(key, str) and key.isascii() and key.isdigit() and len(key) <= 6 else None
+
+
 def _core_index(key: object, refusals: Refusals) -> int | None:
     """Return a logical core's index from its JSON key (``"12"``), None (counted) for anything else."""
-    if isinstance(key, str) and key.isascii() and key.isdigit() and len(key) <= 6:
-        return int(key)
-    refusals.add("neuroncore_index", "wrong_type")
-    return None
+    index = _index(key)
+    if index is None:
+        refusals.add("neuroncore_index", "wrong_type")
+    return index
 
 
 def _v3d(runtimes: list[Mapping[str, object]], out: _Reading) -> tuple[dict[int, int], int | None, int]:
@@ -185,14 +190,13 @@ def _v3d(runtimes: list[Mapping[str, object]], out: _Reading) -> tuple[dict[int,
         if not isinstance(in_use, Mapping):
             continue
         for key, core in in_use.items():
-            index = key if isinstance(key, str) and key.isdigit() and len(key) <= 6 else None
-            if index is None:
+            if (index := _index(key)) is None:
                 continue
-            highest = max(highest, int(index))
+            highest = max(highest, index)
             if isinstance(core, Mapping) and "v3d" in core:
                 device = v3d_device(core["v3d"], physical, out.refusals)
                 if device is not None:
-                    placed[int(index)] = device
+                    placed[index] = device
                     widths.add(len(core["v3d"]))  # v3d_device checked it is a mapping
     return placed, widths.pop() if len(widths) == 1 else None, highest
 
