@@ -98,6 +98,18 @@ class TestFrames:
         assert chips(bridge().process(document, wall_s=1_000.0))[7] == {"chip": 39, "present": False}
 
 
+class TestRuntimesComeAndGo:
+    def test_a_runtime_leaving_makes_its_device_idle_and_its_totals_stand(self) -> None:
+        """Device 3's application ends: the device reads idle, its FLOP and error totals keep their values; a new
+        application on device 5 starts adding to device 5's."""
+        b = bridge()
+        stats = execution(generic=2)
+        first = chips(b.process(report([runtime(device_cores(3), pid=1, execution_stats=stats)]), wall_s=1_000.0))
+        second = chips(b.process(report([runtime(device_cores(5), pid=2, execution_stats=stats)]), wall_s=1_001.0))
+        assert [(r["util"], r["fp8_flop_total"], r["exec_errors_total"]) for r in (first[3], second[3], second[5])] == [
+            (0.5, 4e14, 2), (0.0, 4e14, 2), (0.5, 4e14, 2)]
+
+
 class TestTime:
     def test_a_backlog_after_a_stall_gives_the_right_rates(self) -> None:
         """Lines queued during a 5 s stall and read 6 ms apart: each frame a period on, the FLOP rate the report's."""

@@ -21,6 +21,7 @@ from rainierd.bridge._metrics import BridgeCollector
 from rainierd.bridge.run import MAX_LINE_BYTES, NeuronMonitorBridge, find_node
 from rainierd.errors import ConfigError
 from rainierd.inventory import load_inventory
+from rainierd.settings import load_settings
 from tests.bridge_reports import busy
 
 INVENTORY = Path(__file__).parent / "data" / "inventory-two-sites.toml"
@@ -139,3 +140,21 @@ class TestNode:
         assert (find_node(topology, "ip-10-0-18-10"), find_node(topology, "n6")) == (6, 6)
         with pytest.raises(ConfigError, match="not in topology"):
             find_node(topology, "n5")  # an id the inventory leaves empty
+
+
+class TestSettings:
+    def test_each_setting_and_the_inventory_reach_the_bridge(self, tmp_path: Path) -> None:
+        """ecc_counts, sample_max_lag_s and the listen address from the settings; the node's instance id, EFA
+        device names and port count from the inventory."""
+        inventory = tmp_path / "fleet.toml"
+        inventory.write_text(INVENTORY.read_text().replace(
+            'instance_id = "i-0a1b2c3d4e5f60722"',
+            'instance_id = "i-0a1b2c3d4e5f60722"\n    efa_devices = ["rdmap32s0", "rdmap16s0"]'))
+        settings = load_settings({"topology": str(inventory), "ecc_counts": "cumulative", "sample_max_lag_s": 7.0,
+                                  "bridge_listen": "127.0.0.1:9999"})
+        topology = load_inventory(inventory)
+        config = settings.bridge_config(topology, 6)
+        assert (config.ecc_counts, config.max_lag_s, settings.bridge_host_port, config.instance_id,
+                config.efa_devices, config.efa_ports_per_node, config.chips_per_node) == (
+            "cumulative", 7.0, ("127.0.0.1", 9999), "i-0a1b2c3d4e5f60722", ("rdmap32s0", "rdmap16s0"), 16, 16)
+        assert (settings.bridge_config(topology, 0).efa_devices, load_settings({}).ecc_counts) == (None, "per-period")
