@@ -20,6 +20,7 @@ from pathlib import Path
 from types import UnionType
 from typing import Any, Final, Literal, NoReturn, Union, get_args, get_origin
 
+import numpy as np
 import structlog
 
 from rainierd import __version__
@@ -27,8 +28,10 @@ from rainierd._start import Stopped
 from rainierd.bridge.run import run_bridge
 from rainierd.daemon import run_role
 from rainierd.errors import ConfigError, RainierdError
+from rainierd.hardware import TRN2
 from rainierd.healthcheck import DEFAULT_TIMEOUT_S
 from rainierd.healthcheck import check as check_health
+from rainierd.inventory import load_inventory
 from rainierd.jobs.kubernetes import DEFAULT_GROUP_LABELS
 from rainierd.jobs.run import run_jobs
 from rainierd.logs import configure_logging
@@ -198,10 +201,31 @@ def _inventory_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
     parser.add_argument("--availability-zone", default=None, metavar="ZONE", help="the site's availability zone")
     parser.add_argument("--output", type=Path, default=None, metavar="FILE",
                         help="write the inventory here (default stdout)")
+    text = ("each node of an inventory, one line a node: its broker user n<id>, hostname, instance id, UltraServer "
+            "and index, tab-separated (for make-credentials and the bridges' Secret: docs/real-nodes.md)")
+    nodes = sources.add_parser("nodes", help=text, description=text)
+    nodes.add_argument("inventory_file", type=Path, metavar="FILE.toml", help="the inventory")
+
+
+def _inventory_nodes(path: Path) -> int:
+    """Run ``rainierd inventory nodes``: each present node's line, 0; 2 with one line when the file is bad."""
+    try:
+        topology = load_inventory(path)
+    except ConfigError as exc:
+        print(f"rainierd: {exc}", file=sys.stderr)
+        return 2
+    names = topology.names
+    for node in map(int, np.flatnonzero(topology.node_present)):
+        us = int(topology.node_ultraserver[node])
+        print("\t".join((f"n{node}", names.hostnames[node] or "-", names.instance_ids[node] or "-",
+                         names.ultraservers[us], str(node % TRN2.nodes_per_ultraserver))))
+    return 0
 
 
 def _inventory(args: argparse.Namespace) -> int:
     """Run ``rainierd inventory from-neuron-ls``: 0 with the inventory written, 2 with one line why not."""
+    if args.inventory == "nodes":
+        return _inventory_nodes(args.inventory_file)
     try:
         slots = None
         if args.ultraservers is not None:

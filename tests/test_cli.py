@@ -314,3 +314,20 @@ class TestInventoryFromNeuronLs:
         assert main(argv) == 2
         out, err = capsys.readouterr()
         assert (out, err.count("\n"), err.startswith("rainierd: ")) == ("", 1, True)
+
+    def test_nodes_lists_each_nodes_broker_user_and_names(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """`inventory nodes FILE` prints a tab-separated line a present node: n<id> (its broker user), hostname,
+        instance id, UltraServer, index; the absent ids are left out."""
+        assert main(["inventory", "nodes", str(ROOT / "tests" / "data" / "inventory-two-sites.toml")]) == 0
+        lines = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+        assert [line[0] for line in lines] == ["n0", "n1", "n2", "n3", "n4", "n6", "n8", "n9", "n11"]
+        assert lines[5] == ["n6", "ip-10-0-18-10", "i-0a1b2c3d4e5f60722", "u0018", "2"]
+
+    def test_nodes_of_a_bad_inventory_is_one_line_and_exit_2(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    ) -> None:
+        """An inventory that does not load: one line naming it, exit code 2."""
+        (tmp_path / "fleet.toml").write_text("[[site]]\n")
+        assert main(["inventory", "nodes", str(tmp_path / "fleet.toml")]) == 2
+        out, err = capsys.readouterr()
+        assert (out, err.count("\n"), str(tmp_path / "fleet.toml") in err) == ("", 1, True)
