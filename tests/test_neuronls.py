@@ -6,6 +6,7 @@ conflicting input refused with one line."""
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -238,3 +239,25 @@ class TestBuild:
         """The command line's names obey the inventory's rules."""
         with pytest.raises(ConfigError, match="command line: availability zone 'us east'"):
             build_inventory([listing("a")], availability_zone="us east")
+
+
+class TestTheDocsExample:
+    """docs/real-nodes.md's example is what the command makes."""
+
+    def test_the_example_inventory_and_warnings_are_the_commands_output(self) -> None:
+        """Three nodes of the documented UltraServer (2.25 and 2.22 listings) and one of no UltraServer, as the
+        page shows them: the page's TOML block and warning lines, exactly."""
+        hosts = ["ip-172-32-11-17", "ip-172-32-13-57", "ip-172-32-5-227", "ip-172-32-40-9"]
+        nodes = [NodeListing(hostname=f"{host}.ap-southeast-4.compute.internal",
+                             instance_id=f"i-0011223344556677{'abcd'[i]}",
+                             devices=parse_devices((NEW if i < 2 else OLD).read_text(), source="x")[0],
+                             format="json-output", source=host) for i, host in enumerate(hosts)]
+        lines = (DATA / "ultraservers-4.txt").read_text().splitlines()[:3]
+        slots = parse_ultraservers("\n".join([*lines, f"0000000000000000:-1:{nodes[3].hostname}"]), source="x")
+        made = build_inventory(nodes, slots, name="apse4-training", site="apse4-dc1",
+                               availability_zone="ap-southeast-4a")
+        page = (Path(__file__).parents[1] / "docs" / "real-nodes.md").read_text()
+        (toml,) = re.findall(r"```toml\n(.*?)```", page, re.DOTALL)
+        assert toml == made.toml
+        assert [f"rainierd: warning: {w}" for w in made.warnings] == [
+            line for line in page.splitlines() if line.startswith("rainierd: warning: ")]
