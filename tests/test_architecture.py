@@ -45,7 +45,8 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
                         "rainierd.daemon", "rainierd.cli"),
     **{f"rainierd.bridge.{module}": ("asyncio", "aiomqtt", "rainierd.mqtt", "rainierd.exporter", "rainierd.settings",
                                      "rainierd.bridge._efa", "rainierd.bridge.run", "pathlib", "os", "time")
-       for module in ("_values", "_cores", "_report", "_devices", "_clock", "_totals", "_config", "_ports", "_node")},
+       for module in ("_values", "_cores", "_report", "_devices", "_clock", "_totals", "_config", "_ports", "_node",
+                      "_hold")},
     # The product ships the product: the command line and every role load no benchmark or test harness.
     "rainierd": ("benchmarks", "harness"),
 }

@@ -98,6 +98,14 @@ class TestCorePlacement:
         assert (read.runtimes[0].cores[3].device, read.refusals.counts) == (  # type: ignore[index]
             0, {("v3d", "inconsistent"): 1})
 
+    def test_v3d_numbered_per_device_places_nothing(self) -> None:
+        """Physical cores numbered from 0 on every device (nc_v3.0-7 everywhere) would put 64 logical cores on
+        device 0: the names are refused once, and the hardware info places each core."""
+        cores = {str(c): core() | {"v3d": {f"nc_v3.{2 * (c % 4) + k}": {} for k in range(2)}} for c in range(64)}
+        read = read_report(report([runtime(cores)]), CONFIG)
+        assert (devices_of(report([runtime(cores)])), read.refusals.counts) == (
+            {c: c // 4 for c in range(64)}, {("v3d", "inconsistent"): 1})
+
     def test_a_core_beyond_the_node_makes_its_runtime_unknown(self) -> None:
         """Core 64 at 4 a device would be device 16 of 16: refused, and the runtime's cores are unknown."""
         read = read_report(report([runtime({"64": core()}, with_memory=False)]), CONFIG)

@@ -7,6 +7,7 @@ The pure part, reports and snapshots in and frames out, no I/O:
 
 - ``_values``: how one value is taken or refused (and counted, by field and reason);
 - ``_cores``: which device each logical NeuronCore is on (v3d names, the hardware info's shapes);
+- ``_hold``: a group a report leaves out, held at its last content for a while;
 - ``_report``: one report read, every documented shape accepted;
 - ``_devices``: a report as one reading per device (idle, unknown, attributed);
 - ``_clock``: the sample clock, advanced by the reports' periods;

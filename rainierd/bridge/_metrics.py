@@ -46,6 +46,7 @@ class BridgeStatus:
     skipped: Mapping[str, int] = field(default_factory=dict)
     refused_reports: Mapping[str, int] = field(default_factory=dict)
     folded: int = 0
+    filled: int = 0
     refused_values: Mapping[tuple[str, str], int] = field(default_factory=dict)
     group_errors: Mapping[str, int] = field(default_factory=dict)
     runtime_errors: int = 0
@@ -90,6 +91,8 @@ class BridgeCollector(Collector):
             ("reports_read", "Lines that were JSON objects, read as reports.", s.reports),
             ("reports_folded", "Reports whose NeuronCore counters were all repeated (another group's period came "
                                "round): their new counts went into the next frame.", s.folded),
+            ("groups_filled", "Metric groups a report left out, filled with their last content (within two of "
+                              "their periods): judged repeated, never counted twice.", s.filled),
             ("runtime_errors", "Runtime entries that carried an error or could not be read (their data unknown).",
              s.runtime_errors),
             ("frames_published", "Node frames published.", s.published),

@@ -9,7 +9,9 @@ Per report, in order, every check before any state changes:
    instance the inventory names for this node is refused whole (counted
    ``instance_mismatch``): a bridge started with the wrong ``--node`` must
    not speak for another node.
-2. **Read** (``_report``) and **judge** per device (``_devices``), with
+2. **Fill** a group the report leaves out with its last content, for at
+   most two of its periods (``_hold``): left out, it was not due.
+3. **Read** (``_report``) and **judge** per device (``_devices``), with
    each metric group judged new or repeated: neuron-monitor writes a
    complete report whenever any group is due (user guide, "Execution
    model"), so a group of a longer period reappears unchanged, and its
@@ -17,18 +19,18 @@ Per report, in order, every check before any state changes:
    differs from the same group in the previous report; a report identical
    to the previous one as a whole is taken as new throughout (two real
    captures never agree to the nanosecond of their ``period``).
-3. **Fold or publish.**  A report whose NeuronCore counters are all
+4. **Fold or publish.**  A report whose NeuronCore counters are all
    repeated (another group's period came round) adds its new counts to the
    totals and publishes nothing: the next frame carries them, so every
    frame's time advances by the period of the FLOP it carries.
-4. **Time** (``_clock``): the frame's ``t_s`` is the sample clock advanced
+5. **Time** (``_clock``): the frame's ``t_s`` is the sample clock advanced
    by the period (the NeuronCore counters' group, else the smallest new
    group's), its ``period_s`` that period.
-5. **Totals**: FLOP (``flops`` times the group's own period, never times
+6. **Totals**: FLOP (``flops`` times the group's own period, never times
    the time between reads), HBM and SRAM ECC (apart; per-period counts added up, or
    cumulative counts followed across resets, as ``ecc_counts`` says) and
    execution errors and timeouts, each a monotone total.
-6. **EFA** (``_ports``), read only for a frame that is of now: the
+7. **EFA** (``_ports``), read only for a frame that is of now: the
    driver's counters are read now, so they go only with a report that did
    not wait in the pipe longer than usual (its lag at most
    ``_efa_tolerance`` above the clock's floor).  A frame of a backlog
@@ -48,8 +50,9 @@ from typing import Any, Final
 from rainierd.bridge._clock import SampleClock, Tick
 from rainierd.bridge._config import BridgeConfig
 from rainierd.bridge._devices import DeviceReading, Devices, device_readings
+from rainierd.bridge._hold import GroupHold
 from rainierd.bridge._ports import EfaPorts, EfaSnapshot
-from rainierd.bridge._report import ECC_FIELDS, Report, read_report
+from rainierd.bridge._report import ECC_FIELDS, Report, instance_id, read_report
 from rainierd.bridge._totals import CumulativeTotal, FlopTotal, PeriodTotal
 from rainierd.bridge._values import Refusals
 
@@ -101,6 +104,7 @@ class NodeBridge:
         self.first_chip = node * config.chips_per_node
         self.clock = SampleClock(max_lag_s=config.max_lag_s, clamp_ratio=config.clamp_ratio)
         self.ports = EfaPorts(first_port=node * config.efa_ports_per_node, config=config)
+        self.hold = GroupHold()
         self._totals = [_DeviceTotals(config.ecc_counts) for _ in range(config.chips_per_node)]
         self._previous: Mapping[str, object] | None = None
         self._previous_groups: Mapping[str, object] = {}
@@ -124,10 +128,11 @@ class NodeBridge:
         ``efa`` reads the EFA counters (None: the node's ports are not
         reported).  Never raises on the report's content.
         """
-        report = read_report(document, self.config)
-        wanted = self.config.instance_id
-        if wanted is not None and report.instance_id is not None and report.instance_id != wanted:
+        wanted, said = self.config.instance_id, instance_id(document)
+        if wanted is not None and said is not None and said != wanted:
             return Outcome(refused="instance_mismatch")
+        document = self.hold.fill(document, wall_s=wall_s)
+        report = read_report(document, self.config)
         if document == self._previous:
             new = set(report.groups)
         else:

@@ -43,8 +43,8 @@ from rainierd.bridge._cores import CoreMap, HardwareInfo, read_hardware_info, v3
 from rainierd.bridge._values import Refusals, count, is_error, number
 
 __all__ = [
-    "DEVICE_ERROR_KINDS", "ECC_FIELDS", "ERROR_KINDS", "GROUPS", "CoreSample", "ExecSample", "MemorySample", "Report",
-    "RuntimeSample", "read_report",
+    "DEVICE_ERROR_KINDS", "ECC_FIELDS", "ERROR_KINDS", "GROUPS", "RUNTIME_GROUPS", "SYSTEM_GROUPS", "CoreSample",
+    "ExecSample", "MemorySample", "Report", "RuntimeSample", "instance_id", "read_report", "runtime_key",
 ]
 
 MAX_PERIOD_S: Final = 3_600.0
@@ -57,8 +57,8 @@ GROUPS: Final = (
     "neuron_hw_counters", "vcpu_usage", "memory_info", "neuron_hardware_info", "instance_info",
 )
 """The documented groups (and the two always-present objects): the only values of the ``group`` label."""
-_RUNTIME_GROUPS: Final = GROUPS[:4]
-_SYSTEM_GROUPS: Final = GROUPS[4:7]
+RUNTIME_GROUPS: Final = GROUPS[:4]
+SYSTEM_GROUPS: Final = GROUPS[4:7]
 
 ECC_FIELDS: Final = ("mem_ecc_corrected", "mem_ecc_uncorrected", "sram_ecc_corrected", "sram_ecc_uncorrected")
 """neuron_hw_counters' per-device counts: ``mem_*`` of the device's DRAM (HBM), ``sram_*`` of its SRAM."""
@@ -198,7 +198,14 @@ def _v3d(runtimes: list[Mapping[str, object]], out: _Reading) -> tuple[dict[int,
                 if device is not None:
                     placed[index] = device
                     widths.add(len(core["v3d"]))  # v3d_device checked it is a mapping
-    return placed, widths.pop() if len(widths) == 1 else None, highest
+    width = widths.pop() if len(widths) == 1 else None
+    if width is not None and physical % width == 0 and placed and \
+            max(Counter(placed.values()).values()) > physical // width:
+        # More logical cores on one device than it has: the names count physical cores from 0 on each device,
+        # not across the node, and say nothing of which device.  The hardware info places the cores.
+        out.refusals.add("v3d", "inconsistent")
+        return {}, width, highest
+    return placed, width, highest
 
 
 def _cores(counters: Mapping[str, object], cores: CoreMap, out: _Reading) -> dict[int, CoreSample] | None:
@@ -285,15 +292,20 @@ def _execution(group: Mapping[str, object], out: _Reading) -> ExecSample:
     return ExecSample(errors, timeouts, latency_s, known, kinds)
 
 
+def runtime_key(entry: Mapping[str, object]) -> str | None:
+    """Return which runtime an entry is (its pid and tag), None when it says neither."""
+    pid, tag = entry.get("pid"), entry.get("neuron_runtime_tag")
+    return f"runtime[{pid!s:.32}|{tag!s:.255}]" if pid is not None or tag is not None else None
+
+
 def _runtime(index: int, entry: Mapping[str, object], cores: CoreMap, out: _Reading) -> RuntimeSample | None:
     """Return one healthy runtime's groups as far as they can be read (None: it has no report to read)."""
     report = entry.get("report")
     if not isinstance(report, Mapping):
         out.refusals.add("report", "wrong_type")
         return None
-    pid, tag = entry.get("pid"), entry.get("neuron_runtime_tag")
-    key = f"runtime[{pid!s:.32}|{tag!s:.255}]" if pid is not None or tag is not None else f"runtime#{index}"
-    groups = {name: _group(report, name, f"{key}/{name}", out) for name in _RUNTIME_GROUPS}
+    key = runtime_key(entry) or f"runtime#{index}"
+    groups = {name: _group(report, name, f"{key}/{name}", out) for name in RUNTIME_GROUPS}
     counters, memory_group, execution = (groups["neuroncore_counters"], groups["memory_used"],
                                          groups["execution_stats"])
     samples = _cores(counters, cores, out) if counters is not None else None
@@ -345,16 +357,22 @@ def _ecc(system: Mapping[str, object], out: _Reading) -> tuple[dict[int, dict[st
     return ecc, whole
 
 
+def instance_id(report: Mapping[str, object]) -> str | None:
+    """Return the instance a report says it is of (``instance_info.instance_id``), None when it says none."""
+    info = report.get("instance_info")
+    value = info.get("instance_id") if isinstance(info, Mapping) else None
+    return value if isinstance(value, str) and value else None
+
+
 def _instance_id(info: object, out: _Reading) -> str | None:
     """Return ``instance_info``'s instance id when it gives one."""
     if not isinstance(info, Mapping):
         if info is not None:
             out.refusals.add("instance_info", "wrong_type")
         return None
-    value = info.get("instance_id")
     if is_error(info.get("error")):
         out.group_errors["instance_info"] += 1
-    return value if isinstance(value, str) and value else None
+    return instance_id({"instance_info": info})
 
 
 def read_report(report: Mapping[str, object], config: BridgeConfig) -> Report:
@@ -393,7 +411,7 @@ def read_report(report: Mapping[str, object], config: BridgeConfig) -> Report:
         out.refusals.add("system_data", "wrong_type")
     system = system if isinstance(system, Mapping) else {}
     ecc, listed_whole = _ecc(system, out)
-    for name in _SYSTEM_GROUPS[1:]:
+    for name in SYSTEM_GROUPS[1:]:
         _group(system, name, f"system/{name}", out)
     return Report(
         instance_id=_instance_id(report.get("instance_info"), out),

@@ -261,7 +261,8 @@ class NeuronMonitorBridge:
         node, ports = self.node, self.node.ports
         return BridgeStatus(
             lines=self.lines, reports=self.reports, skipped=dict(self.skipped), refused_reports=dict(self.refused),
-            folded=self.folded, refused_values=dict(node.refusals.counts), group_errors=dict(node.group_errors),
+            folded=self.folded, filled=node.hold.filled, refused_values=dict(node.refusals.counts),
+            group_errors=dict(node.group_errors),
             runtime_errors=node.runtime_errors, resets=dict(node.resets), resyncs=dict(node.steps),
             published=self.published, dropped=dict(self.dropped), lag_s=self.lag_s, period_s=self.period_s,
             runtimes=node.runtimes, devices_absent=node.devices_absent,
