@@ -10,13 +10,16 @@ with the wall time the generator says they are written at."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+from harness.efa_sysfs import EfaDegraded, EfaNode, EfaSysfsTree, EfaVanish
 from harness.neuron_monitor import Choices, NeuronMonitor, NodeSpec, Schedule, Stall, runtime_per_core
-from rainierd.bridge import BridgeConfig, NodeBridge
+from rainierd.bridge import BridgeConfig, EfaPorts, NodeBridge, natural_order, read_efa
+from rainierd.bridge._values import Refusals
 from rainierd.wire import NodeFrame, decode_json
 
 T0 = 1.7e9
@@ -69,3 +72,32 @@ def test_the_bridge_reads_what_the_generator_says(case: str) -> None:
     totals = np.array([last[d][1] for d in range(16)])
     assert (len(util_errors) > 16 * 20, max(util_errors) < 1e-9, len(rate_errors) > 16 * 20) == (True, True, True)
     assert (max(rate_errors) < 1e-6, totals.tolist()) == (True, pytest.approx(flop.tolist(), rel=1e-12))
+
+
+def test_efa_ports_by_name_against_the_generators_sysfs(tmp_path: Path) -> None:
+    """The generator's EFA tree (names whose text and numeric orders differ, one device vanishing for 3 s and
+    coming back with its counters restarted, one degraded): each port is one device by name for the whole run,
+    the vanished one present false meanwhile and never going backwards, every other port's tx bytes growing by
+    the truth's increments, nothing refused."""
+    root = tmp_path / "sys"
+    tree = EfaSysfsTree(root / "class" / "infiniband", EfaNode(seed=3, faults=[
+        EfaVanish(device=2, start_s=5.0, stop_s=8.0), EfaDegraded(device=9, start_s=3.0)]))
+    ports, refusals = EfaPorts(first_port=0, config=BridgeConfig()), Refusals()
+    order = natural_order(list(tree.node.device_names))
+    totals: list[dict[int, dict[str, Any]]] = []
+    truths = []
+    for t in range(1, 12):
+        truths.append(tree.step(float(t)))
+        totals.append({r["port"]: r for r in ports.records(read_efa(root, clock=lambda t=t: float(t)), refusals)})
+    vanished = order.index(tree.node.device_names[2])
+    assert [totals[k][vanished]["present"] for k in range(11)] == [t.present[2] for t in truths]
+    seen = [r["tx_bytes_total"] for r in (totals[k][vanished] for k in range(11)) if "tx_bytes_total" in r]
+    assert seen == sorted(seen)
+    for device, name in enumerate(tree.node.device_names):
+        if device == 2:
+            continue
+        grown = np.diff([totals[k][order.index(name)]["tx_bytes_total"] for k in range(11)])
+        assert grown.tolist() == [int(t.delta["tx_bytes"][device]) for t in truths[1:]]
+    # The returning device's counters restarted: each that had counted anything went backwards once.
+    assert (refusals.counts, dict(ports.resets)) == ({}, dict.fromkeys(
+        ("tx_bytes", "rx_bytes", "retrans_bytes", "retrans_pkts", "rx_drops", "keep_alive_rcvd"), 1))
