@@ -151,11 +151,13 @@ async def test_the_bridge_survives_bad_input_and_times_frames_by_the_reports(
     # Sample times a period apart however the lines arrived (the backlog's read at once too), never more, so every
     # rate is the reports' own.
     t_s = np.array([f.t_s for f in frames])
-    assert (np.diff(t_s[2:9]).tolist(), bool((np.diff(t_s) > 0).all()), np.diff(t_s).max() <= PERIOD_S + 1e-6) == (
-        pytest.approx([PERIOD_S] * 6), True, True)
+    assert (np.diff(t_s[3:9]).tolist(), bool((np.diff(t_s) > 0).all()), np.diff(t_s).max() <= PERIOD_S + 1e-6) == (
+        pytest.approx([PERIOD_S] * 5), True, True)
+    # (A line read sooner after its report than the first was pulls the clock back to the wall clock: by at most
+    # the clamp's 2 % of the period, so within 2 % of the reports' rate; the backlog's exactly.)
     for chip, gaps in ((0, 0), (3, 2), (15, 0)):  # chip 3's NaN frame costs the rates on either side of it
         rates = chip_rates(frames, chip)
-        assert rates.tolist() == pytest.approx([8e14] * (11 - gaps))
+        assert rates.tolist() == pytest.approx([8e14] * (11 - gaps), rel=0.021)
         assert rates.max() <= TRN2.fp8_dense_flops
     # EFA counters are of now: on the first frame, never on the backlog's, and by name after the vanishing.
     assert (len(frames[0].efa), [len(f.efa) for f in frames[3:7]]) == (16, [0, 0, 0, 0])
