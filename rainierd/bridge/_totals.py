@@ -44,7 +44,7 @@ class CumulativeTotal:
     limit: int = MAX_COUNT  # the total stays below this (EFA byte counters pass 2**53 in days: 2**64 for them)
 
     def observe(self, reading: int) -> bool:
-        """Follow the source to ``reading``; return False (the reading ignored) when the total would reach 2**53.
+        """Follow the source to ``reading``; return False (the reading ignored) when the total would reach ``limit``.
 
         The first reading is taken as the total so far (what the source
         counted before the bridge started), so a rate starts with the second.
