@@ -36,6 +36,7 @@ AGGREGATOR = ["tick_s", "batch_nodes", "shard", "max_frame_bytes"]
 HTTP = ["metrics_addr", "web_config_file"]
 SERVER = ["http_max_connections", "http_max_handshakes", "http_unauthenticated_idle_s"]
 LOG = ["log_format", "log_level"]
+BRIDGE = ["bridge_listen", "ecc_counts", "sample_max_lag_s"]
 
 # What each command reads, so what its --help lists; written out, so a change is a decision.
 ROLE_SETTINGS: dict[str, set[str]] = {
@@ -43,7 +44,7 @@ ROLE_SETTINGS: dict[str, set[str]] = {
     "simulate": {*MQTT, *FLEET, "tick_s", *SIMULATOR, *HTTP, *SERVER, *LOG},
     "monitor": {*MQTT, *FLEET, "tick_s", *MONITOR, *HTTP, *SERVER, *LOG},
     "aggregate": {*MQTT, *FLEET, *AGGREGATOR, *HTTP, *SERVER, *LOG},
-    "bridge": {*MQTT, *FLEET, *LOG},
+    "bridge": {*MQTT, *FLEET, *BRIDGE, *LOG},
     "jobs": {*MQTT, *FLEET, *LOG},
     "healthcheck": set(HTTP),
 }
@@ -111,6 +112,9 @@ VALUES: dict[str, tuple[str, Any]] = {
     "actions_brake_window_s": ("600", 600.0),
     "actions_lemon_flags": ("5", 5),
     "actions_lemon_days": ("7", 7.0),
+    "bridge_listen": ("0.0.0.0:9782", "0.0.0.0:9782"),
+    "ecc_counts": ("cumulative", "cumulative"),
+    "sample_max_lag_s": ("90", 90.0),
     "log_format": ("json", "json"),
     "log_level": ("debug", "debug"),
 }
