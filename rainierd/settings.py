@@ -216,6 +216,13 @@ class Settings(BaseSettings):
         description="monitor: how long a feed loss holds its nodes' silence back; nodes still silent after it "
                     "are judged lost",
     )
+    counter_rate_margin: Annotated[float, Use("monitor")] = Field(
+        1.05, ge=1.0, le=100.0,
+        description="monitor: a counter rising faster than its hardware's peak (a chip's dense FP8, an EFA "
+                    "port's line rate, a NeuronLink's bandwidth) times this is refused for that sample: no rate, "
+                    "summed nowhere, counted in rainier_ingest_counters_refused_total (docs/metrics.md); the margin "
+                    "is for publishers' sample times, not the hardware",
+    )
     state_file: Annotated[Path | None, Use("monitor")] = Field(
         None, description="monitor: keep sequence accounting here across restarts, so loss is counted exactly "
                           "(docs/reliability.md); unset keeps nothing",
@@ -386,7 +393,7 @@ class Settings(BaseSettings):
             tick_s=self.tick_s, stale_after_ticks=self.stale_after_ticks, max_frame_bytes=self.max_frame_bytes,
             max_clock_skew_s=self.max_clock_skew_s, max_seq_jump=self.max_seq_jump,
             feed_lost_share=self.feed_lost_share, feed_hold_s=self.feed_hold_s,
-            hardware=replace(TRN2, efa_ports_per_node=ports),
+            counter_rate_margin=self.counter_rate_margin, hardware=replace(TRN2, efa_ports_per_node=ports),
         )
 
     def action_config(self) -> ActionConfig:

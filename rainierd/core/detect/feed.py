@@ -9,12 +9,13 @@ one publisher read as every node of that publisher lost at once, 32 pages
 for one fault that a fail-over mends in seconds.  The rule here, on the
 listening clock (``FleetState.now_s``), once per analysis and vectorised:
 
-* the **base** is the nodes heard in the last ``heard_within_s`` (a minute);
+* the **base** is the nodes heard in the last ``heard_within_s`` (a minute;
+  at least two of a node's own stale intervals);
 * the feed is **lost** when at least ``lost_share`` of the base, and at least
-  ``min_nodes``, fell silent (every chip stale) *together*: their last
-  receipts lie within one stale interval of the newest among them, and none
-  was already judged lost.  A node that fell silent on its own, earlier, is
-  not part of it;
+  ``min_nodes``, fell silent (every chip stale) *together*: each one's last
+  receipt lies within its own stale interval of the newest among them, and
+  none was already judged lost.  A node that fell silent on its own, earlier,
+  is not part of it;
 * the nodes caught (and any node of the base falling silent while the feed
   is lost) are **held**: their silence is not judged, for ``hold_s`` from the
   loss's onset.  A held node heard again leaves the hold at once; one still
@@ -28,6 +29,14 @@ listening clock (``FleetState.now_s``), once per analysis and vectorised:
 
 One ``feed`` entity (a single id: the monitor's, or its shard's) carries the
 state, so the loss is one event, one series and one alert.
+
+A node's stale interval is its own: ``stale_after_s``, or
+``stale_after_ticks`` of its publisher's period where that is longer
+(``FleetState.stale_after``), so a publisher at neuron-monitor's 5 s beside
+agents at 1 s is neither silent between its reports nor left out of a loss
+the others share: its last report may be 5 s older than theirs.  In such a
+fleet a feed loss is recognised once ``lost_share`` of the base is silent,
+which for nodes of a longer period is ``stale_after_ticks`` of it.
 """
 
 from __future__ import annotations
@@ -98,21 +107,25 @@ class FeedDetector:
         """Return whether the feed is lost now."""
         return bool(self.tracker.state[0] == FEED_LOST)
 
-    def update(self, tick: int, *, node_rx_s: F64, node_silent: B, node_lost: B) -> tuple[Transitions, B]:
+    def update(
+        self, tick: int, *, node_rx_s: F64, node_silent: B, node_lost: B, node_stale_s: F64 | None = None,
+    ) -> tuple[Transitions, B]:
         """Judge the feed; return (its change, the nodes whose silence is not to be judged now).
 
         ``node_rx_s`` is each node's newest receipt on the listening clock
         (NaN: never heard), ``node_silent`` whether every chip of it is stale,
-        ``node_lost`` whether it is already judged lost.
+        ``node_lost`` whether it is already judged lost, ``node_stale_s`` each
+        node's stale interval (None: ``stale_after_s`` for every node).
         """
         p, now = self.params, self.state.now_s
+        stale_s: float | F64 = p.stale_after_s if node_stale_s is None else node_stale_s
         with np.errstate(invalid="ignore"):
-            heard = (now - node_rx_s) < p.heard_within_s  # NaN (never heard): not heard
+            heard = (now - node_rx_s) < np.maximum(p.heard_within_s, 2 * stale_s)  # NaN (never heard): not heard
         gone = heard & node_silent & ~node_lost
         lost = self.lost
         if not lost and gone.any():
             newest = float(node_rx_s[gone].max())
-            together = gone & (node_rx_s >= newest - p.stale_after_s)
+            together = gone & (node_rx_s >= newest - stale_s)
             caught = int(together.sum())
             if caught >= p.min_nodes and caught >= p.lost_share * int(heard.sum()):
                 lost, self.since_s = True, now
