@@ -58,6 +58,6 @@ class MonitorConfig:
         stale = self.stale_after_s
         chips = replace(self.detection.chips, stale_after_s=stale)
         # "Heard lately" must outlast a stale interval, however long a deployment makes that.
-        feed = replace(self.detection.feed, stale_after_s=stale, lost_share=self.feed_lost_share,
+        feed = replace(self.detection.feed, stale_after_s=stale, tick_s=self.tick_s, lost_share=self.feed_lost_share,
                        hold_s=self.feed_hold_s, heard_within_s=max(self.detection.feed.heard_within_s, 2 * stale))
         return replace(self.detection, chips=chips, feed=feed)
