@@ -51,8 +51,10 @@ class Cadence:
         self.declared_s = np.full(n, np.nan)  # what the latest frame declared (NaN: nothing)
         self.learned_s = np.full(n, np.nan)  # upper median of the intervals kept (NaN: none yet)
         self.period_s = np.full(n, np.nan)  # the period silence is judged by (NaN: unknown)
-        self._intervals_s = np.full((n, RING), np.nan)
+        # Slot by stream, so each slot is one contiguous row; inf: not filled yet (sorts after every interval).
+        self._intervals_s = np.full((RING, n), np.inf)
         self._next = np.zeros(n, np.int64)  # the ring slot the next interval takes
+        self._kept = np.zeros(n, np.int64)  # intervals in the ring (at most RING)
 
     def observe(self, ids: I64, interval_s: F64, declared_s: F64) -> None:
         """Take one applied frame of each of the (unique) streams ``ids``: the sample interval it closes over
@@ -65,10 +67,28 @@ class Cadence:
         if learn.any():
             streams = ids[learn]
             slot = self._next[streams]
-            self._intervals_s[streams, slot] = interval_s[learn]
+            self._intervals_s[slot, streams] = interval_s[learn]
             self._next[streams] = (slot + 1) % RING
-            rows = np.sort(self._intervals_s[streams], axis=1)  # NaN (a slot not yet filled) sorts last
-            count = np.count_nonzero(~np.isnan(rows), axis=1)
-            self.learned_s[streams] = rows[np.arange(streams.size), count // 2]
+            kept = np.minimum(self._kept[streams] + 1, RING)
+            self._kept[streams] = kept
+            self.learned_s[streams] = _upper_median(self._intervals_s[:, streams], kept)
         declared = self.declared_s[ids]
         self.period_s[ids] = np.where(np.isnan(declared), self.learned_s[ids], declared)
+
+
+# A sorting network of five (Knuth, TAOCP vol. 3, 5.3.4): nine compare-exchanges, each one vectorised pass
+# over the streams; np.sort along an axis of five costs ~6 times as much at 31,200 streams.
+_NETWORK: Final = ((0, 1), (3, 4), (2, 4), (2, 3), (0, 3), (0, 2), (1, 4), (1, 3), (1, 2))
+
+
+def _upper_median(rows: F64, count: I64) -> F64:
+    """Return the upper median of each column of ``rows`` (``RING`` rows), whose first ``count`` values (at least
+    one) are filled and the rest inf."""
+    a: list[F64] = [rows[i] for i in range(RING)]
+    for i, j in _NETWORK:
+        a[i], a[j] = np.minimum(a[i], a[j]), np.maximum(a[i], a[j])
+    # The upper median of k sorted values is the (k // 2)-th: of 1, 2, 3, 4, 5 values, the 0th, 1st, 1st, 2nd, 2nd.
+    if bool((count == RING).all()):
+        return a[2]
+    median: F64 = np.where(count >= 4, a[2], np.where(count >= 2, a[1], a[0]))
+    return median
