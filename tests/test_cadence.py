@@ -18,7 +18,6 @@ from rainierd.core.config import MonitorConfig
 from rainierd.core.detect import Event
 from rainierd.core.ingest import Received
 from rainierd.core.state import FleetState
-from rainierd.core.streams import Streams
 from rainierd.sim.fleet import FleetModel, FleetParams
 from rainierd.sim.frames import tick_frames
 from rainierd.topology import build_fleet
@@ -55,24 +54,6 @@ class TestCadence:
         cadence = Cadence(1)
         cadence.observe(np.array([0]), np.array([value]), np.array([value]))
         assert np.isnan([cadence.period_s[0], cadence.learned_s[0], cadence.declared_s[0]]).all()
-
-
-class TestStreamIntervals:
-    def test_an_interval_is_the_sample_time_over_the_frames_it_held(self) -> None:
-        """A frame after two lost ones, 15 s on, closes a 5 s interval; a stream's first frame and a restart
-        close none."""
-        streams = Streams(3)
-
-        def advance(seq: int, t_s: float) -> float:
-            one = np.array([0])
-            result = streams.advance(one, one, np.array([seq], np.uint64), np.array([t_s]),
-                                     rx_s=np.array([t_s]), wall_s=np.array([t_s]))
-            assert result.keep.all()
-            return float(result.interval_s[0])
-
-        intervals = [advance(0, 100.0), advance(1, 105.0), advance(4, 120.0), advance(0, 121.0)]
-        assert np.isnan([intervals[0], intervals[3]]).all()
-        assert intervals[1:3] == [5.0, 5.0]
 
 
 class TestStaleAfter:
