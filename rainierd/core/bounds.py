@@ -57,7 +57,7 @@ REFUSAL_REASONS: Final = ("over_bound", "reset_over_bound", "negative")
 the bound; a float counter's total is below zero."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Bound:
     """At most how much one counter of one entity may rise between two of its samples.
 

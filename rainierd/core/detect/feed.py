@@ -64,8 +64,8 @@ class FeedParams:
     def __post_init__(self) -> None:
         if not 0.0 < self.lost_share <= 1.0 or self.min_nodes < 1:
             raise ValueError(f"lost_share must be in (0, 1] and min_nodes >= 1: {self}")
-        if not self.hold_s >= 0.0 or not self.heard_within_s > self.stale_after_s:
-            raise ValueError(f"hold_s must be >= 0 and heard_within_s above stale_after_s: {self}")
+        if not self.hold_s >= 0.0 or not self.heard_within_s > self.stale_after_s or not self.tick_s > 0.0:
+            raise ValueError(f"hold_s must be >= 0, heard_within_s above stale_after_s and tick_s positive: {self}")
 
 
 @dataclass(frozen=True, slots=True)
