@@ -188,7 +188,8 @@ class Settings(BaseSettings):
     )
     stale_after_ticks: Annotated[int, Use("monitor")] = Field(
         3, ge=1, le=1000,
-        description="monitor: a chip not heard from for this many ticks of listening stops counting as delivering",
+        description="monitor: a chip not heard from for this many ticks of listening (or this many of its "
+                    "publisher's periods, when longer) stops counting as delivering",
     )
     max_frame_bytes: Annotated[int, Use("monitor", "aggregator")] = Field(
         1_048_576, ge=1_024, le=64 * 2**20,
