@@ -295,7 +295,8 @@ class TestNoFrameSequencePoisonsTheCounters:
             assert (per_us <= np.multiply(peak, 1 + 1e-9)).all(), (per_us.tolist(), peak)
             assert sums.site["fp8_flop_total"].sum() <= sum(peak) * (1 + 1e-9)
 
-    @given(frame_plans(), st.floats(0.0, 1.0), st.floats(0.0, 1e22))
+    # Under the bound by a margin float64's rounding of totals up to 1e22 (a few parts in 1e10) cannot eat.
+    @given(frame_plans(), st.floats(0.0, 0.99), st.floats(0.0, 1e22))
     @settings(max_examples=100, deadline=None)
     def test_a_good_sample_after_any_bad_one_counts_again(self, plan: Plan, share: float, origin: float) -> None:
         """After any windows of frames, two frames of a new publisher sampled later than all of them, the second
