@@ -189,7 +189,8 @@ class Settings(BaseSettings):
     )
     stale_after_ticks: Annotated[int, Use("monitor")] = Field(
         3, ge=1, le=1000,
-        description="monitor: a chip not heard from for this many ticks of listening stops counting as delivering",
+        description="monitor: a chip not heard from for this many ticks of listening (or this many of its "
+                    "publisher's periods, when longer) stops counting as delivering",
     )
     max_frame_bytes: Annotated[int, Use("monitor", "aggregator")] = Field(
         1_048_576, ge=1_024, le=64 * 2**20,
@@ -216,6 +217,13 @@ class Settings(BaseSettings):
         60.0, ge=0.0, le=3_600.0,
         description="monitor: how long a feed loss holds its nodes' silence back; nodes still silent after it "
                     "are judged lost",
+    )
+    counter_rate_margin: Annotated[float, Use("monitor")] = Field(
+        1.05, ge=1.0, le=100.0,
+        description="monitor: a counter rising faster than its hardware's peak (a chip's dense FP8, an EFA "
+                    "port's line rate, a NeuronLink's bandwidth) times this is refused for that sample: no rate, "
+                    "summed nowhere, counted in rainier_ingest_counters_refused_total (docs/metrics.md); the margin "
+                    "is for publishers' sample times, not the hardware",
     )
     state_file: Annotated[Path | None, Use("monitor")] = Field(
         None, description="monitor: keep sequence accounting here across restarts, so loss is counted exactly "
@@ -401,7 +409,7 @@ class Settings(BaseSettings):
             tick_s=self.tick_s, stale_after_ticks=self.stale_after_ticks, max_frame_bytes=self.max_frame_bytes,
             max_clock_skew_s=self.max_clock_skew_s, max_seq_jump=self.max_seq_jump,
             feed_lost_share=self.feed_lost_share, feed_hold_s=self.feed_hold_s,
-            hardware=replace(TRN2, efa_ports_per_node=ports),
+            counter_rate_margin=self.counter_rate_margin, hardware=replace(TRN2, efa_ports_per_node=ports),
         )
 
     def bridge_config(self, topology: Topology, node: int) -> BridgeConfig:

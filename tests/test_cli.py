@@ -27,7 +27,8 @@ SIMULATOR = ["ticks", "seed", "encoding", "batch_nodes", "scenario", "fault_acce
              "profile", "sim_jobs", "truth_file"]
 MONITOR = ["stale_after_ticks", "max_frame_bytes", "max_clock_skew_s", "reconnect_grace_s", "state_file",
            "max_seq_jump", "max_backlog_bytes", "share_frames_per_tick", "share_bytes_per_tick", "max_share_topics",
-           "max_entity_series", "max_jobs", "shard", "feed_lost_share", "feed_hold_s", "telemetry_input",
+           "max_entity_series", "max_jobs", "shard", "feed_lost_share", "feed_hold_s", "counter_rate_margin",
+           "telemetry_input",
            "actions_dry_run", "actions_hold_s", "actions_expired_keep_s", "actions_brake_max_nodes",
            "actions_brake_max_fraction", "actions_brake_window_s", "actions_lemon_flags", "actions_lemon_days"]
 MONITOR += ["webhook_url", "webhook_token_file", "webhook_ca_file", "webhook_queue_size", "webhook_max_attempts",
@@ -97,6 +98,7 @@ VALUES: dict[str, tuple[str, Any]] = {
     "shard": ("1/4", "1/4"),
     "feed_lost_share": ("0.8", 0.8),
     "feed_hold_s": ("90", 90.0),
+    "counter_rate_margin": ("1.2", 1.2),
     "telemetry_input": ("batches", "batches"),
     "webhook_url": ("https://hooks.example/rainierd", "https://hooks.example/rainierd"),
     "webhook_token_file": ("token", Path("token")),
