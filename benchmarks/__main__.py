@@ -24,6 +24,7 @@ from benchmarks import (
     ingest,
     plan,
     process,
+    realfleet,
     scrape,
     simfeed,
     sinks,
@@ -54,6 +55,7 @@ BENCHMARKS: dict[str, ModuleType] = {
     "simfeed": simfeed,
     "sinks": sinks,
     "api": api,
+    "realfleet": realfleet,
 }
 
 _ROOT = Path(__file__).resolve().parent.parent
