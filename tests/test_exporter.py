@@ -34,18 +34,27 @@ from rainierd.probes import Verdict
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
 from rainierd.topology import build_topology
-from rainierd.wire import decode_binary, encode_binary
+from rainierd.wire import NodeFrame, decode_binary, encode_binary
+from rainierd.wire.records import Frame
 from tests.certs import make_pki
 
 
-def demo_snapshot(ticks: int = 2) -> MonitorSnapshot:
+def _clockless(frame: Frame) -> Frame:
+    """Return a node frame with its chips' clock left out (unknown), as AWS neuron-monitor reports them."""
+    if not isinstance(frame, NodeFrame):
+        return frame
+    bits = np.uint16(sum(1 << i for i, name in enumerate(frame.chips.dtype.names or ()) if name != "clock_ratio"))
+    return dataclasses.replace(frame, known={"chips": np.full(len(frame.chips), bits, np.uint16)})
+
+
+def demo_snapshot(ticks: int = 2, *, clock: bool = True) -> MonitorSnapshot:
     topo = build_topology("demo")
     model = FleetModel(topo, np.random.default_rng(0), tick_s=1.0, start_s=0.0)
     state = FleetState(topo)
     ingest = Ingest(state, IngestStats())
     for k in range(ticks):
-        ingest.apply([Received(float(k), None, decode_binary(encode_binary(frame)))
-                      for _t, frame in tick_frames(topo, model.step(k), publisher="sim")])
+        frames = [decode_binary(encode_binary(f)) for _t, f in tick_frames(topo, model.step(k), publisher="sim")]
+        ingest.apply([Received(float(k), None, frame if clock else _clockless(frame)) for frame in frames])
         state.now_s = float(k)
     tp = compute_throughput(state, peak_flops_per_chip=TRN2.fp8_dense_flops, stale_after_s=3.0)
     return MonitorSnapshot(generation=1, throughput=tp, chips_total=topo.n_chips, analysis_s=0.01, analysed_ticks=2)
@@ -77,6 +86,25 @@ class TestCollectors:
         assert get("rainier_fleet_fp8_effective_flops") == pytest.approx(snap.throughput.fleet_effective)
         assert get("rainier_site_fp8_effective_flops", {"site": "s0"}) == pytest.approx(snap.throughput.fleet_effective)
         assert get("rainier_fleet_chips_reporting") == 128
+
+    def test_a_fleet_without_clocks_exports_no_delivered_figure(self) -> None:
+        """With no chip reporting a clock, no fleet, site or UltraServer series says what they deliver (never a
+        0 for unknown); the unknown chips are counted, and effective FP8 is exported from the counters."""
+        snap = demo_snapshot(clock=False)
+        topo = build_topology("demo")
+        registry = build_registry({"fleet": FleetCollector(topo, lambda: snap)}, process_metrics=False).registry
+        get = registry.get_sample_value
+        assert (get("rainier_fleet_fp8_delivered_flops"), get("rainier_site_fp8_delivered_flops", {"site": "s0"})) == (
+            None, None)
+        assert {figure: get("rainier_fleet_fp8_unknown_chips", {"figure": figure})
+                for figure in ("delivered", "effective")} == {"delivered": 128, "effective": 0}
+        assert get("rainier_site_fp8_unknown_chips", {"site": "s0", "figure": "delivered"}) == 128
+        assert get("rainier_fleet_fp8_effective_flops") == pytest.approx(snap.throughput.fleet_effective)
+        assert snap.throughput.fleet_effective > 0
+        text = UltraServerFamilies(topo, lambda: snap).render().decode()
+        samples = {f.name: len(f.samples) for f in text_string_to_metric_families(text)}
+        assert {name: samples[f"rainier_ultraserver_fp8_{name}_flops"] for name in ("peak", "delivered", "effective")
+                } == {"peak": 2, "delivered": 0, "effective": 2}
 
     def test_ultraserver_families_render_as_text(self) -> None:
         """The per-UltraServer families render as valid exposition text with one series per UltraServer."""
