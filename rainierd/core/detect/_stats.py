@@ -24,8 +24,8 @@ import numpy.typing as npt
 
 from rainierd._types import F32, F64, I64, B, Floats
 
-__all__ = ["ClippedCusum", "PeerSample", "ewma", "group_nanmedian", "others_nanmedian", "robust_center_scale",
-           "row_nanmedian"]
+__all__ = ["ClippedCusum", "Latch", "PeerSample", "ewma", "group_nanmedian", "others_nanmedian",
+           "robust_center_scale", "row_nanmedian"]
 
 _MAD_TO_SIGMA: Final = 1.4826
 SAMPLE_SIZE: Final = 65_536
@@ -255,3 +255,34 @@ class ClippedCusum:
         alarm[moving] = part.update(x[moving], mask[moving], seconds=interval)
         self.s[moving] = part.s
         return alarm
+
+
+@dataclass(eq=False)
+class Latch:
+    """Keeps each entity's alarm on until ``hold_s`` seconds of its samples pass without a count.
+
+    For counts that come one by one, seconds apart (execution errors, RDMA
+    work-request errors): a CUSUM's sum falls under its threshold between
+    them, so its alarm alone clears and is raised again at the next.  Only
+    latched entities (few) are computed.
+    """
+
+    hold_s: float
+    on: B
+    quiet_s: F32
+
+    @classmethod
+    def zeros(cls, n: int, *, hold_s: float) -> Latch:
+        """Return ``n`` entities with no alarm."""
+        return cls(hold_s, np.zeros(n, dtype=bool), np.zeros(n, np.float32))
+
+    def update(self, alarm: B, counted: B, seconds: Floats) -> B:
+        """Latch ``alarm``; an entity's quiet time restarts where ``counted`` (a count in its new sample) and
+        grows by its ``seconds`` elsewhere (NaN: none); return the latched alarm."""
+        busy = np.flatnonzero(self.on | alarm)
+        if busy.size:
+            grown = self.quiet_s[busy] + np.nan_to_num(np.broadcast_to(seconds, self.on.shape)[busy], nan=0.0)
+            quiet = np.where(counted[busy] | alarm[busy], np.float32(0.0), grown).astype(np.float32)
+            self.quiet_s[busy] = quiet
+            self.on[busy] = quiet < np.float32(self.hold_s)
+        return self.on.copy()

@@ -26,11 +26,16 @@ thresholds and what they were measured against.
 
 Persistence: each is a clipped CUSUM of seconds (a bad second adds 0.5, a
 clean one takes 0.5 away), raised after ``collapse_after_s`` or
-``latency_after_s`` (10 s) net and ``samples_to_raise`` (3) agreeing
-samples.  So one sample taken as a job phase begins or ends, when agents
+``latency_after_s`` (10 s) net and ``peer_samples_to_raise`` (6) agreeing
+samples (as paths need, docs/detection.md "Long ticks": at a 5 s tick a
+gauge's spikes reach one chip in forty in any sample).  So one sample taken as a job phase begins or ends, when agents
 sampling out of phase read some of a job's nodes idle and the others still
 busy, raises nothing, and an alarm whose cause ended is under its threshold
-within ``drain_s`` (3 s).
+within ``drain_s`` (3 s).  A sample that cannot be judged (its peers idle
+together, no execution to time) is clean evidence for a chip not in alarm,
+so what a phase's first and last samples add does not pile up from phase to
+phase, and no evidence for one in alarm, which holds its state through a
+checkpoint instead of clearing and being raised again after it.
 """
 
 from __future__ import annotations
@@ -54,7 +59,13 @@ def _seconds(n: int, after_s: float, params: ChipParams) -> ClippedCusum:
     """Return a CUSUM of bad seconds net of clean ones that raises after ``after_s`` of them."""
     h = 0.5 * after_s
     return ClippedCusum.zeros(n, k=0.5, h=h, cap=1.0, ceiling=h + params.drain_s * 0.5,
-                              samples=params.samples_to_raise)
+                              samples=params.peer_samples_to_raise)
+
+
+def _holding(cusum: ClippedCusum, judged: B) -> B:
+    """Return where a sample is evidence: where it was judged, and, where it was not (its peers idle, no
+    execution to time), as a clean sample unless the chip is in alarm, which it keeps (module docstring)."""
+    return judged | (cusum.s < np.float32(cusum.h))
 
 
 @dataclass(eq=False)
@@ -92,7 +103,8 @@ class PeerActivity:
             peers_busy = judged & (reference > np.float32(p.active_util))
         collapsed = peers_busy & busy_here & (ratio < np.float32(p.util_collapse))
         self.util_ratio = ewma(self.util_ratio, ratio, peers_busy, alpha=p.ewma_alpha)
-        return self.collapse.update_sparse(collapsed.astype(np.float32), judged, seconds=held)
+        return self.collapse.update_sparse(collapsed.astype(np.float32), judged & _holding(self.collapse, peers_busy),
+                                           seconds=held)
 
     def _latency(self, latency: F32, fresh: B, heard: B, peers: ChipPeers, held: F32) -> B:
         p = self.params
@@ -108,4 +120,4 @@ class PeerActivity:
         judged = known & np.isfinite(ratio)
         slow = judged & (ratio > np.float32(p.latency_band))
         self.latency_ratio = ewma(self.latency_ratio, ratio, judged, alpha=p.ewma_alpha)
-        return self.slow.update_sparse(slow.astype(np.float32), fresh, seconds=held)
+        return self.slow.update_sparse(slow.astype(np.float32), fresh & _holding(self.slow, judged), seconds=held)

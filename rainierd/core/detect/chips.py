@@ -57,6 +57,10 @@ class ChipParams:
     clock_margin: float = 0.03  # below the site's median clock by more than this: throttled
     active_util: float = 0.2  # efficiency is judged only while the chip is busy
     efficiency_floor: float = 0.004
+    # The same floor for a chip judged without a clock: its clock may sit a few % under its peers' with its
+    # temperature (a chip 0.3 degC into throttling loses 1.5 %), which then reads as efficiency (docs/detection.md,
+    # "Chips without a clock"); a straggler must then be ~5 % slow to gather evidence.
+    unclocked_floor: float = 0.02
     z_cap: float = 6.0
     z_k: float = 1.5
     z_h: float = 16.0  # z-seconds (each step weighted by its sample's interval)
@@ -81,11 +85,17 @@ class ChipParams:
     collapse_after_s: float = 10.0
     latency_band: float = 1.5
     latency_after_s: float = 10.0
+    # Samples that must agree, as for paths (docs/detection.md, "Long ticks"): a gauge's spikes come at a rate a
+    # second, so at a 5 s tick one chip in forty has one in any sample, and three in a row raised 2 healthy chips
+    # in 155 chip-hours (benchmarks/realnode.py).  At 1 s, the 10 s above bind first.
+    peer_samples_to_raise: float = 6.0
     # Execution errors and timeouts (chip_errors.py), each counter a rate per second in its own CUSUM: exec_k a
-    # second tolerated, at most exec_cap a second counted, failed at exec_h net.
+    # second tolerated, at most exec_cap a second counted, failed at exec_h net, and held until exec_hold_s pass
+    # without an error (errors come one by one: a shorter hold would clear and raise again between them).
     exec_k: float = 0.02
     exec_cap: float = 1.0
     exec_h: float = 2.4
+    exec_hold_s: float = 60.0
 
 
 @dataclass(eq=False)
@@ -190,7 +200,8 @@ class ChipDetector:
         # Until a chip has history it is judged by its clock, flags and counters only (_baseline.py).
         learned = self.baseline.learned()
         _, spread = robust_center_scale(own, judged, floor=0.0, sample=self.sample)
-        sigmas_per_s = self._evidence_per_s(1.0 - own, spread, fresh, held)
+        floor = np.where(unclocked, np.float32(p.unclocked_floor), np.float32(p.efficiency_floor))
+        sigmas_per_s = self._evidence_per_s(1.0 - own, spread, floor, fresh, held)
         straggling = self.cusum.update(sigmas_per_s, judged & learned, seconds=held)
         straggling |= judged & learned & (self.baseline.level < np.float32(p.efficiency_band))
 
@@ -237,7 +248,7 @@ class ChipDetector:
         return np.clip(relative, center * (np.float32(1.0) - bound), center * (np.float32(1.0) + bound)).astype(
             np.float32, copy=False)
 
-    def _evidence_per_s(self, deficit: Floats, spread: float, fresh: B, held: F32) -> F32:
+    def _evidence_per_s(self, deficit: Floats, spread: float, floor: F32, fresh: B, held: F32) -> F32:
         """Return each chip's efficiency deficit as the CUSUM's evidence: sigmas per second of its interval.
 
         The CUSUM weighs each sample by its interval ``held``, so a sample's
@@ -263,9 +274,8 @@ class ChipDetector:
         """
         p = self.params
         typical = typical_interval(self.state.chips.dt_s, fresh, self.sample) or 1.0
-        floor = p.efficiency_floor
-        averaged = (deficit / np.float32(max(spread * math.sqrt(typical), floor))).astype(np.float32)
-        excess = np.minimum(deficit / np.float32(max(spread, floor)), np.float32(p.z_cap)) - np.float32(p.z_k)
+        averaged = (deficit / np.maximum(np.float32(spread * math.sqrt(typical)), floor)).astype(np.float32)
+        excess = np.minimum(deficit / np.maximum(np.float32(spread), floor), np.float32(p.z_cap)) - np.float32(p.z_k)
         with np.errstate(invalid="ignore", divide="ignore"):
             # held x (rate - k) = min(held, 1 s) x the excess above k, held x the shortfall under it.
             excess *= np.where(excess > 0, np.minimum(held, np.float32(1.0)) / held, np.float32(1.0))

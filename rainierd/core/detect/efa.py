@@ -53,6 +53,7 @@ class EfaParams(PathParams):
     wr_errors_k: float = 0.02
     wr_errors_cap: float = 1.0
     wr_errors_h: float = 2.4
+    wr_errors_hold_s: float = 60.0  # an alarm holds until this long without an error (they come one by one)
     # A present device whose keep-alive counter has not risen for this many of its longest gaps between rises,
     # and this many seconds at least, no longer answers its driver: its port is down.
     keep_alive_intervals: float = 3.0

@@ -16,7 +16,8 @@ Why these thresholds (docs/detection.md, "EFA from the driver's counters"):
   operation the collective library must give up or redo, so a few are
   enough: over ``wr_errors_k`` (0.02/s, one a minute), at most
   ``wr_errors_cap`` (1/s) a second, raised at ``wr_errors_h`` (2.4 net) and
-  three samples (as a chip's execution errors, ``chip_errors.py``).
+  three samples, and held until ``wr_errors_hold_s`` (60 s) pass without
+  one (as a chip's execution errors, ``chip_errors.py``).
 * ``keep_alive``: the device sends its driver keep-alives at its own
   cadence, which rainierd learns per port as the longest gap seen between
   two samples in which the counter rose (a publisher sampling faster than
@@ -41,7 +42,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from rainierd._types import F32, U8, B
-from rainierd.core.detect._stats import ClippedCusum
+from rainierd.core.detect._stats import ClippedCusum, Latch
 from rainierd.core.state import Table
 
 if TYPE_CHECKING:
@@ -57,6 +58,7 @@ class DriverCounters:
     params: EfaParams
     drops: ClippedCusum
     wr_errors: ClippedCusum
+    wr_errors_held: Latch
     keep_alive_gap_s: F32  # the longest gap seen between two samples in which the keep-alive counter rose (NaN: none)
     keep_alive_quiet_s: F32  # seconds of known samples since it last rose
     keep_alive_rises: U8  # samples in which it rose, up to 2 (a gap is known from the second)
@@ -69,14 +71,17 @@ class DriverCounters:
                                    ceiling=p.drops_h + p.drain_s * p.drops_k, samples=p.samples_to_raise)
         wr_errors = ClippedCusum.zeros(n, k=p.wr_errors_k, h=p.wr_errors_h, cap=p.wr_errors_cap,
                                        ceiling=p.wr_errors_h + p.drain_s * p.wr_errors_k, samples=3.0)
-        return cls(p, drops, wr_errors, np.full(n, np.nan, np.float32), np.zeros(n, np.float32), np.zeros(n, np.uint8))
+        return cls(p, drops, wr_errors, Latch.zeros(n, hold_s=p.wr_errors_hold_s), np.full(n, np.nan, np.float32),
+                   np.zeros(n, np.float32), np.zeros(n, np.uint8))
 
     def update(self, table: Table, heard: B, present: B, held: F32) -> tuple[B, B, B]:
         """Fold in the ports' new samples (``heard``: a new sample; ``present``: not reported gone); return
         (dropping, erring, keep-alive stopped)."""
         judged = heard & present
         dropping = self.drops.update_sparse(table.rates["rx_drops_total"], judged, seconds=held)
-        erring = self.wr_errors.update_sparse(table.rates["rdma_wr_errors_total"], judged, seconds=held)
+        wr_rate = table.rates["rdma_wr_errors_total"]
+        erring = self.wr_errors_held.update(self.wr_errors.update_sparse(wr_rate, judged, seconds=held),
+                                            judged & (wr_rate > 0), np.where(judged, held, np.float32(0.0)))
         return dropping, erring, self._keep_alive(table.rates["keep_alive_total"], table.dt_s, judged)
 
     def _keep_alive(self, rate: F32, dt_s: F32, judged: B) -> B:
