@@ -126,8 +126,8 @@ class TestEntityActions:
         assert self.actions("chip", rows) == ["watch", "watch", "drain", "drain", "drain", "replace", "replace"]
 
     def test_efa_and_node(self) -> None:
-        """A degraded, down or stale (its device gone) EFA port is drained; a node's cooling cordons it; a node whose paths are all slow together is
-        drained; a lost node is watched until long."""
+        """A degraded, down or stale (its device gone) EFA port is drained; a node's cooling cordons it; a node
+        whose paths are all slow together is drained; a lost node is watched until long."""
         assert self.actions("efa", [("degraded", 2, 0.0), ("down", 64, 0.0), ("stale", int(Reason.ABSENT), 0.0),
                                     ("degraded", int(Reason.RX_DROPS), 0.0), ("down", int(Reason.KEEP_ALIVE), 0.0)]
                             ) == ["drain"] * 5
