@@ -316,6 +316,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tick", type=float, nargs="+", default=[1.0])
     parser.add_argument("--clock", choices=["without", "with"], nargs="+", default=["without", "with"])
     parser.add_argument("--jobs", choices=["known", "unknown"], nargs="+", default=["known", "unknown"])
+    parser.add_argument("--runs", choices=["faults", "control"], nargs="+", default=["faults", "control"])
     parser.add_argument("--json", action="store_true")
 
 
@@ -325,7 +326,7 @@ def run(args: argparse.Namespace) -> int:
     for tick_s in args.tick:
         for clock in args.clock:
             for jobs in args.jobs:
-                for faults in (True, False):
+                for faults in (kind == "faults" for kind in args.runs):
                     runs = [run_fleet(seed=seed, faults=faults, clock=clock == "with", jobs_known=jobs == "known",
                                       ultraservers=args.ultraservers, seconds=args.seconds, tick_s=tick_s)
                             for seed in range(args.seeds)]
