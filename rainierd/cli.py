@@ -20,6 +20,7 @@ from pathlib import Path
 from types import UnionType
 from typing import Any, Final, Literal, NoReturn, Union, get_args, get_origin
 
+import numpy as np
 import structlog
 
 from rainierd import __version__
@@ -27,11 +28,14 @@ from rainierd._start import Stopped
 from rainierd.bridge.run import run_bridge
 from rainierd.daemon import run_role
 from rainierd.errors import ConfigError, RainierdError
+from rainierd.hardware import TRN2
 from rainierd.healthcheck import DEFAULT_TIMEOUT_S
 from rainierd.healthcheck import check as check_health
+from rainierd.inventory import load_inventory
 from rainierd.jobs.kubernetes import DEFAULT_GROUP_LABELS
 from rainierd.jobs.run import run_jobs
 from rainierd.logs import configure_logging
+from rainierd.neuronls import build_inventory, parse_ultraservers, read_node_listing
 from rainierd.promrules import RULES_DIR, write_rules
 from rainierd.settings import Settings, flag_name, load_settings, role_settings
 from rainierd.sinks import nodecheck
@@ -109,6 +113,7 @@ def _parser() -> argparse.ArgumentParser:
                         help="root of the EFA driver's counters (default /sys)")
     _add_settings(neuron, "bridge")
     _jobs_parser(commands)
+    _inventory_parser(commands)
     text = ("probe the role listening at metrics_addr, from the same settings (RAINIERD_*, --config); "
             "exit 0 healthy, 1 not, with one line saying why")
     check = commands.add_parser("healthcheck", help=text, description=text)
@@ -177,6 +182,75 @@ def _jobs_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
         _add_settings(parser, "jobs")
 
 
+def _inventory_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
+    """Add ``rainierd inventory from-neuron-ls`` (docs/real-nodes.md)."""
+    inventory = commands.add_parser("inventory", help="build a fleet's inventory from what its nodes report")
+    sources = inventory.add_subparsers(dest="inventory", required=True, parser_class=_Parser)
+    text = ("each node's neuron-ls --json-output (and its UltraServer ids) -> the fleet's inventory TOML on stdout "
+            "(docs/real-nodes.md)")
+    parser = sources.add_parser("from-neuron-ls", help=text, description=text)
+    parser.add_argument("listings", nargs="+", metavar="[HOST[@INSTANCE_ID]=]FILE",
+                        help="one node's neuron-ls -j output; without HOST=, the file is named HOST.json or "
+                             "HOST@INSTANCE_ID.json")
+    parser.add_argument("--ultraservers", type=Path, default=None, metavar="FILE",
+                        help="<server id>:<node id>:<host> a line, from each node's "
+                             "/sys/class/neuron_device/server_id_4 and node_id_4 (unset: every node its own "
+                             "UltraServer, with a warning)")
+    parser.add_argument("--name", default="inventory", help="the inventory's name (default inventory)")
+    parser.add_argument("--site", default="site0", help="the site the nodes are in (default site0)")
+    parser.add_argument("--availability-zone", default=None, metavar="ZONE", help="the site's availability zone")
+    parser.add_argument("--output", type=Path, default=None, metavar="FILE",
+                        help="write the inventory here (default stdout)")
+    text = ("each node of an inventory, one line a node: its broker user n<id>, hostname, instance id, UltraServer "
+            "and index, tab-separated (for make-credentials and the bridges' Secret: docs/real-nodes.md)")
+    nodes = sources.add_parser("nodes", help=text, description=text)
+    nodes.add_argument("inventory_file", type=Path, metavar="FILE.toml", help="the inventory")
+
+
+def _inventory_nodes(path: Path) -> int:
+    """Run ``rainierd inventory nodes``: each present node's line, 0; 2 with one line when the file is bad."""
+    try:
+        topology = load_inventory(path)
+    except ConfigError as exc:
+        print(f"rainierd: {exc}", file=sys.stderr)
+        return 2
+    names = topology.names
+    for node in map(int, np.flatnonzero(topology.node_present)):
+        us = int(topology.node_ultraserver[node])
+        print("\t".join((f"n{node}", names.hostnames[node] or "-", names.instance_ids[node] or "-",
+                         names.ultraservers[us], str(node % TRN2.nodes_per_ultraserver))))
+    return 0
+
+
+def _inventory(args: argparse.Namespace) -> int:
+    """Run ``rainierd inventory from-neuron-ls``: 0 with the inventory written, 2 with one line why not."""
+    if args.inventory == "nodes":
+        return _inventory_nodes(args.inventory_file)
+    try:
+        slots = None
+        if args.ultraservers is not None:
+            try:
+                text = args.ultraservers.read_text()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ConfigError(f"{args.ultraservers}: {getattr(exc, 'strerror', None) or exc}") from None
+            slots = parse_ultraservers(text, source=str(args.ultraservers))
+        made = build_inventory([read_node_listing(a) for a in args.listings], slots, name=args.name,
+                               site=args.site, availability_zone=args.availability_zone)
+        if args.output is not None:
+            try:
+                args.output.write_text(made.toml)
+            except OSError as exc:
+                raise ConfigError(f"{args.output}: {exc.strerror or exc}") from None
+    except ConfigError as exc:
+        print(f"rainierd: {exc}", file=sys.stderr)
+        return 2
+    for warning in made.warnings:
+        print(f"rainierd: warning: {warning}", file=sys.stderr)
+    if args.output is None:
+        sys.stdout.write(made.toml)
+    return 0
+
+
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     """Parse ``argv``; whatever follows the old ``bench`` command is accepted, for it only says where the
     benchmarks went."""
@@ -227,6 +301,8 @@ def _utility(args: argparse.Namespace) -> int | None:
         return nodecheck.run(args)
     if args.command == "top":
         return top_launch.run_top(args)
+    if args.command == "inventory":
+        return _inventory(args)
     if args.command == "version":
         print(f"rainierd {__version__}")
         return 0

@@ -43,11 +43,11 @@ from rainierd.errors import ConfigError
 from rainierd.hardware import TRN2
 from rainierd.topology import MAX_CHIPS, Names, Topology, build_sites, build_topology
 
-__all__ = ["load_inventory", "load_topology"]
+__all__ = ["NAME_PATTERN", "InventoryModel", "load_inventory", "load_topology", "parse_inventory"]
 
 # Names become label values and log fields: plain characters only, nothing to escape.
-_NAME: Final = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
-Name = Annotated[str, Field(pattern=_NAME)]
+NAME_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
+Name = Annotated[str, Field(pattern=NAME_PATTERN)]
 MAX_NODES: Final = MAX_CHIPS // TRN2.chips_per_node
 # Above any inventory a monitor can hold: MAX_NODES entries of 512 bytes (a node with every name at its
 # longest takes some 450; the usual, with a hostname and an instance id, about 110).
@@ -152,22 +152,29 @@ def _read(path: Path) -> str:
         raise ConfigError(f"inventory {path}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
 
 
+def parse_inventory(text: str, *, source: str) -> InventoryModel:
+    """Return the inventory the TOML ``text`` holds, checked against the format (``source`` names it in errors).
+
+    Raises ConfigError naming ``source``, the key and what is wrong with it.
+    """
+    try:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"inventory {source}: {exc}") from None
+    try:
+        return InventoryModel.model_validate(document)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        where = ".".join(str(part) for part in first["loc"]) or "file"
+        raise ConfigError(f"inventory {source}: {where}: {first['msg'].removeprefix('Value error, ')}") from None
+
+
 def load_inventory(path: Path, *, efa_ports_per_node: int = TRN2.efa_ports_per_node) -> Topology:
     """Return the topology a TOML inventory describes (the file's EFA port count wins over the argument).
 
     Raises ConfigError naming the file and what is wrong with it.
     """
-    text = _read(path)
-    try:
-        document = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"inventory {path}: {exc}") from None
-    try:
-        model = InventoryModel.model_validate(document)
-    except ValidationError as exc:
-        first = exc.errors(include_url=False)[0]
-        where = ".".join(str(part) for part in first["loc"]) or "file"
-        raise ConfigError(f"inventory {path}: {where}: {first['msg'].removeprefix('Value error, ')}") from None
+    model = parse_inventory(_read(path), source=str(path))
     sizes = [len(site.ultraserver) for site in model.site]
     per_us = TRN2.nodes_per_ultraserver
     n_nodes = sum(sizes) * per_us

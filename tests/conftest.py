@@ -33,7 +33,7 @@ from harness.terminal import Terminal
 
 HERE = Path(__file__).parent
 INTEGRATION_DIR = HERE / "integration"
-TOOLS = ("mosquitto", "prometheus", "alertmanager", "nats", "kubectl", "podman", "slurm", "tmux")
+TOOLS = ("mosquitto", "prometheus", "alertmanager", "nats", "kubectl", "podman", "slurm", "systemd", "tmux")
 # The fixtures that start a tool, and the tool (a test using one needs that binary).
 FIXTURE_TOOLS = {"mosquitto_process": "mosquitto", "mosquitto": "mosquitto", "secure_mosquitto": "mosquitto",
                  "prometheus": "prometheus", "nats": "nats", "slurm": "slurm", "terminal": "tmux"}

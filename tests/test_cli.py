@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -265,3 +266,68 @@ class TestUtilities:
             main(argv)
         assert info.value.code == 0
         assert "usage: rainierd" in capsys.readouterr().out
+
+
+NEURON_LS = ROOT / "tests" / "data" / "neuron-ls"
+
+
+class TestInventoryFromNeuronLs:
+    """`rainierd inventory from-neuron-ls` (docs/real-nodes.md)."""
+
+    def test_writes_the_inventory_and_warns_on_stderr(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """Listings named HOST@INSTANCE_ID.json and HOST=FILE, with their UltraServer lines: exit 0, the
+        inventory on stdout (one UltraServer of 2 nodes, a lone node), each warning one line on stderr."""
+        (tmp_path / "ip-172-32-13-57@i-0011223344556677a.json").write_text((NEURON_LS / "trn2-2.25.json").read_text())
+        argv = ["inventory", "from-neuron-ls", "--ultraservers", str(NEURON_LS / "ultraservers-4.txt"),
+                "--site", "apse4-dc1", str(tmp_path / "ip-172-32-13-57@i-0011223344556677a.json"),
+                f"ip-172-32-11-17={NEURON_LS / 'trn2-2.22.json'}", f"ip-10-0-0-1={NEURON_LS / 'trn2-2.22.json'}"]
+        assert main(argv) == 0
+        out, err = capsys.readouterr()
+        ultraservers = tomllib.loads(out)["site"][0]["ultraserver"]
+        assert [(u["name"], [(n["index"], n["hostname"], n.get("instance_id")) for n in u["node"]])
+                for u in ultraservers] == [
+            ("bog79p1y8tetj5uu", [(0, "ip-172-32-11-17", None), (1, "ip-172-32-13-57", "i-0011223344556677a")]),
+            ("ip-10-0-0-1", [(0, "ip-10-0-0-1", None)])]
+        assert [line.split(":")[0:2] for line in err.splitlines()] == [["rainierd", " warning"]] * 3
+
+    def test_writes_to_output_when_asked(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """--output FILE holds what stdout would, and stdout stays empty."""
+        assert main(["inventory", "from-neuron-ls", "--output", str(tmp_path / "fleet.toml"),
+                     f"ip-10-0-0-1={NEURON_LS / 'trn2-2.25.json'}"]) == 0
+        assert capsys.readouterr().out == ""
+        assert tomllib.loads((tmp_path / "fleet.toml").read_text())["site"][0]["ultraserver"][0]["name"] == (
+            "ip-10-0-0-1")
+
+    @pytest.mark.parametrize("argv", [
+        ["inventory", "from-neuron-ls", f"a={NEURON_LS / 'trn2-2.25.json'}", f"a={NEURON_LS / 'trn2-2.22.json'}"],
+        ["inventory", "from-neuron-ls", f"a={NEURON_LS / 'ultraservers-4.txt'}"],
+        ["inventory", "from-neuron-ls", "--ultraservers", str(NEURON_LS / "trn2-2.25.json"),
+         f"a={NEURON_LS / 'trn2-2.25.json'}"],
+        ["inventory", "from-neuron-ls", "--ultraservers", "/nonexistent", f"a={NEURON_LS / 'trn2-2.25.json'}"],
+        ["inventory", "from-neuron-ls", str(NEURON_LS / "ultraservers-4.txt")],
+    ])
+    def test_conflicting_or_bad_input_is_one_line_and_exit_2(
+        self, argv: list[str], capsys: pytest.CaptureFixture[str],
+    ) -> None:
+        """A hostname twice, a file that is no listing, an UltraServer file that is not one or is missing, a
+        listing that names no node: nothing on stdout, one line on stderr, exit code 2."""
+        assert main(argv) == 2
+        out, err = capsys.readouterr()
+        assert (out, err.count("\n"), err.startswith("rainierd: ")) == ("", 1, True)
+
+    def test_nodes_lists_each_nodes_broker_user_and_names(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """`inventory nodes FILE` prints a tab-separated line a present node: n<id> (its broker user), hostname,
+        instance id, UltraServer, index; the absent ids are left out."""
+        assert main(["inventory", "nodes", str(ROOT / "tests" / "data" / "inventory-two-sites.toml")]) == 0
+        lines = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+        assert [line[0] for line in lines] == ["n0", "n1", "n2", "n3", "n4", "n6", "n8", "n9", "n11"]
+        assert lines[5] == ["n6", "ip-10-0-18-10", "i-0a1b2c3d4e5f60722", "u0018", "2"]
+
+    def test_nodes_of_a_bad_inventory_is_one_line_and_exit_2(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    ) -> None:
+        """An inventory that does not load: one line naming it, exit code 2."""
+        (tmp_path / "fleet.toml").write_text("[[site]]\n")
+        assert main(["inventory", "nodes", str(tmp_path / "fleet.toml")]) == 2
+        out, err = capsys.readouterr()
+        assert (out, err.count("\n"), str(tmp_path / "fleet.toml") in err) == ("", 1, True)

@@ -7,6 +7,7 @@ plus the PrometheusRule against the rule files it is generated from."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -398,3 +399,261 @@ class TestAggregated:
         builtin = [d for d in docs if d["kind"] in {"StatefulSet", "Service"}]
         assert len(builtin) == 2
         assert_valid_strictly(builtin, tmp_path)
+
+
+NODES = DEPLOY / "kubernetes" / "nodes"
+MONITOR_JSON = DEPLOY / "neuron-monitor" / "monitor.json"
+NODE_KINDS = {"ConfigMap", "DaemonSet"}  # built-in; the PodMonitor is prometheus-operator's
+# neuron-monitor's groups the bridge reads: per Neuron application, and system-wide (docs/real-nodes.md).
+RUNTIME_GROUPS, SYSTEM_GROUPS = ["neuroncore_counters", "memory_used", "execution_stats"], ["neuron_hw_counters"]
+LOCKED_DOWN = {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001, "allowPrivilegeEscalation": False,
+               "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}}
+
+
+def node_manifests() -> list[dict[str, Any]]:
+    """Render deploy/kubernetes/nodes by reading its resources (no generators or transformers)."""
+    kust = yaml.safe_load((NODES / "kustomization.yaml").read_text())
+    return [doc for name in kust["resources"] for doc in yaml.safe_load_all((NODES / name).read_text())]
+
+
+def daemonset() -> dict[str, Any]:
+    (found,) = [m for m in node_manifests() if m["kind"] == "DaemonSet"]
+    return found
+
+
+def pod_containers() -> dict[str, dict[str, Any]]:
+    pod = daemonset()["spec"]["template"]["spec"]
+    return {c["name"]: c for c in [*pod["initContainers"], *pod["containers"]]}
+
+
+def bridge_command() -> str:
+    container = pod_containers()["bridge"]
+    assert container["command"] == ["/bin/sh", "-c"]
+    (script,) = container["args"]
+    return str(script)
+
+
+class TestNodes:
+    """deploy/kubernetes/nodes: neuron-monitor and the bridge on every Trainium2 node."""
+
+    def test_kustomization_lists_every_manifest(self) -> None:
+        """Every manifest file is a resource of the kustomization, which uses nothing but resources."""
+        kust = yaml.safe_load((NODES / "kustomization.yaml").read_text())
+        assert set(kust) == {"apiVersion", "kind", "resources"}
+        assert sorted(kust["resources"]) == sorted(
+            p.name for p in NODES.glob("*.yaml") if p.name != "kustomization.yaml")
+
+    @pytest.mark.integration  # runs kubernetes-validate
+    def test_builtin_kinds_pass_kubernetes_validate_strict(self, tmp_path: Path) -> None:
+        """kubernetes-validate --strict accepts the ConfigMaps and the DaemonSet (unknown fields rejected)."""
+        builtin = [m for m in node_manifests() if m["kind"] != "PodMonitor"]
+        assert {m["kind"] for m in builtin} == NODE_KINDS
+        assert_valid_strictly(builtin, tmp_path)
+
+    @pytest.mark.kubectl
+    def test_kubectl_kustomize_renders_the_same_manifests(self) -> None:
+        """kubectl's kustomize renders exactly the files' documents."""
+        if shutil.which("kubectl") is None:
+            pytest.skip("kubectl is not installed: the other tests read the files, which is the same rendering")
+        key = lambda m: (m["kind"], m["metadata"]["name"])  # noqa: E731
+        assert sorted(kustomize(NODES), key=key) == sorted(node_manifests(), key=key)
+
+    def test_on_trainium2_nodes_only_tolerating_their_taint(self) -> None:
+        """It schedules on trn2.48xlarge and trn2u.48xlarge nodes (any of them: a node affinity), and tolerates
+        the Neuron taint."""
+        pod = daemonset()["spec"]["template"]["spec"]
+        (term,) = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        assert term == {"matchExpressions": [{"key": "node.kubernetes.io/instance-type", "operator": "In",
+                                              "values": ["trn2.48xlarge", "trn2u.48xlarge"]}]}
+        assert pod["tolerations"] == [{"key": "aws.amazon.com/neuron", "operator": "Exists", "effect": "NoSchedule"}]
+
+    def test_images_are_pinned_rainierd_at_the_package_version(self) -> None:
+        """Every image names an exact release: rainierd's the package version, neuron-monitor AWS's."""
+        assert {name: c["image"] for name, c in pod_containers().items()} == {
+            "make-fifo": f"rainierd:{VERSION}", "bridge": f"rainierd:{VERSION}",
+            "neuron-monitor": "public.ecr.aws/neuron/neuron-monitor:1.3.0"}
+
+    def test_only_neuron_monitor_is_privileged_and_the_rest_locked_down(self) -> None:
+        """rainierd's containers run as uid 10001 with nothing (read-only root, no capabilities, no escalation);
+        neuron-monitor alone is privileged, as AWS runs it, with no port and no credential; no pod token, the
+        RuntimeDefault seccomp profile."""
+        pod = daemonset()["spec"]["template"]["spec"]
+        assert (pod["automountServiceAccountToken"], pod["securityContext"]["seccompProfile"]) == (
+            False, {"type": "RuntimeDefault"})
+        assert {name: c["securityContext"] for name, c in pod_containers().items()} == {
+            "make-fifo": LOCKED_DOWN, "bridge": LOCKED_DOWN, "neuron-monitor": {"privileged": True}}
+        monitor = pod_containers()["neuron-monitor"]
+        assert not {"ports", "env", "envFrom"} & set(monitor)
+
+    def test_the_fifo_joins_neuron_monitor_to_the_bridge_read_write(self) -> None:
+        """The init container makes a FIFO on the shared in-memory emptyDir; neuron-monitor writes its reports
+        into it, with the shipped configuration; the bridge opens it read-write as its stdin (no end-of-file
+        when neuron-monitor restarts)."""
+        containers, pod = pod_containers(), daemonset()["spec"]["template"]["spec"]
+        fifo = "/run/neuron-monitor/reports"
+        assert {name: [m["mountPath"] for m in c["volumeMounts"] if m["name"] == "reports"]
+                for name, c in containers.items()} == {name: ["/run/neuron-monitor"] for name in containers}
+        assert {"name": "reports", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}} in pod["volumes"]
+        assert containers["make-fifo"]["command"][-1] == f"test -p {fifo} || mkfifo -m 0660 {fifo}"
+        assert containers["neuron-monitor"]["command"][-1] == (
+            f"exec /opt/aws/neuron/bin/neuron-monitor -c /etc/neuron-monitor/monitor.json > {fifo}")
+        assert bridge_command().endswith(f" 0<>{fifo}")
+        config = next(v for v in pod["volumes"] if v["name"] == "neuron-monitor-config")
+        assert config["configMap"]["name"] == "rainierd-neuron-monitor"
+
+    def test_the_bridge_reads_the_hosts_sysfs_read_only_and_nothing_else_of_the_host(self) -> None:
+        """The only host path is /sys, mounted read-only in the bridge alone where --efa-sysfs points (the
+        class/infiniband entries are symlinks into devices/, so the whole tree)."""
+        pod = daemonset()["spec"]["template"]["spec"]
+        assert [v for v in pod["volumes"] if "hostPath" in v] == [
+            {"name": "host-sys", "hostPath": {"path": "/sys", "type": "Directory"}}]
+        mounts = {name: [m for m in c.get("volumeMounts", []) if m["name"] == "host-sys"]
+                  for name, c in pod_containers().items()}
+        assert mounts == {"make-fifo": [], "neuron-monitor": [],
+                          "bridge": [{"name": "host-sys", "mountPath": "/host/sys", "readOnly": True}]}
+        assert " --efa-sysfs /host/sys " in bridge_command()
+
+    def test_the_bridge_is_its_node_by_the_downward_api_with_its_own_credentials(self) -> None:
+        """--node is the pod's node name (spec.nodeName), and the settings file holding its broker user is the
+        one named after that node in the Secret; no credential is written in a manifest."""
+        bridge = pod_containers()["bridge"]
+        env = {e["name"]: e.get("value", e.get("valueFrom")) for e in bridge["env"]}
+        assert env == {"NODE_NAME": {"fieldRef": {"fieldPath": "spec.nodeName"}},
+                       "RAINIERD_CONFIG": "/etc/rainierd/mqtt/$(NODE_NAME).toml"}
+        assert 'bridge neuron-monitor --node "$NODE_NAME" ' in bridge_command()
+        assert {"name": "mqtt-credentials", "mountPath": "/etc/rainierd/mqtt", "readOnly": True} in (
+            bridge["volumeMounts"])
+        pod = daemonset()["spec"]["template"]["spec"]
+        assert {"name": "mqtt-credentials", "secret": {"secretName": "rainierd-bridge-mqtt", "defaultMode": 0o440}} in (
+            pod["volumes"])
+        assert "Secret" not in {m["kind"] for m in node_manifests()}
+        assert not re.search(r"PASSWORD|USERNAME", yaml.safe_dump_all(node_manifests()))
+
+    def test_probes_ask_health_and_readiness_where_the_bridge_listens(self) -> None:
+        """Startup and liveness ask /healthz, readiness /readyz, on the named port --listen opens on the pod IP."""
+        bridge = pod_containers()["bridge"]
+        assert bridge["ports"] == [{"name": "metrics", "containerPort": 9781, "protocol": "TCP"}]
+        assert " --listen 0.0.0.0:9781 " in bridge_command()
+        assert {k: (bridge[k]["httpGet"]["path"], bridge[k]["httpGet"]["port"])
+                for k in ("startupProbe", "livenessProbe", "readinessProbe")} == {
+            "startupProbe": ("/healthz", "metrics"), "livenessProbe": ("/healthz", "metrics"),
+            "readinessProbe": ("/readyz", "metrics")}
+
+    def test_every_container_has_requests_and_a_memory_limit(self) -> None:
+        """No container runs unbounded: CPU and memory requests, a memory limit at least the request."""
+        for name, container in pod_containers().items():
+            resources = container["resources"]
+            assert (set(resources["requests"]), set(resources["limits"])) == ({"cpu", "memory"}, {"memory"}), name
+            request, limit = (int(re.fullmatch(r"(\d+)Mi", v)[1])  # type: ignore[index]
+                              for v in (resources["requests"]["memory"], resources["limits"]["memory"]))
+            assert limit >= request, name
+
+    def test_the_podmonitor_scrapes_the_bridges_as_job_rainierd_bridge(self) -> None:
+        """The PodMonitor selects the DaemonSet's pods, scrapes their named port, and names the job from the
+        pods' own label."""
+        (monitor,) = [m for m in node_manifests() if m["kind"] == "PodMonitor"]
+        labels = daemonset()["spec"]["template"]["metadata"]["labels"]
+        spec = monitor["spec"]
+        assert spec["selector"]["matchLabels"].items() <= labels.items()
+        assert labels[spec["jobLabel"]] == "rainierd-bridge"
+        assert [e["port"] for e in spec["podMetricsEndpoints"]] == ["metrics"]
+
+
+class TestNeuronMonitorConfig:
+    """deploy/neuron-monitor/monitor.json, and the copies that ship it."""
+
+    def test_it_enables_the_groups_the_bridge_reads_every_5_s_for_every_application(self) -> None:
+        """Per Neuron application (every tag): neuroncore_counters, memory_used, execution_stats; system-wide:
+        neuron_hw_counters; the period neuron-monitor defaults to, 5 s, written out."""
+        config = json.loads(MONITOR_JSON.read_text())
+        assert config == {"period": "5s",
+                          "neuron_runtimes": [{"tag_filter": ".*", "metrics": [{"type": g} for g in RUNTIME_GROUPS]}],
+                          "system_metrics": [{"type": g} for g in SYSTEM_GROUPS]}
+
+    def test_the_kubernetes_configmap_carries_it_unchanged(self) -> None:
+        """The ConfigMap's monitor.json is the file, byte for byte: change one and this fails until both agree."""
+        (configmap,) = [m for m in node_manifests() if m["metadata"]["name"] == "rainierd-neuron-monitor"]
+        assert configmap["data"] == {"monitor.json": MONITOR_JSON.read_text()}
+
+
+SYSTEMD = DEPLOY / "systemd"
+UNITS = ("rainierd-bridge.service", "rainierd-neuron-monitor.service")
+
+
+def unit(name: str) -> dict[str, dict[str, list[str]]]:
+    """Return a unit file's directives by section, each a list of its values in order (systemd.syntax(7):
+    comments start with # or ;, a key may repeat)."""
+    sections: dict[str, dict[str, list[str]]] = {}
+    current: dict[str, list[str]] = {}
+    for line in (SYSTEMD / name).read_text().splitlines():
+        if not line.strip() or line.lstrip().startswith(("#", ";")):
+            continue
+        if header := re.fullmatch(r"\[(\w+)\]", line.strip()):
+            current = sections.setdefault(header[1], {})
+            continue
+        key, _, value = line.partition("=")
+        current.setdefault(key.strip(), []).append(value.strip())
+    return sections
+
+
+class TestSystemd:
+    """deploy/systemd: the bridge and neuron-monitor as hardened services joined by a FIFO."""
+
+    @pytest.mark.systemd
+    def test_systemd_analyze_verify_finds_nothing(self) -> None:
+        """systemd-analyze verify loads both units without an error or a warning (an unknown directive or a
+        bad value is a warning)."""
+        result = subprocess.run([tool("systemd-analyze"), "verify", *(str(SYSTEMD / u) for u in UNITS)],
+                                capture_output=True, text=True, check=False, timeout=60)
+        assert (result.returncode, result.stdout + result.stderr) == (0, "")
+
+    @pytest.mark.systemd
+    def test_the_bridges_exposure_is_low(self) -> None:
+        """systemd-analyze security rates the bridge's sandbox 1.2 of 10 ("OK"): pinned, so a weakening shows."""
+        result = subprocess.run([tool("systemd-analyze"), "security", "--offline=yes", str(SYSTEMD / UNITS[0])],
+                                capture_output=True, text=True, check=False, timeout=60)
+        (level,) = re.findall(r"Overall exposure level for rainierd-bridge.service: ([\d.]+)", result.stdout)
+        assert float(level) <= 1.2, result.stdout
+
+    def test_the_bridge_runs_as_nobody_with_nothing(self) -> None:
+        """A dynamic user, no capabilities, no new privileges, a read-only system, no home, private /tmp and
+        devices, the kernel's tunables, modules and logs out of reach, IPv4/6 and Unix sockets only, the
+        system-service syscalls less the privileged ones."""
+        service = unit("rainierd-bridge.service")["Service"]
+        hardening = {k: service.get(k) for k in (
+            "DynamicUser", "CapabilityBoundingSet", "AmbientCapabilities", "NoNewPrivileges", "ProtectSystem",
+            "ProtectHome", "PrivateTmp", "PrivateDevices", "ProtectKernelTunables", "ProtectKernelModules",
+            "ProtectKernelLogs", "RestrictAddressFamilies", "SystemCallFilter")}
+        assert hardening == {
+            "DynamicUser": ["yes"], "CapabilityBoundingSet": [""], "AmbientCapabilities": [""],
+            "NoNewPrivileges": ["yes"], "ProtectSystem": ["strict"], "ProtectHome": ["yes"], "PrivateTmp": ["yes"],
+            "PrivateDevices": ["yes"], "ProtectKernelTunables": ["yes"], "ProtectKernelModules": ["yes"],
+            "ProtectKernelLogs": ["yes"], "RestrictAddressFamilies": ["AF_INET AF_INET6 AF_UNIX"],
+            "SystemCallFilter": ["@system-service", "~@privileged"]}
+
+    def test_the_password_is_a_credential_not_an_environment_variable(self) -> None:
+        """The node's settings file (make-credentials' n<id>.toml) is loaded as a systemd credential and named by
+        RAINIERD_CONFIG; the environment file holds the broker's address only (no password in the unit)."""
+        service = unit("rainierd-bridge.service")["Service"]
+        assert service["LoadCredential"] == ["mqtt.toml:/etc/rainierd/bridge-mqtt.toml"]
+        assert "RAINIERD_CONFIG=%d/mqtt.toml" in service["Environment"][0].split()
+        assert not re.search(r"PASSWORD", (SYSTEMD / "rainierd-bridge.service").read_text().split("\n[Service]")[1]
+                             .replace("RAINIERD_MQTT_URL", ""))
+
+    def test_neuron_monitor_writes_into_the_fifo_the_bridge_reads_read_write(self) -> None:
+        """The bridge makes the FIFO in its runtime directory (kept across its restarts) and opens it read-write
+        as stdin; neuron-monitor writes into it only if it is a FIFO, starts after the bridge, stops with it,
+        and never gives up restarting."""
+        bridge, monitor = unit("rainierd-bridge.service"), unit("rainierd-neuron-monitor.service")
+        fifo = "%t/rainierd-bridge/reports"
+        assert (bridge["Service"]["RuntimeDirectory"], bridge["Service"]["RuntimeDirectoryPreserve"]) == (
+            ["rainierd-bridge"], ["restart"])
+        assert f"mkfifo -m 0600 {fifo}" in bridge["Service"]["ExecStartPre"][0]
+        assert bridge["Service"]["ExecStart"][0].endswith(f" 0<>{fifo}'")
+        assert " --listen 127.0.0.1:9781 " in bridge["Service"]["ExecStart"][0]
+        assert monitor["Service"]["ExecStart"] == [
+            f"/bin/sh -c 'test -p {fifo} && exec /opt/aws/neuron/bin/neuron-monitor -c "
+            f"/etc/rainierd/neuron-monitor.json > {fifo}'"]
+        assert {k: monitor["Unit"][k] for k in ("After", "PartOf", "StartLimitIntervalSec")} == {
+            "After": ["rainierd-bridge.service"], "PartOf": ["rainierd-bridge.service"], "StartLimitIntervalSec": ["0"]}
+        assert "rainierd-neuron-monitor.service" in bridge["Unit"]["Wants"][0].split()

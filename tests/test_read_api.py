@@ -208,6 +208,12 @@ class TestUltraServer:
         assert chip["temp_c"] == pytest.approx(float(monitor.core.state.chips.gauges["temp_c"][3]))
         assert {n["job"] for n in document["nodes"]} == {"lab/finetune"}
 
+    async def test_a_chips_figures_say_when_they_were_sampled(self, plain: Served, monitor: Monitored) -> None:
+        """Each chip's sample_t_s is its latest sample's time on its publisher's clock: what its figures are as of."""
+        document = await plain.ok("/api/v1/ultraservers/u0")
+        times = [chip["sample_t_s"] for chip in sorted(document["chips"], key=lambda c: c["id"])]
+        assert times == monitor.core.state.chips.t_s[:64].tolist()
+
     async def test_plain_id_names_it_too(self, plain: Served) -> None:
         """/ultraservers/1 is u1."""
         assert (await plain.ok("/api/v1/ultraservers/1"))["ultraserver"]["id"] == "u1"

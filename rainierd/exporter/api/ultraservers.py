@@ -182,6 +182,7 @@ class _Slices:
     reasons: dict[str, I64]
     onsets: dict[str, I64]
     chip_effective: F64
+    chip_t_s: F64  # each chip's latest sample time, on its publisher's clock (NaN: never heard)
 
 
 def _values(table: Table, name: str, ids: I64) -> F64:
@@ -210,7 +211,8 @@ def _slices(topo: Topology, core: MonitorCore, snap: MonitorSnapshot, us: int) -
     return _Slices(nodes, chips, links, ports, figures,
                    {e: trackers[e].state[i].astype(np.int64) for e, i in ids.items()},
                    {e: trackers[e].reason[i].astype(np.int64) for e, i in ids.items()},
-                   {e: trackers[e].onset[i].astype(np.int64) for e, i in ids.items()}, chip_effective)
+                   {e: trackers[e].onset[i].astype(np.int64) for e, i in ids.items()}, chip_effective,
+                   state.chips.t_s[chips].copy())
 
 
 async def copy_live(topo: Topology, core: MonitorCore, lock: asyncio.Lock, snapshot: Any, us: int,
@@ -253,7 +255,8 @@ def detail(topo: Topology, table: UltraServerTable, snap: MonitorSnapshot, slice
             "job": jobs, **_health("node", slices), **figure["node"]}),
         "chips": columns(len(chips), {
             "id": chips, "node": [f"n{n}" for n in topo.chip_node[slices.chips].tolist()],
-            **_health("chip", slices), "effective_flops": floats(slices.chip_effective), **figure["chip"]}),
+            **_health("chip", slices), "effective_flops": floats(slices.chip_effective),
+            "sample_t_s": floats(slices.chip_t_s), **figure["chip"]}),
         "links": columns(len(links), {
             "id": links, "kind": [LINK_KIND_NAMES[k] for k in topo.link_kind[slices.links].tolist()],
             "chip_a": topo.link_a[slices.links].tolist(), "chip_b": topo.link_b[slices.links].tolist(),
