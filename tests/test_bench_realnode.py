@@ -37,11 +37,11 @@ class TestFaults:
         assert (graded["false_alarms"], graded["duplicates"]) == ({}, 0)
 
     def test_at_neuron_monitors_default_5_s_period_every_kind_is_found(self) -> None:
-        """At a 5 s period, without a clock and the jobs known, every fault is found within a minute and nothing
-        else raises."""
+        """At a 5 s period, without a clock and the jobs known, every fault is found within 90 s (six agreeing
+        samples, and a utilisation collapse waits out its group's checkpoints) and nothing else raises."""
         graded = grade(runs(faults=True, clock=False, jobs_known=True, tick_s=5.0))
         assert {kind: k["found"] for kind, k in graded["kinds"].items()} == dict.fromkeys(KINDS, len(SEEDS))
-        assert max(k["ttd_max_s"] for k in graded["kinds"].values()) <= 60
+        assert max(k["ttd_max_s"] for k in graded["kinds"].values()) <= 90
         assert graded["false_alarms"] == {}
 
 
