@@ -22,6 +22,7 @@ from prometheus_client.registry import Collector
 from rainierd.connection import Connection
 from rainierd.core import FleetState, Ingest, IngestStats, Received, compute_throughput
 from rainierd.core.analysis import HealthView
+from rainierd.core.detect import Reason
 from rainierd.core.ingest import FRAME_REASONS
 from rainierd.exporter import EntityFamilies, FleetCollector, MetricsServer, build_exporter, build_registry
 from rainierd.exporter.http import accepts_gzip
@@ -285,6 +286,35 @@ class TestEntityBudget:
         reasons = re.findall(r'^rainier_neuronlink_unhealthy_reason\{link="(\d+)",reason="bandwidth"\}', text,
                              re.MULTILINE)
         assert reasons == kept
+
+    def test_a_real_nodes_reasons_and_a_stale_port_reach_their_series(self) -> None:
+        """A chip failed by its execution errors and SRAM ECC, a straggler by utilisation, and an EFA port stale
+        for its device gone: each state and reason has its series, named as the events name them."""
+        snap = demo_snapshot()
+        empty = np.zeros(0, dtype=np.int64)
+        chips, ports = np.array([3, 9], np.int64), np.array([5], np.int64)
+        health = HealthView(
+            ids={"neuronlink": empty, "efa": ports, "chip": chips, "node": empty, "ultraserver": empty},
+            states={"neuronlink": empty, "efa": np.array([3]), "chip": np.array([4, 1]), "node": empty,
+                    "ultraserver": empty},
+            reasons={"neuronlink": empty, "efa": np.array([int(Reason.ABSENT)]),
+                     "chip": np.array([int(Reason.EXEC_ERRORS | Reason.SRAM_ECC_UNCORRECTED),
+                                       int(Reason.UTILISATION)]), "node": empty, "ultraserver": empty},
+            onsets={"neuronlink": empty, "efa": np.array([7]), "chip": np.array([5, 6]), "node": empty,
+                    "ultraserver": empty},
+            worst={k: (empty, np.zeros(0)) for k in ("neuronlink", "efa", "chip")},
+        )
+        snap = dataclasses.replace(snap, health=health)
+        text = EntityFamilies(build_topology("demo"), lambda: snap).render().decode()
+        rows = {(f.name, sample.labels.get("chip") or sample.labels.get("port"),
+                 sample.labels.get("reason") or sample.labels.get("state"))
+                for f in text_string_to_metric_families(text) for sample in f.samples}
+        assert rows == {
+            ("rainier_chip_unhealthy", "3", "failed"), ("rainier_chip_unhealthy", "9", "straggler"),
+            ("rainier_chip_unhealthy_reason", "3", "sram_ecc_uncorrected"),
+            ("rainier_chip_unhealthy_reason", "3", "exec_errors"),
+            ("rainier_chip_unhealthy_reason", "9", "utilisation"),
+            ("rainier_efa_port_unhealthy", "5", "stale"), ("rainier_efa_port_unhealthy_reason", "5", "absent")}
 
     def test_render_is_valid_exposition(self) -> None:
         """The text families parse as Prometheus exposition, one family each."""
