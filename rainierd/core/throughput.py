@@ -18,7 +18,7 @@ and not one at an assumed nominal clock; and until its counter has a rate its
 effective figure is that unknown too.  Each level's figure is the sum over
 its chips that know it, and counts the fresh chips that do not
 (``*_unknown``); ``shown`` gives a level's figure as the surfaces show it,
-NaN (no series, ``null``) where none of its chips knows it.
+NaN (no series, ``null``) where none of its fresh chips knows it.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ class Throughput:
     site_delivered: F64
     site_effective: F64
     ultraserver_site: I64  # each UltraServer's site
-    ultraserver_chips: I64  # present chips of each UltraServer
+    ultraserver_fresh: I64  # fresh chips of each UltraServer
     ultraserver_delivered_unknown: I64  # its fresh chips whose delivered figure is unknown
     ultraserver_effective_unknown: I64  # its fresh chips whose effective figure is unknown
 
@@ -91,15 +91,16 @@ class Throughput:
 
     def shown(self, figure: Figure, level: Literal["ultraserver", "site", "fleet"]) -> F64:
         """Return ``figure`` per entity of ``level`` (one value for the fleet) as the surfaces show it: the sum
-        over its chips that know it, NaN where none of its present chips does."""
+        over its chips that know it, NaN where it has fresh chips and none of them knows it (its silent chips'
+        0 is then no figure of what it delivers)."""
         unknown = self.unknown(figure, level)
-        chips = self.ultraserver_chips
+        fresh = self.ultraserver_fresh
         if level != "ultraserver":
-            per_site = np.bincount(self.ultraserver_site, weights=chips, minlength=self.site_peak.size).astype(np.int64)
-            chips = per_site if level == "site" else np.asarray([per_site.sum()], np.int64)
+            per_site = np.bincount(self.ultraserver_site, weights=fresh, minlength=self.site_peak.size).astype(np.int64)
+            fresh = per_site if level == "site" else np.asarray([per_site.sum()], np.int64)
         values = getattr(self, f"{level}_{figure}") if level != "fleet" else np.asarray(
             [getattr(self, f"fleet_{figure}")])
-        return np.where((unknown >= chips) & (chips > 0), np.nan, values).astype(np.float64)
+        return np.where((unknown >= fresh) & (fresh > 0), np.nan, values).astype(np.float64)
 
 
 def _sum_by(group: npt.NDArray[np.int64], values: F64, n: int) -> F64:
@@ -142,8 +143,7 @@ def compute_throughput(
     chip_us = topo.chip_ultraserver
     n_us = topo.n_ultraservers
     # Peak counts the chips that exist: an inventory's UltraServer may have fewer than 4 nodes.
-    us_chips = (topo.node_present.reshape(n_us, -1).sum(axis=1) * topo.chips_per_node).astype(np.int64)
-    us_peak = us_chips * peak_flops_per_chip
+    us_peak = topo.node_present.reshape(n_us, -1).sum(axis=1) * (peak_flops_per_chip * topo.chips_per_node)
     us_delivered, us_delivered_unknown, _ = _sum_known(chip_us, delivered, n_us)
     us_effective, us_effective_unknown, _ = _sum_known(chip_us, effective, n_us)
 
@@ -162,7 +162,7 @@ def compute_throughput(
         site_delivered=per_site(us_delivered),
         site_effective=per_site(us_effective),
         ultraserver_site=np.asarray(topo.ultraserver_site, np.int64),
-        ultraserver_chips=us_chips,
+        ultraserver_fresh=np.bincount(chip_us[fresh], minlength=n_us).astype(np.int64),
         ultraserver_delivered_unknown=us_delivered_unknown,
         ultraserver_effective_unknown=us_effective_unknown,
     )
