@@ -24,8 +24,10 @@ fewer than 4 nodes; the others are absent.  docs/publishing.md shows a file.
     [[site.ultraserver.node]]
     index = 0
     hostname = "ip-10-0-17-8"
-    instance_id = "i-0a1b2c3d4e5f60718"
+    instance_id = "i-0a1b2c3d4e5f60718"   # optional: the bridge refuses reports of another instance
     detail = true                         # optional: export its chips one by one
+    efa_devices = ["rdmap16s0", "rdmap32s0"]  # optional: its EFA devices in port order (the bridge's map;
+                                          # unset: the natural order of the names it sees at start)
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ __all__ = ["NAME_PATTERN", "InventoryModel", "load_inventory", "load_topology", 
 # Names become label values and log fields: plain characters only, nothing to escape.
 NAME_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
 Name = Annotated[str, Field(pattern=NAME_PATTERN)]
+# A sysfs device name (/sys/class/infiniband/<name>): a path component, nothing that could leave the directory.
+DeviceName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
 MAX_NODES: Final = MAX_CHIPS // TRN2.chips_per_node
 # Above any inventory a monitor can hold: MAX_NODES entries of 512 bytes (a node with every name at its
 # longest takes some 450; the usual, with a hostname and an instance id, about 110).
@@ -66,6 +70,13 @@ class NodeEntry(_Strict):
     instance_id: Name | None = None
     availability_zone: Name | None = None
     detail: bool = False  # export this node's chips one by one (docs/metrics.md: detail nodes)
+    efa_devices: Annotated[list[DeviceName], Field(min_length=1)] | None = None  # EFA device names, port order
+
+    @model_validator(mode="after")
+    def _distinct_devices(self) -> NodeEntry:
+        if self.efa_devices is not None and len(set(self.efa_devices)) != len(self.efa_devices):
+            raise ValueError(f"node {self.index} lists an EFA device twice: {self.efa_devices}")
+        return self
 
 
 class UltraServerEntry(_Strict):
@@ -111,6 +122,11 @@ class InventoryModel(_Strict):
         nodes = [n for s in self.site for u in s.ultraserver for n in u.node]
         once("hostname", [n.hostname for n in nodes if n.hostname is not None])
         once("instance_id", [n.instance_id for n in nodes if n.instance_id is not None])
+        ports = self.efa_ports_per_node or TRN2.efa_ports_per_node
+        for node in nodes:
+            if node.efa_devices is not None and len(node.efa_devices) > ports:
+                raise ValueError(f"node {node.hostname or node.index} lists {len(node.efa_devices)} EFA devices, "
+                                 f"more than its {ports} ports")
         return self
 
 
@@ -184,6 +200,7 @@ def load_inventory(path: Path, *, efa_ports_per_node: int = TRN2.efa_ports_per_n
     hostnames: list[str | None] = [None] * n_nodes
     instance_ids: list[str | None] = [None] * n_nodes
     zones: list[str | None] = [None] * n_nodes
+    efa_devices: list[tuple[str, ...] | None] = [None] * n_nodes
     detail: list[int] = []
     us = 0
     for site in model.site:
@@ -193,6 +210,7 @@ def load_inventory(path: Path, *, efa_ports_per_node: int = TRN2.efa_ports_per_n
                 present[node] = True
                 hostnames[node], instance_ids[node] = entry.hostname, entry.instance_id
                 zones[node] = entry.availability_zone or site.availability_zone
+                efa_devices[node] = tuple(entry.efa_devices) if entry.efa_devices is not None else None
                 if entry.detail:
                     detail.append(node)
             us += 1
@@ -200,7 +218,7 @@ def load_inventory(path: Path, *, efa_ports_per_node: int = TRN2.efa_ports_per_n
         sites=tuple(s.name for s in model.site),
         ultraservers=tuple(u.name for s in model.site for u in s.ultraserver),
         hostnames=tuple(hostnames), instance_ids=tuple(instance_ids), availability_zones=tuple(zones),
-        detail=tuple(detail),
+        detail=tuple(detail), efa_devices=tuple(efa_devices),
     )
     return build_sites(sizes, name=model.name, efa_ports_per_node=model.efa_ports_per_node or efa_ports_per_node,
                        node_present=present, names=names)

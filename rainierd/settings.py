@@ -18,6 +18,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from rainierd.actions.config import ActionConfig
+from rainierd.bridge import BridgeConfig
 from rainierd.core.config import MonitorConfig
 from rainierd.errors import ConfigError
 from rainierd.hardware import TRN2
@@ -37,7 +38,7 @@ DEFAULT_METRICS_ADDR = "127.0.0.1:9780"
 # a role (the exporter, or a simulator's probes), which the healthcheck also
 # reads to find it; "server" that side's own limits, which it does not;
 # "fleet" the inventory.
-Part = Literal["mqtt", "fleet", "simulator", "monitor", "aggregator", "http", "server", "log"]
+Part = Literal["mqtt", "fleet", "simulator", "monitor", "aggregator", "bridge", "http", "server", "log"]
 
 # Which parts each command runs, so which settings it reads and lists.
 ROLE_PARTS: Final[dict[str, frozenset[Part]]] = {
@@ -45,7 +46,7 @@ ROLE_PARTS: Final[dict[str, frozenset[Part]]] = {
     "simulate": frozenset({"mqtt", "fleet", "simulator", "http", "server", "log"}),
     "monitor": frozenset({"mqtt", "fleet", "monitor", "http", "server", "log"}),
     "aggregate": frozenset({"mqtt", "fleet", "aggregator", "http", "server", "log"}),
-    "bridge": frozenset({"mqtt", "fleet", "log"}),
+    "bridge": frozenset({"mqtt", "fleet", "bridge", "log"}),
     # The scheduler adapters (rainierd jobs ...): they publish job documents named against the inventory.
     "jobs": frozenset({"mqtt", "fleet", "log"}),
     # It probes a role's HTTP side from the same settings, and writes no log.
@@ -188,7 +189,8 @@ class Settings(BaseSettings):
     )
     stale_after_ticks: Annotated[int, Use("monitor")] = Field(
         3, ge=1, le=1000,
-        description="monitor: a chip not heard from for this many ticks of listening stops counting as delivering",
+        description="monitor: a chip not heard from for this many ticks of listening (or this many of its "
+                    "publisher's periods, when longer) stops counting as delivering",
     )
     max_frame_bytes: Annotated[int, Use("monitor", "aggregator")] = Field(
         1_048_576, ge=1_024, le=64 * 2**20,
@@ -215,6 +217,13 @@ class Settings(BaseSettings):
         60.0, ge=0.0, le=3_600.0,
         description="monitor: how long a feed loss holds its nodes' silence back; nodes still silent after it "
                     "are judged lost",
+    )
+    counter_rate_margin: Annotated[float, Use("monitor")] = Field(
+        1.05, ge=1.0, le=100.0,
+        description="monitor: a counter rising faster than its hardware's peak (a chip's dense FP8, an EFA "
+                    "port's line rate, a NeuronLink's bandwidth) times this is refused for that sample: no rate, "
+                    "summed nowhere, counted in rainier_ingest_counters_refused_total (docs/metrics.md); the margin "
+                    "is for publishers' sample times, not the hardware",
     )
     state_file: Annotated[Path | None, Use("monitor")] = Field(
         None, description="monitor: keep sequence accounting here across restarts, so loss is counted exactly "
@@ -316,6 +325,20 @@ class Settings(BaseSettings):
     )
     actions_lemon_days: Annotated[float, Use("monitor")] = Field(
         30.0, gt=0.0, le=3_650.0, description="monitor: the repeat-offender ledger's window, days")
+    bridge_listen: Annotated[str, Use("bridge", flag="--listen")] = Field(
+        "127.0.0.1:9781", description="bridge: HTTP listen address, host:port, of its /metrics, /healthz and /readyz "
+        "(loopback unless you say otherwise; `rainierd healthcheck --metrics-addr` the same to probe it)",
+    )
+    ecc_counts: Annotated[Literal["per-period", "cumulative"], Use("bridge")] = Field(
+        "per-period", description="bridge: whether neuron-monitor's neuron_hw_counters ECC values are counts over "
+        "the group's period (what AWS's neuron-monitor-prometheus.py assumes: it adds each report's) or totals "
+        "(then a value going backwards is a reset); the guide does not say (docs/bridge.md)",
+    )
+    sample_max_lag_s: Annotated[float, Use("bridge")] = Field(
+        30.0, ge=1.0, le=3_600.0,
+        description="bridge: its sample clock (advanced by each report's captured period) is stepped to the wall "
+        "clock when it falls further behind than this (counted in rainier_bridge_clock_resyncs_total)",
+    )
     log_format: Annotated[Literal["auto", "json", "console"], Use("log")] = Field(
         "auto", description="log format: json, console, or auto (console on a terminal)")
     log_level: Annotated[Literal["debug", "info", "warning", "error"], Use("log")] = Field(
@@ -367,7 +390,7 @@ class Settings(BaseSettings):
     def _shard(cls, value: str) -> str:
         return str(parse_shard(value))  # raises ValueError saying what is wrong
 
-    @field_validator("metrics_addr")
+    @field_validator("metrics_addr", "bridge_listen")
     @classmethod
     def _metrics_addr(cls, value: str) -> str:
         parse_host_port(value)
@@ -386,8 +409,25 @@ class Settings(BaseSettings):
             tick_s=self.tick_s, stale_after_ticks=self.stale_after_ticks, max_frame_bytes=self.max_frame_bytes,
             max_clock_skew_s=self.max_clock_skew_s, max_seq_jump=self.max_seq_jump,
             feed_lost_share=self.feed_lost_share, feed_hold_s=self.feed_hold_s,
-            hardware=replace(TRN2, efa_ports_per_node=ports),
+            counter_rate_margin=self.counter_rate_margin, hardware=replace(TRN2, efa_ports_per_node=ports),
         )
+
+    def bridge_config(self, topology: Topology, node: int) -> BridgeConfig:
+        """Return the neuron-monitor bridge's configuration for ``node`` of ``topology`` (its EFA device names and
+        instance id from the inventory, when it gives them)."""
+        names = topology.names
+        return BridgeConfig(
+            hardware=replace(TRN2, efa_ports_per_node=topology.efa_ports_per_node),
+            chips_per_node=topology.chips_per_node, efa_ports_per_node=topology.efa_ports_per_node,
+            ecc_counts=self.ecc_counts, max_lag_s=self.sample_max_lag_s,
+            efa_devices=names.efa_devices[node] if names.efa_devices else None,
+            instance_id=names.instance_ids[node] if names.instance_ids else None,
+        )
+
+    @property
+    def bridge_host_port(self) -> tuple[str, int]:
+        """Return the (host, port) the bridge's HTTP side listens on."""
+        return parse_host_port(self.bridge_listen)
 
     def action_config(self) -> ActionConfig:
         """Return the advisory policy's configuration (docs/actions.md): the one place it is built."""

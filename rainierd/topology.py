@@ -89,6 +89,8 @@ class Names:
     instance_ids: tuple[str | None, ...] = ()
     availability_zones: tuple[str | None, ...] = ()
     detail: tuple[int, ...] = ()  # nodes whose chips are exported one by one
+    # Per node, its EFA device names in port order (the bridge's name -> port map); None: not listed.
+    efa_devices: tuple[tuple[str, ...] | None, ...] = ()
 
     def node_labels(self, node: int) -> str:
         """Return ``,hostname="…",instance_id="…",availability_zone="…"`` for what is known of ``node``."""

@@ -38,6 +38,15 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     # (rainierd.sinks: webhook, node-problem-detector) and the HTTP route read its frozen view, never the reverse.
     "rainierd.actions": ("rainierd.monitor", "rainierd.exporter", "rainierd.sinks", "rainierd.sim", "rainierd.daemon",
                          "rainierd.cli", "asyncio", "aiomqtt"),
+    # The neuron-monitor bridge is a node's agent: it speaks the wire and MQTT and serves its own metrics; the
+    # monitor, its core, the simulator and the aggregator are none of its business.  Its pure part (reports and
+    # snapshots in, frames out) does no I/O of its own and runs no event loop.
+    "rainierd.bridge": ("rainierd.core", "rainierd.monitor", "rainierd.sim", "rainierd.aggregate",
+                        "rainierd.daemon", "rainierd.cli"),
+    **{f"rainierd.bridge.{module}": ("asyncio", "aiomqtt", "rainierd.mqtt", "rainierd.exporter", "rainierd.settings",
+                                     "rainierd.bridge._efa", "rainierd.bridge.run", "pathlib", "os", "time")
+       for module in ("_values", "_cores", "_report", "_devices", "_clock", "_totals", "_config", "_ports", "_node",
+                      "_hold")},
     # The product ships the product: the command line and every role load no benchmark or test harness.
     "rainierd": ("benchmarks", "harness"),
 }

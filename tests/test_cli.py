@@ -27,7 +27,8 @@ SIMULATOR = ["ticks", "seed", "encoding", "batch_nodes", "scenario", "fault_acce
              "profile", "sim_jobs", "truth_file"]
 MONITOR = ["stale_after_ticks", "max_frame_bytes", "max_clock_skew_s", "reconnect_grace_s", "state_file",
            "max_seq_jump", "max_backlog_bytes", "share_frames_per_tick", "share_bytes_per_tick", "max_share_topics",
-           "max_entity_series", "max_jobs", "shard", "feed_lost_share", "feed_hold_s", "telemetry_input",
+           "max_entity_series", "max_jobs", "shard", "feed_lost_share", "feed_hold_s", "counter_rate_margin",
+           "telemetry_input",
            "actions_dry_run", "actions_hold_s", "actions_expired_keep_s", "actions_brake_max_nodes",
            "actions_brake_max_fraction", "actions_brake_window_s", "actions_lemon_flags", "actions_lemon_days"]
 MONITOR += ["webhook_url", "webhook_token_file", "webhook_ca_file", "webhook_queue_size", "webhook_max_attempts",
@@ -36,6 +37,7 @@ AGGREGATOR = ["tick_s", "batch_nodes", "shard", "max_frame_bytes"]
 HTTP = ["metrics_addr", "web_config_file"]
 SERVER = ["http_max_connections", "http_max_handshakes", "http_unauthenticated_idle_s"]
 LOG = ["log_format", "log_level"]
+BRIDGE = ["bridge_listen", "ecc_counts", "sample_max_lag_s"]
 
 # What each command reads, so what its --help lists; written out, so a change is a decision.
 ROLE_SETTINGS: dict[str, set[str]] = {
@@ -43,7 +45,7 @@ ROLE_SETTINGS: dict[str, set[str]] = {
     "simulate": {*MQTT, *FLEET, "tick_s", *SIMULATOR, *HTTP, *SERVER, *LOG},
     "monitor": {*MQTT, *FLEET, "tick_s", *MONITOR, *HTTP, *SERVER, *LOG},
     "aggregate": {*MQTT, *FLEET, *AGGREGATOR, *HTTP, *SERVER, *LOG},
-    "bridge": {*MQTT, *FLEET, *LOG},
+    "bridge": {*MQTT, *FLEET, *BRIDGE, *LOG},
     "jobs": {*MQTT, *FLEET, *LOG},
     "healthcheck": set(HTTP),
 }
@@ -96,6 +98,7 @@ VALUES: dict[str, tuple[str, Any]] = {
     "shard": ("1/4", "1/4"),
     "feed_lost_share": ("0.8", 0.8),
     "feed_hold_s": ("90", 90.0),
+    "counter_rate_margin": ("1.2", 1.2),
     "telemetry_input": ("batches", "batches"),
     "webhook_url": ("https://hooks.example/rainierd", "https://hooks.example/rainierd"),
     "webhook_token_file": ("token", Path("token")),
@@ -111,6 +114,9 @@ VALUES: dict[str, tuple[str, Any]] = {
     "actions_brake_window_s": ("600", 600.0),
     "actions_lemon_flags": ("5", 5),
     "actions_lemon_days": ("7", 7.0),
+    "bridge_listen": ("0.0.0.0:9782", "0.0.0.0:9782"),
+    "ecc_counts": ("cumulative", "cumulative"),
+    "sample_max_lag_s": ("90", 90.0),
     "log_format": ("json", "json"),
     "log_level": ("debug", "debug"),
 }

@@ -100,9 +100,9 @@ class TestEverySettingArrives:
         assert flush.applied == 2
 
     def test_the_feed_rule_reaches_the_feed_detector(self) -> None:
-        """The feed's share and hold, and the staleness it judges silence by, are the settings'."""
+        """The feed's share and hold, and the staleness and tick it judges silence by, are the settings'."""
         params = core_of(settings()).detector.feed.params
-        assert (params.lost_share, params.hold_s, params.stale_after_s) == (0.75, 30.0, 3.5)
+        assert (params.lost_share, params.hold_s, params.stale_after_s, params.tick_s) == (0.75, 30.0, 3.5, 0.5)
 
     def test_efa_ports_reach_the_failover_model(self) -> None:
         """8 ports a node: a node keeps 7/8 of its EFA bandwidth when one is down."""

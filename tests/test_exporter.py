@@ -24,6 +24,7 @@ from rainierd.core import FleetState, Ingest, IngestStats, Received, compute_thr
 from rainierd.core.analysis import HealthView
 from rainierd.core.detect import Reason
 from rainierd.core.ingest import FRAME_REASONS
+from rainierd.core.state import REFUSALS
 from rainierd.exporter import EntityFamilies, FleetCollector, MetricsServer, build_exporter, build_registry
 from rainierd.exporter.http import accepts_gzip
 from rainierd.exporter.selfstatus import DECODE_REASONS, IngestCollector, MqttCollector
@@ -149,6 +150,19 @@ class TestCollectors:
         assert get("rainier_ingest_decode_errors_total", {"reason": "retained"}) == 0
         assert get("rainier_ingest_decode_errors_total", {"reason": "non_finite"}) == 0
         assert get("rainier_ingest_frames_lost_total") == 2
+
+    def test_counters_refused_over_their_bounds(self) -> None:
+        """Counters refused over their bounds are exported by kind, field and reason, every bounded counter's
+        series present from the start, and the snapshot's copy does not follow the stats."""
+        stats = IngestStats()
+        stats.counters_refused["chips", "fp8_flop_total", "over_bound"] += 3
+        snap = with_status(MonitorStatus(ingest=IngestCounts.of(stats)))
+        stats.counters_refused["chips", "fp8_flop_total", "over_bound"] += 1
+        registry = build_registry({"ingest": IngestCollector(lambda: snap)}, process_metrics=False).registry
+        samples = {tuple(s.labels[k] for k in ("kind", "field", "reason")): s.value
+                   for family in registry.collect() if family.name == "rainier_ingest_counters_refused"
+                   for s in family.samples}
+        assert samples == {key: 3.0 if key == ("chips", "fp8_flop_total", "over_bound") else 0.0 for key in REFUSALS}
 
     def test_every_reason_the_core_judges_by_has_a_series_from_the_start(self) -> None:
         """The exporter's list of rejection reasons holds every rule of the core's table, so none appears only

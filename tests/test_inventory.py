@@ -42,6 +42,13 @@ class TestShape:
         assert names.node_labels(6) == (',hostname="ip-10-0-18-10",instance_id="i-0a1b2c3d4e5f60722"'
                                         ',availability_zone="us-east-2a"')
 
+    def test_a_nodes_efa_devices_are_kept_in_port_order(self, tmp_path: Path) -> None:
+        """efa_devices lists a node's EFA device names in port order (the bridge's map); unlisted nodes have none."""
+        path = write(tmp_path, "efa_ports_per_node = 2\n[[site]]\nname='a'\n[[site.ultraserver]]\nname='u'\n"
+                               "[[site.ultraserver.node]]\nindex=0\nefa_devices=['rdmap32s0', 'rdmap16s0']\n"
+                               "[[site.ultraserver.node]]\nindex=1\n")
+        assert load_inventory(path).names.efa_devices == (("rdmap32s0", "rdmap16s0"), None, None, None)
+
     def test_the_same_file_gives_the_same_ids(self) -> None:
         """Ids derive from the file alone."""
         a, b = load_inventory(INVENTORY), load_inventory(INVENTORY)
@@ -67,6 +74,12 @@ class TestBadFiles:
         ("[[site]]\nname='a'\n[[site.ultraserver]]\nname='u'\n[[site.ultraserver.node]]\nindex=1\n"
          "[[site.ultraserver.node]]\nindex=1\n", "node index twice"),
         ("[[site]\n", "inventory"),
+        ("[[site]]\nname='a'\n[[site.ultraserver]]\nname='u'\n[[site.ultraserver.node]]\nindex=0\n"
+         "efa_devices=['rdmap16s0', 'rdmap16s0']\n", "EFA device twice"),
+        ("efa_ports_per_node = 1\n[[site]]\nname='a'\n[[site.ultraserver]]\nname='u'\n[[site.ultraserver.node]]\n"
+         "index=0\nefa_devices=['rdmap16s0', 'rdmap32s0']\n", "more than its 1 ports"),
+        ("[[site]]\nname='a'\n[[site.ultraserver]]\nname='u'\n[[site.ultraserver.node]]\nindex=0\n"
+         "efa_devices=['../../etc']\n", "efa_devices"),
     ])
     def test_is_refused_naming_what_is_wrong(self, tmp_path: Path, text: str, message: str) -> None:
         """A bad inventory raises ConfigError naming the file and the problem."""

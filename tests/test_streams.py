@@ -3,7 +3,8 @@ lost; a missing frame that arrives late is late, never lost; a restart under
 the same id is recognised and counted; duplicates and replays are stale; an
 implausible jump, a sample time far ahead and another publisher while the
 stream's own is live are not believed until CONFIRM consecutive frames
-confirm them; a renumber counts only the loss its time could hold."""
+confirm them; a renumber counts only the loss its time could hold; each frame that continues its stream
+closes a sample interval (what the stream's period is learned from)."""
 
 from __future__ import annotations
 
@@ -276,3 +277,15 @@ class TestReceiveOffset:
         late = s.advance(two, np.zeros(2, np.int64), np.array([5, 5], np.uint64), t, rx_s=t + 4,
                          wall_s=t + 4 + np.array([1.5, -1.5]))
         assert np.allclose(late.excess_lag_s, 4.0, atol=0.02)
+
+
+class TestIntervals:
+    def test_an_interval_is_the_sample_time_over_the_frames_it_held(self) -> None:
+        """A frame after two lost ones, 15 s on, closes a 5 s interval; a stream's first frame, a restart and a
+        frame refused close none."""
+        s = Streams(1)
+        intervals = [float(feed(s, seq, t_s).interval_s[0]) for seq, t_s in ((0, 100.0), (1, 105.0), (4, 120.0),
+                                                                             (0, 121.0), (0, 121.0))]
+        assert np.isnan(intervals[0])
+        assert intervals[1:3] == [5.0, 5.0]
+        assert np.isnan(intervals[3:]).all()

@@ -1,11 +1,52 @@
-"""Bridges from what a real trn2 node already exposes to rainierd's wire
-format: ``rainierd bridge neuron-monitor`` turns AWS neuron-monitor's reports
-and the EFA driver's counters into the node's JSON frames.
+"""``rainierd bridge neuron-monitor``: what a real Trainium2 node reports
+(AWS neuron-monitor's JSON reports on stdin, the EFA driver's counters in
+sysfs) as that node's JSON frames, never inventing a value, never dying on
+a line, timed by the reports' own periods (docs/bridge.md).
+
+The pure part, reports and snapshots in and frames out, no I/O:
+
+- ``_values``: how one value is taken or refused (and counted, by field and reason);
+- ``_cores``: which device each logical NeuronCore is on (v3d names, the hardware info's shapes);
+- ``_hold``: a group a report leaves out, held at its last content for a while;
+- ``_report``: one report read, every documented shape accepted;
+- ``_devices``: a report as one reading per device (idle, unknown, attributed);
+- ``_clock``: the sample clock, advanced by the reports' periods;
+- ``_totals``: monotone totals from per-period and cumulative counts;
+- ``_ports``: EFA devices by name as port records (and the snapshot ``_efa`` reads);
+- ``_node``: one node's reports to frames.
+
+The edges: ``_efa`` reads the EFA driver's sysfs files, ``_lines`` cuts the
+input into lines of any length, ``_metrics`` is the bridge's
+``rainier_bridge_*``, and ``run`` the role (not imported here: it needs the
+settings, which need ``BridgeConfig``).
 """
 
 from __future__ import annotations
 
-from rainierd.bridge.efa_sysfs import EFA_COUNTERS, read_efa_counters
-from rainierd.bridge.neuron_monitor import NeuronMonitorNode, node_frame
+from rainierd.bridge._clock import STEP_REASONS, SampleClock, Tick
+from rainierd.bridge._config import EFA_MARGIN, FLOPS_MARGIN, BridgeConfig
+from rainierd.bridge._efa import read_efa
+from rainierd.bridge._node import NodeBridge, Outcome
+from rainierd.bridge._ports import EfaDevice, EfaPorts, EfaSnapshot, natural_order
+from rainierd.bridge._report import GROUPS, Report, read_report
+from rainierd.bridge._values import REFUSAL_REASONS
 
-__all__ = ["EFA_COUNTERS", "NeuronMonitorNode", "node_frame", "read_efa_counters"]
+__all__ = [
+    "EFA_MARGIN",
+    "FLOPS_MARGIN",
+    "GROUPS",
+    "REFUSAL_REASONS",
+    "STEP_REASONS",
+    "BridgeConfig",
+    "EfaDevice",
+    "EfaPorts",
+    "EfaSnapshot",
+    "NodeBridge",
+    "Outcome",
+    "Report",
+    "SampleClock",
+    "Tick",
+    "natural_order",
+    "read_efa",
+    "read_report",
+]

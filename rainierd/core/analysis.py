@@ -153,7 +153,8 @@ class MonitorCore:
         self.stale_after_s = config.stale_after_s
         self.peak_flops_per_chip = config.hardware.fp8_dense_flops
         self.model = config.model
-        self.state = FleetState(topology)
+        self.state = FleetState(topology, bounds=config.counter_bounds(),
+                                stale_after_ticks=config.stale_after_ticks)
         self.stats = IngestStats()
         self.ingest = Ingest(self.state, self.stats, max_frame_bytes=config.max_frame_bytes,
                              max_clock_skew_s=config.max_clock_skew_s, max_seq_jump=config.max_seq_jump,

@@ -17,6 +17,7 @@ its bit clear in ``known``, and NaN in the rate of a counter.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -25,10 +26,13 @@ import numpy as np
 import numpy.typing as npt
 
 from rainierd._types import F32, F64, I64, U16, U32, B
+from rainierd.core.bounds import EXACT, REFUSAL_REASONS, Bound, CounterBounds
+from rainierd.core.cadence import Cadence
 from rainierd.topology import Topology
 from rainierd.wire.records import CHIP_DTYPE, COOLING_DTYPE, EFA_DTYPE, FACILITY_DTYPE, LINK_DTYPE, column_dtypes
 
-__all__ = ["COUNTER_SUMS", "RATED", "RATE_F64", "FleetState", "Scratch", "Table", "contiguous"]
+__all__ = ["CONSUMED", "COUNTER_SUMS", "RATED", "RATE_F64", "REFUSALS", "FleetState", "Scratch", "Summed", "Table",
+           "contiguous"]
 
 RATE_F64: Final = frozenset({"fp8_flop_total"})
 """Counters whose rate is kept in float64: fleet FLOP/s sums must match to 1e-9."""
@@ -70,6 +74,28 @@ frames shared an analysis lost its first interval from the FLOP counter.
 """
 
 
+_DTYPES: Final = {"chips": CHIP_DTYPE, "links": LINK_DTYPE, "efa": EFA_DTYPE, "cooling": COOLING_DTYPE,
+                  "facility": FACILITY_DTYPE}
+_RATED_BY_TABLE: Final = {"chips": RATED, "links": RATED - {"tx_bytes_total"}, "efa": RATED, "cooling": RATED,
+                          "facility": RATED}
+_SUMMED_BY_TABLE: Final = {table: frozenset(name for kind, name in COUNTER_SUMS if kind == table) for table in _DTYPES}
+
+CONSUMED: Final = {
+    table: frozenset(name for name in column_dtypes(dtype) if name.endswith("_total")
+                     and (name in _RATED_BY_TABLE[table] or name in _SUMMED_BY_TABLE[table]))
+    for table, dtype in _DTYPES.items()
+}
+"""Per table, the counters something derives a figure from (a rate, a sum): each is bounded (``core/bounds.py``).
+A counter kept only as its latest total (shown, never differenced) is stored as sent."""
+
+REFUSALS: Final = tuple(
+    (table, name, reason) for table in _DTYPES for name in sorted(CONSUMED[table]) for reason in REFUSAL_REASONS
+    if reason != "negative" or column_dtypes(_DTYPES[table])[name].kind == "f"
+)
+"""Every (table, counter, reason) a sample's counter can be refused for: the series of
+``rainier_ingest_counters_refused_total`` (a total of unsigned integers cannot be negative)."""
+
+
 def contiguous(ids: I64) -> slice | I64:
     """Return ``ids`` as a slice when they are one ascending run (the common case), else unchanged."""
     n = ids.size
@@ -79,12 +105,28 @@ def contiguous(ids: I64) -> slice | I64:
 
 
 @dataclass(eq=False)
+class Summed:
+    """One summed counter of a table: its reference total, and its increases since the last ``take_increase``.
+
+    The reference is the last total a sample carried, refused or not (NaN:
+    never), and, where the counter's bound is per second, the latest sample
+    time that carried one: it never goes back, so no second of an entity's
+    sample clock is counted twice, however its sample times wander.
+    """
+
+    last: F64
+    last_t_s: F64 | None  # None: a bound per sample, which needs no time
+    pending: F64
+
+
+@dataclass(eq=False)
 class Table:
     """The latest sample of ``n`` entities of one kind, one array per field.
 
     Gauges are float32 (NaN: unknown); counters keep their last total in the
     wire dtype and a per-second ``rates`` column (NaN until two samples, after
-    a counter reset, or when either sample lacked it).
+    a counter reset, when either sample lacked it, or when the sample was
+    refused as over its bound).
     """
 
     n: int
@@ -97,16 +139,19 @@ class Table:
     dt_s: F32  # publisher time between the last two samples (NaN: fewer than two)
     samples: U32  # samples applied so far
     known: U16  # bit i: field i was in the latest sample
-    # Per summed counter: (its last known total, NaN: never; its increases since the last take_increase).
-    summed: dict[str, tuple[F64, F64]] = field(default_factory=dict)
+    summed: dict[str, Summed] = field(default_factory=dict)
+    # The bound of every counter a rate or a sum is made of (core/bounds.py).
+    bounds: dict[str, Bound] = field(default_factory=dict)
 
     @classmethod
     def empty(
         cls, n: int, dtype: np.dtype[np.void], *, skip: tuple[str, ...] = (), rated: frozenset[str] = RATED,
-        summed: frozenset[str] = frozenset(),
+        summed: frozenset[str] = frozenset(), bounds: Mapping[str, Bound] | None = None,
     ) -> Table:
         """Return a table of ``n`` entities that have never reported (``skip``: id fields; ``rated``: counters
-        that get a per-second rate; ``summed``: counters whose increases are accumulated as samples land)."""
+        that get a per-second rate; ``summed``: counters whose increases are accumulated as samples land;
+        ``bounds``: the physical bound of counters that have one, the others being bounded per sample)."""
+        bounds = bounds or {}
         columns = {name: dt for name, dt in column_dtypes(dtype).items() if name not in skip}
         gauges: dict[str, F32] = {}
         totals: dict[str, npt.NDArray[Any]] = {}
@@ -118,11 +163,15 @@ class Table:
                     rates[name] = np.full(n, np.nan, np.float64 if name in RATE_F64 else np.float32)
             else:
                 gauges[name] = np.full(n, np.nan, np.float32)
+        consumed = {name for name in totals if name in rated or name in summed}
+        limits = {name: bounds.get(name, Bound()) for name in sorted(consumed)}
         return cls(
             n, tuple(column_dtypes(dtype)), gauges, totals, rates,
             np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan, np.float32),
             np.zeros(n, np.uint32), np.zeros(n, np.uint16),
-            {name: (np.full(n, np.nan), np.zeros(n)) for name in totals if name in summed},
+            {name: Summed(np.full(n, np.nan), None if limits[name].per_s is None else np.full(n, np.nan),
+                          np.zeros(n)) for name in totals if name in summed},
+            limits,
         )
 
     def bit(self, name: str) -> int:
@@ -148,8 +197,9 @@ class Table:
         known: int | U16,
         scratch: Scratch | None = None,
         per_frame: int = 0,
-    ) -> None:
-        """Store one sample for each of ``ids`` (unique), turning counters into rates.
+    ) -> Counter[tuple[str, str]]:
+        """Store one sample for each of ``ids`` (unique), turning counters into rates; return the counters
+        refused, by (field, reason) (``core/bounds.py``).
 
         ``columns`` holds the sample's fields (a field absent from it, or with
         its ``known`` bit clear, is unknown); each is read once and stored
@@ -157,7 +207,8 @@ class Table:
         buffer (the store's reordered columns do); ``t_s`` and ``rx_s`` are per
         record, or, with ``per_frame`` and ``ids`` a slice, per run of
         ``per_frame`` consecutive records (one frame's), broadcast without a
-        per-record copy.  Every value must already be validated: this only stores.
+        per-record copy.  Every value must already be validated: this only
+        stores, and bounds the counters it derives a rate or a sum from.
         """
         at = ids if isinstance(ids, slice) else contiguous(ids)
         n = at.stop - at.start if isinstance(at, slice) else int(ids.size)  # type: ignore[union-attr]
@@ -167,21 +218,20 @@ class Table:
             # (frames, per_frame) views: each frame's time reaches its records by broadcasting.
             np.subtract(t_s[:, None], self.t_s[at].reshape(-1, per_frame), out=dt.reshape(-1, per_frame),
                         casting="same_kind")
-        else:
-            np.subtract(t_s, self.t_s[at], out=dt, casting="same_kind")  # NaN for a first sample
-        dt[~(dt > 0)] = np.nan  # a repeated or backwards timestamp gives no rate
-        self._store_counters(at, columns, known, dt, scratch.get("rate", n, np.float64))
-        self._store_gauges(at, columns, known)
-        if per_frame:
             self.t_s[at].reshape(-1, per_frame)[:] = t_s[:, None]
             self.rx_s[at].reshape(-1, per_frame)[:] = rx_s[:, None]
+            t_s = self.t_s[at]  # per record now: a view (``at`` is a slice)
         else:
+            np.subtract(t_s, self.t_s[at], out=dt, casting="same_kind")  # NaN for a first sample
             self.t_s[at] = t_s
             self.rx_s[at] = rx_s
+        dt[~(dt > 0)] = np.nan  # a repeated or backwards timestamp gives no rate
+        refused = self._store_counters(at, columns, known, dt=dt, t_s=t_s, scratch=scratch)
+        self._store_gauges(at, columns, known)
         self.dt_s[at] = dt
         self.samples[at] += np.uint32(1)
         self.known[at] = known
-
+        return refused
 
     def take_increase(self, name: str) -> F64:
         """Return summed counter ``name``'s increase per entity since the last call, and start again from zero.
@@ -189,10 +239,12 @@ class Table:
         Each sample adds its total less the entity's last known one: nothing
         for its first, the new total for a fall (a restart counted from zero,
         as Prometheus's ``rate()`` does), nothing for a sample without the
-        counter (the last known total stays, for when it returns).  So every
-        interval counts once, however many samples an analysis window holds.
+        counter (the last known total stays, for when it returns), nothing
+        for a sample refused as over its bound (``core/bounds.py``).  So every
+        interval counts at most once, however many samples an analysis window
+        holds, and never by more than its bound.
         """
-        pending = self.summed[name][1]
+        pending = self.summed[name].pending
         increase = pending.copy()
         pending[:] = 0.0
         return increase
@@ -208,14 +260,17 @@ class Table:
             rate[ids] = np.nan
 
     def _store_counters(
-        self, at: slice | I64, columns: Mapping[str, npt.NDArray[Any]], known: int | U16, dt: F32, rate: F64,
-    ) -> None:
-        """Store counter totals and, for rated counters, their rate since the entity's last sample."""
+        self, at: slice | I64, columns: Mapping[str, npt.NDArray[Any]], known: int | U16, *, dt: F32, t_s: F64,
+        scratch: Scratch,
+    ) -> Counter[tuple[str, str]]:
+        """Store counter totals and, for rated counters, their rate since the entity's last sample; add summed
+        counters' increases; return the counters refused over their bounds, by (field, reason)."""
+        refused: Counter[tuple[str, str]] = Counter()
         uniform = isinstance(known, int)
-        full = (1 << len(self.fields)) - 1
+        work = scratch.get("rate", dt.size, np.float64)
         # A counter has a rate only if the previous sample had it too.
         had = self.known[at]
-        had_all = bool((had == full).all())
+        had_all = bool((had == (1 << len(self.fields)) - 1).all())
         for name, total in self.totals.items():
             bit = self.bit(name)
             if name not in columns or (uniform and not known & bit):
@@ -223,37 +278,103 @@ class Table:
                     self.rates[name][at] = np.nan
                 continue
             new = columns[name]
+            present = None if uniform else (np.asarray(known) & bit) != 0
             if name in self.rates:
-                # float64 differences are exact for counters below 2**53 and turn a
-                # reset (the counter went backwards) into a negative value.
-                np.subtract(new, total[at], out=rate, dtype=np.float64)
-                np.divide(rate, dt, out=rate)
-                rate[rate < 0] = np.nan
-                if not had_all:
-                    rate[(had & bit) == 0] = np.nan
-                if not uniform:
-                    rate[(np.asarray(known) & bit) == 0] = np.nan
-                self.rates[name][at] = rate
+                # A summed counter is judged by its sum (below), whose reference is at least as strict.
+                self._store_rate(name, at, new, before=total[at], had=None if had_all else (had & bit) != 0,
+                                 present=present, dt=dt, rate=work, refused=None if name in self.summed else refused)
             if name in self.summed:
-                self._add_increase(name, at, new, None if uniform else (np.asarray(known) & bit) != 0, rate)
+                self._add_increase(name, at, new, present=present, t_s=t_s, increase=work, scratch=scratch,
+                                   refused=refused)
             total[at] = new
+        return refused
+
+    def _store_rate(
+        self, name: str, at: slice | I64, new: npt.NDArray[Any], *, before: npt.NDArray[Any], had: B | None,
+        present: B | None, dt: F32, rate: F64, refused: Counter[tuple[str, str]] | None,
+    ) -> None:
+        """Store rated counter ``name``'s rate since each entity's last sample, in ``rate`` (work space): NaN
+        where either sample lacked it (``had``, ``present``: None, all had it), across a reset, or over its
+        bound (then counted in ``refused``, unless None)."""
+        # float64 differences are exact for counters below 2**53 and turn a
+        # reset (the counter went backwards) into a negative value.
+        np.subtract(new, before, out=rate, dtype=np.float64)
+        if had is not None:
+            rate[~had] = np.nan
+        if present is not None:
+            rate[~present] = np.nan
+        bound = self.bounds[name]
+        if bound.per_s is None:
+            over = rate > EXACT  # NaN (unknown) compares False
+            fell = rate < 0
+            np.divide(rate, dt, out=rate)
+            limit: float | F64 = EXACT
+        else:
+            np.divide(rate, dt, out=rate)
+            per_s = bound.limit_per_s(at)
+            over = rate > per_s
+            fell = rate < 0
+            limit = per_s * dt.astype(np.float64) if fell.any() else EXACT  # a reset's bound: over its interval
+        if over.any():
+            if refused is not None:
+                refused[name, "over_bound"] += int(np.count_nonzero(over))
+            rate[over] = np.nan
+        if fell.any():
+            if refused is not None:
+                _judge_resets(name, np.flatnonzero(fell), new, limit, refused)
+            rate[fell] = np.nan  # a restart: no rate across it
+        self.rates[name][at] = rate
 
     def _add_increase(
-        self, name: str, at: slice | I64, new: npt.NDArray[Any], present: B | None, increase: F64,
+        self, name: str, at: slice | I64, new: npt.NDArray[Any], *, present: B | None, t_s: F64, increase: F64,
+        scratch: Scratch, refused: Counter[tuple[str, str]],
     ) -> None:
-        """Add each entity's increase of summed counter ``name`` (``present``: which samples carry it; None: all),
-        using ``increase`` (one float64 per entity) as work space."""
-        last, pending = self.summed[name]
-        before = last[at]
+        """Add each entity's increase of summed counter ``name`` (``present``: which samples carry it; None: all)
+        unless it is over the counter's bound, using ``increase`` (one float64 per entity) as work space."""
+        summed, bound = self.summed[name], self.bounds[name]
+        before = summed.last[at]
         np.subtract(new, before, out=increase, dtype=np.float64)  # NaN for a first sample
-        fell = increase < 0
-        if fell.any():  # a restart: the counter began again from zero
-            np.copyto(increase, new, where=fell, casting="unsafe")
         if present is not None:
             increase[~present] = np.nan
+        limit: float | F64 = EXACT
+        if summed.last_t_s is not None:
+            # At most the bound over the time since the reference; nothing in no time.
+            interval = scratch.get("interval", increase.size, np.float64)
+            np.subtract(t_s, summed.last_t_s[at], out=interval)
+            np.maximum(interval, 0.0, out=interval)
+            np.multiply(interval, bound.limit_per_s(at), out=interval)
+            limit = interval
+        over = increase > limit  # NaN (a first sample, unknown) compares False
+        fell = np.flatnonzero(increase < 0)
+        bad = over
+        if fell.size:  # a restart: the counter began again from zero, and its new total is the increase
+            wrong = _judge_resets(name, fell, new, limit, refused)
+            increase[fell] = np.where(wrong, 0.0, new[fell])
+            if wrong.any():
+                bad = over.copy()
+                bad[fell[wrong]] = True
+        if over.any():
+            refused[name, "over_bound"] += int(np.count_nonzero(over))
+            increase[over] = 0.0
         increase[np.isnan(increase)] = 0.0
-        pending[at] += increase
-        last[at] = new if present is None else np.where(present, new, before)
+        summed.pending[at] += increase
+        # The sample is the new reference, refused or not: the next is judged against it, so a wrong total costs
+        # its own interval and, if the next falls back below it, that one's, never more.
+        if present is None:
+            summed.last[at] = new
+            if summed.last_t_s is not None:
+                summed.last_t_s[at] = np.fmax(summed.last_t_s[at], t_s)
+        else:
+            summed.last[at] = np.where(present, new, before)
+            if summed.last_t_s is not None:
+                since = summed.last_t_s[at]
+                summed.last_t_s[at] = np.where(present, np.fmax(since, t_s), since)
+        if name in self.rates and bad.any():
+            rates = self.rates[name]
+            if isinstance(at, slice):
+                rates[at][bad] = np.nan
+            else:
+                rates[at[bad]] = np.nan
 
     def _store_gauges(self, at: slice | I64, columns: Mapping[str, npt.NDArray[Any]], known: int | U16) -> None:
         """Store gauges (float32), NaN where the sample lacked them."""
@@ -268,6 +389,22 @@ class Table:
                 gauge[at] = np.where(present, columns[name], np.nan)
 
 
+def _judge_resets(
+    name: str, fell: I64, new: npt.NDArray[Any], limit: float | F64, refused: Counter[tuple[str, str]],
+) -> B:
+    """Return which of the samples ``fell`` (a counter that went backwards: a restart) are refused: a negative
+    total, or a new total above ``limit`` (its bound over the interval); count them in ``refused``."""
+    value = new[fell].astype(np.float64)
+    bound = limit if isinstance(limit, float) else limit[fell]
+    negative = value < 0
+    over = ~negative & ~(value <= bound)  # NaN bound (no interval known): not believed
+    if negative.any():
+        refused[name, "negative"] += int(negative.sum())
+    if over.any():
+        refused[name, "reset_over_bound"] += int(over.sum())
+    return np.asarray(negative | over, dtype=bool)
+
+
 def _id_fields(dtype: np.dtype[np.void]) -> tuple[str, ...]:
     assert dtype.names is not None
     return tuple(n for n in dtype.names if n in ("chip", "link", "port"))
@@ -275,14 +412,25 @@ def _id_fields(dtype: np.dtype[np.void]) -> tuple[str, ...]:
 
 @dataclass(eq=False)
 class FleetState:
-    """All entity tables of a fleet, sized by its topology, and the analysis clock."""
+    """All entity tables of a fleet, sized by its topology, each stream's period, and the analysis clock.
+
+    ``bounds`` are the figures counters are bounded by (from the monitor's
+    configuration: ``MonitorConfig.counter_bounds``); ``stale_after_ticks``
+    is how many of its own periods a stream may be unheard before it is
+    silent (``silent``).
+    """
 
     topology: Topology
+    bounds: CounterBounds = field(default_factory=CounterBounds)
+    stale_after_ticks: int = 3
     chips: Table = field(init=False)
     links: Table = field(init=False)
     efa: Table = field(init=False)
     cooling: Table = field(init=False)
     facility: Table = field(init=False)
+    # How often each node's and each site's frames come (core/cadence.py): their silence is judged in it.
+    node_cadence: Cadence = field(init=False)
+    site_cadence: Cadence = field(init=False)
     latest_tick: int = -1  # the tick of the last window's median sample (shown only; never judges freshness)
     latest_t_s: float = float("nan")  # that sample's time
     # The monitor's listening clock at the current analysis: ages are now_s - rx_s.
@@ -290,29 +438,63 @@ class FleetState:
 
     def __post_init__(self) -> None:
         topo = self.topology
-        summed = {table: frozenset(name for kind, name in COUNTER_SUMS if kind == table)
-                  for table in ("chips", "facility")}
-        self.chips = Table.empty(topo.n_chips, CHIP_DTYPE, skip=_id_fields(CHIP_DTYPE), summed=summed["chips"])
-        self.links = Table.empty(topo.n_links, LINK_DTYPE, skip=_id_fields(LINK_DTYPE),
-                                 rated=RATED - {"tx_bytes_total"})
-        self.efa = Table.empty(topo.n_efa, EFA_DTYPE, skip=_id_fields(EFA_DTYPE))
-        self.cooling = Table.empty(topo.n_nodes, COOLING_DTYPE)
-        self.facility = Table.empty(topo.n_sites, FACILITY_DTYPE, summed=summed["facility"])
+
+        def table(kind: str, n: int, **options: Any) -> Table:
+            return Table.empty(n, _DTYPES[kind], rated=_RATED_BY_TABLE[kind], summed=_SUMMED_BY_TABLE[kind],
+                               bounds=self.bounds.of(kind, topo), **options)
+
+        self.chips = table("chips", topo.n_chips, skip=_id_fields(CHIP_DTYPE))
+        self.links = table("links", topo.n_links, skip=_id_fields(LINK_DTYPE))
+        self.efa = table("efa", topo.n_efa, skip=_id_fields(EFA_DTYPE))
+        self.cooling = table("cooling", topo.n_nodes)
+        self.facility = table("facility", topo.n_sites)
+        self.node_cadence = Cadence(topo.n_nodes)
+        self.site_cadence = Cadence(topo.n_sites)
+
+    def stale_after(self, table: Table, stale_after_s: float) -> float | F64:
+        """Return how long ``table``'s entities may go unheard before they are silent: ``stale_after_s``, or
+        ``stale_after_ticks`` of their stream's period where that is longer.
+
+        A figure when it is ``stale_after_s`` for every entity; else one per
+        stream (node, or site for the facility table) as a column, which
+        broadcasts over the stream's entities laid out as rows (each node's
+        chips, links and ports are one contiguous run of ids).
+        """
+        cadence = self.site_cadence if table is self.facility else self.node_cadence
+        with np.errstate(invalid="ignore"):
+            per_stream: F64 = np.fmax(self.stale_after_ticks * cadence.period_s, stale_after_s)  # NaN: unknown
+        if not (per_stream > stale_after_s).any():
+            return float(stale_after_s)
+        column: F64 = per_stream[:, None]
+        return column
+
+    def node_stale_after_s(self, stale_after_s: float) -> F64:
+        """Return each node's silence threshold (``stale_after``, one figure per node)."""
+        limit = self.stale_after(self.cooling, stale_after_s)
+        return np.full(self.topology.n_nodes, limit) if isinstance(limit, float) else limit[:, 0]
 
     def silent(self, table: Table, stale_after_s: float) -> B:
-        """Return entities that reported once but not in the last ``stale_after_s`` before ``now_s``."""
+        """Return entities that reported once but were not heard within their ``stale_after`` before ``now_s``."""
+        limit = self.stale_after(table, stale_after_s)
         with np.errstate(invalid="ignore"):
-            return np.asarray((self.now_s - table.rx_s) >= stale_after_s, dtype=bool)
+            age = self.now_s - table.rx_s
+            if isinstance(limit, float):
+                return np.asarray(age >= limit, dtype=bool)
+            return np.asarray(age.reshape(limit.shape[0], -1) >= limit, dtype=bool).ravel()
 
     def fresh(self, table: Table, stale_after_s: float) -> B:
-        """Return entities heard from in the last ``stale_after_s`` before ``now_s`` (the complement of silent)."""
+        """Return entities heard from within their ``stale_after`` before ``now_s`` (those that reported and are
+        not silent)."""
+        limit = self.stale_after(table, stale_after_s)
         with np.errstate(invalid="ignore"):
-            return np.asarray((self.now_s - table.rx_s) < stale_after_s, dtype=bool)
+            age = self.now_s - table.rx_s
+            if isinstance(limit, float):
+                return np.asarray(age < limit, dtype=bool)
+            return np.asarray(age.reshape(limit.shape[0], -1) < limit, dtype=bool).ravel()
 
     def tables(self) -> dict[str, Table]:
         """Return the tables by record kind (the frame's names)."""
         return {"chips": self.chips, "links": self.links, "efa": self.efa, "cooling": self.cooling}
-
 
 
 class Scratch:

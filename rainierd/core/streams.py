@@ -90,6 +90,9 @@ class Advance:
     keep: B  # per frame: apply it
     rebased: B  # per frame: applied, but its counters count from another start (a restart, another publisher)
     excess_lag_s: F64  # per frame: receive lag above its stream's floor (0 for a stream's first; NaN if unknown)
+    # Per frame: its stream's sample interval, the sample time since the stream's last frame over the frames that
+    # time held by seq (lost ones included); NaN unless it continues its stream (the first, a restart, a takeover).
+    interval_s: F64
     lost: int  # frames counted lost now: missing for longer than the window, or left behind by a restart
     late: int  # frames that were missing and arrived after all (not lost, not applied)
     restarts: int  # same publisher counting from its start again (or a confirmed renumber)
@@ -234,10 +237,13 @@ class Streams:
         lost = int(np.bitwise_count(falling).sum(dtype=np.int64)) + int(beyond.sum(dtype=np.uint64))
         lost += int(np.bitwise_count(abandoned).sum(dtype=np.int64))
         lost += int(own_gaps.sum(dtype=np.uint64)) + int(np.asarray(skipped, np.uint64).sum(dtype=np.uint64))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            interval = np.where(newer, dt / gap.astype(np.float64), np.nan)
         return Advance(
             keep=keep,
             rebased=over,
             excess_lag_s=excess,
+            interval_s=interval,
             lost=lost,
             late=int(late.sum()),
             restarts=int((restart | (confirmed & same)).sum()),

@@ -13,6 +13,7 @@ from typing import Final
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from rainierd.core.state import REFUSALS
 from rainierd.histogram import Histogram
 from rainierd.monitor.snapshot import MonitorSnapshot, MonitorStatus
 
@@ -106,6 +107,14 @@ class IngestCollector(_StatusCollector):
         for kind in SAMPLE_KINDS:
             samples.add_metric([kind], counts.samples_applied.get(kind, 0))
         yield samples
+        refused = CounterMetricFamily(
+            "rainier_ingest_counters_refused",
+            "Counters of applied samples refused over their physical or exactness bound: no rate for that sample, "
+            "summed nowhere (by record kind, field and reason).", labels=["kind", "field", "reason"],
+        )
+        for key in sorted(set(REFUSALS) | set(counts.counters_refused)):
+            refused.add_metric(list(key), counts.counters_refused.get(key, 0))
+        yield refused
         yield CounterMetricFamily(
             "rainier_ingest_publisher_changes",
             "Times a node's frames came from a new publisher id (fail-over, or a restart under a new id).",

@@ -194,6 +194,7 @@ class Monitor:
         ingest.record(analysis.flush)
         self._recorded = True
         self._rejections.window(analysis.flush.rejected)
+        self._rejections.counters(analysis.flush.refused)
         self._sample_lag.observe(finished_wall - analysis.flush.applied_t_s)
         elapsed = time.perf_counter() - started
         self.load.judge(waited_s=waited_s, elapsed_s=elapsed, dropped_messages=self.inbox.dropped_messages,

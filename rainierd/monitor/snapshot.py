@@ -69,6 +69,8 @@ class IngestCounts:
     publisher_restarts: int = 0
     frames_applied: int = 0
     samples_applied: Mapping[str, int] = field(default_factory=_empty)  # entity samples, by record kind
+    # Counters of applied samples refused over their bounds, by (kind, field, reason) (core/bounds.py).
+    counters_refused: Mapping[tuple[str, str, str], int] = field(default_factory=lambda: MappingProxyType({}))
 
     @classmethod
     def of(cls, stats: IngestStats, receipts: Receipts | None = None) -> IngestCounts:
@@ -82,6 +84,7 @@ class IngestCounts:
             frames_missing=stats.frames_missing, publisher_changes=stats.publisher_changes,
             publisher_restarts=stats.publisher_restarts, frames_applied=stats.frames_applied,
             samples_applied=_frozen(stats.samples_applied),
+            counters_refused=MappingProxyType(dict(stats.counters_refused)),
         )
 
 

@@ -38,7 +38,7 @@ def role_args(role: str, url: str) -> list[str]:
     """Arguments that start ``role`` against the broker at ``url``, at a 0.2 s tick."""
     common = ["--mqtt-url", url, "--tick", "0.2"]
     if role == "bridge":
-        return ["bridge", "neuron-monitor", "--node", "n0", "--mqtt-url", url]
+        return ["bridge", "neuron-monitor", "--node", "n0", "--mqtt-url", url, "--listen", f"127.0.0.1:{free_port()}"]
     if role in ("monitor", "run", "aggregate"):
         common += ["--metrics-addr", f"127.0.0.1:{free_port()}"]
     return [role, *common]

@@ -163,6 +163,8 @@ class FleetDetector:
             tick, node_rx_s=np.fmax.reduce(chips.rx_s.reshape(topo.n_nodes, -1), axis=1),
             node_silent=np.asarray(stale.reshape(topo.n_nodes, -1).all(axis=1), dtype=bool),
             node_lost=self.cooling.lost_nodes(),
+            node_stale_s=self.state.node_stale_after_s(self.params.chips.stale_after_s),
+            node_period_s=self.state.node_cadence.period_s,
         )
         held_chips = hold[topo.chip_node] if hold.any() else None
         if held_chips is not None:

@@ -9,25 +9,28 @@ one publisher read as every node of that publisher lost at once, 32 pages
 for one fault that a fail-over mends in seconds.  The rule here, on the
 listening clock (``FleetState.now_s``), once per analysis and vectorised:
 
-* the **base** is the nodes heard in the last ``heard_within_s`` (a minute);
-* the feed is **lost** when at least ``lost_share`` of the base, and at least
-  ``min_nodes``, fell silent (every chip stale) *together*: their last
-  receipts lie within one stale interval of the newest among them, and none
-  was already judged lost.  A node that fell silent on its own, earlier, is
-  not part of it;
-* the nodes caught (and any node of the base falling silent while the feed
-  is lost) are **held**: their silence is not judged, for ``hold_s`` from the
-  loss's onset.  A held node heard again leaves the hold at once; one still
-  silent after ``hold_s`` is believed, and judged lost as usual, whether the
-  feed has come back or not (a site's power, a rack's switch: a real mass
-  loss must not hide behind the feed for ever);
-* the feed **returns** once fewer than ``lost_share`` of the base (or fewer
-  than ``min_nodes``) of the held nodes are still silent.  The held nodes
-  still silent then keep the rest of their ``hold_s`` to come back (agents
-  reconnect on their own backoff, up to 15 s in rainierd's clients).
-
+* the **base** is the nodes heard in the last ``heard_within_s`` (a minute;
+  at least two of a node's own stale intervals), less those already judged
+  lost;
+* when a node falls silent (every chip stale), the newest last receipt among
+  the silent nodes is the candidate **onset**.  The feed is **lost** when,
+  of the base nodes that should have been heard since the onset (heard
+  after it, or overdue: unheard for their period and a tick), at least
+  ``lost_share``, and at least ``min_nodes``, were not: their last receipt
+  lies at or before the onset, within their own stale interval of it.  A node
+  that fell silent on its own, earlier, is not part of it, and a node whose
+  next frame is not due yet counts neither way;
 One ``feed`` entity (a single id: the monitor's, or its shard's) carries the
 state, so the loss is one event, one series and one alert.
+
+Why "overdue", not "silent": a node's stale interval is its own
+(``stale_after_s``, or ``stale_after_ticks`` of its publisher's period where
+that is longer: ``FleetState.stale_after``), so when the feed stops,
+publishers at neuron-monitor's 5 s fall silent up to 15 s after it, one by
+one as their phases come, while agents at 1 s are silent after 3 s.  Judged
+on silence alone, the first would be lost one at a time and the second
+before the first counted.  A publisher whose frame is overdue by a tick is
+evidence at once; it is held when it falls silent in its turn.
 """
 
 from __future__ import annotations
@@ -56,12 +59,13 @@ class FeedParams:
     # Measured NATS fail-over under a publisher is ~10 s (docs/scaling.md); a minute is several of them.
     hold_s: float = 60.0
     stale_after_s: float = 3.0  # set from the monitor's configuration (stale_after_ticks x tick)
+    tick_s: float = 1.0  # set from the monitor's configuration: a frame is overdue a tick after its period
 
     def __post_init__(self) -> None:
         if not 0.0 < self.lost_share <= 1.0 or self.min_nodes < 1:
             raise ValueError(f"lost_share must be in (0, 1] and min_nodes >= 1: {self}")
-        if not self.hold_s >= 0.0 or not self.heard_within_s > self.stale_after_s:
-            raise ValueError(f"hold_s must be >= 0 and heard_within_s above stale_after_s: {self}")
+        if not self.hold_s >= 0.0 or not self.heard_within_s > self.stale_after_s or not self.tick_s > 0.0:
+            raise ValueError(f"hold_s must be >= 0, heard_within_s above stale_after_s and tick_s positive: {self}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +95,7 @@ class FeedDetector:
         self.tracker = StateTracker.create(1, raise_after_s=[0.0, 0.0], clear_after_s=0.0)
         self.held = np.zeros(n, dtype=bool)
         self.since_s = float("nan")
+        self.onset_rx_s = float("nan")  # the newest last receipt among the nodes silent at the loss's onset
         self.view = FeedView()
 
     @property
@@ -98,33 +103,43 @@ class FeedDetector:
         """Return whether the feed is lost now."""
         return bool(self.tracker.state[0] == FEED_LOST)
 
-    def update(self, tick: int, *, node_rx_s: F64, node_silent: B, node_lost: B) -> tuple[Transitions, B]:
+    def update(
+        self, tick: int, *, node_rx_s: F64, node_silent: B, node_lost: B, node_stale_s: F64 | None = None,
+        node_period_s: F64 | None = None,
+    ) -> tuple[Transitions, B]:
         """Judge the feed; return (its change, the nodes whose silence is not to be judged now).
 
         ``node_rx_s`` is each node's newest receipt on the listening clock
         (NaN: never heard), ``node_silent`` whether every chip of it is stale,
-        ``node_lost`` whether it is already judged lost.
+        ``node_lost`` whether it is already judged lost, ``node_stale_s`` each
+        node's stale interval and ``node_period_s`` its period (None, or NaN
+        for a node: ``stale_after_s`` and the tick).
         """
         p, now = self.params, self.state.now_s
+        stale_s: float | F64 = p.stale_after_s if node_stale_s is None else node_stale_s
+        due_s: float | F64 = 2 * p.tick_s if node_period_s is None else np.fmax(node_period_s, p.tick_s) + p.tick_s
         with np.errstate(invalid="ignore"):
-            heard = (now - node_rx_s) < p.heard_within_s  # NaN (never heard): not heard
+            heard = (now - node_rx_s) < np.maximum(p.heard_within_s, 2 * stale_s)  # NaN (never heard): not heard
         gone = heard & node_silent & ~node_lost
         lost = self.lost
         if not lost and gone.any():
-            newest = float(node_rx_s[gone].max())
-            together = gone & (node_rx_s >= newest - p.stale_after_s)
-            caught = int(together.sum())
-            if caught >= p.min_nodes and caught >= p.lost_share * int(heard.sum()):
-                lost, self.since_s = True, now
-                np.copyto(self.held, together)
+            onset = float(node_rx_s[gone].max())
+            quiet, due = self._quiet(onset, node_rx_s, heard & ~node_lost, stale_s, due_s)
+            if quiet >= p.min_nodes and quiet >= p.lost_share * due:
+                lost, self.since_s, self.onset_rx_s = True, now, onset
+                with np.errstate(invalid="ignore"):
+                    np.copyto(self.held, gone & (node_rx_s >= onset - stale_s))
         elif lost:
             self.held |= gone  # falling silent while the feed is lost: the same cause, most likely
         self.held &= node_silent  # heard again: its own judgement resumes
         believed = not now - self.since_s < p.hold_s  # NaN (never lost) counts as believed
         silent = int(self.held.sum())
         base = int((heard | self.held).sum())
-        if lost and (silent < p.min_nodes or silent < p.lost_share * base):
-            lost = False
+        if lost:
+            # The held stay in, judged lost or not once the hold is over: the feed returns when they are heard.
+            quiet, due = self._quiet(self.onset_rx_s, node_rx_s, (heard & ~node_lost) | self.held, stale_s, due_s)
+            if quiet < p.min_nodes or quiet < p.lost_share * due:
+                lost = False
         if not lost and believed:
             self.held[:] = False
         hold = self.held if not believed else np.zeros_like(self.held)
@@ -135,3 +150,14 @@ class FeedDetector:
             self.since_s = self.since_s if hold.any() else float("nan")
         self.view = FeedView(lost, silent if lost else 0, base, self.since_s if lost else float("nan"))
         return change, hold
+
+    def _quiet(
+        self, onset_s: float, node_rx_s: F64, base: B, stale_s: float | F64, due_s: float | F64,
+    ) -> tuple[int, int]:
+        """Return (nodes of ``base`` not heard since ``onset_s`` though due, nodes of it that were due since:
+        heard after it, or overdue now)."""
+        with np.errstate(invalid="ignore"):
+            spoke = base & (node_rx_s > onset_s)
+            quiet = base & (node_rx_s <= onset_s) & (node_rx_s >= onset_s - stale_s) & (
+                self.state.now_s - node_rx_s >= due_s)
+        return int(quiet.sum()), int((quiet | spoke).sum())

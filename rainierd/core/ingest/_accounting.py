@@ -46,6 +46,8 @@ class IngestStats:
     publisher_restarts: int = 0
     frames_applied: int = 0
     samples_applied: Counter[str] = field(default_factory=Counter)  # entity samples, by record kind
+    # Counters of applied samples refused over their bounds (core/bounds.py), by (kind, field, reason).
+    counters_refused: Counter[tuple[str, str, str]] = field(default_factory=Counter)
 
 
 @dataclass(eq=False)
@@ -123,6 +125,7 @@ class Accounting:
         stats.rejected.update(result.rejected)
         stats.frames.update(result.frames)
         stats.samples_applied.update(result.samples)
+        stats.counters_refused.update(result.refused)
 
     def checkpoint(self) -> dict[str, npt.NDArray[Any]]:
         """Return the accounting as named arrays: every stream, the publisher table and each counter.

@@ -114,16 +114,18 @@ class Ingest:
             (sites if isinstance(item.frame, FacilityFrame) else nodes).append(item)
         rejected: Counter[str] = Counter()
         samples: Counter[str] = Counter()
+        refused: Counter[tuple[str, str, str]] = Counter()
         tally = Tally()
-        nodes, refused = counted(nodes, self._scratch)
-        if refused:
-            rejected["bad_header"] += refused  # a message refused whole, as if its decoding had failed
+        nodes, bad = counted(nodes, self._scratch)
+        if bad:
+            rejected["bad_header"] += bad  # a message refused whole, as if its decoding had failed
         frames = Counter({"binary": sum(item.frame.n_nodes for item in nodes if isinstance(item.frame, RawBatch))})
-        lags = self._apply_nodes(nodes, rejected, samples, tally)
-        samples["facility"] += self._apply_sites(sites, rejected, tally)
+        lags = self._apply_nodes(nodes, rejected, samples, refused, tally)
+        samples["facility"] += self._apply_sites(sites, rejected, refused, tally)
         return FlushResult(tally.applied, rejected, tally.lost, tally.changes, self.state.latest_tick, +frames,
                            lags.applied_t_s, lags.receive_lag_s, samples, tally.late, tally.restarts, self.missing(),
-                           receive_excess_s=lags.excess_s, receive_entity=lags.entity, streams_heard=lags.streams)
+                           receive_excess_s=lags.excess_s, receive_entity=lags.entity, streams_heard=lags.streams,
+                           refused=refused)
 
     def missing(self) -> int:
         """Return how many frames are missing now and may still arrive late (not yet counted lost)."""
@@ -142,7 +144,8 @@ class Ingest:
         self.accounting.restore(arrays)
 
     def _apply_nodes(
-        self, items: list[Received], rejected: Counter[str], samples: Counter[str], tally: Tally,
+        self, items: list[Received], rejected: Counter[str], samples: Counter[str],
+        refused: Counter[tuple[str, str, str]], tally: Tally,
     ) -> _Lags:
         if not items:
             return _Lags()
@@ -169,8 +172,10 @@ class Ingest:
             _count_refusals(advance, rejected)
             excess_s.append(advance.excess_lag_s[advance.keep])
             rebased = advance.rebased[advance.keep]
+            interval_s = advance.interval_s[advance.keep]
             frames = frames[advance.keep]
-            self._store.nodes(w, frames, samples)
+            self._store.nodes(w, frames, samples, refused)
+            self.state.node_cadence.observe(w.entity[frames], interval_s, w.period_s[frames])
             if rebased.any():
                 self._store.forget_rates(w.entity[frames[rebased]].astype(np.int64))
             tally.add(advance, int(frames.size))
@@ -194,7 +199,9 @@ class Ingest:
         return _Lags(np.concatenate(applied_t_s), lags[np.isfinite(lags)], excess[known], w.entity[chosen][known],
                      int(first.sum()))
 
-    def _apply_sites(self, items: list[Received], rejected: Counter[str], tally: Tally) -> int:
+    def _apply_sites(
+        self, items: list[Received], rejected: Counter[str], refused: Counter[tuple[str, str, str]], tally: Tally,
+    ) -> int:
         """Check and apply facility frames (a handful a window); return how many were applied."""
         if not items:
             return 0
@@ -215,6 +222,8 @@ class Ingest:
             _count_refusals(advance, rejected)
             if not advance.keep.all():
                 continue
-            self._store.site(frame, item.rx_s, rebased=bool(advance.rebased.any()))
+            self._store.site(frame, item.rx_s, rebased=bool(advance.rebased.any()), refused=refused)
+            self.state.site_cadence.observe(np.array([frame.site], np.int64), advance.interval_s,
+                                            np.full(1, np.nan))
             applied += 1
         return applied

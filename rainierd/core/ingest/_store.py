@@ -40,8 +40,9 @@ class Store:
             per = per_node[kind]
             table.forget_rates((nodes[:, None] * per + np.arange(per)).ravel())
 
-    def nodes(self, w: Window, frames: I64, samples: Counter[str]) -> None:
-        """Store the records of ``frames`` (good, one per node) in the state tables; count them in ``samples``."""
+    def nodes(self, w: Window, frames: I64, samples: Counter[str], refused: Counter[tuple[str, str, str]]) -> None:
+        """Store the records of ``frames`` (good, one per node) in the state tables; count them in ``samples``,
+        and the counters refused over their bounds in ``refused`` by (kind, field, reason)."""
         if not frames.size:
             return
         tables = self.state.tables()
@@ -78,8 +79,8 @@ class Store:
                         known = _in_order(known, per, order, self._scratch.get(f"known.{kind}", known.size,
                                                                                known.dtype))
                     t_s, rx_s = t_s[order], rx_s[order]
-                table.apply(slice(first, first + w.size * per), columns, t_s=t_s, rx_s=rx_s, known=known,
-                            scratch=self._apply_scratch, per_frame=per)
+                _count(kind, table.apply(slice(first, first + w.size * per), columns, t_s=t_s, rx_s=rx_s,
+                                         known=known, scratch=self._apply_scratch, per_frame=per), refused)
                 samples[kind] += w.size * per
                 continue
             if everything:
@@ -98,19 +99,27 @@ class Store:
                     known = known[take]
                 ids = columns[id_field].astype(np.int64) if id_field else node[frame_of]
                 t_s, rx_s = w.t_s[frame_of], w.rx_s[frame_of]
-            table.apply(ids, columns, t_s=t_s, rx_s=rx_s, known=known, scratch=self._apply_scratch)
+            _count(kind, table.apply(ids, columns, t_s=t_s, rx_s=rx_s, known=known, scratch=self._apply_scratch),
+                   refused)
             samples[kind] += int(ids.size)
 
-    def site(self, frame: FacilityFrame, rx_s: float, *, rebased: bool) -> None:
-        """Store one site's facility record; a rebased stream's counter rates start again."""
+    def site(self, frame: FacilityFrame, rx_s: float, *, rebased: bool, refused: Counter[tuple[str, str, str]]) -> None:
+        """Store one site's facility record; a rebased stream's counter rates start again; count the counters
+        refused over their bounds in ``refused``."""
         site = np.array([frame.site], np.int64)
         record = frame.facility
-        self.state.facility.apply(
+        _count("facility", self.state.facility.apply(
             site, {name: record[name] for name in record.dtype.names or ()},
             t_s=np.array([frame.t_s]), rx_s=np.array([rx_s]), known=(1 << len(record.dtype.names or ())) - 1,
-        )
+        ), refused)
         if rebased:
             self.state.facility.forget_rates(site)
+
+
+def _count(kind: str, table_refused: Counter[tuple[str, str]], refused: Counter[tuple[str, str, str]]) -> None:
+    """Add a table's refusals, by (field, reason), to ``refused`` under its record ``kind``."""
+    for (name, reason), count in table_refused.items():
+        refused[kind, name, reason] += count
 
 
 def _in_order(values: npt.NDArray[Any], per: int, order: I64, out: npt.NDArray[Any]) -> npt.NDArray[Any]:

@@ -66,3 +66,6 @@ class FlushResult:
     receive_excess_s: F64 = field(default_factory=lambda: np.zeros(0))
     receive_entity: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
     streams_heard: int = 0  # node streams with a frame that passed the rules in the window
+    # Counters of applied samples refused over their physical or exactness bound (core/bounds.py): their rate is
+    # unknown and their increase summed nowhere; by (kind, field, reason).
+    refused: Counter[tuple[str, str, str]] = field(default_factory=Counter)

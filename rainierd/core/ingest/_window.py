@@ -57,6 +57,7 @@ class Window:
     rx_s: F64
     rx_wall_s: F64
     shed: F64  # frames of its stream the monitor refused before decoding since the last it kept (Message.shed)
+    period_s: F64  # the report period the frame declares (a JSON node frame's ``period_s``; NaN: none)
     part: I64  # the received frame (message) each entry came in
     publishers: list[str]  # the publisher ids the entries name (each part's, and an aggregator's table)
     publisher: I64  # each entry's publisher, an index into ``publishers``
@@ -329,6 +330,9 @@ def join_nodes(items: Sequence[Received], scratch: Scratch) -> Window:
         rx_s=per_part([item.rx_s for item in items], np.float64),
         rx_wall_s=per_part([item.rx_wall_s for item in items], np.float64),
         shed=per_part([item.shed for item in items], np.float64),
+        # Only a node frame declares its period; a batch's entries have none (their period is learned).
+        period_s=per_part([item.frame.period_s if isinstance(item.frame, NodeFrame) else np.nan for item in items],
+                          np.float64),
         part=part,
         publishers=publishers,
         publisher=publisher,
@@ -354,6 +358,7 @@ def join_sites(items: Sequence[Received]) -> Window:
         rx_s=np.array([item.rx_s for item in items], np.float64),
         rx_wall_s=np.array([item.rx_wall_s for item in items], np.float64),
         shed=np.array([item.shed for item in items], np.float64),
+        period_s=np.full(len(items), np.nan),  # learned from the site's cadence
         part=np.arange(len(items), dtype=np.int64),
         publishers=[frame.publisher for frame in frames],
         publisher=np.arange(len(items), dtype=np.int64),
