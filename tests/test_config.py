@@ -263,6 +263,7 @@ class TestEveryDetectionSettingReachesItsDetector:
                 (c.exec_k, c.exec_h, c.exec_cap, c.samples_to_raise))
         assert (failures.errors_held.hold_s, failures.timeouts_held.hold_s) == pytest.approx(
             (c.exec_hold_s, c.exec_hold_s))
+        assert (chips.hbm_held.hold_s, chips.sram_held.hold_s) == pytest.approx((c.ecc_hold_s, c.ecc_hold_s))
         k = cooling.params
         assert k == core.config.detection.cooling
         assert (cooling.nodes.raise_after_s[1], cooling.nodes.clear_after_s) == pytest.approx(

@@ -48,11 +48,12 @@ class ChipFeed:
     def second(
         self, *, util: F64 | None = None, work: F64 | None = None, clock: F64 | None = None,
         reported_clock: F64 | None = None, latency: F64 | None = None, present: F64 | None = None,
-        add: Mapping[str, F64] | None = None, node_group: I64 | None = None,
+        add: Mapping[str, F64] | None = None, node_group: I64 | None = None, silent: F64 | None = None,
     ) -> None:
         """Feed one second: ``util`` (default busy), FLOP at ``work`` times the peak for that utilisation (1) at
         ``clock`` (1), reported as ``reported_clock`` (``clock``; left out without one), ``latency`` and
-        ``present`` (left out by default), and counter increments ``add``."""
+        ``present`` (left out by default), and counter increments ``add``; chips where ``silent`` is non-zero
+        send nothing."""
         n = self.topo.n_chips
         util = BUSY + self.rng.normal(0.0, 0.002, n) if util is None else util
         clock = np.ones(n) if clock is None else clock
@@ -68,8 +69,9 @@ class ChipFeed:
         if present is not None:
             columns["present"] = present.astype(np.uint8)
         table = self.state.chips
-        t_s = np.full(n, float(self.t))
-        table.apply(np.arange(n, dtype=np.int64), columns, t_s=t_s, rx_s=t_s,
+        ids = np.arange(n, dtype=np.int64) if silent is None else np.flatnonzero(silent == 0).astype(np.int64)
+        t_s = np.full(ids.size, float(self.t))
+        table.apply(ids, {name: column[ids] for name, column in columns.items()}, t_s=t_s, rx_s=t_s,
                     known=sum(table.bit(name) for name in columns))
         self.state.now_s = float(self.t)
         changes = self.detector.update(self.t, node_group=node_group)
@@ -288,6 +290,28 @@ class TestFailures:
         for t in range(20):
             feed.second(add={counter: one(feed.topo.n_chips, CHIP, 1.0, 0.0)} if t == 10 else None)
         assert feed.raised == [(10, CHIP, "failed", (reason,))]
+
+    def test_uncorrectable_ecc_errors_minutes_apart_keep_the_chip_failed(self) -> None:
+        """Uncorrectable errors 50 s apart: one raise, no clear between them (its replace advisory waits 300 s for
+        a cause that stands); it clears once 600 s of its samples pass without one."""
+        feed = ChipFeed(clock=False)
+        n = feed.topo.n_chips
+        for t in range(700):
+            feed.second(add={"ecc_uncorrected_total": one(n, CHIP, 1.0, 0.0)} if t in (10, 60) else None)
+        assert feed.raised == [(10, CHIP, "failed", ("ecc_uncorrected",))]
+        assert len(feed.cleared) == 1
+        assert 60 + 600 <= feed.cleared[0][0] <= 60 + 600 + 6
+
+    def test_a_failed_chip_that_fell_silent_starts_afresh_when_it_reports_again(self) -> None:
+        """A chip failed by an uncorrectable error, then silent for 20 s (failed all along), then reporting clean
+        samples again (reset, repaired or replaced) clears after its clean seconds, not after the latch's."""
+        feed = ChipFeed(clock=False)
+        n = feed.topo.n_chips
+        for t in range(60):
+            feed.second(add={"ecc_uncorrected_total": one(n, CHIP, 1.0, 0.0)} if t == 10 else None,
+                        silent=one(n, CHIP, 1.0, 0.0) if 12 <= t < 32 else None)
+        assert feed.raised == [(10, CHIP, "failed", ("ecc_uncorrected",))]
+        assert [(t, chip) for t, chip in feed.cleared if t < 45] == [(feed.cleared[0][0], CHIP)]
 
     def test_a_device_reported_gone_is_failed_at_once_and_clears_when_back(self) -> None:
         """``present`` 0: failed (absent) on that sample; back for 6 s: cleared."""

@@ -38,7 +38,7 @@ from rainierd.core.detect._baseline import Baseline
 from rainierd.core.detect._common import Reason, persistence_seconds, typical_interval
 from rainierd.core.detect._common import flag as set_reason
 from rainierd.core.detect._peers import ChipPeers
-from rainierd.core.detect._stats import ClippedCusum, PeerSample, ewma, robust_center_scale
+from rainierd.core.detect._stats import ClippedCusum, Latch, PeerSample, ewma, robust_center_scale
 from rainierd.core.detect._tracker import StateTracker, Transitions
 from rainierd.core.detect.chip_errors import ExecutionFailures
 from rainierd.core.detect.chip_peers import PeerActivity
@@ -96,6 +96,9 @@ class ChipParams:
     exec_cap: float = 1.0
     exec_h: float = 2.4
     exec_hold_s: float = 60.0
+    # An uncorrectable ECC error (HBM or SRAM) keeps a reporting chip failed until this long of its samples passes
+    # without another (``_ecc``): longer than the advisory's hold (300 s), so its replace is proposed.
+    ecc_hold_s: float = 600.0
 
 
 @dataclass(eq=False)
@@ -117,6 +120,8 @@ class ChipDetector:
         self.sample = PeerSample.of(n)
         self.activity = PeerActivity.create(n, p)
         self.failures = ExecutionFailures.create(n, p)
+        self.hbm_held = Latch.zeros(n, hold_s=p.ecc_hold_s)
+        self.sram_held = Latch.zeros(n, hold_s=p.ecc_hold_s)
         # Persistence per state, in seconds: straggler none (its CUSUM already
         # persists), throttled throttle_after_s, stale none (the age already is
         # persistence), failed none.
@@ -142,10 +147,8 @@ class ChipDetector:
         held = persistence_seconds(table.dt_s, fresh, self.sample)
         straggling, learn = self._efficiency(fresh, present, peers, held)
         flag, low_clock = self._clock(fresh)
-        with np.errstate(invalid="ignore"):
-            failed = table.rates["ecc_uncorrected_total"] > 0
-            sram = table.rates["sram_ecc_uncorrected_total"] > 0
         stale = self.state.silent(table, p.stale_after_s)
+        failed, sram = self._ecc(fresh, held, silent=stale)
         if suppress_stale is not None:
             stale &= ~suppress_stale
         collapsed, slow = self.activity.update(util=table.gauges["util"], latency=table.gauges["exec_latency_us"],
@@ -212,6 +215,30 @@ class ChipDetector:
             self.baseline.update(self._believed(relative, spread), quiet, seconds)
 
         return straggling, learn
+
+    def _ecc(self, fresh: B, held: F32, *, silent: B) -> tuple[B, B]:
+        """Return (HBM, SRAM) per chip: an uncorrectable ECC error in its new sample, or one within ``ecc_hold_s``
+        of its samples before.
+
+        An uncorrectable error fails a chip at once; a real device that keeps
+        running reports the next ones seconds or minutes apart (neuron-monitor
+        counts them per period), so without the latch the chip cleared after
+        ``clear_after_s`` and was raised again at the next, and its advisory
+        (``replace``, held ``hold_s`` first) was never proposed.  A chip that
+        fell silent is released: one that reports again was reset, repaired
+        or replaced, and starts afresh (the tracker kept it failed while it
+        was silent).
+        """
+        rates = self.state.chips.rates
+        with np.errstate(invalid="ignore"):
+            hbm = fresh & (rates["ecc_uncorrected_total"] > 0)
+            sram = fresh & (rates["sram_ecc_uncorrected_total"] > 0)
+        seconds = np.where(fresh, held, np.float32(0.0))
+        out = []
+        for latch, now in ((self.hbm_held, hbm), (self.sram_held, sram)):
+            np.logical_and(latch.on, ~silent, out=latch.on)
+            out.append(latch.update(now, now, seconds))
+        return out[0], out[1]
 
     def _clock(self, fresh: B) -> tuple[B, B]:
         """Return (throttle flag set, clock well under its site's) per chip."""
