@@ -24,6 +24,7 @@ from benchmarks import (
     ingest,
     plan,
     process,
+    realnode,
     scrape,
     simfeed,
     sinks,
@@ -54,6 +55,7 @@ BENCHMARKS: dict[str, ModuleType] = {
     "simfeed": simfeed,
     "sinks": sinks,
     "api": api,
+    "realnode": realnode,
 }
 
 _ROOT = Path(__file__).resolve().parent.parent
