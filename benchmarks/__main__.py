@@ -25,6 +25,7 @@ from benchmarks import (
     plan,
     process,
     realfleet,
+    realnode,
     scrape,
     simfeed,
     sinks,
@@ -55,6 +56,7 @@ BENCHMARKS: dict[str, ModuleType] = {
     "simfeed": simfeed,
     "sinks": sinks,
     "api": api,
+    "realnode": realnode,
     "realfleet": realfleet,
 }
 

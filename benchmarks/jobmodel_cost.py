@@ -68,8 +68,10 @@ def measure(topology: str, *, n_jobs: int, repeat: int, seed: int) -> dict[str, 
     us_peak = np.full(topo.n_ultraservers, peak * 64)
     site = by(topo.ultraserver_site, us, topo.n_sites)
     site_peak = by(topo.ultraserver_site, us_peak, topo.n_sites)
+    none = np.zeros(topo.n_ultraservers, np.int64)
     throughput = Throughput(0, np.ones(topo.n_chips, bool), effective, effective, us_peak, us, us,
-                            site_peak, site, site)
+                            site_peak, site, site, topo.ultraserver_site.astype(np.int64),
+                            np.full(topo.n_ultraservers, 64, np.int64), none, none)
 
     mean = int(0.9 * topo.n_nodes) // n_jobs  # about 90 % of the nodes in jobs
     sizes = rng.integers(max(1, mean // 4), max(2, 2 * mean - mean // 4), n_jobs)

@@ -70,8 +70,11 @@ def _median_s(work: Callable[[], object], repeat: int) -> float:
 async def _served(view: ActionsView, repeat: int) -> dict[str, float]:
     """Return the median wall time of the default query and of one node's through a real exporter server."""
     empty = np.zeros(0)
-    snap = MonitorSnapshot(generation=1, throughput=Throughput(0, np.zeros(0, bool), *([empty] * 8)),
-                           chips_total=0, analysis_s=0.0, analysed_ticks=1, actions=view)
+    none = np.zeros(0, np.int64)
+    throughput = Throughput(0, np.zeros(0, bool), empty, empty, empty, empty, empty, empty, empty, empty,
+                            none, none, none, none)
+    snap = MonitorSnapshot(generation=1, throughput=throughput, chips_total=0, analysis_s=0.0, analysed_ticks=1,
+                           actions=view)
     server = MetricsServer(lambda: b"", host="127.0.0.1", port=0, generation=lambda: 1,
                            healthy=lambda: Verdict(True, "ok"), ready=lambda: Verdict(True, "ok"),
                            actions=ActionsApi(lambda: snap))

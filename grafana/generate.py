@@ -40,8 +40,10 @@ _COLOURS = ["green", "yellow", "orange", "purple", "red"]
 def state_mappings(entity: str) -> list[dict[str, Any]]:
     """Value mappings of a ``rainier_<entity>_health_state`` code to its name and a colour."""
     names = STATE_NAMES[entity]
-    # A node's fourth state, path_degraded, is a warning like its cooling's (its loss stays red).
-    colours = {5: _COLOURS, 4: ["green", "orange", "red", "yellow"]}.get(len(names), ["green", "orange", "red"])
+    # A node's fourth state, path_degraded, is a warning like its cooling's (its loss stays red); an EFA port's,
+    # stale (its device gone), is unknown like a stale chip's.
+    colours = {"node": ["green", "orange", "red", "yellow"], "efa": ["green", "orange", "red", "purple"]}.get(
+        entity, _COLOURS if len(names) == 5 else ["green", "orange", "red"])
     return [{"type": "value", "options": {str(i): {"text": name, "color": colours[i], "index": i}
                                           for i, name in enumerate(names)}}]
 

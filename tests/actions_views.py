@@ -33,6 +33,7 @@ def view(*advisories: Advisory, t_s: float | None = None, dry_run: bool = False,
 def snapshot(actions: ActionsView | None, *, computed: bool = True) -> MonitorSnapshot:
     """Return a snapshot holding ``actions`` (of an analysis that applied telemetry, if ``computed``)."""
     empty = np.zeros(0)
-    throughput = Throughput(0 if computed else -1, np.zeros(0, bool), *([empty] * 8))
+    none = np.zeros(0, np.int64)
+    throughput = Throughput(0 if computed else -1, np.zeros(0, bool), *([empty] * 8), none, none, none, none)
     snap = MonitorSnapshot(generation=1, throughput=throughput, chips_total=0, analysis_s=0.0, analysed_ticks=1)
     return dataclasses.replace(snap, actions=actions)

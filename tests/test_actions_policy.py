@@ -115,10 +115,22 @@ class TestEntityActions:
                 ("stale", 4096, 10.0), ("stale", 4096, 1_800.0)]
         assert self.actions("chip", rows) == ["watch", "watch", "drain", "replace", "watch", "cordon"]
 
+    def test_chip_from_what_a_real_node_reports(self) -> None:
+        """A straggler by utilisation or latency is watched; a chip failed by its executions' errors or timeouts, or
+        whose device was reported gone, is drained (the cause may be software); one with an uncorrectable SRAM ECC
+        error is replaced, as HBM's."""
+        rows = [("straggler", int(Reason.UTILISATION), 1e4), ("straggler", int(Reason.LATENCY), 1e4),
+                ("failed", int(Reason.EXEC_ERRORS), 0.0), ("failed", int(Reason.EXEC_TIMEOUTS), 0.0),
+                ("failed", int(Reason.ABSENT), 0.0), ("failed", int(Reason.SRAM_ECC_UNCORRECTED), 0.0),
+                ("failed", int(Reason.EXEC_ERRORS | Reason.SRAM_ECC_UNCORRECTED), 0.0)]
+        assert self.actions("chip", rows) == ["watch", "watch", "drain", "drain", "drain", "replace", "replace"]
+
     def test_efa_and_node(self) -> None:
-        """A degraded EFA port is drained; a node's cooling cordons it; a node whose paths are all slow together is
-        drained; a lost node is watched until long."""
-        assert self.actions("efa", [("degraded", 2, 0.0), ("down", 64, 0.0)]) == ["drain", "drain"]
+        """A degraded, down or stale (its device gone) EFA port is drained; a node's cooling cordons it; a node
+        whose paths are all slow together is drained; a lost node is watched until long."""
+        assert self.actions("efa", [("degraded", 2, 0.0), ("down", 64, 0.0), ("stale", int(Reason.ABSENT), 0.0),
+                                    ("degraded", int(Reason.RX_DROPS), 0.0), ("down", int(Reason.KEEP_ALIVE), 0.0)]
+                            ) == ["drain"] * 5
         assert self.actions("node", [("cooling_degraded", 8192, 0.0), ("path_degraded", 0, 0.0), ("lost", 4096, 60.0),
                                      ("lost", 4096, 1_800.0)]) == ["cordon", "drain", "watch", "cordon"]
 

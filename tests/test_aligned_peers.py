@@ -30,7 +30,8 @@ from rainierd.core.detect._stats import others_nanmedian
 from rainierd.core.detect.efa import EfaDetector
 from rainierd.core.detect.neuronlink import LinkDetector
 from rainierd.topology import Topology, build_sites
-from rainierd.wire import EFA_DTYPE, LINK_DTYPE
+from rainierd.wire import LINK_DTYPE
+from rainierd.wire.records import EFA_DTYPE_V1
 
 SEEDS = range(5)
 TICK_S = 1.0
@@ -90,7 +91,8 @@ class OutOfPhase:
         interval = 1.0 if np.isnan(previous) else t_s - previous
         self.last_s[node] = t_s
         for kind, table, dtype, ids, level, share, total, base in (
-            ("efa", self.state.efa, EFA_DTYPE, self.topo.node_efa(node), self.efa_level, self.efa_share,
+            # Wire v1's EFA record, as the simulator's agent sends it: the fields added since are unknown.
+            ("efa", self.state.efa, EFA_DTYPE_V1, self.topo.node_efa(node), self.efa_level, self.efa_share,
              self.efa_total, 2.5e9),
             ("link", self.state.links, LINK_DTYPE, self.topo.node_links(node), self.link_level, self.link_share,
              self.link_total, 2.0e10),

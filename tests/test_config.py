@@ -226,6 +226,12 @@ class TestEveryDetectionSettingReachesItsDetector:
         for base in (efa.share_base, efa.latency_base):
             assert (base.halflife_s, base.learn_s, base.clip) == pytest.approx(
                 (p.baseline_halflife_s, p.baseline_learn_s, p.baseline_clip))
+        driver = efa.driver
+        assert driver.params is p
+        assert (driver.drops.k, driver.drops.h, driver.drops.cap, driver.drops.samples) == pytest.approx(
+            (p.drops_k, p.drops_h, p.drops_cap, p.samples_to_raise))
+        assert (driver.wr_errors.k, driver.wr_errors.h, driver.wr_errors.cap, driver.wr_errors_held.hold_s) == (
+            pytest.approx((p.wr_errors_k, p.wr_errors_h, p.wr_errors_cap, p.wr_errors_hold_s)))
 
     def test_slow_loss(self, core: MonitorCore) -> None:
         """The slow-loss test and the ports' own retransmit rates hold the moved slow-loss parameters."""
@@ -247,6 +253,17 @@ class TestEveryDetectionSettingReachesItsDetector:
         assert chips.tracker.raise_after_s[2] == pytest.approx(c.throttle_after_s)
         assert (chips.baseline.halflife_s, chips.baseline.learn_s, chips.baseline.clip) == pytest.approx(
             (c.baseline_halflife_s, c.baseline_learn_s, c.baseline_clip))
+        activity, failures = chips.activity, chips.failures
+        assert activity.params is c
+        assert (activity.collapse.h, activity.slow.h, activity.collapse.samples, activity.slow.samples) == (
+            pytest.approx((0.5 * c.collapse_after_s, 0.5 * c.latency_after_s, c.peer_samples_to_raise,
+                           c.peer_samples_to_raise)))
+        for cusum in (failures.errors, failures.timeouts):
+            assert (cusum.k, cusum.h, cusum.cap, cusum.samples) == pytest.approx(
+                (c.exec_k, c.exec_h, c.exec_cap, c.samples_to_raise))
+        assert (failures.errors_held.hold_s, failures.timeouts_held.hold_s) == pytest.approx(
+            (c.exec_hold_s, c.exec_hold_s))
+        assert (chips.hbm_held.hold_s, chips.sram_held.hold_s) == pytest.approx((c.ecc_hold_s, c.ecc_hold_s))
         k = cooling.params
         assert k == core.config.detection.cooling
         assert (cooling.nodes.raise_after_s[1], cooling.nodes.clear_after_s) == pytest.approx(

@@ -52,6 +52,13 @@ class Fleet:
         return compute_throughput(self.state, peak_flops_per_chip=PEAK, stale_after_s=3.0)
 
 
+def without_clock(frame: NodeFrame) -> NodeFrame:
+    """Return ``frame`` with its chips' clock left out (unknown), as AWS neuron-monitor reports them."""
+    names = frame.chips.dtype.names or ()
+    bits = np.uint16(sum(1 << i for i, name in enumerate(names) if name != "clock_ratio"))
+    return dataclasses.replace(frame, known={"chips": np.full(len(frame.chips), bits, np.uint16)})
+
+
 def column(table: Table, name: str) -> np.ndarray:
     """Return a table's column of ``name`` (gauge, or counter total)."""
     return table.gauges[name] if name in table.gauges else table.totals[name]
@@ -308,6 +315,42 @@ class TestThroughput:
         tp = fleet.throughput()
         assert tp.fleet_effective == tp.fleet_delivered > 0  # type: ignore[attr-defined]
 
+    def test_a_chip_without_a_clock_has_no_delivered_figure_nor_a_stand_in(self) -> None:
+        """A fleet whose node 0 reports no clock: on its first sample node 0's delivered and effective FP8 are
+        unknown (NaN), counted per UltraServer, site and fleet and left out of the sums; its UltraServer still
+        shows the figures of its other nodes; once its counter has a rate, its effective figure is known."""
+        fleet = Fleet()
+        _, frames = fleet.frames()
+        topic, first = frames[0]
+        fleet.feed([(topic, without_clock(first)), *frames[1:]])
+        tp = fleet.throughput()
+        assert np.isnan(tp.chip_delivered[:16]).all()  # type: ignore[attr-defined]
+        assert np.isnan(tp.chip_effective[:16]).all()  # type: ignore[attr-defined]
+        assert tp.ultraserver_delivered_unknown.tolist() == [16, 0]  # type: ignore[attr-defined]
+        assert tp.unknown("effective", "site").tolist() == [16]  # type: ignore[attr-defined]
+        known = tp.chip_delivered[16:].sum()  # type: ignore[attr-defined]
+        assert tp.fleet_delivered == pytest.approx(known)  # type: ignore[attr-defined]
+        assert tp.fleet_effective == pytest.approx(known)  # type: ignore[attr-defined]
+        assert np.isfinite(tp.shown("delivered", "ultraserver")).all()  # type: ignore[attr-defined]
+        _, frames = fleet.frames()
+        fleet.feed(frames)
+        tp = fleet.throughput()
+        assert tp.unknown("effective", "fleet").tolist() == [0]  # type: ignore[attr-defined]
+
+    def test_a_level_whose_chips_all_lack_a_clock_shows_no_delivered_figure(self) -> None:
+        """With no chip of the fleet reporting a clock, and node 0 fallen silent, every level's delivered figure
+        is shown as unknown (NaN: no series, null), never 0 (the silent node's 0 is no figure of the rest); the
+        counts say every fresh chip is unknown."""
+        fleet = Fleet()
+        for tick in range(6):
+            _, frames = fleet.frames()
+            fleet.feed([(topic, without_clock(frame)) for topic, frame in (frames if tick < 2 else frames[1:])])
+        tp = fleet.throughput()
+        assert {level: np.isnan(tp.shown("delivered", level)).all()  # type: ignore[attr-defined]
+                for level in ("ultraserver", "site", "fleet")} == dict.fromkeys(("ultraserver", "site", "fleet"), True)
+        assert tp.unknown("delivered", "fleet").tolist() == [112]  # type: ignore[attr-defined]
+        assert tp.shown("effective", "fleet")[0] == pytest.approx(tp.chip_effective.sum())  # type: ignore[attr-defined]
+
     def test_stale_chips_deliver_nothing(self) -> None:
         """A node not heard from for more than stale_after_s counts in peak but not in delivered."""
         fleet = Fleet()
@@ -450,16 +493,22 @@ class TestPartialTelemetry:
         _, (_core, analysis) = self.run()
         unknown = analysis.health.unknown  # type: ignore[attr-defined]
         assert (unknown["neuronlink", "health"], unknown["efa", "health"]) == (48, 16)
-        assert (unknown["chip", "throttled"], unknown["chip", "straggler"], unknown["chip", "failed"]) == (16, 16, 0)
+        # A straggler is judged against its peers without a clock; errors are unknown everywhere (the
+        # simulator's agent sends wire v1's records).
+        assert (unknown["chip", "throttled"], unknown["chip", "straggler"], unknown["chip", "failed"],
+                unknown["chip", "errors"]) == (16, 0, 0, 128)
         assert unknown["node", "cooling"] == 1
         states = {e: s.tolist() for e, s in analysis.health.states.items()}  # type: ignore[attr-defined]
         assert all(not values for values in states.values()), states
         assert analysis.throughput.chips_fresh == 128  # type: ignore[attr-defined]
 
     def test_effective_fp8_comes_from_the_flop_counter_alone(self) -> None:
-        """Without a clock, node 0 has no delivered figure, but its effective FLOP/s is its counter's rate."""
+        """Without a clock, node 0's delivered figure is unknown (NaN, counted, left out of the sums: not 0), but
+        its effective FLOP/s is its counter's rate."""
         _, (core, analysis) = self.run()
         tp = analysis.throughput  # type: ignore[attr-defined]
         assert np.isnan(core.state.chips.gauges["clock_ratio"][:16]).all()  # type: ignore[attr-defined]
-        assert tp.chip_delivered[:16].sum() == 0.0
+        assert np.isnan(tp.chip_delivered[:16]).all()
+        assert (tp.unknown("delivered", "fleet").tolist(), tp.unknown("effective", "fleet").tolist()) == ([16], [0])
+        assert tp.fleet_delivered == pytest.approx(np.nansum(tp.chip_delivered))
         assert (tp.chip_effective[:16] > 0.3 * PEAK).all()

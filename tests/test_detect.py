@@ -12,7 +12,7 @@ from rainierd.core import FleetState
 from rainierd.core.analysis import MonitorCore
 from rainierd.core.config import MonitorConfig
 from rainierd.core.detect import Event, FleetDetector
-from rainierd.core.detect._stats import ClippedCusum, robust_center_scale
+from rainierd.core.detect._stats import ClippedCusum, Latch, robust_center_scale
 from rainierd.core.detect._tracker import StateTracker
 from rainierd.sim.faults import Fault, FaultKind
 from rainierd.sim.fleet import FleetModel, FleetParams
@@ -93,6 +93,35 @@ class TestClippedCusum:
         cusum = ClippedCusum.zeros(2, k=2, h=20, cap=6)
         cusum.update(np.array([6.0, 6.0]), np.array([True, False]))
         assert cusum.s.tolist() == [4.0, 0.0]
+
+
+    @given(steps=st.lists(st.lists(st.sampled_from([0.0, 0.0, 0.0, 0.3, 2.0, 50.0, np.nan]), min_size=6,
+                                   max_size=6), min_size=1, max_size=40),
+           seconds=st.sampled_from([0.5, 1.0, 5.0]))
+    @settings(max_examples=60, deadline=None)
+    def test_the_sparse_update_is_the_update(self, steps: list[list[float]], seconds: float) -> None:
+        """For counts that are zero nearly everywhere, updating only where a count or a sum is positive gives the
+        very sums and alarms of updating every entity."""
+        full = ClippedCusum.zeros(6, k=0.02, h=2.4, cap=1.0, ceiling=2.46, samples=3)
+        sparse = ClippedCusum.zeros(6, k=0.02, h=2.4, cap=1.0, ceiling=2.46, samples=3)
+        mask = np.array([True, True, True, True, True, False])
+        interval = np.full(6, seconds, np.float32)
+        for row in steps:
+            x = np.array(row, np.float32)
+            assert full.update(x, mask, seconds=interval).tolist() == sparse.update_sparse(
+                x, mask, seconds=interval).tolist()
+            assert full.s.tolist() == sparse.s.tolist()
+
+
+class TestLatch:
+    def test_holds_an_alarm_until_its_quiet_time_passes_without_a_count(self) -> None:
+        """Raised at once, kept through counts 10 s apart, off once 30 s of samples pass without one."""
+        latch = Latch.zeros(1, hold_s=30.0)
+        on = []
+        for t in range(80):
+            counted = np.array([t in (5, 15, 25)])
+            on.append(bool(latch.update(counted & (t == 5), counted, np.ones(1, np.float32))[0]))
+        assert (on.index(True), len(on) - on[::-1].index(True)) == (5, 25 + 30)
 
 
 class TestRobustStats:

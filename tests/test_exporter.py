@@ -22,6 +22,7 @@ from prometheus_client.registry import Collector
 from rainierd.connection import Connection
 from rainierd.core import FleetState, Ingest, IngestStats, Received, compute_throughput
 from rainierd.core.analysis import HealthView
+from rainierd.core.detect import Reason
 from rainierd.core.ingest import FRAME_REASONS
 from rainierd.core.state import REFUSALS
 from rainierd.exporter import EntityFamilies, FleetCollector, MetricsServer, build_exporter, build_registry
@@ -35,18 +36,27 @@ from rainierd.probes import Verdict
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
 from rainierd.topology import build_topology
-from rainierd.wire import decode_binary, encode_binary
+from rainierd.wire import NodeFrame, decode_binary, encode_binary
+from rainierd.wire.records import Frame
 from tests.certs import make_pki
 
 
-def demo_snapshot(ticks: int = 2) -> MonitorSnapshot:
+def _clockless(frame: Frame) -> Frame:
+    """Return a node frame with its chips' clock left out (unknown), as AWS neuron-monitor reports them."""
+    if not isinstance(frame, NodeFrame):
+        return frame
+    bits = np.uint16(sum(1 << i for i, name in enumerate(frame.chips.dtype.names or ()) if name != "clock_ratio"))
+    return dataclasses.replace(frame, known={"chips": np.full(len(frame.chips), bits, np.uint16)})
+
+
+def demo_snapshot(ticks: int = 2, *, clock: bool = True) -> MonitorSnapshot:
     topo = build_topology("demo")
     model = FleetModel(topo, np.random.default_rng(0), tick_s=1.0, start_s=0.0)
     state = FleetState(topo)
     ingest = Ingest(state, IngestStats())
     for k in range(ticks):
-        ingest.apply([Received(float(k), None, decode_binary(encode_binary(frame)))
-                      for _t, frame in tick_frames(topo, model.step(k), publisher="sim")])
+        frames = [decode_binary(encode_binary(f)) for _t, f in tick_frames(topo, model.step(k), publisher="sim")]
+        ingest.apply([Received(float(k), None, frame if clock else _clockless(frame)) for frame in frames])
         state.now_s = float(k)
     tp = compute_throughput(state, peak_flops_per_chip=TRN2.fp8_dense_flops, stale_after_s=3.0)
     return MonitorSnapshot(generation=1, throughput=tp, chips_total=topo.n_chips, analysis_s=0.01, analysed_ticks=2)
@@ -78,6 +88,25 @@ class TestCollectors:
         assert get("rainier_fleet_fp8_effective_flops") == pytest.approx(snap.throughput.fleet_effective)
         assert get("rainier_site_fp8_effective_flops", {"site": "s0"}) == pytest.approx(snap.throughput.fleet_effective)
         assert get("rainier_fleet_chips_reporting") == 128
+
+    def test_a_fleet_without_clocks_exports_no_delivered_figure(self) -> None:
+        """With no chip reporting a clock, no fleet, site or UltraServer series says what they deliver (never a
+        0 for unknown); the unknown chips are counted, and effective FP8 is exported from the counters."""
+        snap = demo_snapshot(clock=False)
+        topo = build_topology("demo")
+        registry = build_registry({"fleet": FleetCollector(topo, lambda: snap)}, process_metrics=False).registry
+        get = registry.get_sample_value
+        assert (get("rainier_fleet_fp8_delivered_flops"), get("rainier_site_fp8_delivered_flops", {"site": "s0"})) == (
+            None, None)
+        assert {figure: get("rainier_fleet_fp8_unknown_chips", {"figure": figure})
+                for figure in ("delivered", "effective")} == {"delivered": 128, "effective": 0}
+        assert get("rainier_site_fp8_unknown_chips", {"site": "s0", "figure": "delivered"}) == 128
+        assert get("rainier_fleet_fp8_effective_flops") == pytest.approx(snap.throughput.fleet_effective)
+        assert snap.throughput.fleet_effective > 0
+        text = UltraServerFamilies(topo, lambda: snap).render().decode()
+        samples = {f.name: len(f.samples) for f in text_string_to_metric_families(text)}
+        assert {name: samples[f"rainier_ultraserver_fp8_{name}_flops"] for name in ("peak", "delivered", "effective")
+                } == {"peak": 2, "delivered": 0, "effective": 2}
 
     def test_ultraserver_families_render_as_text(self) -> None:
         """The per-UltraServer families render as valid exposition text with one series per UltraServer."""
@@ -271,6 +300,35 @@ class TestEntityBudget:
         reasons = re.findall(r'^rainier_neuronlink_unhealthy_reason\{link="(\d+)",reason="bandwidth"\}', text,
                              re.MULTILINE)
         assert reasons == kept
+
+    def test_a_real_nodes_reasons_and_a_stale_port_reach_their_series(self) -> None:
+        """A chip failed by its execution errors and SRAM ECC, a straggler by utilisation, and an EFA port stale
+        for its device gone: each state and reason has its series, named as the events name them."""
+        snap = demo_snapshot()
+        empty = np.zeros(0, dtype=np.int64)
+        chips, ports = np.array([3, 9], np.int64), np.array([5], np.int64)
+        health = HealthView(
+            ids={"neuronlink": empty, "efa": ports, "chip": chips, "node": empty, "ultraserver": empty},
+            states={"neuronlink": empty, "efa": np.array([3]), "chip": np.array([4, 1]), "node": empty,
+                    "ultraserver": empty},
+            reasons={"neuronlink": empty, "efa": np.array([int(Reason.ABSENT)]),
+                     "chip": np.array([int(Reason.EXEC_ERRORS | Reason.SRAM_ECC_UNCORRECTED),
+                                       int(Reason.UTILISATION)]), "node": empty, "ultraserver": empty},
+            onsets={"neuronlink": empty, "efa": np.array([7]), "chip": np.array([5, 6]), "node": empty,
+                    "ultraserver": empty},
+            worst={k: (empty, np.zeros(0)) for k in ("neuronlink", "efa", "chip")},
+        )
+        snap = dataclasses.replace(snap, health=health)
+        text = EntityFamilies(build_topology("demo"), lambda: snap).render().decode()
+        rows = {(f.name, sample.labels.get("chip") or sample.labels.get("port"),
+                 sample.labels.get("reason") or sample.labels.get("state"))
+                for f in text_string_to_metric_families(text) for sample in f.samples}
+        assert rows == {
+            ("rainier_chip_unhealthy", "3", "failed"), ("rainier_chip_unhealthy", "9", "straggler"),
+            ("rainier_chip_unhealthy_reason", "3", "sram_ecc_uncorrected"),
+            ("rainier_chip_unhealthy_reason", "3", "exec_errors"),
+            ("rainier_chip_unhealthy_reason", "9", "utilisation"),
+            ("rainier_efa_port_unhealthy", "5", "stale"), ("rainier_efa_port_unhealthy_reason", "5", "absent")}
 
     def test_render_is_valid_exposition(self) -> None:
         """The text families parse as Prometheus exposition, one family each."""

@@ -64,8 +64,11 @@ class Fleet:
         topo, eff = self.topo, self.effective
         us = np.bincount(topo.chip_ultraserver, weights=eff, minlength=topo.n_ultraservers)
         us_peak = np.full(topo.n_ultraservers, PEAK * 64)
+        none = np.zeros(topo.n_ultraservers, np.int64)
         return Throughput(0, np.ones(topo.n_chips, bool), eff, eff, us_peak, us, us,
-                          us_peak.sum(keepdims=True), us.sum(keepdims=True), us.sum(keepdims=True))
+                          us_peak.sum(keepdims=True), us.sum(keepdims=True), us.sum(keepdims=True),
+                          topo.ultraserver_site.astype(np.int64), np.full(topo.n_ultraservers, 64, np.int64),
+                          none, none)
 
     def slow_job(self, chips: np.ndarray, step: float) -> None:
         """Every chip of a job delivers its healthy rate over ``step``, as a synchronous group does."""

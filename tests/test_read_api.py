@@ -106,7 +106,8 @@ class TestFleet:
         tp, snap = monitor.snap.throughput, monitor.snap
         document = await plain.ok("/api/v1/fleet")
         assert (document["peak_flops"], document["effective_flops"], document["chips"]) == (
-            tp.fleet_peak, tp.fleet_effective, {"total": 128, "reporting": tp.chips_fresh})
+            tp.fleet_peak, tp.fleet_effective, {"total": 128, "reporting": tp.chips_fresh, "delivered_unknown": 0,
+                                                 "effective_unknown": 0})
         assert document["lost_by_cause"] == pytest.approx(snap.lost.fleet() if snap.lost else {})
         assert document["lost_by_cause"]["degraded_neuronlink"] > 0
         assert document["unhealthy"]["neuronlink"] == {"degraded": 1, "down": 0}

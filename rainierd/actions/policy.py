@@ -4,8 +4,9 @@ recommended action per node, held, braked and remembered (docs/actions.md has th
 **Which action.** Each unhealthy entity calls for the least disruptive action that fixes it
 (``entity_actions``): a throttled or straggling chip is watched; a degraded NeuronLink is reset, and drained
 once it is down or still degraded ``link_escalate_s`` after its onset; an EFA port degraded or down is
-drained (traffic moves off a slow path only with the job); a failed chip is drained, and replaced when its
-HBM reported an uncorrectable ECC error; a node whose cooling is degraded is cordoned; a silent node or chip is
+drained (traffic moves off a slow path only with the job), as is one whose device was reported gone (stale); a
+failed chip is drained (its executions failing or timing out, its device gone), and replaced when its HBM or
+its SRAM reported an uncorrectable ECC error; a node whose cooling is degraded is cordoned; a silent node or chip is
 watched, and cordoned once silent ``silent_long_s``.  A node's advisory is the most disruptive its causes call
 for (``ACTIONS`` is ordered).
 
@@ -93,11 +94,11 @@ def entity_actions(kind: str, states: I64, reasons: I64, held_s: F64, config: Ac
         out[state("degraded")] = RESET_LINK
         out[state("down") | (state("degraded") & (held_s >= config.link_escalate_s))] = DRAIN
     elif kind == "efa":
-        out[state("degraded") | state("down")] = DRAIN
+        out[state("degraded") | state("down") | state("stale")] = DRAIN
     elif kind == "chip":
         failed = state("failed")
         out[failed] = DRAIN
-        out[failed & ((reasons & int(Reason.ECC_UNCORRECTED)) != 0)] = REPLACE
+        out[failed & ((reasons & int(Reason.ECC_UNCORRECTED | Reason.SRAM_ECC_UNCORRECTED)) != 0)] = REPLACE
         out[state("stale") & (held_s >= config.silent_long_s)] = CORDON
     elif kind == "node":
         out[state("cooling_degraded")] = CORDON

@@ -385,7 +385,8 @@ def job_loss(
         return _no_jobs(float(node_peak.sum()))
     jobs = _Jobs.of(membership)
     peak = jobs.sum(node_peak)
-    effective = jobs.sum(throughput.chip_effective.reshape(n_nodes, cpn).sum(axis=1))
+    # Over the chips that know it: a chip's first interval without a delivered figure (no clock) is unknown.
+    effective = jobs.sum(np.nansum(throughput.chip_effective.reshape(n_nodes, cpn), axis=1))
     pace = _pace(jobs, detector, params)
 
     # A failed or silent member stalls the whole job.

@@ -40,19 +40,37 @@ class FleetCollector(Collector):
         if snap is None:
             return
         tp = snap.throughput
-        for level in ("peak", "delivered", "effective"):
-            yield GaugeMetricFamily(
-                f"rainier_fleet_fp8_{level}_flops",
-                f"Fleet FP8 {level} throughput, dense FLOP/s.",
-                value=getattr(tp, f"fleet_{level}"),
-            )
+        site_labels = ["site", "site_name"] if self._site_names else ["site"]
+        # Delivered and effective over the chips that know them; no series where none of a level's chips does
+        # (a fleet without clocks has no delivered figure): never a 0 that means unknown.
+        levels = {"peak": (tp.fleet_peak, tp.site_peak),
+                  "delivered": (float(tp.shown("delivered", "fleet")[0]), tp.shown("delivered", "site")),
+                  "effective": (float(tp.shown("effective", "fleet")[0]), tp.shown("effective", "site"))}
+        for level, (fleet_value, site_values) in levels.items():
+            fleet = GaugeMetricFamily(f"rainier_fleet_fp8_{level}_flops",
+                                      f"Fleet FP8 {level} throughput, dense FLOP/s.", labels=[])
+            if not math.isnan(fleet_value):
+                fleet.add_metric([], fleet_value)
+            yield fleet
             site = GaugeMetricFamily(
-                f"rainier_site_fp8_{level}_flops", f"Site FP8 {level} throughput, dense FLOP/s.",
-                labels=["site", "site_name"] if self._site_names else ["site"],
+                f"rainier_site_fp8_{level}_flops", f"Site FP8 {level} throughput, dense FLOP/s.", labels=site_labels,
             )
-            for s, value in enumerate(getattr(tp, f"site_{level}").tolist()):
-                site.add_metric([self._sites[s], *self._site_names[s:s + 1]], value)
+            for s, value in enumerate(site_values.tolist()):
+                if not math.isnan(value):
+                    site.add_metric([self._sites[s], *self._site_names[s:s + 1]], value)
             yield site
+        unknown = GaugeMetricFamily(
+            "rainier_fleet_fp8_unknown_chips", "Fresh chips whose FP8 figure is unknown (delivered: no utilisation "
+            "or clock; effective: that, and no FLOP counter rate yet): left out of the figure's sum.",
+            labels=["figure"])
+        site_unknown = GaugeMetricFamily("rainier_site_fp8_unknown_chips", "Fresh chips whose FP8 figure is "
+                                         "unknown, per site.", labels=[*site_labels, "figure"])
+        for figure in ("delivered", "effective"):
+            unknown.add_metric([figure], float(tp.unknown(figure, "fleet")[0]))
+            for s, count in enumerate(tp.unknown(figure, "site").tolist()):
+                site_unknown.add_metric([self._sites[s], *self._site_names[s:s + 1], figure], count)
+        yield unknown
+        yield site_unknown
         yield GaugeMetricFamily("rainier_fleet_chips", "Chips this monitor watches: the fleet's (its inventory's "
                                 "nodes x 16), or its shard's share of them.",
                                 value=snap.chips_total)

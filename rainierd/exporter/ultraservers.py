@@ -110,26 +110,29 @@ class UltraServerFamilies:
         if snap is None:
             return b""
         parts = []
-        for level in _LEVELS:
+        tp = snap.throughput
+        # Delivered and effective over the chips that know them, none where no chip does (core/throughput.py).
+        levels = {"peak": tp.ultraserver_peak, "delivered": tp.shown("delivered", "ultraserver"),
+                  "effective": tp.shown("effective", "ultraserver")}
+        for level, values in levels.items():
             name = f"rainier_ultraserver_fp8_{level}_flops"
-            values = map(repr, self._take(getattr(snap.throughput, f"ultraserver_{level}")).tolist())
             parts.append(f"# HELP {name} UltraServer FP8 {level} throughput, dense FLOP/s.\n# TYPE {name} gauge\n")
-            parts.append("\n".join(map(str.__add__, self._prefixes[level], values)))
-            parts.append("\n")
+            parts.append(_known_lines(self._prefixes[level], self._take(values)))
         for family in AGGREGATE_FAMILIES:
             values_or_none = family_values(family, snap, "ultraserver")
             if values_or_none is None:
                 break
-            values_or_none = self._take(values_or_none)
             name = f"rainier_ultraserver_{family.name}"
             # Text format 0.0.4: HELP and TYPE name the samples, ``_total`` included.
             parts.append(f"# HELP {name} {family.help}, per UltraServer.\n# TYPE {name} {family.kind}\n")
-            prefixes = self._aggregates[family.name]
-            known = np.flatnonzero(~np.isnan(values_or_none))
-            if known.size == len(prefixes):
-                parts.append("\n".join(map(str.__add__, prefixes, map(repr, values_or_none.tolist()))))
-            else:
-                parts.append("\n".join(prefixes[i] + repr(v)
-                                       for i, v in zip(known.tolist(), values_or_none[known].tolist(), strict=True)))
-            parts.append("\n" if known.size else "")
+            parts.append(_known_lines(self._aggregates[family.name], self._take(values_or_none)))
         return "".join(parts).encode()
+
+
+def _known_lines(prefixes: list[str], values: F64) -> str:
+    """Return one exposition line a known value (its prefix, then the value), none for a NaN (unknown)."""
+    known = np.flatnonzero(~np.isnan(values))
+    if known.size == len(prefixes):
+        return "\n".join(map(str.__add__, prefixes, map(repr, values.tolist()))) + "\n"
+    lines = "\n".join(prefixes[i] + repr(v) for i, v in zip(known.tolist(), values[known].tolist(), strict=True))
+    return lines + "\n" if known.size else ""

@@ -49,7 +49,7 @@ __all__ = [
 
 STATE_NAMES: Final[dict[str, tuple[str, ...]]] = {
     "neuronlink": ("healthy", "degraded", "down"),
-    "efa": ("healthy", "degraded", "down"),
+    "efa": ("healthy", "degraded", "down", "stale"),  # stale: the port's device reported gone (detect/efa.py)
     "chip": ("healthy", "straggler", "throttled", "stale", "failed"),
     # path_degraded: every EFA port or NeuronLink of the node far under its peers' (detect/nodepaths.py); a node
     # shows its cooling's state or loss first, its paths' when its cooling is healthy.
@@ -153,8 +153,8 @@ class FleetDetector:
     def update(self, tick: int, *, node_group: I64 | None = None) -> list[Event]:
         """Run every detector on the state as it is now; return the events, worst last.
 
-        ``node_group`` is each node's job (-1: none; None: jobs unknown): a node's paths are judged against
-        its job's nodes, else its UltraServer's (``nodepaths.py``).
+        ``node_group`` is each node's job (-1: none; None: jobs unknown): a node's paths and its chips are judged
+        against its job's, else its UltraServer's (``_peers.py``).
         """
         topo, chips = self.state.topology, self.state.chips
         stale = self.state.silent(chips, self.params.chips.stale_after_s)
@@ -180,7 +180,7 @@ class FleetDetector:
         changes = {
             "neuronlink": links,
             "efa": ports,
-            "chip": self.chips.update(tick, suppress_stale=lost_chips),
+            "chip": self.chips.update(tick, suppress_stale=lost_chips, node_group=node_group),
             "node": self._node_changes(trackers["node"]),
             "ultraserver": ultraservers,
             "feed": feed,
@@ -221,7 +221,9 @@ class FleetDetector:
             ("chip", "stale"): count(chips.reported(), node[topo.chip_node]),
             ("chip", "failed"): count(chips.has("ecc_uncorrected_total"), node[topo.chip_node]),
             ("chip", "throttled"): count(chips.has("throttled") | chips.has("clock_ratio"), node[topo.chip_node]),
-            ("chip", "straggler"): count(chips.has("util", "clock_ratio", "fp8_flop_total"), node[topo.chip_node]),
+            # By efficiency against its peers: a clock is used where its group reports one, never needed.
+            ("chip", "straggler"): count(chips.has("util", "fp8_flop_total"), node[topo.chip_node]),
+            ("chip", "errors"): count(chips.has("exec_errors_total", "exec_timeouts_total"), node[topo.chip_node]),
             ("node", "cooling"): count(air.has("inlet_c") | air.has("fan_rpm"), node),
         }
 

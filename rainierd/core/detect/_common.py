@@ -39,6 +39,14 @@ class Reason(IntFlag):
     FEED_LOST = 131072  # most of the nodes heard fell silent together: the transport's loss (detect/feed.py)
     EFA_NODE_SLOW = 262144  # every EFA port of a node far under its peers' traffic (detect/nodepaths.py)
     NEURONLINK_NODE_SLOW = 524288  # every NeuronLink of a node far under its peers' (detect/nodepaths.py)
+    UTILISATION = 1 << 20  # a chip's utilisation collapsed while its peers stay busy (detect/chip_peers.py)
+    SRAM_ECC_UNCORRECTED = 1 << 21  # an uncorrectable ECC error in a chip's on-chip SRAM
+    EXEC_ERRORS = 1 << 22  # a chip's executions keep failing (detect/chip_errors.py)
+    EXEC_TIMEOUTS = 1 << 23  # a chip's executions keep outrunning the runtime's timeout (detect/chip_errors.py)
+    ABSENT = 1 << 24  # the node's agent reports the device gone (``present`` 0)
+    RX_DROPS = 1 << 25  # an EFA port keeps dropping received packets (detect/efa_driver.py)
+    RDMA_WR_ERRORS = 1 << 26  # an EFA port's RDMA work requests keep completing in error (detect/efa_driver.py)
+    KEEP_ALIVE = 1 << 27  # an EFA device present but no longer sending its driver keep-alives (detect/efa_driver.py)
 
 
 def reason_names(mask: int) -> list[str]:

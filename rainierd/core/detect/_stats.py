@@ -22,9 +22,10 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from rainierd._types import F32, I64, B, Floats
+from rainierd._types import F32, F64, I64, B, Floats
 
-__all__ = ["ClippedCusum", "PeerSample", "ewma", "others_nanmedian", "robust_center_scale", "row_nanmedian"]
+__all__ = ["ClippedCusum", "Latch", "PeerSample", "ewma", "group_nanmedian", "others_nanmedian",
+           "robust_center_scale", "row_nanmedian"]
 
 _MAD_TO_SIGMA: Final = 1.4826
 SAMPLE_SIZE: Final = 65_536
@@ -95,6 +96,36 @@ def row_nanmedian(values: Floats) -> Floats:
     lo = ordered[rows, np.maximum(count - 1, 0) // 2]
     hi = ordered[rows, np.maximum(count, 1) // 2 - (count == 0)]
     return np.where(count > 0, (lo + hi) / 2, np.nan).astype(values.dtype, copy=False)
+
+
+def group_nanmedian(values: Floats, group: I64, n_groups: int) -> F64:
+    """Return the median of each group's finite values (groups 0 to ``n_groups`` - 1; -1 is in none), NaN for
+    a group with none, by one sort of the values by (group, value).
+
+    Rows of unequal length (a job's nodes) have no ``row_nanmedian``.  The
+    sort key is the group plus the value scaled into [0, 1), so one float64
+    argsort orders by group and then by value (within 2^-52 of the key:
+    values closer than ~1e-11 of their spread may swap, which moves no
+    median); the group's middle places are then read off its run.
+    """
+    out = np.full(n_groups, np.nan)
+    idx = np.flatnonzero(np.isfinite(values) & (group >= 0))
+    if not idx.size:
+        return out
+    key = values[idx].astype(np.float64)
+    low, span = float(key.min()), float(key.max() - key.min())
+    key -= low
+    key /= span * (1.0 + 2.0**-20) if span > 0 else 1.0
+    key += group[idx]
+    order = np.argsort(key)
+    ordered = values[idx][order].astype(np.float64)
+    counts = np.bincount(group[idx], minlength=n_groups)
+    starts = np.cumsum(counts) - counts
+    some = np.flatnonzero(counts)
+    lo = starts[some] + (counts[some] - 1) // 2
+    hi = starts[some] + counts[some] // 2
+    out[some] = (ordered[lo] + ordered[hi]) / 2
+    return out
 
 
 def others_nanmedian(values: Floats) -> Floats:
@@ -206,3 +237,52 @@ class ClippedCusum:
         np.clip(step, 0.0, self.ceiling, out=step)
         np.copyto(self.s, step, where=known)
         return self.s >= self.h
+
+    def update_sparse(self, x: Floats, mask: B, *, seconds: Floats | None = None) -> B:
+        """Return ``update``'s alarm mask, computed only where ``x`` is positive or the sum is.
+
+        For evidence that is zero (or unknown) nearly everywhere, such as
+        error counts or an indicator: elsewhere a step is at most ``-k`` times
+        a non-negative interval and the sum, at 0, stays at 0, so leaving those
+        entities out changes nothing while costing a pass over the few others.
+        """
+        moving = np.flatnonzero((mask & (x > 0)) | (self.s > 0))
+        alarm = np.zeros(self.s.shape, dtype=bool)
+        if not moving.size:
+            return alarm
+        part = ClippedCusum(self.k, self.h, self.cap, self.ceiling, self.s[moving], self.samples)
+        interval = None if seconds is None else np.broadcast_to(seconds, self.s.shape)[moving]
+        alarm[moving] = part.update(x[moving], mask[moving], seconds=interval)
+        self.s[moving] = part.s
+        return alarm
+
+
+@dataclass(eq=False)
+class Latch:
+    """Keeps each entity's alarm on until ``hold_s`` seconds of its samples pass without a count.
+
+    For counts that come one by one, seconds apart (execution errors, RDMA
+    work-request errors): a CUSUM's sum falls under its threshold between
+    them, so its alarm alone clears and is raised again at the next.  Only
+    latched entities (few) are computed.
+    """
+
+    hold_s: float
+    on: B
+    quiet_s: F32
+
+    @classmethod
+    def zeros(cls, n: int, *, hold_s: float) -> Latch:
+        """Return ``n`` entities with no alarm."""
+        return cls(hold_s, np.zeros(n, dtype=bool), np.zeros(n, np.float32))
+
+    def update(self, alarm: B, counted: B, seconds: Floats) -> B:
+        """Latch ``alarm``; an entity's quiet time restarts where ``counted`` (a count in its new sample) and
+        grows by its ``seconds`` elsewhere (NaN: none); return the latched alarm."""
+        busy = np.flatnonzero(self.on | alarm)
+        if busy.size:
+            grown = self.quiet_s[busy] + np.nan_to_num(np.broadcast_to(seconds, self.on.shape)[busy], nan=0.0)
+            quiet = np.where(counted[busy] | alarm[busy], np.float32(0.0), grown).astype(np.float32)
+            self.quiet_s[busy] = quiet
+            self.on[busy] = quiet < np.float32(self.hold_s)
+        return self.on.copy()

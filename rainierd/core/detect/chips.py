@@ -1,7 +1,9 @@
 """Health of chips: healthy, straggler, throttled, stale or failed.
 
-* failed: an uncorrectable HBM ECC error (definitive, raised at once); a
-  failed chip that then falls silent stays failed;
+* failed: an uncorrectable ECC error in its HBM or its SRAM (definitive,
+  raised at once), executions that keep failing or timing out
+  (``chip_errors.py``), or its agent reporting the device gone (``present``
+  0, at once); a failed chip that then falls silent stays failed;
 * stale: not heard from for ``stale_after_s`` (the monitor's listening clock);
 * throttled: the firmware's throttle flag, or a clock well below its site's;
 * straggler: a chip that needs more busy time than its synchronous-group peers
@@ -9,22 +11,37 @@
   FLOP per step, so efficiency = FLOP rate / (peak x utilisation x clock)
   sinks on a straggler while its error counters stay still.  It is compared
   with the group's median (robust to the group slowing as a whole) and
-  accumulated in a clipped CUSUM.
+  accumulated in a clipped CUSUM.  Also a straggler: a chip whose utilisation
+  collapses while its peers stay busy, or whose executions take far longer
+  than theirs (``chip_peers.py``).
+
+A chip's group (its peers, ``_peers.py``) is its job's chips when the jobs
+are known, else its UltraServer's.  The clock divides the efficiency only
+where every active chip of the group reports one: AWS neuron-monitor reports
+none, and the comparison with the group's median absorbs a clock the group
+shares (a site's mid-day heat), so a fleet without clocks is judged on
+FLOP per busy second alone; a group of chips with clocks is judged exactly
+as before.  A chip whose own clock alone is low (throttled) then reads as a
+straggler by efficiency: without a clock the two cannot be told apart.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from rainierd._types import F32, B, Floats
+from rainierd._types import F32, I64, B, Floats
 from rainierd.core.detect._baseline import Baseline
-from rainierd.core.detect._common import Reason, new_samples, persistence_seconds, typical_interval
+from rainierd.core.detect._common import Reason, persistence_seconds, typical_interval
 from rainierd.core.detect._common import flag as set_reason
-from rainierd.core.detect._stats import ClippedCusum, PeerSample, ewma, robust_center_scale, row_nanmedian
+from rainierd.core.detect._peers import ChipPeers
+from rainierd.core.detect._stats import ClippedCusum, Latch, PeerSample, ewma, robust_center_scale
 from rainierd.core.detect._tracker import StateTracker, Transitions
+from rainierd.core.detect.chip_errors import ExecutionFailures
+from rainierd.core.detect.chip_peers import PeerActivity
 from rainierd.core.state import FleetState
 
 __all__ = ["FAILED", "HEALTHY", "STALE", "STRAGGLER", "THROTTLED", "ChipDetector", "ChipParams"]
@@ -40,6 +57,10 @@ class ChipParams:
     clock_margin: float = 0.03  # below the site's median clock by more than this: throttled
     active_util: float = 0.2  # efficiency is judged only while the chip is busy
     efficiency_floor: float = 0.004
+    # The same floor for a chip judged without a clock: its clock may sit a few % under its peers' with its
+    # temperature (a chip 0.3 degC into throttling loses 1.5 %), which then reads as efficiency (docs/detection.md,
+    # "Chips without a clock"); a straggler must then be ~5 % slow to gather evidence.
+    unclocked_floor: float = 0.02
     z_cap: float = 6.0
     z_k: float = 1.5
     z_h: float = 16.0  # z-seconds (each step weighted by its sample's interval)
@@ -57,6 +78,27 @@ class ChipParams:
     # already slow when first seen, or that slowed too gradually for the CUSUM).  Healthy chips' levels
     # spread by a few % (silicon, and publishers sampling utilisation at their own phase of the step).
     efficiency_band: float = 0.9
+    # A chip against its peers on what every publisher reports (chip_peers.py): its utilisation under
+    # util_collapse of its peers' busy median, or its execution latency over latency_band times theirs, for
+    # these many seconds net (and samples_to_raise samples).
+    util_collapse: float = 0.5
+    collapse_after_s: float = 10.0
+    latency_band: float = 1.5
+    latency_after_s: float = 10.0
+    # Samples that must agree, as for paths (docs/detection.md, "Long ticks"): a gauge's spikes come at a rate a
+    # second, so at a 5 s tick one chip in forty has one in any sample, and three in a row raised 2 healthy chips
+    # in 155 chip-hours (benchmarks/realnode.py).  At 1 s, the 10 s above bind first.
+    peer_samples_to_raise: float = 6.0
+    # Execution errors and timeouts (chip_errors.py), each counter a rate per second in its own CUSUM: exec_k a
+    # second tolerated, at most exec_cap a second counted, failed at exec_h net, and held until exec_hold_s pass
+    # without an error (errors come one by one: a shorter hold would clear and raise again between them).
+    exec_k: float = 0.02
+    exec_cap: float = 1.0
+    exec_h: float = 2.4
+    exec_hold_s: float = 60.0
+    # An uncorrectable ECC error (HBM or SRAM) keeps a reporting chip failed until this long of its samples passes
+    # without another (``_ecc``): longer than the advisory's hold (300 s), so its replace is proposed.
+    ecc_hold_s: float = 600.0
 
 
 @dataclass(eq=False)
@@ -76,30 +118,83 @@ class ChipDetector:
         self.baseline = Baseline.empty(n, halflife_s=p.baseline_halflife_s, learn_s=p.baseline_learn_s,
                                        clip=p.baseline_clip)
         self.sample = PeerSample.of(n)
+        self.activity = PeerActivity.create(n, p)
+        self.failures = ExecutionFailures.create(n, p)
+        self.hbm_held = Latch.zeros(n, hold_s=p.ecc_hold_s)
+        self.sram_held = Latch.zeros(n, hold_s=p.ecc_hold_s)
         # Persistence per state, in seconds: straggler none (its CUSUM already
         # persists), throttled throttle_after_s, stale none (the age already is
         # persistence), failed none.
         self.tracker = StateTracker.create(n, raise_after_s=[0.0, 0.0, p.throttle_after_s, 0.0, 0.0],
                                            clear_after_s=p.clear_after_s)
 
-    def update(self, tick: int, *, suppress_stale: B | None = None) -> Transitions:
+    def update(self, tick: int, *, suppress_stale: B | None = None, node_group: I64 | None = None) -> Transitions:
         """Fold in the chips' new samples; return the state changes.
 
         ``suppress_stale`` marks chips whose silence is reported elsewhere
         (their whole node is lost), so one lost node is one event.
+        ``node_group`` is each node's job (-1: none; None: jobs unknown): a
+        chip's peers are its job's chips, else its UltraServer's (``_peers.py``).
         """
-        p, table, topo = self.params, self.state.chips, self.state.topology
-        fresh = new_samples(table, self.seen)
+        p, table = self.params, self.state.chips
+        heard = table.samples > self.seen
+        fresh = heard & np.isfinite(table.dt_s)  # a sample with an interval to diff (_common.new_samples)
         np.copyto(self.seen, table.samples)
+        present = ~(table.gauges["present"] == 0)  # unknown (NaN) is not absent
+        absent = heard & ~present
+        peers = ChipPeers.of(self.state.topology, node_group)
+        # Evidence, persistence and learning count a sample after a gap as one typical interval.
+        held = persistence_seconds(table.dt_s, fresh, self.sample)
+        straggling, learn = self._efficiency(fresh, present, peers, held)
+        flag, low_clock = self._clock(fresh)
+        stale = self.state.silent(table, p.stale_after_s)
+        failed, sram = self._ecc(fresh, held, silent=stale)
+        if suppress_stale is not None:
+            stale &= ~suppress_stale
+        collapsed, slow = self.activity.update(util=table.gauges["util"], latency=table.gauges["exec_latency_us"],
+                                               fresh=fresh, present=present, peers=peers, held=held)
+        erring, timing_out = self.failures.update(table, fresh, held)
+
+        reasons = np.zeros(table.n, dtype=np.int32)
+        set_reason(reasons, fresh & straggling, Reason.EFFICIENCY)
+        set_reason(reasons, fresh & collapsed, Reason.UTILISATION)
+        set_reason(reasons, fresh & slow, Reason.LATENCY)
+        set_reason(reasons, fresh & flag, Reason.THROTTLE_FLAG)
+        set_reason(reasons, fresh & low_clock, Reason.CLOCK)
+        set_reason(reasons, fresh & failed, Reason.ECC_UNCORRECTED)
+        set_reason(reasons, fresh & sram, Reason.SRAM_ECC_UNCORRECTED)
+        set_reason(reasons, fresh & erring, Reason.EXEC_ERRORS)
+        set_reason(reasons, fresh & timing_out, Reason.EXEC_TIMEOUTS)
+        set_reason(reasons, absent, Reason.ABSENT)
+        set_reason(reasons, stale, Reason.SILENT)
+        # The worst state that applies, each written over the milder ones.
+        candidate = np.zeros(table.n, dtype=np.int8)
+        candidate[fresh & (straggling | collapsed | slow)] = STRAGGLER
+        candidate[fresh & (flag | low_clock)] = THROTTLED
+        candidate[stale] = STALE
+        candidate[(fresh & (failed | sram | erring | timing_out)) | absent] = FAILED
+        # A failed chip keeps its state while silent: its silence is the failure.
+        candidate[(self.tracker.state == FAILED) & stale] = FAILED
+        changes = self.tracker.update(candidate, reasons, fresh | stale | absent, tick, seconds=held)
+        learn(held)
+        return changes
+
+    def _efficiency(self, fresh: B, present: B, peers: ChipPeers, held: F32) -> tuple[B, Callable[[F32], None]]:
+        """Judge each chip's efficiency against its group's and its own level; return the stragglers by it and
+        what folds the sample into the baselines once the tracker has judged (``learn(held)``)."""
+        p, table = self.params, self.state.chips
         util = table.gauges["util"]
         clock = table.gauges["clock_ratio"]
         flop_rate = table.rates["fp8_flop_total"]
         with np.errstate(invalid="ignore", divide="ignore"):
-            efficiency = (flop_rate / (self.peak_flops * util.astype(np.float64) * clock)).astype(np.float32)
-            active = fresh & (util > p.active_util) & np.isfinite(efficiency) & (flop_rate > 0)
-        per_us = topo.chips_per_node * topo.nodes_per_ultraserver
+            busy_time = self.peak_flops * util.astype(np.float64)
+            working = fresh & present & (util > p.active_util) & (flop_rate > 0) & np.isfinite(flop_rate)
+            # The clock only where every active chip of the group reports one (module docstring).
+            unclocked = peers.any(working & np.isnan(clock))
+            efficiency = (flop_rate / (busy_time * np.where(unclocked, np.float32(1.0), clock))).astype(np.float32)
+            active = working & np.isfinite(efficiency)
         # An all-NaN group (stalled, silent) has no median: NaN.
-        group_median = np.repeat(row_nanmedian(np.where(active, efficiency, np.nan).reshape(-1, per_us)), per_us)
+        group_median = peers.median(np.where(active, efficiency, np.float32(np.nan)).astype(np.float32))
         relative = efficiency / group_median
         judged = active & np.isfinite(relative)
         # Against the chip's own usual share of its group (its group's median until it has history).
@@ -107,48 +202,56 @@ class ChipDetector:
         self.efficiency = ewma(self.efficiency, own, judged, alpha=p.ewma_alpha)
         # Until a chip has history it is judged by its clock, flags and counters only (_baseline.py).
         learned = self.baseline.learned()
-        # Evidence, persistence and learning count a sample after a gap as one typical interval.
-        held = persistence_seconds(table.dt_s, fresh, self.sample)
         _, spread = robust_center_scale(own, judged, floor=0.0, sample=self.sample)
-        sigmas_per_s = self._evidence_per_s(1.0 - own, spread, fresh, held)
+        floor = np.where(unclocked, np.float32(p.unclocked_floor), np.float32(p.efficiency_floor))
+        sigmas_per_s = self._evidence_per_s(1.0 - own, spread, floor, fresh, held)
         straggling = self.cusum.update(sigmas_per_s, judged & learned, seconds=held)
         straggling |= judged & learned & (self.baseline.level < np.float32(p.efficiency_band))
 
+        def learn(seconds: F32) -> None:
+            # (Half its threshold, not a quarter as for paths: a chip's efficiency wanders by a fraction of a %
+            # with the phase at which its publisher samples utilisation, and a level frozen early stays off.)
+            quiet = judged & (self.tracker.state == HEALTHY) & (self.cusum.s < 0.5 * p.z_h)
+            self.baseline.update(self._believed(relative, spread), quiet, seconds)
+
+        return straggling, learn
+
+    def _ecc(self, fresh: B, held: F32, *, silent: B) -> tuple[B, B]:
+        """Return (HBM, SRAM) per chip: an uncorrectable ECC error in its new sample, or one within ``ecc_hold_s``
+        of its samples before.
+
+        An uncorrectable error fails a chip at once; a real device that keeps
+        running reports the next ones seconds or minutes apart (neuron-monitor
+        counts them per period), so without the latch the chip cleared after
+        ``clear_after_s`` and was raised again at the next, and its advisory
+        (``replace``, held ``hold_s`` first) was never proposed.  A chip that
+        fell silent is released: one that reports again was reset, repaired
+        or replaced, and starts afresh (the tracker kept it failed while it
+        was silent).
+        """
+        rates = self.state.chips.rates
+        with np.errstate(invalid="ignore"):
+            hbm = fresh & (rates["ecc_uncorrected_total"] > 0)
+            sram = fresh & (rates["sram_ecc_uncorrected_total"] > 0)
+        seconds = np.where(fresh, held, np.float32(0.0))
+        out = []
+        for latch, now in ((self.hbm_held, hbm), (self.sram_held, sram)):
+            np.logical_and(latch.on, ~silent, out=latch.on)
+            out.append(latch.update(now, now, seconds))
+        return out[0], out[1]
+
+    def _clock(self, fresh: B) -> tuple[B, B]:
+        """Return (throttle flag set, clock well under its site's) per chip."""
+        table, topo = self.state.chips, self.state.topology
+        clock = table.gauges["clock_ratio"]
         site = topo.chip_site
         site_clock = np.zeros(topo.n_sites)
         for s in range(topo.n_sites):  # a handful of sites, never a loop over chips
             site_clock[s], _ = robust_center_scale(clock, fresh & (site == s), floor=0.0, sample=self.sample)
         flag = table.gauges["throttled"] > 0
         with np.errstate(invalid="ignore"):
-            low_clock = clock < (site_clock[site] - p.clock_margin).astype(np.float32)
-            failed = table.rates["ecc_uncorrected_total"] > 0
-        throttled = flag | low_clock
-        stale = self.state.silent(table, p.stale_after_s)
-        if suppress_stale is not None:
-            stale &= ~suppress_stale
-
-        reasons = np.zeros(util.shape, dtype=np.int32)
-        set_reason(reasons, fresh & straggling, Reason.EFFICIENCY)
-        set_reason(reasons, fresh & flag, Reason.THROTTLE_FLAG)
-        set_reason(reasons, fresh & low_clock, Reason.CLOCK)
-        set_reason(reasons, fresh & failed, Reason.ECC_UNCORRECTED)
-        set_reason(reasons, stale, Reason.SILENT)
-        # The worst state that applies, each written over the milder ones.
-        candidate = np.zeros(util.shape, dtype=np.int8)
-        candidate[fresh & straggling] = STRAGGLER
-        candidate[fresh & throttled] = THROTTLED
-        candidate[stale] = STALE
-        candidate[fresh & failed] = FAILED
-        # A failed chip keeps its state while silent: its silence is the failure.
-        candidate[(self.tracker.state == FAILED) & stale] = FAILED
-        evidence = fresh | stale
-        changes = self.tracker.update(candidate, reasons, evidence, tick,
-                                      seconds=held)
-        # (Half its threshold, not a quarter as for paths: a chip's efficiency wanders by a fraction of a %
-        # with the phase at which its publisher samples utilisation, and a level frozen early stays off.)
-        quiet = judged & (self.tracker.state == HEALTHY) & (self.cusum.s < 0.5 * p.z_h)
-        self.baseline.update(self._believed(relative, spread), quiet, held)
-        return changes
+            low_clock = clock < (site_clock[site] - self.params.clock_margin).astype(np.float32)
+        return flag, low_clock
 
     def _believed(self, relative: Floats, spread: float) -> F32:
         """Return ``relative`` as the baseline may learn it: within ``z_cap`` spreads of the chip's level.
@@ -172,7 +275,7 @@ class ChipDetector:
         return np.clip(relative, center * (np.float32(1.0) - bound), center * (np.float32(1.0) + bound)).astype(
             np.float32, copy=False)
 
-    def _evidence_per_s(self, deficit: Floats, spread: float, fresh: B, held: F32) -> F32:
+    def _evidence_per_s(self, deficit: Floats, spread: float, floor: F32, fresh: B, held: F32) -> F32:
         """Return each chip's efficiency deficit as the CUSUM's evidence: sigmas per second of its interval.
 
         The CUSUM weighs each sample by its interval ``held``, so a sample's
@@ -198,9 +301,8 @@ class ChipDetector:
         """
         p = self.params
         typical = typical_interval(self.state.chips.dt_s, fresh, self.sample) or 1.0
-        floor = p.efficiency_floor
-        averaged = (deficit / np.float32(max(spread * math.sqrt(typical), floor))).astype(np.float32)
-        excess = np.minimum(deficit / np.float32(max(spread, floor)), np.float32(p.z_cap)) - np.float32(p.z_k)
+        averaged = (deficit / np.maximum(np.float32(spread * math.sqrt(typical)), floor)).astype(np.float32)
+        excess = np.minimum(deficit / np.maximum(np.float32(spread), floor), np.float32(p.z_cap)) - np.float32(p.z_k)
         with np.errstate(invalid="ignore", divide="ignore"):
             # held x (rate - k) = min(held, 1 s) x the excess above k, held x the shortfall under it.
             excess *= np.where(excess > 0, np.minimum(held, np.float32(1.0)) / held, np.float32(1.0))

@@ -1,12 +1,16 @@
-"""EFA port health for the whole fleet: healthy, degraded or down, with the
-reasons.  Each port is compared with the other ports of its node (one agent
+"""EFA port health for the whole fleet: healthy, degraded, down or stale, with
+the reasons.  Each port is compared with the other ports of its node (one agent
 samples them in one frame, so their rates cover the same seconds whatever the
 agents' phase and skew, and they carry the same job's traffic) and with its own
 usual share of them, through per-port clipped CUSUMs of throughput, latency and
 retransmit bursts; the
 slow-loss test (``slow_loss.py``) judges the trickle below bursts.  Also what a
-degraded port costs its collectives (``slow_path_stretch``).  docs/detection.md
-explains the choices.
+degraded port costs its collectives (``slow_path_stretch``).  The driver's own
+counters (receive drops, RDMA work-request errors, keep-alives) are judged in
+``efa_driver.py``.  A port whose agent reports its device gone (``present``
+0) is ``stale`` at once (reason ``absent``), its node's other ports untouched:
+priced as a port down (its node's other ports carry its share).
+docs/detection.md explains the choices.
 """
 
 from __future__ import annotations
@@ -15,17 +19,20 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from rainierd._types import F32, I64, B
+from rainierd._types import F32, I32, I64, B
 from rainierd.core.detect._baseline import Baseline
-from rainierd.core.detect._common import Reason, counter_delta, flag, new_samples, persistence_seconds
+from rainierd.core.detect._common import Reason, counter_delta, flag, persistence_seconds
 from rainierd.core.detect._paths import DOWN, HEALTHY, NEEDS, PathParams, band, cusum, deviation
 from rainierd.core.detect._stats import PeerSample, ewma, others_nanmedian, robust_center_scale, row_nanmedian
 from rainierd.core.detect._tracker import StateTracker, Transitions
+from rainierd.core.detect.efa_driver import DriverCounters
 from rainierd.core.detect.nodepaths import NodeSignal
 from rainierd.core.detect.slow_loss import SlowLossParams, SlowLossTest
 from rainierd.core.state import FleetState
 
-__all__ = ["EfaDetector", "EfaParams", "slow_path_stretch"]
+__all__ = ["STALE", "EfaDetector", "EfaParams", "slow_path_stretch"]
+
+STALE = DOWN + 1  # the port's device reported gone: worse than down (nothing of it is known)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -38,6 +45,19 @@ class EfaParams(PathParams):
     retrans_k: float = 2.0
     retrans_h: float = 32.0
     ewma_alpha: float = 0.2
+    # The driver's counters (efa_driver.py), each a rate per second in its own CUSUM: k a second tolerated, at
+    # most cap a second counted, raised at h net.  Receive drops and RDMA work-request errors degrade a port.
+    drops_k: float = 1.0
+    drops_cap: float = 20.0
+    drops_h: float = 40.0
+    wr_errors_k: float = 0.02
+    wr_errors_cap: float = 1.0
+    wr_errors_h: float = 2.4
+    wr_errors_hold_s: float = 60.0  # an alarm holds until this long without an error (they come one by one)
+    # A present device whose keep-alive counter has not risen for this many of its longest gaps between rises,
+    # and this many seconds at least, no longer answers its driver: its port is down.
+    keep_alive_intervals: float = 3.0
+    keep_alive_after_s: float = 10.0
 
 
 def slow_path_stretch(latency_ratio: F32, share: F32, retrans_share: F32, *, latency_share: float) -> F32:
@@ -81,14 +101,19 @@ class EfaDetector:
         self.node_signal = NodeSignal.unknown(topo.n_nodes)  # this analysis's figure a node (nodepaths.py)
         # Owns each port's own retransmit rate, its prior the port's site's (sites differ in optics and cabling).
         self.slow_loss = SlowLossTest(n, self.sample, self.loss_params, site=topo.node_site[topo.efa_node])
-        self.tracker = StateTracker.create(n, raise_after_s=[0.0, p.raise_after_s, p.raise_after_s],
+        self.driver = DriverCounters.create(n, p)
+        # Persistence per state: degraded and down raise_after_s, stale (the device reported gone) none.
+        self.tracker = StateTracker.create(n, raise_after_s=[0.0, p.raise_after_s, p.raise_after_s, 0.0],
                                            clear_after_s=p.clear_after_s)
 
     def update(self, tick: int) -> Transitions:
         """Fold in the ports' new samples; return the state changes."""
         p, table = self.params, self.state.efa
-        fresh = new_samples(table, self.seen) & table.has(*NEEDS["efa"])
+        heard = table.samples > self.seen
         np.copyto(self.seen, table.samples)
+        present = ~(table.gauges["present"] == 0)  # unknown (NaN) is not absent
+        # A sample with an interval to diff (_common.new_samples) and traffic, of a device not reported gone.
+        fresh = heard & np.isfinite(table.dt_s) & table.has(*NEEDS["efa"]) & present
         dt = table.dt_s
         # Evidence, persistence and learning count a sample after a gap as one typical interval.
         held = persistence_seconds(dt, fresh, self.sample)
@@ -147,14 +172,28 @@ class EfaDetector:
         flag(reasons, lossy, Reason.LOSS_RATE)
         flag(reasons, down, Reason.DOWN)
         flag(reasons, fresh & unresponsive, Reason.UNRESPONSIVE)
-        candidate = (reasons != 0).astype(np.int8)  # DEGRADED
-        candidate[down] = DOWN
-        changes = self.tracker.update(candidate, reasons, fresh, tick, seconds=held)
+        changes = self._verdict(tick, reasons, down, fresh=fresh, heard=heard, present=present, held=held)
         healthy = fresh & (self.tracker.state == HEALTHY)
         self._learn(share, latency, healthy & active, healthy & lat_ok, held)
         self.slow_loss.learn(retrans, own_rate, fresh, dt, settled_s=p.baseline_learn_s,
                              healthy=(self.tracker.state == HEALTHY) & (self.retrans.s < 0.25 * p.retrans_h))
         return changes
+
+    def _verdict(self, tick: int, reasons: I32, down: B, *, fresh: B, heard: B, present: B, held: F32) -> Transitions:
+        """Add the driver's counters' and the device's presence's reasons to ``reasons`` (efa_driver.py); fold
+        this tick's candidates into the tracker and return its changes."""
+        table = self.state.efa
+        absent = heard & ~present
+        dropping, erring, silent_device = self.driver.update(table, heard & np.isfinite(table.dt_s), present, held)
+        flag(reasons, dropping, Reason.RX_DROPS)
+        flag(reasons, erring, Reason.RDMA_WR_ERRORS)
+        flag(reasons, silent_device, Reason.KEEP_ALIVE)
+        flag(reasons, absent, Reason.ABSENT)
+        candidate = (reasons != 0).astype(np.int8)  # DEGRADED
+        candidate[down | silent_device] = DOWN
+        candidate[absent] = STALE
+        evidence = fresh | absent | ((dropping | erring | silent_device) & heard)
+        return self.tracker.update(candidate, reasons, evidence, tick, seconds=held)
 
     def _node_reference(self, rate: F32, dt: F32, fresh: B) -> F32:
         """Return each port's reference: the median of its node's fresh ports (NaN with no other one fresh).
@@ -231,7 +270,7 @@ class EfaDetector:
         stretch = slow_path_stretch(np.nan_to_num(self.latency_ratio[ids], nan=1.0), measured,
                                     self.retrans_share[ids], latency_share=latency_share)
         kept = np.maximum(measured / stretch, 0.05)
-        down = self.tracker.state[ids] == DOWN
+        down = self.tracker.state[ids] >= DOWN  # down or stale: its node's other ports carry its share
         return np.where(down, np.float32(self.failover_fraction), kept).astype(np.float32)
 
     def slow_paths(self, *, latency_share: float = 0.0) -> tuple[I64, F32]:

@@ -49,6 +49,7 @@ import numpy as np
 
 from rainierd._types import F32, I64, B
 from rainierd.core.detect._common import Reason
+from rainierd.core.detect._peers import peer_groups
 from rainierd.core.detect._tracker import StateTracker, Transitions
 from rainierd.core.state import FleetState
 
@@ -183,11 +184,7 @@ class NodePathDetector:
     def peers(self, node_group: I64 | None) -> I64:
         """Return each node's peer group: its job (``node_group``, -1 for none) where it has one, else its
         UltraServer (among the nodes in no job); -1 for a node the inventory leaves out."""
-        if node_group is None:
-            return self._ultraserver_group
-        n_groups = int(node_group.max(initial=-1)) + 1
-        grouped = np.where(node_group >= 0, node_group, n_groups + self._ultraserver_group)
-        return np.where(self._ultraserver_group >= 0, grouped, -1).astype(np.int64)
+        return peer_groups(self._ultraserver_group, node_group)
 
     def update(self, tick: int, signals: dict[str, NodeSignal], *, node_group: I64 | None = None) -> Transitions:
         """Fold in each path kind's node figures; return the nodes' changes of state."""

@@ -21,7 +21,8 @@ __all__ = ["fleet", "sites"]
 def fleet(topo: Topology, snap: MonitorSnapshot) -> dict[str, Any]:
     """Return the fleet document of ``snap`` (computed)."""
     tp = snap.throughput
-    peak, effective = tp.fleet_peak, tp.fleet_effective
+    # Over the chips that know them; null where none does (core/throughput.py).
+    peak, effective = tp.fleet_peak, float(tp.shown("effective", "fleet")[0])
     lost = snap.lost.fleet() if snap.lost is not None else dict.fromkeys(CAUSES, 0.0)
     counts = snap.health.counts() if snap.health is not None else {}
     unhealthy = {entity: {state: counts.get((entity, state), 0) for state in names[1:]}
@@ -30,11 +31,13 @@ def fleet(topo: Topology, snap: MonitorSnapshot) -> dict[str, Any]:
     goodput = snap.job_loss.allocated_goodput_ratio if snap.job_loss is not None else float("nan")
     return {
         "generation": snap.generation, "tick": tp.tick, "analysed_ticks": snap.analysed_ticks,
-        "peak_flops": peak, "delivered_flops": tp.fleet_delivered, "effective_flops": effective,
-        "effective_share": number(effective / peak) if peak > 0 else None,
+        "peak_flops": peak, "delivered_flops": number(float(tp.shown("delivered", "fleet")[0])),
+        "effective_flops": number(effective), "effective_share": number(effective / peak) if peak > 0 else None,
         "goodput_ratio": number(goodput),
         "lost_flops": sum(lost.values()), "lost_by_cause": {c: lost.get(c, 0.0) for c in CAUSES},
-        "chips": {"total": snap.chips_total, "reporting": tp.chips_fresh},
+        "chips": {"total": snap.chips_total, "reporting": tp.chips_fresh,
+                  "delivered_unknown": int(tp.unknown("delivered", "fleet")[0]),
+                  "effective_unknown": int(tp.unknown("effective", "fleet")[0])},
         "sites": topo.n_sites, "ultraservers": int(topo.node_present.reshape(topo.n_ultraservers, -1)
                                                    .any(axis=1).sum()),
         "jobs": snap.jobs.n_jobs if snap.jobs is not None else 0,
@@ -58,7 +61,8 @@ def sites(topo: Topology, table: UltraServerTable, snap: MonitorSnapshot) -> dic
 
     tp = snap.throughput
     share = np.full(n, np.nan)
-    np.divide(tp.site_effective, tp.site_peak, out=share, where=tp.site_peak > 0)
+    site_effective = tp.shown("effective", "site")
+    np.divide(site_effective, tp.site_peak, out=share, where=tp.site_peak > 0)
     lost = {c: floats(snap.lost.site[c]) if snap.lost is not None else [0.0] * n for c in CAUSES}
     unhealthy = {e: per_site(table.unhealthy[e]).astype(np.int64).tolist() for e in ENTITIES}
     aggregates = snap.aggregates
@@ -70,7 +74,7 @@ def sites(topo: Topology, table: UltraServerTable, snap: MonitorSnapshot) -> dic
         "ultraservers": per_site(table.present).astype(np.int64).tolist(),
         "chips_present": per_site(table.chips_present).astype(np.int64).tolist(),
         "chips_reporting": per_site(table.chips_reporting).astype(np.int64).tolist(),
-        "peak_flops": floats(tp.site_peak), "effective_flops": floats(tp.site_effective),
+        "peak_flops": floats(tp.site_peak), "effective_flops": floats(site_effective),
         "effective_share": floats(share),
         "lost_flops": floats(np.sum([snap.lost.site[c] for c in CAUSES], axis=0, dtype=np.float64).reshape(n))
         if snap.lost is not None else [0.0] * n,

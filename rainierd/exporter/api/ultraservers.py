@@ -74,7 +74,8 @@ class UltraServerTable:
         chips_present = topo.chip_present.reshape(n, -1).sum(axis=1).astype(np.int64)
         reporting = (tp.chip_fresh & topo.chip_present).reshape(n, -1).sum(axis=1).astype(np.int64)
         share = np.full(n, np.nan)
-        np.divide(tp.ultraserver_effective, tp.ultraserver_peak, out=share, where=tp.ultraserver_peak > 0)
+        effective = tp.shown("effective", "ultraserver")  # NaN (null) where none of its chips knows it
+        np.divide(effective, tp.ultraserver_peak, out=share, where=tp.ultraserver_peak > 0)
         lost = {c: (snap.lost.ultraserver[c] if snap.lost is not None else np.zeros(n)) for c in CAUSES}
         unhealthy = {e: np.zeros(n, np.int64) for e in ENTITIES}
         state = np.zeros(n, np.int64)
@@ -91,7 +92,7 @@ class UltraServerTable:
                 unhealthy[entity] = np.bincount(owners, minlength=n).astype(np.int64)
         return cls(
             present=np.asarray(topo.node_present.reshape(n, -1).any(axis=1), bool), chips_present=chips_present,
-            chips_reporting=reporting, peak=tp.ultraserver_peak, effective=tp.ultraserver_effective, share=share,
+            chips_reporting=reporting, peak=tp.ultraserver_peak, effective=effective, share=share,
             lost=lost, lost_total=np.sum([lost[c] for c in CAUSES], axis=0, dtype=np.float64).reshape(n),
             unhealthy=unhealthy, unhealthy_total=np.sum(list(unhealthy.values()), axis=0).astype(np.int64),
             state=state,
