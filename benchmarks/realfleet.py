@@ -69,7 +69,9 @@ async def _run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         "seed": args.seed, "nodes": 4,
         "time_to_detect_s": found, "missed": missing, "false_alarms": false_alarms,
         "node_fp8_error": {"samples": len(board.errors), "p50": board.percentile(50),
-                           "p99": board.percentile(99), "max": max(board.errors, default=float("nan"))},
+                           "p99": board.percentile(99), "max": max(board.errors, default=float("nan")),
+                           "worst": [{"error": e, "node": n, "t_s": t, "seen": s, "truth": w}
+                                     for e, n, t, s, w in board.worst]},
         "top_chip_flops": board.top_chip_flops, "chip_peak_flops": FP8_DENSE_FLOPS_PER_DEVICE,
         "counters_refused": refused,
         "cpu_share_of_a_core": cpu, "max_rss_bytes": rss,

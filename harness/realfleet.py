@@ -312,6 +312,7 @@ class Scoreboard:
     errors: list[float] = field(default_factory=list)  # |monitor - truth| / truth, a node and a poll
     top_chip_flops: float = 0.0  # the largest chip figure seen
     top_node_flops: float = 0.0
+    worst: list[tuple[float, str, float, float, float]] = field(default_factory=list)  # (error, node, t_s, seen, want)
 
     def add(self, fleet: RealFleet, document: dict[str, Any]) -> None:
         """Score one ``/api/v1/ultraservers/<id>`` document: each node whose chips share one sample time is
@@ -340,7 +341,10 @@ class Scoreboard:
             known = [d for d in range(CHIPS_PER_NODE) if np.isfinite(truth[d])]
             want = float(truth[known].sum())
             if want > 0:
-                self.errors.append(abs(sum(seen.get(d) or 0.0 for d in known) - want) / want)
+                got = sum(seen.get(d) or 0.0 for d in known)
+                self.errors.append(abs(got - want) / want)
+                self.worst = sorted([*self.worst, (self.errors[-1], f"n{node.index}", t_s, got, want)],
+                                    reverse=True)[:5]
 
     def percentile(self, q: float) -> float:
         """Return the ``q``-th percentile of the errors (NaN with none)."""
