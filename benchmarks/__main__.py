@@ -24,6 +24,7 @@ from benchmarks import (
     ingest,
     plan,
     process,
+    realfleet,
     realnode,
     scrape,
     simfeed,
@@ -56,6 +57,7 @@ BENCHMARKS: dict[str, ModuleType] = {
     "sinks": sinks,
     "api": api,
     "realnode": realnode,
+    "realfleet": realfleet,
 }
 
 _ROOT = Path(__file__).resolve().parent.parent

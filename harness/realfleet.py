@@ -28,13 +28,37 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.efa_sysfs import EfaNode, EfaSysfsTree
-from harness.neuron_monitor import NeuronMonitor, Sample
+import numpy as np
+
+from harness.efa_sysfs import EfaDegraded, EfaNode, EfaSysfsTree, EfaVanish
+from harness.neuron_monitor import (
+    DeviceVanish,
+    EccErrors,
+    ExecErrors,
+    LowFlop,
+    NeuronMonitor,
+    NodeSpec,
+    Sample,
+    Schedule,
+    UtilCollapse,
+)
 from harness.procs import free_port
 from harness.scrape import current_values
 from harness.waits import wait_until
 
-__all__ = ["NodePlan", "RealFleet", "RealNode", "inventory_toml"]
+__all__ = [
+    "FAULT_AT_S",
+    "SEVEN_FAULTS",
+    "Expected",
+    "NodePlan",
+    "RealFleet",
+    "RealNode",
+    "Scoreboard",
+    "drive",
+    "inventory_toml",
+    "judge",
+    "node_plans",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -218,3 +242,145 @@ class RealFleet:
     def bridge_metrics(self, node: int) -> dict[str, float]:
         """Return node ``node``'s bridge's samples by series."""
         return current_values(self.nodes[node].metrics_port)
+
+
+# ---- the real-node scenarios the end-to-end test and the soak benchmark share ----
+
+CHIPS_PER_NODE = 16
+FAULT_AT_S = 90.0  # after the detectors' learning (30 s of samples) and a bridge's stall
+
+
+@dataclass(frozen=True)
+class Expected:
+    """A fault's raise: an entity kind and id, the states it may go to, and the reasons of which it gives one."""
+
+    what: str
+    entity: str
+    id: int
+    states: frozenset[str]
+    reasons: frozenset[str]
+
+
+SEVEN_FAULTS: tuple[Expected, ...] = (
+    Expected("utilisation collapse", "chip", 0 * CHIPS_PER_NODE + 3, frozenset({"straggler"}),
+             frozenset({"utilisation"})),
+    Expected("30 % low FLOP", "chip", 1 * CHIPS_PER_NODE + 5, frozenset({"straggler"}), frozenset({"efficiency"})),
+    Expected("uncorrectable HBM ECC", "chip", 2 * CHIPS_PER_NODE + 7, frozenset({"failed"}),
+             frozenset({"ecc_uncorrected"})),
+    Expected("rising execution errors", "chip", 3 * CHIPS_PER_NODE + 9, frozenset({"failed"}),
+             frozenset({"exec_errors"})),
+    # The generator's degraded port also sees its remote peers unresponsive (EfaDegraded.event_rate_s): down.
+    Expected("degraded EFA port", "efa", 0 * CHIPS_PER_NODE + 2, frozenset({"degraded", "down"}),
+             frozenset({"retransmits", "bandwidth", "unresponsive"})),
+    Expected("EFA device vanishing", "efa", 1 * CHIPS_PER_NODE + 4, frozenset({"stale"}), frozenset({"absent"})),
+    Expected("Neuron device vanishing", "chip", 2 * CHIPS_PER_NODE + 11, frozenset({"failed", "stale"}),
+             frozenset({"absent"})),
+)
+"""What ``node_plans(faults=True)`` injects, and how the monitor must name each."""
+
+
+def node_plans(*, faults: bool, period_s: float = 5.0, fault_at_s: float = FAULT_AT_S, seed: int = 100,
+               ) -> list[NodePlan]:
+    """Return four nodes of one UltraServer at ``period_s`` (neuron-monitor's default 5 s), 64 runtimes each
+    at LNC=2; with ``faults``, ``SEVEN_FAULTS`` from ``fault_at_s``, each on its own device."""
+    chip: dict[int, list[Any]] = {
+        0: [UtilCollapse(device=3, start_s=fault_at_s)],
+        1: [LowFlop(device=5, start_s=fault_at_s, factor=0.7)],
+        2: [EccErrors(device=7, start_s=fault_at_s, kind="mem_ecc_uncorrected", rate_s=0.2),
+            DeviceVanish(device=11, start_s=fault_at_s)],
+        3: [ExecErrors(device=9, start_s=fault_at_s, kind="hardware", rate_s=0.5, growth_s2=0.01)],
+    } if faults else {}
+    efa: dict[int, list[Any]] = {
+        0: [EfaDegraded(device=2, start_s=fault_at_s)],
+        1: [EfaVanish(device=4, start_s=fault_at_s)],
+    } if faults else {}
+    out = []
+    for i in range(4):
+        instance = f"i-0{i}a1b2c3d4e5f6071"
+        monitor = NeuronMonitor(node=NodeSpec(lnc=2, instance_id=instance), schedule=Schedule(period_s=period_s),
+                                faults=chip.get(i, []), seed=seed + i)
+        out.append(NodePlan(hostname=f"ip-10-0-17-{8 + i}", instance_id=instance, monitor=monitor,
+                            efa=EfaNode(faults=efa.get(i, []), seed=seed + 100 + i)))
+    return out
+
+
+@dataclass
+class Scoreboard:
+    """Each node's effective FP8 as the read API shows it, against the truth of the report it is from."""
+
+    period_s: float
+    errors: list[float] = field(default_factory=list)  # |monitor - truth| / truth, a node and a poll
+    top_chip_flops: float = 0.0  # the largest chip figure seen
+    top_node_flops: float = 0.0
+    worst: list[tuple[float, str, float, float, float]] = field(default_factory=list)  # (error, node, t_s, seen, want)
+
+    def add(self, fleet: RealFleet, document: dict[str, Any]) -> None:
+        """Score one ``/api/v1/ultraservers/<id>`` document: each node whose chips share one sample time is
+        compared with the truth of the report captured then (the bridge's clock starts at its first line and
+        moves by each report's captured period)."""
+        by_node: dict[str, list[dict[str, Any]]] = {}
+        for chip in document["chips"]:
+            by_node.setdefault(chip["node"], []).append(chip)
+            self.top_chip_flops = max(self.top_chip_flops, chip["effective_flops"] or 0.0)
+        for node in fleet.nodes:
+            chips = by_node.get(f"n{node.index}", [])
+            self.top_node_flops = max(self.top_node_flops, sum(c["effective_flops"] or 0.0 for c in chips))
+            times = {c["sample_t_s"] for c in chips if c["sample_t_s"] is not None}
+            if len(times) != 1 or len(node.samples) < 3:
+                continue
+            (t_s,) = times
+            offset = node.written_wall_s[0] - node.samples[0].captured_at_s
+            k = min(range(len(node.samples)), key=lambda i: abs(node.samples[i].captured_at_s + offset - t_s))
+            if k == 0 or abs(node.samples[k].captured_at_s + offset - t_s) > self.period_s / 2:
+                continue
+            cores = node.samples[k].truth.cores
+            if cores is None:
+                continue
+            truth = np.asarray(cores.flop_rate_s, dtype=float)
+            seen = {c["id"] - node.index * CHIPS_PER_NODE: c["effective_flops"] for c in chips}
+            known = [d for d in range(CHIPS_PER_NODE) if np.isfinite(truth[d])]
+            want = float(truth[known].sum())
+            if want > 0:
+                got = sum(seen.get(d) or 0.0 for d in known)
+                self.errors.append(abs(got - want) / want)
+                self.worst = sorted([*self.worst, (self.errors[-1], f"n{node.index}", t_s, got, want)],
+                                    reverse=True)[:5]
+
+    def percentile(self, q: float) -> float:
+        """Return the ``q``-th percentile of the errors (NaN with none)."""
+        return float(np.percentile(self.errors, q)) if self.errors else float("nan")
+
+
+def judge(events: Sequence[dict[str, Any]], expected: Sequence[Expected], *, wall_fault_s: float,
+          ) -> tuple[dict[str, float], list[str], list[dict[str, Any]]]:
+    """Return (time to detect each expected fault found, in seconds from its start; the faults not found; every
+    other raise: a false alarm)."""
+    raises = [e for e in events if e["after"] != "healthy"]
+    found: dict[str, float] = {}
+    missing: list[str] = []
+    for x in expected:
+        hits = [e for e in raises if e["entity"] == x.entity and e["id"] == x.id and e["after"] in x.states
+                and x.reasons & set(e["reasons"])]
+        if hits:
+            found[x.what] = min(e["t_s"] for e in hits) - wall_fault_s
+        else:
+            missing.append(x.what)
+    culprits = {(x.entity, x.id) for x in expected}
+    return found, missing, [e for e in raises if (e["entity"], e["id"]) not in culprits]
+
+
+async def drive(fleet: RealFleet, board: Scoreboard, *, run_s: float, stall: tuple[int, float, float] | None = None,
+                ultraserver: str = "u0") -> None:
+    """Run ``fleet`` until simulated second ``run_s``, scoring the read API about once a second; with ``stall``
+    (node, at simulated second, seconds), stop that node's bridge once."""
+    stalled = stall is None
+    while fleet.now_s() < run_s:
+        if not stalled and stall is not None and fleet.now_s() >= stall[1]:
+            stalled = True
+            await fleet.stall(stall[0], stall[2])
+        await fleet.until(min(run_s, fleet.now_s() + 1.0))
+        try:
+            document = await asyncio.to_thread(fleet.api, f"/api/v1/ultraservers/{ultraserver}")
+        except OSError:
+            continue
+        board.add(fleet, document)
