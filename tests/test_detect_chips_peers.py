@@ -212,9 +212,10 @@ class TestUtilisation:
         feed.run(20, util=one(n, CHIP, 0.05, BUSY))
         assert ([chip for _t, chip, _s, _r in feed.raised], feed.cleared) == ([CHIP], [])
 
-    def test_an_idle_node_beside_busy_ones_is_no_collapse_without_jobs(self) -> None:
-        """Without jobs known, a whole node idle in a busy UltraServer is a node without work, not 16
-        stragglers; told its job holds it with the busy nodes, its chips are stragglers."""
+    def test_an_idle_node_beside_busy_ones_is_no_collapse(self) -> None:
+        """A whole node idle in a busy UltraServer is not 16 stragglers, jobs known or not: without jobs it is a
+        node without work, and inside a job a node idles together when something else holds it up (a failed
+        chip, a lost node: raised on their own), so one fault stays one culprit."""
         raised = {}
         for jobs in (False, True):
             feed = ChipFeed(clock=False)
@@ -225,7 +226,7 @@ class TestUtilisation:
             feed.run(40, node_group=node_job)
             feed.run(30, util=util, node_group=node_job)
             raised[jobs] = sorted({chip for _t, chip, _s, _r in feed.raised})
-        assert raised == {False: [], True: list(range(64, 80))}
+        assert raised == {False: [], True: []}
 
 
 class TestLatency:

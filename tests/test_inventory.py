@@ -147,7 +147,9 @@ class TestMonitoring:
             analysis = core.step([f for _t, f in frames])
         assert analysis.throughput.fleet_peak == pytest.approx(144 * 1.299e15)
         assert analysis.throughput.chips_fresh == 144
-        assert all(n == 0 for n in analysis.health.unknown.values()), analysis.health.unknown
+        # The simulator's agent sends no execution counters, so the present chips' errors are unknown; nothing
+        # of the absent nodes is counted.
+        assert {k: n for k, n in analysis.health.unknown.items() if n} == {("chip", "errors"): 144}
         assert {t for t, _f in frames if parse_topic(t) and parse_topic(t).kind == "node"} == {  # type: ignore[union-attr]
             f"rainier/v1/telemetry/s{s}/b{u % 256}/u{u}/n{n}" for n in np.flatnonzero(topo.node_present).tolist()
             for s, u, _ in [topo.node_path(n)]

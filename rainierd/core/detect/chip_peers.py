@@ -12,10 +12,14 @@ thresholds and what they were measured against.
 
 * Utilisation: a sample is a *collapse* when the chip's utilisation is under
   ``util_collapse`` (half) of its peers' median while that median is busy
-  (over ``active_util``).  Without a known job the chip's node must be busy
-  too (at least half its reporting chips over ``active_util``): a monitor
-  that knows no jobs may see an idle node beside busy ones in one
-  UltraServer, and an idle node is not a fault.  A group idle together (a
+  (over ``active_util``), and the chip's own node is busy (at least half its
+  reporting chips over ``active_util``).  A whole node idle beside busy peers
+  is not one chip straggling: a monitor that knows no jobs may see an idle
+  node beside busy ones in one UltraServer, and inside a known job a node
+  (or an UltraServer) idles together when something else holds it up — a
+  failed chip or a lost node, each raised on its own, so one fault is one
+  culprit and not sixty-three stragglers (the demo's failed chip stalls its
+  UltraServer and raised every other chip of it).  A group idle together (a
   checkpoint, a restart, a stalled job, an idle UltraServer) is no collapse,
   and its samples count as clean.
 * Latency: a sample is *slow* when the chip's median execution latency is
@@ -96,7 +100,7 @@ class PeerActivity:
         busy = known & (util > np.float32(p.active_util))
         cpn = peers.chips_per_node
         node_busy = 2 * busy.reshape(-1, cpn).sum(axis=1) >= known.reshape(-1, cpn).sum(axis=1)
-        busy_here = np.repeat(node_busy, cpn) | peers.chip_in_job()
+        busy_here = np.repeat(node_busy, cpn)
         judged = known & np.isfinite(reference)
         with np.errstate(invalid="ignore", divide="ignore"):
             ratio = (util / reference).astype(np.float32)
