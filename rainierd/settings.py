@@ -46,7 +46,7 @@ ROLE_PARTS: Final[dict[str, frozenset[Part]]] = {
     "simulate": frozenset({"mqtt", "fleet", "simulator", "http", "server", "log"}),
     "monitor": frozenset({"mqtt", "fleet", "monitor", "http", "server", "log"}),
     "aggregate": frozenset({"mqtt", "fleet", "aggregator", "http", "server", "log"}),
-    "bridge": frozenset({"mqtt", "fleet", "bridge", "log"}),
+    "bridge": frozenset({"mqtt", "fleet", "bridge", "server", "log"}),
     # The scheduler adapters (rainierd jobs ...): they publish job documents named against the inventory.
     "jobs": frozenset({"mqtt", "fleet", "log"}),
     # It probes a role's HTTP side from the same settings, and writes no log.
@@ -168,9 +168,9 @@ class Settings(BaseSettings):
         "the exporter's /metrics and probes; a simulator serves its /healthz and /readyz there only when "
         "this is set",
     )
-    web_config_file: Annotated[Path | None, Use("http")] = Field(
-        None, description="exporter: TLS and basic auth, an exporter-toolkit web config (docs/exporter-security.md); "
-        "read when the exporter starts (unset: plain HTTP, no auth)",
+    web_config_file: Annotated[Path | None, Use("http", "bridge")] = Field(
+        None, description="exporter (and the bridge's --listen): TLS and basic auth, an exporter-toolkit web config "
+        "(docs/exporter-security.md); read when the exporter starts (unset: plain HTTP, no auth)",
     )
     http_max_connections: Annotated[int, Use("server")] = Field(
         256, ge=1, le=1_000_000,

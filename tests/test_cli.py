@@ -37,7 +37,7 @@ AGGREGATOR = ["tick_s", "batch_nodes", "shard", "max_frame_bytes"]
 HTTP = ["metrics_addr", "web_config_file"]
 SERVER = ["http_max_connections", "http_max_handshakes", "http_unauthenticated_idle_s"]
 LOG = ["log_format", "log_level"]
-BRIDGE = ["bridge_listen", "ecc_counts", "sample_max_lag_s"]
+BRIDGE = ["bridge_listen", "ecc_counts", "sample_max_lag_s", "web_config_file"]  # its --listen, TLS and auth
 
 # What each command reads, so what its --help lists; written out, so a change is a decision.
 ROLE_SETTINGS: dict[str, set[str]] = {
@@ -45,7 +45,7 @@ ROLE_SETTINGS: dict[str, set[str]] = {
     "simulate": {*MQTT, *FLEET, "tick_s", *SIMULATOR, *HTTP, *SERVER, *LOG},
     "monitor": {*MQTT, *FLEET, "tick_s", *MONITOR, *HTTP, *SERVER, *LOG},
     "aggregate": {*MQTT, *FLEET, *AGGREGATOR, *HTTP, *SERVER, *LOG},
-    "bridge": {*MQTT, *FLEET, *BRIDGE, *LOG},
+    "bridge": {*MQTT, *FLEET, *BRIDGE, *SERVER, *LOG},
     "jobs": {*MQTT, *FLEET, *LOG},
     "healthcheck": set(HTTP),
 }

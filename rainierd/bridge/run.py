@@ -54,6 +54,7 @@ from rainierd.dropqueue import DropOldestQueue
 from rainierd.errors import ConfigError
 from rainierd.exporter import MetricsServer, build_registry
 from rainierd.exporter.serverstatus import ServerCollector, ServerCounters
+from rainierd.exporter.webconfig import load_web_config
 from rainierd.inventory import load_topology
 from rainierd.lifecycle import run_until_stopped
 from rainierd.mqtt import mqtt_config, supervise
@@ -329,8 +330,13 @@ async def run_bridge(settings: Settings, *, node_name: str, efa_root: Path | Non
                                "http": ServerCollector(counters.status)})
     host, port = settings.bridge_host_port
     read = await _stdin()
+    # The same TLS, basic auth and connection limits as every role's HTTP side (docs/exporter-security.md).
+    web = None if settings.web_config_file is None else load_web_config(settings.web_config_file)
     async with MetricsServer(exporter.render, host=host, port=port, generation=lambda: bridge.generation,
-                             healthy=bridge.healthy, ready=bridge.ready, counters=counters) as server:
+                             healthy=bridge.healthy, ready=bridge.ready, counters=counters, web=web,
+                             max_connections=settings.http_max_connections,
+                             max_handshakes=settings.http_max_handshakes,
+                             unauthenticated_idle_s=settings.http_unauthenticated_idle_s) as server:
         if efa_root is not None and not (efa_root / "class" / "infiniband").is_dir():
             log.warning("no EFA devices under the EFA sysfs root: the node's ports stay unknown",
                         efa_sysfs=str(efa_root))

@@ -134,3 +134,37 @@ def test_bad_web_config_stops_the_monitor_with_exit_2(
     assert lines[0].startswith(f"rainierd: web config file {web}: " + message.format(dir=pki.directory))
     assert "plain-text-password" not in monitor.log()
     assert "Traceback" not in monitor.log()
+
+
+@pytest.mark.mosquitto
+def test_the_bridge_serves_its_metrics_over_tls_with_basic_auth(
+    mosquitto: Broker, start_rainierd: Start, pki: Pki, tmp_path: Path,
+) -> None:
+    """`rainierd bridge neuron-monitor --web-config-file` serves /metrics and its probes as the monitor does:
+    TLS with the configured certificate, 401 without the password, 200 with it."""
+    password = "scrape-" + os.urandom(8).hex()
+    hashed = bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=10)).decode()
+    web = pki.directory / "web.yml"
+    web.write_text(f"tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n"
+                   f"basic_auth_users:\n  {USER}: '{hashed}'\n")
+    port = free_port()
+    inventory = Path(__file__).parents[1] / "data" / "inventory-two-sites.toml"
+    fifo = tmp_path / "neuron-monitor.fifo"
+    os.mkfifo(fifo)
+    writer = os.open(fifo, os.O_RDWR)  # neuron-monitor's end: held open, so the bridge's input never ends
+    reader = os.open(fifo, os.O_RDONLY)
+    try:
+        bridge = start_rainierd("bridge", "neuron-monitor", "--node", "ip-10-0-17-8", "--topology", str(inventory),
+                                "--mqtt-url", mosquitto.url, "--listen", f"127.0.0.1:{port}",
+                                "--web-config-file", str(web), name="bridge", stdin=reader)
+        wait_for_port(port)
+        url = f"https://127.0.0.1:{port}"
+        trusted = ssl.create_default_context(cafile=pki.ca_cert)
+        assert get(f"{url}/metrics", context=trusted)[0] == 401
+        assert get(f"{url}/healthz", context=trusted)[0] == 401
+        assert get(f"{url}/metrics", context=trusted, authorization=basic(USER, password))[0] == 200
+        assert bridge.interrupt()[0] == 0
+        assert password not in bridge.log()
+    finally:
+        os.close(reader)
+        os.close(writer)
