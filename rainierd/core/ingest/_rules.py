@@ -31,6 +31,8 @@ __all__ = ["REASONS", "RULES", "Family", "judge"]
 # Whatever the receiving clock, no sample is taken after the year 5138: beyond, t_s is garbage.
 LATEST_PLAUSIBLE_S: Final = 1e11
 _FLOATS: Final = {kind: float_fields(dtype) for kind, dtype in (*RECORD_DTYPES.items(), ("facility", FACILITY_DTYPE))}
+_BITS: Final = {kind: {name: 1 << i for i, name in enumerate(dtype.names or ())}
+                for kind, dtype in (*RECORD_DTYPES.items(), ("facility", FACILITY_DTYPE))}
 
 
 @dataclass(frozen=True, eq=False)
@@ -160,7 +162,10 @@ def _non_finite(c: _Case) -> B:
     """The sample time, or a float field of a record, is NaN or infinite."""
     bad = ~np.isfinite(c.w.t_s)
     for kind in c.kinds():
+        known = c.w.known.get(kind)
         for name in _FLOATS[kind]:
+            if isinstance(known, int) and not known & _BITS[kind][name]:
+                continue  # no frame of the window carries it: nothing to read (its column would be zeros)
             finite = np.isfinite(c.w.columns[kind][name])
             if not finite.all():
                 bad[c.frame_of(kind)[~finite]] = True

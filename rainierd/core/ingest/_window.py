@@ -311,8 +311,11 @@ def join_nodes(items: Sequence[Received], scratch: Scratch) -> Window:
         full = _ALL_FIELDS[kind]
         per_record = [b.known(kind) if isinstance(b, RawBatch)
                       else b.known.get(kind) if b.known else None for b in parts.batches]
-        if all(h == full for h in have) and all(r is None for r in per_record):
-            known[kind] = full
+        if all(r is None for r in per_record) and all(h == have[0] for h in have[1:]):
+            # Every part carries the same columns and no record says more: one mask for the whole window, so
+            # the store tests a bit a column instead of a fleet-sized array a column (the simulator's batches
+            # lack every field added to a record since the binary node frame's layout was fixed).
+            known[kind] = have[0] if have else full
         else:
             masks: list[npt.NDArray[Any]] = [
                 np.full(n, h, np.uint16) if r is None else (r & np.uint16(h))
