@@ -68,7 +68,7 @@ async def _run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         "benchmark": "realfleet", "minutes": args.minutes, "period_s": args.period, "faults": args.faults,
         "seed": args.seed, "nodes": 4,
         "time_to_detect_s": found, "missed": missing, "false_alarms": false_alarms,
-        "node_fp8_error": {"samples": len(board.errors), "p50": board.percentile(50),
+        "node_fp8_error": {"samples": len(board.errors), "unknown": board.unknown, "p50": board.percentile(50),
                            "p99": board.percentile(99), "max": max(board.errors, default=float("nan")),
                            "worst": [{"error": e, "node": n, "t_s": t, "seen": s, "truth": w}
                                      for e, n, t, s, w in board.worst]},

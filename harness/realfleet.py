@@ -313,6 +313,7 @@ class Scoreboard:
     top_chip_flops: float = 0.0  # the largest chip figure seen
     top_node_flops: float = 0.0
     worst: list[tuple[float, str, float, float, float]] = field(default_factory=list)  # (error, node, t_s, seen, want)
+    unknown: int = 0  # node figures the monitor said it did not know (a chip's null): not compared, counted
 
     def add(self, fleet: RealFleet, document: dict[str, Any]) -> None:
         """Score one ``/api/v1/ultraservers/<id>`` document: each node whose chips share one sample time is
@@ -340,11 +341,16 @@ class Scoreboard:
             seen = {c["id"] - node.index * CHIPS_PER_NODE: c["effective_flops"] for c in chips}
             known = [d for d in range(CHIPS_PER_NODE) if np.isfinite(truth[d])]
             want = float(truth[known].sum())
-            if want > 0:
-                got = sum(seen.get(d) or 0.0 for d in known)
-                self.errors.append(abs(got - want) / want)
-                self.worst = sorted([*self.worst, (self.errors[-1], f"n{node.index}", t_s, got, want)],
-                                    reverse=True)[:5]
+            if want <= 0:
+                continue
+            if any(seen.get(d) is None for d in known):
+                self.unknown += 1  # unknown, not wrong: a chip's first interval, or its counter restarted
+                continue
+            got = sum(seen[d] for d in known)
+            self.errors.append(abs(got - want) / want)
+            entry = (self.errors[-1], f"n{node.index}", t_s, got, want)
+            if entry not in self.worst:
+                self.worst = sorted([*self.worst, entry], reverse=True)[:5]
 
     def percentile(self, q: float) -> float:
         """Return the ``q``-th percentile of the errors (NaN with none)."""
