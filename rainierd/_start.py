@@ -34,8 +34,13 @@ class Stopped(SystemExit):
         self.signal = signal.Signals(signum).name
 
 
+_stop_requested = False  # set by stop_now: a signal has come (whatever became of the exception it raised)
+
+
 def stop_now(signum: int, _frame: FrameType | None) -> NoReturn:
     """The handler while nothing needs flushing: raise ``Stopped`` in the main thread."""
+    global _stop_requested  # noqa: PLW0603 - one flag the handler and entry() share, by design
+    _stop_requested = True
     raise Stopped(signum)
 
 
@@ -56,6 +61,13 @@ def entry() -> NoReturn:
         from rainierd.sinks.nodecheck import main as node_check  # noqa: PLC0415 - only this command loads it
 
         sys.exit(node_check(sys.argv[2:]))
-    from rainierd.cli import entry as cli_entry  # noqa: PLC0415 - after the handlers, on purpose
+    try:
+        from rainierd.cli import entry as cli_entry  # noqa: PLC0415 - after the handlers, on purpose
+    except ImportError:
+        # A C extension that imports Python modules while it initialises (numpy's multiarray imports datetime)
+        # turns the Stopped raised inside that import into an ImportError of its own: the stop it was.
+        if _stop_requested:
+            sys.exit(0)
+        raise
 
     cli_entry()

@@ -46,11 +46,7 @@ from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_batches, tick_frames
 from rainierd.topology import build_topology
 from rainierd.wire import (
-    CHIP_DTYPE,
-    COOLING_DTYPE,
-    EFA_DTYPE,
     FACILITY_DTYPE,
-    LINK_DTYPE,
     NodeBatch,
     decode_binary,
     encode_batch,
@@ -58,6 +54,7 @@ from rainierd.wire import (
     encode_json,
 )
 from rainierd.wire.binary import BATCH_HEADER, HEADER
+from rainierd.wire.records import NODE_FRAME_DTYPES, RECORD_DTYPES
 from rainierd.wire.topics import batch_topic, facility_topic, node_topic
 
 TOPO: Final = build_topology("demo")
@@ -76,7 +73,8 @@ Json = dict[str, Any]
 Made = tuple[str, bytes, str]  # topic, payload, the reason it must be refused for
 
 # Where each record kind's fields sit in a binary node frame (docs/wire-format.md, "Records").
-_NODE_RECORDS: Final = (("chips", CHIP_DTYPE), ("links", LINK_DTYPE), ("efa", EFA_DTYPE), ("cooling", COOLING_DTYPE))
+# A binary node frame's records are wire v1's (NODE_FRAME_DTYPES), as the simulator's batches' columns are.
+_NODE_RECORDS: Final = tuple(NODE_FRAME_DTYPES.items())
 _PER_NODE: Final = {"chips": TOPO.chips_per_node, "links": TOPO.links_per_node, "efa": TOPO.efa_ports_per_node,
                     "cooling": 1}
 _ID_FIELD: Final = {"chips": "chip", "links": "link", "efa": "port"}
@@ -390,9 +388,10 @@ class Fuzzer:
                 return topic, put(payload, 36, "<I", rng.randrange(4_097, 2**32)), "bad_header"
             case 1:
                 return topic, put(payload, 40, "<I", 64 * n_nodes + rng.randrange(1, 10**6)), "bad_header"
-            case 2:
-                mask = struct.unpack_from("<H", payload, 56)[0]
-                return topic, put(payload, 56, "<H", mask | 1 << rng.randrange(10, 16)), "bad_header"
+            case 2:  # the EFA field mask naming a field beyond the record's (a chip's 16 fill the u16 mask)
+                mask = struct.unpack_from("<H", payload, 60)[0]
+                spare = len(RECORD_DTYPES["efa"].names or ())
+                return topic, put(payload, 60, "<H", mask | 1 << rng.randrange(spare, 16)), "bad_header"
             case 3:
                 mask = struct.unpack_from("<H", payload, 58)[0]
                 return topic, put(payload, 58, "<H", mask | 1 << rng.randrange(7, 16)), "bad_header"

@@ -1,0 +1,43 @@
+"""Specification of a process's first instants (rainierd/_start.py): a stop that lands while the command line
+is still being imported leaves with 0, even where a C extension turns it into an ImportError of its own."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import types
+
+import pytest
+
+from rainierd import _start
+
+
+@pytest.fixture
+def broken_cli(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``rainierd.cli`` as a module whose import fails (``from rainierd.cli import entry`` raises ImportError),
+    as numpy's does when a signal lands inside its multiarray's import of datetime; the handlers restored."""
+    monkeypatch.setitem(sys.modules, "rainierd.cli", types.ModuleType("rainierd.cli"))
+    monkeypatch.setattr(sys, "argv", ["rainierd", "monitor"])
+    monkeypatch.setattr(signal, "signal", lambda *_args: None)  # the test process keeps its own handlers
+    monkeypatch.setattr(_start, "_stop_requested", False)
+
+
+class TestEntry:
+    def test_an_import_failed_by_a_stop_is_that_stop(self, broken_cli: None, monkeypatch: pytest.MonkeyPatch) -> None:
+        """After a signal, an ImportError from the command line's imports exits 0, as the stop it was."""
+        monkeypatch.setattr(_start, "_stop_requested", True)
+        with pytest.raises(SystemExit) as stopped:
+            _start.entry()
+        assert stopped.value.code == 0
+
+    def test_an_import_error_without_a_stop_is_an_error(self, broken_cli: None) -> None:
+        """Without a signal, an ImportError is what it says: it propagates."""
+        with pytest.raises(ImportError):
+            _start.entry()
+
+    def test_the_handler_remembers_the_stop(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """The handler marks the stop before raising Stopped, whatever an import then makes of the exception."""
+        monkeypatch.setattr(_start, "_stop_requested", False)
+        with pytest.raises(_start.Stopped) as stopped:
+            _start.stop_now(signal.SIGTERM, None)
+        assert (_start._stop_requested, stopped.value.code, stopped.value.signal) == (True, 0, "SIGTERM")
