@@ -297,5 +297,6 @@ class TestCommandLine:
                                                                              "mqtts://b:8883")
         assert (kube.jobs, kube.watch, kube.group_labels) == ("kubernetes", True, ["a", "b"])
         assert (static.jobs, static.input) == ("static", Path("jobs.toml"))
-        assert role_settings("jobs") == [s for s in role_settings("bridge")
-                                         if s not in ("bridge_listen", "ecc_counts", "sample_max_lag_s")]
+        listening = ("bridge_listen", "ecc_counts", "sample_max_lag_s", "web_config_file", "http_max_connections",
+                     "http_max_handshakes", "http_unauthenticated_idle_s")  # the bridge's own and its HTTP side's
+        assert role_settings("jobs") == [s for s in role_settings("bridge") if s not in listening]
