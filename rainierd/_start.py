@@ -21,7 +21,7 @@ import sys
 from types import FrameType
 from typing import Final, NoReturn
 
-__all__ = ["SIGNALS", "Stopped", "entry", "stop_now"]
+__all__ = ["SIGNALS", "Stopped", "entry", "stop_now", "stop_requested"]
 
 SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
 
@@ -42,6 +42,16 @@ def stop_now(signum: int, _frame: FrameType | None) -> NoReturn:
     global _stop_requested  # noqa: PLW0603 - one flag the handler and entry() share, by design
     _stop_requested = True
     raise Stopped(signum)
+
+
+def stop_requested() -> bool:
+    """Return whether a stop signal has come, whatever became of the ``Stopped`` it raised.
+
+    An import that guards an optional dependency (``try: import x except ImportError``) swallows it when the
+    signal lands inside that import and a C extension turns it into an ImportError: the process would go on
+    starting as if never signalled.
+    """
+    return _stop_requested
 
 
 def honour_signals() -> None:
@@ -69,5 +79,6 @@ def entry() -> NoReturn:
         if _stop_requested:
             sys.exit(0)
         raise
-
+    if _stop_requested:  # swallowed inside an import (stop_requested): the stop it was
+        sys.exit(0)
     cli_entry()

@@ -20,7 +20,7 @@ from typing import Any
 
 import structlog
 
-from rainierd._start import SIGNALS
+from rainierd._start import SIGNALS, stop_requested
 
 __all__ = ["run_until_stopped", "stop_on_signals"]
 
@@ -34,6 +34,8 @@ def stop_on_signals(stop: asyncio.Event) -> Iterator[None]:
     before = {sig: signal.getsignal(sig) for sig in SIGNALS}
     for sig in SIGNALS:
         loop.add_signal_handler(sig, stop.set)
+    if stop_requested():  # one came while starting and something swallowed it (_start.stop_requested)
+        stop.set()
     try:
         yield
     finally:

@@ -3,6 +3,7 @@ is still being imported leaves with 0, even where a C extension turns it into an
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import sys
 import types
@@ -10,6 +11,7 @@ import types
 import pytest
 
 from rainierd import _start
+from rainierd.lifecycle import stop_on_signals
 
 
 @pytest.fixture
@@ -41,3 +43,28 @@ class TestEntry:
         with pytest.raises(_start.Stopped) as stopped:
             _start.stop_now(signal.SIGTERM, None)
         assert (_start._stop_requested, stopped.value.code, stopped.value.signal) == (True, 0, "SIGTERM")
+
+
+class TestSwallowedStops:
+    def test_a_stop_swallowed_while_starting_stops_the_role_at_once(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A signal whose Stopped an import swallowed still stops the role: its tasks see the stop at once."""
+        monkeypatch.setattr(_start, "_stop_requested", True)
+
+        async def go() -> bool:
+            stop = asyncio.Event()
+            with stop_on_signals(stop):
+                return stop.is_set()
+
+        assert asyncio.run(go())
+
+    def test_after_the_imports_a_swallowed_stop_exits_0(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """If the command line's imports swallowed a stop, the process leaves with 0 before running anything."""
+        cli = types.ModuleType("rainierd.cli")
+        cli.entry = lambda: pytest.fail("the command line ran after a stop")  # type: ignore[attr-defined]
+        monkeypatch.setitem(sys.modules, "rainierd.cli", cli)
+        monkeypatch.setattr(sys, "argv", ["rainierd", "monitor"])
+        monkeypatch.setattr(signal, "signal", lambda *_args: None)
+        monkeypatch.setattr(_start, "_stop_requested", True)
+        with pytest.raises(SystemExit) as stopped:
+            _start.entry()
+        assert stopped.value.code == 0
