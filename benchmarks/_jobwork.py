@@ -10,8 +10,9 @@ as the monitor does whenever the documents change.
 
 Each measured tick then pays, besides bench core's three stages:
 
-* ``job_loss``: the per-job model (core/jobmodel.py), as ``MonitorCore``
-  prices it every tick;
+* ``job_loss``: the fleet's pricing (core/fleetloss.py: every job, and the
+  capacity in no job per UltraServer), as ``MonitorCore`` prices it every
+  tick (without training jobs bench core's detect stage pays it instead);
 * ``phases``: each job's phase (core/jobphase.py), as ``MonitorCore``
   follows it every tick;
 * ``render``: the exporter's job families (exporter/jobs.py) of that tick,
@@ -42,7 +43,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from rainierd.connection import Connection
 from rainierd.core.analysis import MonitorCore
-from rainierd.core.jobmodel import JobLoss, job_loss
+from rainierd.core.fleetloss import LostByCause, price_fleet
+from rainierd.core.jobmodel import JobLoss
 from rainierd.core.jobphase import JobPhases, PhaseTracker
 from rainierd.core.jobs import JobMembership
 from rainierd.core.model import HealthyShares
@@ -92,12 +94,13 @@ def job_mix(topo: Topology, n_jobs: int, *, start_s: float, seed: int) -> tuple[
 
 
 def _snapshot(
-    throughput: Throughput, members: JobMembership, loss: JobLoss, phases: JobPhases | None = None, *, chips: int,
+    throughput: Throughput, members: JobMembership, loss: JobLoss, lost: LostByCause,
+    phases: JobPhases | None = None, *, chips: int,
 ) -> MonitorSnapshot:
     """Return the fields of a snapshot the job families read."""
     return MonitorSnapshot(generation=throughput.tick + 1, throughput=throughput, chips_total=chips,
                            analysis_s=0.0, analysed_ticks=throughput.tick + 1, jobs=members, job_loss=loss,
-                           job_phases=phases)
+                           lost=lost, job_phases=phases)
 
 
 @dataclass(eq=False)
@@ -132,12 +135,12 @@ class JobWork:
         """Price and render this tick's jobs, then the same without jobs; ``keep`` the seconds of each."""
         for suffix, (members, shares, families, tracker) in self.sides.items():
             started = time.perf_counter()
-            loss = job_loss(throughput, self.core.detector, members, params=self.core.model, shares=shares)
+            loss, lost = price_fleet(throughput, self.core.detector, members, params=self.core.model, shares=shares)
             priced = time.perf_counter()
             phases = tracker.update(members, util=self.core.state.chips.gauges["util"],
                                     chip_fresh=throughput.chip_fresh, stalled=loss.stalled, now_s=self.core.state.now_s)
             phased = time.perf_counter()
-            self.latest[suffix] = _snapshot(throughput, members, loss, phases,
+            self.latest[suffix] = _snapshot(throughput, members, loss, lost, phases,
                                             chips=self.core.topology.n_present_chips)
             rendering = time.perf_counter()
             families.render()
@@ -198,8 +201,8 @@ def scrape_ab(core: MonitorCore, members: JobMembership) -> dict[str, Any]:
     with_jobs = MonitorSnapshot.of(analysis, generation=1, chips_total=topo.n_present_chips, analysis_s=0.0,
                                    analysed_ticks=core.analyses, events=Counter(), lag_s=0.1, status=status)
     empty = JobMembership.empty(topo.n_nodes)
-    without = replace(with_jobs, jobs=empty,
-                      job_loss=job_loss(analysis.throughput, core.detector, empty, params=core.model))
+    empty_loss, empty_lost = price_fleet(analysis.throughput, core.detector, empty, params=core.model)
+    without = replace(with_jobs, jobs=empty, job_loss=empty_loss, lost=empty_lost)
     (a, a_series), (b, b_series) = _scrape(with_jobs, topo), _scrape(without, topo)
     added = {name: a_series[name] - b_series[name] for name in sorted(a_series | b_series)
              if a_series[name] != b_series[name]}

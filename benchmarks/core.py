@@ -41,8 +41,8 @@ from benchmarks.feed import START_S, read_tick, request_tick
 from rainierd._malloc import keep_freed_memory
 from rainierd.core.analysis import HealthView, MonitorCore
 from rainierd.core.config import MonitorConfig
+from rainierd.core.fleetloss import price_fleet
 from rainierd.core.ingest import Message
-from rainierd.core.model import lost_by_cause
 from rainierd.core.throughput import compute_throughput
 from rainierd.errors import ConfigError
 from rainierd.topology import build_topology, parse_topology
@@ -91,7 +91,8 @@ def measure(topology: str, *, repeat: int, batch_nodes: int, seed: int, training
                                         stale_after_s=core.stale_after_s)
         modelled = time.perf_counter()
         core.detector.update(core.state.latest_tick)
-        lost_by_cause(throughput, core.detector, params=core.model)
+        if work is None:  # with training jobs, the job work prices the fleet (as the monitor does, once a tick)
+            price_fleet(throughput, core.detector, core.jobs, params=core.model, shares=core.node_shares)
         HealthView.of(core.detector)  # what the exporter is handed
         detected = time.perf_counter()
         if work is not None:

@@ -1,5 +1,6 @@
-"""What the per-job model (``rainierd.core.jobmodel.job_loss``) costs a tick at
-rainier scale, beside the per-UltraServer model it complements.
+"""What the fleet's pricing (``rainierd.core.fleetloss.price_fleet``: every job,
+and each UltraServer's capacity in no job) costs a tick at rainier scale,
+with the jobs and without any.
 
 ``python -m benchmarks.jobmodel_cost [--topology rainier] [--jobs 1000] [--repeat 30]``
 
@@ -15,7 +16,7 @@ unhealthy entities, not the values.  The state: every chip at 0.62 of peak;
 straddle UltraServers, many hold part of one), about 90 % of the nodes allocated; 300 degraded
 NeuronLinks, 100 degraded EFA ports, 50 throttled chips, 20 stragglers, 5
 failed chips and 3 lost nodes.  Prints one JSON line: median and p99 ms of
-``job_loss`` and of ``lost_by_cause``, wall and this process's CPU (on a
+``price_fleet`` with the jobs and with none, wall and this process's CPU (on a
 shared machine the CPU time is the closer to what an idle one takes), and
 the scrape's figures.
 
@@ -40,9 +41,9 @@ import numpy.typing as npt
 from rainierd._types import F64
 from rainierd.core.analysis import MonitorCore
 from rainierd.core.detect.chips import FAILED, STRAGGLER, THROTTLED
-from rainierd.core.jobmodel import job_loss
-from rainierd.core.jobs import NameIndex, resolve_jobs
-from rainierd.core.model import HealthyShares, lost_by_cause
+from rainierd.core.fleetloss import price_fleet
+from rainierd.core.jobs import JobMembership, NameIndex, resolve_jobs
+from rainierd.core.model import HealthyShares
 from rainierd.core.throughput import Throughput
 from rainierd.exporter.jobs import JobFamilies
 from rainierd.monitor.snapshot import MonitorSnapshot
@@ -98,23 +99,24 @@ def measure(topology: str, *, n_jobs: int, repeat: int, seed: int) -> dict[str, 
     det.cooling.nodes.state[rng.choice(topo.n_nodes, 3, replace=False)] = _NODE_LOST
 
     shares = HealthyShares.empty(topo.n_nodes, halflife_s=60.0)
-    us_shares = HealthyShares.empty(topo.n_ultraservers, halflife_s=60.0)
-    timings: dict[str, list[float]] = {"job_loss": [], "lost_by_cause": [], "job_loss_cpu": [],
-                                       "lost_by_cause_cpu": []}
+    none_shares = HealthyShares.empty(topo.n_nodes, halflife_s=60.0)
+    empty = JobMembership.empty(topo.n_nodes)
+    timings: dict[str, list[float]] = {"price_fleet": [], "price_fleet_no_jobs": [], "price_fleet_cpu": [],
+                                       "price_fleet_no_jobs_cpu": []}
     for tick in range(repeat + 1):
         det.state.now_s = float(tick)
         started, started_cpu = time.perf_counter(), time.process_time()
-        loss = job_loss(throughput, det, members, params=core.model, shares=shares)
+        loss, lost = price_fleet(throughput, det, members, params=core.model, shares=shares)
         middle, middle_cpu = time.perf_counter(), time.process_time()
-        lost_by_cause(throughput, det, params=core.model, shares=us_shares)
+        price_fleet(throughput, det, empty, params=core.model, shares=none_shares)
         ended, ended_cpu = time.perf_counter(), time.process_time()
         if tick:  # the first call pays first-touch page faults
-            timings["job_loss"].append(middle - started)
-            timings["lost_by_cause"].append(ended - middle)
-            timings["job_loss_cpu"].append(middle_cpu - started_cpu)
-            timings["lost_by_cause_cpu"].append(ended_cpu - middle_cpu)
+            timings["price_fleet"].append(middle - started)
+            timings["price_fleet_no_jobs"].append(ended - middle)
+            timings["price_fleet_cpu"].append(middle_cpu - started_cpu)
+            timings["price_fleet_no_jobs_cpu"].append(ended_cpu - middle_cpu)
     snap = MonitorSnapshot(generation=1, throughput=throughput, chips_total=topo.n_present_chips, analysis_s=0.0,
-                           analysed_ticks=1, events=Counter(), jobs=members, job_loss=loss)
+                           analysed_ticks=1, events=Counter(), jobs=members, job_loss=loss, lost=lost)
     return {
         "scrape": _scrape(snap, n_jobs=n_jobs),
         "topology": topology, "chips": topo.n_chips, "nodes": topo.n_nodes, "links": topo.n_links,

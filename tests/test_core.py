@@ -297,13 +297,19 @@ class TestThroughput:
         assert tp.fleet_peak == pytest.approx(128 * 1.299e15)  # type: ignore[attr-defined]
 
     def test_matches_the_simulators_ground_truth(self) -> None:
-        """Effective FLOP/s equals the simulator's truth; delivered matches it within the utilisation sensor noise."""
+        """Effective FLOP/s equals the simulator's truth; delivered matches it within the utilisation sensor noise,
+        raised where a chip's sampled utilisation reads below what its counter executed (a healthy fleet executes
+        what it delivers, so the raise costs a bias: +0.19 % median over seeds 1-5, never above 0.28 %), and is
+        never below effective, for a chip or a level."""
         fleet = Fleet()
         for _ in range(4):
             sample, frames = fleet.frames()
             fleet.feed(frames)
         tp = fleet.throughput()
-        assert tp.fleet_delivered == pytest.approx(sample.truth.delivered_flops, rel=1e-3)  # type: ignore[attr-defined]
+        assert tp.fleet_delivered == pytest.approx(sample.truth.delivered_flops, rel=3e-3)  # type: ignore[attr-defined]
+        assert tp.fleet_delivered >= sample.truth.effective_flops  # type: ignore[attr-defined]
+        assert (tp.chip_delivered >= tp.chip_effective).all()  # type: ignore[attr-defined]
+        assert (tp.ultraserver_delivered >= tp.ultraserver_effective).all()  # type: ignore[attr-defined]
         assert tp.fleet_effective == pytest.approx(sample.truth.effective_flops, rel=1e-9)  # type: ignore[attr-defined]
         assert tp.ultraserver_effective.sum() == pytest.approx(tp.fleet_effective)  # type: ignore[attr-defined]
 

@@ -13,9 +13,10 @@ import pytest
 from rainierd.core.analysis import MonitorCore
 from rainierd.core.detect import FleetDetector
 from rainierd.core.detect.chips import FAILED, STRAGGLER, THROTTLED
+from rainierd.core.fleetloss import price_fleet
 from rainierd.core.jobmodel import CULPRIT_KINDS, JobLoss, job_loss
 from rainierd.core.jobs import JobMembership, NameIndex, resolve_jobs
-from rainierd.core.model import HealthyShares, ModelParams, lost_by_cause
+from rainierd.core.model import HealthyShares, ModelParams
 from rainierd.core.state import FleetState
 from rainierd.core.throughput import Throughput
 from rainierd.hardware import TRN2
@@ -110,9 +111,13 @@ class TestWorkedExample:
             set(CAUSES) - {"degraded_neuronlink"}, 0.0)
         assert loss.culprits(0) == [("neuronlink", link, pytest.approx(9.340246e15, rel=1e-6))]
         assert loss.goodput_ratio[0] == pytest.approx(1 / step)
-        # The per-UltraServer model charges the link's UltraServer alone: a third of the job's loss.
-        per_us = lost_by_cause(fleet.throughput(), fleet.detector)
-        assert per_us.fleet()["degraded_neuronlink"] == pytest.approx(loss.lost["degraded_neuronlink"][0] / 3)
+        # Every level adds the job's price up (core/fleetloss.py): the fleet's headline is the job's whole loss,
+        # not the third of it a model charging each fault to its own UltraServer would say, and it sits on the
+        # link's UltraServer.
+        _jobs, levels = price_fleet(fleet.throughput(), fleet.detector, members, params=ModelParams())
+        assert levels.fleet()["degraded_neuronlink"] == pytest.approx(loss.lost["degraded_neuronlink"][0], rel=1e-12)
+        assert levels.ultraserver["degraded_neuronlink"].tolist() == [
+            0.0, pytest.approx(loss.lost["degraded_neuronlink"][0], rel=1e-12), 0.0]
 
     def test_job_size_and_peak(self) -> None:
         """A job's chips and peak are those of the nodes it holds."""
@@ -260,9 +265,10 @@ class TestStall:
 
 
 class TestAgreesWithTheUltraServerModel:
-    def test_one_ultraserver_jobs_match_lost_by_cause(self) -> None:
-        """When every job is exactly one UltraServer, per-job loss by cause is the per-UltraServer model's
-        within 1e-9, fault by fault: throttle, straggler, link, port, failed chip, lost node."""
+    def test_one_ultraserver_jobs_match_the_fallback(self) -> None:
+        """When every job is exactly one UltraServer, per-job loss by cause is what the fleet model charges
+        each UltraServer without jobs (its fallback: each UltraServer's capacity in no job one group) within
+        1e-9, fault by fault: throttle, straggler, link, port, failed chip, lost node."""
         fleet = Fleet(8)
         topo, det = fleet.topo, fleet.detector
         members = membership(topo, {f"j{u}": ultraservers(u) for u in range(8)})
@@ -281,11 +287,12 @@ class TestAgreesWithTheUltraServerModel:
             fleet.effective[u * 64:(u + 1) * 64] *= 0.9
         fleet.effective[4 * 64:6 * 64] = 0.0
         params = ModelParams()
-        us_shares = HealthyShares.empty(topo.n_ultraservers, halflife_s=60.0)
+        us_shares = HealthyShares.empty(topo.n_nodes, halflife_s=60.0)
         node_shares = HealthyShares.empty(topo.n_nodes, halflife_s=60.0)
+        none = JobMembership.empty(topo.n_nodes)
         for now in (0.0, 1.0):
             det.state.now_s = now
-            per_us = lost_by_cause(fleet.throughput(), det, params=params, shares=us_shares)
+            _jobs, per_us = price_fleet(fleet.throughput(), det, none, params=params, shares=us_shares)
             per_job = job_loss(fleet.throughput(), det, members, params=params, shares=node_shares)
             for cause in CAUSES:
                 np.testing.assert_allclose(per_job.lost[cause], per_us.ultraserver[cause], rtol=1e-9, atol=0.0)

@@ -22,6 +22,13 @@ charged anything is listed, with whether its culprits are its own entities
 (a false detection inside it) or another job's (a loss leaking across).  A
 job whose truth shows any phase but ``running`` in the settled ticks is
 flagged ``interrupted``.
+
+``fleet`` grades the headline (core/fleetloss.py): the fleet's lost FP8 by
+cause over every run against the simulator's, per cause and as each run's
+by-cause error (as a job's); beside it what the per-UltraServer fallback
+alone says of the same states (each fault charged to its own UltraServer);
+and the largest gap between the headline and its jobs' losses plus the
+capacity in no job.
 """
 
 from __future__ import annotations
@@ -119,6 +126,31 @@ def _row(kind: str, severity: float, scope: str, jobs: list[dict[str, Any]]) -> 
     }
 
 
+def _fleet(runs: list[JobRunResult]) -> dict[str, Any]:
+    """Return the headline's grade over ``runs`` (see the module docstring)."""
+    truth = {c: sum(r.fleet_truth[c] for r in runs) for c in CAUSES}
+    estimate = {c: sum(r.fleet_estimate[c] for r in runs) for c in CAUSES}
+    fallback = {c: sum(r.fleet_fallback[c] for r in runs) for c in CAUSES}
+    errors = []
+    for r in runs:
+        whole = sum(r.fleet_truth.values())
+        if whole > 0:
+            errors.append(sum(abs(r.fleet_estimate[c] - r.fleet_truth[c]) for c in CAUSES) / whole)
+    whole_truth = sum(truth.values())
+    return {
+        "ratio": _ratio(sum(estimate.values()), whole_truth),
+        "fallback_ratio": _ratio(sum(fallback.values()), whole_truth),
+        "by_cause": {c: {"ratio": _ratio(estimate[c], truth[c]), "fallback_ratio": _ratio(fallback[c], truth[c]),
+                         "truth_flops_ticks": truth[c]} for c in CAUSES if truth[c] > 0 or estimate[c] > 0},
+        "by_cause_error_total": (sum(abs(estimate[c] - truth[c]) for c in CAUSES) / whole_truth
+                                 if whole_truth else None),
+        "runs_graded": len(errors), "runs_within": sum(e <= TOLERANCE for e in errors),
+        "run_by_cause_error_median": statistics.median(errors) if errors else None,
+        "run_by_cause_error_max": max(errors, default=None),
+        "sum_gap_max": max((r.sum_gap_max for r in runs), default=0.0),
+    }
+
+
 def grade_job_rows(results: Iterable[JobRunResult], topo: Topology | None = None) -> dict[str, Any]:
     """Return the job rows: one row per (kind, severity, scope), every faulted job's figures, and what the
     jobs holding no fault were charged."""
@@ -130,8 +162,10 @@ def grade_job_rows(results: Iterable[JobRunResult], topo: Topology | None = None
     worst: float | None = None
     leaks: list[dict[str, Any]] = []
     seeds: set[int] = set()
+    every: list[JobRunResult] = []
     for run in results:
         runs += 1
+        every.append(run)
         seeds.add(run.draw)
         for record in run.jobs:
             if record.fault is None:
@@ -170,6 +204,7 @@ def grade_job_rows(results: Iterable[JobRunResult], topo: Topology | None = None
         "culprit_found": sum(j["culprit_found"] for j in graded),
         "interrupted": sum(bool(j["interrupted"]) for j in faulted),
         "rows": rows,
+        "fleet": _fleet(every),
         "clean": {
             "jobs": clean_jobs, "charged": clean_charged,
             "estimate_flops_ticks": clean_estimate, "truth_flops_ticks": clean_truth,

@@ -37,7 +37,10 @@ import numpy as np
 from benchmarks.detect.placing import FAULT_S, JITTER_S, SLOW_FAULT_S, TAIL_S, WARMUP_S, Cell, place, ticks_of
 from rainierd.core.analysis import MonitorCore
 from rainierd.core.config import MonitorConfig
+from rainierd.core.fleetloss import price_fleet
 from rainierd.core.jobmodel import CULPRIT_KINDS
+from rainierd.core.jobs import JobMembership
+from rainierd.core.model import HealthyShares
 from rainierd.monitor.jobs import JobFeed
 from rainierd.pace import CAUSES
 from rainierd.sim.faults import SEVERITIES, TARGETS, Fault, FaultKind, fault_ultraservers
@@ -94,6 +97,15 @@ class JobRunResult:
     jobs: list[JobRecord]
     draw: int = 0  # which of the benchmark's seeds drew the run's jobs and faults
     seconds: float = 0.0
+    # The fleet's lost FLOP/s by cause, summed over the settled ticks: the simulator's, the monitor's headline
+    # (core/fleetloss.py) and what the per-UltraServer fallback alone would say of the same state (each fault
+    # charged to its own UltraServer: the headline before issue 34).
+    fleet_truth: dict[str, float] = field(default_factory=lambda: dict.fromkeys(CAUSES, 0.0))
+    fleet_estimate: dict[str, float] = field(default_factory=lambda: dict.fromkeys(CAUSES, 0.0))
+    fleet_fallback: dict[str, float] = field(default_factory=lambda: dict.fromkeys(CAUSES, 0.0))
+    # The largest gap, over settled ticks and causes, between the headline and its jobs' losses plus the
+    # capacity in no job, relative to the headline (0 when they add up exactly).
+    sum_gap_max: float = 0.0
 
 
 def job_cells(kinds: Collection[FaultKind] | None = None) -> list[Cell]:
@@ -160,6 +172,11 @@ def run_job_fleet(
     assert isinstance(model.training, JobTraining)
     core = MonitorCore(topo, MonitorConfig(tick_s=tick_s))
     announcer, feed = JobAnnouncer(source="bench"), JobFeed(topo)
+    fallback_shares = HealthyShares.empty(topo.n_nodes, halflife_s=core.model.healthy_share_halflife_s)
+    no_jobs = JobMembership.empty(topo.n_nodes)
+    fleet = {"truth": dict.fromkeys(CAUSES, 0.0), "estimate": dict.fromkeys(CAUSES, 0.0),
+             "fallback": dict.fromkeys(CAUSES, 0.0)}
+    sum_gap = 0.0
     us_job = {u: j.id for j in jobs for u in j.ultraservers}
     holder = {us_job[int(fault_ultraservers(topo, f)[0])]: f for f in faults}
     records = {j.id: JobRecord(j.id, j.ultraservers, holder.get(j.id)) for j in jobs}
@@ -172,9 +189,19 @@ def run_job_fleet(
         membership = feed.resolve(feed.pending())
         frames = [frame for _topic, frame in tick_batches(topo, sample, publisher="bench", nodes_per_batch=128)]
         analysis = core.step(frames, now_s=model.t_of(tick), jobs=membership)
+        _jobs, fallback = price_fleet(analysis.throughput, core.detector, no_jobs, params=core.model,
+                                      shares=fallback_shares)
         if tick < settled:
             continue
         loss = analysis.job_loss
+        headline, unallocated = analysis.lost.fleet(), analysis.lost.unallocated_fleet()
+        for cause in CAUSES:
+            fleet["truth"][cause] += sample.truth.lost_flops[cause]
+            fleet["estimate"][cause] += headline[cause]
+            fleet["fallback"][cause] += float(fallback.site[cause].sum())
+            jobs_sum = float(loss.lost[cause].sum()) if loss is not None else 0.0
+            gap = abs(headline[cause] - jobs_sum - unallocated[cause])
+            sum_gap = max(sum_gap, gap / headline[cause] if headline[cause] > 0 else gap)
         number = {} if analysis.jobs is None else {job_id: j for j, job_id in enumerate(analysis.jobs.ids)}
         for truth in sample.truth.jobs:
             record = records[truth.id]
@@ -193,4 +220,5 @@ def run_job_fleet(
                 if kind >= 0:
                     record.culprits[CULPRIT_KINDS[kind], ident] += flops
     return JobRunResult(seed, profile, tick_s, ticks, ticks - settled, list(records.values()), draw=draw,
-                        seconds=time.perf_counter() - started)
+                        seconds=time.perf_counter() - started, fleet_truth=fleet["truth"],
+                        fleet_estimate=fleet["estimate"], fleet_fallback=fleet["fallback"], sum_gap_max=sum_gap)

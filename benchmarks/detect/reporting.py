@@ -98,6 +98,15 @@ def _print_job_rows(jr: dict[str, Any]) -> None:
               f"{j['severity']:g} {j['scope']} {j['target']}: ratio {_fmt(j['ratio'], '.3f')}, by-cause error "
               f"{_fmt(j['by_cause_error'], '.1%')}, culprit {j['culprit']}, truth {j['truth_by_cause']}, "
               f"estimate {j['estimate_by_cause']}{', phases ' + str(j['interrupted']) if j['interrupted'] else ''}")
+    if (f := jr.get("fleet")) is not None:
+        print(f"fleet headline (lost FP8 by cause, every run): {_fmt(f['ratio'], '.3f')} of truth "
+              f"(per-UltraServer fallback alone: {_fmt(f['fallback_ratio'], '.3f')}); by-cause error "
+              f"{_fmt(f['by_cause_error_total'], '.1%')}; {f['runs_within']}/{f['runs_graded']} runs within "
+              f"{tol:.0%} (median {_fmt(f['run_by_cause_error_median'], '.1%')}, max "
+              f"{_fmt(f['run_by_cause_error_max'], '.1%')}); headline - jobs - unallocated, max "
+              f"{f['sum_gap_max']:.1e} relative")
+        for cause, v in f["by_cause"].items():
+            print(f"  {cause}: {_fmt(v['ratio'], '.3f')} of truth (fallback {_fmt(v['fallback_ratio'], '.3f')})")
     c = jr["clean"]
     print(f"jobs holding no fault: {c['jobs']}, {c['charged']} charged anything; charged "
           f"{_fmt(c['estimate_of_faulted_truth'], '.2e')} of the faulted jobs' true loss, "

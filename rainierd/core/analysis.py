@@ -19,12 +19,13 @@ from rainierd.core.config import MonitorConfig
 from rainierd.core.detect import STATE_NAMES, Event, FeedView, FleetDetector
 from rainierd.core.detect._stats import PeerSample
 from rainierd.core.eventjobs import with_jobs
+from rainierd.core.fleetloss import LostByCause, price_fleet
 from rainierd.core.ingest import FlushResult, Ingest, IngestStats, Message, Received
-from rainierd.core.jobmodel import JobLoss, job_loss
+from rainierd.core.jobmodel import JobLoss
 from rainierd.core.jobphase import JobPhases, PhaseTracker
 from rainierd.core.jobs import JobMembership
 from rainierd.core.learned import fingerprint, learned_arrays, restore_learned
-from rainierd.core.model import HealthyShares, LostByCause, lost_by_cause
+from rainierd.core.model import HealthyShares
 from rainierd.core.state import FleetState
 from rainierd.core.throughput import Throughput, compute_throughput
 from rainierd.topology import Topology
@@ -160,12 +161,9 @@ class MonitorCore:
                              max_clock_skew_s=config.max_clock_skew_s, max_seq_jump=config.max_seq_jump,
                              tick_s=config.tick_s)
         self.detector = FleetDetector(self.state, hardware=config.hardware, params=config.detection_params())
-        # Each group's healthy share of peak, what a stall of it costs (per group: shards add up).
-        self.healthy_shares = HealthyShares.empty(topology.n_ultraservers,
-                                                  halflife_s=config.model.healthy_share_halflife_s)
-        # Each node's healthy share of peak under the job running on it: job numbers move as jobs come and go,
-        # nodes do not (core/jobmodel.py).
-        self.job_shares = HealthyShares.empty(topology.n_nodes, halflife_s=config.model.healthy_share_halflife_s)
+        # Each node's healthy share of peak under the group it is in (its job, or its UltraServer's capacity in
+        # no job), what a stall costs: job numbers move as jobs come and go, nodes do not (core/jobmodel.py).
+        self.node_shares = HealthyShares.empty(topology.n_nodes, halflife_s=config.model.healthy_share_halflife_s)
         # The jobs the last analysis was given; an analysis given none keeps them.
         self.jobs = JobMembership.empty(topology.n_nodes)
         self.phases = PhaseTracker()  # each job's phase, carried by id from tick to tick
@@ -224,8 +222,8 @@ class MonitorCore:
         throughput = compute_throughput(
             self.state, peak_flops_per_chip=self.peak_flops_per_chip, stale_after_s=self.stale_after_s,
         )
-        lost = lost_by_cause(throughput, self.detector, params=self.model, shares=self.healthy_shares)
-        per_job = job_loss(throughput, self.detector, self.jobs, params=self.model, shares=self.job_shares)
+        # One pricing of every group, added up at every level (core/fleetloss.py).
+        per_job, lost = price_fleet(throughput, self.detector, self.jobs, params=self.model, shares=self.node_shares)
         phases = self.phases.update(self.jobs, util=self.state.chips.gauges["util"],
                                     chip_fresh=throughput.chip_fresh, stalled=per_job.stalled, now_s=now_s)
         # The detectors know no jobs: each event gets the jobs its entity slows, priced on this tick's jobs.

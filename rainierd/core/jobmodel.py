@@ -35,11 +35,16 @@ from rainierd.core.model import HealthyShares, ModelParams, group_loss
 from rainierd.core.throughput import Throughput
 from rainierd.pace import CAUSES
 
-__all__ = ["CULPRIT_KINDS", "TOP_CULPRITS", "JobLoss", "job_loss"]
+__all__ = ["CULPRIT_KINDS", "TERMS", "TOP_CULPRITS", "Groups", "JobLoss", "Priced", "Rows", "job_loss", "no_job_loss",
+           "price_groups"]
 
 # What a culprit can be: ``JobLoss.culprit_kind`` indexes this tuple.
 CULPRIT_KINDS: Final = ("chip", "neuronlink", "efa", "node")
 _CHIP, _NEURONLINK, _EFA, _NODE = range(len(CULPRIT_KINDS))
+# The step's terms a loss comes from, and the causes each one's loss goes to (``pace.CAUSES``' names):
+# ``_culprits`` returns its rows in this order.
+TERMS: Final = (("compute", ("straggler", "thermal_throttle")), ("neuronlink", ("degraded_neuronlink",)),
+                ("efa", ("degraded_efa",)), ("stall", ("failed_chip", "stale_telemetry")))
 TOP_CULPRITS: Final = 5  # culprits kept per job, the costliest first
 
 # The same floor core/model.py puts under a speed or a path fraction (a dead path is a stall, not a 0).
@@ -128,7 +133,7 @@ def _key(kind: I64, ids: I64) -> I64:
 
 
 @dataclass(frozen=True, eq=False)
-class _Candidates:
+class Rows:
     """Entities that may cost a job something: one row each."""
 
     job: I64
@@ -137,7 +142,7 @@ class _Candidates:
     value: F64  # its speed or path fraction until ranked (``_ranked``), then the FLOP/s it costs its job
 
 
-def _ranked(entities: _Candidates, *, floor_of_job: F64, weight: F64) -> _Candidates:
+def _ranked(entities: Rows, *, floor_of_job: F64, weight: F64) -> Rows:
     """Return what each entity of one term costs its job, from each one's speed or path fraction: the drop
     of the term were it healthy.
 
@@ -155,10 +160,10 @@ def _ranked(entities: _Candidates, *, floor_of_job: F64, weight: F64) -> _Candid
     last[:-1] = job[1:] != job[:-1]
     following[last] = floor[last]
     flops = weight[job] * (1.0 / np.minimum(v, floor) - 1.0 / np.minimum(following, floor))
-    return _Candidates(job, entities.kind[order], entities.id[order], flops)
+    return Rows(job, entities.kind[order], entities.id[order], flops)
 
 
-def _charged(found: list[_Candidates]) -> _Candidates:
+def _charged(found: list[Rows]) -> Rows:
     """Return the candidates that cost their job something (their value the FLOP/s), one row each."""
     job = np.concatenate([c.job for c in found])
     kind = np.concatenate([c.kind for c in found])
@@ -170,11 +175,11 @@ def _charged(found: list[_Candidates]) -> _Candidates:
     key = _key(kind, ids)
     unique, first, inverse = np.unique(key, return_index=True, return_inverse=True)
     if unique.size < key.size:
-        return _Candidates(job[first], kind[first], ids[first], np.bincount(inverse, weights=flops).astype(np.float64))
-    return _Candidates(job, kind, ids, flops)
+        return Rows(job[first], kind[first], ids[first], np.bincount(inverse, weights=flops).astype(np.float64))
+    return Rows(job, kind, ids, flops)
 
 
-def _top(charged: _Candidates, n_jobs: int, k: int) -> tuple[I64, I64, F64]:
+def _top(charged: Rows, n_jobs: int, k: int) -> tuple[I64, I64, F64]:
     """Return the ``k`` costliest charged entities of each job as (kind, id, FLOP/s) arrays of shape (n_jobs, k)."""
     # Costliest first; ties by kind then id, so the order never depends on the candidates' order.
     order = np.lexsort((charged.id, charged.kind, -charged.value, charged.job))
@@ -191,8 +196,9 @@ def _top(charged: _Candidates, n_jobs: int, k: int) -> tuple[I64, I64, F64]:
 
 
 @dataclass(frozen=True, eq=False)
-class _Jobs:
-    """Which job each node is in, arranged for reductions from nodes to jobs."""
+class Groups:
+    """Which synchronous group (a job, or an UltraServer's capacity in no job) each node is in, arranged for
+    reductions from nodes to groups; the per-job code calls a group a job."""
 
     n_jobs: int
     node_job: I64  # -1: in no job
@@ -200,7 +206,7 @@ class _Jobs:
     held_job: I64  # the job of each of those
 
     @classmethod
-    def of(cls, membership: JobMembership) -> _Jobs:
+    def of(cls, membership: JobMembership) -> Groups:
         node_job = membership.node_job.astype(np.int64)
         held = np.flatnonzero(node_job >= 0)
         return cls(membership.n_jobs, node_job, held, node_job[held])
@@ -239,11 +245,11 @@ class _Pace:
     f_efa: F64
     speed: F32  # per node and chip
     node_speed: F32  # each node's slowest chip's
-    links: _Candidates  # the unhealthy links in jobs, each with its path fraction
-    ports: _Candidates  # the unhealthy ports in jobs, each with its path fraction
+    links: Rows  # the unhealthy links in jobs, each with its path fraction
+    ports: Rows  # the unhealthy ports in jobs, each with its path fraction
 
 
-def _pace(jobs: _Jobs, detector: FleetDetector, params: ModelParams) -> _Pace:
+def _pace(jobs: Groups, detector: FleetDetector, params: ModelParams) -> _Pace:
     """Return each job's pace terms: per node first, then per job, so no job sees another's entities."""
     topo = detector.state.topology
     n_nodes, cpn = topo.n_nodes, topo.chips_per_node
@@ -265,9 +271,9 @@ def _pace(jobs: _Jobs, detector: FleetDetector, params: ModelParams) -> _Pace:
     link_job = link_job[ours]
     ports, port_fraction = detector.efa.slow_paths(latency_share=params.efa_latency_share)
     mine, port_job = jobs.own(topo.efa_node[ports])
-    links_c = _Candidates(link_job, np.full(link_job.size, _NEURONLINK), links[ours],
+    links_c = Rows(link_job, np.full(link_job.size, _NEURONLINK), links[ours],
                           np.clip(link_fraction[ours], _FLOOR, 1.0).astype(np.float64))
-    ports_c = _Candidates(port_job, np.full(port_job.size, _EFA), ports[mine],
+    ports_c = Rows(port_job, np.full(port_job.size, _EFA), ports[mine],
                           np.clip(port_fraction[mine], _FLOOR, 1.0).astype(np.float64))
     # A node whose every link or port is slow against its peers (detect/nodepaths.py) is one slow path of its job,
     # charged to the node: its share of its peers' traffic is the fraction its paths keep.
@@ -281,10 +287,10 @@ def _pace(jobs: _Jobs, detector: FleetDetector, params: ModelParams) -> _Pace:
     )
 
 
-def _with_nodes(paths: _Candidates, jobs: _Jobs, nodes: I64, fraction: F32) -> _Candidates:
+def _with_nodes(paths: Rows, jobs: Groups, nodes: I64, fraction: F32) -> Rows:
     """Return ``paths`` with the slow nodes that are in a job added, each with its fraction (kind ``node``)."""
     ours, job = jobs.own(nodes)
-    return _Candidates(np.concatenate([paths.job, job]),
+    return Rows(np.concatenate([paths.job, job]),
                        np.concatenate([paths.kind, np.full(job.size, _NODE, np.int64)]),
                        np.concatenate([paths.id, nodes[ours]]),
                        np.concatenate([paths.value, np.clip(fraction[ours], _FLOOR, 1.0).astype(np.float64)]))
@@ -309,7 +315,7 @@ def _slowest(n_jobs: int, job: I64, fraction: F32) -> F64:
 
 
 def _own_share(
-    jobs: _Jobs, shares: HealthyShares, healthy: F64, running: B, *, now_s: float, present: B, fallback: F64,
+    jobs: Groups, shares: HealthyShares, healthy: F64, running: B, *, now_s: float, present: B, fallback: F64,
 ) -> F64:
     """Fold each running job's healthy share of peak into its nodes' shares; return each job's mean of its
     nodes' learned shares (``fallback`` where none is learned)."""
@@ -325,10 +331,11 @@ def _own_share(
 
 
 def _culprits(
-    jobs: _Jobs, detector: FleetDetector, pace: _Pace, *, unhealthy: I64, running_effective: F64, stall_loss: F64,
+    jobs: Groups, detector: FleetDetector, pace: _Pace, *, unhealthy: I64, running_effective: F64, stall_loss: F64,
     node_silent: B, params: ModelParams,
-) -> _Candidates:
-    """Return every entity that costs a job something, and what.  A running job's are its unhealthy chips,
+) -> tuple[Rows, list[Rows]]:
+    """Return every entity that costs a job something, and what, one row each; and the same rows per term
+    (``TERMS``' order) before an entity's terms are summed.  A running job's are its unhealthy chips,
     links and ports, each costing the drop of its term were it healthy; a stalled job's, the entities that
     stall it, sharing its loss."""
     topo, shares = detector.state.topology, params.shares
@@ -345,7 +352,7 @@ def _culprits(
     healthy_speed[touched] = speeds_there.min(axis=1, initial=np.inf)
     floor = np.clip(jobs.min(healthy_speed), _FLOOR, 1.0).astype(np.float64)
     speeds = np.clip(pace.speed.reshape(-1)[slow_chips], _FLOOR, 1.0).astype(np.float64)
-    chips = _Candidates(slow_chip_job, np.full(slow_chips.size, _CHIP), slow_chips, speeds)
+    chips = Rows(slow_chip_job, np.full(slow_chips.size, _CHIP), slow_chips, speeds)
     ones = np.ones(jobs.n_jobs)
     found = [
         _ranked(chips, floor_of_job=floor, weight=running_effective * (1.0 - shares.comm_share)),
@@ -359,8 +366,8 @@ def _culprits(
     ours, stall_job = jobs.own(np.concatenate([topo.chip_node[failed_chips], silent_nodes]))
     stallers = np.bincount(stall_job, minlength=jobs.n_jobs)
     each = np.divide(stall_loss, stallers, out=np.zeros(jobs.n_jobs), where=stallers > 0)
-    found.append(_Candidates(stall_job, stall_kind[ours], stall_ids[ours], each[stall_job]))
-    return _charged(found)
+    found.append(Rows(stall_job, stall_kind[ours], stall_ids[ours], each[stall_job]))
+    return _charged(found), found
 
 
 def job_loss(
@@ -375,18 +382,49 @@ def job_loss(
     and go, nodes do not.  A stalled job is valued at the mean of its nodes'
     learned shares; without ``shares``, or where none is learned, at the
     running jobs' median (as ``core/model.py`` values a stalled UltraServer).
+
+    The jobs alone: ``core/fleetloss.py`` prices them together with the
+    capacity in no job, which is what the monitor does.
+    """
+    topo = detector.state.topology
+    node_peak = topo.node_present * (topo.chips_per_node * detector.hardware.fp8_dense_flops)
+    if membership.n_jobs == 0:
+        # Most fleets' monitors hear no job: at rainier the passes below would cost ~8 ms of CPU to say nothing.
+        return no_job_loss(float(node_peak.sum()))
+    jobs = Groups.of(membership)
+    return price_groups(throughput, detector, jobs, params=params, shares=shares,
+                        idle_learns=np.zeros(jobs.n_jobs, bool)).loss
+
+
+@dataclass(frozen=True, eq=False)
+class Priced:
+    """What ``price_groups`` found: the groups' ``JobLoss`` and, per term (``TERMS``), the rows of the
+    entities charged in it before an entity's terms were summed (what a loss is placed by)."""
+
+    loss: JobLoss
+    rows: list[Rows]
+    jobs: Groups
+    node_peak: F64
+
+
+def price_groups(
+    throughput: Throughput, detector: FleetDetector, jobs: Groups, *, params: ModelParams,
+    shares: HealthyShares | None, idle_learns: B,
+) -> Priced:
+    """Price every group of ``jobs`` (a synchronous group each: a job, or an UltraServer's capacity in no job).
+
+    ``idle_learns`` marks the groups whose nodes learn a healthy share of 0
+    while they run nothing (known 0 FLOP/s and no stall): capacity in no job
+    that sits idle loses nothing when it stalls.  A job in a checkpoint is
+    still a job, and keeps what it learned while it stepped.
     """
     topo = detector.state.topology
     n_nodes, cpn = topo.n_nodes, topo.chips_per_node
-    node_peak = topo.node_present * (cpn * detector.hardware.fp8_dense_flops)
-    if membership.n_jobs == 0:
-        # The monitor prices the jobs every tick, and most fleets' monitors will hear none: at rainier the passes
-        # below cost ~8 ms of CPU a tick to say nothing.  The shares learn nothing without a job either.
-        return _no_jobs(float(node_peak.sum()))
-    jobs = _Jobs.of(membership)
+    node_peak = (topo.node_present * (cpn * detector.hardware.fp8_dense_flops)).astype(np.float64)
     peak = jobs.sum(node_peak)
     # Over the chips that know it: a chip's first interval without a delivered figure (no clock) is unknown.
-    effective = jobs.sum(np.nansum(throughput.chip_effective.reshape(n_nodes, cpn), axis=1))
+    chip_effective = throughput.chip_effective.reshape(n_nodes, cpn)
+    effective = jobs.sum(np.nansum(chip_effective, axis=1))
     pace = _pace(jobs, detector, params)
 
     # A failed or silent member stalls the whole job.
@@ -401,20 +439,25 @@ def job_loss(
     stalled = failed | silent
     running = ~stalled & (effective > 0)
     share = effective[running] / peak[running] if running.any() else np.array([0.0])
-    own_share = np.full(membership.n_jobs, float(np.median(share)) if share.size else 0.0)
+    own_share = np.full(jobs.n_jobs, float(np.median(share)) if share.size else 0.0)
 
     # Priced in float64 (the float32 speed exactly widened), as a recording rule prices the shards' exported
     # terms: one monitor's figures and the rule's combination of them then agree within 1e-9 (docs/jobs.md).
     s_min = pace.s_min.astype(np.float64)
     terms = group_loss(effective, s_min=s_min, f_nl=pace.f_nl, f_efa=pace.f_efa, params=params)
     if shares is not None:
+        learning = running
+        if idle_learns.any():
+            # Idle: no stall and a known 0 (no fresh chip of it whose figure is unknown).
+            unknown = jobs.any(np.asarray(np.isnan(chip_effective).any(axis=1), bool))
+            learning = running | (idle_learns & ~stalled & (effective == 0) & ~unknown)
         with np.errstate(invalid="ignore", divide="ignore"):
             healthy = (effective + terms["compute"] + terms["neuronlink"] + terms["efa"]) / peak
-        own_share = _own_share(jobs, shares, healthy, running, now_s=detector.state.now_s,
+        own_share = _own_share(jobs, shares, healthy, learning, now_s=detector.state.now_s,
                                present=topo.node_present, fallback=own_share)
     healthy_value = own_share * peak
     stall_loss = np.where(stalled, np.maximum(healthy_value - effective, 0.0), 0.0)
-    zero = np.zeros(membership.n_jobs)
+    zero = np.zeros(jobs.n_jobs)
     straggler = pace.slowest_is_straggler
     lost = {
         "failed_chip": np.where(failed, stall_loss, zero),
@@ -424,23 +467,24 @@ def job_loss(
         "degraded_neuronlink": np.where(stalled, zero, terms["neuronlink"]),
         "degraded_efa": np.where(stalled, zero, terms["efa"]),
     }
-    charged = _culprits(jobs, detector, pace, unhealthy=unhealthy,
-                        running_effective=np.where(stalled, 0.0, effective), stall_loss=stall_loss,
-                        node_silent=node_silent, params=params)
+    charged, rows = _culprits(jobs, detector, pace, unhealthy=unhealthy,
+                              running_effective=np.where(stalled, 0.0, effective), stall_loss=stall_loss,
+                              node_silent=node_silent, params=params)
     kind, ids, flops = _top(charged, jobs.n_jobs, TOP_CULPRITS)
     key = _key(charged.kind, charged.id)
     by_key = np.argsort(key)
-    return JobLoss(
+    loss = JobLoss(
         chips=jobs.sum(topo.node_present * float(cpn)).astype(np.int64), peak=peak, effective=effective,
         lost={c: lost[c] for c in CAUSES}, stalled=stalled, failed=failed, s_min=s_min,
         slowest_is_straggler=straggler, f_nl=pace.f_nl, f_efa=pace.f_efa, healthy_value=healthy_value,
         culprit_kind=kind, culprit_id=ids, culprit_flops=flops,
         charged_key=key[by_key], charged_job=charged.job[by_key], charged_flops=charged.value[by_key],
-        unallocated_peak=float(node_peak[membership.node_job < 0].sum()),
+        unallocated_peak=float(node_peak[jobs.node_job < 0].sum()),
     )
+    return Priced(loss, rows, jobs, node_peak)
 
 
-def _no_jobs(unallocated_peak: float) -> JobLoss:
+def no_job_loss(unallocated_peak: float) -> JobLoss:
     """Return the figures of a fleet with no jobs: every per-job array empty, the whole peak unallocated."""
     none_f, none_i = np.zeros(0), np.zeros(0, np.int64)
     return JobLoss(

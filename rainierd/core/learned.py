@@ -38,7 +38,9 @@ __all__ = ["VERSION", "LearnedStateError", "fingerprint", "learned_arrays", "res
 # 1: the first layout (issue 22): baselines, slow-loss rates and site backgrounds, healthy shares.
 # 2: each port's retransmit rate also holds the window it keeps back until the next one ends clean
 #    (``RateBaseline.held_*``): a layout-1 file lacks them and is refused as another layout.
-VERSION: Final = 2
+# 3: one healthy share per node for every group (issue 34: jobs and capacity in no job priced alike), where
+#    layout 2 kept one per UltraServer and one per node under jobs.
+VERSION: Final = 3
 _VERSION_KEY: Final = "version"
 _TOPOLOGY_KEY: Final = "topology"
 
@@ -81,8 +83,7 @@ def learned_arrays(core: MonitorCore, *, topology_fingerprint: str) -> dict[str,
         out |= {f"{part}.{name}": value for name, value in learned.arrays().items()}
     out |= {f"efa.slow_loss.{name}": value for name, value in core.detector.efa.slow_loss.arrays().items()}
     out["neuronlink.share_ref"] = core.detector.links.share_ref.copy()
-    out["model.healthy_shares"] = core.healthy_shares.share.copy()
-    out["model.job_shares"] = core.job_shares.share.copy()
+    out["model.node_shares"] = core.node_shares.share.copy()
     return out
 
 
@@ -127,11 +128,10 @@ def restore_learned(core: MonitorCore, arrays: Mapping[str, npt.NDArray[Any]], *
             learned.check(_within(arrays, f"{part}."))
         slow_loss.check(slow_loss_arrays)
         share_ref = take(arrays, "neuronlink.share_ref", links.share_ref)
-        healthy = take(arrays, "model.healthy_shares", core.healthy_shares.share)
-        jobs = take(arrays, "model.job_shares", core.job_shares.share)
+        shares = take(arrays, "model.node_shares", core.node_shares.share)
     except ValueError as exc:
         raise LearnedStateError(f"an array does not fit this monitor's: {exc}") from None
     for part, learned in parts.items():
         learned.load(_within(arrays, f"{part}."))
     slow_loss.load(slow_loss_arrays)
-    links.share_ref, core.healthy_shares.share, core.job_shares.share = share_ref, healthy, jobs
+    links.share_ref, core.node_shares.share = share_ref, shares

@@ -2,10 +2,14 @@
 FLOP/s per chip, summed per UltraServer, site and fleet.
 
 * peak: the chip's dense FP8 figure, for every chip in the topology;
-* delivered: peak x utilisation x clock ratio, what the chip says it is doing;
+* delivered: peak x utilisation x clock ratio, what the chip says it is doing
+  (at least what its counter says it executed, at most peak);
 * effective: the FP8 FLOP the chip actually executed per second, the rate of
   its FLOP counter over its last interval (its delivered figure until it has
-  two samples, or when its counter restarted).
+  two samples, or when its counter restarted), at most peak.
+
+So every chip has ``effective <= delivered <= peak`` where it knows them,
+and every level's sums keep that over chips that know both.
 
 A chip the monitor has not heard from within ``stale_after_s`` (on its
 listening clock) counts in peak but delivers nothing.  The synchronous-group model (a group runs at its
@@ -128,6 +132,8 @@ def compute_throughput(
     delivered = chips.gauges["util"].astype(np.float64)
     delivered *= chips.gauges["clock_ratio"]
     delivered *= peak_flops_per_chip
+    # Physics: no chip delivers more than its peak (NaN, unknown, stays unknown).
+    np.minimum(delivered, peak_flops_per_chip, out=delivered)
     # A chip that is silent delivers nothing the monitor can vouch for (the model charges its group's stall to
     # stale telemetry); a fresh chip whose utilisation or clock is unknown has an unknown figure (NaN).
     delivered[~fresh] = 0.0
@@ -135,10 +141,16 @@ def compute_throughput(
     # Until a chip has two samples, or after its counter went backwards (a
     # publisher restart), it has no measured rate: its delivered figure stands
     # in, so a monitor that just started does not report a fleet at 7 %; and
-    # where that is unknown too, so is its effective figure.
+    # where that is unknown too, so is its effective figure.  The counter's
+    # rate is admitted up to a margin over peak (core/bounds.py: two
+    # publishers' clocks never agree to the millisecond); what a chip executed
+    # is at most its peak.
     with np.errstate(invalid="ignore"):
         countable = fresh & (rate >= 0)
-    effective = np.where(countable, rate, delivered)
+    effective = np.where(countable, np.minimum(rate, peak_flops_per_chip), delivered)
+    # What a chip executed it delivered: a utilisation sampled at one instant may read below the FLOP its
+    # counter says ran over the interval, and delivered is then at least that (an unknown one stays unknown).
+    np.maximum(delivered, effective, out=delivered)
 
     chip_us = topo.chip_ultraserver
     n_us = topo.n_ultraservers

@@ -1,8 +1,8 @@
 """Detection results as metrics.
 
 ``DetectionCollector`` (prometheus-client) carries the small, fixed families: how
-many entities are in each unhealthy state, the events so far, lost FP8 by
-cause for the fleet and each site, and the budget's drop counter.
+many entities are in each unhealthy state, the events so far and the
+budget's drop counter (lost FP8 by cause: exporter/loss.py).
 ``EntityFamilies`` renders the families whose size follows the fleet's health
 straight to text (exporter/ultraservers.py explains why): one series per unhealthy
 NeuronLink, EFA port, chip, node and UltraServer, never one per healthy
@@ -224,16 +224,6 @@ class DetectionCollector(Collector):
             for state in names:
                 events.add_metric([entity, state], snap.events.get((entity, state), 0))
         yield events
-        if snap.lost is not None:
-            fleet = GaugeMetricFamily("rainier_fleet_fp8_lost_flops", "FP8 FLOP/s lost, by cause.", labels=["cause"])
-            site = GaugeMetricFamily("rainier_site_fp8_lost_flops", "Site FP8 FLOP/s lost, by cause.",
-                                     labels=["site", "cause"])
-            for cause in CAUSES:
-                fleet.add_metric([cause], float(snap.lost.site[cause].sum()))
-                for s, value in enumerate(snap.lost.site[cause].tolist()):
-                    site.add_metric([f"s{s}", cause], value)
-            yield fleet
-            yield site
         if self._dropped is not None:
             dropped = CounterMetricFamily(
                 "rainier_exporter_series_dropped", "Per-entity series left out to stay within the budget.",

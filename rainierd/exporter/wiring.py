@@ -14,6 +14,7 @@ from rainierd.exporter.actions import ActionsCollector
 from rainierd.exporter.entities import DetectionCollector, EntityFamilies
 from rainierd.exporter.fleet import FleetCollector, ShardCollector
 from rainierd.exporter.jobs import JobFamilies
+from rainierd.exporter.loss import LossCollector
 from rainierd.exporter.registry import Exporter, build_registry
 from rainierd.exporter.selfstatus import (
     AnalysisCollector,
@@ -82,6 +83,7 @@ def build_exporter(
         "event_loop": LoopCollector(snapshot),
         "analysis": AnalysisCollector(snapshot),
         "detection": DetectionCollector(computed, dropped=lambda: entities.dropped),
+        "loss": LossCollector(computed),
         "actions": ActionsCollector(computed),
         **({} if server is None else {"http": ServerCollector(server)}),
         **(extra or {}),

@@ -19,11 +19,11 @@ from rainierd.actions.policy import ActionTotals
 from rainierd.connection import Connection
 from rainierd.core.aggregates import Aggregates
 from rainierd.core.analysis import Analysis, DetailView, HealthView
+from rainierd.core.fleetloss import LostByCause
 from rainierd.core.ingest import IngestStats
 from rainierd.core.jobmodel import JobLoss
 from rainierd.core.jobphase import JobPhases
 from rainierd.core.jobs import JobMembership
-from rainierd.core.model import LostByCause
 from rainierd.core.throughput import Throughput
 from rainierd.histogram import Histogram
 

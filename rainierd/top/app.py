@@ -81,8 +81,9 @@ def _unhealthy_text(unhealthy: Mapping[str, Mapping[str, int]] | None) -> str:
 
 
 def fleet_header(view: View) -> Text:
-    """The fleet screen's four header lines, each short enough not to wrap at 120 columns but the last (the
-    unhealthy counts, cut at the edge): FP8, chips and the monitor, lost FP8, unhealthy entities."""
+    """The fleet screen's five header lines, each short enough not to wrap at 120 columns but the last (the
+    unhealthy counts, cut at the edge): FP8, chips and the monitor, lost FP8, the five entities costing most,
+    unhealthy entities."""
     fleet = view.fleet
     text = Text(no_wrap=True, overflow="ellipsis")
     if fleet is None:
@@ -105,10 +106,23 @@ def fleet_header(view: View) -> Text:
     if backlog := monitor.get("backlog_messages"):
         text.append(f", backlog {backlog:,}")
     text.append("\nlost ", "bold red" if fleet.get("lost_flops") else "bold")
-    text.append(f"{flops(fleet.get('lost_flops'))}: {cause_text(fleet.get('lost_by_cause'), top=6)}\n")
+    text.append(f"{flops(fleet.get('lost_flops'))}: {cause_text(fleet.get('lost_by_cause'), top=6)}")
+    if fleet.get("loss_model") == "per_ultraserver_fallback":
+        text.append("  (no job known: priced per UltraServer)", "italic")
+    text.append("\ncosting most ", "bold")
+    text.append(culprits_text(fleet.get("culprits")) + "\n")
     text.append("unhealthy ", "bold")
     text.append(_unhealthy_text(fleet.get("unhealthy")))
     return text
+
+
+def culprits_text(culprits: object, *, top: int = 5) -> str:
+    """The fleet's ``top`` costliest entities as one line (``chip 6440 197 PF/s, neuronlink 992 62.2 PF/s``):
+    short enough for 120 columns; where each is and which job it slows are on the jobs tab and its screen."""
+    if not isinstance(culprits, list) or not culprits:
+        return "-"
+    parts = [f"{c.get('entity')} {c.get('id')} {flops(c.get('flops'))}" for c in culprits[:top] if isinstance(c, dict)]
+    return ", ".join(parts) or "-"
 
 
 def legend(scale: Scale) -> Text:
@@ -303,7 +317,7 @@ class TopApp(App[None]):
 
     TITLE = "rainierd top"
     CSS = """
-    #header { height: 4; }
+    #header { height: 5; }
     #middle { height: 1fr; }
     #left { width: 2fr; }
     #legend, #cell { height: 1; }

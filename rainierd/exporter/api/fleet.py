@@ -11,11 +11,13 @@ import numpy as np
 from rainierd.core.detect import STATE_NAMES
 from rainierd.exporter.api._common import columns, floats, number
 from rainierd.exporter.api.ultraservers import ENTITIES, UltraServerTable
+from rainierd.exporter.jobs import ID_SPELLING
+from rainierd.exporter.loss import goodput
 from rainierd.monitor.snapshot import MonitorSnapshot
 from rainierd.pace import CAUSES
 from rainierd.topology import Topology
 
-__all__ = ["fleet", "sites"]
+__all__ = ["culprits", "fleet", "sites"]
 
 
 def fleet(topo: Topology, snap: MonitorSnapshot) -> dict[str, Any]:
@@ -28,13 +30,21 @@ def fleet(topo: Topology, snap: MonitorSnapshot) -> dict[str, Any]:
     unhealthy = {entity: {state: counts.get((entity, state), 0) for state in names[1:]}
                  for entity, names in STATE_NAMES.items()}
     backlog = snap.status.backlog
-    goodput = snap.job_loss.allocated_goodput_ratio if snap.job_loss is not None else float("nan")
+    allocated = snap.job_loss.allocated_goodput_ratio if snap.job_loss is not None else float("nan")
+    lost_total = sum(lost.values())
+    unallocated = snap.lost.unallocated_fleet() if snap.lost is not None else dict.fromkeys(CAUSES, 0.0)
     return {
         "generation": snap.generation, "tick": tp.tick, "analysed_ticks": snap.analysed_ticks,
         "peak_flops": peak, "delivered_flops": number(float(tp.shown("delivered", "fleet")[0])),
         "effective_flops": number(effective), "effective_share": number(effective / peak) if peak > 0 else None,
-        "goodput_ratio": number(goodput),
-        "lost_flops": sum(lost.values()), "lost_by_cause": {c: lost.get(c, 0.0) for c in CAUSES},
+        # One model (core/fleetloss.py): the headline is every job's loss plus the capacity in no job's.
+        "goodput_ratio": number(goodput(effective, lost_total)),
+        "allocated_goodput_ratio": number(allocated),
+        "lost_flops": lost_total, "lost_by_cause": {c: lost.get(c, 0.0) for c in CAUSES},
+        "lost_unallocated_flops": sum(unallocated.values()),
+        "lost_unallocated_by_cause": {c: unallocated.get(c, 0.0) for c in CAUSES},
+        "loss_model": "jobs" if snap.lost is not None and snap.lost.n_jobs else "per_ultraserver_fallback",
+        "culprits": culprits(topo, snap),
         "chips": {"total": snap.chips_total, "reporting": tp.chips_fresh,
                   "delivered_unknown": int(tp.unknown("delivered", "fleet")[0]),
                   "effective_unknown": int(tp.unknown("effective", "fleet")[0])},
@@ -49,6 +59,20 @@ def fleet(topo: Topology, snap: MonitorSnapshot) -> dict[str, Any]:
             "connected": snap.status.connection.connected,
         },
     }
+
+
+def culprits(topo: Topology, snap: MonitorSnapshot) -> list[dict[str, Any]]:
+    """Return the fleet's costliest entities (core/fleetloss.py keeps 20), the costliest first: each one's
+    kind, id (as the jobs' culprits spell it), UltraServer, the job it slows (null: capacity in no job) and
+    the FLOP/s it costs."""
+    if snap.lost is None:
+        return []
+    ids = snap.jobs.ids if snap.jobs is not None else ()
+    node_of = {"chip": topo.chip_node, "neuronlink": topo.link_node, "efa": topo.efa_node}
+    return [{"entity": kind, "id": ID_SPELLING[kind].format(entity), "flops": flops,
+             "ultraserver": f"u{topo.node_ultraserver[node_of[kind][entity] if kind in node_of else entity]}",
+             "job": ids[job] if 0 <= job < len(ids) else None}
+            for kind, entity, job, flops in snap.lost.culprits() if flops > 0]
 
 
 def sites(topo: Topology, table: UltraServerTable, snap: MonitorSnapshot) -> dict[str, Any]:
@@ -79,6 +103,9 @@ def sites(topo: Topology, table: UltraServerTable, snap: MonitorSnapshot) -> dic
         "lost_flops": floats(np.sum([snap.lost.site[c] for c in CAUSES], axis=0, dtype=np.float64).reshape(n))
         if snap.lost is not None else [0.0] * n,
         "lost_by_cause": [dict(zip(CAUSES, v, strict=True)) for v in zip(*lost.values(), strict=True)],
+        "goodput_ratio": [number(goodput(e, lo)) for e, lo in zip(
+            site_effective.tolist(), snap.lost.total("site").tolist() if snap.lost is not None else [0.0] * n,
+            strict=True)],
         "unhealthy": [dict(zip(ENTITIES, v, strict=True)) for v in zip(*unhealthy.values(), strict=True)],
         "outside_c": outside,
         "water_assist": [None if np.isnan(w) else bool(w) for w in water.tolist()],

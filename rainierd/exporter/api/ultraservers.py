@@ -41,7 +41,8 @@ ENTITIES: Final = ("chip", "neuronlink", "efa", "node", "ultraserver")
 """The entity kinds counted per UltraServer (the feed is the monitor's own, not an UltraServer's)."""
 
 FIELDS: Final = ("id", "name", "site", "state", "chips_present", "chips_reporting", "peak_flops",
-                  "effective_flops", "effective_share", "lost_flops", "lost_by_cause", "unhealthy", "unhealthy_total")
+                  "effective_flops", "effective_share", "lost_flops", "lost_by_cause", "goodput_ratio", "unhealthy",
+                  "unhealthy_total")
 """The fields of an UltraServer's row, in order (``fields=`` picks some; ``id`` is always there)."""
 
 SORTS: Final = {"id": False, "effective_share": False, "lost": True, "unhealthy": True}
@@ -65,6 +66,14 @@ class UltraServerTable:
     unhealthy: dict[str, I64]  # by entity kind
     unhealthy_total: I64
     state: I64  # the ultraserver entity's own state (cooling)
+
+    @property
+    def goodput(self) -> F64:
+        """Return each UltraServer's effective over effective plus lost (NaN: unknown, or nothing could run)."""
+        whole = self.effective + self.lost_total
+        out = np.full(whole.size, np.nan)
+        np.divide(self.effective, whole, out=out, where=whole > 0)
+        return out
 
     @classmethod
     def of(cls, topo: Topology, snap: MonitorSnapshot) -> UltraServerTable:
@@ -122,6 +131,7 @@ class UltraServerTable:
             "effective_share": lambda: floats(self.share[ids]),
             "lost_flops": lambda: floats(self.lost_total[ids]),
             "lost_by_cause": lost,
+            "goodput_ratio": lambda: floats(self.goodput[ids]),
             "unhealthy": unhealthy,
             "unhealthy_total": self.unhealthy_total[ids].tolist,
         }
