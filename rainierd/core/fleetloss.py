@@ -124,7 +124,10 @@ def _placement(priced: Priced, node_ultraserver: I64, entity_node: dict[int, I64
         job, flops = rows.job[order], rows.value[order]
         charged = np.bincount(job, weights=flops, minlength=groups.n_jobs)
         # What no charged entity explains, spread by peak; the charged rows where their entities are.
-        rest = np.maximum(term_loss - charged, 0.0)
+        # (A rest within the float's rounding of the charged sum is none: it would put a few FLOP/s of the cause on
+        # UltraServers that hold nothing unhealthy, and rank them above healthy ones.)
+        rest = term_loss - charged
+        rest = np.where(rest > 1e-9 * term_loss, rest, 0.0)
         group_peak = loss.peak
         weight = np.divide(rest[pair_group] * pair_peak, group_peak[pair_group],
                            out=np.zeros(pairs.size), where=group_peak[pair_group] > 0)
