@@ -11,7 +11,6 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
-import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -177,21 +176,35 @@ class TestWhatABinaryFrameAdmits:
     @given(fleets(ratio=st.one_of(st.just(math.nan), st.floats(0.0, 4.0, width=32))))
     @settings(max_examples=60, deadline=None)
     def test_a_utilisation_or_clock_above_one_is_held_at_peak(self, chips: Chips) -> None:
-        """A binary frame's utilisation and clock are checked finite only: above 1 (a sensor's overshoot, a
-        clock reported above nominal) every chip still keeps 0 <= effective <= delivered <= peak."""
+        """The store keeps ratios in [0, 1] (below), but the figures do not rely on it: with a utilisation or
+        clock above 1 in the state (a sensor's overshoot, a clock reported above nominal) every chip still keeps
+        0 <= effective <= delivered <= peak."""
         _topo, tp = chips.throughput()
         chips_bounded(tp)
 
-    @pytest.mark.xfail(strict=True, reason="a binary frame's utilisation and clock are checked finite only "
-                                           "(wire/binary.py): a negative one gives the chip a negative delivered "
-                                           "figure and, without a counter rate, a negative effective one")
-    @given(fleets(ratio=st.floats(-2.0, 2.0, width=32)))
-    @example(Chips(1, 1, frozenset(), heard=np.zeros(64, np.int8), util=np.full(64, -1.0, np.float32),
-                   clock=np.ones(64, np.float32), rate=np.full(64, np.nan)))
-    @settings(max_examples=20, deadline=None)
-    def test_a_negative_utilisation_or_clock_delivers_nothing_negative(self, chips: Chips) -> None:
-        """A binary frame admits a negative utilisation or clock: every chip should still keep 0 <= effective
-        <= delivered <= peak (it does not: a negative figure reaches every level and the loss model, whose
-        groups then lose negative FLOP/s)."""
-        _topo, tp = chips.throughput()
+    @given(st.lists(st.floats(-4.0, 4.0, width=32), min_size=64, max_size=64),
+           st.lists(st.floats(-4.0, 4.0, width=32), min_size=64, max_size=64))
+    @example([-1.0] * 64, [1.0] * 64)
+    @settings(max_examples=40, deadline=None)
+    def test_a_ratio_outside_zero_one_is_stored_unknown_and_counted(self, util: list[float],
+                                                                    clock: list[float]) -> None:
+        """A binary record's utilisation and clock are checked finite only by its decoder (wire/binary.py); the
+        store keeps a ratio outside [0, 1] as unknown and counts it ``out_of_range`` (core/bounds.py RATIOS),
+        so no chip gets a negative or above-peak delivered figure from it, and no level or loss model sees one."""
+        topo = build_fleet(1, 1)
+        state = FleetState(topo)
+        chips = state.chips
+        u, c = np.asarray(util, np.float32), np.asarray(clock, np.float32)
+        refused = chips.apply(slice(0, 64), {"util": u, "clock_ratio": c}, t_s=np.full(64, NOW_S),
+                              rx_s=np.full(64, NOW_S), known=chips.bit("util") | chips.bit("clock_ratio"))
+        for name, sent in (("util", u), ("clock_ratio", c)):
+            outside = (sent < 0) | (sent > 1)
+            stored = chips.gauges[name]
+            assert np.isnan(stored[outside]).all(), name
+            assert np.array_equal(stored[~outside], sent[~outside]), name
+            assert refused.get((name, "out_of_range"), 0) == int(outside.sum()), name
+        state.now_s = NOW_S
+        tp = compute_throughput(state, peak_flops_per_chip=PEAK, stale_after_s=STALE_AFTER_S)
         chips_bounded(tp)
+        either = (u < 0) | (u > 1) | (c < 0) | (c > 1)
+        assert np.isnan(tp.chip_delivered[either]).all()  # unknown, never 0

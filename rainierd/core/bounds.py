@@ -47,7 +47,7 @@ from rainierd._types import F64, I64
 from rainierd.hardware import TRN2, Trainium2
 from rainierd.topology import Topology
 
-__all__ = ["EXACT", "REFUSAL_REASONS", "Bound", "CounterBounds"]
+__all__ = ["EXACT", "OUT_OF_RANGE", "RATIOS", "REFUSAL_REASONS", "Bound", "CounterBounds"]
 
 EXACT: Final = 2.0**53
 """The largest increase per sample a counter without a physical rate may make: float64 counts exactly below it."""
@@ -55,6 +55,13 @@ EXACT: Final = 2.0**53
 REFUSAL_REASONS: Final = ("over_bound", "reset_over_bound", "negative")
 """Why a sample's counter is refused: it rose above its bound; it went backwards (a restart) to a total above
 the bound; a float counter's total is below zero."""
+
+RATIOS: Final = {"chips": ("util", "clock_ratio")}
+"""Per table, the gauges that are ratios in [0, 1] by their definition (wire/records.py): a chip's utilisation,
+and its clock over nominal (Trainium2 does not clock above it).  A chip's delivered FP8 is its peak times both,
+so a value outside is no reading: it is stored unknown and counted ``out_of_range`` beside the counters'
+refusals (the JSON form's schema refuses such a frame whole; a binary record is checked finite only)."""
+OUT_OF_RANGE: Final = "out_of_range"
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from rainierd._types import F32, F64, I64, U16, U32, B
-from rainierd.core.bounds import EXACT, REFUSAL_REASONS, Bound, CounterBounds
+from rainierd.core.bounds import EXACT, OUT_OF_RANGE, RATIOS, REFUSAL_REASONS, Bound, CounterBounds
 from rainierd.core.cadence import Cadence
 from rainierd.topology import Topology
 from rainierd.wire.records import CHIP_DTYPE, COOLING_DTYPE, EFA_DTYPE, FACILITY_DTYPE, LINK_DTYPE, column_dtypes
@@ -91,9 +91,9 @@ A counter kept only as its latest total (shown, never differenced) is stored as 
 REFUSALS: Final = tuple(
     (table, name, reason) for table in _DTYPES for name in sorted(CONSUMED[table]) for reason in REFUSAL_REASONS
     if reason != "negative" or column_dtypes(_DTYPES[table])[name].kind == "f"
-)
-"""Every (table, counter, reason) a sample's counter can be refused for: the series of
-``rainier_ingest_counters_refused_total`` (a total of unsigned integers cannot be negative)."""
+) + tuple((table, name, OUT_OF_RANGE) for table, names in RATIOS.items() for name in names)
+"""Every (table, field, reason) a sample's counter (or ratio gauge, ``core/bounds.py`` RATIOS) can be refused
+for: the series of ``rainier_ingest_counters_refused_total`` (a total of unsigned integers cannot be negative)."""
 
 
 def contiguous(ids: I64) -> slice | I64:
@@ -142,11 +142,14 @@ class Table:
     summed: dict[str, Summed] = field(default_factory=dict)
     # The bound of every counter a rate or a sum is made of (core/bounds.py).
     bounds: dict[str, Bound] = field(default_factory=dict)
+    # The gauges that are ratios in [0, 1] (core/bounds.py RATIOS): a value outside is stored unknown.
+    ratios: frozenset[str] = frozenset()
 
     @classmethod
     def empty(
         cls, n: int, dtype: np.dtype[np.void], *, skip: tuple[str, ...] = (), rated: frozenset[str] = RATED,
         summed: frozenset[str] = frozenset(), bounds: Mapping[str, Bound] | None = None,
+        ratios: frozenset[str] = frozenset(),
     ) -> Table:
         """Return a table of ``n`` entities that have never reported (``skip``: id fields; ``rated``: counters
         that get a per-second rate; ``summed``: counters whose increases are accumulated as samples land;
@@ -171,7 +174,7 @@ class Table:
             np.zeros(n, np.uint32), np.zeros(n, np.uint16),
             {name: Summed(np.full(n, np.nan), None if limits[name].per_s is None else np.full(n, np.nan),
                           np.zeros(n)) for name in totals if name in summed},
-            limits,
+            limits, frozenset(ratios) & set(gauges),
         )
 
     def bit(self, name: str) -> int:
@@ -227,7 +230,7 @@ class Table:
             self.rx_s[at] = rx_s
         dt[~(dt > 0)] = np.nan  # a repeated or backwards timestamp gives no rate
         refused = self._store_counters(at, columns, known, dt=dt, t_s=t_s, scratch=scratch)
-        self._store_gauges(at, columns, known)
+        self._store_gauges(at, columns, known, refused)
         self.dt_s[at] = dt
         self.samples[at] += np.uint32(1)
         self.known[at] = known
@@ -376,17 +379,29 @@ class Table:
             else:
                 rates[at[bad]] = np.nan
 
-    def _store_gauges(self, at: slice | I64, columns: Mapping[str, npt.NDArray[Any]], known: int | U16) -> None:
-        """Store gauges (float32), NaN where the sample lacked them."""
+    def _store_gauges(
+        self, at: slice | I64, columns: Mapping[str, npt.NDArray[Any]], known: int | U16,
+        refused: Counter[tuple[str, str]],
+    ) -> None:
+        """Store gauges (float32), NaN where the sample lacked them or where a ratio (``self.ratios``) is outside
+        [0, 1], counted in ``refused`` as ``out_of_range``."""
         uniform = isinstance(known, int)
         for name, gauge in self.gauges.items():
             if name not in columns or (uniform and not known & self.bit(name)):
                 gauge[at] = np.nan
-            elif uniform:
+                continue
+            if uniform:
                 gauge[at] = columns[name]
             else:
                 present = (np.asarray(known) & self.bit(name)).astype(bool)
                 gauge[at] = np.where(present, columns[name], np.nan)
+            if name in self.ratios:
+                stored = gauge[at]
+                outside = (stored < 0) | (stored > 1)
+                if outside.any():
+                    stored[outside] = np.nan
+                    gauge[at] = stored
+                    refused[name, OUT_OF_RANGE] += int(np.count_nonzero(outside))
 
 
 def _judge_resets(
@@ -441,7 +456,8 @@ class FleetState:
 
         def table(kind: str, n: int, **options: Any) -> Table:
             return Table.empty(n, _DTYPES[kind], rated=_RATED_BY_TABLE[kind], summed=_SUMMED_BY_TABLE[kind],
-                               bounds=self.bounds.of(kind, topo), **options)
+                               bounds=self.bounds.of(kind, topo), ratios=frozenset(RATIOS.get(kind, ())),
+                               **options)
 
         self.chips = table("chips", topo.n_chips, skip=_id_fields(CHIP_DTYPE))
         self.links = table("links", topo.n_links, skip=_id_fields(LINK_DTYPE))
