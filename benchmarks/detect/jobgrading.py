@@ -132,10 +132,21 @@ def _fleet(runs: list[JobRunResult]) -> dict[str, Any]:
     estimate = {c: sum(r.fleet_estimate[c] for r in runs) for c in CAUSES}
     fallback = {c: sum(r.fleet_fallback[c] for r in runs) for c in CAUSES}
     errors = []
+    outside = []
     for r in runs:
         whole = sum(r.fleet_truth.values())
         if whole > 0:
             errors.append(sum(abs(r.fleet_estimate[c] - r.fleet_truth[c]) for c in CAUSES) / whole)
+            if errors[-1] > TOLERANCE:
+                outside.append({
+                    "seed": r.draw, "model_seed": r.seed, "by_cause_error": errors[-1],
+                    "faults": [f"{j.fault.kind} {j.fault.severity:g} {j.fault.target_kind} {j.fault.target}"
+                               for j in r.jobs if j.fault is not None],
+                    "truth_by_cause": {c: v for c, v in r.fleet_truth.items() if v},
+                    "estimate_by_cause": {c: v for c, v in r.fleet_estimate.items() if v},
+                    "jobs_estimate": sum(sum(j.estimate.values()) for j in r.jobs),
+                    "jobs_truth": sum(sum(j.truth.values()) for j in r.jobs),
+                })
     whole_truth = sum(truth.values())
     return {
         "ratio": _ratio(sum(estimate.values()), whole_truth),
@@ -148,6 +159,7 @@ def _fleet(runs: list[JobRunResult]) -> dict[str, Any]:
         "run_by_cause_error_median": statistics.median(errors) if errors else None,
         "run_by_cause_error_max": max(errors, default=None),
         "sum_gap_max": max((r.sum_gap_max for r in runs), default=0.0),
+        "runs_outside": outside,
     }
 
 

@@ -107,6 +107,11 @@ def _print_job_rows(jr: dict[str, Any]) -> None:
               f"{f['sum_gap_max']:.1e} relative")
         for cause, v in f["by_cause"].items():
             print(f"  {cause}: {_fmt(v['ratio'], '.3f')} of truth (fallback {_fmt(v['fallback_ratio'], '.3f')})")
+        for r in f.get("runs_outside", []):
+            print(f"  run outside: seed {r['seed']} (model {r['model_seed']}) by-cause error "
+                  f"{r['by_cause_error']:.1%}, "
+                  f"faults {r['faults']}, truth {r['truth_by_cause']}, estimate {r['estimate_by_cause']} "
+                  f"(jobs: truth {r['jobs_truth']:.3g}, estimate {r['jobs_estimate']:.3g})")
     c = jr["clean"]
     print(f"jobs holding no fault: {c['jobs']}, {c['charged']} charged anything; charged "
           f"{_fmt(c['estimate_of_faulted_truth'], '.2e')} of the faulted jobs' true loss, "
