@@ -1,7 +1,7 @@
 """The Prometheus rules ship checked: promtool accepts them, every alert's
 unit tests pass, the job rules price the step as pace.py does and give one
-monitor back its own figures, and every runbook link lands on a section of
-docs/runbooks.md."""
+monitor back its own figures (its jobs' and its fleet's lost FP8 headline),
+and every runbook link lands on a section of docs/runbooks.md."""
 
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from rainierd.errors import ConfigError
+from rainierd.exporter import build_exporter
 from rainierd.exporter.jobs import JobFamilies
-from rainierd.pace import SHARES
+from rainierd.pace import CAUSES, SHARES
 from rainierd.promrules import (
     RULES_DIR,
     RUNBOOK_BASE,
@@ -25,7 +26,7 @@ from rainierd.promrules import (
     set_job_goodput_objective,
     write_overridden,
 )
-from tests.test_exporter_jobs import THREE_JOBS, analysed, snapshot_of
+from tests.test_exporter_jobs import THREE_JOBS, TOPO, analysed, snapshot_of
 
 ROOT = Path(__file__).parents[1]
 RULES = sorted((ROOT / "deploy" / "prometheus" / "rules").glob("*.yml"))
@@ -218,6 +219,49 @@ def test_one_monitor_s_job_figures_come_back_through_the_rules(tmp_path: Path) -
         }],
     }
     assert any(v > 0 for name, _labels, v in found if name == "rainier_job_fp8_lost_flops")
+    (tmp_path / "test.yml").write_text(json.dumps(test))
+    result = run("test", "rules", str(tmp_path / "test.yml"))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.prometheus
+def test_one_monitor_s_fleet_headline_comes_back_through_the_rules(tmp_path: Path) -> None:
+    """Fed one monitor's whole scrape (two jobs, one with a degraded NeuronLink, and an UltraServer's two nodes in no
+    job holding a straggler), the rules give back its own lost FP8 by cause, every cause (0 included), and its
+    goodput: the whole jobs' losses plus the capacity in no job's are the monitor's headline."""
+    analysis, _peak = analysed(THREE_JOBS[:2])
+    text = build_exporter(TOPO, lambda: snapshot_of(analysis), process_metrics=False).render().decode()
+    found = [(s.name, s.labels, s.value) for f in text_string_to_metric_families(text) for s in f.samples]
+    own = {s: {labels.get("cause"): value for name, labels, value in found if name == s}
+           for s in ("rainier_fleet_fp8_lost_flops", "rainier_fleet_fp8_unallocated_lost_flops",
+                     "rainier_fleet_goodput_ratio")}
+    read = [(name, labels, value) for name, labels, value in found
+            if (name.startswith("rainier_job_") and "training_job" in labels)
+            or name in ("rainier_fleet_fp8_unallocated_lost_flops", "rainier_fleet_fp8_effective_flops")]
+
+    def series(name: str, labels: dict[str, str]) -> str:
+        return name + "{" + ",".join(f'{k}="{v}"' for k, v in {**labels, "instance": "m1:9780"}.items()) + "}"
+
+    rule = "rainier:fleet_fp8_lost_flops:sum_by_cause"
+    test = {
+        "rule_files": [str(RULES_DIR / "rainierd-jobs.yml")],
+        "evaluation_interval": "15s",
+        "tests": [{
+            "interval": "15s",
+            "input_series": [{"series": series(name, labels), "values": f"{value!r}x4"}
+                             for name, labels, value in read if name != "rainier_job_info"],
+            "promql_expr_test": [
+                {"expr": rule, "eval_time": "30s", "exp_samples": [
+                    {"labels": f'{rule}{{cause="{cause}"}}', "value": value}
+                    for cause, value in own["rainier_fleet_fp8_lost_flops"].items()]},
+                {"expr": "rainier:fleet_goodput:ratio", "eval_time": "30s", "exp_samples": [
+                    {"labels": "rainier:fleet_goodput:ratio", "value": own["rainier_fleet_goodput_ratio"][None]}]},
+            ],
+        }],
+    }
+    assert set(own["rainier_fleet_fp8_lost_flops"]) == set(CAUSES)
+    assert own["rainier_fleet_fp8_unallocated_lost_flops"]["straggler"] > 0
+    assert own["rainier_fleet_fp8_lost_flops"]["degraded_neuronlink"] > 0
     (tmp_path / "test.yml").write_text(json.dumps(test))
     result = run("test", "rules", str(tmp_path / "test.yml"))
     assert result.returncode == 0, result.stdout + result.stderr
