@@ -264,6 +264,30 @@ class TestStall:
         assert loss.culprits(0) == [("node", 1, pytest.approx(64 * PEAK * 0.5))]
 
 
+    def test_capacity_in_no_job_learns_nothing_before_it_is_heard(self) -> None:
+        """A monitor that analyses ticks before any telemetry arrives (its chips never heard from read 0, not
+        known to run nothing) learns no healthy share from them for capacity in no job: a failed chip that
+        stalls an UltraServer 6 s into the telemetry costs what the UltraServer delivered, as it does for a
+        monitor whose first tick had telemetry."""
+        topo = build_fleet(1, 2)
+
+        def stall_price(quiet_ticks: int) -> float:
+            model = FleetModel(topo, np.random.default_rng(3), tick_s=0.5, start_s=1000.0,
+                               faults=[Fault(FaultKind.CHIP_FAILED, 100, 1.0, 12, 600)])  # u1, from tick 12
+            core = MonitorCore(topo)
+            for quiet in range(quiet_ticks, 0, -1):
+                core.step([], now_s=1000.0 - 0.5 * quiet)
+            for tick in range(16):
+                analysis = core.step([f for _t, f in tick_frames(topo, model.step(tick), publisher="t")],
+                                     now_s=1000.0 + 0.5 * tick + 0.1)
+            assert analysis.lost is not None
+            return analysis.lost.fleet()["failed_chip"]
+
+        heard_at_once = stall_price(0)
+        assert heard_at_once > 64 * PEAK * 0.5
+        assert stall_price(6) == pytest.approx(heard_at_once, rel=1e-9)
+
+
 class TestAgreesWithTheUltraServerModel:
     def test_one_ultraserver_jobs_match_the_fallback(self) -> None:
         """When every job is exactly one UltraServer, per-job loss by cause is what the fleet model charges

@@ -414,8 +414,9 @@ def price_groups(
     """Price every group of ``jobs`` (a synchronous group each: a job, or an UltraServer's capacity in no job).
 
     ``idle_learns`` marks the groups whose nodes learn a healthy share of 0
-    while they run nothing (known 0 FLOP/s and no stall): capacity in no job
-    that sits idle loses nothing when it stalls.  A job in a checkpoint is
+    while they run nothing (known 0 FLOP/s: every chip fresh, none unknown;
+    and no stall): capacity in no job that sits idle loses nothing when it
+    stalls.  A job in a checkpoint is
     still a job, and keeps what it learned while it stepped.
     """
     topo = detector.state.topology
@@ -448,8 +449,11 @@ def price_groups(
     if shares is not None:
         learning = running
         if idle_learns.any():
-            # Idle: no stall and a known 0 (no fresh chip of it whose figure is unknown).
-            unknown = jobs.any(np.asarray(np.isnan(chip_effective).any(axis=1), bool))
+            # Idle: no stall and a known 0: every chip of it fresh, none with an unknown figure. A chip never
+            # heard from (a monitor's ticks before telemetry) or silent but not yet judged stale reads 0 without
+            # being known to run nothing; learning that 0 would price a stall soon after at a fraction.
+            fresh = throughput.chip_fresh.reshape(n_nodes, cpn)
+            unknown = jobs.any(np.asarray(np.isnan(chip_effective).any(axis=1) | ~fresh.all(axis=1), bool))
             learning = running | (idle_learns & ~stalled & (effective == 0) & ~unknown)
         with np.errstate(invalid="ignore", divide="ignore"):
             healthy = (effective + terms["compute"] + terms["neuronlink"] + terms["efa"]) / peak
