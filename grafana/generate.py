@@ -209,6 +209,48 @@ def site_vars() -> list[Panel]:
                       include_all=True)]
 
 
+def loss_row(lay: Layout) -> None:
+    """The fleet's lost FP8 (docs/metrics.md, "Lost FP8"): one model at every level, every job priced whole and
+    the capacity in no job per UltraServer; the headline from the recording rule that prices a job spanning
+    monitor shards whole (rainier:fleet_fp8_lost_flops:sum_by_cause), its part in no job, what costs most, and
+    where (by site)."""
+    lay.row("Lost FP8 (the fleet's, whatever the site variable says, but by site)")
+    goodput = panel("gauge", "Fleet goodput (%)", "percentunit", [target("rainier:fleet_goodput:ratio")],
+                    thresholds=[(None, "red"), (0.9, "orange"), (0.99, "green")],
+                    description="Effective FP8 over effective plus lost, the whole fleet's.")
+    goodput["fieldConfig"]["defaults"] |= {"min": 0, "max": 1}
+    lay.add(goodput, 6, 5)
+    lay.add(panel("stat", "Lost FP8 (FLOP/s)", "flops", [target("sum(rainier:fleet_fp8_lost_flops:sum_by_cause)")],
+                  thresholds=[(None, "text")],
+                  description="Every job's loss, its step priced whole across monitor shards, plus what the "
+                              "capacity in no job loses, priced per UltraServer."), 6, 5)
+    jobs_and_free = refs(target("sum(rainier:job_fp8_lost_flops:sum) or vector(0)", "in jobs"),
+                         target("sum(rainier_fleet_fp8_unallocated_lost_flops)", "in no job"))
+    lay.add(panel("stat", "Lost FP8 now, in jobs and in no job (FLOP/s)", "flops", jobs_and_free,
+                  thresholds=[(None, "text")],
+                  description="The two parts of the fleet's lost FP8: the jobs' (docs/jobs.md) and the capacity "
+                              "no job holds (all of it while the monitors know no job)."), 12, 5)
+    lay.add(timeseries("Lost FP8 by cause (FLOP/s)", "flops",
+                       target("rainier:fleet_fp8_lost_flops:sum_by_cause", "{{cause}}"), stack=True,
+                       description="The fleet's lost FP8 by cause: every job's loss and the capacity in no job's "
+                                   "(docs/throughput-model.md)."), 12, 8)
+    lay.add(timeseries("Lost FP8 in jobs and in no job (FLOP/s)", "flops", *jobs_and_free, stack=True), 12, 8)
+    culprits = table("Costliest entities in the fleet (FLOP/s)", "flops",
+                     "topk(20, sum by (entity, id, training_job) (rainier_fleet_culprit_flops))",
+                     {"entity": "Entity", "id": "Id", "training_job": "Training job"}, value="Costs", drill=False,
+                     description="The entities costing the fleet most, each with the FP8 it costs what it slows: "
+                                 "its job (training job) or its UltraServer's capacity in no job (training job "
+                                 "empty). On monitor shards each names its share's, priced on its share of a job "
+                                 "spanning shards.")
+    culprits["options"]["sortBy"] = [{"displayName": "Costs", "desc": True}]
+    lay.add(culprits, 12, 8)
+    lay.add(timeseries("Lost FP8 by site (FLOP/s)", "flops",
+                       target(f"sum by (site) (rainier_site_fp8_lost_flops{{{SITE}}})", "{{site}}"), stack=True,
+                       description="What the fleet loses to what is in each site: every loss placed on the site of "
+                                   "what causes it (a job's whole loss to a fault in this site). On monitor shards "
+                                   "each shard places its own view of a job spanning shards."), 12, 8)
+
+
 def fleet() -> Panel:
     lay = Layout()
     lay.row("Throughput")
@@ -240,9 +282,12 @@ def fleet() -> Panel:
         target(f"sum(rainier_site_fp8_effective_flops{{{SITE}}})", "effective"),
         target(f"sum(rate(rainier_site_fp8_flop_total{{{SITE}}}[{RATE}]))", "executed (FLOP counter rate)"),
     ), min_zero=False), 12, 8)
-    lay.add(timeseries("Lost FP8 by cause (FLOP/s)", "flops",
-                       target(f"sum by (cause) (rainier_site_fp8_lost_flops{{{SITE}}})", "{{cause}}"),
-                       stack=True), 12, 8)
+    lay.add(timeseries("Goodput, fleet and by site (%)", "percentunit", *refs(
+        target("rainier:fleet_goodput:ratio", "fleet"),
+        target(f"rainier:site_goodput:ratio{{{SITE}}}", "{{site}}"),
+    ), description="Effective FP8 over effective plus lost: the share of what the chips would deliver healthy "
+                   "that they deliver. The fleet's line is the whole fleet's, whatever the site variable says."),
+            12, 8)
     lay.add(table("Worst UltraServers by effective / peak (%)", "percentunit",
                   f"bottomk(10, rainier:ultraserver_fp8_effective:ratio{{{SITE}}})",
                   {"ultraserver": "UltraServer", "site": "Site"}, value="Effective / peak",
@@ -250,6 +295,7 @@ def fleet() -> Panel:
     lay.add(timeseries("Unhealthy entities by state (count)", "short",
                        target("sum by (entity, state) (rainier:unhealthy:sum_by_entity_state)",
                               "{{entity}} {{state}}"), stack=True), 12, 8)
+    loss_row(lay)
     lay.row("Unhealthy entities")
     lay.add(table("Unhealthy NeuronLinks (state)", "short", f"rainier_neuronlink_unhealthy{{{SITE}}}",
                   {"link": "Link", "kind": "Kind", "state": "State", "site": "Site", "ultraserver": "UltraServer",
@@ -320,8 +366,8 @@ def fleet() -> Panel:
                                    "fleet; the industry 0.375). 0 while the sites run on outside air alone."),
             8, 8)
     return dashboard("rainierd-fleet", "rainierd: Trainium2 fleet", lay.panels, site_vars(),
-                     "Fleet FP8 throughput, health and cooling from rainierd. Drill into an UltraServer from the "
-                     "tables.")
+                     "Fleet FP8 throughput, goodput, lost FP8 and what costs it, health and cooling from rainierd. "
+                     "Drill into an UltraServer from the tables.")
 
 
 def ultraserver() -> Panel:
@@ -334,7 +380,10 @@ def ultraserver() -> Panel:
     )), 8, 8)
     lay.add(timeseries("Lost FP8 by cause (FLOP/s)", "flops",
                        target(f"sum by (cause) (rainier_ultraserver_fp8_lost_flops{{{US}}})", "{{cause}}"),
-                       stack=True), 8, 8)
+                       stack=True,
+                       description="What the fleet loses to what is in this UltraServer: the whole loss of every "
+                                   "job its faults slow (one spanning several UltraServers included) and what its "
+                                   "capacity in no job loses."), 8, 8)
     lay.add(timeseries("Chip temperature, hottest and mean (°C)", "celsius", *refs(
         target(f"max(rainier_ultraserver_chip_max_temperature_celsius{{{US}}})", "hottest"),
         target(f"avg(rainier_ultraserver_chip_mean_temperature_celsius{{{US}}})", "mean"),

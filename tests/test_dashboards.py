@@ -175,6 +175,32 @@ class TestFiles:
         assert shown["Chips no shard monitors (chips)"] == ["rainier:fleet_chips_unmonitored"]
         assert sum(p["gridPos"]["w"] for p in top) == 24
 
+    def test_the_fleet_s_lost_fp8_is_the_headline_rule(self) -> None:
+        """The fleet dashboard's lost FP8 is the recording rule that prices a job spanning monitor shards whole,
+        beside its parts in jobs and in no job, the fleet's costliest entities as a table, and goodput (fleet and
+        by site, from the recording rules); only the by-site panel reads the site figures, and none the monitors'
+        own fleet figure (each shard's view)."""
+        fleet = list(panels(load("rainierd-fleet.json")))
+        found = {p["title"]: (p["type"], [t["expr"] for t in p["targets"]]) for p in fleet}
+        assert len(found) == len(fleet)  # titles name one panel each
+        parts = ["sum(rainier:job_fp8_lost_flops:sum) or vector(0)", "sum(rainier_fleet_fp8_unallocated_lost_flops)"]
+        expected = {
+            "Fleet goodput (%)": ("gauge", ["rainier:fleet_goodput:ratio"]),
+            "Lost FP8 (FLOP/s)": ("stat", ["sum(rainier:fleet_fp8_lost_flops:sum_by_cause)"]),
+            "Lost FP8 now, in jobs and in no job (FLOP/s)": ("stat", parts),
+            "Lost FP8 in jobs and in no job (FLOP/s)": ("timeseries", parts),
+            "Lost FP8 by cause (FLOP/s)": ("timeseries", ["rainier:fleet_fp8_lost_flops:sum_by_cause"]),
+            "Costliest entities in the fleet (FLOP/s)": (
+                "table", ["topk(20, sum by (entity, id, training_job) (rainier_fleet_culprit_flops))"]),
+            "Goodput, fleet and by site (%)": (
+                "timeseries", ["rainier:fleet_goodput:ratio", 'rainier:site_goodput:ratio{site=~"$site"}']),
+        }
+        assert {title: found.get(title) for title in expected} == expected
+        exprs = [expr for _type, targets in found.values() for expr in targets]
+        assert [e for e in exprs if "rainier_fleet_fp8_lost_flops" in e or "_goodput_ratio" in e] == []
+        assert [e for e in exprs if "rainier_site_fp8_lost_flops" in e] == [
+            'sum by (site) (rainier_site_fp8_lost_flops{site=~"$site"})']
+
     def test_tables_have_readable_columns_and_the_worst_table_drills_down(self) -> None:
         """Every table renames its columns (organize); the fleet's worst-UltraServer table links each
         UltraServer to the drill-down dashboard with the datasource, site and UltraServer."""

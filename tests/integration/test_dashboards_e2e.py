@@ -76,6 +76,19 @@ def probe_job(metrics_port: int) -> dict[str, Any]:
     }
 
 
+def row(dashboard: dict[str, Any], title: str) -> dict[str, Any]:
+    """Return ``dashboard`` with only the panels of the row whose title starts with ``title`` (those below it, up to
+    the next row) and no annotations."""
+    kept, inside = [], False
+    for panel in dashboard["panels"]:
+        if panel["type"] == "row":
+            inside = panel["title"].startswith(title)
+        elif inside:
+            kept.append(panel)
+    assert kept, title
+    return {"panels": kept, "annotations": {"list": []}}
+
+
 def resolve(port: int, variable: dict[str, Any], chosen: dict[str, list[str]]) -> list[str]:
     """Return the values a ``label_values`` variable offers, as Grafana asks Prometheus for them."""
     selector, label = variable_selector(variable)
@@ -222,7 +235,8 @@ def test_the_jobs_dashboard_has_data_for_every_panel(start_rainierd: Any, promet
                                                      tmp_path: Path) -> None:
     """``rainierd run`` with two jobs, a degraded EFA port in one and a failed chip in the other (which stalls
     it), and a real Prometheus with the shipped rules (test-sized ``for:``): the training-job variable offers
-    both jobs, and every panel and the alert annotation of the jobs dashboard have data."""
+    both jobs, and every panel and the alert annotation of the jobs dashboard have data, and so does every panel
+    of the fleet dashboard's lost FP8 (its part in jobs and its culprits then the jobs')."""
     scenario = tmp_path / "scenario.toml"
     scenario.write_text(JOBS_SCENARIO)
     metrics_port = free_port()
@@ -231,13 +245,15 @@ def test_the_jobs_dashboard_has_data_for_every_panel(start_rainierd: Any, promet
     poll_until(lambda: "rainier_jobs" in current_values(metrics_port), 20, "rainierd to analyse its jobs")
     prom_port = prometheus(rainierd_prometheus_config(metrics_port, tmp_path / "rules", scrape_s=SCRAPE_S))
     since = time.time()
-    chosen = {"training_job": ["lab/finetune", "lab/pretrain"]}
+    chosen = {"training_job": ["lab/finetune", "lab/pretrain"], "site": ["s0"]}
     dashboard = load(JOBS)
+    fleet_loss = row(load("rainierd-fleet.json"), "Lost FP8")
     empty: dict[str, str] = {}
 
     def all_have_data() -> bool:
         empty.clear()
         empty.update(empty_queries(prom_port, dashboard, chosen, since))
+        empty.update(empty_queries(prom_port, fleet_loss, chosen, since))
         return not empty
 
     try:
@@ -246,3 +262,7 @@ def test_the_jobs_dashboard_has_data_for_every_panel(start_rainierd: Any, promet
         pytest.fail(f"queries without data: {empty}")
     offered = {v["name"]: resolve(prom_port, v, chosen) for v in variables(dashboard) if v["type"] == "query"}
     assert offered == {"training_job": ["lab/finetune", "lab/pretrain"]}
+    in_jobs = prometheus_get(prom_port, "/api/v1/query", {"query": "sum(rainier:job_fp8_lost_flops:sum)"})
+    assert float(in_jobs["data"]["result"][0]["value"][1]) > 0
+    culprits = prometheus_get(prom_port, "/api/v1/query", {"query": "rainier_fleet_culprit_flops"})
+    assert "lab/pretrain" in {c["metric"]["training_job"] for c in culprits["data"]["result"]}  # its EFA port
