@@ -194,12 +194,16 @@ StartPrometheus = Callable[[dict[str, object]], int]
 
 @pytest.fixture
 def prometheus(tmp_path: Path) -> Iterator[StartPrometheus]:
-    """Return a function that starts a real Prometheus with a given config (harness.procs.start_prometheus, in
-    ``tmp_path``) and returns its port; every one started is stopped after the test."""
+    """Return a function that starts a real Prometheus with a given config (harness.procs.start_prometheus)
+    and returns its port; every one started is stopped after the test.  The first runs in ``tmp_path`` (its
+    ``prometheus.log`` there), each further one in ``tmp_path/prometheus-<n>``: two TSDBs cannot share a
+    directory."""
     procs: list[subprocess.Popen[bytes]] = []
 
     def start(config: dict[str, object]) -> int:
-        proc, port = start_prometheus(tmp_path, config)
+        workdir = tmp_path / f"prometheus-{len(procs)}" if procs else tmp_path
+        workdir.mkdir(exist_ok=True)
+        proc, port = start_prometheus(workdir, config)
         procs.append(proc)
         return port
 

@@ -8,7 +8,11 @@ The unsharded monitor's ``training_job`` is relabelled ``whole:<id>`` at the
 scrape, so the rules combine the shards' shares under each job's own id and
 the one monitor's figures beside them: the combined figures must be the one
 monitor's, within 1e-9 where the combination is exact and within the
-tolerances docs/jobs.md, "Combining shards", states where it is not."""
+tolerances docs/jobs.md, "Combining shards", states where it is not.  A
+second Prometheus scrapes the two shards alone, so that the fleet's lost FP8
+headline the rules add up (the whole jobs' losses plus the capacity in no
+job's) is the shards' only: it must be the one monitor's
+``rainier_fleet_fp8_lost_flops`` by cause, within the same tolerances."""
 
 from __future__ import annotations
 
@@ -82,13 +86,15 @@ STALL_REL = 0.01
 
 
 def query(port: int, expr: str) -> dict[tuple[str, ...], float]:
-    """Return an instant query's result as {(training_job, other label values...): value}."""
+    """Return an instant query's result as {(training_job, other label values...): value} (training_job "" for a
+    fleet figure)."""
     answer = prometheus_get(port, "/api/v1/query", {"query": expr})
     assert answer["status"] == "success", answer
     out: dict[tuple[str, ...], float] = {}
     for sample in answer["data"]["result"]:
         labels: dict[str, str] = sample["metric"]
-        key = (labels["training_job"], *(v for k, v in sorted(labels.items()) if k not in ("training_job", "__name__")))
+        key = (labels.get("training_job", ""),
+               *(v for k, v in sorted(labels.items()) if k not in ("training_job", "__name__")))
         out[key] = float(sample["value"][1])
     return out
 
@@ -108,16 +114,21 @@ async def test_two_shards_give_one_monitor_s_job_figures(
         mosquitto: Broker, start_rainierd: object, prometheus: StartPrometheus, tmp_path: Path) -> None:
     """Through the shipped rules, two shards' shares of two jobs spanning both give the one monitor's job figures:
     chips, peak, effective, the gates, stalled, every cause of lost FP8 and the goodput within 1e-9, a stall's
-    price within 1 %; and through the rules the one monitor's figures are its own rainier_job_* series."""
+    price within 1 %; through the rules the one monitor's figures are its own rainier_job_* series; and the
+    fleet's lost FP8 headline from the two shards alone is the one monitor's by cause, within the same
+    tolerances, where the shards' own fleet figures summed fall short."""
     scenario = tmp_path / "jobs.toml"
     scenario.write_text(SCENARIO)
     ports = start_whole_and_two_shards(start_rainierd, mosquitto.url, tick_s=TICK_S, topology=TOPOLOGY)
+    jobs_rules = [str(p) for p in rules_for_tests(tmp_path / "rules") if p.name == "rainierd-jobs.yml"]
+    shards = {"job_name": "rainierd", "static_configs": [{"targets": [f"127.0.0.1:{ports['s0']}",
+                                                                      f"127.0.0.1:{ports['s1']}"]}]}
+    global_ = {"scrape_interval": "1s", "evaluation_interval": "1s"}
     prom = prometheus({
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "rule_files": [str(p) for p in rules_for_tests(tmp_path / "rules") if p.name == "rainierd-jobs.yml"],
+        "global": global_,
+        "rule_files": jobs_rules,
         "scrape_configs": [
-            {"job_name": "rainierd", "static_configs": [{"targets": [f"127.0.0.1:{ports['s0']}",
-                                                                     f"127.0.0.1:{ports['s1']}"]}]},
+            shards,
             {"job_name": "rainierd-whole", "static_configs": [{"targets": [f"127.0.0.1:{ports['whole']}"]}],
              "metric_relabel_configs": [{"source_labels": ["training_job"], "regex": "(.+)",
                                          "target_label": "training_job", "replacement": "whole:$1"}]},
@@ -145,9 +156,13 @@ async def test_two_shards_give_one_monitor_s_job_figures(
         return applied[-1][0] - applied[0][0] >= 2.0 and set(since) == {now} and now[0] == now[1] + now[2]
 
     await wait_until(every_frame_applied, 15, "every monitor to apply the same frames, and no more")
+    # The fleet headline sums every job and every monitor's capacity in no job: the one monitor's, relabelled
+    # beside the shards' in the first Prometheus, would be counted with theirs. Started on the quiet monitors, so
+    # that it takes no CPU from them while they learn.
+    prom_shards = prometheus({"global": global_, "rule_files": jobs_rules, "scrape_configs": [shards]})
     # Quiet now: each monitor's figures stay as they are. Wait until Prometheus has scraped them and the rules
     # have read them (the effective sums are the monitors' own).
-    mine = {name: current_values(port, only=("rainier_job_",)) for name, port in ports.items()}
+    mine = {name: current_values(port, only=("rainier_job_", "rainier_fleet_")) for name, port in ports.items()}
 
     def exported(name: str, family: str, job: str) -> float:
         return mine[name].get(f'{family}{{training_job="{job}"}}', 0.0)
@@ -163,10 +178,18 @@ async def test_two_shards_give_one_monitor_s_job_figures(
         return (combined.keys() == want.keys() and whole.keys() == want_whole.keys()
                 and all(close(combined[k], want[k], 1e-12) and close(whole[k], want_whole[k], 1e-12) for k in want))
 
+    def shards_caught_up() -> bool:
+        combined = query(prom_shards, "rainier:job_fp8_effective_flops:sum")
+        want = {(j,): exported("s0", "rainier_job_fp8_effective_flops", j)
+                + exported("s1", "rainier_job_fp8_effective_flops", j) for j in JOBS}
+        seen[:] = [combined, want]
+        return combined.keys() == want.keys() and all(close(combined[k], want[k], 1e-12) for k in want)
+
     try:
         await wait_until(caught_up, 15, "Prometheus to evaluate the rules on the quiet monitors' figures")
+        await wait_until(shards_caught_up, 15, "the shards' Prometheus to evaluate the rules on their figures")
     except AssertionError as error:
-        raise AssertionError(f"{error}: (combined, wanted, whole, wanted) {seen}") from None
+        raise AssertionError(f"{error}: (combined, wanted[, whole, wanted]) {seen}") from None
     await asyncio.sleep(2.5)  # two more evaluations: every rule of the group on those same samples
 
     results: dict[str, Any] = {rule: split(query(prom, rule)) for rule in (
@@ -221,3 +244,17 @@ async def test_two_shards_give_one_monitor_s_job_figures(
             assert close(lost[(job, cause)], own_lost, 1e-9), (job, cause)
     goodput = results["rainier:job_goodput:ratio"][1]
     assert all(close(goodput[(j,)], exported("whole", "rainier_job_goodput_ratio", j), 1e-9) for j in JOBS)
+
+    # The fleet's headline from the shards alone is the one monitor's: each cause within its jobs' tolerance.
+    headline = {c: v for (_j, c), v in query(prom_shards, "rainier:fleet_fp8_lost_flops:sum_by_cause").items()}
+    own_fleet = {c: mine["whole"][f'rainier_fleet_fp8_lost_flops{{cause="{c}"}}'] for c in CAUSES}
+    assert set(headline) == set(CAUSES)
+    assert all(close(headline[c], own_fleet[c], tolerance[c]) for c in CAUSES), f"{headline} {own_fleet}"
+    fleet_goodput = query(prom_shards, "rainier:fleet_goodput:ratio")[("",)]
+    assert close(fleet_goodput, mine["whole"]["rainier_fleet_goodput_ratio"], STALL_REL)
+    # The capacity in no job is none here (every UltraServer in a job), and the shards' own fleet figures summed,
+    # what the rules used to read, miss what each share's gate costs the other's.
+    assert all(mine[s][f'rainier_fleet_fp8_unallocated_lost_flops{{cause="{c}"}}'] == 0
+               for s in ports for c in CAUSES)
+    shards_own = sum(mine[s][f'rainier_fleet_fp8_lost_flops{{cause="{c}"}}'] for s in ("s0", "s1") for c in CAUSES)
+    assert shards_own < 0.9 * sum(own_fleet.values())

@@ -2,7 +2,8 @@
 publishes a fleet with faults, two ``rainierd monitor --shard i/2`` and one
 unsharded monitor listen at once, and the shards' /metrics add up to the
 unsharded monitor's: the same fleet totals, the same frames, the same
-unhealthy components."""
+unhealthy components, and the same lost FP8 by cause (without jobs, every
+UltraServer is capacity in no job, priced whole inside its one shard)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from harness.procs import Broker
 from harness.scrape import current_values, sample_values, scrape
 from harness.timing import TICK_S, within
 from harness.waits import wait_until
+from rainierd.pace import CAUSES
 from tests.helpers import start_whole_and_two_shards
 from tests.integration.test_accounting import sim_totals
 
@@ -47,6 +49,11 @@ for_s = 600
 # Not rainier_fleet_fp8_flop_total: a counter's value is what a monitor has seen grow since it first saw each
 # node (a node whose first two samples land in one analysis window starts one interval later), so it depends on
 # each monitor's windows; its rate is what adds up, and Prometheus reads nothing else of a counter.
+# Lost FP8 by cause: priced from the same detector state, so within 1e-9, but for a stall's price, which is what
+# its UltraServer learned healthy while it ran, from each monitor's own analysis windows (measured 5e-6 to 1.1e-5
+# apart; docs/jobs.md, "Combining shards", allows a stall 1 %).
+STALLS = ("failed_chip", "stale_telemetry")
+STALL_REL = 0.01
 TOTALS = ("rainier_fleet_fp8_peak_flops", "rainier_fleet_fp8_delivered_flops", "rainier_fleet_fp8_effective_flops",
           "rainier_fleet_chips", "rainier_fleet_chips_reporting", "rainier_ingest_frames_applied_total")
 
@@ -59,7 +66,8 @@ def unhealthy(values: dict[str, float]) -> set[str]:
 @pytest.mark.mosquitto
 async def test_two_shards_add_up_to_one_monitor(mosquitto: Broker, start_rainierd: object, tmp_path: Path) -> None:
     """Fed by one simulator, two shards' fleet totals sum to one monitor's within 1e-9 relative, and their
-    unhealthy components together are its, each exported by one shard only."""
+    unhealthy components together are its, each exported by one shard only; their capacity in no job's lost FP8,
+    what the fleet headline's rule adds to the jobs' (none here), is its lost FP8 by cause."""
     scenario = tmp_path / "faults.toml"
     scenario.write_text(SCENARIO)
     ports = start_whole_and_two_shards(start_rainierd, mosquitto.url, tick_s=TICK_S, topology=TOPOLOGY)
@@ -100,3 +108,11 @@ async def test_two_shards_add_up_to_one_monitor(mosquitto: Broker, start_rainier
     assert whole["rainier_ingest_frames_lost_total"] == sum(p["rainier_ingest_frames_lost_total"] for p in parts) == 0
     rejected = [k for p in parts for k, v in p.items() if k.startswith("rainier_ingest_decode_errors_total") and v]
     assert rejected == []  # a shard never hears another's frames
+    # Without jobs the fleet headline's rule adds the shards' capacity in no job up (and no job's loss).
+    lost = {c: sum(p[f'rainier_fleet_fp8_unallocated_lost_flops{{cause="{c}"}}'] for p in parts) for c in CAUSES}
+    own = {c: whole[f'rainier_fleet_fp8_lost_flops{{cause="{c}"}}'] for c in CAUSES}
+    assert lost["failed_chip"] > 0
+    assert lost["degraded_neuronlink"] > 0
+    assert {c: v for c, v in lost.items() if c not in STALLS} == pytest.approx(
+        {c: v for c, v in own.items() if c not in STALLS}, rel=1e-9)
+    assert {c: lost[c] for c in STALLS} == pytest.approx({c: own[c] for c in STALLS}, rel=STALL_REL)
