@@ -210,10 +210,10 @@ def site_vars() -> list[Panel]:
 
 
 def loss_row(lay: Layout) -> None:
-    """The fleet's lost FP8 (docs/metrics.md, "Lost FP8"): one model at every level, every job priced whole and
-    the capacity in no job per UltraServer; the headline from the recording rule that prices a job spanning
-    monitor shards whole (rainier:fleet_fp8_lost_flops:sum_by_cause), its part in no job, what costs most, and
-    where (by site)."""
+    """The fleet's lost FP8 (docs/metrics.md, "Lost FP8 and goodput"): one model at every level, every job priced
+    whole and the capacity in no job per UltraServer; the headline from the recording rule that prices a job
+    spanning monitor shards whole (rainier:fleet_fp8_lost_flops:sum_by_cause), its part in no job, what costs
+    most, and where (by site)."""
     lay.row("Lost FP8 (the fleet's, whatever the site variable says, but by site)")
     goodput = panel("gauge", "Fleet goodput (%)", "percentunit", [target("rainier:fleet_goodput:ratio")],
                     thresholds=[(None, "red"), (0.9, "orange"), (0.99, "green")],
