@@ -1,6 +1,7 @@
 """Specification of the webhook sink (sinks/webhook.py) against a real HTTP receiver the test starts: the
 CloudEvents it POSTs, its retries and bounded queue while the receiver is down, the counts it keeps, its token
-and TLS, and that ``offer`` (all the analysis does) never waits on the receiver."""
+and TLS, that ``offer`` (all the analysis does) never waits on the receiver, and that no receiver, however
+broken or hostile, and no defect of its own ends the sink (issue 35)."""
 
 from __future__ import annotations
 
@@ -9,17 +10,19 @@ import contextlib
 import json
 import re
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 from prometheus_client import CollectorRegistry
 
 from harness.waits import wait_until
 from rainierd.errors import ConfigError
-from rainierd.sinks.webhook import CONTENT_TYPE, WebhookCollector, WebhookConfig, WebhookSink
+from rainierd.sinks import webhook
+from rainierd.sinks.webhook import CONTENT_TYPE, ERROR_REASONS, WebhookCollector, WebhookConfig, WebhookSink
 from tests.actions_views import advisory, view
 from tests.certs import Pki, make_pki
 
@@ -29,10 +32,11 @@ FAST = {"backoff_s": 0.01, "backoff_max_s": 0.05, "timeout_s": 2.0}
 
 @dataclass
 class Receiver:
-    """A webhook receiver on a loopback port: records each request, answers with the next of ``statuses``
-    (then 200), or never answers while ``hang`` is set."""
+    """A webhook receiver on a loopback port: records each request, answers with the next of ``answers`` (raw
+    bytes) or else of ``statuses`` (then 200), or never answers while ``hang`` is set."""
 
     statuses: list[int] = field(default_factory=list)
+    answers: list[bytes] = field(default_factory=list)
     requests: list[tuple[dict[str, str], bytes]] = field(default_factory=list)
     connections: int = 0
     hang: bool = False
@@ -64,8 +68,11 @@ class Receiver:
             if self.hang:
                 await asyncio.Event().wait()
             self.requests.append((headers, body))
-            status = self.statuses.pop(0) if self.statuses else 200
-            writer.write(f"HTTP/1.1 {status} X\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".encode())
+            if self.answers:
+                writer.write(self.answers.pop(0))
+            else:
+                status = self.statuses.pop(0) if self.statuses else 200
+                writer.write(f"HTTP/1.1 {status} X\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".encode())
             await writer.drain()
         writer.close()
 
@@ -97,6 +104,17 @@ def sink_for(rx: Receiver, **config: Any) -> WebhookSink:
     return WebhookSink(WebhookConfig(url=f"http://127.0.0.1:{rx.port}/hook", **(FAST | config)))
 
 
+async def until(task: asyncio.Task[None], condition: Callable[[], bool], what: str) -> None:
+    """Wait for ``condition``; if the sink's task ends first, fail with what ended it."""
+    await wait_until(lambda: task.done() or condition(), 10, what)
+    if task.done():
+        task.result()  # raises what ended run()
+        pytest.fail("the sink's run() returned")
+
+
+NO_ERRORS = dict.fromkeys(ERROR_REASONS, 0)
+
+
 class TestEvents:
     async def test_a_new_advisory_is_one_structured_cloudevent(self, receiver: Receiver) -> None:
         """A node's first advisory is POSTed as one CloudEvents 1.0 structured JSON event whose data is the
@@ -110,6 +128,7 @@ class TestEvents:
         (event,) = receiver.events()
         assert headers["content-type"] == CONTENT_TYPE
         assert "authorization" not in headers
+        assert (headers["connection"], "remote" in headers) == ("close", False)  # one request a connection
         assert event == {"specversion": "1.0", "id": event["id"], "source": "/rainierd/monitor-1",
                          "type": "io.rainierd.action.proposed", "time": "2023-11-14T22:13:20.500Z",
                          "subject": "trn2-a-0001", "datacontenttype": "application/json", "dryrun": False,
@@ -191,10 +210,132 @@ class TestRetries:
                              "every event failed or dropped")
             assert sink.queue.dropped >= 10 - 3 - 1  # at most the bound waits, and one is in flight
             assert sink.sent == 0
+            assert sink.errors == NO_ERRORS | {"connect": 2 * sink.failed}  # each attempt refused
             await receiver.start(port)
             sink.offer(view(*(advisory(f"n{j}", node_id=j) for j in range(11))))
             await wait_until(lambda: sink.sent == 1, 10, "the event after the outage delivered")
         assert [e["subject"] for e in receiver.events()] == ["n10"]
+
+
+# Answers of broken or hostile receivers (issue 35): the first three each ended the monitor with a ValueError
+# (int() of a Latin-1 superscript digit, readexactly(-1)), and so did a Content-Length of over 4,300 digits.
+HOSTILE = {
+    "content_length_superscript_two": b"HTTP/1.1 200 OK\r\nContent-Length: \xb2\r\n\r\n",
+    "chunk_size_minus_one": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n-1\r\nabc\r\n0\r\n\r\n",
+    "status_superscript_digits": b"HTTP/1.1 \xb2\xb2\xb2 OK\r\nContent-Length: 0\r\n\r\n",
+    "content_length_of_5000_digits": b"HTTP/1.1 200 OK\r\nContent-Length: " + b"9" * 5_000 + b"\r\n\r\n",
+    "header_line_of_non_latin_bytes": "HTTP/1.1 200 OK\r\n見出し: 値\r\nContent-Length: 0\r\n\r\n".encode(),
+    "negative_content_length": b"HTTP/1.1 200 OK\r\nContent-Length: -5\r\n\r\n",
+    "conflicting_content_lengths": b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nContent-Length: 5\r\n\r\nhello",
+    "chunk_size_overflow": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + b"f" * 32 + b"\r\nx\r\n",
+    "status_line_of_10_kb": b"HTTP/1.1 200 " + b"A" * 10_000 + b"\r\nContent-Length: 0\r\n\r\n",
+}
+
+
+class TestNeverEnds:
+    @pytest.mark.parametrize("answer", HOSTILE.values(), ids=HOSTILE.keys())
+    async def test_a_hostile_answer_is_counted_and_the_next_event_delivered(
+            self, receiver: Receiver, answer: bytes) -> None:
+        """A malformed answer is one error (reason http) and the event, out of attempts, failed; run() goes on
+        and delivers the next event once the receiver behaves."""
+        receiver.answers = [answer]
+        sink = sink_for(receiver, max_attempts=1)
+        sink.offer(view(advisory("n1")))
+        async with running(sink) as task:
+            await until(task, lambda: sink.failed == 1, "the hostile answer's event failed")
+            sink.offer(view(advisory("n1"), advisory("n2", node_id=2)))
+            await until(task, lambda: sink.sent == 1, "the next event delivered")
+        assert (sink.errors, sink.failed, sink.sent) == (NO_ERRORS | {"http": 1}, 1, 1)
+        assert [e["subject"] for e in receiver.events()] == ["n1", "n2"]
+
+    async def test_a_malformed_answer_is_retried(self, receiver: Receiver) -> None:
+        """A malformed answer is retried like a 5xx: the same event is delivered on the next attempt."""
+        receiver.answers = [HOSTILE["chunk_size_minus_one"]]
+        sink = sink_for(receiver)
+        sink.offer(view(advisory("n1")))
+        async with running(sink) as task:
+            await until(task, lambda: sink.sent == 1, "the event delivered")
+        assert (sink.errors, sink.retries, sink.failed) == (NO_ERRORS | {"http": 1}, 1, 0)
+        assert len({e["id"] for e in receiver.events()}) == 1
+
+    async def test_a_receiver_that_never_answers_is_a_timeout(self, receiver: Receiver) -> None:
+        """An attempt the receiver never answers ends at timeout_s, counted under timeout."""
+        receiver.hang = True
+        sink = sink_for(receiver, max_attempts=1, timeout_s=0.2)
+        sink.offer(view(advisory("n1")))
+        async with running(sink) as task:
+            await until(task, lambda: sink.failed == 1, "the event given up on")
+        assert sink.errors == NO_ERRORS | {"timeout": 1}
+
+    async def test_an_unexpected_exception_in_an_attempt_is_counted_and_retried(
+            self, receiver: Receiver, monkeypatch: pytest.MonkeyPatch) -> None:
+        """An exception no transport raises (a defect, injected into the client here) is counted internal and
+        the attempt retried: the event is delivered."""
+        real = webhook.request
+        calls = 0
+
+        async def broken_once(*args: Any, **kwargs: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                raise KeyError("a defect")
+            return await real(*args, **kwargs)
+
+        monkeypatch.setattr(webhook, "request", broken_once)
+        sink = sink_for(receiver)
+        sink.offer(view(advisory("n1")))
+        async with running(sink) as task:
+            await until(task, lambda: sink.sent == 1, "the event delivered")
+        assert (sink.errors, sink.retries, sink.failed) == (NO_ERRORS | {"internal": 1}, 1, 0)
+
+    async def test_a_defect_in_delivering_is_counted_backed_off_and_passed_over(
+            self, receiver: Receiver, monkeypatch: pytest.MonkeyPatch) -> None:
+        """An exception out of delivering an event (a defect, injected here) twice is counted internal, each
+        event failed, run() backs off like a retry (doubling) and delivers the next event."""
+        real = WebhookSink._deliver
+        calls = 0
+
+        async def broken_twice(self: WebhookSink, queued: Any) -> None:
+            nonlocal calls
+            calls += 1
+            if calls <= 2:
+                raise RuntimeError("a defect")
+            await real(self, queued)
+
+        class Top:  # the jitter's upper end, so the backoff shows
+            @staticmethod
+            def uniform(_low: float, high: float) -> float:
+                return high
+
+        waits: list[float] = []
+
+        async def sleep(seconds: float) -> None:
+            waits.append(seconds)
+
+        monkeypatch.setattr(WebhookSink, "_deliver", broken_twice)
+        sink = WebhookSink(WebhookConfig(url=f"http://127.0.0.1:{receiver.port}/", backoff_s=1.0, backoff_max_s=5.0),
+                           rng=Top(), sleep=sleep)  # type: ignore[arg-type]
+        for i in range(1, 4):
+            sink.offer(view(*(advisory(f"n{j}", node_id=j) for j in range(i))))
+        async with running(sink) as task:
+            await until(task, lambda: sink.sent == 1, "the third event delivered")
+        assert (sink.errors, sink.failed, sink.sent, waits) == (NO_ERRORS | {"internal": 2}, 2, 1, [1.0, 2.0])
+        assert [e["subject"] for e in receiver.events()] == ["n2"]
+
+    async def test_a_failing_episode_is_logged_once(self, receiver: Receiver) -> None:
+        """Three malformed answers in a row make one warning naming the reason, and the next delivery one line
+        saying it works again."""
+        receiver.answers = [HOSTILE["status_superscript_digits"]] * 3
+        sink = sink_for(receiver, max_attempts=1)
+        with structlog.testing.capture_logs() as logs:
+            async with running(sink) as task:
+                for i in range(1, 5):
+                    sink.offer(view(*(advisory(f"n{j}", node_id=j) for j in range(i))))
+                await until(task, lambda: sink.sent == 1, "the fourth event delivered")
+        assert [(e["event"], e.get("reason")) for e in logs] == [
+            ("webhook delivery failing; counted and retried, later events are still tried", "http"),
+            ("webhook delivering again", None)]
+        assert (sink.errors["http"], sink.failed) == (3, 3)
 
 
 class TestNeverBlocks:
@@ -250,11 +391,25 @@ class TestCredentials:
             await wait_until(lambda: sink.sent == 2, 10, "the second event delivered")
         assert [h["authorization"] for h, _ in receiver.requests] == ["Bearer s3cret-one", "Bearer s3cret-two"]
 
+    async def test_a_token_past_ascii_keeps_the_last_one(self, receiver: Receiver, tmp_path: Path) -> None:
+        """A token file rotated to hold a character past ASCII (no bearer token; past Latin-1 it could not even
+        be sent) keeps the last token, and the event is delivered with it."""
+        token = tmp_path / "token"
+        token.write_text("s3cret-one")
+        sink = sink_for(receiver, token_file=token)
+        async with running(sink) as task:
+            token.write_text("s3cret-\u20ac", encoding="utf-8")
+            sink.offer(view(advisory("n1")))
+            await until(task, lambda: sink.sent == 1, "the event delivered")
+        assert [h["authorization"] for h, _ in receiver.requests] == ["Bearer s3cret-one"]
+
     def test_an_unreadable_token_file_stops_the_start_without_its_content(self, tmp_path: Path) -> None:
         """A token file that is missing or holds a line break inside is a ConfigError naming the file only."""
         bad = tmp_path / "bad"
         bad.write_text("two\nlines")
-        for path in (tmp_path / "missing", bad):
+        euro = tmp_path / "euro"
+        euro.write_text("lines-\u20ac", encoding="utf-8")
+        for path in (tmp_path / "missing", bad, euro):
             with pytest.raises(ConfigError, match="webhook_token_file") as info:
                 WebhookSink(WebhookConfig(url="http://127.0.0.1:1/", token_file=path))
             assert "lines" not in str(info.value)
@@ -280,15 +435,18 @@ class TestCredentials:
             await wait_until(lambda: sink.sent == 1 and untrusted.failed == 1, 10, "one sent, one refused")
         await rx.stop()
         assert len(rx.requests) == 1
+        assert untrusted.errors == NO_ERRORS | {"tls": 1}
 
 
 class TestMetrics:
     def test_the_counters_are_exported(self) -> None:
-        """The collector exports sent, failed, dropped, retries and the queue as rainier_webhook_* families."""
+        """The collector exports sent, failed, dropped, retries, the queue and the errors by reason (every reason
+        from the start) as rainier_webhook_* families."""
         sink = WebhookSink(WebhookConfig(url="http://127.0.0.1:1/", queue_size=2))
         for i in range(3):
             sink.offer(view(*(advisory(f"n{j}", node_id=j) for j in range(i + 1))))
         sink.sent, sink.failed, sink.retries = 4, 1, 7
+        sink.errors["http"], sink.errors["timeout"] = 2, 3
         registry = CollectorRegistry()
         registry.register(WebhookCollector(sink.status))
         values = {name: registry.get_sample_value(name) for name in (
@@ -298,6 +456,9 @@ class TestMetrics:
         assert values == {"rainier_webhook_events_sent_total": 4.0, "rainier_webhook_events_failed_total": 1.0,
                           "rainier_webhook_events_dropped_total": 1.0, "rainier_webhook_retries_total": 7.0,
                           "rainier_webhook_queue_events": 2.0, "rainier_webhook_queue_capacity_events": 2.0}
+        errors = {reason: registry.get_sample_value("rainier_webhook_errors_total", {"reason": reason})
+                  for reason in ("timeout", "connect", "tls", "http", "internal")}
+        assert errors == {"timeout": 3.0, "connect": 0.0, "tls": 0.0, "http": 2.0, "internal": 0.0}
 
 
 class TestSettings:

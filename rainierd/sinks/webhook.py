@@ -11,14 +11,26 @@ event is in flight at a time, in order; each is tried at most
 request and response together), with full-jitter exponential backoff
 between attempts (``backoff_s`` doubling up to ``backoff_max_s``; a 429's or
 503's ``Retry-After`` is honoured up to that cap).  A 2xx is delivered; a
-timeout, a connection or TLS failure, 408, 429 and 5xx are retried; any
-other answer is final (the receiver refused the event: retrying would not
-change its mind).  Retries resend the same event ``id``, so a receiver can
+timeout, a connection or TLS failure, a malformed answer, 408, 429 and 5xx
+are retried; any other answer is final (the receiver refused the event:
+retrying would not change its mind).  Retries resend the same event ``id``, so a receiver can
 drop duplicates.
+
+The sink never ends the monitor: it is an optional output, and its receiver
+may be anyone.  Every exception of an attempt (a timeout, a refused or reset
+connection, a TLS failure, a malformed answer: ``HttpError``, or anything
+unexpected) is counted in ``rainier_webhook_errors_total{reason}`` and the
+attempt retried like a 5xx; an exception anywhere else in delivering an
+event (making its data, say) is counted ``internal``, the event counted
+failed, and the next event tried after a backoff.  Only cancellation ends
+``run``.  The log says once when delivery starts failing (an error or an
+event given up on, whichever comes first) and once when an event is
+delivered again.
 
 The bearer token is read from ``token_file`` at start and again before each
 attempt (a rotated Kubernetes Secret is picked up without a restart; an
-unreadable file keeps the last token), and is never logged.  ``ca_file``
+unreadable file, or one that holds no ASCII token, keeps the last token),
+and is never logged.  ``ca_file``
 is the CA bundle that signs the receiver's certificate (unset: the system's).
 
 Event types: ``io.rainierd.action.<state>`` (pending, proposed, suppressed,
@@ -39,7 +51,7 @@ import json
 import random
 import ssl
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -55,7 +67,8 @@ from rainierd.httpclient import HttpError, Url, parse_url, request
 from rainierd.sinks.changes import Change, diff
 
 __all__ = [
-    "CONTENT_TYPE", "WebhookCollector", "WebhookConfig", "WebhookSink", "WebhookStatus", "cloud_event",
+    "CONTENT_TYPE", "ERROR_REASONS", "WebhookCollector", "WebhookConfig", "WebhookSink", "WebhookStatus",
+    "cloud_event",
 ]
 
 log = structlog.get_logger("rainierd.sinks")
@@ -65,6 +78,10 @@ _TYPE_PREFIX: Final = "io.rainierd"
 _RETRIED: Final = frozenset({408, 429})
 _MAX_RESPONSE_BYTES: Final = 64 * 1024  # a receiver's answer is read, not kept: only its status matters
 _MAX_TOKEN_BYTES: Final = 8 * 1024
+# Why an attempt or a delivery raised, each a series of rainier_webhook_errors_total from the start: a timeout
+# (webhook_timeout_s), a connection refused, reset or unresolved, a TLS failure, an answer that is not HTTP
+# (httpclient.HttpError), anything else (a defect: counted, not fatal).
+ERROR_REASONS: Final = ("timeout", "connect", "tls", "http", "internal")
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +109,7 @@ class WebhookStatus:
     retries: int  # attempts after an event's first
     queued: int
     queue_size: int
+    errors: Mapping[str, int]  # exceptions met while delivering, by reason (every one of ERROR_REASONS)
 
 
 def _rfc3339(t_s: float) -> str:
@@ -145,7 +163,8 @@ class WebhookSink:
         self._rng = rng or random.Random()  # jitter, not a secret
         self._sleep = sleep
         self.sent = self.failed = self.retries = 0
-        self._failing = False
+        self.errors = dict.fromkeys(ERROR_REASONS, 0)
+        self._failing = False  # since an error or an event given up on, until an event is delivered
         # Event ids: this sink's random prefix and a count, unique per source (CloudEvents' rule) across restarts.
         self._ids = itertools.count(1)
         self._id_prefix = uuid.uuid4().hex[:16]
@@ -157,15 +176,17 @@ class WebhookSink:
                 token = handle.read(_MAX_TOKEN_BYTES + 1).decode("utf-8").strip()
         except (OSError, UnicodeDecodeError):
             return None
-        # A header value holds no line breaks or controls: such a file is not a token.
-        if not token or len(token) > _MAX_TOKEN_BYTES or any(ord(c) < 0x20 or ord(c) == 0x7F for c in token):
+        # A bearer token is ASCII (RFC 6750 b64token) and a header value holds no line breaks or controls: such a
+        # file is not a token (and a character past Latin-1 could not even be sent).
+        if not token or len(token) > _MAX_TOKEN_BYTES or not token.isascii() or any(
+                ord(c) < 0x20 or ord(c) == 0x7F for c in token):
             return None
         return token
 
     def status(self) -> WebhookStatus:
         """Return the counters (a copy, safe to read from the render thread)."""
         return WebhookStatus(sent=self.sent, failed=self.failed, dropped=self.queue.dropped, retries=self.retries,
-                             queued=self.queue.qsize(), queue_size=self.config.queue_size)
+                             queued=self.queue.qsize(), queue_size=self.config.queue_size, errors=dict(self.errors))
 
     def offer(self, view: ActionsView | None) -> int:
         """Queue the events of what changed since the last view offered; return how many (never blocks).
@@ -198,11 +219,18 @@ class WebhookSink:
                             event_id=f"{self._id_prefix}-{next(self._ids)}"), view.brake.document)
 
     async def run(self) -> None:
-        """Deliver queued events, one at a time, until cancelled."""
+        """Deliver queued events, one at a time, until cancelled: nothing else ends it."""
+        broken = 0  # deliveries in a row that raised: their backoff doubles like a retry's
         while True:
             event = await self.queue.get()
             try:
                 await self._deliver(event)
+                broken = 0
+            except Exception as exc:  # a sink never ends the monitor (CancelledError is no Exception: it ends run)
+                broken += 1
+                self.failed += 1
+                self._error("internal", exc)
+                await self._sleep(self._backoff_s(broken))
             finally:
                 self.queue.task_done()
 
@@ -221,15 +249,28 @@ class WebhookSink:
                 return
             if outcome != "retry" or attempt == self.config.max_attempts:
                 break
-            cap = min(self.config.backoff_max_s, self.config.backoff_s * 2 ** (attempt - 1))
-            delay_s = self._rng.uniform(0, cap) if retry_after_s is None else min(retry_after_s,
-                                                                                  self.config.backoff_max_s)
+            delay_s = self._backoff_s(attempt) if retry_after_s is None else min(retry_after_s,
+                                                                                 self.config.backoff_max_s)
             await self._sleep(delay_s)
         self.failed += 1
         if not self._failing:
             self._failing = True
             log.warning("webhook event not delivered; later ones are still tried", url=str(self._url),
                         type=event["type"], subject=event["subject"], reason=outcome)
+
+    def _backoff_s(self, attempt: int) -> float:
+        """Return the wait after the ``attempt``-th failure in a row: full jitter, doubling, capped."""
+        return self._rng.uniform(0, min(self.config.backoff_max_s, self.config.backoff_s * 2 ** min(attempt - 1, 62)))
+
+    def _error(self, reason: str, exc: BaseException) -> None:
+        """Count an exception met while delivering under ``reason``; log it if it starts a failing episode."""
+        self.errors[reason] += 1
+        if not self._failing:
+            self._failing = True
+            # The exception's type and message, never its traceback's locals; HttpError quotes a hostile answer
+            # only through repr, so the log line stays one line.
+            log.warning("webhook delivery failing; counted and retried, later events are still tried",
+                        url=str(self._url), reason=reason, error=f"{type(exc).__name__}: {exc}"[:200])
 
     async def _attempt(self, body: bytes) -> tuple[str, float | None]:
         """Return ("sent" | "retry" | why it is final, Retry-After seconds or None) of one POST."""
@@ -242,13 +283,25 @@ class WebhookSink:
             async with asyncio.timeout(self.config.timeout_s):
                 response = await request(self._url, method="POST", headers=headers, body=body,
                                          ssl_context=self._ssl, max_body_bytes=_MAX_RESPONSE_BYTES)
-        except (OSError, HttpError, TimeoutError):
+        except Exception as exc:  # whatever the receiver does is counted and retried, never fatal
+            self._error(_reason(exc), exc)
             return "retry", None
         if 200 <= response.status < 300:
             return "sent", None
         if response.status in _RETRIED or response.status >= 500:
             return "retry", _retry_after(response.headers.get("retry-after"))
         return f"refused_{response.status}", None
+
+
+def _reason(exc: Exception) -> str:
+    """Return the ERROR_REASONS entry of an attempt's exception."""
+    if isinstance(exc, TimeoutError):  # an OSError too: asyncio.timeout's, or the kernel's connect timeout
+        return "timeout"
+    if isinstance(exc, ssl.SSLError):  # a certificate refused too (ssl.CertificateError is one)
+        return "tls"
+    if isinstance(exc, OSError):
+        return "connect"
+    return "http" if isinstance(exc, HttpError) else "internal"
 
 
 def _retry_after(value: str | None) -> float | None:
@@ -278,6 +331,12 @@ class WebhookCollector(Collector):
             ("rainier_webhook_retries", "Delivery attempts after an event's first.", status.retries),
         ):
             yield CounterMetricFamily(name, text, value=value)
+        errors = CounterMetricFamily("rainier_webhook_errors", "Exceptions met delivering advisory events, by reason "
+                                     "(each counted, backed off and retried or passed over, never fatal).",
+                                     labels=["reason"])
+        for reason in ERROR_REASONS:
+            errors.add_metric([reason], status.errors.get(reason, 0))
+        yield errors
         yield GaugeMetricFamily("rainier_webhook_queue_events", "Advisory events waiting for delivery.",
                                 value=status.queued)
         yield GaugeMetricFamily("rainier_webhook_queue_capacity_events", "Advisory events the queue holds at most.",
