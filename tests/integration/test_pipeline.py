@@ -60,7 +60,11 @@ async def test_simulate_to_monitor_matches_ground_truth(
     values = sample_values(scrape(metrics_port))
     truth = truths[last]
     assert values["rainier_fleet_fp8_peak_flops"] == truth["peak_flops"] == 128 * 1.299e15
-    assert values["rainier_fleet_fp8_delivered_flops"] == pytest.approx(truth["delivered_flops"], rel=1e-3)
+    # Delivered is the utilisation's figure, raised to what a chip's counter executed where its sampled
+    # utilisation reads below it (docs/throughput-model.md, "Physical bounds"): within the sensor noise of
+    # the truth, cut on one side only (+0.11-0.28 % on the demo fleet), and never below effective.
+    assert values["rainier_fleet_fp8_delivered_flops"] == pytest.approx(truth["delivered_flops"], rel=3e-3)
+    assert values["rainier_fleet_fp8_delivered_flops"] >= values["rainier_fleet_fp8_effective_flops"]
     assert values["rainier_fleet_fp8_effective_flops"] == pytest.approx(truth["effective_flops"], rel=1e-9)
     assert values["rainier_fleet_chips_reporting"] == 128
     assert values["rainier_ingest_frames_lost_total"] == values["rainier_ingest_frames_missing"] == 0
