@@ -127,12 +127,48 @@ class TestEntityActions:
 
     def test_efa_and_node(self) -> None:
         """A degraded, down or stale (its device gone) EFA port is drained; a node's cooling cordons it; a node
-        whose paths are all slow together is drained; a lost node is watched until long."""
+        whose paths are all slow together is drained once its own traffic fell too, and watched while only its
+        peers say so; a lost node is watched until long."""
         assert self.actions("efa", [("degraded", 2, 0.0), ("down", 64, 0.0), ("stale", int(Reason.ABSENT), 0.0),
                                     ("degraded", int(Reason.RX_DROPS), 0.0), ("down", int(Reason.KEEP_ALIVE), 0.0)]
                             ) == ["drain"] * 5
-        assert self.actions("node", [("cooling_degraded", 8192, 0.0), ("path_degraded", 0, 0.0), ("lost", 4096, 60.0),
-                                     ("lost", 4096, 1_800.0)]) == ["cordon", "drain", "watch", "cordon"]
+        slow, dropped = int(Reason.EFA_NODE_SLOW), int(Reason.EFA_NODE_SLOW | Reason.OWN_DROP)
+        assert self.actions("node", [("cooling_degraded", 8192, 0.0), ("path_degraded", dropped, 0.0),
+                                     ("path_degraded", slow, 1e4), ("lost", 4096, 60.0), ("lost", 4096, 1_800.0)]
+                            ) == ["cordon", "drain", "watch", "watch", "cordon"]
+
+
+class TestEvidenceOfItsOwn:
+    """A node judged slow by its peers alone is watched until its own evidence corroborates it (issue 35)."""
+
+    @staticmethod
+    def slow_node(node: int, reasons: Reason = Reason.EFA_NODE_SLOW) -> dict[str, list[Entity]]:
+        return {"node": [(node, "path_degraded", int(reasons))]}
+
+    def test_peer_relative_only_is_proposed_as_a_watch_and_never_braked(self) -> None:
+        """A node slow against its peers only is proposed a watch after the hold, and the brake and the
+        proposal totals never see it."""
+        policy = ActionPolicy(TOPO, ActionConfig(hold_s=HOLD))
+        view = run(policy, health(self.slow_node(3)), HOLD + 60)
+        assert states(view) == {"n3": ("watch", "proposed", None)}
+        assert (policy.totals.proposed["drain"], policy.totals.brake_trips) == (0, 0)
+
+    def test_its_own_level_falling_corroborates_it_into_a_drain(self) -> None:
+        """The watched node's own traffic then falls too (own_drop): its cause has stood the hold already, so a
+        drain is proposed through the brake at once, and counted."""
+        policy = ActionPolicy(TOPO, ActionConfig(hold_s=HOLD))
+        run(policy, health(self.slow_node(3)), HOLD + 60)
+        corroborated = health(self.slow_node(3, Reason.EFA_NODE_SLOW | Reason.OWN_DROP))
+        view = policy.update(corroborated, t_s=T0 + HOLD + 90)
+        assert states(view) == {"n3": ("drain", "proposed", None)}
+        assert policy.totals.proposed["drain"] == 1
+
+    def test_a_port_of_its_own_failing_calls_for_its_own_drain(self) -> None:
+        """A node slow against its peers only, one of whose own EFA ports is down: drained for the port."""
+        policy = ActionPolicy(TOPO, ActionConfig(hold_s=HOLD))
+        port = 3 * TOPO.efa_ports_per_node + 1
+        view = run(policy, health({**self.slow_node(3), "efa": [(port, "down", int(Reason.DOWN))]}), HOLD + 60)
+        assert states(view) == {"n3": ("drain", "proposed", None)}
 
 
 class TestHold:

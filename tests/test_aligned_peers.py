@@ -51,16 +51,18 @@ def step_integral(t: F64) -> F64:
 
 @dataclass
 class OutOfPhase:
-    """Three-node UltraServers whose node agents sample at their own phase, skew and jitter."""
+    """Three-node UltraServers (``nodes_present`` of their four) whose node agents sample at their own phase, skew
+    and jitter."""
 
     seed: int
     ports_per_node: int = 8
     ultraservers: int = 6
+    nodes_present: int = 3
     topo: Topology = field(init=False)
     state: FleetState = field(init=False)
 
     def __post_init__(self) -> None:
-        present = np.tile([True, True, True, False], self.ultraservers)
+        present = np.tile(np.arange(4) < self.nodes_present, self.ultraservers)
         self.topo = build_sites([self.ultraservers], name="aligned", efa_ports_per_node=self.ports_per_node,
                                 node_present=present)
         self.state = FleetState(self.topo)

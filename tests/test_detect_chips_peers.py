@@ -120,14 +120,15 @@ class TestPeers:
 
     def test_with_jobs_a_chips_peers_are_its_jobs_nodes(self) -> None:
         """A job of nodes 0, 1 and 5 gives its chips the median of those nodes' medians; the nodes in no job
-        are grouped by UltraServer; any() reaches the whole group."""
+        are grouped by UltraServer, and the two of UltraServer 0 are no group (the median of two is either's to
+        move): each has its own node's; any() reaches the whole group."""
         topo = build_fleet(1, 2)
         values = np.repeat(np.arange(topo.n_nodes, dtype=np.float32), topo.chips_per_node)
         node_job = np.full(topo.n_nodes, -1, np.int64)
         node_job[[0, 1, 5]] = 0
         peers = ChipPeers.of(topo, node_job)
         per_node = peers.median(values)[::topo.chips_per_node].tolist()
-        assert per_node == [1.0, 1.0, 2.5, 2.5, 6.0, 1.0, 6.0, 6.0]
+        assert per_node == [1.0, 1.0, 2.0, 3.0, 6.0, 1.0, 6.0, 6.0]
         mask = np.zeros(topo.n_chips, dtype=bool)
         mask[5 * topo.chips_per_node] = True
         assert peers.any(mask)[::topo.chips_per_node].tolist() == [True, True, False, False, False, True, False, False]

@@ -108,6 +108,25 @@ class TestCollectors:
         assert {name: samples[f"rainier_ultraserver_fp8_{name}_flops"] for name in ("peak", "delivered", "effective")
                 } == {"peak": 2, "delivered": 0, "effective": 2}
 
+    def test_implausible_claims_are_counted(self) -> None:
+        """The entities whose claim is implausible now are counted by judgement, and the times one became so."""
+        empty = np.zeros(0, dtype=np.int64)
+        health = HealthView(
+            ids=dict.fromkeys(("neuronlink", "efa", "chip", "node", "ultraserver"), empty),
+            states=dict.fromkeys(("neuronlink", "efa", "chip", "node", "ultraserver"), empty),
+            reasons=dict.fromkeys(("neuronlink", "efa", "chip", "node", "ultraserver"), empty),
+            onsets=dict.fromkeys(("neuronlink", "efa", "chip", "node", "ultraserver"), empty),
+            worst={k: (empty, np.zeros(0)) for k in ("neuronlink", "efa", "chip")},
+            implausible={("node", "efa_paths"): np.array([2, 5]), ("node", "neuronlink_paths"): empty},
+            implausible_onsets={("node", "efa_paths"): 3, ("node", "neuronlink_paths"): 0},
+        )
+        snap = dataclasses.replace(demo_snapshot(), health=health)
+        registry = build_exporter(build_topology("demo"), lambda: snap, process_metrics=False).registry
+        get = registry.get_sample_value
+        assert [get(name, {"entity": "node", "judgement": judgement})
+                for name in ("rainier_implausible", "rainier_implausible_onsets_total")
+                for judgement in ("efa_paths", "neuronlink_paths")] == [2, 0, 3, 0]
+
     def test_ultraserver_families_render_as_text(self) -> None:
         """The per-UltraServer families render as valid exposition text with one series per UltraServer."""
         snap = demo_snapshot()

@@ -6,8 +6,10 @@ recommended action per node, held, braked and remembered (docs/actions.md has th
 once it is down or still degraded ``link_escalate_s`` after its onset; an EFA port degraded or down is
 drained (traffic moves off a slow path only with the job), as is one whose device was reported gone (stale); a
 failed chip is drained (its executions failing or timing out, its device gone), and replaced when its HBM or
-its SRAM reported an uncorrectable ECC error; a node whose cooling is degraded is cordoned; a silent node or chip is
-watched, and cordoned once silent ``silent_long_s``.  A node's advisory is the most disruptive its causes call
+its SRAM reported an uncorrectable ECC error; a node whose cooling is degraded is cordoned; a node whose paths are
+slow against its peers' is watched, and drained once its own traffic fell too (``own_drop``: a judgement by its
+peers alone is one a lying peer could make); a silent node or chip is watched, and cordoned once silent
+``silent_long_s``.  A node's advisory is the most disruptive its causes call
 for (``ACTIONS`` is ordered).
 
 **When.** An advisory is ``pending`` until the causes calling for its action have stood ``hold_s`` (each
@@ -102,7 +104,10 @@ def entity_actions(kind: str, states: I64, reasons: I64, held_s: F64, config: Ac
         out[state("stale") & (held_s >= config.silent_long_s)] = CORDON
     elif kind == "node":
         out[state("cooling_degraded")] = CORDON
-        out[state("path_degraded")] = DRAIN
+        # Slow against its peers alone is watched: a peer that inflates its traffic could have made it look so.
+        # Its own level fallen too corroborates it (detect/nodepaths.py); its own ports' and links' states call
+        # for their own actions (docs/actions.md, "Evidence of its own").
+        out[state("path_degraded") & ((reasons & int(Reason.OWN_DROP)) != 0)] = DRAIN
         out[state("lost") & (held_s >= config.silent_long_s)] = CORDON
     return out
 

@@ -97,6 +97,9 @@ class HealthView:
     worst: dict[str, tuple[I64, F64]]
     unknown: dict[tuple[str, str], int] = field(default_factory=dict)  # entities not judgeable, by judgement
     feed: FeedView = field(default_factory=FeedView)  # the monitor's feed (detect/feed.py)
+    # Entities whose claim is far above their peers' now, by judgement, and how many became so since the start.
+    implausible: dict[tuple[str, str], I64] = field(default_factory=dict)
+    implausible_onsets: dict[tuple[str, str], int] = field(default_factory=dict)
 
     @classmethod
     def of(cls, detector: FleetDetector, *, worst_k: int = 10) -> HealthView:
@@ -111,7 +114,8 @@ class HealthView:
             "efa": _lowest(detector.efa.share, worst_k, detector.efa.sample),
             "chip": _lowest(detector.chips.efficiency, worst_k, detector.chips.sample),
         }
-        return cls(ids, states, reasons, onsets, worst, detector.unknown(), detector.feed.view)
+        return cls(ids, states, reasons, onsets, worst, detector.unknown(), detector.feed.view,
+                   detector.implausible(), detector.implausible_onsets())
 
     def counts(self) -> dict[tuple[str, str], int]:
         """Return how many entities of each kind are in each unhealthy state."""

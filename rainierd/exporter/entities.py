@@ -211,6 +211,22 @@ class DetectionCollector(Collector):
         for (entity, judgement), n in sorted(snap.health.unknown.items()):
             unknown.add_metric([entity, judgement], n)
         yield unknown
+        implausible = GaugeMetricFamily(
+            "rainier_implausible",
+            "Entities whose claim is far above their peers' now: left out of every peer's reference, never "
+            "used to judge them.",
+            labels=["entity", "judgement"],
+        )
+        for (entity, judgement), ids in sorted(snap.health.implausible.items()):
+            implausible.add_metric([entity, judgement], ids.size)
+        yield implausible
+        onsets = CounterMetricFamily(
+            "rainier_implausible_onsets", "Times an entity's claim became implausible, far above its peers'.",
+            labels=["entity", "judgement"],
+        )
+        for (entity, judgement), n in sorted(snap.health.implausible_onsets.items()):
+            onsets.add_metric([entity, judgement], n)
+        yield onsets
         yield GaugeMetricFamily(
             "rainier_feed_silent_nodes",
             "Nodes silent together while this monitor's feed is lost: their silence is held as the transport's, "

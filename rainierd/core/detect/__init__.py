@@ -225,7 +225,18 @@ class FleetDetector:
             ("chip", "straggler"): count(chips.has("util", "fp8_flop_total"), node[topo.chip_node]),
             ("chip", "errors"): count(chips.has("exec_errors_total", "exec_timeouts_total"), node[topo.chip_node]),
             ("node", "cooling"): count(air.has("inlet_c") | air.has("fan_rpm"), node),
+            # Against its peers: fewer than min_peers with a figure (detect/nodepaths.py), or no figure of its own.
+            **{("node", f"{name}_paths"): n for name, n in self.node_paths.unknown(node).items()},
         }
+
+    def implausible(self) -> dict[tuple[str, str], I64]:
+        """Return, per (entity kind, judgement), the entities whose claim is implausible now: far above their
+        peers', so left out of every peer's reference (detect/nodepaths.py)."""
+        return {("node", f"{name}_paths"): ids for name, ids in self.node_paths.implausible().items()}
+
+    def implausible_onsets(self) -> dict[tuple[str, str], int]:
+        """Return, per (entity kind, judgement), how many times an entity became implausible since the start."""
+        return {("node", f"{name}_paths"): n for name, n in self.node_paths.implausible_onsets().items()}
 
     def unhealthy(self) -> dict[str, np.ndarray]:
         """Return, per entity kind, the ids that are not healthy now."""

@@ -47,6 +47,9 @@ class Reason(IntFlag):
     RX_DROPS = 1 << 25  # an EFA port keeps dropping received packets (detect/efa_driver.py)
     RDMA_WR_ERRORS = 1 << 26  # an EFA port's RDMA work requests keep completing in error (detect/efa_driver.py)
     KEEP_ALIVE = 1 << 27  # an EFA device present but no longer sending its driver keep-alives (detect/efa_driver.py)
+    # A node slow against its peers whose own traffic fell too, under its usual level (detect/nodepaths.py): its
+    # own evidence, not only its peers' (actions/policy.py acts on a node's paths only with it).
+    OWN_DROP = 1 << 28
 
 
 def reason_names(mask: int) -> list[str]:

@@ -19,6 +19,19 @@ whatever phase, skew or jitter each agent's intervals had.  A node's reference
 is the median of its peers' smoothed levels (without its own), and it is slow
 while its level stays under ``band`` of that.
 
+No node can convict another (issue 35; docs/detection.md has the case): every
+figure here is one node's agent's word, and one agent reporting its EFA bytes
+x3 made both healthy nodes of a 3-node job slow against the median of their two
+peers, their mean.  So a node is judged only with at least ``min_peers`` (3)
+peers reporting, whose median without its own no single one can carry past the
+others (with fewer it is unknown, ``unknown``); a node whose level stays over
+``implausible_above`` of its peers' (with two peers or more) is left out of
+every other node's reference at once and not judged itself, and is counted
+implausible once that has held ``implausible_after_s``.  A slow node whose own
+level also fell under ``own_drop_below`` of its usual one (learned over
+``usual_s`` while it was judged well) carries ``own_drop``: evidence of its
+own that no peer's lie can give, which the advisory needs before it drains.
+
 It is judged only while its peers carry steady traffic: not while the
 reference is idle (under ``idle_below`` of its own recent peak: a checkpoint,
 a restart, an idle UltraServer), nor within ``settle_s`` of the reference
@@ -26,9 +39,9 @@ moving (more than ``steady_within`` off its own slower average: a job phase
 beginning or ending, when a node whose agent samples seconds after its peers
 lags them), nor before the node has ``warmup_s`` of its own history.  So a
 whole UltraServer or job moving together (a job phase, ``core/jobphase.py``)
-raises nothing: its nodes move with their reference.  A node with no peer
-reporting (a job of one node, an UltraServer with one present node) is not
-judged.
+raises nothing: its nodes move with their reference.  A node with fewer than
+``min_peers`` peers reporting (a job of up to three nodes, an UltraServer with
+three present nodes) is not judged.
 
 The finding is one ``path_degraded`` state on the node entity (its reasons
 ``efa_node_slow`` and ``neuronlink_node_slow``: ``detect/__init__.py`` folds it
@@ -37,7 +50,8 @@ into the node's states), never one fault per port or link.
 Per tick: each path detector hands one figure a node (a reshape and a mean
 over its ports or link kinds); the smoothing is a few passes over the nodes,
 and the peers' medians one sort of the nodes by (group, level) (~31k nodes at
-rainier): no Python loop over nodes.
+rainier), a second one only in a tick where some claim is implausible: no
+Python loop over nodes.
 """
 
 from __future__ import annotations
@@ -53,7 +67,10 @@ from rainierd.core.detect._peers import peer_groups
 from rainierd.core.detect._tracker import StateTracker, Transitions
 from rainierd.core.state import FleetState
 
-__all__ = ["PATH_SIGNALS", "NodePathDetector", "NodePathParams", "NodeSignal", "group_others_median", "node_mean"]
+__all__ = [
+    "PATH_SIGNALS", "NodePathDetector", "NodePathParams", "NodeSignal", "group_others_count", "group_others_median",
+    "node_mean",
+]
 
 PATH_SIGNALS: Final = ("efa", "neuronlink")
 _REASONS: Final = {"efa": Reason.EFA_NODE_SLOW, "neuronlink": Reason.NEURONLINK_NODE_SLOW}
@@ -76,10 +93,25 @@ class NodePathParams:
     warmup_s: float = 60.0
     raise_after_s: float = 5.0
     clear_after_s: float = 10.0
+    # Statistics no one member can move (issue 35): a node is judged only against at least this many peers, the
+    # median of theirs without its own; one member then cannot move it outside the others' range.
+    min_peers: int = 3
+    # A node whose level stays over this multiple of its peers' median (with two peers or more) for
+    # implausible_after_s claims traffic its job cannot carry: it is counted implausible and left out of every
+    # other node's reference.  Nodes carrying the same work carry the same traffic (a collective's ring sends and
+    # receives alike): a peer of a 3-node job with its traffic at 0 leaves the others 2x the mean of theirs.
+    implausible_above: float = 2.5
+    implausible_after_s: float = 5.0
+    # A slow node's own level under this share of its usual one (learned over usual_s while its peers said it
+    # was well) is its own evidence, which a liar among its peers cannot give (actions/policy.py).
+    own_drop_below: float = 0.85
+    usual_s: float = 300.0
 
     def __post_init__(self) -> None:
         if not (0.0 < self.band < 1.0 and 0.0 <= self.idle_below < 1.0 and self.smooth_s > 0
-                and self.steady_s > 0 and self.steady_within > 0 and self.peak_halflife_s > 0):
+                and self.steady_s > 0 and self.steady_within > 0 and self.peak_halflife_s > 0
+                and self.min_peers >= 1 and self.implausible_above > 1.0 and self.implausible_after_s >= 0
+                and 0.0 < self.own_drop_below < 1.0 and self.usual_s > 0):
             raise ValueError(f"node path thresholds out of range: {self}")
 
 
@@ -141,10 +173,20 @@ def group_others_median(values: F32, group: I64) -> F32:
     return out
 
 
+def group_others_count(values: F32, group: I64) -> I64:
+    """Return, per entry, how many other finite values its group has (0 in no group (-1))."""
+    member = group >= 0
+    finite = np.isfinite(values) & member
+    size = np.bincount(group[finite], minlength=int(group.max(initial=-1)) + 1)
+    out = np.zeros(values.shape, np.int64)
+    out[member] = size[group[member]] - finite[member]
+    return out
+
+
 @dataclass(eq=False)
 class _Smoothed:
-    """One path kind's per-node state: the cascaded levels, the reference's peak and slow average, and how long
-    the node has been judgeable."""
+    """One path kind's per-node state: the cascaded levels, the reference's peak and slow average, how long the
+    node has been judgeable, its own usual level, and its claims above its peers'."""
 
     levels: F32  # (3, nodes)
     peak: F32
@@ -152,12 +194,18 @@ class _Smoothed:
     settled_s: F32
     history_s: F32  # seconds of the node's own samples since its averages started
     ratio: F32  # the latest level / reference (NaN: not known)
+    usual: F32  # the node's own level while judged and not slow (NaN: not yet): what corroborates a slowdown
+    peers: I64  # its peers with a figure at its last sample, those whose claims are implausible left out
+    above_s: F32  # seconds its level has stood over implausible_above of its peers', while they were steady
+    implausible: B  # above them for implausible_after_s: its readings are nobody's reference
+    onsets: int = 0  # nodes that became implausible since the start
 
     @classmethod
     def empty(cls, n: int) -> _Smoothed:
         nan = np.full(n, np.nan, np.float32)
         return cls(np.full((3, n), np.nan, np.float32), np.zeros(n, np.float32), nan.copy(),
-                   np.zeros(n, np.float32), np.zeros(n, np.float32), nan.copy())
+                   np.zeros(n, np.float32), np.zeros(n, np.float32), nan.copy(), nan.copy(),
+                   np.zeros(n, np.int64), np.zeros(n, np.float32), np.zeros(n, dtype=bool))
 
 
 def _blend(average: F32, value: F32, weight: F32, where: B) -> None:
@@ -195,15 +243,33 @@ class NodePathDetector:
         evidence = np.zeros(n, dtype=bool)
         seconds = np.zeros(n, np.float32)
         for name, signal in signals.items():
-            judged, slow = self._judge(self.smoothed[name], signal, group)
+            judged, slow, dropped = self._judge(self.smoothed[name], signal, group)
             np.bitwise_or(reasons, np.int32(_REASONS[name]), out=reasons, where=slow)
+            np.bitwise_or(reasons, np.int32(Reason.OWN_DROP), out=reasons, where=dropped)
             candidate[slow] = NODE_PATHS_DEGRADED
             evidence |= judged
             np.fmax(seconds, np.nan_to_num(signal.dt_s, nan=0.0), out=seconds, where=judged)
         return self.tracker.update(candidate, reasons, evidence, tick, seconds=seconds)
 
-    def _judge(self, s: _Smoothed, signal: NodeSignal, group: I64) -> tuple[B, B]:
-        """Fold one path kind's sample into its smoothed state; return (judged, slow) per node."""
+    def _reference(self, level: F32, fresh: B, group: I64) -> tuple[F32, I64, B]:
+        """Return each fresh node's reference (the median of its peers' levels without its own), how many peers
+        it has, and which nodes claim over ``implausible_above`` of theirs: those are left out of every other
+        node's reference, and keep the reference of all their peers (module docstring)."""
+        heard = np.where(fresh, level, np.float32(np.nan)).astype(np.float32)
+        everyone = group_others_median(heard, group)
+        count = group_others_count(heard, group)
+        with np.errstate(invalid="ignore"):
+            above = fresh & (count >= 2) & (level > np.float32(self.params.implausible_above) * everyone)
+        if not above.any():
+            return everyone, count, above
+        believed = np.where(above, np.float32(np.nan), heard).astype(np.float32)
+        reference = np.where(above, everyone, group_others_median(believed, group)).astype(np.float32)
+        peers = np.where(above, count, group_others_count(believed, group))
+        return reference, peers, above
+
+    def _judge(self, s: _Smoothed, signal: NodeSignal, group: I64) -> tuple[B, B, B]:
+        """Fold one path kind's sample into its smoothed state; return (judged, slow, slow with its own level
+        fallen too) per node."""
         p = self.params
         dt = np.fmax(np.nan_to_num(signal.dt_s, nan=0.0), np.float32(0.0)).astype(np.float32)
         fresh = signal.fresh & np.isfinite(signal.rate) & (dt > 0)
@@ -214,7 +280,8 @@ class NodePathDetector:
             value = stage
         level = s.levels[-1]
         np.add(s.history_s, dt, out=s.history_s, where=fresh)
-        reference = group_others_median(np.where(fresh, level, np.float32(np.nan)).astype(np.float32), group)
+        reference, peers, above = self._reference(level, fresh, group)
+        np.copyto(s.peers, peers, where=fresh)
         known = fresh & np.isfinite(reference)
         decay = np.exp2(-dt / np.float32(p.peak_halflife_s)).astype(np.float32)
         np.copyto(s.peak, np.fmax(s.peak * decay, reference), where=known)
@@ -226,10 +293,40 @@ class NodePathDetector:
             ratio = (level / reference).astype(np.float32)
         settling = busy & steady
         np.copyto(s.settled_s, np.where(settling, s.settled_s + dt, np.float32(0.0)), where=fresh)
-        judged = settling & (s.settled_s >= np.float32(p.settle_s)) & (s.history_s >= np.float32(p.warmup_s))
+        settled = settling & (s.settled_s >= np.float32(p.settle_s)) & (s.history_s >= np.float32(p.warmup_s))
+        self._implausible(s, settled & above, fresh, dt)
+        judged = settled & ~above & (peers >= p.min_peers)
         np.copyto(s.ratio, ratio, where=fresh)
         np.copyto(s.ratio, np.float32(np.nan), where=fresh & ~busy)
-        return judged, judged & (ratio < np.float32(p.band))
+        slow = judged & (ratio < np.float32(p.band))
+        with np.errstate(invalid="ignore"):
+            dropped = slow & (level < np.float32(p.own_drop_below) * s.usual)  # NaN (none learned) compares False
+        # Its own level is learned while its peers say it is well, so a slowdown never becomes its usual.
+        usual_weight = (1.0 - np.exp(-dt / np.float32(p.usual_s))).astype(np.float32)
+        _blend(s.usual, level, usual_weight, judged & ~slow & (self.tracker.state == NODE_PATHS_HEALTHY))
+        return judged, slow, dropped
+
+    def _implausible(self, s: _Smoothed, claim: B, fresh: B, dt: F32) -> None:
+        """Hold each node's claim over its peers' for ``implausible_after_s`` before it is counted implausible
+        (a fresh sample that does not claim it ends the claim); count the nodes that become so."""
+        np.copyto(s.above_s, np.where(claim, s.above_s + dt, np.float32(0.0)), where=fresh)
+        flagged = (s.above_s > 0) & (s.above_s >= np.float32(self.params.implausible_after_s))
+        s.onsets += int(np.count_nonzero(flagged & ~s.implausible))
+        s.implausible = flagged
+
+    def implausible(self) -> dict[str, I64]:
+        """Return, per path kind, the nodes whose claim is implausible now (far over their peers')."""
+        return {name: np.flatnonzero(s.implausible) for name, s in self.smoothed.items()}
+
+    def implausible_onsets(self) -> dict[str, int]:
+        """Return, per path kind, how many times a node became implausible since the start."""
+        return {name: s.onsets for name, s in self.smoothed.items()}
+
+    def unknown(self, present: B) -> dict[str, int]:
+        """Return, per path kind, the ``present`` nodes that had fewer than ``min_peers`` peers with a figure
+        at their last sample (or none yet): no peer judgement can be made of them."""
+        return {name: int(np.count_nonzero(present & (s.peers < self.params.min_peers)))
+                for name, s in self.smoothed.items()}
 
     def fractions(self, name: str) -> tuple[I64, F32]:
         """Return the nodes ``path_degraded`` for path kind ``name`` (``PATH_SIGNALS``) and the share of their
