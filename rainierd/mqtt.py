@@ -74,7 +74,6 @@ log = structlog.get_logger("rainierd.mqtt")
 # ``max_frame_bytes`` always fits; one far beyond it never reaches us.
 MAX_PACKET_OVERHEAD: Final = 4_096
 _BACKOFF_BASE_S: Final = 0.2
-_BACKOFF_CAP_S: Final = 15.0
 _STABLE_AFTER_S: Final = 10.0
 # A stop's whole goodbye to the broker: the retained ``offline`` (QoS 1, so a PUBACK) and the DISCONNECT's
 # write.  A quarter of the 2 s a stop is given; a broker that takes longer is left to publish the will.
@@ -129,6 +128,8 @@ class MqttConfig:
     qos: int = 0
     protocol: Literal["3.1.1", "5"] = "5"
     max_packet_bytes: int | None = None  # MQTT 5 only: the largest packet the broker may send us
+    # The longest wait between rounds of attempts: a broker back is answered within it (docs/reliability.md).
+    backoff_cap_s: float = 2.0
 
     @property
     def url(self) -> str:
@@ -160,6 +161,7 @@ def mqtt_config(
         qos=settings.mqtt_qos,
         protocol=protocol or settings.mqtt_protocol,
         max_packet_bytes=max_packet_bytes,
+        backoff_cap_s=settings.mqtt_reconnect_max_s,
     )
 
 
@@ -359,7 +361,7 @@ async def supervise(
         if failed_this_round < len(config.brokers):
             delay = _BACKOFF_BASE_S * rng.uniform(0.0, 1.0)
         else:
-            delay = min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2**attempt) * rng.uniform(0.5, 1.0)
+            delay = min(config.backoff_cap_s, _BACKOFF_BASE_S * 2**attempt) * rng.uniform(0.5, 1.0)
             attempt += 1
             failed_this_round = 0
         log.warning("mqtt connection failed; retrying", broker=broker.url, error=str(failure),

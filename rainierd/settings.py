@@ -127,6 +127,12 @@ class Settings(BaseSettings):
     )
     mqtt_keepalive_s: Annotated[int, Use("mqtt")] = Field(
         30, ge=5, le=3600, description="seconds between MQTT keep-alive pings")
+    mqtt_reconnect_max_s: Annotated[float, Use("mqtt")] = Field(
+        2.0, ge=0.2, le=300.0,
+        description="longest wait between reconnect attempts when every broker is down (0.2 s doubling to this, "
+                    "jittered): a broker that comes back is answered within this; raise it for tens of thousands "
+                    "of node agents on one broker (docs/reliability.md)",
+    )
     topology: Annotated[str, Use("fleet")] = Field(
         "demo", description=f"inventory FILE.toml, a preset ({', '.join(PRESETS)}), or sites=S,ultraservers=U",
     )
@@ -205,7 +211,7 @@ class Settings(BaseSettings):
     reconnect_grace_s: Annotated[float, Use("monitor")] = Field(
         20.0, ge=0.0, le=3_600.0,
         description="monitor: after (re)connecting, judge no silence for this long while publishers reconnect "
-                    "(rainierd's clients back off up to 15 s)",
+                    "(rainierd's clients retry at least every mqtt_reconnect_max_s; other agents may take longer)",
     )
     feed_lost_share: Annotated[float, Use("monitor")] = Field(
         0.5, gt=0.0, le=1.0,

@@ -21,7 +21,7 @@ from rainierd.settings import Settings, Use, flag_name
 ROOT = Path(__file__).parents[1]
 
 MQTT = ["mqtt_url", "mqtt_username", "mqtt_ca_file", "mqtt_cert_file", "mqtt_key_file", "mqtt_client_id",
-        "mqtt_qos", "mqtt_protocol", "mqtt_keepalive_s"]
+        "mqtt_qos", "mqtt_protocol", "mqtt_keepalive_s", "mqtt_reconnect_max_s"]
 FLEET = ["topology", "efa_ports_per_node"]
 SIMULATOR = ["ticks", "seed", "encoding", "batch_nodes", "scenario", "fault_acceleration", "noise", "time_scale",
              "profile", "sim_jobs", "truth_file"]
@@ -64,6 +64,7 @@ VALUES: dict[str, tuple[str, Any]] = {
     "mqtt_qos": ("1", 1),
     "mqtt_protocol": ("3.1.1", "3.1.1"),
     "mqtt_keepalive_s": ("45", 45),
+    "mqtt_reconnect_max_s": ("15", 15.0),
     "topology": ("ultraserver", "ultraserver"),
     "efa_ports_per_node": ("8", 8),
     "tick_s": ("0.5", 0.5),

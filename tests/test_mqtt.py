@@ -13,7 +13,8 @@ import inspect
 import aiomqtt
 import pytest
 
-from rainierd.mqtt import Broker, MqttConfig, _client
+from rainierd.mqtt import Broker, MqttConfig, _client, mqtt_config
+from rainierd.settings import Settings
 
 CONFIG = MqttConfig(brokers=(Broker("127.0.0.1", 1),), client_id="unit")  # never connected
 
@@ -42,3 +43,11 @@ class TestClientWaits:
         """aiomqtt's connect, disconnect, publish and (un)subscribe wait through ``_wait_for``: if an upgrade
         waits some other way, the override no longer covers it and this fails."""
         assert "self._wait_for(" in inspect.getsource(getattr(aiomqtt.Client, method))
+
+
+class TestReconnectCap:
+    def test_the_settings_cap_reaches_every_client(self) -> None:
+        """mqtt_reconnect_max_s (2 s unless set) is the longest wait between reconnect rounds
+        (tests/integration/test_failover.py holds a client to it against a refusing broker)."""
+        assert mqtt_config(Settings(), client_id="x").backoff_cap_s == 2.0
+        assert mqtt_config(Settings(mqtt_reconnect_max_s=30), client_id="x").backoff_cap_s == 30.0

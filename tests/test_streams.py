@@ -53,6 +53,53 @@ class TestGaps:
         assert s.missing_count() == WINDOW
 
 
+class TestSilentStreams:
+    """A stream that stops (its publisher ended or moved on) leaves nothing missing for ever: once it has applied
+    nothing for WINDOW ticks of listening, what it still misses is lost, once."""
+
+    def test_a_stream_silent_for_the_window_counts_its_missing_lost(self) -> None:
+        """Frames 3 and 4 skipped, then the publisher stops at frame 5: still missing a tick before the window,
+        lost at it, and never again."""
+        s = Streams(1, tick_s=0.5)
+        for k in (0, 1, 2, 5):
+            feed(s, k, float(k), rx_s=k * 0.5)
+        heard = 2.5
+        assert s.expire(heard + WINDOW * 0.5 - 0.5) == 0
+        assert s.missing_count() == 2
+        assert s.expire(heard + WINDOW * 0.5) == 2
+        assert (s.missing_count(), s.expire(heard + 10 * WINDOW)) == (0, 0)
+
+    def test_a_frame_after_expiry_is_stale_never_counted_twice(self) -> None:
+        """Frame 3, expired as lost, arrives after all: refused stale, not late (it is already counted)."""
+        s = Streams(1)
+        for k in (0, 1, 2, 4):
+            feed(s, k, float(k))
+        assert s.expire(4.0 + WINDOW) == 1
+        advance = feed(s, 3, 3.0, rx_s=4.0 + WINDOW + 1)
+        assert (advance.keep.any(), advance.late, advance.stale, advance.lost) == (False, 0, 1, 0)
+
+    def test_only_the_silent_stream_expires(self) -> None:
+        """Two streams with a gap each; the one still publishing keeps its missing frame for the window."""
+        s = Streams(2)
+        for k in (0, 2):
+            feed(s, k, float(k), entity=0)
+            feed(s, k, float(k), entity=1)
+        for k in range(3, 3 + WINDOW - 2):
+            feed(s, k, float(k), entity=1)
+        assert s.expire(2.0 + WINDOW) == 1
+        assert s.missing_count() == 1
+
+    def test_a_restored_stream_is_silent_from_the_restart(self) -> None:
+        """After a restore the listening clock starts at 0: a restored gap waits WINDOW ticks from there."""
+        s = Streams(1)
+        for k in (0, 2):
+            feed(s, k, 1_000.0 + k)
+        restored = Streams(1)
+        restored.restore(s.arrays())
+        assert restored.expire(WINDOW - 1.0) == 0
+        assert restored.expire(float(WINDOW)) == 1
+
+
 class TestLateFrames:
     def test_a_missing_frame_that_arrives_late_is_late_not_lost(self) -> None:
         """Frame 3 after frame 5: late, not applied, and never counted lost."""

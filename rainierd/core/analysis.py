@@ -204,13 +204,13 @@ class MonitorCore:
         ``jobs`` is the membership this tick's per-job figures use (resolved
         against this core's topology); None keeps the last one given.
         """
-        return self._analyse(self.ingest.admit(messages), now_s, tick, jobs)
+        return self._analyse(self.ingest.admit(messages, now_s=now_s), now_s, tick, jobs)
 
     def analyse_frames(
         self, items: Sequence[Received], *, now_s: float, jobs: JobMembership | None = None,
     ) -> Analysis:
         """Admit already decoded frames, then analyse (as ``analyse``)."""
-        return self._analyse(self.ingest.apply(items), now_s, None, jobs)
+        return self._analyse(self.ingest.apply(items, now_s=now_s), now_s, None, jobs)
 
     def _analyse(self, flush: FlushResult, now_s: float, tick: int | None, jobs: JobMembership | None) -> Analysis:
         if jobs is not None:

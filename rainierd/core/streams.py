@@ -47,6 +47,15 @@ first, at most what the sample time between could hold at one a tick
 A stream that starts over counts what it still had missing as lost: those
 frames can no longer be told apart from the new numbering.
 
+**A stream that falls silent.**  The window above resolves a missing frame
+only when later frames of its stream arrive; a publisher that stops (it
+ended, moved on, or its node died) would leave its last gaps missing for
+ever, and applied + lost would never add up to what was published.  So
+``expire`` counts a stream's missing frames lost once it has applied no
+frame for ``WINDOW`` ticks of the listening clock (the monitor connected and
+keeping up: an outage or a backlog ages nothing).  A straggler that still
+comes after that is refused as stale, never counted twice.
+
 **Receive offset.**  Each stream keeps a floor of its receive lag (receipt
 on the monitor's receive clock minus ``t_s``: its publisher's clock offset
 plus the transport's), which follows the lag down at once and rises by
@@ -273,6 +282,18 @@ class Streams:
         for name in (*self._FIELDS, *self._OPTIONAL):
             if name in arrays:
                 setattr(self, name, arrays[name].copy())
+        # The listening clock starts again at 0: a restored stream's silence is measured from this start.
+        self.rx_s = np.where(self.publisher >= 0, 0.0, -np.inf)
+
+    def expire(self, rx_now_s: float) -> int:
+        """Count lost, and forget, the missing frames of every stream silent for ``WINDOW`` ticks of listening
+        before ``rx_now_s``; return how many."""
+        silent = (self.missing != 0) & (rx_now_s - self.rx_s >= WINDOW * self.tick_s)
+        if not silent.any():
+            return 0
+        lost = int(np.bitwise_count(self.missing[silent]).sum(dtype=np.int64))
+        self.missing[silent] = 0
+        return lost
 
     def missing_count(self) -> int:
         """Return how many frames are missing now (they may still come late)."""

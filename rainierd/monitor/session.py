@@ -102,7 +102,7 @@ class Session:
         """Judge no silence for ``reconnect_grace_s`` after connecting.
 
         When the broker comes back, every publisher reconnects on its own
-        backoff (rainierd's back off up to 15 s): until they have, a node that
+        backoff (rainierd's retry at least every ``mqtt_reconnect_max_s``, 2 s): until they have, a node that
         is quiet is a node still reconnecting, not a lost one.
         """
         if self._reconnect_grace_s <= 0:

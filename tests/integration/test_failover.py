@@ -132,6 +132,18 @@ class TestSupervise:
         delays = [float(w["retry_in_s"]) for w in warnings[:3]]  # type: ignore[arg-type]
         assert (0.1 <= delays[0] <= 0.2, 0.2 <= delays[1] <= 0.4, 0.4 <= delays[2] <= 0.8) == (True, True, True), delays
 
+    async def test_the_wait_never_grows_past_the_cap(self, refused_port: int) -> None:
+        """However long every broker stays down, a retry comes at least every ``backoff_cap_s``: a broker that
+        comes back is answered within it (issue 35: a 10 s outage once cost the monitor 12 s of backoff while
+        its publishers were back in 0.5 s, publishing to no subscriber)."""
+        state = ConnectionState()
+        warnings = await _run_until(
+            MqttConfig(brokers=(Broker("127.0.0.1", refused_port),), client_id="failover-test", backoff_cap_s=0.5),
+            state, 7)
+        delays = [float(w["retry_in_s"]) for w in warnings[:7]]  # type: ignore[arg-type]
+        assert max(delays) <= 0.5, delays
+        assert all(0.25 <= d for d in delays[2:]), delays  # capped, still jittered over its upper half
+
     @pytest.mark.mosquitto
     async def test_a_lost_broker_moves_the_session_to_the_next(self, tmp_path_factory: pytest.TempPathFactory) -> None:
         """The connected broker SIGKILLed: the supervisor reconnects on the other one, without backing off."""

@@ -113,6 +113,10 @@ class Accounting:
         """Return how many frames are missing now and may still arrive late (not yet counted lost)."""
         return self.nodes.missing_count() + self.sites.missing_count()
 
+    def expire(self, rx_now_s: float) -> int:
+        """Count lost what silent streams still miss (``Streams.expire``); return how many."""
+        return self.nodes.expire(rx_now_s) + self.sites.expire(rx_now_s)
+
     def record(self, result: FlushResult) -> None:
         """Add a window's result to the cumulative stats."""
         stats = self.stats

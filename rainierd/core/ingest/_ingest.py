@@ -70,7 +70,7 @@ class Ingest:
 
     # -- decoding ---------------------------------------------------------------
 
-    def admit(self, messages: Sequence[Message]) -> FlushResult:
+    def admit(self, messages: Sequence[Message], *, now_s: float | None = None) -> FlushResult:
         """Decode ``messages`` and apply their frames; decode failures count as rejections.
 
         A batch frame's columns are not decoded here: the window join reads
@@ -93,15 +93,20 @@ class Ingest:
             if not isinstance(frame, RawBatch):  # a raw batch's frames count once its per-node counts are checked
                 frames[encoding] += frame.n_nodes if isinstance(frame, NodeBatch) else 1
             received.append(Received(message.rx_s, address, frame, message.rx_wall_s, message.shed))
-        result = self.apply(received)
+        result = self.apply(received, now_s=now_s)
         result.rejected.update(rejected)
         result.frames.update(frames)
         return result
 
     # -- admission --------------------------------------------------------------
 
-    def apply(self, items: Iterable[Received]) -> FlushResult:
+    def apply(self, items: Iterable[Received], *, now_s: float | None = None) -> FlushResult:
         """Check every frame of a window, then apply the good ones; safe to run off the event loop.
+
+        ``now_s``, the listening clock the items' ``rx_s`` are on: then the
+        frames still missing from streams silent for the late window are
+        counted lost (``Streams.expire``), so a publisher that stopped leaves
+        nothing missing for ever.
 
         It touches the state and the sequence streams, nothing else; ``record``
         adds the result to the stats on the thread that owns them.
@@ -122,6 +127,8 @@ class Ingest:
         frames = Counter({"binary": sum(item.frame.n_nodes for item in nodes if isinstance(item.frame, RawBatch))})
         lags = self._apply_nodes(nodes, rejected, samples, refused, tally)
         samples["facility"] += self._apply_sites(sites, rejected, refused, tally)
+        if now_s is not None:
+            tally.lost += self.accounting.expire(now_s)
         return FlushResult(tally.applied, rejected, tally.lost, tally.changes, self.state.latest_tick, +frames,
                            lags.applied_t_s, lags.receive_lag_s, samples, tally.late, tally.restarts, self.missing(),
                            receive_excess_s=lags.excess_s, receive_entity=lags.entity, streams_heard=lags.streams,
