@@ -88,9 +88,18 @@ async def settled(port: int, sim: Daemon, timeout_s: float) -> Settled:
     return Settled(at_last[0], counted[0])
 
 
-def assert_every_frame_accounted(values: Settled, sim: Daemon) -> None:
+def raised(monitor: Daemon | None) -> list[dict[str, object]]:
+    """Return the health changes ``monitor`` logged (entity, id, states, reasons, tick): what a failure shows."""
+    if monitor is None:
+        return []
+    keys = ("entity", "id", "before", "after", "reasons", "tick", "onset_tick")
+    return [{k: record.get(k) for k in keys} for line in monitor.log().splitlines() if line.startswith("{")
+            and (record := json.loads(line))["event"] in ("health degraded", "health recovered")]
+
+
+def assert_every_frame_accounted(values: Settled, sim: Daemon, monitor: Daemon | None = None) -> None:
     """Assert applied + lost == sent, nothing missing, and no health event or unhealthy component at the last
-    tick."""
+    tick (naming the events ``monitor`` logged, when given)."""
     totals = sim_totals(sim)
     sent = totals["frames_published"] + totals["frames_dropped"]
     counts = {k.removeprefix("rainier_ingest_"): v for k, v in values.counted.items()
@@ -98,7 +107,7 @@ def assert_every_frame_accounted(values: Settled, sim: Daemon) -> None:
     assert (counts["frames_applied_total"] + counts["frames_lost_total"], counts["frames_missing"]) == (sent, 0), \
         (totals, counts)
     health = values.at_last_tick
-    assert sum(v for k, v in health.items() if k.startswith(HEALTH_EVENTS)) == 0
+    assert sum(v for k, v in health.items() if k.startswith(HEALTH_EVENTS)) == 0, raised(monitor)
     assert sum(v for k, v in health.items() if k.startswith("rainier_unhealthy{")) == 0
 
 
@@ -128,7 +137,7 @@ async def test_five_broker_kills_every_frame_applied_or_counted_lost(
     values = await settled(port, sim, timeout_s=120)
     assert values.counted["rainier_mqtt_connection_failures_total"] >= 5
     assert values.counted["rainier_ingest_frames_lost_total"] > 0  # the outages did lose frames: they are counted
-    assert_every_frame_accounted(values, sim)
+    assert_every_frame_accounted(values, sim, monitor)
     assert monitor.proc.poll() is None
     assert "rainierd task failed" not in monitor.events()
     assert monitor.interrupt()[0] == 0, monitor.log()[-3000:]  # within 2 s: test_stops.py
@@ -180,4 +189,4 @@ async def test_monitor_restarts_keep_exact_accounting(
 
     values = await settled(port, sim, timeout_s=120)
     assert values.counted["rainier_ingest_frames_lost_total"] > 0
-    assert_every_frame_accounted(values, sim)
+    assert_every_frame_accounted(values, sim, monitor)
