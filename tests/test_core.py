@@ -182,6 +182,23 @@ class TestIngest:
             fleet.feed(frames)
         assert (fleet.ingest.missing(), fleet.stats.frames_lost) == (0, 2)
 
+    def test_a_publisher_that_stops_leaves_nothing_missing(self) -> None:
+        """A node misses two frames, then every publisher stops (it ended, or moved on): once the monitor has
+        listened WINDOW ticks more, the two are lost, nothing is missing, and applied + lost == published."""
+        fleet = Fleet()
+        published = 0
+        for tick in range(4):
+            _, frames = fleet.frames()
+            published += len(frames)
+            fleet.feed(frames if tick in (0, 3) else frames[1:])
+        last_rx = fleet.state.now_s
+        for k in range(1, WINDOW + 1):
+            result = fleet.ingest.apply([], now_s=last_rx + k)
+            fleet.ingest.record(result)
+            assert fleet.ingest.missing() == (2 if k < WINDOW else 0), k
+        assert (fleet.stats.frames_lost, fleet.stats.frames_missing) == (2, 0)
+        assert fleet.stats.frames_applied + fleet.stats.frames_lost == published
+
     def test_replayed_frame_is_rejected(self) -> None:
         """A frame whose sequence number is not newer than the last is rejected as stale_seq."""
         fleet = Fleet()
