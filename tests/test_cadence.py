@@ -7,6 +7,7 @@ declared period is the one judged by."""
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -198,3 +199,33 @@ class TestMixedPeriods:
         events = fleet.run(30)
         assert [(e.tick, *s) for e, s in zip(events, silences(events), strict=True) if e.entity != "chip"] == [
             (last + 3 * fleet.period.get(failing, 1), "node", failing, "lost")]
+
+
+class TestAFleetWideGap:
+    """A silence the whole fleet shared (the monitor back from a broker outage after its publishers, their
+    frames of the outage never seen) leaves every fresh interval as long as the outage: the sample after it is
+    still one sample's worth of learning and evidence, the streams' period, not the outage's seconds (the
+    median of the fresh intervals alone let it weigh 12 s; issue 35's false straggler after broker kills)."""
+
+    def test_typical_period_ignores_the_gap(self) -> None:
+        cadence = Cadence(3)
+        for k in range(5):
+            cadence.observe(np.arange(3), np.full(3, 1.0 if k < 4 else 12.0), np.full(3, NAN))
+        assert cadence.typical_s() == 1.0
+
+    def test_the_sample_after_the_gap_is_learned_as_one_period(self) -> None:
+        topology = build_fleet(1, 2)
+        model = FleetModel(topology, np.random.default_rng(3), tick_s=1.0, start_s=START_S)
+        core = MonitorCore(topology, MonitorConfig(tick_s=1.0, stale_after_ticks=3))
+        chips = core.detector.chips
+        learned = []
+        for k in range(40):
+            sample = model.step(k)
+            if 20 <= k < 32:  # 12 s that no frame of any node reaches the monitor
+                continue
+            frames = [f for _t, f in tick_frames(topology, sample, publisher="p")]
+            core.step(frames, now_s=START_S + k)
+            learned.append((k, float(np.median(chips.baseline.history_s))))
+        steps = {k: after - before for (_, before), (k, after) in itertools.pairwise(learned)}
+        assert steps[32] <= 1.0 + 1e-6, steps  # the first sample after the gap: one period, not 12 s
+        assert steps[19] == pytest.approx(1.0)  # and before it, one second a second

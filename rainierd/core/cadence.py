@@ -55,6 +55,8 @@ class Cadence:
         self._intervals_s = np.full((RING, n), np.inf)
         self._next = np.zeros(n, np.int64)  # the ring slot the next interval takes
         self._kept = np.zeros(n, np.int64)  # intervals in the ring (at most RING)
+        self._typical_s: float | None = None  # the streams' median period, computed at most once per change
+        self._typical_known = False
 
     def observe(self, ids: I64, interval_s: F64, declared_s: F64) -> None:
         """Take one applied frame of each of the (unique) streams ``ids``: the sample interval it closes over
@@ -74,6 +76,21 @@ class Cadence:
             self.learned_s[streams] = _upper_median(self._intervals_s[:, streams], kept)
         declared = self.declared_s[ids]
         self.period_s[ids] = np.where(np.isnan(declared), self.learned_s[ids], declared)
+        self._typical_known = False
+
+    def typical_s(self) -> float | None:
+        """Return the median period over the streams whose period is known (None: none is).
+
+        What "one sample's worth of seconds" is for the detectors' persistence
+        (``detect/_common.py``): a silence the whole fleet shared (a broker
+        outage) leaves every interval as long as the outage, but moves no
+        stream's period, which is a median of its last five intervals.
+        """
+        if not self._typical_known:
+            known = self.period_s[~np.isnan(self.period_s)]
+            self._typical_s = float(np.median(known)) if known.size else None
+            self._typical_known = True
+        return self._typical_s
 
 
 # A sorting network of five (Knuth, TAOCP vol. 3, 5.3.4): nine compare-exchanges, each one vectorised pass

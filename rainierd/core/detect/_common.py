@@ -77,20 +77,28 @@ def counter_delta(table: Table, field: str, *also: str) -> F32:
 
 
 
-def typical_interval(dt_s: F32, fresh: B, sample: PeerSample) -> float | None:
-    """Return the fresh entities' median interval in seconds (on ``sample``), None with none known."""
+def typical_interval(dt_s: F32, fresh: B, sample: PeerSample, period_s: float | None = None) -> float | None:
+    """Return the fresh entities' median interval in seconds (on ``sample``), at most ``period_s`` (the streams'
+    typical period, ``Cadence.typical_s``) when known; None with none known."""
     picked = sample.pick(dt_s)[sample.pick(fresh)]
     picked = picked[np.isfinite(picked) & (picked > 0)]
-    return float(np.median(picked)) if picked.size else None
+    typical = float(np.median(picked)) if picked.size else None
+    if typical is not None and period_s is not None:
+        typical = min(typical, period_s)
+    return typical
 
 
-def persistence_seconds(dt_s: F32, fresh: B, sample: PeerSample) -> F32:
-    """Return each entity's interval as persistence counts it: at most the fresh entities' median interval.
+def persistence_seconds(dt_s: F32, fresh: B, sample: PeerSample, period_s: float | None = None) -> F32:
+    """Return each entity's interval as persistence counts it: at most the fresh entities' median interval, and at
+    most the streams' typical period ``period_s`` when known.
 
     One sample after a gap (a node back from silence) is one observation,
-    not a minute of agreeing ones.
+    not a minute of agreeing ones.  The period bounds it too: after a silence
+    the whole fleet shared (a broker outage the monitor came back from after
+    its publishers), every fresh interval is the outage, and the median alone
+    let that one sample count as ten seconds of learning and evidence.
     """
-    typical = typical_interval(dt_s, fresh, sample)
+    typical = typical_interval(dt_s, fresh, sample, period_s)
     if typical is None:
         return dt_s
     return np.minimum(dt_s, np.float32(typical))

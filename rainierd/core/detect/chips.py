@@ -144,7 +144,7 @@ class ChipDetector:
         absent = heard & ~present
         peers = ChipPeers.of(self.state.topology, node_group)
         # Evidence, persistence and learning count a sample after a gap as one typical interval.
-        held = persistence_seconds(table.dt_s, fresh, self.sample)
+        held = persistence_seconds(table.dt_s, fresh, self.sample, self.state.node_cadence.typical_s())
         straggling, learn = self._efficiency(fresh, present, peers, held)
         flag, low_clock = self._clock(fresh)
         stale = self.state.silent(table, p.stale_after_s)
@@ -300,7 +300,8 @@ class ChipDetector:
         (issue 22).
         """
         p = self.params
-        typical = typical_interval(self.state.chips.dt_s, fresh, self.sample) or 1.0
+        typical = typical_interval(self.state.chips.dt_s, fresh, self.sample,
+                                   self.state.node_cadence.typical_s()) or 1.0
         averaged = (deficit / np.maximum(np.float32(spread * math.sqrt(typical)), floor)).astype(np.float32)
         excess = np.minimum(deficit / np.maximum(np.float32(spread), floor), np.float32(p.z_cap)) - np.float32(p.z_k)
         with np.errstate(invalid="ignore", divide="ignore"):

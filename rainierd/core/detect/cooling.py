@@ -144,7 +144,8 @@ class CoolingDetector:
         flag(reasons, lost, Reason.SILENT)
         candidate = np.where(lost, NODE_LOST, np.where(reasons != 0, NODE_COOLING, NODE_HEALTHY))
         node_changes = self.nodes.update(candidate, reasons, fresh | lost, tick,
-                                        seconds=persistence_seconds(table.dt_s, fresh, self.sample))
+                                        seconds=persistence_seconds(table.dt_s, fresh, self.sample,
+                                                                    self.state.node_cadence.typical_s()))
 
         cooling = (self.nodes.state == NODE_COOLING).reshape(topo.n_ultraservers, -1)
         us_degraded = cooling.sum(axis=1) * 2 >= topo.nodes_per_ultraserver

@@ -116,7 +116,7 @@ class EfaDetector:
         fresh = heard & np.isfinite(table.dt_s) & table.has(*NEEDS["efa"]) & present
         dt = table.dt_s
         # Evidence, persistence and learning count a sample after a gap as one typical interval.
-        held = persistence_seconds(dt, fresh, self.sample)
+        held = persistence_seconds(dt, fresh, self.sample, self.state.node_cadence.typical_s())
         rate = table.rates["tx_bytes_total"] + table.rates["rx_bytes_total"]
         np.copyto(rate, np.float32(np.nan), where=~fresh)
         # Traffic follows the job: compare a port with the other ports of its node,

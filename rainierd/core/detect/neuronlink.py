@@ -239,7 +239,7 @@ class LinkDetector:
         np.copyto(self.seen, table.samples)
         dt = table.dt_s
         # Evidence, persistence and learning count a sample after a gap as one typical interval.
-        held = persistence_seconds(dt, fresh, self.sample)
+        held = persistence_seconds(dt, fresh, self.sample, self.state.node_cadence.typical_s())
         share = table.gauges["bw_bytes_s"] / self.nominal  # units only: a share of nominal
         latency = table.gauges["latency_us"]
         lanes = table.gauges["lanes_up"]
