@@ -96,7 +96,8 @@ class ApiSource:
         status, body = await self.api.answer(path, query)
         document = json.loads(body)
         if not status.startswith("200"):
-            raise SourceError(f"{status.split()[0]} {document.get('error', '')}")
+            code = int(status.split()[0])
+            raise SourceError(f"{code} {document.get('error', '')}", code)
         return document
 
 

@@ -7,11 +7,15 @@ rest the fleet screen shows: the heat map's page of every UltraServer (three
 small fields a row: 80 KB gzipped at ``rainier``), the sites, the worst
 UltraServers, the jobs, the advisories and the recent events, concurrently.
 The drill-down screen on top fetches its own document at the same moment
-(``screens``).  What comes back is frozen into one ``View``; the banner of
-every screen says how far to trust it (``model.health``): live, behind (the
-monitor's newest sample is old, it is overloaded, or its broker session is
-down), stalled (no new analysis), or unreachable (and since when the screen
-shows old figures).
+(``screens``).  Every answer is held against the read API's schema
+(``answers``) before anything draws from it (``TopApp.get``, the one way in);
+what comes back is frozen into one ``View``, and a document that did not
+come or was refused keeps its last good value.  The banner of every screen
+says how far to trust it (``model.health``): live, behind (the monitor's
+newest sample is old, it is overloaded, or its broker session is down),
+stalled (no new analysis), unreachable (nothing answered within the
+timeout, and since when the screen shows old figures) or a bad answer (what
+was refused, where, and why).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, RichLog, Static, TabbedContent, TabPane
 
+from rainierd.top.answers import BadAnswerError, check
 from rainierd.top.heatmap import HeatMap
 from rainierd.top.model import (
     COLOURS,
@@ -348,6 +353,7 @@ class TopApp(App[None]):
         self.polls = 0  # polls completed (tests wait on it)
         self._last_ok_s: float | None = None
         self._last_error: str | None = None
+        self._refused: str | None = None  # the fleet's latest answer, refused
         self._generation_since_s: float | None = None
         self._wake = asyncio.Event()
 
@@ -370,23 +376,32 @@ class TopApp(App[None]):
         """Poll now."""
         self._wake.set()
 
+    async def get(self, target: str) -> Document:
+        """Return the monitor's answer at ``target``, checked against its schema (``answers.check``): the only
+        way an answer reaches a screen.  Raises SourceError (no document) or BadAnswerError (refused)."""
+        document = await self.source.get(target)
+        checked: Document = await asyncio.to_thread(check, target, document)  # 20-40 ms for the heat map
+        return checked
+
     async def poll(self) -> None:
         """Ask the monitor once; at a new generation fetch the rest; tell the screens."""
         now = self.clock()
         try:
-            fleet = await self.source.get("/api/v1/fleet")
+            fleet = await self.get("/api/v1/fleet")
         except SourceError as exc:
-            self._last_error = str(exc)
+            self._last_error, self._refused = str(exc), None
+        except BadAnswerError as exc:
+            self._last_error, self._refused = None, str(exc)
         else:
-            self._last_error, self._last_ok_s = None, now
+            self._last_error, self._refused, self._last_ok_s = None, None, now
             if fleet.get("generation") != self.view.generation or self._generation_since_s is None:
                 self._generation_since_s = now
                 self.view = await self._fetch(fleet)
             else:
                 self.view = replace(self.view, fleet=fleet)
         self.health = health(self.view, now_s=now, last_ok_s=self._last_ok_s, last_error=self._last_error,
-                             generation_since_s=self._generation_since_s, behind_after_s=self.behind_after_s,
-                             stalled_after_s=self.stalled_after_s)
+                             refused=self._refused, generation_since_s=self._generation_since_s,
+                             behind_after_s=self.behind_after_s, stalled_after_s=self.stalled_after_s)
         self.polls += 1
         screen = self.screen
         if isinstance(screen, (FleetScreen, DrillScreen)) and screen.ready:
@@ -395,18 +410,30 @@ class TopApp(App[None]):
                 screen.follow(self.view, self.health)
 
     async def _fetch(self, fleet: Document) -> View:
+        """Fetch the rest of the fleet screen; what fails keeps its last good value, and says why (``errors``)
+        and, when nothing answered or the answer was refused, on the banner (``trouble``)."""
         names = list(TARGETS)
-        answers = await asyncio.gather(*(self.source.get(TARGETS[name]) for name in names), return_exceptions=True)
+        answers = await asyncio.gather(*(self.get(TARGETS[name]) for name in names), return_exceptions=True)
         got: dict[str, Any] = {}
         errors: dict[str, str] = {}
+        trouble: dict[str, Health] = {}
         for name, answer in zip(names, answers, strict=True):
-            if isinstance(answer, SourceError):
+            if isinstance(answer, BadAnswerError):
                 errors[name] = str(answer)
+                trouble[name] = Health("bad_answer", str(answer))
+            elif isinstance(answer, SourceError):
+                errors[name] = str(answer)
+                if answer.status is None:  # an HTTP error is an answer (a monitor without advisories: 503)
+                    trouble[name] = Health("unreachable", f"UNREACHABLE: {TARGETS[name].partition('?')[0]}: "
+                                                          f"{answer}")
             elif isinstance(answer, BaseException):
                 raise answer
             else:
                 got[name] = answer
         old = self.view
+        # Advisories that could not be had are not shown (a 503 means no policy runs); refused ones stay.
+        refused = "actions" in trouble and trouble["actions"].link == "bad_answer"
+        actions = got.get("actions", old.actions if refused else None)
         return View(
             fleet=fleet,
             heat=got["heat"]["ultraservers"] if "heat" in got else old.heat,
@@ -415,8 +442,9 @@ class TopApp(App[None]):
             jobs=got["jobs"]["jobs"] if "jobs" in got else old.jobs,
             jobs_total=got["jobs"]["total"] if "jobs" in got else old.jobs_total,
             events=got["events"]["events"] if "events" in got else old.events,
-            actions=got.get("actions"),
+            actions=actions,
             errors=errors,
+            trouble=trouble,
         )
 
     def open_key(self, key: str) -> None:

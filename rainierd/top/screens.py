@@ -22,6 +22,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane
 from textual.widgets.data_table import RowDoesNotExist
 
+from rainierd.top.answers import BadAnswerError
 from rainierd.top.model import Document, Health, View, cause_text, flops, percent
 from rainierd.top.source import SourceError
 
@@ -36,7 +37,7 @@ KINDS: Final = {"nodes": "node", "chips": "chip", "links": "neuronlink", "ports"
 LISTS: Final = {kind: key for key, kind in KINDS.items()}
 _BANNER_STYLE: Final = {"live": "bold white on #2e933c", "behind": "bold black on #f2c14e",
                         "stalled": "bold white on #f46036", "unreachable": "bold white on #d7263d",
-                        "connecting": "bold black on #aaaaaa"}
+                        "bad_answer": "bold white on #8e2c9c", "connecting": "bold black on #aaaaaa"}
 
 
 class Banner(Static):
@@ -61,13 +62,23 @@ class Banner(Static):
 
 def fill(table: DataTable[Any], rows: Iterable[tuple[str, Sequence[Any]]]) -> None:
     """Replace ``table``'s rows by ``rows`` (key, cells), keeping the cursor on the same key where it is still
-    there."""
+    there.
+
+    A text cell is drawn as the monitor spelled it: a DataTable reads a plain string as Rich markup, so a job
+    named ``lab/[/x]`` would end the application and ``[link=…]`` would draw a link.  A key seen twice (a
+    monitor listing one UltraServer twice) is shown once: a table's row keys are unique.
+    """
     held = None
     if table.row_count and 0 <= table.cursor_row < table.row_count:
         held = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
     table.clear()
+    shown: set[str] = set()
     for key, cells in rows:
-        table.add_row(*cells, key=key)
+        if key in shown:
+            continue
+        shown.add(key)
+        table.add_row(*(Text(cell, end="", no_wrap=True) if isinstance(cell, str) else cell for cell in cells),
+                      key=key)
     if held is not None:
         with contextlib.suppress(RowDoesNotExist):  # the row is gone: the cursor stays where clear() put it
             table.move_cursor(row=table.get_row_index(held), animate=False)
@@ -112,6 +123,7 @@ class DrillScreen(Screen[None]):
         self.crumbs = crumbs
         self.document: Document | None = None
         self.error: str | None = None
+        self.refused: Health | None = None  # the banner line of its document's latest answer, if refused
         self.loaded_generation: int | None = None
         self.loads = 0  # documents shown so far (tests wait on it)
         self.ready = False  # mounted: its widgets can be drawn on
@@ -144,21 +156,30 @@ class DrillScreen(Screen[None]):
 
     def follow(self, view: View, health: Health) -> None:
         """The application polled: redraw the banner, and fetch the document again if the generation moved."""
-        self.query_one(Banner).show(self.top.source.where, health, view, self.crumbs)
+        self._banner(view, health)
         if view.generation is not None and view.generation != self.loaded_generation:
             self.loaded_generation = view.generation
             self.run_worker(self.load(), group="load", exclusive=True)
 
+    def _banner(self, view: View, health: Health) -> None:
+        # The fleet's own trouble first; then this screen's document, refused.
+        if self.refused is not None and health.link in ("live", "behind", "stalled"):
+            health = self.refused
+        self.query_one(Banner).show(self.top.source.where, health, view, self.crumbs)
+
     async def load(self) -> None:
         """Fetch the document and show it (or say why not, keeping what is shown)."""
         try:
-            document = await self.top.source.get(self.target)
-        except SourceError as exc:
+            document = await self.top.get(self.target)
+        except (SourceError, BadAnswerError) as exc:
             self.error = str(exc)
+            self.refused = Health("bad_answer", str(exc)) if isinstance(exc, BadAnswerError) else None
             self.query_one("#title", Static).update(Text(f"{self.crumbs}: {exc}", "bold red"))
             self.loaded_generation = None  # try again at the next poll
+            self._banner(self.top.view, self.top.health)
             return
-        self.document, self.error = document, None
+        self.document, self.error, self.refused = document, None, None
+        self._banner(self.top.view, self.top.health)
         self.show(document)
         self.loads += 1
 

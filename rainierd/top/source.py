@@ -2,31 +2,45 @@
 server for one read-API document at a time (docs/api.md), over the same TLS
 and basic auth as every other client (``rainierd.httpclient``).
 
-Each request is bounded in time (``timeout_s``) and size (``MAX_BODY_BYTES``:
-the heat map's page of every UltraServer is ~0.6 MB at ``rainier``), asks for
-gzip (80 KB instead of 590 KB for that page) and inflates and parses the body
-in a worker thread, so a large document never stalls the terminal's loop.
-Every failure is one ``SourceError`` line naming what went wrong.
+Each request is bounded in time (``timeout_s``) and size (``MAX_BODY_BYTES``
+on the wire and again inflated: the heat map's page of every UltraServer is
+~0.6 MB at ``rainier``), asks for gzip (80 KB instead of 590 KB for that
+page) and inflates and parses the body in a worker thread, so a large
+document never stalls the terminal's loop.  What the monitor says is
+untrusted: a gzip bomb stops at the bound, nesting deeper than the parser
+takes is refused, an error's text is cut to one safe line.  Every failure
+is one ``SourceError`` line naming what went wrong; what the document holds
+is ``answers``' to judge.
 """
 
 from __future__ import annotations
 
 import asyncio
-import gzip
 import json
 import ssl
 import zlib
 from typing import Any, Final, Protocol
 
 from rainierd.httpclient import HttpError, Remote, request
+from rainierd.top.answers import one_line
 
 __all__ = ["MAX_BODY_BYTES", "HttpSource", "Source", "SourceError"]
 
-MAX_BODY_BYTES: Final = 64 << 20
+# 27x the largest answer top asks for (the heat map's page at rainier): a body this large parses into ~0.2 GB of
+# Python objects, which is as much as top will spend on one answer.
+MAX_BODY_BYTES: Final = 16 << 20
 
 
 class SourceError(Exception):
-    """A document could not be had: one line saying why (unreachable, refused, an HTTP error, not JSON)."""
+    """A document could not be had: one line saying why (unreachable, refused, an HTTP error, not JSON).
+
+    ``status`` is the HTTP status the monitor answered with (None: no HTTP answer at all: a timeout, a refused
+    connection, TLS, a malformed response).
+    """
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class Source(Protocol):
@@ -73,18 +87,44 @@ class HttpSource:
             raise SourceError(str(exc.strerror or exc)) from None
         except HttpError as exc:
             raise SourceError(str(exc)) from None
-        if response.status == 401:
-            raise SourceError("the monitor refused the credentials (401)")
+        status = response.status
+        if status == 401:
+            raise SourceError("the monitor refused the credentials (401)", status)
         encoded = response.headers.get("content-encoding") == "gzip"
+        path = one_line(target.partition("?")[0], 60)
         try:
             document = await asyncio.to_thread(_decode, response.body, encoded)
-        except (ValueError, UnicodeDecodeError, OSError, zlib.error, EOFError):
-            raise SourceError(f"{target}: {response.status}, and the answer is not JSON") from None
-        if response.status != 200:
+        except _TooLargeError:
+            raise SourceError(f"{path}: {status}, and the answer inflates past {MAX_BODY_BYTES:,} bytes",
+                              status) from None
+        except RecursionError:
+            raise SourceError(f"{path}: {status}, and the answer is nested deeper than the parser goes",
+                              status) from None
+        except (ValueError, zlib.error):  # json's and gzip's errors, UnicodeDecodeError among them
+            raise SourceError(f"{path}: {status}, and the answer is not JSON", status) from None
+        if status != 200:
             error = document.get("error") if isinstance(document, dict) else None
-            raise SourceError(f"{response.status} {error or response.reason}")
+            text = error if isinstance(error, str) and error else response.reason
+            raise SourceError(f"{status} {one_line(text, 120)}", status)
         return document
 
 
+class _TooLargeError(Exception):
+    """The body inflates past ``MAX_BODY_BYTES``."""
+
+
 def _decode(body: bytes, encoded: bool) -> Any:
-    return json.loads(gzip.decompress(body) if encoded else body)
+    """Return the JSON value of ``body`` (gzip: inflated first, at most MAX_BODY_BYTES of it, one member).
+
+    Raises _TooLargeError, zlib.error (not gzip), ValueError (not JSON: UnicodeDecodeError is one) or RecursionError
+    (nested deeper than the C parser goes: about the interpreter's recursion limit, 1,000).
+    """
+    if encoded:
+        inflater = zlib.decompressobj(wbits=31)  # gzip's header and trailer
+        text = inflater.decompress(body, MAX_BODY_BYTES)
+        if inflater.unconsumed_tail:
+            raise _TooLargeError
+        if not inflater.eof or inflater.unused_data:
+            raise zlib.error("a truncated gzip body, or more than one member")
+        body = text
+    return json.loads(body)
