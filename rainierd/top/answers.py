@@ -57,7 +57,7 @@ from importlib import resources
 from typing import Any, Final
 
 __all__ = ["MAX_INTEGER", "MAX_ITEMS", "MAX_STRING_CHARS", "BadAnswerError", "SchemaError", "check", "compile_schema",
-           "definition_of", "one_line", "schema"]
+           "definition_of", "one_line", "path_of", "schema"]
 
 MAX_STRING_CHARS: Final = 1_024  # a hostname is at most 253, an advisory's reason one line
 MAX_ITEMS: Final = 10_000  # the read API's own bound on a page (docs/api.md), for lists the schema leaves open
@@ -215,14 +215,15 @@ class _Compiler:
 
     def _object(self, node: Mapping[str, Any]) -> Check:
         properties = {name: self.node(sub) for name, sub in node.get("properties", {}).items()}
-        required = frozenset(node.get("required", ()))
+        order = tuple(node.get("required", ()))
+        required = frozenset(order)
         extra = node.get("additionalProperties", False)
         others = None if isinstance(extra, bool) else self.node(extra)
         key_check = _string(None)
 
         def check(value: dict[str, Any]) -> dict[str, Any]:
             if not value.keys() >= required:
-                missing = sorted(required - value.keys())
+                missing = [name for name in order if name not in value]
                 raise _RefusedError(f"{missing[0]} missing" + (f" (and {len(missing) - 1} more)" if len(missing) > 1
                                                           else ""))
             out: dict[str, Any] = {}
@@ -336,7 +337,7 @@ def _string(pattern: str | None) -> Check:
         if len(value) > MAX_STRING_CHARS:
             raise _RefusedError(f"a string of {len(value):,} characters (at most {MAX_STRING_CHARS:,})")
         if _UNSAFE.search(value):
-            raise _RefusedError("a string with a control character")
+            raise _RefusedError("a string with a control character or a lone surrogate")
         if form is not None and form.search(value) is None:
             raise _RefusedError(f"{one_line(repr(value), 30)} is not of the form {form.pattern}")
         return value
@@ -400,10 +401,14 @@ def check(target: str, document: Any) -> Any:
 
     Raises BadAnswerError naming the path and, in one line, where and what is wrong.
     """
-    path = urllib.parse.urlsplit(target).path
-    file, name = definition_of(path)
+    file, name = definition_of(urllib.parse.urlsplit(target).path)
     try:
         return _check_of(file, name)(document)
     except _RefusedError as exc:
         where = _where(exc.where)
-        raise BadAnswerError(path, one_line(f"{where}: {exc.what}" if where else exc.what)) from None
+        raise BadAnswerError(path_of(target), one_line(f"{where}: {exc.what}" if where else exc.what)) from None
+
+
+def path_of(target: str) -> str:
+    """Return the path of request target ``target`` as a person reads it: decoded, one safe line."""
+    return one_line(urllib.parse.unquote(urllib.parse.urlsplit(target).path), 80)

@@ -59,6 +59,7 @@ from rainierd.top.screens import (
     SiteScreen,
     UltraServerScreen,
     fill,
+    trouble_line,
     ultraserver_row,
 )
 from rainierd.top.source import Source, SourceError
@@ -418,14 +419,10 @@ class TopApp(App[None]):
         errors: dict[str, str] = {}
         trouble: dict[str, Health] = {}
         for name, answer in zip(names, answers, strict=True):
-            if isinstance(answer, BadAnswerError):
+            if isinstance(answer, (SourceError, BadAnswerError)):
                 errors[name] = str(answer)
-                trouble[name] = Health("bad_answer", str(answer))
-            elif isinstance(answer, SourceError):
-                errors[name] = str(answer)
-                if answer.status is None:  # an HTTP error is an answer (a monitor without advisories: 503)
-                    trouble[name] = Health("unreachable", f"UNREACHABLE: {TARGETS[name].partition('?')[0]}: "
-                                                          f"{answer}")
+                if (line := trouble_line(TARGETS[name], answer)) is not None:
+                    trouble[name] = line
             elif isinstance(answer, BaseException):
                 raise answer
             else:

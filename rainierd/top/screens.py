@@ -22,7 +22,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane
 from textual.widgets.data_table import RowDoesNotExist
 
-from rainierd.top.answers import BadAnswerError
+from rainierd.top.answers import BadAnswerError, path_of
 from rainierd.top.model import Document, Health, View, cause_text, flops, percent
 from rainierd.top.source import SourceError
 
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from rainierd.top.app import TopApp
 
 __all__ = ["Banner", "DrillScreen", "EntityScreen", "JobScreen", "NodeScreen", "SiteScreen", "UltraServerScreen",
-           "fill", "ultraserver_row"]
+           "fill", "trouble_line", "ultraserver_row"]
 
 # The UltraServer document's lists, and the entity kind each holds (as the metrics and events name them).
 KINDS: Final = {"nodes": "node", "chips": "chip", "links": "neuronlink", "ports": "efa"}
@@ -58,6 +58,17 @@ class Banner(Static):
         if crumbs:
             text.append(f"   {crumbs}", "bold")
         self.update(text)
+
+
+def trouble_line(target: str, exc: SourceError | BadAnswerError) -> Health | None:
+    """Return the banner line a failed fetch of ``target`` earns: BAD ANSWER for an answer refused, UNREACHABLE
+    when nothing answered; None for an HTTP error (the monitor answered: a 404, a 503), which the screen's own
+    text says."""
+    if isinstance(exc, BadAnswerError):
+        return Health("bad_answer", str(exc))
+    if exc.status is None:
+        return Health("unreachable", f"UNREACHABLE: {path_of(target)}: {exc}")
+    return None
 
 
 def fill(table: DataTable[Any], rows: Iterable[tuple[str, Sequence[Any]]]) -> None:
@@ -123,7 +134,7 @@ class DrillScreen(Screen[None]):
         self.crumbs = crumbs
         self.document: Document | None = None
         self.error: str | None = None
-        self.refused: Health | None = None  # the banner line of its document's latest answer, if refused
+        self.trouble: Health | None = None  # the banner line its document's latest fetch earned, if any
         self.loaded_generation: int | None = None
         self.loads = 0  # documents shown so far (tests wait on it)
         self.ready = False  # mounted: its widgets can be drawn on
@@ -162,9 +173,9 @@ class DrillScreen(Screen[None]):
             self.run_worker(self.load(), group="load", exclusive=True)
 
     def _banner(self, view: View, health: Health) -> None:
-        # The fleet's own trouble first; then this screen's document, refused.
-        if self.refused is not None and health.link in ("live", "behind", "stalled"):
-            health = self.refused
+        # The fleet's own trouble first; then this screen's document's (no answer, or an answer refused).
+        if self.trouble is not None and health.link in ("live", "behind", "stalled"):
+            health = self.trouble
         self.query_one(Banner).show(self.top.source.where, health, view, self.crumbs)
 
     async def load(self) -> None:
@@ -173,12 +184,12 @@ class DrillScreen(Screen[None]):
             document = await self.top.get(self.target)
         except (SourceError, BadAnswerError) as exc:
             self.error = str(exc)
-            self.refused = Health("bad_answer", str(exc)) if isinstance(exc, BadAnswerError) else None
+            self.trouble = trouble_line(self.target, exc)
             self.query_one("#title", Static).update(Text(f"{self.crumbs}: {exc}", "bold red"))
             self.loaded_generation = None  # try again at the next poll
             self._banner(self.top.view, self.top.health)
             return
-        self.document, self.error, self.refused = document, None, None
+        self.document, self.error, self.trouble = document, None, None
         self._banner(self.top.view, self.top.health)
         self.show(document)
         self.loads += 1

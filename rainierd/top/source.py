@@ -9,8 +9,9 @@ page) and inflates and parses the body in a worker thread, so a large
 document never stalls the terminal's loop.  What the monitor says is
 untrusted: a gzip bomb stops at the bound, nesting deeper than the parser
 takes is refused, an error's text is cut to one safe line.  Every failure
-is one ``SourceError`` line naming what went wrong; what the document holds
-is ``answers``' to judge.
+is one line naming what went wrong: ``SourceError`` when no document came
+(no answer, an HTTP error), ``answers.BadAnswerError`` when what came is no
+JSON value; what the value holds is ``answers``' to judge.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import zlib
 from typing import Any, Final, Protocol
 
 from rainierd.httpclient import HttpError, Remote, request
-from rainierd.top.answers import one_line
+from rainierd.top.answers import BadAnswerError, one_line, path_of
 
 __all__ = ["MAX_BODY_BYTES", "HttpSource", "Source", "SourceError"]
 
@@ -52,7 +53,8 @@ class Source(Protocol):
         ...
 
     async def get(self, target: str) -> Any:
-        """Return the JSON document at ``target``; raise ``SourceError``."""
+        """Return the JSON value at ``target`` (not yet checked: ``answers.check``); raise ``SourceError`` (no
+        document) or ``BadAnswerError`` (an answer that is no JSON value)."""
         ...
 
 
@@ -69,7 +71,8 @@ class HttpSource:
         return self.connection.url.origin
 
     async def get(self, target: str) -> Any:
-        """Return the document at ``target``; raise ``SourceError`` saying why not."""
+        """Return the JSON value at ``target``; raise ``SourceError`` (nothing, or an HTTP error, answered) or
+        ``BadAnswerError`` (a 200 whose body is no JSON value) saying why not."""
         url = self.connection.url.with_target(target)
         headers = self.connection.headers(Accept="application/json", Accept_Encoding="gzip",
                                           User_Agent="rainierd-top")
@@ -86,26 +89,27 @@ class HttpSource:
         except OSError as exc:
             raise SourceError(str(exc.strerror or exc)) from None
         except HttpError as exc:
-            raise SourceError(str(exc)) from None
+            raise SourceError(one_line(str(exc))) from None
         status = response.status
         if status == 401:
             raise SourceError("the monitor refused the credentials (401)", status)
         encoded = response.headers.get("content-encoding") == "gzip"
-        path = one_line(target.partition("?")[0], 60)
+        document: Any = None
+        problem: str | None = None
         try:
             document = await asyncio.to_thread(_decode, response.body, encoded)
         except _TooLargeError:
-            raise SourceError(f"{path}: {status}, and the answer inflates past {MAX_BODY_BYTES:,} bytes",
-                              status) from None
+            problem = f"inflates past {MAX_BODY_BYTES:,} bytes"
         except RecursionError:
-            raise SourceError(f"{path}: {status}, and the answer is nested deeper than the parser goes",
-                              status) from None
+            problem = "nested deeper than the parser goes"
         except (ValueError, zlib.error):  # json's and gzip's errors, UnicodeDecodeError among them
-            raise SourceError(f"{path}: {status}, and the answer is not JSON", status) from None
+            problem = "not JSON"
         if status != 200:
             error = document.get("error") if isinstance(document, dict) else None
             text = error if isinstance(error, str) and error else response.reason
             raise SourceError(f"{status} {one_line(text, 120)}", status)
+        if problem is not None:
+            raise BadAnswerError(path_of(target), problem)
         return document
 
 
