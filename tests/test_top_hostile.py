@@ -240,8 +240,8 @@ CASES: Final = [
          "ultraservers[0].id: '../../etc' is not of the form"),
     Case("heat more rows than a page", HEAT, lambda d: put("ultraservers", d["ultraservers"] * 5_001)(d),
          "ultraservers: 10,002 items where 0 to 10,000 belong"),
-    Case("heat gzip bomb", HEAT, raw(gzip.compress(b" " * (17 << 20), 1), headers="Content-Encoding: gzip\r\n"),
-         "inflates past 16,777,216 bytes"),
+    Case("heat gzip bomb", HEAT, raw(gzip.compress(b" " * (9 << 20), 1), headers="Content-Encoding: gzip\r\n"),
+         "inflates past 8,388,608 bytes"),
     Case("heat not JSON", HEAT, raw(b"<html>monitor</html>", headers=""), "not JSON"),
     Case("sites a string", SITES, put("sites", "s0"), "sites: a string where a list belongs"),
     Case("sites count as a string", SITES, put("sites.0.unhealthy.chip", "3"),
@@ -423,7 +423,7 @@ class TestUnreachable:
                 assert len(app.health.text) <= 250
 
     async def test_an_answer_over_the_size_bound_is_refused_unread(self, answers: dict[str, Any]) -> None:
-        """An events answer announcing 17 MiB: refused before it is read, named on the banner."""
+        """An events answer announcing 9 MiB: refused before it is read, named on the banner."""
         monitor = Monitor(at(answers, 45))
         async with monitor.serving():
             app = follow(monitor)
@@ -431,8 +431,8 @@ class TestUnreachable:
                 await live_at(pilot, app, 45)
                 monitor.answers = at(answers, 46)
                 monitor.answers[EVENTS] = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                                           b"Content-Length: 17825792\r\n\r\n")
+                                           b"Content-Length: 9437184\r\n\r\n")
                 await until(pilot, app, lambda: app.health.link == "unreachable", "UNREACHABLE")
-                assert app.health.text == (f"UNREACHABLE: {EVENTS.partition('?')[0]}: response body of 17825792 "
-                                           "bytes (at most 16777216)")
+                assert app.health.text == (f"UNREACHABLE: {EVENTS.partition('?')[0]}: response body of 9437184 "
+                                           "bytes (at most 8388608)")
                 assert app.view.events == answers[EVENTS]["events"]

@@ -3,9 +3,9 @@ server for one read-API document at a time (docs/api.md), over the same TLS
 and basic auth as every other client (``rainierd.httpclient``).
 
 Each request is bounded in time (``timeout_s``) and size (``MAX_BODY_BYTES``
-on the wire and again inflated: the heat map's page of every UltraServer is
-~0.6 MB at ``rainier``), asks for gzip (80 KB instead of 590 KB for that
-page) and inflates and parses the body in a worker thread, so a large
+on the wire and again inflated: the heat map's page of every UltraServer, the
+largest answer top asks for, is 1.3 MB at ``rainier``), asks for gzip (about
+a seventh of that) and inflates and parses the body in a worker thread, so a large
 document never stalls the terminal's loop.  What the monitor says is
 untrusted: a gzip bomb stops at the bound, nesting deeper than the parser
 takes is refused, an error's text is cut to one safe line.  Every failure
@@ -27,9 +27,9 @@ from rainierd.top.answers import BadAnswerError, one_line, path_of
 
 __all__ = ["MAX_BODY_BYTES", "HttpSource", "Source", "SourceError"]
 
-# 27x the largest answer top asks for (the heat map's page at rainier): a body this large parses into ~0.2 GB of
-# Python objects, which is as much as top will spend on one answer.
-MAX_BODY_BYTES: Final = 16 << 20
+# 6x the largest answer top asks for (the heat map's page at rainier, 1.3 MB); a body this large of the smallest
+# objects parses into ~130 MB of Python objects, as much as top will spend on one answer.
+MAX_BODY_BYTES: Final = 8 << 20
 
 
 class SourceError(Exception):
