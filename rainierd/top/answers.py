@@ -12,9 +12,10 @@ use (``type``, ``enum``, ``const``, ``properties``, ``required``,
 ``minimum``, ``maximum``, ``exclusiveMinimum``, ``pattern``, ``$ref``); a
 keyword outside it fails the compile, so the schema cannot grow a rule this
 module would silently skip.  Not the ``jsonschema`` package: it is not a
-dependency of the ``top`` extra (it brings four more), it is ~10x slower on
-the heat map's 7,800 rows (benchmarks/topanswers.py), and it would still
-need the rules below, which a schema for the server does not state.
+dependency of the ``top`` extra (it would bring four more), it is 17x slower
+on the heat map's 7,800 rows at ``rainier`` (443 ms of CPU against 26 ms;
+``python -m benchmarks top-answers``), and it would still need the rules
+below, which a schema written for the server does not state.
 
 What is read differently from the schema, on purpose (docs/top.md):
 

@@ -2,9 +2,9 @@
 keeps every screen current.
 
 Once an interval (default 1 s, about a monitor tick) it asks ``/api/v1/fleet``
-(1 KB); only when the monitor's generation has moved on does it fetch the
-rest the fleet screen shows: the heat map's page of every UltraServer (three
-small fields a row: 80 KB gzipped at ``rainier``), the sites, the worst
+(3 KB); only when the monitor's generation has moved on does it fetch the
+rest the fleet screen shows: the heat map's page of every UltraServer (seven
+small fields a row: 1.3 MB before gzip at ``rainier``), the sites, the worst
 UltraServers, the jobs, the advisories and the recent events, concurrently.
 The drill-down screen on top fetches its own document at the same moment
 (``screens``).  Every answer is held against the read API's schema
