@@ -33,16 +33,16 @@ What is read differently from the schema, on purpose (docs/top.md):
   schema sets no bound; an integer spelled ``2.0`` is read as ``2``.
 
 Nesting is bounded by the parser (source.py) and, for everything kept, by
-the schema's own depth (at most six levels): an unknown field is never
-descended into.
+the schema's own depth (six levels of objects and lists at most, in the
+advisories): an unknown field is never descended into.
 
 ::
 
-    BadAnswerError   an answer refused: ``path`` (the request's), ``reason`` (one
-                line: where in the document, and what is wrong; at most 30
-                characters of a string the sender wrote)
-    SchemaError the packaged schema uses what this module does not read (a
-                bug, found by tests/test_top_answers.py)
+    BadAnswerError  an answer refused: ``path`` (the request's), ``reason``
+                    (one line: where in the document, and what is wrong; at
+                    most 30 characters of a string the sender wrote)
+    SchemaError     the packaged schema uses what this module does not read
+                    (a bug, found by tests/test_top_answers.py)
 """
 
 from __future__ import annotations
