@@ -23,6 +23,10 @@ from typing import Any, Final
 
 import jsonschema
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from rich.markup import escape
+from rich.text import Text
 from textual.pilot import Pilot
 
 from harness.timing import within
@@ -145,6 +149,11 @@ async def until(pilot: Pilot[Any], app: TopApp, condition: Callable[[], bool], w
         assert app.return_code is None, f"top ended (return code {app.return_code}) waiting for {what}"
         assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
         await pilot.pause(0.05)
+
+
+def drawn(cell: str) -> str:
+    """What a DataTable draws for a string cell: it reads it as Rich markup."""
+    return Text.from_markup(cell).plain
 
 
 def banner(app: TopApp) -> str:
@@ -347,7 +356,15 @@ class TestWhatTheSchemaAllows:
             async with app.run_test(size=SIZE) as pilot:
                 await live_at(pilot, app, 45)
                 await until(pilot, app, lambda: bool(rows(app, "#jobs")), "the jobs table drawn")
-                assert [r[0] for r in rows(app, "#jobs")] == ["lab/[/x]", "[link=https://example.invalid]click[/link]"]
+                assert [drawn(r[0]) for r in rows(app, "#jobs")] == ["lab/[/x]",
+                                                                     "[link=https://example.invalid]click[/link]"]
+
+    @given(st.text(alphabet=st.characters(exclude_categories=("Cc", "Cs")), max_size=40))
+    def test_any_name_a_table_is_given_is_drawn_as_spelled(self, name: str) -> None:
+        """What ``fill`` hands a table for a string the checks admit (no control character, no lone surrogate),
+        escaped, is drawn as that string and never raises (a string ending in a backslash is the exception: its
+        last backslash is drawn twice)."""
+        assert drawn(escape(name)) == name or name.endswith("\\")
 
     async def test_a_newer_monitors_fields_and_kinds_are_tolerated(self, answers: dict[str, Any]) -> None:
         """Fields the schema does not know (at any depth, of any shape) are left out and a culprit of a kind it

@@ -8,14 +8,14 @@ small fields a row: 1.3 MB before gzip at ``rainier``), the sites, the worst
 UltraServers, the jobs, the advisories and the recent events, concurrently.
 The drill-down screen on top fetches its own document at the same moment
 (``screens``).  Every answer is held against the read API's schema
-(``answers``) before anything draws from it (``TopApp.get``, the one way in);
-what comes back is frozen into one ``View``, and a document that did not
-come or was refused keeps its last good value.  The banner of every screen
-says how far to trust it (``model.health``): live, behind (the monitor's
-newest sample is old, it is overloaded, or its broker session is down),
-stalled (no new analysis), unreachable (nothing answered within the
-timeout, and since when the screen shows old figures) or a bad answer (what
-was refused, where, and why).
+(``answers``) by the source before anything draws from it; what comes back
+is frozen into one ``View``, and a document that did not come or was
+refused keeps its last good value.  The banner of every screen says how far
+to trust it (``model.health``): live, behind (the monitor's newest sample is
+old, it is overloaded, or its broker session is down), stalled (no new
+analysis), unreachable (nothing answered within the timeout, and since when
+the screen shows old figures) or a bad answer (what was refused, where, and
+why).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, RichLog, Static, TabbedContent, TabPane
 
-from rainierd.top.answers import BadAnswerError, check
+from rainierd.top.answers import BadAnswerError
 from rainierd.top.heatmap import HeatMap
 from rainierd.top.model import (
     COLOURS,
@@ -377,18 +377,11 @@ class TopApp(App[None]):
         """Poll now."""
         self._wake.set()
 
-    async def get(self, target: str) -> Document:
-        """Return the monitor's answer at ``target``, checked against its schema (``answers.check``): the only
-        way an answer reaches a screen.  Raises SourceError (no document) or BadAnswerError (refused)."""
-        document = await self.source.get(target)
-        checked: Document = await asyncio.to_thread(check, target, document)  # 20-40 ms for the heat map
-        return checked
-
     async def poll(self) -> None:
         """Ask the monitor once; at a new generation fetch the rest; tell the screens."""
         now = self.clock()
         try:
-            fleet = await self.get("/api/v1/fleet")
+            fleet = await self.source.get("/api/v1/fleet")
         except SourceError as exc:
             self._last_error, self._refused = str(exc), None
         except BadAnswerError as exc:
@@ -414,7 +407,7 @@ class TopApp(App[None]):
         """Fetch the rest of the fleet screen; what fails keeps its last good value, and says why (``errors``)
         and, when nothing answered or the answer was refused, on the banner (``trouble``)."""
         names = list(TARGETS)
-        answers = await asyncio.gather(*(self.get(TARGETS[name]) for name in names), return_exceptions=True)
+        answers = await asyncio.gather(*(self.source.get(TARGETS[name]) for name in names), return_exceptions=True)
         got: dict[str, Any] = {}
         errors: dict[str, str] = {}
         trouble: dict[str, Health] = {}

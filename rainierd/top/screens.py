@@ -15,6 +15,7 @@ import urllib.parse
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
+from rich.markup import escape
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -76,8 +77,9 @@ def fill(table: DataTable[Any], rows: Iterable[tuple[str, Sequence[Any]]]) -> No
     there.
 
     A text cell is drawn as the monitor spelled it: a DataTable reads a plain string as Rich markup, so a job
-    named ``lab/[/x]`` would end the application and ``[link=…]`` would draw a link.  A key seen twice (a
-    monitor listing one UltraServer twice) is shown once: a table's row keys are unique.
+    named ``lab/[/x]`` would end the application and ``[link=…]`` would draw a link; escaped, it is text.
+    (Escaped strings, not ``Text`` cells: those keep the table's column widths stale for a while under load.)
+    A key seen twice (a monitor listing one UltraServer twice) is shown once: a table's row keys are unique.
     """
     held = None
     if table.row_count and 0 <= table.cursor_row < table.row_count:
@@ -88,8 +90,7 @@ def fill(table: DataTable[Any], rows: Iterable[tuple[str, Sequence[Any]]]) -> No
         if key in shown:
             continue
         shown.add(key)
-        table.add_row(*(Text(cell, end="", no_wrap=True) if isinstance(cell, str) else cell for cell in cells),
-                      key=key)
+        table.add_row(*(escape(cell) if isinstance(cell, str) else cell for cell in cells), key=key)
     if held is not None:
         with contextlib.suppress(RowDoesNotExist):  # the row is gone: the cursor stays where clear() put it
             table.move_cursor(row=table.get_row_index(held), animate=False)
@@ -181,7 +182,7 @@ class DrillScreen(Screen[None]):
     async def load(self) -> None:
         """Fetch the document and show it (or say why not, keeping what is shown)."""
         try:
-            document = await self.top.get(self.target)
+            document = await self.top.source.get(self.target)
         except (SourceError, BadAnswerError) as exc:
             self.error = str(exc)
             self.trouble = trouble_line(self.target, exc)
@@ -189,8 +190,10 @@ class DrillScreen(Screen[None]):
             self.loaded_generation = None  # try again at the next poll
             self._banner(self.top.view, self.top.health)
             return
-        self.document, self.error, self.trouble = document, None, None
-        self._banner(self.top.view, self.top.health)
+        if self.trouble is not None:  # the banner said this document's trouble: it is over
+            self.trouble = None
+            self._banner(self.top.view, self.top.health)
+        self.document, self.error = document, None
         self.show(document)
         self.loads += 1
 

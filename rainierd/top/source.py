@@ -11,7 +11,9 @@ untrusted: a gzip bomb stops at the bound, nesting deeper than the parser
 takes is refused, an error's text is cut to one safe line.  Every failure
 is one line naming what went wrong: ``SourceError`` when no document came
 (no answer, an HTTP error), ``answers.BadAnswerError`` when what came is no
-JSON value; what the value holds is ``answers``' to judge.
+JSON value or not what the schema says (``answers.check``, in the same
+worker thread): a ``Source`` gives only checked documents, so the screens
+can trust every type they read.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ import zlib
 from typing import Any, Final, Protocol
 
 from rainierd.httpclient import HttpError, Remote, request
-from rainierd.top.answers import BadAnswerError, one_line, path_of
+from rainierd.top.answers import BadAnswerError, check, one_line, path_of
+from rainierd.top.model import Document
 
 __all__ = ["MAX_BODY_BYTES", "HttpSource", "Source", "SourceError"]
 
@@ -52,9 +55,9 @@ class Source(Protocol):
         """Where the documents come from, for the header."""
         ...
 
-    async def get(self, target: str) -> Any:
-        """Return the JSON value at ``target`` (not yet checked: ``answers.check``); raise ``SourceError`` (no
-        document) or ``BadAnswerError`` (an answer that is no JSON value)."""
+    async def get(self, target: str) -> Document:
+        """Return the document at ``target`` as ``answers.check`` returns it (the screens trust its types); raise
+        ``SourceError`` (no document) or ``BadAnswerError`` (an answer refused)."""
         ...
 
 
@@ -70,9 +73,10 @@ class HttpSource:
         """The monitor's origin (``https://monitor:9780``)."""
         return self.connection.url.origin
 
-    async def get(self, target: str) -> Any:
-        """Return the JSON value at ``target``; raise ``SourceError`` (nothing, or an HTTP error, answered) or
-        ``BadAnswerError`` (a 200 whose body is no JSON value) saying why not."""
+    async def get(self, target: str) -> Document:
+        """Return the document at ``target``, checked; raise ``SourceError`` (nothing, or an HTTP error,
+        answered) or ``BadAnswerError`` (a 200 whose body is no JSON value, or one ``answers.check`` refuses)
+        saying why not."""
         url = self.connection.url.with_target(target)
         headers = self.connection.headers(Accept="application/json", Accept_Encoding="gzip",
                                           User_Agent="rainierd-top")
@@ -96,8 +100,8 @@ class HttpSource:
         encoded = response.headers.get("content-encoding") == "gzip"
         document: Any = None
         problem: str | None = None
-        try:
-            document = await asyncio.to_thread(_decode, response.body, encoded)
+        try:  # one worker thread for the lot: the heat map's page is ~40 ms of CPU to inflate, parse and check
+            document = await asyncio.to_thread(_read, target, response.body, encoded=encoded, checked=status == 200)
         except _TooLargeError:
             problem = f"inflates past {MAX_BODY_BYTES:,} bytes"
         except RecursionError:
@@ -110,11 +114,19 @@ class HttpSource:
             raise SourceError(f"{status} {one_line(text, 120)}", status)
         if problem is not None:
             raise BadAnswerError(path_of(target), problem)
-        return document
+        checked: Document = document
+        return checked
 
 
 class _TooLargeError(Exception):
     """The body inflates past ``MAX_BODY_BYTES``."""
+
+
+def _read(target: str, body: bytes, *, encoded: bool, checked: bool) -> Any:
+    """Return the JSON value of ``body``, held against the schema of ``target``'s answer when ``checked``
+    (``answers.check``: it raises BadAnswerError); else as ``_decode`` returns it, or raises."""
+    document = _decode(body, encoded)
+    return check(target, document) if checked else document
 
 
 def _decode(body: bytes, encoded: bool) -> Any:
