@@ -5,7 +5,9 @@ or ``UNREACHABLE`` when nothing answers within its timeout), keeps the last good
 traceback, and is live again once the monitor answers well.  Also what the schema allows but once ended top
 (a row listed twice, a job named like Rich markup) and what it must tolerate (a newer monitor's fields).
 
-Each case failed on the code before issue 35 (most with a traceback, the rest with no word on the banner)."""
+On the code before issue 35, 40 of these 42 cases failed (18 with a traceback, the rest with no word on the
+banner); the two that passed are guards: a monitor that never answers anything was already UNREACHABLE, and
+the escaping property holds of Rich itself."""
 
 from __future__ import annotations
 
