@@ -31,6 +31,7 @@ from benchmarks import (
     sinks,
     soak,
     startup,
+    topanswers,
     transport,
     tsdb,
 )
@@ -58,6 +59,7 @@ BENCHMARKS: dict[str, ModuleType] = {
     "api": api,
     "realnode": realnode,
     "realfleet": realfleet,
+    "top-answers": topanswers,
 }
 
 _ROOT = Path(__file__).resolve().parent.parent

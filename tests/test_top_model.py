@@ -12,6 +12,7 @@ from rainierd.top.heatmap import HeatLayout, ordered
 from rainierd.top.model import (
     COLOURS,
     UNKNOWN_COLOUR,
+    Health,
     Scale,
     ScaleMode,
     View,
@@ -79,6 +80,27 @@ class TestHealth:
         view = View(fleet=fleet(lag_s=60.0))
         assert judge(view, generation_since_s=0.0)[0] == "stalled"
         assert judge(view, generation_since_s=0.0, last_error="refused")[0] == "unreachable"
+
+    def test_a_refused_fleet_says_what_and_how_old_the_screen_is(self) -> None:
+        """The fleet's answer refused: the BAD ANSWER line, and since when the figures on screen are."""
+        view = View(fleet=fleet())
+        assert judge(view, now_s=112.0, refused="BAD ANSWER /api/v1/fleet: tick missing") == (
+            "bad_answer", "BAD ANSWER /api/v1/fleet: tick missing; showing what it said 12 s ago")
+
+    def test_a_documents_trouble_is_on_the_banner_not_live(self) -> None:
+        """The fleet answers but another document did not (or was refused): its line, and how many more."""
+        trouble = {"heat": Health("unreachable", "UNREACHABLE: /api/v1/ultraservers: no answer within 5 s"),
+                   "sites": Health("bad_answer", "BAD ANSWER /api/v1/sites: sites: a string where a list belongs")}
+        assert judge(View(fleet=fleet(), trouble=trouble)) == (
+            "unreachable", "UNREACHABLE: /api/v1/ultraservers: no answer within 5 s (and 1 more)")
+
+    def test_unreachable_beats_refused_beats_trouble_beats_stalled(self) -> None:
+        """The worst thing true is on the banner: no answer, then the fleet refused, then another document."""
+        view = View(fleet=fleet(), trouble={"sites": Health("bad_answer", "BAD ANSWER /api/v1/sites: x")})
+        assert judge(view, generation_since_s=0.0)[0] == "bad_answer"
+        assert judge(view, generation_since_s=0.0, refused="BAD ANSWER /api/v1/fleet: y")[1].startswith(
+            "BAD ANSWER /api/v1/fleet: y")
+        assert judge(view, refused="BAD ANSWER /api/v1/fleet: y", last_error="refused")[0] == "unreachable"
 
 
 class TestSpelling:

@@ -29,6 +29,7 @@ from rainierd.monitor.snapshot import MonitorSnapshot, MonitorStatus
 from rainierd.sim.faults import Fault, FaultKind
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
+from rainierd.top.answers import check
 from rainierd.top.app import TopApp
 from rainierd.top.source import SourceError
 from rainierd.topology import build_topology
@@ -84,7 +85,8 @@ def _connected() -> Any:
 
 
 class ApiSource:
-    """The read API answered in-process: the real routing and documents, no socket."""
+    """The read API answered in-process: the real routing and documents, no socket; each answer checked as
+    ``HttpSource`` checks it (``answers.check``)."""
 
     where = "https://monitor:9780"
 
@@ -96,8 +98,9 @@ class ApiSource:
         status, body = await self.api.answer(path, query)
         document = json.loads(body)
         if not status.startswith("200"):
-            raise SourceError(f"{status.split()[0]} {document.get('error', '')}")
-        return document
+            code = int(status.split()[0])
+            raise SourceError(f"{code} {document.get('error', '')}", code)
+        return check(target, document)
 
 
 async def _until(pilot: Any, condition: Any) -> None:

@@ -2,16 +2,20 @@
 keeps every screen current.
 
 Once an interval (default 1 s, about a monitor tick) it asks ``/api/v1/fleet``
-(1 KB); only when the monitor's generation has moved on does it fetch the
-rest the fleet screen shows: the heat map's page of every UltraServer (three
-small fields a row: 80 KB gzipped at ``rainier``), the sites, the worst
+(3 KB); only when the monitor's generation has moved on does it fetch the
+rest the fleet screen shows: the heat map's page of every UltraServer (seven
+small fields a row: 1.3 MB before gzip at ``rainier``), the sites, the worst
 UltraServers, the jobs, the advisories and the recent events, concurrently.
 The drill-down screen on top fetches its own document at the same moment
-(``screens``).  What comes back is frozen into one ``View``; the banner of
-every screen says how far to trust it (``model.health``): live, behind (the
-monitor's newest sample is old, it is overloaded, or its broker session is
-down), stalled (no new analysis), or unreachable (and since when the screen
-shows old figures).
+(``screens``).  Every answer is held against the read API's schema
+(``answers``) by the source before anything draws from it; what comes back
+is frozen into one ``View``, and a document that did not come or was
+refused keeps its last good value.  The banner of every screen says how far
+to trust it (``model.health``): live, behind (the monitor's newest sample is
+old, it is overloaded, or its broker session is down), stalled (no new
+analysis), unreachable (nothing answered within the timeout, and since when
+the screen shows old figures) or a bad answer (what was refused, where, and
+why).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, RichLog, Static, TabbedContent, TabPane
 
+from rainierd.top.answers import BadAnswerError
 from rainierd.top.heatmap import HeatMap
 from rainierd.top.model import (
     COLOURS,
@@ -54,6 +59,7 @@ from rainierd.top.screens import (
     SiteScreen,
     UltraServerScreen,
     fill,
+    trouble_line,
     ultraserver_row,
 )
 from rainierd.top.source import Source, SourceError
@@ -348,6 +354,7 @@ class TopApp(App[None]):
         self.polls = 0  # polls completed (tests wait on it)
         self._last_ok_s: float | None = None
         self._last_error: str | None = None
+        self._refused: str | None = None  # the fleet's latest answer, refused
         self._generation_since_s: float | None = None
         self._wake = asyncio.Event()
 
@@ -376,17 +383,19 @@ class TopApp(App[None]):
         try:
             fleet = await self.source.get("/api/v1/fleet")
         except SourceError as exc:
-            self._last_error = str(exc)
+            self._last_error, self._refused = str(exc), None
+        except BadAnswerError as exc:
+            self._last_error, self._refused = None, str(exc)
         else:
-            self._last_error, self._last_ok_s = None, now
+            self._last_error, self._refused, self._last_ok_s = None, None, now
             if fleet.get("generation") != self.view.generation or self._generation_since_s is None:
                 self._generation_since_s = now
                 self.view = await self._fetch(fleet)
             else:
                 self.view = replace(self.view, fleet=fleet)
         self.health = health(self.view, now_s=now, last_ok_s=self._last_ok_s, last_error=self._last_error,
-                             generation_since_s=self._generation_since_s, behind_after_s=self.behind_after_s,
-                             stalled_after_s=self.stalled_after_s)
+                             refused=self._refused, generation_since_s=self._generation_since_s,
+                             behind_after_s=self.behind_after_s, stalled_after_s=self.stalled_after_s)
         self.polls += 1
         screen = self.screen
         if isinstance(screen, (FleetScreen, DrillScreen)) and screen.ready:
@@ -395,18 +404,26 @@ class TopApp(App[None]):
                 screen.follow(self.view, self.health)
 
     async def _fetch(self, fleet: Document) -> View:
+        """Fetch the rest of the fleet screen; what fails keeps its last good value, and says why (``errors``)
+        and, when nothing answered or the answer was refused, on the banner (``trouble``)."""
         names = list(TARGETS)
         answers = await asyncio.gather(*(self.source.get(TARGETS[name]) for name in names), return_exceptions=True)
         got: dict[str, Any] = {}
         errors: dict[str, str] = {}
+        trouble: dict[str, Health] = {}
         for name, answer in zip(names, answers, strict=True):
-            if isinstance(answer, SourceError):
+            if isinstance(answer, (SourceError, BadAnswerError)):
                 errors[name] = str(answer)
+                if (line := trouble_line(TARGETS[name], answer)) is not None:
+                    trouble[name] = line
             elif isinstance(answer, BaseException):
                 raise answer
             else:
                 got[name] = answer
         old = self.view
+        # Advisories that could not be had are not shown (a 503 means no policy runs); refused ones stay.
+        refused = "actions" in trouble and trouble["actions"].link == "bad_answer"
+        actions = got.get("actions", old.actions if refused else None)
         return View(
             fleet=fleet,
             heat=got["heat"]["ultraservers"] if "heat" in got else old.heat,
@@ -415,8 +432,9 @@ class TopApp(App[None]):
             jobs=got["jobs"]["jobs"] if "jobs" in got else old.jobs,
             jobs_total=got["jobs"]["total"] if "jobs" in got else old.jobs_total,
             events=got["events"]["events"] if "events" in got else old.events,
-            actions=got.get("actions"),
+            actions=actions,
             errors=errors,
+            trouble=trouble,
         )
 
     def open_key(self, key: str) -> None:

@@ -18,7 +18,7 @@ __all__ = ["CAUSE_LABELS", "COLOURS", "UNKNOWN_COLOUR", "Health", "Link", "Scale
            "colour_of", "event_text", "flops", "health", "percent", "reference_share", "seconds"]
 
 Document = Mapping[str, Any]
-Link = Literal["connecting", "live", "behind", "stalled", "unreachable"]
+Link = Literal["connecting", "live", "behind", "stalled", "unreachable", "bad_answer"]
 
 # The lost-FLOP/s causes as the API names them (docs/api.md), in its order, and their short labels.
 CAUSE_LABELS: Final = {
@@ -95,10 +95,12 @@ def colour_of(value: float | None, floors: Sequence[float]) -> str:
 
 @dataclass(frozen=True, slots=True)
 class View:
-    """The read API's documents from one poll (each ``None`` until first fetched, or when it failed).
+    """The read API's documents from one poll (each ``None`` until first fetched, or when it failed), each
+    checked against the schema (``answers``): what failed keeps its last good value.
 
     ``errors`` says, per endpoint, why the latest fetch of it failed (an advisory policy that is not
-    running answers 503, for instance), without hiding the rest.
+    running answers 503, for instance), without hiding the rest; ``trouble`` is the banner line of those
+    that earn one: no answer at all (UNREACHABLE) or an answer refused (BAD ANSWER).
     """
 
     fleet: Document | None = None
@@ -110,6 +112,7 @@ class View:
     events: Sequence[Document] = ()
     actions: Document | None = None
     errors: Mapping[str, str] = field(default_factory=dict)
+    trouble: Mapping[str, Health] = field(default_factory=dict)
 
     @property
     def generation(self) -> int | None:
@@ -126,18 +129,24 @@ class Health:
 
 
 def health(view: View, *, now_s: float, last_ok_s: float | None, last_error: str | None,
-           generation_since_s: float | None, behind_after_s: float, stalled_after_s: float) -> Health:
+           generation_since_s: float | None, behind_after_s: float, stalled_after_s: float,
+           refused: str | None = None) -> Health:
     """Judge the link to the monitor.
 
-    ``last_ok_s`` is when a poll last succeeded, ``last_error`` why the latest failed (None if it did not),
+    ``last_ok_s`` is when a poll last succeeded, ``last_error`` why the latest failed to get an answer (None
+    if it did not), ``refused`` the ``BAD ANSWER`` line of its answer if that was refused,
     ``generation_since_s`` since when the monitor's generation has not changed; all on the caller's clock.
-    Unreachable beats stalled beats behind: the worst thing true is what the banner says.
+    The fleet unreachable beats its answer refused beats another document's trouble (``View.trouble``)
+    beats stalled beats behind: the worst thing true is what the banner says.
     """
+    since = "nothing shown yet" if last_ok_s is None else f"showing what it said {seconds(now_s - last_ok_s)} ago"
     if last_error is not None:
-        if last_ok_s is None:
-            return Health("unreachable", f"UNREACHABLE: {last_error}; nothing shown yet")
-        age = seconds(now_s - last_ok_s)
-        return Health("unreachable", f"UNREACHABLE: {last_error}; showing what it said {age} ago")
+        return Health("unreachable", f"UNREACHABLE: {last_error}; {since}")
+    if refused is not None:
+        return Health("bad_answer", f"{refused}; {since}")
+    if view.trouble:
+        first, *more = view.trouble.values()
+        return Health(first.link, first.text + (f" (and {len(more)} more)" if more else ""))
     if view.fleet is None:
         return Health("connecting", "connecting...")
     if generation_since_s is not None and now_s - generation_since_s >= stalled_after_s:

@@ -15,6 +15,7 @@ import urllib.parse
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
+from rich.markup import escape
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -22,6 +23,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane
 from textual.widgets.data_table import RowDoesNotExist
 
+from rainierd.top.answers import BadAnswerError, path_of
 from rainierd.top.model import Document, Health, View, cause_text, flops, percent
 from rainierd.top.source import SourceError
 
@@ -29,14 +31,14 @@ if TYPE_CHECKING:
     from rainierd.top.app import TopApp
 
 __all__ = ["Banner", "DrillScreen", "EntityScreen", "JobScreen", "NodeScreen", "SiteScreen", "UltraServerScreen",
-           "fill", "ultraserver_row"]
+           "fill", "trouble_line", "ultraserver_row"]
 
 # The UltraServer document's lists, and the entity kind each holds (as the metrics and events name them).
 KINDS: Final = {"nodes": "node", "chips": "chip", "links": "neuronlink", "ports": "efa"}
 LISTS: Final = {kind: key for key, kind in KINDS.items()}
 _BANNER_STYLE: Final = {"live": "bold white on #2e933c", "behind": "bold black on #f2c14e",
                         "stalled": "bold white on #f46036", "unreachable": "bold white on #d7263d",
-                        "connecting": "bold black on #aaaaaa"}
+                        "bad_answer": "bold white on #8e2c9c", "connecting": "bold black on #aaaaaa"}
 
 
 class Banner(Static):
@@ -59,15 +61,36 @@ class Banner(Static):
         self.update(text)
 
 
+def trouble_line(target: str, exc: SourceError | BadAnswerError) -> Health | None:
+    """Return the banner line a failed fetch of ``target`` earns: BAD ANSWER for an answer refused, UNREACHABLE
+    when nothing answered; None for an HTTP error (the monitor answered: a 404, a 503), which the screen's own
+    text says."""
+    if isinstance(exc, BadAnswerError):
+        return Health("bad_answer", str(exc))
+    if exc.status is None:
+        return Health("unreachable", f"UNREACHABLE: {path_of(target)}: {exc}")
+    return None
+
+
 def fill(table: DataTable[Any], rows: Iterable[tuple[str, Sequence[Any]]]) -> None:
     """Replace ``table``'s rows by ``rows`` (key, cells), keeping the cursor on the same key where it is still
-    there."""
+    there.
+
+    A text cell is drawn as the monitor spelled it: a DataTable reads a plain string as Rich markup, so a job
+    named ``lab/[/x]`` would end the application and ``[link=…]`` would draw a link; escaped, it is text.
+    (Escaped strings, not ``Text`` cells: those keep the table's column widths stale for a while under load.)
+    A key seen twice (a monitor listing one UltraServer twice) is shown once: a table's row keys are unique.
+    """
     held = None
     if table.row_count and 0 <= table.cursor_row < table.row_count:
         held = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
     table.clear()
+    shown: set[str] = set()
     for key, cells in rows:
-        table.add_row(*cells, key=key)
+        if key in shown:
+            continue
+        shown.add(key)
+        table.add_row(*(escape(cell) if isinstance(cell, str) else cell for cell in cells), key=key)
     if held is not None:
         with contextlib.suppress(RowDoesNotExist):  # the row is gone: the cursor stays where clear() put it
             table.move_cursor(row=table.get_row_index(held), animate=False)
@@ -112,6 +135,7 @@ class DrillScreen(Screen[None]):
         self.crumbs = crumbs
         self.document: Document | None = None
         self.error: str | None = None
+        self.trouble: Health | None = None  # the banner line its document's latest fetch earned, if any
         self.loaded_generation: int | None = None
         self.loads = 0  # documents shown so far (tests wait on it)
         self.ready = False  # mounted: its widgets can be drawn on
@@ -144,20 +168,31 @@ class DrillScreen(Screen[None]):
 
     def follow(self, view: View, health: Health) -> None:
         """The application polled: redraw the banner, and fetch the document again if the generation moved."""
-        self.query_one(Banner).show(self.top.source.where, health, view, self.crumbs)
+        self._banner(view, health)
         if view.generation is not None and view.generation != self.loaded_generation:
             self.loaded_generation = view.generation
             self.run_worker(self.load(), group="load", exclusive=True)
+
+    def _banner(self, view: View, health: Health) -> None:
+        # The fleet's own trouble first; then this screen's document's (no answer, or an answer refused).
+        if self.trouble is not None and health.link in ("live", "behind", "stalled"):
+            health = self.trouble
+        self.query_one(Banner).show(self.top.source.where, health, view, self.crumbs)
 
     async def load(self) -> None:
         """Fetch the document and show it (or say why not, keeping what is shown)."""
         try:
             document = await self.top.source.get(self.target)
-        except SourceError as exc:
+        except (SourceError, BadAnswerError) as exc:
             self.error = str(exc)
+            self.trouble = trouble_line(self.target, exc)
             self.query_one("#title", Static).update(Text(f"{self.crumbs}: {exc}", "bold red"))
             self.loaded_generation = None  # try again at the next poll
+            self._banner(self.top.view, self.top.health)
             return
+        if self.trouble is not None:  # the banner said this document's trouble: it is over
+            self.trouble = None
+            self._banner(self.top.view, self.top.health)
         self.document, self.error = document, None
         self.show(document)
         self.loads += 1
