@@ -16,13 +16,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from harness.readonly import read_only
 from harness.waits import wait_until
 from rainierd.core import Ingest
 from rainierd.core.config import MonitorConfig
 from rainierd.core.ingest import COUNTERS
 from rainierd.core.streams import WINDOW
+from rainierd.exporter import build_registry
+from rainierd.exporter.selfstatus import CheckpointCollector, IngestCollector
 from rainierd.monitor import Monitor
 from rainierd.monitor.checkpoint_file import CheckpointError, load_checkpoint, save_checkpoint
+from rainierd.monitor.snapshot import MonitorSnapshot
 from rainierd.topology import build_topology
 from tests.test_core import Fleet
 from tests.test_monitor import tick_messages
@@ -265,10 +269,14 @@ class TestMonitorSaves:
         await monitor.save_checkpoint_now()
         assert (path.exists(), monitor.checkpointer.saves) == (True, 2)
 
-    async def test_a_checkpoint_that_could_not_be_replaced_is_never_restored_later(self, tmp_path: Path) -> None:
-        """The state directory turns read-only mid-run, so saves fail and the last checkpoint cannot be removed:
-        it is marked stale in place, and the next start (the directory writable again) starts afresh instead of
-        taking back older counters (seen on main: counters back from 351 to 234, 117 applied frames lost again)."""
+    async def test_a_checkpoint_that_could_not_be_replaced_is_marked_and_never_restored_later(
+        self, tmp_path: Path,
+    ) -> None:
+        """The state directory takes no new name mid-run (its file still writable), so a save fails and the last
+        checkpoint cannot be removed: it is marked stale in place, the counters carry on being exported (no start
+        takes the mark back), and the next start (the directory writable again) starts afresh instead of taking
+        back older counters (seen before 2026-12-01: counters back from 351 to 234, 117 applied frames lost
+        again)."""
         state = tmp_path / "state"
         state.mkdir()
         path = state / "streams.npz"
@@ -276,30 +284,33 @@ class TestMonitorSaves:
         ticks = tick_messages(2)
         feed(monitor, ticks[0])
         await monitor.analyse_once()
-        await monitor.save_checkpoint_now()
         with no_new_names(state):
             feed(monitor, ticks[1])
-            await monitor.analyse_once()
-            await monitor.save_checkpoint_now()
+            shown = scraped(await monitor.analyse_once())
             assert (monitor.checkpointer.saves, monitor.checkpointer.failures, path.exists()) == (1, 1, True)
+        assert (shown["rainier_ingest_frames_applied_total"], shown["rainier_monitor_checkpoint_stale"]) == (18, 0)
         later = Monitor(build_topology("demo"), MonitorConfig(), checkpoint_file=path)
         assert later.restore() is False
         assert later.core.stats.frames_applied == 0
 
-    async def test_a_checkpoint_in_a_directory_that_takes_no_new_file_is_not_restored(self, tmp_path: Path) -> None:
-        """A good checkpoint on a volume that is read-only at start could never be replaced, so every start would
-        take back the same counters: it is not restored (and says why)."""
+    async def test_a_checkpoint_in_a_directory_that_takes_no_new_file_is_taken_back_then_marked(
+        self, tmp_path: Path,
+    ) -> None:
+        """A good checkpoint in a directory that takes no new name at start (its file writable): the counters carry
+        on from it, the first save that fails marks it stale, and the start after that begins afresh."""
         state = tmp_path / "state"
         state.mkdir()
         path = state / "streams.npz"
+        ticks = tick_messages(2)
         monitor = Monitor(build_topology("demo"), MonitorConfig(), checkpoint_file=path)
-        feed(monitor, tick_messages(1)[0])
+        feed(monitor, ticks[0])
         await monitor.analyse_once()
-        await monitor.save_checkpoint_now()
-        assert restored(path).core.stats.frames_applied == 9
         with no_new_names(state):
-            later = Monitor(build_topology("demo"), MonitorConfig(), checkpoint_file=path)
-            assert later.restore() is False
+            second = restored(path)
+            feed(second, ticks[1])
+            shown = scraped(await second.analyse_once())
+        assert (shown["rainier_ingest_frames_applied_total"], shown["rainier_monitor_checkpoint_stale"]) == (18, 0)
+        assert Monitor(build_topology("demo"), MonitorConfig(), checkpoint_file=path).restore() is False
 
     async def test_a_stop_records_the_frames_received_but_not_yet_analysed(self, tmp_path: Path) -> None:
         """A tick analysed, the next received, then the stop: the checkpoint holds both ticks' frames, so the next
@@ -340,3 +351,99 @@ class TestMonitorSaves:
                           checkpoint_file=path)
         assert monitor.restore() is False
         assert monitor.core.stats.frames_applied == 0
+
+
+ACCOUNTED = ("applied_total", "lost_total", "missing", "late_total")
+
+
+def scraped(snapshot: MonitorSnapshot) -> dict[str, float | None]:
+    """What a scrape of ``snapshot`` shows of the sequence accounting (None: no such series) and of the
+    checkpoint's staleness."""
+    registry = build_registry({"ingest": IngestCollector(lambda: snapshot),
+                               "checkpoint": CheckpointCollector(lambda: snapshot)}, process_metrics=False).registry
+    names = [f"rainier_ingest_frames_{name}" for name in ACCOUNTED]
+    names += ["rainier_ingest_publisher_changes_total", "rainier_ingest_publisher_restarts_total",
+              "rainier_monitor_checkpoint_stale"]
+    return {name: registry.get_sample_value(name) for name in names}
+
+
+def assert_never_back(scrapes: list[dict[str, float | None]]) -> None:
+    """Assert that no series of the accounting ever shows a value below one it showed before (a counter that
+    goes back reads as a reset to Prometheus, which then counts it all again)."""
+    for name in scrapes[0]:
+        if name.endswith("_total"):
+            shown = [s[name] for s in scrapes if s[name] is not None]
+            assert shown == sorted(shown), (name, [s[name] for s in scrapes])
+
+
+class TestReadOnlyStateDirectory:
+    """A state directory in which the checkpoint can be neither replaced, removed nor written (a read-only volume,
+    harness/readonly.py): whatever a later start takes back, no counter a scrape showed goes back, and applied +
+    lost + missing is every frame published (issue 35: counters back and 117 frames counted twice)."""
+
+    @staticmethod
+    async def run(monitor: Monitor, ticks: list[list[tuple[str, bytes]]]) -> list[dict[str, float | None]]:
+        scrapes = []
+        for messages in ticks:
+            feed(monitor, messages)
+            snapshot = await monitor.analyse_once()  # saves the checkpoint before it publishes the snapshot
+            await monitor.save_checkpoint_now()  # and again: the only save before 2026-12-06 (the test then fails)
+            scrapes.append(scraped(snapshot))
+        return scrapes
+
+    async def test_read_only_mid_run(self, tmp_path: Path) -> None:
+        """A checkpoint written, then the volume turns read-only for two ticks and the monitor stops; the next start
+        (writable) takes the checkpoint back: no counter goes back, because the two ticks' counts were withheld,
+        and every frame is applied, lost or missing (on main: applied shown 27, then 18 after the restart)."""
+        state = tmp_path / "state"
+        state.mkdir()
+        path = state / "streams.npz"
+        ticks = tick_messages(4)
+        first = Monitor(build_topology("demo"), MonitorConfig(), checkpoint_file=path)
+        scrapes = await self.run(first, ticks[:1])
+        with read_only(state):
+            scrapes += await self.run(first, ticks[1:3])
+        later = Monitor(build_topology("demo"), MonitorConfig(), checkpoint_file=path)
+        assert later.restore()
+        scrapes += await self.run(later, ticks[3:])
+        assert_never_back(scrapes)
+        last = scrapes[-1]
+        assert sum(last[f"rainier_ingest_frames_{name}"] or 0 for name in ACCOUNTED) == 4 * 9
+        assert [s["rainier_monitor_checkpoint_stale"] for s in scrapes] == [0, 1, 1, 0]
+        assert [s["rainier_ingest_frames_applied_total"] for s in scrapes] == [9, None, None, 18]
+
+    async def test_read_only_at_start(self, tmp_path: Path) -> None:
+        """A checkpoint written by one run, then a run on the read-only volume for three ticks, then a start on the
+        writable one: no counter goes back and every frame is applied, lost or missing (on main: the read-only run
+        showed applied up to 27, the next start 18)."""
+        state = tmp_path / "state"
+        state.mkdir()
+        path = state / "streams.npz"
+        ticks = tick_messages(5)
+        scrapes = await self.run(Monitor(build_topology("demo"), MonitorConfig(), checkpoint_file=path), ticks[:1])
+        with read_only(state):
+            second = Monitor(build_topology("demo"), MonitorConfig(), checkpoint_file=path)
+            second.restore()
+            scrapes += await self.run(second, ticks[1:4])
+        later = Monitor(build_topology("demo"), MonitorConfig(), checkpoint_file=path)
+        assert later.restore()
+        scrapes += await self.run(later, ticks[4:])
+        assert_never_back(scrapes)
+        assert sum(scrapes[-1][f"rainier_ingest_frames_{name}"] or 0 for name in ACCOUNTED) == 5 * 9
+        assert [s["rainier_ingest_frames_applied_total"] for s in scrapes] == [9, None, None, None, 18]
+
+    async def test_a_save_that_works_again_shows_the_counters_again(self, tmp_path: Path) -> None:
+        """Read-only for one tick, writable again: the next save holds everything applied since, and the counters
+        shown carry on from it, every frame applied."""
+        state = tmp_path / "state"
+        state.mkdir()
+        path = state / "streams.npz"
+        ticks = tick_messages(3)
+        monitor = Monitor(build_topology("demo"), MonitorConfig(), checkpoint_file=path)
+        scrapes = await self.run(monitor, ticks[:1])
+        with read_only(state):
+            scrapes += await self.run(monitor, ticks[1:2])
+        scrapes += await self.run(monitor, ticks[2:])
+        assert [(s["rainier_ingest_frames_applied_total"], s["rainier_monitor_checkpoint_stale"]) for s in scrapes] \
+            == [(9, 0), (None, 1), (27, 0)]
+        assert restored(path).core.stats.frames_applied == 27

@@ -84,20 +84,15 @@ class IngestCollector(_StatusCollector):
         for reason in sorted(set(DECODE_REASONS) | set(counts.rejected)):
             errors.add_metric([reason], counts.rejected.get(reason, 0))
         yield errors
-        yield CounterMetricFamily(
-            "rainier_ingest_frames_lost", "Frames missing from sequence gaps for longer than the late window.",
-            value=counts.frames_lost,
-        )
-        yield GaugeMetricFamily(
-            "rainier_ingest_frames_missing", "Frames missing from sequence gaps now, that may still arrive late.",
-            value=counts.frames_missing,
-        )
-        yield CounterMetricFamily(
-            "rainier_ingest_frames_late", "Frames that were missing and arrived late (never counted lost).",
-            value=counts.frames_late,
-        )
-        yield CounterMetricFamily(
-            "rainier_ingest_frames_applied", "Frames applied to the fleet state.", value=counts.frames_applied,
+        yield from _accounting(
+            (CounterMetricFamily, "rainier_ingest_frames_lost",
+             "Frames missing from sequence gaps for longer than the late window.", counts.frames_lost),
+            (GaugeMetricFamily, "rainier_ingest_frames_missing",
+             "Frames missing from sequence gaps now, that may still arrive late.", counts.frames_missing),
+            (CounterMetricFamily, "rainier_ingest_frames_late",
+             "Frames that were missing and arrived late (never counted lost).", counts.frames_late),
+            (CounterMetricFamily, "rainier_ingest_frames_applied", "Frames applied to the fleet state.",
+             counts.frames_applied),
         )
         samples = CounterMetricFamily(
             "rainier_ingest_samples_applied",
@@ -115,16 +110,23 @@ class IngestCollector(_StatusCollector):
         for key in sorted(set(REFUSALS) | set(counts.counters_refused)):
             refused.add_metric(list(key), counts.counters_refused.get(key, 0))
         yield refused
-        yield CounterMetricFamily(
-            "rainier_ingest_publisher_changes",
-            "Times a node's frames came from a new publisher id (fail-over, or a restart under a new id).",
-            value=counts.publisher_changes,
+        yield from _accounting(
+            (CounterMetricFamily, "rainier_ingest_publisher_changes",
+             "Times a node's frames came from a new publisher id (fail-over, or a restart under a new id).",
+             counts.publisher_changes),
+            (CounterMetricFamily, "rainier_ingest_publisher_restarts",
+             "Times a publisher restarted under the same id (its numbering began again with newer samples).",
+             counts.publisher_restarts),
         )
-        yield CounterMetricFamily(
-            "rainier_ingest_publisher_restarts",
-            "Times a publisher restarted under the same id (its numbering began again with newer samples).",
-            value=counts.publisher_restarts,
-        )
+
+
+def _accounting(*families: tuple[type[CounterMetricFamily | GaugeMetricFamily], str, str, int | None],
+                ) -> Iterator[Metric]:
+    """Yield the sequence accounting's families, none of those withheld (None: an older checkpoint is left that a
+    later start would take back, monitor/checkpointing.py)."""
+    for kind, name, documentation, value in families:
+        if value is not None:
+            yield kind(name, documentation, value=value)
 
 
 class BacklogCollector(_StatusCollector):
@@ -196,6 +198,12 @@ class CheckpointCollector(_StatusCollector):
             "rainier_monitor_checkpoint_failures",
             "Stream checkpoints (--state-file) that could not be written; the stale one is removed.",
             value=checkpoint.failures,
+        )
+        yield GaugeMetricFamily(
+            "rainier_monitor_checkpoint_stale",
+            "1 while an older stream checkpoint is left that could be neither replaced, removed nor marked stale "
+            "(a read-only volume): the rainier_ingest_ sequence counters are withheld until a save works.",
+            value=float(checkpoint.stale_left),
         )
         if checkpoint.saves:
             yield GaugeMetricFamily(

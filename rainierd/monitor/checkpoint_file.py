@@ -23,7 +23,7 @@ import numpy.typing as npt
 
 from rainierd.errors import RainierdError
 
-__all__ = ["CheckpointError", "can_replace", "load_checkpoint", "mark_stale", "save_checkpoint"]
+__all__ = ["CheckpointError", "load_checkpoint", "mark_stale", "save_checkpoint"]
 
 FORMAT: Final = 2  # 2: the counters as named arrays (counters.frames_applied, ...)
 # Written over a checkpoint's first bytes when it could be neither replaced nor removed (``mark_stale``).
@@ -47,20 +47,6 @@ def save_checkpoint(path: Path, arrays: dict[str, npt.NDArray[Any]], *, fleet: s
         os.fsync(directory)  # the rename itself, through a power loss
     finally:
         os.close(directory)
-
-
-def can_replace(path: Path) -> bool:
-    """Return whether ``save_checkpoint`` can create its temporary file beside ``path`` (and remove it again).
-
-    Permissions do not tell (root passes any access check); trying does.
-    """
-    probe = path.with_name(f".{path.name}.probe")
-    try:
-        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600))
-        probe.unlink()
-    except OSError:
-        return False
-    return True
 
 
 def mark_stale(path: Path) -> None:

@@ -2,13 +2,21 @@
 the event loop after every analysis, and never left stale after a failed
 write (the file format is ``checkpoint_file``).
 
-A checkpoint that cannot be kept current is never restored: a write that
-fails removes the last one, or, where its directory refuses that too (a
-read-only or immutable directory), marks it stale in place; and at start a
-checkpoint whose directory refuses a new file is not taken at all, because
-every later save would fail and the next start would take back these same,
-older counters (a false reset to Prometheus, and frames applied since counted
-lost again).
+A start takes back the newest checkpoint there is, so the counts a monitor
+exports must never run ahead of a checkpoint that a later start could take
+back: counters shown that then go back read as a reset to Prometheus, and
+frames already counted applied would be counted lost again.  Hence each
+analysis saves before its snapshot is published (``Monitor.analyse_once``),
+and a save that fails leaves nothing older behind: it removes the last
+checkpoint, or, where the directory refuses that (immutable, or full), marks
+it stale in place.  Where neither works (a read-only volume: no new name, no
+write) nothing this run does can tell a later start that the file is old;
+so, for as long as that lasts, the run withholds the counters the checkpoint
+carries (``stale_left``: absent from every scrape, logged, and
+``rainier_monitor_checkpoint_stale`` 1).  Whatever start comes next then
+takes back exactly the counts last shown, and counts what this run applied
+since as lost, as it would after a SIGKILL just after the last save.  A
+save that works again ends it: the new checkpoint holds everything.
 
 Beside it, in ``<file>.learned``, what the detectors and the model have
 learned (``core/learned.py``): saved every ``learned_every_s`` (a minute;
@@ -33,7 +41,7 @@ import numpy.typing as npt
 import structlog
 
 from rainierd.core.ingest import Ingest
-from rainierd.monitor.checkpoint_file import can_replace, load_checkpoint, mark_stale, save_checkpoint
+from rainierd.monitor.checkpoint_file import load_checkpoint, mark_stale, save_checkpoint
 from rainierd.monitor.rejections import worth_logging
 from rainierd.monitor.snapshot import Checkpointing
 
@@ -60,6 +68,9 @@ class Checkpointer:
         self.saves = 0
         self.failures = 0
         self.last_save_wall_s = float("nan")
+        # True while a checkpoint older than the counts is left where a later start would take it back: the last
+        # save failed and the file could be neither removed nor marked stale (the counters are then withheld).
+        self.stale_left = False
         self._learned, self._learned_every_s = learned, learned_every_s
         self.learned_path = path.with_name(f"{path.name}.learned")
         self.learned_saves = 0
@@ -70,7 +81,7 @@ class Checkpointer:
 
     def frozen(self) -> Checkpointing:
         """Return how the checkpoint is keeping up, as of now."""
-        return Checkpointing(self.saves, self.failures, self.last_save_wall_s)
+        return Checkpointing(self.saves, self.failures, self.last_save_wall_s, stale_left=self.stale_left)
 
     def restore(self) -> bool:
         """Continue the sequence accounting of the checkpoint file, if there is a usable one, and take back the
@@ -90,10 +101,6 @@ class Checkpointer:
             arrays = load_checkpoint(path, fleet=self._fleet)
             if arrays is None:
                 log.info("no stream checkpoint yet; starting afresh", path=str(path))
-                return False
-            if not can_replace(path):
-                log.warning("stream checkpoint not used: its directory takes no new file, so it could not be kept "
-                            "current; starting afresh", path=str(path))
                 return False
             self._ingest.restore(arrays)
         except Exception as exc:  # whatever is wrong with the file, the monitor starts afresh
@@ -153,8 +160,20 @@ class Checkpointer:
             self.learned_saves += 1
 
     async def save(self, *, final: bool = False) -> None:
-        """Save the sequence accounting as of the analysis just finished (the write runs off the loop), and the
-        learned state when it is due or ``final`` (``save_learned``; waited for when ``final``).
+        """Save the sequence accounting (``save_accounting``), and the learned state when it is due or ``final``
+        (``save_learned``; waited for when ``final``).  Call it only while no analysis runs."""
+        await self.save_accounting()
+        await self.save_learned_when_due(final=final)
+
+    async def save_learned_when_due(self, *, final: bool = False) -> None:
+        """Save the learned state if a minute has passed since the last time, or if ``final`` (then waited for)."""
+        if final or time.monotonic() >= self._learned_due_s:
+            await self.save_learned(wait=final)
+
+    async def save_accounting(self) -> None:
+        """Save the sequence accounting as of the analysis just finished (the write runs off the loop); a failure
+        is counted and logged, and leaves no older checkpoint a later start would take back, or else sets
+        ``stale_left`` until a save works again.
 
         Call it only while no analysis runs: the arrays are copied first, on the loop.
         """
@@ -170,23 +189,31 @@ class Checkpointer:
                 raise
         except Exception as exc:  # a checkpoint that cannot be written must not stop the monitor
             self.failures += 1
-            # An older checkpoint left behind would, after a restart, take back counters lower than those
-            # already exported (a false reset to Prometheus) and count frames applied since as lost: remove it.
-            try:
-                path.unlink(missing_ok=True)
-            except OSError as unlink_error:
-                try:
-                    mark_stale(path)
-                except OSError as mark_error:
-                    if worth_logging(self.failures - 1, self.failures):
-                        log.warning("stale stream checkpoint could be neither removed nor marked; remove it before "
-                                    "the next start", path=str(path), error=str(unlink_error),
-                                    mark_error=str(mark_error))
             if worth_logging(self.failures - 1, self.failures):
                 log.warning("stream checkpoint not saved", path=str(path), error=str(exc)[:300],
                             error_type=type(exc).__name__, occurrences=self.failures)
+            self._leave_nothing_older(path)
         else:
             self.saves += 1
             self.last_save_wall_s = time.time()
-        if final or time.monotonic() >= self._learned_due_s:
-            await self.save_learned(wait=final)
+            if self.stale_left:
+                self.stale_left = False
+                log.warning("stream checkpoint saved again: the accounting counters are exported again",
+                            path=str(path))
+
+    def _leave_nothing_older(self, path: Path) -> None:
+        """After a failed save: remove the last checkpoint, or mark it stale, or else withhold the counters."""
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as unlink_error:
+            try:
+                mark_stale(path)
+            except OSError as mark_error:
+                if not self.stale_left:
+                    log.warning("stream checkpoint could be neither replaced, removed nor marked stale: the "
+                              "accounting counters (rainier_ingest_frames_applied_total, ...) are withheld until a "
+                              "save works, so the start that takes it back counts nothing twice", path=str(path),
+                              error=str(unlink_error), mark_error=str(mark_error))
+                self.stale_left = True
+                return
+        self.stale_left = False

@@ -157,14 +157,15 @@ class Monitor:
 
     def status(self) -> MonitorStatus:
         """Return the monitor's own status as of now (call it on the loop, between analyses)."""
-        inbox, loop_lag = self.inbox, self._loop_lag
+        inbox, loop_lag, checkpointer = self.inbox, self._loop_lag, self.checkpointer
         return MonitorStatus(
-            ingest=IngestCounts.of(self.core.stats, inbox.receipts),
+            ingest=IngestCounts.of(self.core.stats, inbox.receipts,
+                                   withhold_accounting=checkpointer is not None and checkpointer.stale_left),
             connection=self.connection.frozen(),
             backlog=self.load.backlog(messages=len(inbox), bytes_=inbox.bytes,
                                       dropped_messages=inbox.dropped_messages, dropped_bytes=inbox.dropped_bytes),
             sample_lag=self._sample_lag.frozen(),
-            checkpoint=None if self.checkpointer is None else self.checkpointer.frozen(),
+            checkpoint=None if checkpointer is None else checkpointer.frozen(),
             loop_lag_worst_s=None if loop_lag is None else loop_lag.worst_s,
             loop_lag=None if loop_lag is None else loop_lag.histogram.frozen(),
             events_dropped=self.events.outbox.dropped,
@@ -206,6 +207,10 @@ class Monitor:
             if count % _ANNOUNCE_BATCH == 0:
                 await asyncio.sleep(0)  # rainier falling silent is 31,200 node events: 0.8 s in one go
         self.generation += 1
+        if self.checkpointer is not None:
+            # Before the status is taken: the counts a snapshot shows never run ahead of the checkpoint a later
+            # start would take back (checkpointing.py).
+            await self.checkpointer.save_accounting()
         status = self.status()
         # In a thread: ~4 ms of CPU a tick with 1,000 unhealthy entities at rainier, ~80 ms wall the tick all appear
         # (benchmarks/actions-2026-12-02.json); one analysis at a time, so the policy is never shared.
@@ -275,9 +280,16 @@ class Monitor:
 
     async def save_checkpoint_now(self) -> None:
         """Save the sequence accounting as of the analysis just finished, if there is a checkpoint file (and the
-        learned state, once a minute)."""
+        learned state, once a minute), and the action ledger."""
         if self.checkpointer is not None:
             await self.checkpointer.save()
+        await self._save_ledger()
+
+    async def _save_beside(self, *, final: bool = False) -> None:
+        """Save what is kept beside the accounting (which ``analyse_once`` saved): the learned state when due or
+        ``final``, and the action ledger."""
+        if self.checkpointer is not None:
+            await self.checkpointer.save_learned_when_due(final=final)
         await self._save_ledger()
 
     async def analyse(self, after: Callable[[], Awaitable[None]] | None = None) -> None:
@@ -294,9 +306,9 @@ class Monitor:
         try:
             while True:
                 began = loop.time()
-                await self.analyse_once()
+                await self.analyse_once()  # the accounting is saved before its snapshot is published
                 await self._release_after_burst()
-                await self.save_checkpoint_now()
+                await self._save_beside()
                 if after is not None:
                     await after()
                 due, earliest = began + self.tick_s, began + self.tick_s / 2
@@ -341,9 +353,10 @@ class Monitor:
         last = self.snapshot.analysis_s if self.snapshot is not None else 0.0
         try:
             if len(self.inbox) and not self.load.overloaded and last < _STOP_ANALYSIS_S:
-                await self.analyse_once()
-            await self.checkpointer.save(final=True)
-            await self._save_ledger()
+                await self.analyse_once()  # saves the accounting
+            else:  # an analysis cancelled mid-way recorded its counts without saving them
+                await self.checkpointer.save_accounting()
+            await self._save_beside(final=True)
         except asyncio.CancelledError:  # stopped again: keep the last checkpoint
             log.warning("stopped again while saving the last stream checkpoint; the previous one stands")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from rainierd.actions import ActionsView
@@ -62,23 +62,26 @@ class IngestCounts:
     bytes: Mapping[str, int] = field(default_factory=_empty)  # payload bytes, by encoding
     frames: Mapping[str, int] = field(default_factory=_empty)  # frames decoded (a batch carries many), by encoding
     rejected: Mapping[str, int] = field(default_factory=_empty)  # by reason (oversize included)
-    frames_lost: int = 0
-    frames_late: int = 0
-    frames_missing: int = 0
-    publisher_changes: int = 0
-    publisher_restarts: int = 0
-    frames_applied: int = 0
+    # The sequence accounting a checkpoint carries; None while it is withheld (monitor/checkpointing.py).
+    frames_lost: int | None = 0
+    frames_late: int | None = 0
+    frames_missing: int | None = 0
+    publisher_changes: int | None = 0
+    publisher_restarts: int | None = 0
+    frames_applied: int | None = 0
     samples_applied: Mapping[str, int] = field(default_factory=_empty)  # entity samples, by record kind
     # Counters of applied samples refused over their bounds, by (kind, field, reason) (core/bounds.py).
     counters_refused: Mapping[tuple[str, str, str], int] = field(default_factory=lambda: MappingProxyType({}))
 
     @classmethod
-    def of(cls, stats: IngestStats, receipts: Receipts | None = None) -> IngestCounts:
-        """Return the counters of ``stats`` (the core's) and ``receipts`` (the inbox's), copied."""
+    def of(cls, stats: IngestStats, receipts: Receipts | None = None, *, withhold_accounting: bool = False,
+           ) -> IngestCounts:
+        """Return the counters of ``stats`` (the core's) and ``receipts`` (the inbox's), copied; the sequence
+        accounting as None if ``withhold_accounting`` (a checkpoint older than it is left for a later start)."""
         receipts = receipts or Receipts()
         rejected = Counter(stats.rejected)
         rejected.update(receipts.refused)
-        return cls(
+        counts = cls(
             messages=_frozen(receipts.messages), bytes=_frozen(receipts.bytes), frames=_frozen(stats.frames),
             rejected=_frozen(rejected), frames_lost=stats.frames_lost, frames_late=stats.frames_late,
             frames_missing=stats.frames_missing, publisher_changes=stats.publisher_changes,
@@ -86,6 +89,10 @@ class IngestCounts:
             samples_applied=_frozen(stats.samples_applied),
             counters_refused=MappingProxyType(dict(stats.counters_refused)),
         )
+        if withhold_accounting:
+            return replace(counts, frames_lost=None, frames_late=None, frames_missing=None, publisher_changes=None,
+                           publisher_restarts=None, frames_applied=None)
+        return counts
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +119,8 @@ class Checkpointing:
     saves: int = 0
     failures: int = 0
     last_save_wall_s: float = float("nan")  # wall time of the last checkpoint written
+    # An older checkpoint is left that could be neither replaced, removed nor marked: the accounting is withheld.
+    stale_left: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,10 +11,12 @@ import contextlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 import pytest
 
 from harness.procs import free_port
+from harness.readonly import read_only
 from harness.scrape import current_values
 from harness.timing import FAST_TICK_S, within
 from harness.waits import wait_until
@@ -190,3 +192,74 @@ async def test_monitor_restarts_keep_exact_accounting(
     values = await settled(port, sim, timeout_s=120)
     assert values.counted["rainier_ingest_frames_lost_total"] > 0
     assert_every_frame_accounted(values, sim, monitor)
+
+
+SEQUENCE_COUNTERS: Final = tuple(f"rainier_ingest_{name}_total" for name in (
+    "frames_applied", "frames_lost", "frames_late", "publisher_changes", "publisher_restarts"))
+
+
+async def scrape_until(port: int, scrapes: list[dict[str, float]], stop: asyncio.Event) -> None:
+    """Append every answered scrape of ``port`` to ``scrapes`` (as a Prometheus would see them) until ``stop``."""
+    while not stop.is_set():
+        if values := await asyncio.to_thread(current_values, port, timeout_s=1.0):
+            scrapes.append(values)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), 0.1)
+
+
+@pytest.mark.mosquitto
+async def test_a_read_only_state_volume_never_turns_a_counter_back(
+    mosquitto_process: MosquittoProcess, start_rainierd: object, tmp_path: Path,
+) -> None:
+    """A monitor writes its checkpoint and stops; the next runs on the state volume made read-only (where the
+    checkpoint can be neither replaced, removed nor marked stale) and stops; the next runs on it writable again
+    and takes the checkpoint back. No sequence counter any scrape showed ever goes back, and at the end applied +
+    lost == published (on main the read-only run showed its own counts from zero, and the last run took back the
+    first one's, lower: issue 35, 117 frames counted twice)."""
+    url = f"mqtt://127.0.0.1:{mosquitto_process.port}"
+    port = free_port()
+    common = ("--mqtt-url", url, "--tick", str(TICK_S))
+    volume = tmp_path / "state"
+    volume.mkdir()
+
+    def start_monitor() -> Daemon:
+        return start_rainierd("monitor", *common, "--metrics-addr", f"127.0.0.1:{port}",  # type: ignore[operator,no-any-return]
+                              "--state-file", str(volume / "streams.npz"), name="monitor")
+
+    def last_tick() -> float:
+        return current_values(port).get("rainier_monitor_last_tick", -1.0)
+
+    scrapes: list[dict[str, float]] = []
+    stop = asyncio.Event()
+    scraping = asyncio.create_task(scrape_until(port, scrapes, stop))
+    monitor = start_monitor()
+    await wait_until(lambda: current_values(port).get("rainier_mqtt_connected") == 1, 20, "the monitor to connect")
+    sim: Daemon = start_rainierd("simulate", *common, "--ticks", "240", "--seed", "7",  # type: ignore[operator]
+                                 name="simulate")
+    await flowing(port, "start")
+    site = "rainier_site_outside_temperature_celsius"
+    await wait_until(lambda: any(k.startswith(site) for k in current_values(port)), 10, "the site's first frame")
+    assert monitor.interrupt(sig=15)[0] == 0, monitor.log()[-3000:]
+    with read_only(volume) as how:
+        monitor = start_monitor()
+        await wait_until(lambda: last_tick() > 0, 30, f"the monitor on the read-only volume ({how}) to analyse")
+        seen = last_tick()
+        await wait_until(lambda: last_tick() >= seen + 20, 30, "twenty more ticks on the read-only volume")
+        read_only_run = current_values(port)
+        assert monitor.interrupt(sig=15)[0] == 0, monitor.log()[-3000:]
+    assert sim.proc.poll() is None, "the simulator finished before the read-only run did: raise --ticks"
+    monitor = start_monitor()
+    await flowing(port, "after the read-only run")
+    assert "stream checkpoint restored" in monitor.events()
+
+    values = await settled(port, sim, timeout_s=120)
+    stop.set()
+    await scraping
+    for name in SEQUENCE_COUNTERS:
+        shown = [s[name] for s in scrapes if name in s]
+        assert shown == sorted(shown), (name, shown)
+    assert_every_frame_accounted(values, sim, monitor)
+    # How: the read-only run withheld them, and said so.
+    assert (read_only_run["rainier_monitor_checkpoint_stale"], read_only_run.keys() & set(SEQUENCE_COUNTERS)) \
+        == (1, set())
+    assert values.counted["rainier_monitor_checkpoint_stale"] == 0
