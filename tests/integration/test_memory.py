@@ -10,8 +10,9 @@ holds 10,000 messages), yet each window's deep JSON and 64 KiB frames grew
 the heap, which kept it (on main, 3 runs of 3: 69.0 to 79.5-79.8 MiB, not
 back; now 73.1 MiB within 2 s, 3 of 3), until the monitor's footprint check
 found it grown (rainierd/monitor/footprint.py).  At issue 35's own rate,
-8,000 a second, main stayed at 93.5 MiB (the issue's figure) and now comes
-back to 75.9 (+9 %): what is left is allocator fragmentation, pages of the
+8,000 a second (this test with ``HOSTILE_PER_QUARTER_S = 2_000``), main
+stayed at 88-89 MiB in three runs (the issue's probe: 93.5 MiB) and now
+comes back to 74.9-76.0 MiB in four (+9 to +10 %): what is left is allocator fragmentation, pages of the
 heap and of Python's small-object arenas held by live objects between freed
 ones, which no release can hand back; at that margin the test would be a
 coin toss, so it runs at half the rate.
