@@ -25,7 +25,9 @@ there (without ``keep_freed_memory`` it fell back only to 88 MiB: glibc's
 own thresholds keep most of it as well).  So after a burst the monitor calls
 ``release_freed_memory`` (``malloc_trim``), which hands the free pages back
 whatever the thresholds: back to 61 MiB at once, while every ordinary tick
-keeps its reuse.
+keeps its reuse.  Input that grows the heap without being a burst (a fuzz
+spread over many windows) is caught by the monitor's footprint check
+(``monitor/footprint.py``), which releases the same way.
 """
 
 from __future__ import annotations

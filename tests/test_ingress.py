@@ -262,3 +262,14 @@ class TestScratch:
         for _ in range(Scratch.SHRINK_AFTER):
             scratch.get("t_s", 100_000, np.float64)
         assert scratch.nbytes == 800_000
+
+    def test_a_buffer_a_hostile_window_grew_under_a_mebibyte_is_released_too(self) -> None:
+        """A window of hostile frames grows a demo fleet's 1,000-value buffer to 64,000 values (512 KB, under
+        1 MiB): after SHRINK_AFTER ordinary windows it is back to the ordinary size (kept for good before issue 35:
+        a fuzz left 0.7 MiB of such buffers)."""
+        scratch = Scratch()
+        scratch.get("t_s", 1_000, np.float64)
+        scratch.get("t_s", 64_000, np.float64)  # the hostile window
+        for _ in range(Scratch.SHRINK_AFTER):
+            scratch.get("t_s", 1_000, np.float64)
+        assert scratch.nbytes == 8_000

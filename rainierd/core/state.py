@@ -525,14 +525,16 @@ class Scratch:
 
     A buffer grown by a burst (one window far larger than the fleet's tick)
     is not kept for ever: once ``SHRINK_AFTER`` windows in a row have each
-    needed under a quarter of a buffer over 1 MiB, it is replaced by one of
+    needed under a quarter of a buffer over 64 KiB, it is replaced by one of
     the size needed, so the burst's memory can go back.  A steady fleet, each
-    window alike, never meets that and reallocates nothing.
+    window alike, never meets that and reallocates nothing.  (Over 1 MiB
+    before issue 35: a fuzz's windows grew the demo fleet's buffers, each
+    under 1 MiB, from 10 KiB to 0.7 MiB together, kept for good.)
     """
 
     SHRINK_AFTER: Final = 8
     _SHRINK_RATIO: Final = 4
-    _SHRINK_BYTES: Final = 2**20
+    _SHRINK_BYTES: Final = 2**16
 
     def __init__(self) -> None:
         self._buffers: dict[str, npt.NDArray[Any]] = {}

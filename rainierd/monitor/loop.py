@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import gc
-import os
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -36,6 +35,7 @@ from rainierd.looplag import LoopLag
 from rainierd.monitor.checkpointing import Checkpointer
 from rainierd.monitor.clock import ListeningClock
 from rainierd.monitor.events import EventLog
+from rainierd.monitor.footprint import Footprint, rss_bytes
 from rainierd.monitor.inbox import Inbox, backlog_bytes_for
 from rainierd.monitor.jobs import JobFeed, is_job_topic
 from rainierd.monitor.ledger_file import ledger_path, restore_ledger, save_ledger
@@ -61,15 +61,6 @@ _ANNOUNCE_BATCH: Final = 128
 _DEFAULT_SHARE: Final = SharePolicy()
 _BURST_MESSAGES: Final = 10_000
 _STOP_ANALYSIS_S: Final = 0.5  # the last window is analysed on a stop only if an analysis takes less (2 s grace)
-
-
-def _rss_bytes() -> int | None:
-    """Return this process's resident memory (Linux), for the log line that says memory was released."""
-    try:
-        with open("/proc/self/statm", encoding="ascii") as statm:
-            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 class Monitor:
@@ -135,6 +126,7 @@ class Monitor:
         # A backlog of this many messages is a burst (a genuine fleet queues about one a stream a tick).
         self._burst_messages = _BURST_MESSAGES + 4 * topology.n_nodes
         self._release_again = -1  # the analysis after which a burst's memory is released a second time
+        self.footprint = Footprint()  # releases after input that grew the heap without being a burst
 
     @property
     def connection(self) -> ConnectionState:
@@ -307,7 +299,7 @@ class Monitor:
             while True:
                 began = loop.time()
                 await self.analyse_once()  # the accounting is saved before its snapshot is published
-                await self._release_after_burst()
+                await self._release_freed_memory()
                 await self._save_beside()
                 if after is not None:
                     await after()
@@ -322,19 +314,32 @@ class Monitor:
             await self._last_checkpoint()
             raise
 
-    async def _release_after_burst(self) -> None:
-        """Hand the memory of a burst back to the system once it is analysed, and again once the share table has
-        forgotten the burst's topics (two share windows later): the heap keeps freed pages otherwise."""
+    async def _release_freed_memory(self) -> None:
+        """Hand freed memory back to the system once a burst is analysed, again once the share table has forgotten
+        the burst's topics (two share windows later), and whenever the monitor has grown past the footprint it
+        settled at (``footprint.py``: hostile input spread over many windows is never a burst): the heap keeps
+        freed pages otherwise."""
         if self.inbox.burst_over(messages=self._burst_messages):
             self._release_again = self.generation + 2 * BURST_TICKS + 1
-        elif self.generation != self._release_again:
+            why = "burst over"
+        elif self.generation == self._release_again:
+            why = "burst's topics forgotten"
+        elif self.footprint.due(refused=self._refused_so_far()):
+            why = "grown past its footprint"
+        else:
             return
         # A burst's rejected payloads leave reference cycles (a decode error's traceback holds its frame) that
         # outlive the young generations while the window is analysed; only a full collection frees them, and
         # after gc.freeze() (daemon.py) it walks only what came since, a few ms.
+        before = rss_bytes()
         collected = gc.collect()
         await asyncio.to_thread(release_freed_memory)
-        log.info("burst over; freed memory released", rss_bytes=_rss_bytes(), collected=collected)
+        log.info("freed memory released", why=why, rss_bytes_before=before, rss_bytes=rss_bytes(),
+                 floor_bytes=self.footprint.floor_bytes, collected=collected)
+
+    def _refused_so_far(self) -> int:
+        """Return every message rejected (after decoding) or refused (before) so far."""
+        return sum(self.core.stats.rejected.values()) + sum(self.inbox.receipts.refused.values())
 
     async def _last_checkpoint(self) -> None:
         """On a stop, account for the frames already received and save the checkpoint.
