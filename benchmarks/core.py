@@ -7,9 +7,11 @@ time, so its maximum RSS is the monitor's own plus one tick of payloads (as
 a running monitor holds).  Stages, per tick after one warm-up tick:
 
 * admission: every message through the monitor's inbox as the MQTT client
-  hands it over, on the event loop (``Inbox.put``: its topic's share, before
-  any decoding), and the window taken; reported apart, not in the total,
-  which stays the analysis thread's work as it always was;
+  hands it over, on the event loop (``Inbox.put``: its header read and its
+  topic's share charged, before any decoding), the window taken, and the
+  streams handed back after the analysis (``Confirmed``, built in the
+  analysis thread); reported apart, not in the total, which stays the
+  analysis thread's work as it always was;
 * decode + admit: every message decoded, checked and applied to the state
   (``Ingest.admit``);
 * core: the throughput model;
@@ -49,6 +51,7 @@ from rainierd.core.fleetloss import price_fleet
 from rainierd.core.ingest import Message
 from rainierd.core.throughput import compute_throughput
 from rainierd.errors import ConfigError
+from rainierd.monitor.admission import Admission, Confirmed
 from rainierd.monitor.clock import ReceiveClock
 from rainierd.monitor.inbox import Inbox
 from rainierd.monitor.rejections import RejectionLog
@@ -77,9 +80,11 @@ class _Admission:
     def __init__(self, core: MonitorCore) -> None:
         self.core = core
         self.clock_s = 0.0
+        self.admission = Admission(SharePolicy(), tick_s=1.0)
+        self.confirmed: Confirmed | None = None
         self.inbox = Inbox(max_frame_bytes=core.config.max_frame_bytes, max_backlog_bytes=2**62,
                            listening_s=lambda: START_S + self.clock_s, rejections=RejectionLog(),
-                           shares=SharePolicy().shares(tick_s=1.0), monotonic_s=lambda: self.clock_s,
+                           admission=self.admission, monotonic_s=lambda: self.clock_s,
                            receive_clock=ReceiveClock(wall=lambda: START_S, monotonic=lambda: self.clock_s))
 
     def window(self, received: list[tuple[str, bytes]], *, tick: int) -> list[Message]:
@@ -92,6 +97,14 @@ class _Admission:
             raise RuntimeError(f"the inbox refused {len(received) - len(window)} genuine messages: "
                                f"{self.inbox.receipts}")
         return window
+
+    def learn(self) -> float:
+        """Hand the streams as the analysis left them to the admission, as the monitor does after each; return
+        how long it took."""
+        started = time.perf_counter()
+        self.confirmed = Confirmed.of(self.core.ingest, self.confirmed)
+        self.admission.learn(self.confirmed)
+        return time.perf_counter() - started
 
 
 def measure(topology: str, *, repeat: int, batch_nodes: int, seed: int, training_jobs: int = 0) -> dict[str, Any]:
@@ -132,8 +145,9 @@ def measure(topology: str, *, repeat: int, batch_nodes: int, seed: int, training
         if work is not None:
             work.tick(throughput, keep=tick > 0)
         core.ingest.record(flush)
+        learned_s = admission.learn()
         if tick > 0:  # the first tick pays first-touch page faults
-            stages["admission"].append(started - queued)
+            stages["admission"].append(started - queued + learned_s)
             for name, seconds in zip(_STAGES, (admitted - started, modelled - admitted, detected - modelled),
                                      strict=True):
                 stages[name].append(seconds)

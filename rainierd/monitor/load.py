@@ -16,13 +16,27 @@ stream has not confirmed never reaches it (such frames are refused).
 ``LATE_STREAMS_SHARE`` of the most streams a window carried in the last
 ``RECEIVE_LAG_HISTORY`` windows (and at least two): queueing delays every
 stream alike, while one node's frames, late or lying, never make the fleet
-"overloaded".  While behind, the listening clock stops (silence is not
-judged) and ``/readyz`` says so; it ends after a few clean windows, so it
-does not flap.
+"overloaded".  While behind, ``/readyz`` says so; it ends after a few clean
+windows, so it does not flap.
+
+While behind, the monitor still judges silence, from what does arrive: the
+listening clock is paced (``ListeningClock.pace``) and moves on by the
+progress of the fleet's own sample clock, the median over the nodes heard
+in a window of their newest sample time (``Confirmed.heard_t_s``: each
+node once, so a flooder's frames weigh one node), taken as a running
+maximum so a window of older frames never moves it back.  A backlog that
+delays every stream alike delays the fleet's sample clock with it, so no
+node is aged by the monitor's own lateness; a node whose frames stopped
+falls behind the fleet it is part of and is judged lost in its usual span
+of the fleet's time (issue 35: a node that went silent while a neighbour
+flooded was never reported lost, the clock standing still for as long as
+the flood kept the monitor behind).  A window that overflowed the inbox
+(``inbox_full``) credits nothing: what it dropped would read as a jump.
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from typing import Final
 
@@ -56,13 +70,16 @@ class LoadJudge:
         self._dropped_seen = 0
         self._clean_windows = 0
         self._streams: deque[int] = deque(maxlen=RECEIVE_LAG_HISTORY)
+        self._heard_t_s = math.nan  # while behind: the fleet's sample clock as far as it was credited
 
     def judge(self, *, waited_s: float, elapsed_s: float, dropped_messages: int, receive_lag_s: F64,
-              receive_excess_s: F64, receive_entity: I64, streams_heard: int) -> None:
-        """Decide whether the monitor is behind, from one window's wait, analysis time and receive lags.
+              receive_excess_s: F64, receive_entity: I64, streams_heard: int, heard_t_s: float = math.nan) -> None:
+        """Decide whether the monitor is behind, from one window's wait, analysis time and receive lags; while it
+        is, move the listening clock on by what the window heard.
 
         ``receive_lag_s`` is the applied frames' raw lags (for the offset gauge); ``receive_excess_s`` each one's
-        excess over its own stream's floor, with its node in ``receive_entity``.
+        excess over its own stream's floor, with its node in ``receive_entity``; ``heard_t_s`` the fleet's sample
+        clock after the window (``Confirmed.heard_t_s``; NaN: no node advanced).
         """
         self.oldest_s = waited_s
         reasons = []
@@ -88,17 +105,31 @@ class LoadJudge:
             if not self.overloaded:
                 self.overloaded = True
                 self.episodes += 1
-                self._clock.deafen("overloaded")
-                log.warning("monitor falling behind; silence is not judged until it catches up",
+                self._clock.pace("overloaded")
+                self._heard_t_s = heard_t_s  # the clock ran up to this window; from here it follows what is heard
+                log.warning("monitor falling behind; silence is judged by what still arrives",
                             reasons=reasons, waited_s=round(waited_s, 2), analysis_s=round(elapsed_s, 3),
                             dropped_messages=dropped_messages)
+            else:
+                self._credit(heard_t_s, dropped="inbox_full" in reasons)
             self.reasons = tuple(reasons)
         elif self.overloaded:
+            self._credit(heard_t_s, dropped=False)
             self._clean_windows += 1
             if self._clean_windows >= CLEAN_WINDOWS_TO_RECOVER:
                 self.overloaded, self.reasons = False, ()
-                self._clock.hear("overloaded")
+                self._clock.unpace("overloaded")
                 log.info("monitor caught up", dropped_messages=dropped_messages)
+
+    def _credit(self, heard_t_s: float, *, dropped: bool) -> None:
+        """Move the paced clock on by how far the fleet's sample clock advanced past the last credit."""
+        if not heard_t_s > self._heard_t_s:  # NaN on either side, or no progress: nothing heard to go by
+            if math.isnan(self._heard_t_s):
+                self._heard_t_s = heard_t_s
+            return
+        if not dropped:
+            self._clock.credit(heard_t_s - self._heard_t_s)
+        self._heard_t_s = heard_t_s
 
     def backlog(self, *, messages: int, bytes_: int, dropped_messages: int, dropped_bytes: int) -> Backlog:
         """Return the backlog status: the inbox's figures with this judgement."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import gc
+import math
 import os
 import threading
 import time
@@ -33,6 +34,7 @@ from rainierd.core.config import MonitorConfig
 from rainierd.core.ingest import Message
 from rainierd.histogram import LagHistogram
 from rainierd.looplag import LoopLag
+from rainierd.monitor.admission import Admission, Confirmed
 from rainierd.monitor.checkpointing import Checkpointer
 from rainierd.monitor.clock import ListeningClock
 from rainierd.monitor.events import EventLog
@@ -101,7 +103,10 @@ class Monitor:
             max_backlog_bytes = backlog_bytes_for(topology, max_frame_bytes=config.max_frame_bytes)
         self.inbox = Inbox(max_frame_bytes=config.max_frame_bytes, max_backlog_bytes=max_backlog_bytes,
                            listening_s=clock.now, rejections=self._rejections,
-                           shares=None if share is None else share.shares(tick_s=config.tick_s))
+                           admission=None if share is None else Admission(share, tick_s=config.tick_s))
+        # Whose frames each topic carries, as the last analysis left the streams: built in its thread, handed to
+        # the inbox's admission on the loop (admission.py).
+        self._confirmed: Confirmed | None = None
         self.load = LoadJudge(tick_s=config.tick_s, clock=clock)
         self.events = EventLog(qos=qos)
         # The shard's view of the fleet: a job's nodes in other shards are absent, so its figures are its share's.
@@ -146,7 +151,16 @@ class Monitor:
         action ledger beside it."""
         if self._ledger_path is not None:
             restore_ledger(self._ledger_path, self.actions.ledger)
-        return self.checkpointer.restore() if self.checkpointer is not None else False
+        restored = self.checkpointer.restore() if self.checkpointer is not None else False
+        if restored:
+            self._learn(Confirmed.of(self.core.ingest))  # the streams' publishers are known from the first frame
+        return restored
+
+    def _learn(self, confirmed: Confirmed | None) -> None:
+        """Hand the streams as they stand to the inbox's admission (on the loop)."""
+        self._confirmed = confirmed
+        if confirmed is not None and self.inbox.admission is not None:
+            self.inbox.admission.learn(confirmed)
 
     def on_message(self, topic: str, payload: bytes, *, retained: bool = False) -> None:
         """Queue one MQTT message for the next analysis, or take a job document (what the session does with each)."""
@@ -168,7 +182,7 @@ class Monitor:
             loop_lag_worst_s=None if loop_lag is None else loop_lag.worst_s,
             loop_lag=None if loop_lag is None else loop_lag.histogram.frozen(),
             events_dropped=self.events.outbox.dropped,
-            share_topics=None if inbox.shares is None else len(inbox.shares),
+            share_topics=None if inbox.admission is None else len(inbox.admission),
             jobs_refused=self.jobs.refused(),
         )
 
@@ -191,6 +205,7 @@ class Monitor:
             self._recorded = True
             raise
         finished_wall = time.time()
+        self._learn(self._confirmed)
         ingest.record(analysis.flush)
         self._recorded = True
         self._rejections.window(analysis.flush.rejected)
@@ -199,7 +214,8 @@ class Monitor:
         elapsed = time.perf_counter() - started
         self.load.judge(waited_s=waited_s, elapsed_s=elapsed, dropped_messages=self.inbox.dropped_messages,
                         receive_lag_s=analysis.flush.receive_lag_s, receive_excess_s=analysis.flush.receive_excess_s,
-                        receive_entity=analysis.flush.receive_entity, streams_heard=analysis.flush.streams_heard)
+                        receive_entity=analysis.flush.receive_entity, streams_heard=analysis.flush.streams_heard,
+                        heard_t_s=math.nan if self._confirmed is None else self._confirmed.heard_t_s)
         for count, event in enumerate(analysis.events, 1):
             # One feed a monitor: its id is the shard's, so shards' retained events never meet.
             self.events.announce(dataclasses.replace(event, id=self.shard.index) if event.entity == "feed" else event)
@@ -270,8 +286,11 @@ class Monitor:
     def _analyse_in_thread(self, window: list[Message], documents: tuple[JobDocument, ...] | None, *, now_s: float,
                            tick: int) -> Analysis:
         """Resolve the jobs if their documents changed (tens of ms at rainier: never on the loop), then analyse
-        the window with them: one membership a tick, the same for every reader of its analysis."""
-        return self.core.analyse(window, now_s=now_s, tick=tick, jobs=self.jobs.resolve(documents))
+        the window with them: one membership a tick, the same for every reader of its analysis; and the streams
+        as it leaves them, for the inbox's admission."""
+        analysis = self.core.analyse(window, now_s=now_s, tick=tick, jobs=self.jobs.resolve(documents))
+        self._confirmed = Confirmed.of(self.core.ingest, self._confirmed)
+        return analysis
 
     async def save_checkpoint_now(self) -> None:
         """Save the sequence accounting as of the analysis just finished, if there is a checkpoint file (and the

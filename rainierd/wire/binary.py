@@ -87,6 +87,7 @@ __all__ = [
     "MAX_NODE_COUNTS",
     "BatchHead",
     "BatchLayout",
+    "Head",
     "RawBatch",
     "check_known",
     "decode_binary",
@@ -94,6 +95,7 @@ __all__ = [
     "encode_binary",
     "finite_mask",
     "node_frame_dtype",
+    "read_head",
     "split_node_frame",
 ]
 
@@ -549,6 +551,37 @@ def split_node_frame(payload: bytes) -> tuple[str, int, int, float, int, tuple[i
     efa = links + counts[2] * _NODE_SIZES[2]
     return publisher, seq, tick, t_s, node, counts, (view[offset:chips], view[chips:links], view[links:efa],
                                                       view[efa:])
+
+
+class Head(NamedTuple):
+    """What a binary frame's header says, checked as ``decode_binary`` checks it (``read_head``)."""
+
+    kind: int  # KIND_NODE, KIND_FACILITY or KIND_BATCH
+    entity: int  # the node (a node frame) or the site (a facility or batch frame)
+    publisher: str  # the frame's publisher (a batch's: its aggregator)
+    seq: int
+    t_s: float
+    publishers: tuple[str, ...] = ()  # a batch's entry publishers (FLAG_NODE_PUBLISHERS), else none
+
+
+def read_head(payload: bytes) -> Head:
+    """Return a binary frame's header, checked against the payload's length, reading no record.
+
+    The monitor's admission reads it for every message before any decoding
+    (monitor/admission.py); what it refuses, ``decode_binary`` would refuse
+    for the same reason.  Left to the decoding: the records' floats
+    (``non_finite``), and a batch's per-node counts against its totals
+    (``bad_header``).
+
+    Raises FrameError with reason truncated, bad_magic, bad_version, bad_kind, bad_header, trailing_bytes, or
+    non_finite (its sample time).
+    """
+    _check_preamble(payload)
+    if payload[5] == KIND_BATCH:
+        head = _batch_head(payload)
+        return Head(KIND_BATCH, head.site, head.publisher, head.seq, head.t_s, head.publishers)
+    kind, seq, _tick, t_s, entity, publisher, _counts, _dtypes, _offset = _frame_layout(payload)
+    return Head(kind, entity, publisher, seq, t_s)
 
 
 @overload

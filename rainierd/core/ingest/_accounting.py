@@ -93,6 +93,18 @@ class Accounting:
             index = self._publishers[name] = len(self._publishers)
         return index
 
+    @property
+    def publisher_count(self) -> int:
+        """Return how many publisher ids are numbered."""
+        return len(self._publishers)
+
+    def publisher_names(self) -> list[str]:
+        """Return the publisher ids by number (``[i]`` is publisher ``i``, as the streams name it)."""
+        names = [""] * len(self._publishers)
+        for name, index in self._publishers.items():
+            names[index] = name
+        return names
+
     def compact(self, *, above: int) -> None:
         """Forget publisher ids no stream names any more, once there are more than ``above`` (id churn).
 

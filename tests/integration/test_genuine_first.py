@@ -1,0 +1,271 @@
+"""Garbage or a flood on node topics costs its sender, never the node whose
+topic it is, nor its neighbours, nor the monitor's judgement of the rest
+(issue 35, "Genuine frames first" and "Overload never blinds"), through a
+real Mosquitto and a real ``rainierd monitor``:
+
+* without the ACL (the tests' broker, as the embedded demo broker runs), a
+  fuzzer publishes malformed frames, frames under forged publisher ids and
+  replays of old frames on every node's topic, far beyond any topic's
+  share, while the fleet publishes: every genuine frame is applied, none is
+  lost, no node is judged silent;
+* with the shipped ACL, node agent n3 floods its own topic as fast as a
+  socket takes it while another node genuinely falls silent: no other
+  node loses a frame, and the silent one is still reported lost within its
+  usual time.
+
+The fuzzer and the flooder write MQTT packets on a raw socket
+(``test_flood.RawAgent``), built before they start, so the test process
+publishes as fast as the broker reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import random
+import threading
+import time
+from collections.abc import Iterator
+
+import aiomqtt
+import numpy as np
+import pytest
+
+from harness.procs import Broker, free_port
+from harness.scrape import current_values
+from harness.timing import TICK_S, within
+from harness.waits import poll_until
+from rainierd.sim.fleet import FleetModel
+from rainierd.sim.frames import tick_frames
+from rainierd.topology import build_topology
+from rainierd.wire import NodeFrame, encode_binary, encode_json
+from rainierd.wire.topics import EVENTS_ROOT, node_topic
+from tests.integration.test_authorisation import ShippedBroker, shipped_broker, start_role
+from tests.integration.test_flood import RawAgent, publish_packet
+
+__all__ = ["shipped_broker"]  # the fixture, used by name
+
+TOPO = build_topology("demo")
+FLOODER = 3  # the node agent n3's node: the shipped credentials make its user
+SILENT = 5  # the node that genuinely falls silent while n3 floods
+STALE_AFTER_TICKS = 3  # the monitor's default
+ATTACK_S = 10.0
+
+
+class FleetFeed:
+    """The fleet's genuine frames, one a node a tick, through aiomqtt, in a thread of its own.
+
+    ``silent`` set: node ``SILENT`` stops publishing (its last frame before, none after).
+    """
+
+    def __init__(self, port: int, *, skip: frozenset[int] = frozenset(), username: str | None = None,
+                 password: str | None = None) -> None:
+        self.port, self.skip, self.username, self.password = port, skip, username, password
+        self.published = 0
+        self.ticks = 0
+        self.stop = threading.Event()
+        self.silent = threading.Event()
+        self.silent_at: float | None = None
+        self.thread = threading.Thread(target=lambda: asyncio.run(self._run()), name="fleet")
+
+    async def _run(self) -> None:
+        model = FleetModel(TOPO, np.random.default_rng(11), tick_s=TICK_S, start_s=time.time())
+        async with aiomqtt.Client("127.0.0.1", self.port, identifier=self.username or "fleet",
+                                  username=self.username, password=self.password) as client:
+            started = time.monotonic()
+            while not self.stop.is_set():
+                silent = self.silent.is_set()
+                for topic, frame in tick_frames(TOPO, model.step(self.ticks), publisher="fleet", sites=range(0)):
+                    if not isinstance(frame, NodeFrame) or frame.node in self.skip:
+                        continue
+                    if silent and frame.node == SILENT:
+                        if self.silent_at is None:
+                            self.silent_at = time.monotonic()
+                        continue
+                    await client.publish(topic, encode_binary(frame), qos=0)
+                    self.published += 1
+                self.ticks += 1
+                await asyncio.sleep(max(0.0, started + self.ticks * TICK_S - time.monotonic()))
+
+
+@contextlib.contextmanager
+def running(feed: FleetFeed) -> Iterator[FleetFeed]:
+    feed.thread.start()
+    try:
+        yield feed
+    finally:
+        feed.stop.set()
+        feed.thread.join(timeout=10)
+
+
+class Blaster:
+    """Writes one blob of PUBLISH packets to a socket, over and over, as fast as it is taken, for ``seconds``."""
+
+    def __init__(self, agent: RawAgent, blob: bytes, messages: int, seconds: float) -> None:
+        self.agent, self.blob, self.messages, self.seconds = agent, blob, messages, seconds
+        self.sent = 0
+        self.thread = threading.Thread(target=self._run, name="blaster")
+
+    def _run(self) -> None:
+        ends = time.monotonic() + self.seconds
+        while time.monotonic() < ends:
+            self.agent.send(self.blob)
+            self.sent += self.messages
+
+
+def garbage(rng: random.Random) -> list[tuple[str, bytes]]:
+    """Return hostile payloads on every node's topic: what a fuzzer sends (issue 35's probe), none of it a frame
+    the monitor may apply, and each far from what a share admits."""
+    model = FleetModel(TOPO, np.random.default_rng(11), tick_s=TICK_S, start_s=time.time() - 60)
+    old = {frame.node: (topic, frame) for topic, frame in tick_frames(TOPO, model.step(0), publisher="fleet",
+                                                                      sites=range(0))
+           if isinstance(frame, NodeFrame)}
+    out: list[tuple[str, bytes]] = []
+    for topic, frame in old.values():
+        real = encode_binary(frame)
+        out += [
+            (topic, bytes([rng.choice(b"abcXYZ\x00\xff")]) + rng.randbytes(rng.randrange(8, 400))),  # no encoding
+            (topic, b"RNRW" + bytes([rng.randrange(2, 256)]) + rng.randbytes(60)),  # a version nobody speaks
+            (topic, b"RXYZ" + rng.randbytes(200)),  # bad magic
+            (topic, real[:rng.randrange(50, len(real) - 1)]),  # truncated
+            (topic, real + rng.randbytes(8)),  # trailing bytes
+            (topic, encode_binary(dataclasses.replace(frame, publisher=f"forged-{rng.randrange(10**6)}",
+                                                      t_s=time.time() + 3600))),  # another publisher, any time
+            (topic, real),  # a replay of the node's frame of a minute ago, its own publisher id
+            (topic, encode_json(frame)[:rng.randrange(20, 300)]),  # truncated JSON in the fleet's name
+            (topic, b""),
+        ]
+    return out
+
+
+def values(port: int) -> dict[str, float]:
+    return current_values(port, only=("rainier_ingest", "rainier_health_events", "rainier_monitor",
+                                      "rainier_fleet_chips_reporting", "rainier_mqtt"))
+
+
+def lost_and_missing(v: dict[str, float]) -> float:
+    return v.get("rainier_ingest_frames_lost_total", 0) + v.get("rainier_ingest_frames_missing", 0)
+
+
+def health_events(v: dict[str, float]) -> dict[str, float]:
+    return {k: n for k, n in v.items() if k.startswith("rainier_health_events_total") and n}
+
+
+@pytest.mark.mosquitto
+def test_garbage_on_every_node_topic_without_the_acl_costs_no_node_a_frame(
+    mosquitto: Broker, start_rainierd: object,
+) -> None:
+    """On a broker without the ACL, a fuzzer sends thousands of hostile payloads a second on every node's topic
+    (broken headers, forged publishers, replays, truncated JSON) for 10 s while the fleet publishes: every
+    genuine frame is applied, none lost or missing, no health event, every chip reporting throughout."""
+    port = free_port()
+    monitor = start_rainierd(  # type: ignore[operator]
+        "monitor", "--mqtt-url", mosquitto.url, "--metrics-addr", f"127.0.0.1:{port}", "--tick", str(TICK_S),
+        "--topology", "demo", "--reconnect-grace", "0", name="monitor",
+    )
+    poll_until(lambda: values(port).get("rainier_mqtt_connected") == 1, timeout_s=within(30),
+               what=f"the monitor connects\n{monitor.log()[-2000:]}")
+    payloads = garbage(random.Random(35))
+    blob = b"".join(publish_packet(topic, payload) for topic, payload in payloads)
+    with running(FleetFeed(mosquitto.port)) as feed:
+        poll_until(lambda: values(port).get("rainier_fleet_chips_reporting") == TOPO.n_chips,
+                   timeout_s=within(30), what="every chip reports")
+        ticks_before = feed.ticks
+        fuzzer = RawAgent(mosquitto.port, "", "", anonymous=True)
+        blaster = Blaster(fuzzer, blob, len(payloads), ATTACK_S)
+        reporting: list[float] = []
+        blaster.thread.start()
+        while blaster.thread.is_alive():
+            reporting.append(values(port).get("rainier_fleet_chips_reporting", 0))
+            time.sleep(TICK_S)
+        blaster.thread.join()
+        fuzzer.close()
+        poll_until(lambda: feed.ticks >= ticks_before + ATTACK_S / TICK_S + 4, timeout_s=within(30),
+                   what="the fleet publishes on after the fuzz")
+    published = feed.published
+    poll_until(lambda: values(port).get("rainier_ingest_frames_applied_total", 0) >= published,
+               timeout_s=within(30), what=f"the fleet's {published} frames are applied ({values(port)})")
+    v = values(port)
+    refused = {k: n for k, n in v.items() if k.startswith("rainier_ingest_decode_errors_total") and n}
+    summary = (f"fuzz sent {blaster.sent} in {ATTACK_S} s, the fleet {published}; applied "
+               f"{v['rainier_ingest_frames_applied_total']}, lost {v['rainier_ingest_frames_lost_total']}, "
+               f"missing {v['rainier_ingest_frames_missing']}; refused {refused}; reporting {reporting}")
+    print(summary)
+    assert blaster.sent >= 10 * len(payloads), summary
+    assert v["rainier_ingest_frames_applied_total"] == published, summary
+    assert lost_and_missing(v) == 0, summary
+    assert health_events(v) == {}, summary
+    assert min(reporting) == TOPO.n_chips, summary
+    assert v["rainier_monitor_backlog_dropped_messages_total"] == 0, summary
+    assert monitor.proc.poll() is None
+
+
+@pytest.mark.mosquitto
+def test_one_agent_flooding_its_own_topic_neither_costs_the_others_nor_hides_a_silent_node(
+    shipped_broker: ShippedBroker, start_rainierd: object,
+) -> None:
+    """With the shipped ACL, n3 floods its own topic as fast as the broker reads it for 10 s; meanwhile node 5
+    genuinely falls silent. Node 5 is reported lost within its usual time (stale after 3 ticks, a few ticks of
+    slack), and no other node loses a frame."""
+    broker = shipped_broker
+    port = free_port()
+    monitor = start_role(start_rainierd, broker, "monitor", "rainierd-monitor", "--metrics-addr",
+                         f"127.0.0.1:{port}", "--tick", str(TICK_S), "--reconnect-grace", "0")
+    poll_until(lambda: values(port).get("rainier_mqtt_connected") == 1, timeout_s=within(30),
+               what=f"the monitor connects\n{monitor.log()[-2000:]}")
+    model = FleetModel(TOPO, np.random.default_rng(3), tick_s=TICK_S, start_s=time.time())
+    own = next(f for _, f in tick_frames(TOPO, model.step(0), publisher="n3-agent",
+                                         nodes=range(FLOODER, FLOODER + 1)))
+    topic = node_topic(*TOPO.node_path(FLOODER))
+    # n3's frame, sent over and over (one seq: what is refused leaves no gap, so every gap is another node's).
+    blob = publish_packet(topic, encode_binary(own)) * 2_000
+    feed = FleetFeed(broker.port, skip=frozenset({FLOODER}), username="rainierd-sim",
+                     password=broker.password("rainierd-sim"))
+    lost_at: list[float] = []
+
+    async def watch() -> None:
+        async with aiomqtt.Client("127.0.0.1", broker.port, identifier="rainierd-monitor-1",
+                                  username="rainierd-monitor-1",
+                                  password=broker.password("rainierd-monitor-1")) as watcher:
+            await watcher.subscribe(f"{EVENTS_ROOT}/node/{SILENT}", qos=1)
+            async for message in watcher.messages:
+                event = json.loads(bytes(message.payload))  # type: ignore[arg-type]
+                if event["after"] == "lost":
+                    lost_at.append(time.monotonic())
+                    return
+
+    watcher = threading.Thread(target=lambda: asyncio.run(asyncio.wait_for(watch(), within(60))), name="watch")
+    with running(feed):
+        poll_until(lambda: values(port).get("rainier_fleet_chips_reporting", 0) >= TOPO.n_chips - 16,
+                   timeout_s=within(30), what="every chip but n3's reports")
+        watcher.start()
+        agent = RawAgent(broker.port, "n3", broker.password("n3"))
+        blaster = Blaster(agent, blob, 2_000, ATTACK_S)
+        blaster.thread.start()
+        feed.silent.set()
+        overloaded = []
+        while blaster.thread.is_alive():
+            overloaded.append(values(port).get("rainier_monitor_overloaded", 0))
+            time.sleep(TICK_S)
+        blaster.thread.join()
+        agent.close()
+        watcher.join(timeout=within(60))
+    published = feed.published
+    poll_until(lambda: values(port).get("rainier_monitor_backlog_messages", 1) == 0
+               and values(port).get("rainier_ingest_frames_applied_total", 0) >= published,
+               timeout_s=within(60), what="the fleet's frames are applied")
+    v = values(port)
+    assert feed.silent_at is not None
+    summary = (f"n3 sent {blaster.sent} in {ATTACK_S} s ({blaster.sent / ATTACK_S:.0f}/s); overloaded "
+               f"{sum(overloaded)} of {len(overloaded)} samples; node 5 lost after "
+               f"{[round(t - feed.silent_at, 1) for t in lost_at]} s; others published {published}, lost "
+               f"{v['rainier_ingest_frames_lost_total']}, missing {v['rainier_ingest_frames_missing']}, applied "
+               f"{v['rainier_ingest_frames_applied_total']}")
+    print(summary)
+    assert lost_at, f"node 5 fell silent and was never reported lost: {summary}"
+    assert lost_at[0] - feed.silent_at <= within((STALE_AFTER_TICKS + 6) * TICK_S), summary
+    # n3's own frames beyond its share are its own loss; nobody else's frame is lost or missing.
+    assert lost_and_missing(v) == 0, summary
+    assert monitor.proc.poll() is None
