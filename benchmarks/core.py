@@ -45,17 +45,17 @@ import numpy as np
 from benchmarks._jobwork import JobWork, job_capacity
 from benchmarks.feed import START_S, read_tick, request_tick
 from rainierd._malloc import keep_freed_memory
+from rainierd.admission import Admission, Confirmed, SharePolicy
 from rainierd.core.analysis import HealthView, MonitorCore
 from rainierd.core.config import MonitorConfig
 from rainierd.core.fleetloss import price_fleet
 from rainierd.core.ingest import Message
 from rainierd.core.throughput import compute_throughput
 from rainierd.errors import ConfigError
-from rainierd.monitor.admission import Admission, Confirmed
+from rainierd.monitor.admission import confirmed_of
 from rainierd.monitor.clock import ReceiveClock
 from rainierd.monitor.inbox import Inbox
 from rainierd.monitor.rejections import RejectionLog
-from rainierd.monitor.shares import SharePolicy
 from rainierd.topology import build_topology, parse_topology
 
 __all__ = ["HELP", "SWEEP", "add_arguments", "bench_core", "run"]
@@ -102,7 +102,7 @@ class _Admission:
         """Hand the streams as the analysis left them to the admission, as the monitor does after each; return
         how long it took."""
         started = time.perf_counter()
-        self.confirmed = Confirmed.of(self.core.ingest, self.confirmed)
+        self.confirmed = confirmed_of(self.core.ingest, self.confirmed)
         self.admission.learn(self.confirmed)
         return time.perf_counter() - started
 

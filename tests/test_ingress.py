@@ -13,13 +13,12 @@ import numpy as np
 import pytest
 from paho.mqtt.client import MQTTMessage
 
+from rainierd.admission import BURST_TICKS, Admission, Shares
 from rainierd.core.config import MonitorConfig
 from rainierd.core.state import Scratch
 from rainierd.monitor import Monitor, SharePolicy
-from rainierd.monitor.admission import Admission
 from rainierd.monitor.inbox import Inbox, backlog_bytes_for
 from rainierd.monitor.rejections import RejectionLog
-from rainierd.monitor.shares import BURST_TICKS, Shares
 from rainierd.mqtt import deliver
 from rainierd.shards import shard_view
 from rainierd.sim.fleet import FleetModel

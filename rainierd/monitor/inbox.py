@@ -27,9 +27,9 @@ from typing import Final
 
 import structlog
 
+from rainierd.admission import Admission
 from rainierd.core.ingest import Message
 from rainierd.errors import FrameError
-from rainierd.monitor.admission import Admission
 from rainierd.monitor.clock import ReceiveClock
 from rainierd.monitor.rejections import RejectionLog
 from rainierd.monitor.snapshot import Receipts

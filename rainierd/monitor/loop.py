@@ -28,13 +28,15 @@ from rainierd._malloc import release_freed_memory
 from rainierd.actions import ActionsView
 from rainierd.actions.config import ActionConfig
 from rainierd.actions.policy import ActionPolicy, MonitorCondition
+from rainierd.admission import BURST_TICKS, Admission, Confirmed, SharePolicy
 from rainierd.connection import ConnectionState
 from rainierd.core.analysis import Analysis, MonitorCore
 from rainierd.core.config import MonitorConfig
 from rainierd.core.ingest import Message
 from rainierd.histogram import LagHistogram
+from rainierd.logs import worth_logging
 from rainierd.looplag import LoopLag
-from rainierd.monitor.admission import Admission, Confirmed
+from rainierd.monitor.admission import confirmed_of
 from rainierd.monitor.checkpointing import Checkpointer
 from rainierd.monitor.clock import ListeningClock
 from rainierd.monitor.events import EventLog
@@ -42,9 +44,8 @@ from rainierd.monitor.inbox import Inbox, backlog_bytes_for
 from rainierd.monitor.jobs import JobFeed, is_job_topic
 from rainierd.monitor.ledger_file import ledger_path, restore_ledger, save_ledger
 from rainierd.monitor.load import LoadJudge
-from rainierd.monitor.rejections import RejectionLog, worth_logging
+from rainierd.monitor.rejections import RejectionLog
 from rainierd.monitor.session import Session
-from rainierd.monitor.shares import BURST_TICKS, SharePolicy
 from rainierd.monitor.snapshot import IngestCounts, MonitorSnapshot, MonitorStatus
 from rainierd.probes import Verdict
 from rainierd.shards import shard_view
@@ -153,7 +154,7 @@ class Monitor:
             restore_ledger(self._ledger_path, self.actions.ledger)
         restored = self.checkpointer.restore() if self.checkpointer is not None else False
         if restored:
-            self._learn(Confirmed.of(self.core.ingest))  # the streams' publishers are known from the first frame
+            self._learn(confirmed_of(self.core.ingest))  # the streams' publishers are known from the first frame
         return restored
 
     def _learn(self, confirmed: Confirmed | None) -> None:
@@ -289,7 +290,7 @@ class Monitor:
         the window with them: one membership a tick, the same for every reader of its analysis; and the streams
         as it leaves them, for the inbox's admission."""
         analysis = self.core.analyse(window, now_s=now_s, tick=tick, jobs=self.jobs.resolve(documents))
-        self._confirmed = Confirmed.of(self.core.ingest, self._confirmed)
+        self._confirmed = confirmed_of(self.core.ingest, self._confirmed)
         return analysis
 
     async def save_checkpoint_now(self) -> None:

@@ -34,7 +34,7 @@ from harness.procs import free_port, rss_bytes
 from harness.scrape import current_values
 from harness.timing import TICK_S
 from harness.waits import poll_until
-from rainierd.monitor.shares import BURST_TICKS
+from rainierd.admission import BURST_TICKS
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
 from rainierd.topology import build_topology

@@ -8,10 +8,10 @@ real Mosquitto and a real ``rainierd monitor``:
   replays of old frames on every node's topic, far beyond any topic's
   share, while the fleet publishes: every genuine frame is applied, none is
   lost, no node is judged silent;
-* with the shipped ACL, node agent n3 floods its own topic as fast as a
-  socket takes it while another node genuinely falls silent: no other
-  node loses a frame, and the silent one is still reported lost within its
-  usual time.
+* with the shipped ACL, node agent n3 floods its own topic faster than the
+  monitor reads on time, and another node genuinely falls silent while the
+  monitor is behind: no other node loses a frame, and the silent one is
+  still reported lost within its usual time.
 
 The fuzzer and the flooder write MQTT packets on a raw socket
 (``test_flood.RawAgent``), built before they start, so the test process
@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import os
 import random
 import threading
 import time
@@ -52,6 +53,10 @@ FLOODER = 3  # the node agent n3's node: the shipped credentials make its user
 SILENT = 5  # the node that genuinely falls silent while n3 floods
 STALE_AFTER_TICKS = 3  # the monitor's default
 ATTACK_S = 10.0
+FUZZ_RATE = int(os.environ.get("RAINIERD_TEST_FUZZ_RATE", "3000"))  # hostile messages a second, all topics
+# n3's messages a second: past what the monitor reads on time on two shared cores (it falls behind, overloaded),
+# within what it reads at all (beyond, the broker drops messages for it, whoever sent them: docs/security.md).
+FLOOD_RATE = int(os.environ.get("RAINIERD_TEST_FLOOD_RATE", "10000"))
 
 
 class FleetFeed:
@@ -101,18 +106,21 @@ def running(feed: FleetFeed) -> Iterator[FleetFeed]:
 
 
 class Blaster:
-    """Writes one blob of PUBLISH packets to a socket, over and over, as fast as it is taken, for ``seconds``."""
+    """Writes one blob of ``messages`` PUBLISH packets to a socket, over and over, for ``seconds``: ``rate``
+    messages a second (0: as fast as the socket takes them)."""
 
-    def __init__(self, agent: RawAgent, blob: bytes, messages: int, seconds: float) -> None:
-        self.agent, self.blob, self.messages, self.seconds = agent, blob, messages, seconds
+    def __init__(self, agent: RawAgent, blob: bytes, messages: int, seconds: float, *, rate: float = 0.0) -> None:
+        self.agent, self.blob, self.messages, self.seconds, self.rate = agent, blob, messages, seconds, rate
         self.sent = 0
         self.thread = threading.Thread(target=self._run, name="blaster")
 
     def _run(self) -> None:
-        ends = time.monotonic() + self.seconds
-        while time.monotonic() < ends:
+        started = time.monotonic()
+        while (elapsed := time.monotonic() - started) < self.seconds:
             self.agent.send(self.blob)
             self.sent += self.messages
+            if self.rate and (ahead := self.sent / self.rate - elapsed) > 0:
+                time.sleep(ahead)  # pacing the blast to its rate, not waiting for a condition
 
 
 def garbage(rng: random.Random) -> list[tuple[str, bytes]]:
@@ -174,7 +182,7 @@ def test_garbage_on_every_node_topic_without_the_acl_costs_no_node_a_frame(
                    timeout_s=within(30), what="every chip reports")
         ticks_before = feed.ticks
         fuzzer = RawAgent(mosquitto.port, "", "", anonymous=True)
-        blaster = Blaster(fuzzer, blob, len(payloads), ATTACK_S)
+        blaster = Blaster(fuzzer, blob, len(payloads), ATTACK_S, rate=FUZZ_RATE)
         reporting: list[float] = []
         blaster.thread.start()
         while blaster.thread.is_alive():
@@ -185,8 +193,9 @@ def test_garbage_on_every_node_topic_without_the_acl_costs_no_node_a_frame(
         poll_until(lambda: feed.ticks >= ticks_before + ATTACK_S / TICK_S + 4, timeout_s=within(30),
                    what="the fleet publishes on after the fuzz")
     published = feed.published
-    poll_until(lambda: values(port).get("rainier_ingest_frames_applied_total", 0) >= published,
-               timeout_s=within(30), what=f"the fleet's {published} frames are applied ({values(port)})")
+    with contextlib.suppress(AssertionError):  # the assertions below say what is missing
+        poll_until(lambda: values(port).get("rainier_ingest_frames_applied_total", 0) >= published,
+                   timeout_s=within(15), what="the fleet's frames are applied")
     v = values(port)
     refused = {k: n for k, n in v.items() if k.startswith("rainier_ingest_decode_errors_total") and n}
     summary = (f"fuzz sent {blaster.sent} in {ATTACK_S} s, the fleet {published}; applied "
@@ -206,9 +215,9 @@ def test_garbage_on_every_node_topic_without_the_acl_costs_no_node_a_frame(
 def test_one_agent_flooding_its_own_topic_neither_costs_the_others_nor_hides_a_silent_node(
     shipped_broker: ShippedBroker, start_rainierd: object,
 ) -> None:
-    """With the shipped ACL, n3 floods its own topic as fast as the broker reads it for 10 s; meanwhile node 5
-    genuinely falls silent. Node 5 is reported lost within its usual time (stale after 3 ticks, a few ticks of
-    slack), and no other node loses a frame."""
+    """With the shipped ACL, n3 floods its own topic for 10 s, faster than the monitor reads on time; once the
+    monitor says it is behind, node 5 genuinely falls silent. Node 5 is reported lost within its usual time (stale
+    after 3 ticks, a few ticks of slack), and no other node loses a frame."""
     broker = shipped_broker
     port = free_port()
     monitor = start_role(start_rainierd, broker, "monitor", "rainierd-monitor", "--metrics-addr",
@@ -242,28 +251,32 @@ def test_one_agent_flooding_its_own_topic_neither_costs_the_others_nor_hides_a_s
                    timeout_s=within(30), what="every chip but n3's reports")
         watcher.start()
         agent = RawAgent(broker.port, "n3", broker.password("n3"))
-        blaster = Blaster(agent, blob, 2_000, ATTACK_S)
+        blaster = Blaster(agent, blob, 2_000, ATTACK_S, rate=FLOOD_RATE)
+        started = time.monotonic()
         blaster.thread.start()
-        feed.silent.set()
         overloaded = []
         while blaster.thread.is_alive():
             overloaded.append(values(port).get("rainier_monitor_overloaded", 0))
-            time.sleep(TICK_S)
+            if overloaded[-1] and not feed.silent.is_set():
+                feed.silent.set()  # node 5 falls silent while the monitor is behind
+            time.sleep(TICK_S / 2)
         blaster.thread.join()
         agent.close()
         watcher.join(timeout=within(60))
     published = feed.published
-    poll_until(lambda: values(port).get("rainier_monitor_backlog_messages", 1) == 0
-               and values(port).get("rainier_ingest_frames_applied_total", 0) >= published,
-               timeout_s=within(60), what="the fleet's frames are applied")
+    with contextlib.suppress(AssertionError):  # the assertions below say what is missing
+        poll_until(lambda: values(port).get("rainier_monitor_backlog_messages", 1) == 0
+                   and values(port).get("rainier_ingest_frames_applied_total", 0) >= published,
+                   timeout_s=within(60), what="the fleet's frames are applied")
     v = values(port)
-    assert feed.silent_at is not None
+    silent = "never" if feed.silent_at is None else f"from {feed.silent_at - started:.1f} s"
     summary = (f"n3 sent {blaster.sent} in {ATTACK_S} s ({blaster.sent / ATTACK_S:.0f}/s); overloaded "
-               f"{sum(overloaded)} of {len(overloaded)} samples; node 5 lost after "
-               f"{[round(t - feed.silent_at, 1) for t in lost_at]} s; others published {published}, lost "
+               f"{sum(overloaded)} of {len(overloaded)} samples; node 5 silent {silent}, lost after "
+               f"{[round(t - (feed.silent_at or 0.0), 1) for t in lost_at]} s; others published {published}, lost "
                f"{v['rainier_ingest_frames_lost_total']}, missing {v['rainier_ingest_frames_missing']}, applied "
                f"{v['rainier_ingest_frames_applied_total']}")
     print(summary)
+    assert feed.silent_at is not None, f"the flood never put the monitor behind: {summary}"
     assert lost_at, f"node 5 fell silent and was never reported lost: {summary}"
     assert lost_at[0] - feed.silent_at <= within((STALE_AFTER_TICKS + 6) * TICK_S), summary
     # n3's own frames beyond its share are its own loss; nobody else's frame is lost or missing.

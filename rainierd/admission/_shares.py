@@ -28,11 +28,11 @@ from typing import Final, Literal
 
 import structlog
 
-from rainierd.monitor.rejections import worth_logging
+from rainierd.logs import worth_logging
 
 __all__ = ["BURST_TICKS", "SharePolicy", "Shares", "Verdict"]
 
-log = structlog.get_logger("rainierd.monitor")
+log = structlog.get_logger("rainierd.admission")
 
 Verdict = Literal["ok", "over_share", "too_many_topics"]
 
