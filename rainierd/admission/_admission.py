@@ -66,7 +66,6 @@ __all__ = ["Admission", "Confirmed", "Fate", "StreamsView"]
 Fate = Literal["confirmed", "unconfirmed", "over_share", "over_share_unconfirmed", "too_many_topics"]
 _MAX_BATCH_TOPICS: Final = 65_536  # batch topics whose last admitted batch is remembered (a fleet has ~800)
 _CONFIRMED, _CANDIDATE, _OTHER = 0, 1, 2
-_ELSE: Final = "\x00else"  # the unconfirmed share's key of what is no candidate (no topic holds a NUL)
 _NOTHING: Final[tuple[str | None, ...]] = ()
 
 
@@ -135,7 +134,8 @@ class Admission:
 
     def __init__(self, policy: SharePolicy, *, tick_s: float) -> None:
         self.confirmed_share = policy.shares(tick_s=tick_s)
-        self.unconfirmed_share = policy.unconfirmed(tick_s=tick_s)
+        self.unconfirmed_share = policy.unconfirmed(tick_s=tick_s)  # candidates: what any publisher could send next
+        self.other_share = policy.unconfirmed(tick_s=tick_s)  # the rest: replays, frames from nowhere
         self.confirmed = Confirmed()
         # The newest sample time each stream's confirmed share admitted (-inf: none since its publisher changed).
         self._node_newest: list[float] = []
@@ -145,7 +145,7 @@ class Admission:
         self.shed = 0
 
     def __len__(self) -> int:
-        return len(self.confirmed_share) + len(self.unconfirmed_share)
+        return len(self.confirmed_share) + len(self.unconfirmed_share) + len(self.other_share)
 
     def learn(self, confirmed: Confirmed) -> None:
         """Take the streams as the last analysis left them (on the loop, between messages)."""
@@ -154,9 +154,10 @@ class Admission:
         self._site_newest = _newest(self._site_newest, confirmed.sites)
 
     def sweep(self, now_s: float) -> None:
-        """Forget the topics not heard for a whole window, in both shares (``Shares.sweep``)."""
+        """Forget the topics not heard for a whole window, in every share (``Shares.sweep``)."""
         self.confirmed_share.sweep(now_s)
         self.unconfirmed_share.sweep(now_s)
+        self.other_share.sweep(now_s)
 
     def admit(self, topic: str, payload: bytes, *, now_s: float, rx_wall_s: float) -> Fate:
         """Charge one message to its share; return what became of it (``confirmed`` or ``unconfirmed``:
@@ -195,9 +196,10 @@ class Admission:
             return verdict
         # A candidate (any publisher's frame that could be the stream's next) has the unconfirmed share of its topic;
         # anything else one of its own, so replays and frames from nowhere never crowd a new publisher out.
-        verdict = self.unconfirmed_share.admit(topic if rank == _CANDIDATE else topic + _ELSE, size, now_s)
+        shares = self.unconfirmed_share if rank == _CANDIDATE else self.other_share
+        verdict = shares.admit(topic, size, now_s)
         if verdict == "ok":
-            self.shed = self.unconfirmed_share.shed
+            self.shed = shares.shed
             return "unconfirmed"
         return "over_share_unconfirmed" if verdict == "over_share" else verdict
 
@@ -206,6 +208,8 @@ class Admission:
         """Return whose share a node's (or site's) frame is: its stream's next frame (confirmed), a frame any
         publisher could send next (candidate), or anything else."""
         entity, t_s = said.entity, said.t_s
+        if not side.publisher:  # nothing known yet (before the first analysis): anyone's frame could be next
+            return _OTHER if math.isnan(t_s) else _CANDIDATE
         if not (0 <= entity < len(side.publisher) and topic.endswith(suffix)):
             return _OTHER
         # Sampled after the stream's last applied frame, and not further ahead of its publisher's clock (as the

@@ -57,8 +57,8 @@ class SharePolicy:
                       burst_ticks=BURST_TICKS, tick_s=tick_s, max_topics=self.max_topics)
 
     def unconfirmed(self, *, tick_s: float) -> Shares:
-        """Return the table of what each topic carries from anyone else (monitor/admission.py): half the
-        messages, the same bytes.  At the defaults 2 a tick, 10 at once: a new publisher's confirming frames
+        """Return a table of what each topic carries from anyone else (``Admission``): half the messages, the
+        same bytes.  At the defaults 2 a tick, 10 at once: a new publisher's confirming frames
         (3 over a tick, core/streams.py) and an outbox replayed after an outage (4 ticks, then the live one)."""
         return Shares(frames_per_tick=self.frames_per_tick / 2, bytes_per_tick=self.bytes_per_tick,
                       burst_ticks=BURST_TICKS, tick_s=tick_s, max_topics=self.max_topics, name="unconfirmed")
