@@ -106,18 +106,21 @@ def running(feed: FleetFeed) -> Iterator[FleetFeed]:
 
 
 class Blaster:
-    """Writes one blob of ``messages`` PUBLISH packets to a socket, over and over, for ``seconds``: ``rate``
-    messages a second (0: as fast as the socket takes them)."""
+    """Writes blobs of ``messages`` PUBLISH packets each to a socket, one after the other and round again, for
+    ``seconds``: ``rate`` messages a second (0: as fast as the socket takes them)."""
 
-    def __init__(self, agent: RawAgent, blob: bytes, messages: int, seconds: float, *, rate: float = 0.0) -> None:
-        self.agent, self.blob, self.messages, self.seconds, self.rate = agent, blob, messages, seconds, rate
+    def __init__(self, agent: RawAgent, blobs: list[bytes], messages: int, seconds: float, *,
+                 rate: float = 0.0) -> None:
+        self.agent, self.blobs, self.messages, self.seconds, self.rate = agent, blobs, messages, seconds, rate
         self.sent = 0
         self.thread = threading.Thread(target=self._run, name="blaster")
 
     def _run(self) -> None:
         started = time.monotonic()
+        k = 0
         while (elapsed := time.monotonic() - started) < self.seconds:
-            self.agent.send(self.blob)
+            self.agent.send(self.blobs[k % len(self.blobs)])
+            k += 1
             self.sent += self.messages
             if self.rate and (ahead := self.sent / self.rate - elapsed) > 0:
                 time.sleep(ahead)  # pacing the blast to its rate, not waiting for a condition
@@ -161,6 +164,20 @@ def health_events(v: dict[str, float]) -> dict[str, float]:
     return {k: n for k, n in v.items() if k.startswith("rainier_health_events_total") and n}
 
 
+def others_events(log: str, node: int) -> list[str]:
+    """Return the health events the monitor logged on any entity but ``node`` and what belongs to it."""
+    own = {"node": range(node, node + 1), "chip": TOPO.node_chips(node), "neuronlink": TOPO.node_links(node),
+           "efa": TOPO.node_efa(node)}
+    out = []
+    for line in log.splitlines():
+        if line.startswith("{") and '"health ' in line:
+            event = json.loads(line)
+            if event.get("event") in ("health degraded", "health recovered") and \
+                    event["id"] not in own.get(event["entity"], range(0)):
+                out.append(f"{event['entity']} {event['id']} {event['after']}")
+    return out
+
+
 @pytest.mark.mosquitto
 def test_garbage_on_every_node_topic_without_the_acl_costs_no_node_a_frame(
     mosquitto: Broker, start_rainierd: object,
@@ -182,7 +199,7 @@ def test_garbage_on_every_node_topic_without_the_acl_costs_no_node_a_frame(
                    timeout_s=within(30), what="every chip reports")
         ticks_before = feed.ticks
         fuzzer = RawAgent(mosquitto.port, "", "", anonymous=True)
-        blaster = Blaster(fuzzer, blob, len(payloads), ATTACK_S, rate=FUZZ_RATE)
+        blaster = Blaster(fuzzer, [blob], len(payloads), ATTACK_S, rate=FUZZ_RATE)
         reporting: list[float] = []
         blaster.thread.start()
         while blaster.thread.is_alive():
@@ -251,7 +268,7 @@ def test_one_agent_flooding_its_own_topic_neither_costs_the_others_nor_hides_a_s
                    timeout_s=within(30), what="every chip but n3's reports")
         watcher.start()
         agent = RawAgent(broker.port, "n3", broker.password("n3"))
-        blaster = Blaster(agent, blob, 2_000, ATTACK_S, rate=FLOOD_RATE)
+        blaster = Blaster(agent, [blob], 2_000, ATTACK_S, rate=FLOOD_RATE)
         started = time.monotonic()
         blaster.thread.start()
         overloaded = []
@@ -282,3 +299,85 @@ def test_one_agent_flooding_its_own_topic_neither_costs_the_others_nor_hides_a_s
     # n3's own frames beyond its share are its own loss; nobody else's frame is lost or missing.
     assert lost_and_missing(v) == 0, summary
     assert monitor.proc.poll() is None
+
+
+AGGREGATE_FLOOD_RATE = int(os.environ.get("RAINIERD_TEST_AGGREGATE_FLOOD_RATE", "3000"))  # within what it reads
+
+
+def aggregator_values(port: int) -> dict[str, float]:
+    return current_values(port, only=("rainier_aggregator",))
+
+
+@pytest.mark.mosquitto
+@pytest.mark.parametrize("flood", ["junk", "valid"])
+def test_an_agent_flooding_its_own_topic_through_the_aggregation_tier_costs_the_others_nothing(
+    shipped_broker: ShippedBroker, start_rainierd: object, flood: str,
+) -> None:
+    """With the shipped ACL, n3 floods its own topic for 10 s through an aggregator into a monitor that hears
+    batches only: junk (broken headers, replays of its frame) or valid frames, seq and sample time rising. The
+    aggregator drops only n3's excess (malformed, over its share), never another node's frame (backlog_full 0);
+    the monitor raises no health event on any other node (n3's own node, silent or fitful behind its flood, may
+    have its), and with junk counts nothing lost or missing."""
+    broker = shipped_broker
+    port, agg_port = free_port(), free_port()
+    common = ("--mqtt-url", broker.url, "--tick", str(TICK_S))
+    monitor = start_rainierd(  # type: ignore[operator]
+        "monitor", *common, "--metrics-addr", f"127.0.0.1:{port}", "--telemetry-input", "batches",
+        "--reconnect-grace", "0", name="monitor", env=broker.credentials["rainierd-monitor"])
+    aggregator = start_rainierd(  # type: ignore[operator]
+        "aggregate", *common, "--metrics-addr", f"127.0.0.1:{agg_port}", name="aggregate",
+        env=broker.credentials["rainierd-aggregate-0"])
+    poll_until(lambda: values(port).get("rainier_mqtt_connected") == 1, timeout_s=within(30),
+               what=f"the monitor connects\n{monitor.log()[-2000:]}")
+    poll_until(lambda: aggregator_values(agg_port).get("rainier_aggregator_mqtt_connected") == 1,
+               timeout_s=within(30), what=f"the aggregator connects\n{aggregator.log()[-2000:]}")
+    topic = node_topic(*TOPO.node_path(FLOODER))
+    model = FleetModel(TOPO, np.random.default_rng(3), tick_s=TICK_S, start_s=time.time())
+    own = next(f for _, f in tick_frames(TOPO, model.step(0), publisher="n3-agent",
+                                         nodes=range(FLOODER, FLOODER + 1)))
+    assert isinstance(own, NodeFrame)
+    agent = RawAgent(broker.port, "n3", broker.password("n3"))
+    feed = FleetFeed(broker.port, skip=frozenset({FLOODER}), username="rainierd-sim",
+                     password=broker.password("rainierd-sim"))
+    with running(feed):
+        # n3 at a genuine agent's pace first, so its stream is known to both the aggregator and the monitor.
+        for seq in range(6):
+            agent.send(publish_packet(topic, encode_binary(dataclasses.replace(own, seq=seq, t_s=time.time()))))
+            time.sleep(TICK_S)
+        poll_until(lambda: values(port).get("rainier_fleet_chips_reporting") == TOPO.n_chips, timeout_s=within(30),
+                   what="every chip reports")
+        per_blob = 100
+        if flood == "junk":
+            junk = [b"RNRW\x09" + bytes(60), b"RXYZ" + bytes(200), b"", encode_binary(own)]
+            blobs = [b"".join(publish_packet(topic, payload) for payload in junk) * (per_blob // len(junk))]
+        else:  # each frame once: 10 s of them at the rate, seq on from n3's last, sampled as they are sent
+            now, count = time.time(), int(AGGREGATE_FLOOD_RATE * ATTACK_S)
+            packets = [publish_packet(topic, encode_binary(dataclasses.replace(
+                own, seq=6 + k, tick=6 + k, t_s=now + k / AGGREGATE_FLOOD_RATE))) for k in range(count)]
+            blobs = [b"".join(packets[at:at + per_blob]) for at in range(0, count, per_blob)]
+        blaster = Blaster(agent, blobs, per_blob, ATTACK_S, rate=AGGREGATE_FLOOD_RATE)
+        blaster.thread.start()
+        blaster.thread.join()
+        ticks = feed.ticks
+        poll_until(lambda: feed.ticks >= ticks + 6, timeout_s=within(30), what="the fleet publishes on")
+    agent.close()
+    published = feed.published
+    with contextlib.suppress(AssertionError):  # the assertions below say what is missing
+        poll_until(lambda: values(port).get("rainier_ingest_frames_applied_total", 0) >= published + 6,
+                   timeout_s=within(15), what="the fleet's frames are applied")
+    v, a = values(port), aggregator_values(agg_port)
+    dropped = {k: n for k, n in a.items() if k.startswith("rainier_aggregator_frames_dropped_total") and n}
+    summary = (f"n3 sent {blaster.sent} ({flood}); the others {published}; aggregator dropped {dropped}; monitor "
+               f"applied {v['rainier_ingest_frames_applied_total']}, lost {v['rainier_ingest_frames_lost_total']}, "
+               f"missing {v['rainier_ingest_frames_missing']}, events {health_events(v)}; on other nodes "
+               f"{others_events(monitor.log(), FLOODER)}")
+    print(summary)
+    others = {k for k in dropped if not any(f'reason="{r}"' in k for r in (
+        "malformed", "over_share", "over_share_unconfirmed", "duplicate"))}
+    assert others == set(), summary
+    assert others_events(monitor.log(), FLOODER) == [], summary
+    assert v["rainier_ingest_frames_applied_total"] >= published, summary
+    if flood == "junk":
+        assert lost_and_missing(v) == 0, summary
+    assert monitor.proc.poll() is None
+    assert aggregator.proc.poll() is None
