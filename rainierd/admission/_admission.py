@@ -141,7 +141,11 @@ class Admission:
         self._node_newest: list[float] = []
         self._site_newest: list[float] = []
         self._batch_newest: dict[str, float] = {}
-        # Of the message ``admit`` last let through: its share's messages dropped on its topic since the one before.
+        self._max_topics = policy.max_topics
+        # Messages each topic had dropped over any of its shares since it last had one admitted: a stream's next
+        # frame may lead by that many (core/streams.py, ``shed``), whichever share its numbers went to.
+        self._shed: dict[str, int] = {}
+        # Of the message ``admit`` last let through: its topic's messages dropped since the one before.
         self.shed = 0
 
     def __len__(self) -> int:
@@ -185,7 +189,7 @@ class Admission:
         if rank == _CONFIRMED:
             verdict = self.confirmed_share.admit(topic, size, now_s)
             if verdict == "ok":
-                self.shed = self.confirmed_share.shed
+                self.shed = self._shed.pop(topic, 0)
                 if said.kind == "node":
                     self._node_newest[said.entity] = said.t_s
                 elif said.kind == "facility":
@@ -193,15 +197,22 @@ class Admission:
                 else:
                     self._remember_batch(topic, said.t_s)
                 return "confirmed"
+            self._dropped(topic)
             return verdict
         # A candidate (any publisher's frame that could be the stream's next) has the unconfirmed share of its topic;
         # anything else one of its own, so replays and frames from nowhere never crowd a new publisher out.
         shares = self.unconfirmed_share if rank == _CANDIDATE else self.other_share
         verdict = shares.admit(topic, size, now_s)
         if verdict == "ok":
-            self.shed = shares.shed
+            self.shed = self._shed.pop(topic, 0)
             return "unconfirmed"
+        self._dropped(topic)
         return "over_share_unconfirmed" if verdict == "over_share" else verdict
+
+    def _dropped(self, topic: str) -> None:
+        if len(self._shed) >= self._max_topics and topic not in self._shed:
+            self._shed.clear()  # as many topics dropping at once as the shares track: an intruder's, not a fleet's
+        self._shed[topic] = self._shed.get(topic, 0) + 1
 
     def _rank(self, topic: str, said: Peek, rx_wall_s: float, *, side: StreamsView, newest: list[float],
               suffix: str) -> int:

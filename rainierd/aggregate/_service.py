@@ -14,8 +14,8 @@ its own topic (with the ACL) or anyone flooding any topic (without it)
 costs its own share, never another node's frame (issue 35: a junk flood on
 one node's topic filled the tick's list and cost the others 168 frames, and
 a flood of valid frames of one node raised events on others).  What is
-admitted waits in the tick's two lists, the confirmed one first, each up to
-a bound (four ticks of its share's nodes, two for the unconfirmed), beyond
+admitted waits for the tick, in the order it arrived, each kind up to a
+bound (four ticks of its share's nodes, two for the unconfirmed), beyond
 which it is counted ``backlog_full``.  Once a
 tick (drift-free, ``start + k * tick_s``) the list is swapped for an empty
 one and handed to the ``Batcher`` in a worker thread; its batches go to a
@@ -97,6 +97,7 @@ class Aggregator:
     def __init__(
         self, topology: Topology, *, shard: Shard, name: str, tick_s: float, batch_nodes: int,
         max_frame_bytes: int, qos: int, share: SharePolicy | None = None,
+        monotonic_s: Callable[[], float] = time.monotonic,
     ) -> None:
         view = shard_view(topology, shard)
         self.ultraservers = [int(u) for u in np.flatnonzero(
@@ -106,13 +107,14 @@ class Aggregator:
                                max_frame_bytes=max_frame_bytes, tick_s=tick_s)
         self.shard, self.tick_s, self.qos, self.max_frame_bytes = shard, tick_s, qos, max_frame_bytes
         self.admission = Admission(share or SharePolicy(), tick_s=tick_s)
+        self.monotonic_s = monotonic_s  # the shares' clock (a test's own)
         self._max_pending = max(1_000, _BACKLOG_TICKS * n_nodes)
         self._max_unconfirmed = max(500, _BACKLOG_TICKS * n_nodes // 2)
         batches_a_tick = max(1, -(-n_nodes // max(1, batch_nodes or 128)) + 3 * len(shard.buckets))
         self.outbox: DropOldestQueue[Outgoing] = DropOldestQueue(_OUTBOX_TICKS * batches_a_tick)
         self.connection = ConnectionState()
-        self._pending: list[tuple[str, bytes]] = []  # the nodes' confirmed publishers' frames
-        self._unconfirmed: list[tuple[str, bytes]] = []  # anything else admitted
+        self._pending: list[tuple[str, bytes]] = []  # in arrival order (a stream's frames may be of both kinds)
+        self._confirmed_pending = self._unconfirmed_pending = 0
         self.received = 0
         self.batched = 0
         self.published_frames = 0
@@ -140,7 +142,7 @@ class Aggregator:
             self.dropped["oversize"] += 1
             return
         try:
-            fate = self.admission.admit(topic, payload, now_s=time.monotonic(), rx_wall_s=time.time())
+            fate = self.admission.admit(topic, payload, now_s=self.monotonic_s(), rx_wall_s=time.time())
         except FrameError as exc:  # its header alone refuses it, unless its topic already does
             reason = self.batcher.topic_reason(topic)
             if reason is None:
@@ -149,16 +151,19 @@ class Aggregator:
             self.dropped[reason] += 1
             return
         if fate == "confirmed":
-            pending, bound = self._pending, self._max_pending
+            if self._confirmed_pending >= self._max_pending:
+                self.dropped["backlog_full"] += 1
+                return
+            self._confirmed_pending += 1
         elif fate == "unconfirmed":
-            pending, bound = self._unconfirmed, self._max_unconfirmed
+            if self._unconfirmed_pending >= self._max_unconfirmed:
+                self.dropped["backlog_full"] += 1
+                return
+            self._unconfirmed_pending += 1
         else:
             self.dropped[fate] += 1
             return
-        if len(pending) >= bound:
-            self.dropped["backlog_full"] += 1
-        else:
-            pending.append((topic, payload))
+        self._pending.append((topic, payload))
 
     async def session(self, client: aiomqtt.Client) -> None:
         """Subscribe to the share's node topics and publish the outbox until cancelled (``mqtt.supervise``)."""
@@ -205,9 +210,9 @@ class Aggregator:
             await self._tick()
 
     async def _tick(self) -> None:
-        messages = self._pending + self._unconfirmed
-        self._pending, self._unconfirmed = [], []
-        self.admission.sweep(time.monotonic())
+        messages, self._pending = self._pending, []
+        self._confirmed_pending = self._unconfirmed_pending = 0
+        self.admission.sweep(self.monotonic_s())
         started = time.perf_counter()
         result = await asyncio.to_thread(self.batcher.tick, messages, now_s=time.time())
         self._last_duration_s = time.perf_counter() - started
@@ -253,8 +258,7 @@ class Aggregator:
             decode_errors=dict(self.decode_errors), narrowed=self.narrowed,
             batches_made=self.batches_made, batch_nodes_le=tuple(self._batch_nodes_le.tolist()), age_s=age,
             tick_duration_s=self._last_duration_s, ticks=self.batcher.ticks, ticks_late=self.ticks_late,
-            pending=len(self._pending) + len(self._unconfirmed), outbox=self.outbox.qsize(),
-            connection=self.connection.frozen(),
+            pending=len(self._pending), outbox=self.outbox.qsize(), connection=self.connection.frozen(),
         )
 
     def healthy(self) -> Verdict:

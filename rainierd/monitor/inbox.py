@@ -15,7 +15,9 @@ backlog was full is counted there too.
 Genuine frames first (``admission``): a topic's confirmed publisher's
 frames wait in one queue, everything else in another, and a full backlog
 drops the other queue's oldest first, so a flood of anyone else's frames
-never pushes a node's own out.  A window takes the confirmed queue first.
+never pushes a node's own out.  A window takes both in the order they
+arrived (a stream's frames may be in both: its numbering is judged in
+order).
 """
 
 from __future__ import annotations
@@ -86,8 +88,10 @@ class Inbox:
         self.peak_bytes = 0  # the most payload bytes waiting since the last ``burst_over``
         self.peak_messages = 0
         self.overflow_episodes = 0
-        self._queue: deque[Message] = deque()  # the topics' confirmed publishers' frames
-        self._unconfirmed: deque[Message] = deque()  # everything else admitted (admission.py)
+        # (arrival number, message): the topics' confirmed publishers' frames, and everything else admitted.
+        self._queue: deque[tuple[int, Message]] = deque()
+        self._unconfirmed: deque[tuple[int, Message]] = deque()
+        self._arrivals = 0
         self.receipts = Receipts()
         self.bytes = 0  # payload bytes waiting
         self.dropped_messages = 0
@@ -132,7 +136,8 @@ class Inbox:
                 receipts.refused[fate] += 1  # logged once per episode by the shares themselves
                 return
             shed = self.admission.shed
-        queue.append(Message(self._listening_s(), topic, payload, rx_wall_s, shed))
+        self._arrivals += 1
+        queue.append((self._arrivals, Message(self._listening_s(), topic, payload, rx_wall_s, shed)))
         self.last_rx_s = now_s
         self.bytes += size
         self.peak_bytes = max(self.peak_bytes, self.bytes)
@@ -150,7 +155,7 @@ class Inbox:
         dropped_before = self.dropped_messages
         for queue in (self._unconfirmed, self._queue):
             while self.bytes > self.max_backlog_bytes and queue:
-                dropped = queue.popleft()
+                _, dropped = queue.popleft()
                 self.bytes -= len(dropped.payload)
                 self.dropped_messages += 1
                 self.dropped_bytes += len(dropped.payload)
@@ -162,8 +167,7 @@ class Inbox:
                         newest_topic=topic[:200], episodes=self.overflow_episodes)
 
     def take_window(self) -> list[Message]:
-        """Take every message, or the oldest half of ``max_backlog_bytes`` when more wait, the confirmed
-        publishers' first.
+        """Take every message, or the oldest half of ``max_backlog_bytes`` when more wait, in arrival order.
 
         A window's joined columns live in buffers sized by the largest window
         seen, so capping a window caps that memory too; what is left waits for
@@ -174,11 +178,12 @@ class Inbox:
         limit = self.max_backlog_bytes // 2
         window: list[Message] = []
         size = 0
-        for queue in (self._queue, self._unconfirmed):
-            while queue and (size < limit or not window):
-                message = queue.popleft()
-                window.append(message)
-                size += len(message.payload)
+        confirmed, unconfirmed = self._queue, self._unconfirmed
+        while (confirmed or unconfirmed) and (size < limit or not window):
+            queue = unconfirmed if not confirmed or (unconfirmed and unconfirmed[0][0] < confirmed[0][0]) else confirmed
+            _, message = queue.popleft()
+            window.append(message)
+            size += len(message.payload)
         self.bytes -= size
         if self._overflowing and self.bytes <= self.max_backlog_bytes // 2:
             self._overflowing = False  # caught up: the next overflow is a new episode
