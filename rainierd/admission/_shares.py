@@ -3,7 +3,9 @@ topic, a batch topic, a site's facility topic) gets a share of frames and of
 payload bytes per tick, and what it sends beyond its share is dropped here,
 counted under ``over_share``, so one publisher flooding its own topic costs
 every other publisher nothing: not a place in the backlog, not a
-microsecond of decoding.
+microsecond of decoding.  ``Admission`` keeps three tables of them: each
+topic's confirmed publisher's share, and half-shares for what anyone else
+sends on it (``_admission``).
 
 A share is counted over fixed windows of ``BURST_TICKS`` ticks on the
 monitor's monotonic clock: a topic may send ``frames_per_tick`` messages and

@@ -567,8 +567,8 @@ class Head(NamedTuple):
 def read_head(payload: bytes) -> Head:
     """Return a binary frame's header, checked against the payload's length, reading no record.
 
-    The monitor's admission reads it for every message before any decoding
-    (monitor/admission.py); what it refuses, ``decode_binary`` would refuse
+    A receiver's admission reads it for every message before any decoding
+    (``rainierd.admission``); what it refuses, ``decode_binary`` would refuse
     for the same reason.  Left to the decoding: the records' floats
     (``non_finite``), and a batch's per-node counts against its totals
     (``bad_header``).

@@ -1,7 +1,7 @@
 """What a telemetry payload says of itself, read before it is decoded: its
 encoding, kind, entity, publishers and sample time, for a receiver that must
 decide in a microsecond or two whose share a message is charged to
-(``monitor/admission.py``, ``aggregate``).
+(``rainierd.admission``: the monitor's inbox, an aggregator).
 
 A binary frame's header is checked whole (``binary.read_head``): what fails
 it would fail decoding for the same reason, so it is refused at once.  A

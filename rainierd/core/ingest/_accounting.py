@@ -5,8 +5,8 @@ checkpoint that carries all three across a monitor restart.
 ``IngestStats`` has one writer in the core: ``Accounting.record`` adds a
 window's result on the thread that owns the stats, and ``Accounting.restore``
 takes a checkpoint's counters.  (``messages``, ``bytes`` and the refusals
-before decoding, ``oversize``, ``retained``, ``over_share``, are the receiving
-edge's, counted before a payload reaches ingest.)
+before decoding, ``oversize``, ``retained``, the shares' and a broken header's,
+are the receiving edge's, counted before a payload reaches ingest.)
 """
 
 from __future__ import annotations
