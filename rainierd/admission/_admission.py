@@ -1,7 +1,8 @@
 """Genuine frames first: whose share each telemetry message is charged to,
-decided on the event loop in a microsecond or two, before any decoding.
+decided on the receiver's event loop (the monitor's inbox, an aggregator)
+in a microsecond or two, before any decoding.
 
-Why: a topic's share (``shares``) used to admit the first messages of a tick
+Why: a topic's share (``_shares``) used to admit the first messages of a tick
 whatever they were, so garbage or a flood on a node's topic (a broker
 without the ACL, or a fuzzer with a node's password) spent the share and
 got the node's own frame dropped as ``over_share``: 8 nodes went ``lost``
@@ -15,8 +16,9 @@ read for what it says of itself (``wire/peek.py``) and then:
   sample time); on a topic that is no telemetry topic, as ``bad_topic``,
   which the decoding checks first.  It is charged to nobody's share;
 * charged to its topic's **confirmed** share when it is the next frame of
-  the stream the topic carries, as the core's sequence accounting last
-  applied it (``Confirmed``, handed over after each analysis): the node
+  the stream the topic carries, as the receiver's accounting last applied
+  it (``Confirmed``: the monitor's core after each analysis, an
+  aggregator's batches after each tick): the node
   (or site) its topic names, that stream's publisher, sampled after the
   stream's last applied frame and after every frame this share admitted
   for it since (a replay is not the next frame), and not further ahead of
@@ -35,7 +37,7 @@ read for what it says of itself (``wire/peek.py``) and then:
   (``core/streams.py``) and an outbox replayed after an outage, and none of
   it ever takes the node's own frames' room.
 
-Both are decoded and judged alike afterwards (``core/ingest``): the share
+Both are decoded and judged alike afterwards (the monitor's core): the share
 decides what is kept when a topic carries more than it may, never what a
 frame is believed to be.  So garbage or a flood costs its sender its own
 share and nobody else: not the node whose topic it is, nor its neighbours.
@@ -130,7 +132,8 @@ class Confirmed:
 
 
 class Admission:
-    """Each topic's two shares, and what the loop knows of the streams (``learn``), for ``admit``."""
+    """Each topic's three shares (confirmed, candidates, the rest), and what the loop knows of the streams
+    (``learn``), for ``admit``."""
 
     def __init__(self, policy: SharePolicy, *, tick_s: float) -> None:
         self.confirmed_share = policy.shares(tick_s=tick_s)

@@ -173,7 +173,8 @@ class BacklogCollector(_StatusCollector):
         if status.share_topics is not None:
             yield GaugeMetricFamily(
                 "rainier_monitor_share_topics",
-                "Telemetry topics whose per-publisher share the inbox tracks now (bounded by max_share_topics).",
+                "Telemetry topic shares the inbox tracks now: confirmed, candidates', the rest's (each kind bounded "
+                "by max_share_topics).",
                 value=status.share_topics,
             )
         if status.sample_lag is not None:
