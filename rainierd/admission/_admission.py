@@ -144,6 +144,7 @@ class Admission:
         self._node_newest: list[float] = []
         self._site_newest: list[float] = []
         self._batch_newest: dict[str, float] = {}
+        self._suffixes: list[str] = []  # how each node's topic ends
         self._max_topics = policy.max_topics
         # Messages each topic had dropped over any of its shares since it last had one admitted: a stream's next
         # frame may lead by that many (core/streams.py, ``shed``), whichever share its numbers went to.
@@ -156,6 +157,8 @@ class Admission:
 
     def learn(self, confirmed: Confirmed) -> None:
         """Take the streams as the last analysis left them (on the loop, between messages)."""
+        if len(self._suffixes) != len(confirmed.nodes.publisher):
+            self._suffixes = [f"/n{node}" for node in range(len(confirmed.nodes.publisher))]
         self.confirmed = confirmed
         self._node_newest = _newest(self._node_newest, confirmed.nodes)
         self._site_newest = _newest(self._site_newest, confirmed.sites)
@@ -181,7 +184,7 @@ class Admission:
         size = len(payload)
         if said.kind == "node":
             rank = self._rank(topic, said, rx_wall_s, side=self.confirmed.nodes, newest=self._node_newest,
-                              suffix=f"/n{said.entity}")
+                              suffix=self._node_suffix(said.entity))
         elif said.kind == "facility":
             rank = self._rank(topic, said, rx_wall_s, side=self.confirmed.sites, newest=self._site_newest,
                               suffix=f"/s{said.entity}/facility")
@@ -216,6 +219,13 @@ class Admission:
         if len(self._shed) >= self._max_topics and topic not in self._shed:
             self._shed.clear()  # as many topics dropping at once as the shares track: an intruder's, not a fleet's
         self._shed[topic] = self._shed.get(topic, 0) + 1
+
+    def _node_suffix(self, node: int) -> str:
+        """Return how a node's topic ends (``/n<node>``), made once a node (a format a message costs more)."""
+        suffixes = self._suffixes
+        if 0 <= node < len(suffixes):
+            return suffixes[node]
+        return f"/n{node}"
 
     def _rank(self, topic: str, said: Peek, rx_wall_s: float, *, side: StreamsView, newest: list[float],
               suffix: str) -> int:
