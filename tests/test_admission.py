@@ -28,6 +28,7 @@ from rainierd.monitor import ListeningClock, Monitor
 from rainierd.monitor.admission import confirmed_of
 from rainierd.monitor.clock import ReceiveClock
 from rainierd.monitor.inbox import Inbox
+from rainierd.monitor.load import LoadJudge
 from rainierd.monitor.rejections import RejectionLog
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_batches, tick_frames
@@ -349,3 +350,26 @@ def test_messages_put_are_stamped_as_before() -> None:
     a.now[0] = 2.0
     a.inbox.put(topic, encode_binary(frame))
     assert a.inbox.take_window() == [Message(2.0, topic, encode_binary(frame), a.start_s + 2.0, 0)]
+
+
+def test_while_behind_the_clock_follows_what_is_heard_but_never_a_window_that_dropped() -> None:
+    """Overloaded, the listening clock moves by the fleet's sample clock from one window to the next (a running
+    maximum); a window whose inbox overflowed moves the mark without crediting the jump."""
+    t = [0.0]
+    clock = ListeningClock(lambda: t[0], max_step_s=10.0)
+    clock.hear("disconnected")
+    judge = LoadJudge(tick_s=TICK_S, clock=clock)
+    none, nodes = np.zeros(0), np.zeros(0, np.int64)
+
+    def window(*, dropped: int, heard_t_s: float) -> float:
+        t[0] += 1.0
+        judge.judge(waited_s=0.0, elapsed_s=0.0, dropped_messages=dropped, receive_lag_s=none,
+                    receive_excess_s=none, receive_entity=nodes, streams_heard=8, heard_t_s=heard_t_s)
+        return clock.now()
+
+    assert window(dropped=1, heard_t_s=100.0) == 1.0  # behind from here: the clock ran until now
+    assert judge.overloaded
+    assert window(dropped=1, heard_t_s=100.5) == 1.5  # half a second of the fleet's samples heard
+    assert window(dropped=1, heard_t_s=100.2) == 1.5  # older frames: no step back, no step on
+    assert window(dropped=2, heard_t_s=104.0) == 1.5  # dropped from a full inbox: the jump is not credited
+    assert window(dropped=2, heard_t_s=105.0) == 2.5
