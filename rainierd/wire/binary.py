@@ -362,7 +362,7 @@ def _batch_head(payload: bytes) -> BatchHead:
     totals, masks, pub_len = tuple(rest[:4]), tuple(rest[4:8]), rest[8]
     _check_batch_header(n_nodes, dict(zip(RECORD_KINDS, totals, strict=True)),
                         dict(zip(RECORD_KINDS, masks, strict=True)), pub_len)
-    if not np.isfinite(t_s):
+    if not math.isfinite(t_s):  # a Python float from the header: math's check, a numpy scalar call's fraction
         raise FrameError("non_finite", "t_s is not finite")
     try:
         publisher = payload[BATCH_HEADER.size:BATCH_HEADER.size + pub_len].decode()
