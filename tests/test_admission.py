@@ -373,3 +373,30 @@ def test_while_behind_the_clock_follows_what_is_heard_but_never_a_window_that_dr
     assert window(dropped=1, heard_t_s=100.2) == 1.5  # older frames: no step back, no step on
     assert window(dropped=2, heard_t_s=104.0) == 1.5  # dropped from a full inbox: the jump is not credited
     assert window(dropped=2, heard_t_s=105.0) == 2.5
+
+
+async def test_a_backlog_in_the_inbox_ages_no_node_while_the_monitor_is_behind() -> None:
+    """The analysis runs one tick in four (starved of CPU) and takes at most half the backlog bound a window, so
+    frames wait in the inbox for windows on end while the fleet publishes every tick: the monitor is behind, and
+    no health event is raised, no node lost nor the feed (a frame waiting keeps its arrival stamp while the clock
+    moves on, so only a window that took everything may move it: benchmarks ingest raised 1,300 false events
+    before)."""
+    mono = [0.0]
+    start_s = time.time() - 60
+    tick_bytes = sum(len(encode_binary(f)) for _, f in fleet(1, start_s=start_s)[0])
+    monitor = Monitor(TOPO, MonitorConfig(max_frame_bytes=65_536, tick_s=TICK_S),
+                      clock=ListeningClock(lambda: mono[0], max_step_s=10.0), max_backlog_bytes=7 * tick_bytes)
+    monitor.inbox.monotonic_s = lambda: mono[0]
+    monitor.inbox.receive_clock = ReceiveClock(wall=lambda: start_s, monotonic=lambda: mono[0])
+    monitor.clock.hear("disconnected")
+    ticks = fleet(48, start_s=start_s)
+    behind = 0
+    for k, frames in enumerate(ticks):
+        mono[0] = k * TICK_S + 0.05
+        for topic, frame in frames:
+            monitor.on_message(topic, encode_binary(frame))
+        if k < 8 or k % 4 == 0:
+            await monitor.analyse_once()
+            behind += monitor.load.overloaded
+    assert behind >= 5
+    assert sum(monitor.events.counts.values()) == 0, dict(monitor.events.counts)

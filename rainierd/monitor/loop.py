@@ -191,6 +191,7 @@ class Monitor:
         """Analyse what arrived since the last call and publish a new snapshot."""
         started = time.perf_counter()
         window = self.inbox.take_window()
+        drained = not len(self.inbox)  # a capped window leaves a backlog behind (load.py: then no credit)
         waited_s = self.inbox.receive_clock.now() - window[0].rx_wall_s if window else 0.0
         # Events are numbered by the monitor's own analyses: publishers' ticks
         # are each their own and are never compared.
@@ -216,7 +217,8 @@ class Monitor:
         self.load.judge(waited_s=waited_s, elapsed_s=elapsed, dropped_messages=self.inbox.dropped_messages,
                         receive_lag_s=analysis.flush.receive_lag_s, receive_excess_s=analysis.flush.receive_excess_s,
                         receive_entity=analysis.flush.receive_entity, streams_heard=analysis.flush.streams_heard,
-                        heard_t_s=math.nan if self._confirmed is None else self._confirmed.heard_t_s)
+                        heard_t_s=math.nan if self._confirmed is None else self._confirmed.heard_t_s,
+                        drained=drained)
         for count, event in enumerate(analysis.events, 1):
             # One feed a monitor: its id is the shard's, so shards' retained events never meet.
             self.events.announce(dataclasses.replace(event, id=self.shard.index) if event.entity == "feed" else event)
