@@ -256,6 +256,8 @@ async def _run_role(role: Role, settings: Settings, stop: asyncio.Event) -> None
             aggregator = Aggregator(
                 topology, shard=settings.monitor_shard, name=batch_name(agg_mqtt.client_id), tick_s=settings.tick_s,
                 batch_nodes=settings.batch_nodes, max_frame_bytes=settings.max_frame_bytes, qos=settings.mqtt_qos,
+                share=SharePolicy(frames_per_tick=settings.share_frames_per_tick,
+                                  bytes_per_tick=settings.share_bytes_per_tick, max_topics=settings.max_share_topics),
             )
             agg_counters = ServerCounters()
             agg_exporter = build_registry({"aggregator": AggregatorCollector(lambda: aggregator.status),

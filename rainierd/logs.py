@@ -11,10 +11,19 @@ from typing import Any, Final
 
 import structlog
 
-__all__ = ["configure_logging", "redact_secrets"]
+__all__ = ["LOG_EVERY", "LOG_FIRST", "configure_logging", "redact_secrets", "worth_logging"]
+
+LOG_FIRST: Final = 5  # occurrences of a repeated warning logged in full before sampling
+LOG_EVERY: Final = 1_000  # then one line every this many
 
 _SECRET_WORDS: Final = ("password", "secret", "token", "passwd", "credential")
 _LEVELS: Final = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+
+
+def worth_logging(before: int, after: int) -> bool:
+    """Return whether going from ``before`` to ``after`` occurrences of a repeated warning deserves a line: the
+    first ``LOG_FIRST``, then one every ``LOG_EVERY`` (every one is counted in the metrics regardless)."""
+    return before < LOG_FIRST or after // LOG_EVERY > before // LOG_EVERY
 
 
 def redact_secrets(

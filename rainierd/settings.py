@@ -245,21 +245,22 @@ class Settings(BaseSettings):
         description="monitor: payload bytes queued for analysis at most; beyond it the oldest are dropped "
                     "(unset: 4 ticks of the fleet's frames, at least 32 MiB and 4 max_frame_bytes; rainier: 440 MiB)",
     )
-    share_frames_per_tick: Annotated[float, Use("monitor")] = Field(
+    share_frames_per_tick: Annotated[float, Use("monitor", "aggregator")] = Field(
         4.0, ge=1.0, le=1e6,
-        description="monitor: messages (node or batch frames) one telemetry topic may send a tick, on average over "
-                    "a burst of 5 ticks; its excess is dropped before decoding, counted as over_share "
+        description="monitor, aggregator: messages (node or batch frames) a telemetry topic's confirmed publisher "
+                    "may send a tick, on average over a burst of 5 ticks (anything else on the topic: half that); "
+                    "the excess is dropped before decoding, counted as over_share (over_share_unconfirmed) "
                     "(a genuine publisher sends one a tick)",
     )
-    share_bytes_per_tick: Annotated[int, Use("monitor")] = Field(
+    share_bytes_per_tick: Annotated[int, Use("monitor", "aggregator")] = Field(
         4 * 2**20, ge=1_024, le=64 * 2**30,
-        description="monitor: payload bytes one telemetry topic may send a tick, on average over a burst of 5 "
-                    "ticks; its excess is dropped before decoding, counted as over_share",
+        description="monitor, aggregator: payload bytes one telemetry topic may send a tick, on average over a "
+                    "burst of 5 ticks; its excess is dropped before decoding, counted as over_share",
     )
-    max_share_topics: Annotated[int, Use("monitor")] = Field(
+    max_share_topics: Annotated[int, Use("monitor", "aggregator")] = Field(
         131_072, ge=16, le=16_777_216,
-        description="monitor: telemetry topics whose share is tracked at once; beyond it a new topic's messages "
-                    "are dropped (too_many_topics) until idle ones are forgotten (rainier: 32,000 a tick)",
+        description="monitor, aggregator: telemetry topics whose share is tracked at once; beyond it a new topic's "
+                    "messages are dropped (too_many_topics) until idle ones are forgotten (rainier: 32,000 a tick)",
     )
     max_entity_series: Annotated[int, Use("monitor")] = Field(
         1_000, ge=10, le=1_000_000, description="per-entity series per family (unhealthy links, chips, ...) at most",

@@ -188,16 +188,22 @@ class TestBatching:
 
 class TestAggregatorEdges:
     def test_what_it_cannot_hold_is_counted_as_it_arrives(self) -> None:
-        """A retained message, an oversize one and one beyond the backlog bound are dropped as they arrive, each
-        under its reason; the rest wait for the tick."""
+        """A retained message, an oversize one, a broken one (by its topic, else as malformed with the decoding's
+        reason) and one beyond the backlog bound are dropped as they arrive, each under its reason; the rest wait
+        for the tick."""
         agg = Aggregator(TOPO, shard=Shard(), name="a", tick_s=1.0, batch_nodes=128, max_frame_bytes=10_000, qos=0)
-        agg._max_pending = 2
-        agg.hear("t", b"x", True)
-        agg.hear("t", b"x" * 10_001, False)
-        for _ in range(3):
-            agg.hear("t", b"x", False)
-        assert (agg.received, dict(agg.dropped), len(agg._pending)) == (
-            5, {"retained": 1, "oversize": 1, "backlog_full": 1}, 2)
+        agg._max_pending = agg._max_unconfirmed = 2  # before any tick every frame is unconfirmed
+        frames = tick(0)
+        agg.hear(*frames[0], True)
+        agg.hear(frames[0][0], b"x" * 10_001, False)
+        agg.hear(frames[0][0], b"RNRW\x09 a version nobody speaks", False)
+        agg.hear("t", b"RNRW\x09 on no topic", False)
+        for topic, payload in frames[:3]:
+            agg.hear(topic, payload, False)
+        assert (agg.received, dict(agg.dropped), dict(agg.decode_errors), agg.status.pending) == (
+            7, {"retained": 1, "oversize": 1, "malformed": 1, "bad_topic": 1, "backlog_full": 1},
+            {"bad_version": 1}, 0)
+        assert len(agg._pending) == 2
 
     async def test_a_tick_accounts_for_every_message_and_metrics_say_so(self) -> None:
         """After a tick, received == batched + dropped, the batches wait in the outbox, and the collector
@@ -260,6 +266,58 @@ class TestAggregatorEdges:
         """A client id becomes a batch name of the allowed characters."""
         assert [batch_name("rainierd-aggregate-0"), batch_name("agg/0 #+"), batch_name("")] == [
             "rainierd-aggregate-0", "agg_0___", "aggregator"]
+
+
+class TestShedPerSource:
+    """What one node's topic floods costs that topic's share, never another node's frame (issue 35: a junk flood
+    on n3's topic filled the tick's list, 168 other frames dropped; a flood of valid n3 frames raised events on
+    other nodes behind the aggregator)."""
+
+    @staticmethod
+    async def aggregator_after_a_tick() -> Aggregator:
+        agg = Aggregator(TOPO, shard=Shard(), name="a", tick_s=1.0, batch_nodes=128, max_frame_bytes=1 << 20, qos=0,
+                         monotonic_s=lambda: 0.5)  # one share window throughout, wherever the clock stands
+        for topic, payload in tick(0):
+            agg.hear(topic, payload, False)
+        await agg.tick()
+        return agg
+
+    async def test_a_junk_flood_on_one_nodes_topic_costs_the_others_nothing(self) -> None:
+        """5,000 junk payloads on node 3's topic (broken headers, replays of its last frame) ahead of the next tick:
+        every node's frame of that tick is batched; the junk is dropped as malformed or over node 3's share, but
+        for one replay its share let through (the monitor refuses it as stale: the aggregator judges no seq)."""
+        agg = await self.aggregator_after_a_tick()
+        topic3, replay = tick(0)[3]
+        for _ in range(2_500):
+            agg.hear(topic3, b"RNRW\x09 junk", False)
+            agg.hear(topic3, replay, False)
+        for topic, payload in tick(1):
+            agg.hear(topic, payload, False)
+        await agg.tick()
+        assert agg.batched == 2 * TOPO.n_nodes + 1
+        assert dict(agg.dropped) == {"malformed": 2_500, "over_share_unconfirmed": 2_500 - 10, "duplicate": 9}
+        assert dict(agg.decode_errors) == {"bad_version": 2_500}
+
+    async def test_a_flood_of_one_nodes_valid_frames_is_shed_to_its_share(self) -> None:
+        """5,000 valid frames of node 3, seq and sample time rising, ahead of the next tick: every other node's
+        frame is batched once; node 3 gets its share's burst (20) and the rest is dropped as over_share."""
+        agg = await self.aggregator_after_a_tick()
+        topic3, payload3 = tick(1)[3]
+        frame3 = decode_binary(payload3)
+        assert isinstance(frame3, NodeFrame)
+        for k in range(5_000):
+            agg.hear(topic3, encode_binary(dataclasses.replace(frame3, seq=frame3.seq + k, t_s=frame3.t_s + k * 1e-4)),
+                     False)
+        for topic, payload in tick(1):
+            if topic != topic3:
+                agg.hear(topic, payload, False)
+        await agg.tick()
+        result = agg._last
+        assert result is not None
+        nodes = Counter(entry[0] for entry in entries(result))
+        assert [nodes[n] for n in range(TOPO.n_nodes) if n != 3] == [1] * (TOPO.n_nodes - 1)
+        assert nodes[3] == 20
+        assert dict(agg.dropped) == {"over_share": 5_000 - 20}
 
 
 class TestTopicSpace:

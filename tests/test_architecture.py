@@ -24,6 +24,10 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     # The monitor publishes its snapshot; the exporter reads it. Never the other way round.
     "rainierd.monitor": ("rainierd.exporter", "rainierd.daemon", "rainierd.cli"),
     "rainierd.exporter": ("rainierd.daemon", "rainierd.cli", "rainierd.mqtt", "rainierd.monitor.loop", "aiomqtt"),
+    # Admission before decoding is shared by every receiver (the monitor's inbox, an aggregator): pure, O(1) a
+    # message, knowing the wire alone; each receiver hands it what its own accounting knows of the streams.
+    "rainierd.admission": ("rainierd.core", "rainierd.monitor", "rainierd.aggregate", "rainierd.sim",
+                           "rainierd.exporter", "rainierd.mqtt", "asyncio", "aiomqtt"),
     # The wire format is a leaf both sides speak.
     "rainierd.wire": ("rainierd.core", "rainierd.sim", "rainierd.monitor", "rainierd.exporter", "rainierd.mqtt"),
     # The aggregation tier speaks the wire and MQTT, and serves its own metrics: it is neither the world nor the

@@ -33,7 +33,8 @@ MONITOR = ["stale_after_ticks", "max_frame_bytes", "max_clock_skew_s", "reconnec
            "actions_brake_max_fraction", "actions_brake_window_s", "actions_lemon_flags", "actions_lemon_days"]
 MONITOR += ["webhook_url", "webhook_token_file", "webhook_ca_file", "webhook_queue_size", "webhook_max_attempts",
             "webhook_timeout_s"]
-AGGREGATOR = ["tick_s", "batch_nodes", "shard", "max_frame_bytes"]
+AGGREGATOR = ["tick_s", "batch_nodes", "shard", "max_frame_bytes", "share_frames_per_tick", "share_bytes_per_tick",
+              "max_share_topics"]
 HTTP = ["metrics_addr", "web_config_file"]
 SERVER = ["http_max_connections", "http_max_handshakes", "http_unauthenticated_idle_s"]
 LOG = ["log_format", "log_level"]

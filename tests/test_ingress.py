@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 from paho.mqtt.client import MQTTMessage
 
+from rainierd.admission import BURST_TICKS, Admission, Shares
 from rainierd.core.config import MonitorConfig
 from rainierd.core.state import Scratch
 from rainierd.monitor import Monitor, SharePolicy
 from rainierd.monitor.inbox import Inbox, backlog_bytes_for
 from rainierd.monitor.rejections import RejectionLog
-from rainierd.monitor.shares import BURST_TICKS, Shares
 from rainierd.mqtt import deliver
 from rainierd.shards import shard_view
 from rainierd.sim.fleet import FleetModel
@@ -122,7 +122,7 @@ class TestInbox:
     def inbox(self, *, policy: SharePolicy | None = None, max_backlog_bytes: int = 2**24) -> Inbox:
         return Inbox(max_frame_bytes=65_536, max_backlog_bytes=max_backlog_bytes, listening_s=lambda: 0.0,
                      rejections=RejectionLog(), monotonic_s=lambda: 0.5,
-                     shares=None if policy is None else policy.shares(tick_s=1.0))
+                     admission=None if policy is None else Admission(policy, tick_s=1.0))
 
     def test_every_message_has_exactly_one_fate(self) -> None:
         """Messages received = queued + refused by reason + dropped from a full backlog, whatever arrives."""
@@ -142,8 +142,9 @@ class TestInbox:
         refused = sum(inbox.receipts.refused.values())
         assert received == sent
         assert received == len(inbox) + refused + inbox.dropped_messages
+        # Before any analysis no publisher is confirmed: every frame is charged to its topic's unconfirmed share.
         assert inbox.receipts.refused == Counter(retained=len(ticks[0]), oversize=len(ticks[0]),
-                                                 over_share=200 - (4 * BURST_TICKS - 1))
+                                                 over_share_unconfirmed=200 - (2 * BURST_TICKS - 1))
 
     def test_a_retained_message_is_refused_and_a_live_one_of_the_same_topic_is_not(self) -> None:
         """The retain flag marks a replay of what a publisher retained: refused as retained, never queued."""
@@ -166,21 +167,26 @@ class TestMonitorRefusals:
         assert (ingest.frames_applied, dict(ingest.rejected)) == (0, {"retained": TOPO.n_nodes + TOPO.n_sites})
 
     async def test_the_flooders_excess_is_counted_and_the_others_frames_applied(self) -> None:
-        """One tick of the fleet plus 500 copies of node 3's frame: the others' frames are all applied, node 3's
-        excess is over_share, and nothing else is rejected."""
+        """After a tick of the fleet, 500 copies of node 3's next frame and that tick: every frame is applied once;
+        the copies after the first are replays, charged to node 3's unconfirmed share (its 10 admitted and refused
+        as stale_seq, the rest over_share_unconfirmed), and nothing else is rejected."""
         monitor = Monitor(TOPO, MonitorConfig(max_frame_bytes=65_536))
-        monitor.inbox.monotonic_s = lambda: 0.5  # all within one share window, wherever the clock stands
-        messages = fleet_messages(1)[0]
-        n3 = next((t, p) for t, p in messages if t.endswith("/n3"))
+        clock = [0.5]  # each tick in a share window of its own, wherever the clock stands
+        monitor.inbox.monotonic_s = lambda: clock[0]
+        first, second = fleet_messages(2)
+        for topic, payload in first:
+            monitor.on_message(topic, payload)
+        await monitor.analyse_once()
+        clock[0] += BURST_TICKS
+        n3 = next((t, p) for t, p in second if t.endswith("/n3"))
         for _ in range(500):
             monitor.on_message(*n3)
-        for topic, payload in messages:
+        for topic, payload in second:
             monitor.on_message(topic, payload)
         ingest = (await monitor.analyse_once()).status.ingest
-        assert ingest.rejected["over_share"] == 501 - 4 * BURST_TICKS
-        assert ingest.frames_applied == len(messages) - 1 + 1  # the others, and node 3 once (its copies: stale)
+        assert ingest.frames_applied == len(first) + len(second)
         assert {r: n for r, n in ingest.rejected.items() if n} == {
-            "over_share": 501 - 4 * BURST_TICKS, "stale_seq": 4 * BURST_TICKS - 1}
+            "over_share_unconfirmed": 500 - 2 * BURST_TICKS, "stale_seq": 2 * BURST_TICKS}
 
 
 class TestDeliver:

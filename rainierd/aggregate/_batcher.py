@@ -23,6 +23,7 @@ costs nothing and keeps one set of rules, in one place.
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -32,6 +33,7 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
+from rainierd.admission import Confirmed, StreamsView
 from rainierd.errors import FrameError
 from rainierd.topology import Topology
 from rainierd.wire import NodeBatch, NodeFrame, decode_json, encode_batch
@@ -52,6 +54,9 @@ __all__ = ["DROP_REASONS", "Batcher", "Outgoing", "TickResult", "batch_name"]
 DROP_REASONS: Final = (
     "retained",  # delivered with the retain flag: a replay, not a frame sent now
     "oversize",  # larger than max_frame_bytes
+    "over_share",  # its topic's confirmed publisher sent more than its share (rainierd.admission)
+    "over_share_unconfirmed",  # anything else on its topic beyond its share: other publishers, replays, ...
+    "too_many_topics",  # more topics busy at once than the shares track
     "backlog_full",  # more than the aggregator holds for one tick
     "bad_topic",  # not a node topic (bucket layout)
     "not_in_share",  # a node topic of another aggregator's share
@@ -69,6 +74,9 @@ _ALL: Final = tuple(_FULL[kind] for kind in RECORD_KINDS)
 _BINARY: Final = tuple((1 << len(NODE_FRAME_DTYPES[kind].names or ())) - 1 for kind in RECORD_KINDS)
 _ENTRY_BYTES: Final = 4 + 8 + 8 + 8 + 2 + 2 + 2 + 1 + 2 + 129  # node columns, its index, a table entry at most
 _NAME_RE: Final = re.compile(r"[^A-Za-z0-9_.-]")
+# A node's age floor rises this much a second of its sample time (clock drift), as the monitor's receive-lag
+# floor does (core/streams.py, LAG_FLOOR_RISE): the floor the admission judges a frame far ahead against.
+_AGE_FLOOR_RISE: Final = 1 / 300
 
 
 def batch_name(client_id: str) -> str:
@@ -95,6 +103,7 @@ class TickResult:
     decode_errors: Counter[str] = field(default_factory=Counter)  # malformed ones, by the decoder's reason
     narrowed: int = 0  # frames whose records disagreed on a field, sent without it
     ages_s: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))  # now - t_s of each batched frame
+    confirmed: Confirmed = field(default_factory=Confirmed)  # whose frames each node's topic carries, for admission
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +179,7 @@ class Batcher:
 
     def __init__(
         self, topology: Topology, *, shard: Shard, name: str, max_nodes: int = 128, max_frame_bytes: int = 1 << 20,
+        tick_s: float = 1.0,
     ) -> None:
         if not 1 <= max_nodes <= MAX_BATCH_NODES:
             raise ValueError(f"a batch holds 1 to {MAX_BATCH_NODES} nodes, not {max_nodes}")
@@ -180,26 +190,41 @@ class Batcher:
         self._node_us = topology.node_ultraserver.tolist()
         self._present = topology.node_present.tolist()
         self.ticks = 0
+        # What its admission knows of each node's stream: the publisher of its frames batched in the last tick
+        # that had one publisher only, its newest sample time, and the floor of its age at batching.
+        n = topology.n_nodes
+        self._publisher: tuple[str | None, ...] = (None,) * n
+        self._t_s = np.full(n, -np.inf)
+        self._age_s = np.full(n, np.nan)
+        self.lead_slack_s = max(5 * tick_s, 5.0)  # as the monitor's streams judge a frame far ahead
+        self._confirmed: Confirmed | None = None
+
+    def topic_reason(self, topic: str) -> str | None:
+        """Return why a message on ``topic`` is dropped whatever it carries (``DROP_REASONS``), or None."""
+        address = parse_topic(topic)
+        if address is None or address.kind != "node" or address.bucket < 0:
+            return "bad_topic"
+        if not self.shard.owns_ultraserver(address.ultraserver):
+            return "not_in_share"
+        node, us = address.node, address.ultraserver
+        if not (node < len(self._present) and self._present[node]):
+            return "unknown_node"
+        if self._node_us[node] != us or self._site[us] != address.site:
+            return "topic_mismatch"
+        return None
 
     def _judge(
         self, topic: str, payload: bytes, dropped: Counter[str], decode_errors: Counter[str],
     ) -> tuple[_Entry, bool] | None:
         """Return the message's node frame as an entry and whether it was narrowed, or None having counted
         why it is dropped."""
+        reason = self.topic_reason(topic)
+        if reason is not None:
+            dropped[reason] += 1
+            return None
         address = parse_topic(topic)
-        if address is None or address.kind != "node" or address.bucket < 0:
-            dropped["bad_topic"] += 1
-            return None
-        if not self.shard.owns_ultraserver(address.ultraserver):
-            dropped["not_in_share"] += 1
-            return None
-        node, us = address.node, address.ultraserver
-        if not (node < len(self._present) and self._present[node]):
-            dropped["unknown_node"] += 1
-            return None
-        if self._node_us[node] != us or self._site[us] != address.site:
-            dropped["topic_mismatch"] += 1
-            return None
+        assert address is not None
+        node = address.node
         try:
             # The monitor checks every float of every entry at once; a NaN here is its to count.
             entry, narrowed = _entry(payload)
@@ -238,6 +263,7 @@ class Batcher:
         batches: list[Outgoing] = []
         ages: list[npt.NDArray[np.float64]] = []
         per_topic: Counter[tuple[int, int]] = Counter()
+        confirmed = self._learn(groups, now_s=now_s)
         for (site, bucket, masks, binary), entries in sorted(groups.items(), key=lambda item: item[0][:2]):
             for chunk in self._chunks(entries):
                 batch = self._batch(site, bucket, masks, chunk, now_s, binary=binary)
@@ -248,7 +274,42 @@ class Batcher:
                 ages.append(now_s - batch.node_t_s)
         self.ticks += 1
         return TickResult(batches, sum(b.frames for b in batches), dropped, decode_errors, narrowed,
-                          np.concatenate(ages) if ages else np.zeros(0))
+                          np.concatenate(ages) if ages else np.zeros(0), confirmed)
+
+    def _learn(self, groups: dict[tuple[int, int, tuple[int, ...], bool], list[_Entry]], *, now_s: float) -> Confirmed:
+        """Take the tick's entries into what the admission knows of each node's stream; return it.
+
+        A node's publisher is the one its frames were batched under in the
+        last tick that had one only: an aggregator keeps no sequence
+        accounting (the monitor does), so two publishers in a tick (a
+        fail-over, or an intruder on a broker without the ACL) change
+        nothing until one is left.
+        """
+        publishers: dict[int, str | None] = {}
+        newest: dict[int, float] = {}
+        for entries in groups.values():
+            for entry in entries:
+                node = entry.node
+                publishers[node] = entry.publisher if publishers.get(node, entry.publisher) == entry.publisher else None
+                newest[node] = max(newest.get(node, -math.inf), entry.t_s)
+        publisher = self._publisher
+        if any(p is not None and publisher[node] != p for node, p in publishers.items()):
+            named = list(publisher)
+            for node, p in publishers.items():
+                if p is not None:
+                    named[node] = p
+            publisher = self._publisher = tuple(named)
+        if newest:
+            nodes = np.fromiter(newest, np.int64, len(newest))
+            t_s = np.fromiter(newest.values(), np.float64, len(newest))
+            moved = np.maximum(t_s - self._t_s[nodes], 0.0)
+            with np.errstate(invalid="ignore"):
+                self._age_s[nodes] = np.fmin(self._age_s[nodes] + _AGE_FLOOR_RISE * moved, now_s - t_s)
+            self._t_s[nodes] = np.maximum(self._t_s[nodes], t_s)
+        was = self._confirmed or Confirmed()
+        self._confirmed = Confirmed.of(StreamsView.of(publisher, self._t_s, self._age_s, before=was.nodes),
+                                       was.sites, previous=self._confirmed, lead_slack_s=self.lead_slack_s)
+        return self._confirmed
 
     def _chunks(self, entries: list[_Entry]) -> list[list[_Entry]]:
         """Cut one group into batches: each node at most once a batch (its frames in order), at most

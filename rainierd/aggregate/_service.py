@@ -4,8 +4,19 @@ was heard into batches in a worker thread.
 
 Messages reach ``hear`` straight from the client's read callback
 (``mqtt.deliver``), O(1) each: a retained or oversize one is counted and
-dropped, the rest appended to the tick's list, up to a bound (four ticks of
-its share's nodes), beyond which they are counted ``backlog_full``.  Once a
+dropped; then each is admitted as the monitor admits it
+(``rainierd.admission``): a broken header is dropped at once as
+``malformed`` (``decode_errors_total`` by the decoding's reason), the next
+frame of a node's stream is charged to its topic's confirmed share and
+anything else to the topic's unconfirmed share, and what a share refuses is
+dropped (``over_share``, ``over_share_unconfirmed``).  So one agent flooding
+its own topic (with the ACL) or anyone flooding any topic (without it)
+costs its own share, never another node's frame (issue 35: a junk flood on
+one node's topic filled the tick's list and cost the others 168 frames, and
+a flood of valid frames of one node raised events on others).  What is
+admitted waits for the tick, in the order it arrived, each kind up to a
+bound (four ticks of its share's nodes, two for the unconfirmed), beyond
+which it is counted ``backlog_full``.  Once a
 tick (drift-free, ``start + k * tick_s``) the list is swapped for an empty
 one and handed to the ``Batcher`` in a worker thread; its batches go to a
 bounded outbox that drops its oldest batch when full (the broker away), each
@@ -31,9 +42,11 @@ import aiomqtt
 import numpy as np
 import structlog
 
+from rainierd.admission import Admission, SharePolicy
 from rainierd.aggregate._batcher import Batcher, Outgoing, TickResult
 from rainierd.connection import Connection, ConnectionState
 from rainierd.dropqueue import DropOldestQueue
+from rainierd.errors import FrameError
 from rainierd.mqtt import deliver
 from rainierd.probes import Verdict
 from rainierd.schedule import Schedule
@@ -83,20 +96,25 @@ class Aggregator:
 
     def __init__(
         self, topology: Topology, *, shard: Shard, name: str, tick_s: float, batch_nodes: int,
-        max_frame_bytes: int, qos: int,
+        max_frame_bytes: int, qos: int, share: SharePolicy | None = None,
+        monotonic_s: Callable[[], float] = time.monotonic,
     ) -> None:
-        share = shard_view(topology, shard)
+        view = shard_view(topology, shard)
         self.ultraservers = [int(u) for u in np.flatnonzero(
-            share.node_present.reshape(share.n_ultraservers, -1).any(axis=1))]
-        n_nodes = int(share.node_present.sum())
+            view.node_present.reshape(view.n_ultraservers, -1).any(axis=1))]
+        n_nodes = int(view.node_present.sum())
         self.batcher = Batcher(topology, shard=shard, name=name, max_nodes=batch_nodes or 128,
-                               max_frame_bytes=max_frame_bytes)
+                               max_frame_bytes=max_frame_bytes, tick_s=tick_s)
         self.shard, self.tick_s, self.qos, self.max_frame_bytes = shard, tick_s, qos, max_frame_bytes
+        self.admission = Admission(share or SharePolicy(), tick_s=tick_s)
+        self.monotonic_s = monotonic_s  # the shares' clock (a test's own)
         self._max_pending = max(1_000, _BACKLOG_TICKS * n_nodes)
+        self._max_unconfirmed = max(500, _BACKLOG_TICKS * n_nodes // 2)
         batches_a_tick = max(1, -(-n_nodes // max(1, batch_nodes or 128)) + 3 * len(shard.buckets))
         self.outbox: DropOldestQueue[Outgoing] = DropOldestQueue(_OUTBOX_TICKS * batches_a_tick)
         self.connection = ConnectionState()
-        self._pending: list[tuple[str, bytes]] = []
+        self._pending: list[tuple[str, bytes]] = []  # in arrival order (a stream's frames may be of both kinds)
+        self._confirmed_pending = self._unconfirmed_pending = 0
         self.received = 0
         self.batched = 0
         self.published_frames = 0
@@ -119,12 +137,33 @@ class Aggregator:
         self.received += 1
         if retained:
             self.dropped["retained"] += 1
-        elif len(payload) > self.max_frame_bytes:
+            return
+        if len(payload) > self.max_frame_bytes:
             self.dropped["oversize"] += 1
-        elif len(self._pending) >= self._max_pending:
-            self.dropped["backlog_full"] += 1
+            return
+        try:
+            fate = self.admission.admit(topic, payload, now_s=self.monotonic_s(), rx_wall_s=time.time())
+        except FrameError as exc:  # its header alone refuses it, unless its topic already does
+            reason = self.batcher.topic_reason(topic)
+            if reason is None:
+                reason = "malformed"
+                self.decode_errors[exc.reason] += 1
+            self.dropped[reason] += 1
+            return
+        if fate == "confirmed":
+            if self._confirmed_pending >= self._max_pending:
+                self.dropped["backlog_full"] += 1
+                return
+            self._confirmed_pending += 1
+        elif fate == "unconfirmed":
+            if self._unconfirmed_pending >= self._max_unconfirmed:
+                self.dropped["backlog_full"] += 1
+                return
+            self._unconfirmed_pending += 1
         else:
-            self._pending.append((topic, payload))
+            self.dropped[fate] += 1
+            return
+        self._pending.append((topic, payload))
 
     async def session(self, client: aiomqtt.Client) -> None:
         """Subscribe to the share's node topics and publish the outbox until cancelled (``mqtt.supervise``)."""
@@ -172,10 +211,13 @@ class Aggregator:
 
     async def _tick(self) -> None:
         messages, self._pending = self._pending, []
+        self._confirmed_pending = self._unconfirmed_pending = 0
+        self.admission.sweep(self.monotonic_s())
         started = time.perf_counter()
         result = await asyncio.to_thread(self.batcher.tick, messages, now_s=time.time())
         self._last_duration_s = time.perf_counter() - started
         self._last = result
+        self.admission.learn(result.confirmed)
         self.batched += result.frames
         self.dropped.update(result.dropped)
         self.decode_errors.update(result.decode_errors)

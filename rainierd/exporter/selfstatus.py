@@ -24,8 +24,8 @@ __all__ = [
 
 # Every reason a frame can be rejected for, so each series exists from start.
 DECODE_REASONS: Final = (
-    "retained", "over_share", "too_many_topics", "oversize", "empty", "unknown_encoding", "truncated", "bad_magic",
-    "bad_version",
+    "retained", "over_share", "over_share_unconfirmed", "too_many_topics", "oversize", "empty", "unknown_encoding",
+    "truncated", "bad_magic", "bad_version",
     "bad_kind", "bad_header", "trailing_bytes", "non_finite", "bad_json", "schema",
     "unknown_node", "unknown_id", "duplicate_id", "topic_mismatch", "duplicate_node", "stale_seq", "seq_jump",
     "time_jump", "publisher_unconfirmed", "bad_topic",
@@ -175,7 +175,8 @@ class BacklogCollector(_StatusCollector):
         if status.share_topics is not None:
             yield GaugeMetricFamily(
                 "rainier_monitor_share_topics",
-                "Telemetry topics whose per-publisher share the inbox tracks now (bounded by max_share_topics).",
+                "Telemetry topic shares the inbox tracks now: confirmed, candidates', the rest's (each kind bounded "
+                "by max_share_topics).",
                 value=status.share_topics,
             )
         if status.sample_lag is not None:

@@ -41,8 +41,8 @@ import numpy.typing as npt
 import structlog
 
 from rainierd.core.ingest import Ingest
+from rainierd.logs import worth_logging
 from rainierd.monitor.checkpoint_file import load_checkpoint, mark_stale, save_checkpoint
-from rainierd.monitor.rejections import worth_logging
 from rainierd.monitor.snapshot import Checkpointing
 
 __all__ = ["Checkpointer", "LearnedSource"]

@@ -2,7 +2,12 @@
 
 The listening clock: entities age only while the monitor can actually hear
 them, so a broker outage, its own backlog or a stalled process never makes a
-healthy fleet look silent.
+healthy fleet look silent.  While the monitor is behind (overloaded) it
+still hears, only late: then the clock is *paced* by what arrives, moving on
+as far as the fleet's own sample times have (``credit``), so a node whose
+frames stopped still ages while the rest of the fleet is heard, and a
+backlog that delays everyone ages no one (issue 35, "Overload never
+blinds").
 
 The receive clock: when each message arrived, in wall seconds, but moved on
 by the monotonic clock only, so a step of the host's clock (NTP, an
@@ -28,8 +33,13 @@ class ListeningClock:
     process that was stopped or starved of CPU for a minute gains half a
     second, not a minute.  Entities' ages are measured on it, so an entity
     turns silent only after the monitor has truly listened for its whole
-    ``stale_after`` and heard nothing: a broker outage, the monitor's own
-    backlog or a stalled process pauses the clock instead of ageing the fleet.
+    ``stale_after`` and heard nothing: a broker outage or a stalled process
+    pauses the clock instead of ageing the fleet.
+
+    Paced (``pace``: the monitor is behind), it stops following the
+    monotonic clock and moves only by ``credit``: the progress of the fleet's
+    sample times in what was analysed, never faster in all than the
+    monotonic clock it would have followed since it was paced.
     """
 
     def __init__(self, now: Callable[[], float] = time.monotonic, *, max_step_s: float = 0.5) -> None:
@@ -38,6 +48,8 @@ class ListeningClock:
         self._value = 0.0
         self._seen = now()
         self._deaf: set[str] = {"disconnected"}
+        self._paced: set[str] = set()
+        self._owed = 0.0  # seconds a paced clock would have run and was not credited
 
     def observe(self) -> float:
         """Move the clock on by the time since it was last seen (capped), if listening; return it."""
@@ -45,7 +57,10 @@ class ListeningClock:
         step = min(max(now - self._seen, 0.0), self._max_step_s)
         self._seen = now
         if not self._deaf:
-            self._value += step
+            if self._paced:
+                self._owed += step
+            else:
+                self._value += step
         return self._value
 
     def now(self) -> float:
@@ -62,10 +77,33 @@ class ListeningClock:
         self.observe()
         self._deaf.discard(why)
 
+    def pace(self, why: str) -> None:
+        """Move the clock only by ``credit`` for ``why`` (it follows the monotonic clock again once lifted)."""
+        self.observe()
+        self._paced.add(why)
+
+    def unpace(self, why: str) -> None:
+        """Lift ``why``; the clock follows the monotonic clock again when no reason is left."""
+        self.observe()
+        self._paced.discard(why)
+        if not self._paced:
+            self._owed = 0.0
+
+    def credit(self, seconds: float) -> float:
+        """Move a paced, listening clock on by ``seconds`` of what was heard, at most as far as it would have run
+        since it was paced less what it was credited; return how far it moved."""
+        self.observe()
+        if self._deaf or not self._paced:
+            return 0.0
+        step = min(max(seconds, 0.0), self._owed)
+        self._value += step
+        self._owed -= step
+        return step
+
     @property
     def listening(self) -> bool:
-        """Return True while the clock runs."""
-        return not self._deaf
+        """Return True while the clock runs (not deaf, and following the monotonic clock)."""
+        return not self._deaf and not self._paced
 
     async def keep(self, interval_s: float = 0.1) -> None:
         """Observe the clock every ``interval_s`` until cancelled, so it keeps time while nothing arrives."""

@@ -1,14 +1,23 @@
 """The monitor's inbox: every MQTT message queued for the next analysis with
-O(1) work (no decoding), so the event loop keeps draining the socket however
-large the fleet, bounded in bytes with the oldest dropped (and counted: the
-frames in them show up as sequence gaps) when analysis falls behind.
+O(1) work (no decoding: at most its header read), so the event loop keeps
+draining the socket however large the fleet, bounded in bytes with the
+oldest dropped (and counted: the frames in them show up as sequence gaps)
+when analysis falls behind.
 
 Every message the MQTT client reads reaches ``put`` (``mqtt.deliver``), and
 ``put`` counts each under exactly one fate: queued, or refused by reason
 before any decoding (``retained``: a replay of telemetry someone retained;
-``oversize``; ``over_share`` and ``too_many_topics``: its publisher's share
-spent, ``shares``).  A queued message later dropped because the backlog was
-full is counted there too.
+``oversize``; a header the decoding would refuse, by its reason; and
+``over_share``, ``over_share_unconfirmed`` and ``too_many_topics``: its
+share spent, ``admission``).  A queued message later dropped because the
+backlog was full is counted there too.
+
+Genuine frames first (``admission``): a topic's confirmed publisher's
+frames wait in one queue, everything else in another, and a full backlog
+drops the other queue's oldest first, so a flood of anyone else's frames
+never pushes a node's own out.  A window takes both in the order they
+arrived (a stream's frames may be in both: its numbering is judged in
+order).
 """
 
 from __future__ import annotations
@@ -20,10 +29,11 @@ from typing import Final
 
 import structlog
 
+from rainierd.admission import Admission
 from rainierd.core.ingest import Message
+from rainierd.errors import FrameError
 from rainierd.monitor.clock import ReceiveClock
 from rainierd.monitor.rejections import RejectionLog
-from rainierd.monitor.shares import Shares
 from rainierd.monitor.snapshot import Receipts
 from rainierd.topology import Topology
 from rainierd.wire.binary import HEADER
@@ -63,13 +73,13 @@ class Inbox:
 
     def __init__(
         self, *, max_frame_bytes: int, max_backlog_bytes: int, listening_s: Callable[[], float],
-        rejections: RejectionLog, shares: Shares | None = None, monotonic_s: Callable[[], float] = time.monotonic,
-        receive_clock: ReceiveClock | None = None,
+        rejections: RejectionLog, admission: Admission | None = None,
+        monotonic_s: Callable[[], float] = time.monotonic, receive_clock: ReceiveClock | None = None,
     ) -> None:
         self.max_frame_bytes, self.max_backlog_bytes = max_frame_bytes, max_backlog_bytes
         self._listening_s = listening_s
         self._rejections = rejections
-        self.shares = shares  # None: no per-publisher shares (a test's or a benchmark's inbox)
+        self.admission = admission  # None: no header check, no shares (a test's or a benchmark's inbox)
         self.monotonic_s = monotonic_s  # the shares' clock (a test's own)
         # Receipts are stamped on it, never on the wall clock itself: a step of this host's clock would
         # otherwise read as every publisher's frames arriving late (monitor/clock.py).
@@ -78,7 +88,10 @@ class Inbox:
         self.peak_bytes = 0  # the most payload bytes waiting since the last ``burst_over``
         self.peak_messages = 0
         self.overflow_episodes = 0
-        self._queue: deque[Message] = deque()
+        # (arrival number, message): the topics' confirmed publishers' frames, and everything else admitted.
+        self._queue: deque[tuple[int, Message]] = deque()
+        self._unconfirmed: deque[tuple[int, Message]] = deque()
+        self._arrivals = 0
         self.receipts = Receipts()
         self.bytes = 0  # payload bytes waiting
         self.dropped_messages = 0
@@ -86,7 +99,7 @@ class Inbox:
         self.last_rx_s = 0.0  # loop clock (monotonic) of the latest message
 
     def __len__(self) -> int:
-        return len(self._queue)
+        return len(self._queue) + len(self._unconfirmed)
 
     def put(self, topic: str, payload: bytes, *, retained: bool = False) -> None:
         """Queue one message for the next analysis, or count why not (no decoding either way).
@@ -108,20 +121,27 @@ class Inbox:
             self._refuse("oversize", topic, f"{size} bytes exceeds the {self.max_frame_bytes}-byte limit")
             return
         now_s = self.monotonic_s()
-        if self.shares is not None:
-            verdict = self.shares.admit(topic, size, now_s)
-            if verdict != "ok":
-                receipts.refused[verdict] += 1  # logged once per episode by the shares themselves
-                return
-            shed = self.shares.shed
-        else:
-            shed = 0
+        rx_wall_s = self.receive_clock.now()
         queue = self._queue
-        queue.append(Message(self._listening_s(), topic, payload, self.receive_clock.now(), shed))
+        shed = 0
+        if self.admission is not None:
+            try:
+                fate = self.admission.admit(topic, payload, now_s=now_s, rx_wall_s=rx_wall_s)
+            except FrameError as exc:  # its header alone refuses it: charged to nobody's share
+                self._refuse(exc.reason, topic, exc.detail)
+                return
+            if fate == "unconfirmed":
+                queue = self._unconfirmed
+            elif fate != "confirmed":
+                receipts.refused[fate] += 1  # logged once per episode by the shares themselves
+                return
+            shed = self.admission.shed
+        self._arrivals += 1
+        queue.append((self._arrivals, Message(self._listening_s(), topic, payload, rx_wall_s, shed)))
         self.last_rx_s = now_s
         self.bytes += size
         self.peak_bytes = max(self.peak_bytes, self.bytes)
-        self.peak_messages = max(self.peak_messages, len(queue))
+        self.peak_messages = max(self.peak_messages, len(self))
         if self.bytes > self.max_backlog_bytes:
             self._overflow(topic)
 
@@ -130,14 +150,15 @@ class Inbox:
         self._rejections.one(reason, topic=topic, detail=detail)
 
     def _overflow(self, topic: str) -> None:
-        """Drop the oldest messages until the backlog fits again; log the first drop of an episode."""
-        queue = self._queue
+        """Drop the oldest messages until the backlog fits again, anyone else's before the confirmed publishers';
+        log the first drop of an episode."""
         dropped_before = self.dropped_messages
-        while self.bytes > self.max_backlog_bytes and queue:
-            dropped = queue.popleft()
-            self.bytes -= len(dropped.payload)
-            self.dropped_messages += 1
-            self.dropped_bytes += len(dropped.payload)
+        for queue in (self._unconfirmed, self._queue):
+            while self.bytes > self.max_backlog_bytes and queue:
+                _, dropped = queue.popleft()
+                self.bytes -= len(dropped.payload)
+                self.dropped_messages += 1
+                self.dropped_bytes += len(dropped.payload)
         if not self._overflowing:
             self._overflowing = True
             self.overflow_episodes += 1
@@ -146,20 +167,21 @@ class Inbox:
                         newest_topic=topic[:200], episodes=self.overflow_episodes)
 
     def take_window(self) -> list[Message]:
-        """Take every message, or the oldest half of ``max_backlog_bytes`` when more wait.
+        """Take every message, or the oldest half of ``max_backlog_bytes`` when more wait, in arrival order.
 
         A window's joined columns live in buffers sized by the largest window
         seen, so capping a window caps that memory too; what is left waits for
         the next analysis, which then follows at once.
         """
-        if self.shares is not None:
-            self.shares.sweep(self.monotonic_s())
+        if self.admission is not None:
+            self.admission.sweep(self.monotonic_s())
         limit = self.max_backlog_bytes // 2
         window: list[Message] = []
         size = 0
-        queue = self._queue
-        while queue and (size < limit or not window):
-            message = queue.popleft()
+        confirmed, unconfirmed = self._queue, self._unconfirmed
+        while (confirmed or unconfirmed) and (size < limit or not window):
+            queue = unconfirmed if not confirmed or (unconfirmed and unconfirmed[0][0] < confirmed[0][0]) else confirmed
+            _, message = queue.popleft()
             window.append(message)
             size += len(message.payload)
         self.bytes -= size
@@ -175,7 +197,7 @@ class Inbox:
         A genuine fleet's tick is a quarter of the default bound (``BACKLOG_TICKS``)
         and one message a stream, so only a burst (or a stall) gets there.
         """
-        if self._queue or (self.peak_bytes < self.max_backlog_bytes // 2 and self.peak_messages < messages):
+        if len(self) or (self.peak_bytes < self.max_backlog_bytes // 2 and self.peak_messages < messages):
             return False
         self.peak_bytes = self.peak_messages = 0
         return True

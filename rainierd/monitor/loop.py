@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import gc
+import math
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -26,12 +27,15 @@ from rainierd._malloc import release_freed_memory
 from rainierd.actions import ActionsView
 from rainierd.actions.config import ActionConfig
 from rainierd.actions.policy import ActionPolicy, MonitorCondition
+from rainierd.admission import BURST_TICKS, Admission, Confirmed, SharePolicy
 from rainierd.connection import ConnectionState
 from rainierd.core.analysis import Analysis, MonitorCore
 from rainierd.core.config import MonitorConfig
 from rainierd.core.ingest import Message
 from rainierd.histogram import LagHistogram
+from rainierd.logs import worth_logging
 from rainierd.looplag import LoopLag
+from rainierd.monitor.admission import confirmed_of
 from rainierd.monitor.checkpointing import Checkpointer
 from rainierd.monitor.clock import ListeningClock
 from rainierd.monitor.events import EventLog
@@ -40,9 +44,8 @@ from rainierd.monitor.inbox import Inbox, backlog_bytes_for
 from rainierd.monitor.jobs import JobFeed, is_job_topic
 from rainierd.monitor.ledger_file import ledger_path, restore_ledger, save_ledger
 from rainierd.monitor.load import LoadJudge
-from rainierd.monitor.rejections import RejectionLog, worth_logging
+from rainierd.monitor.rejections import RejectionLog
 from rainierd.monitor.session import Session
-from rainierd.monitor.shares import BURST_TICKS, SharePolicy
 from rainierd.monitor.snapshot import IngestCounts, MonitorSnapshot, MonitorStatus
 from rainierd.probes import Verdict
 from rainierd.shards import shard_view
@@ -92,7 +95,10 @@ class Monitor:
             max_backlog_bytes = backlog_bytes_for(topology, max_frame_bytes=config.max_frame_bytes)
         self.inbox = Inbox(max_frame_bytes=config.max_frame_bytes, max_backlog_bytes=max_backlog_bytes,
                            listening_s=clock.now, rejections=self._rejections,
-                           shares=None if share is None else share.shares(tick_s=config.tick_s))
+                           admission=None if share is None else Admission(share, tick_s=config.tick_s))
+        # Whose frames each topic carries, as the last analysis left the streams: built in its thread, handed to
+        # the inbox's admission on the loop (admission.py).
+        self._confirmed: Confirmed | None = None
         self.load = LoadJudge(tick_s=config.tick_s, clock=clock)
         self.events = EventLog(qos=qos)
         # The shard's view of the fleet: a job's nodes in other shards are absent, so its figures are its share's.
@@ -138,7 +144,16 @@ class Monitor:
         action ledger beside it."""
         if self._ledger_path is not None:
             restore_ledger(self._ledger_path, self.actions.ledger)
-        return self.checkpointer.restore() if self.checkpointer is not None else False
+        restored = self.checkpointer.restore() if self.checkpointer is not None else False
+        if restored:
+            self._learn(confirmed_of(self.core.ingest))  # the streams' publishers are known from the first frame
+        return restored
+
+    def _learn(self, confirmed: Confirmed | None) -> None:
+        """Hand the streams as they stand to the inbox's admission (on the loop)."""
+        self._confirmed = confirmed
+        if confirmed is not None and self.inbox.admission is not None:
+            self.inbox.admission.learn(confirmed)
 
     def on_message(self, topic: str, payload: bytes, *, retained: bool = False) -> None:
         """Queue one MQTT message for the next analysis, or take a job document (what the session does with each)."""
@@ -161,7 +176,7 @@ class Monitor:
             loop_lag_worst_s=None if loop_lag is None else loop_lag.worst_s,
             loop_lag=None if loop_lag is None else loop_lag.histogram.frozen(),
             events_dropped=self.events.outbox.dropped,
-            share_topics=None if inbox.shares is None else len(inbox.shares),
+            share_topics=None if inbox.admission is None else len(inbox.admission),
             jobs_refused=self.jobs.refused(),
         )
 
@@ -169,6 +184,7 @@ class Monitor:
         """Analyse what arrived since the last call and publish a new snapshot."""
         started = time.perf_counter()
         window = self.inbox.take_window()
+        drained = not len(self.inbox)  # a capped window leaves a backlog behind (load.py: then no credit)
         waited_s = self.inbox.receive_clock.now() - window[0].rx_wall_s if window else 0.0
         # Events are numbered by the monitor's own analyses: publishers' ticks
         # are each their own and are never compared.
@@ -184,6 +200,7 @@ class Monitor:
             self._recorded = True
             raise
         finished_wall = time.time()
+        self._learn(self._confirmed)
         ingest.record(analysis.flush)
         self._recorded = True
         self._rejections.window(analysis.flush.rejected)
@@ -192,7 +209,9 @@ class Monitor:
         elapsed = time.perf_counter() - started
         self.load.judge(waited_s=waited_s, elapsed_s=elapsed, dropped_messages=self.inbox.dropped_messages,
                         receive_lag_s=analysis.flush.receive_lag_s, receive_excess_s=analysis.flush.receive_excess_s,
-                        receive_entity=analysis.flush.receive_entity, streams_heard=analysis.flush.streams_heard)
+                        receive_entity=analysis.flush.receive_entity, streams_heard=analysis.flush.streams_heard,
+                        heard_t_s=math.nan if self._confirmed is None else self._confirmed.heard_t_s,
+                        drained=drained)
         for count, event in enumerate(analysis.events, 1):
             # One feed a monitor: its id is the shard's, so shards' retained events never meet.
             self.events.announce(dataclasses.replace(event, id=self.shard.index) if event.entity == "feed" else event)
@@ -267,8 +286,11 @@ class Monitor:
     def _analyse_in_thread(self, window: list[Message], documents: tuple[JobDocument, ...] | None, *, now_s: float,
                            tick: int) -> Analysis:
         """Resolve the jobs if their documents changed (tens of ms at rainier: never on the loop), then analyse
-        the window with them: one membership a tick, the same for every reader of its analysis."""
-        return self.core.analyse(window, now_s=now_s, tick=tick, jobs=self.jobs.resolve(documents))
+        the window with them: one membership a tick, the same for every reader of its analysis; and the streams
+        as it leaves them, for the inbox's admission."""
+        analysis = self.core.analyse(window, now_s=now_s, tick=tick, jobs=self.jobs.resolve(documents))
+        self._confirmed = confirmed_of(self.core.ingest, self._confirmed)
+        return analysis
 
     async def save_checkpoint_now(self) -> None:
         """Save the sequence accounting as of the analysis just finished, if there is a checkpoint file (and the

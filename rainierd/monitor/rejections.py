@@ -7,22 +7,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from typing import Final
 
 import structlog
+
+from rainierd.logs import worth_logging
 
 __all__ = ["RejectionLog"]
 
 log = structlog.get_logger("rainierd.monitor")
-
-LOG_FIRST: Final = 5  # occurrences of a reason logged in full before sampling
-LOG_EVERY: Final = 1_000
-
-
-def worth_logging(before: int, after: int) -> bool:
-    """Return whether going from ``before`` to ``after`` occurrences deserves a line."""
-    return before < LOG_FIRST or after // LOG_EVERY > before // LOG_EVERY
-
 
 class RejectionLog:
     """Counts rejections by reason and logs them sampled."""

@@ -46,7 +46,8 @@ class Receipts:
 
     Written only by the inbox; the core's ``IngestStats`` counts what
     happened to the frames after that.  Refusals are before decoding:
-    ``retained``, ``oversize``, ``over_share``, ``too_many_topics``.
+    ``retained``, ``oversize``, a broken header by the decoding's reason,
+    ``over_share``, ``over_share_unconfirmed``, ``too_many_topics``.
     """
 
     messages: Counter[str] = field(default_factory=Counter)

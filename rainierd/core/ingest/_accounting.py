@@ -5,8 +5,8 @@ checkpoint that carries all three across a monitor restart.
 ``IngestStats`` has one writer in the core: ``Accounting.record`` adds a
 window's result on the thread that owns the stats, and ``Accounting.restore``
 takes a checkpoint's counters.  (``messages``, ``bytes`` and the refusals
-before decoding, ``oversize``, ``retained``, ``over_share``, are the receiving
-edge's, counted before a payload reaches ingest.)
+before decoding, ``oversize``, ``retained``, the shares' and a broken header's,
+are the receiving edge's, counted before a payload reaches ingest.)
 """
 
 from __future__ import annotations
@@ -92,6 +92,18 @@ class Accounting:
         if index is None:
             index = self._publishers[name] = len(self._publishers)
         return index
+
+    @property
+    def publisher_count(self) -> int:
+        """Return how many publisher ids are numbered."""
+        return len(self._publishers)
+
+    def publisher_names(self) -> list[str]:
+        """Return the publisher ids by number (``[i]`` is publisher ``i``, as the streams name it)."""
+        names = [""] * len(self._publishers)
+        for name, index in self._publishers.items():
+            names[index] = name
+        return names
 
     def compact(self, *, above: int) -> None:
         """Forget publisher ids no stream names any more, once there are more than ``above`` (id churn).

@@ -3,7 +3,9 @@ topic, a batch topic, a site's facility topic) gets a share of frames and of
 payload bytes per tick, and what it sends beyond its share is dropped here,
 counted under ``over_share``, so one publisher flooding its own topic costs
 every other publisher nothing: not a place in the backlog, not a
-microsecond of decoding.
+microsecond of decoding.  ``Admission`` keeps three tables of them: each
+topic's confirmed publisher's share, and half-shares for what anyone else
+sends on it (``_admission``).
 
 A share is counted over fixed windows of ``BURST_TICKS`` ticks on the
 monitor's monotonic clock: a topic may send ``frames_per_tick`` messages and
@@ -28,11 +30,11 @@ from typing import Final, Literal
 
 import structlog
 
-from rainierd.monitor.rejections import worth_logging
+from rainierd.logs import worth_logging
 
 __all__ = ["BURST_TICKS", "SharePolicy", "Shares", "Verdict"]
 
-log = structlog.get_logger("rainierd.monitor")
+log = structlog.get_logger("rainierd.admission")
 
 Verdict = Literal["ok", "over_share", "too_many_topics"]
 
@@ -52,9 +54,16 @@ class SharePolicy:
     max_topics: int = 131_072
 
     def shares(self, *, tick_s: float) -> Shares:
-        """Return a table of shares under this policy for ticks of ``tick_s``."""
+        """Return a table of shares under this policy for ticks of ``tick_s``: each topic's confirmed publisher's."""
         return Shares(frames_per_tick=self.frames_per_tick, bytes_per_tick=self.bytes_per_tick,
                       burst_ticks=BURST_TICKS, tick_s=tick_s, max_topics=self.max_topics)
+
+    def unconfirmed(self, *, tick_s: float) -> Shares:
+        """Return a table of what each topic carries from anyone else (``Admission``): half the messages, the
+        same bytes.  At the defaults 2 a tick, 10 at once: a new publisher's confirming frames
+        (3 over a tick, core/streams.py) and an outbox replayed after an outage (4 ticks, then the live one)."""
+        return Shares(frames_per_tick=self.frames_per_tick / 2, bytes_per_tick=self.bytes_per_tick,
+                      burst_ticks=BURST_TICKS, tick_s=tick_s, max_topics=self.max_topics, name="unconfirmed")
 
 
 class Shares:
@@ -62,7 +71,9 @@ class Shares:
 
     def __init__(
         self, *, frames_per_tick: float, bytes_per_tick: float, burst_ticks: int, tick_s: float, max_topics: int,
+        name: str = "confirmed",
     ) -> None:
+        self.name = name  # in its log lines: whose share it is
         self.frames_per_tick, self.bytes_per_tick = frames_per_tick, bytes_per_tick
         self.max_frames = int(frames_per_tick * burst_ticks)
         self.max_bytes = int(bytes_per_tick * burst_ticks)
@@ -90,7 +101,7 @@ class Shares:
                 self.table_full += 1
                 if worth_logging(self.table_full - 1, self.table_full):
                     log.warning("too many telemetry topics at once; dropping the new ones", topic=topic[:_TOPIC_CHARS],
-                                max_topics=self.max_topics, occurrences=self.table_full)
+                                max_topics=self.max_topics, occurrences=self.table_full, share=self.name)
                 return "too_many_topics"
             sent = self._topics[topic] = [window, 0, 0, 0, 0, 0]
         elif sent[_WINDOW] != window:
@@ -108,13 +119,13 @@ class Shares:
             if worth_logging(self.episodes - 1, self.episodes):
                 log.warning("publisher over its share; dropping its excess", topic=topic[:_TOPIC_CHARS],
                             frames_per_tick=self.frames_per_tick, bytes_per_tick=self.bytes_per_tick,
-                            bytes=size, episodes=self.episodes)
+                            bytes=size, episodes=self.episodes, share=self.name)
         return "over_share"
 
     def _next_window(self, topic: str, sent: list[int], window: int) -> None:
         """Start ``topic``'s count afresh; a window (or more) within its share ends its episode."""
         if sent[_EPISODE] and (not sent[_DROPPED] or window > sent[_WINDOW] + 1):
-            log.info("publisher back within its share", topic=topic[:_TOPIC_CHARS])
+            log.info("publisher back within its share", topic=topic[:_TOPIC_CHARS], share=self.name)
             sent[_EPISODE] = 0
         sent[_WINDOW], sent[_FRAMES], sent[_BYTES], sent[_DROPPED] = window, 0, 0, 0
 
