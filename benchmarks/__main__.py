@@ -36,7 +36,7 @@ from benchmarks import (
     tsdb,
 )
 from harness.procs import MissingBinaryError
-from rainierd.logs import configure_logging
+from rainierd.runtime.logs import configure_logging
 
 __all__ = ["BENCHMARKS", "main", "parser"]
 

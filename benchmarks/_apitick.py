@@ -39,11 +39,11 @@ import numpy as np
 from benchmarks._fleet import simulator
 from benchmarks._follow import follow
 from harness.procs import mosquitto
-from rainierd._malloc import keep_freed_memory
 from rainierd.cli import command_settings
 from rainierd.daemon import SWITCH_INTERVAL_S, MonitorRole, monitor_role
-from rainierd.inventory import load_topology
-from rainierd.looplag import LoopLag
+from rainierd.fleet.inventory import load_topology
+from rainierd.runtime.looplag import LoopLag
+from rainierd.runtime.malloc import keep_freed_memory
 
 __all__ = ["POLL", "Tick", "compare", "pooled", "ratios", "spread", "tick_run", "window_report"]
 

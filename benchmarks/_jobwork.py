@@ -41,7 +41,6 @@ from typing import Any, Final
 import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
-from rainierd.connection import Connection
 from rainierd.core.analysis import MonitorCore
 from rainierd.core.fleetloss import LostByCause, price_fleet
 from rainierd.core.jobmodel import JobLoss
@@ -51,10 +50,11 @@ from rainierd.core.model import HealthyShares
 from rainierd.core.throughput import Throughput
 from rainierd.exporter.jobs import JobFamilies
 from rainierd.exporter.wiring import build_exporter
+from rainierd.fleet.topology import Topology
 from rainierd.monitor.jobs import JobFeed
 from rainierd.monitor.snapshot import IngestCounts, MonitorSnapshot, MonitorStatus
+from rainierd.mqtt.connection import Connection
 from rainierd.sim.workload import JobAnnouncer, JobMix, JobSchedule
-from rainierd.topology import Topology
 
 __all__ = ["JobWork", "job_capacity", "job_mix", "scrape_ab"]
 _RENDERS: Final = 3  # whole-scrape renders timed per side, after one untimed

@@ -35,7 +35,7 @@ from rainierd.core.analysis import HealthView
 from rainierd.core.detect import STATE_NAMES, FeedView, Reason
 from rainierd.core.jobmodel import CULPRIT_KINDS, JobLoss
 from rainierd.core.jobs import NameIndex, resolve_jobs
-from rainierd.topology import Topology, build_topology
+from rainierd.fleet.topology import Topology, build_topology
 from rainierd.wire.jobs import JobDocument
 
 _T0 = 1_800_000_000.0

@@ -50,9 +50,9 @@ from harness.procs import cpu_s, free_port, mosquitto
 from harness.scrape import current_values
 from harness.waits import poll_until
 from rainierd.aggregate import Batcher
+from rainierd.fleet.topology import build_topology
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
-from rainierd.topology import build_topology
 from rainierd.wire import NodeFrame, decode_binary, encode_binary, encode_json
 from rainierd.wire.jsonform import FRAME_ADAPTER, decode_json
 from rainierd.wire.topics import Shard

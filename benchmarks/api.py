@@ -35,22 +35,22 @@ import numpy as np
 
 from benchmarks._apitick import bench_tick, spread
 from benchmarks._table import print_table
-from rainierd.connection import Connection
+from rainierd.api import ReadApi
+from rainierd.api.ultraservers import UltraServerTable
 from rainierd.core.analysis import MonitorCore
 from rainierd.core.jobs import NameIndex, resolve_jobs
 from rainierd.daemon import SWITCH_INTERVAL_S
-from rainierd.exporter import MetricsServer
-from rainierd.exporter.api import ReadApi
-from rainierd.exporter.api.ultraservers import UltraServerTable
-from rainierd.logs import configure_logging
-from rainierd.looplag import LoopLag
+from rainierd.fleet.topology import PRESETS, Topology, build_topology
+from rainierd.http.server import MetricsServer
 from rainierd.monitor.events import EventLog
 from rainierd.monitor.snapshot import IngestCounts, MonitorSnapshot, MonitorStatus
-from rainierd.probes import Verdict
+from rainierd.mqtt.connection import Connection
+from rainierd.runtime.logs import configure_logging
+from rainierd.runtime.looplag import LoopLag
+from rainierd.runtime.probes import Verdict
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
 from rainierd.sim.scenarios import random_faults
-from rainierd.topology import PRESETS, Topology, build_topology
 from rainierd.wire.jobs import JobDocument
 
 __all__ = ["HELP", "add_arguments", "bench_api", "run"]

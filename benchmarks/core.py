@@ -44,7 +44,6 @@ import numpy as np
 
 from benchmarks._jobwork import JobWork, job_capacity
 from benchmarks.feed import START_S, read_tick, request_tick
-from rainierd._malloc import keep_freed_memory
 from rainierd.admission import Admission, Confirmed, SharePolicy
 from rainierd.core.analysis import HealthView, MonitorCore
 from rainierd.core.config import MonitorConfig
@@ -52,11 +51,12 @@ from rainierd.core.fleetloss import price_fleet
 from rainierd.core.ingest import Message
 from rainierd.core.throughput import compute_throughput
 from rainierd.errors import ConfigError
+from rainierd.fleet.topology import build_topology, parse_topology
 from rainierd.monitor.admission import confirmed_of
 from rainierd.monitor.clock import ReceiveClock
 from rainierd.monitor.inbox import Inbox
 from rainierd.monitor.rejections import RejectionLog
-from rainierd.topology import build_topology, parse_topology
+from rainierd.runtime.malloc import keep_freed_memory
 
 __all__ = ["HELP", "SWEEP", "add_arguments", "bench_core", "run"]
 

@@ -19,10 +19,10 @@ from typing import IO, Final
 
 import numpy as np
 
-from rainierd._malloc import keep_freed_memory
+from rainierd.fleet.topology import build_topology
+from rainierd.runtime.malloc import keep_freed_memory
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_batches, tick_frames
-from rainierd.topology import build_topology
 from rainierd.wire import encode_binary
 
 __all__ = ["START_S", "read_tick", "request_tick", "write_ticks"]

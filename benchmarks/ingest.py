@@ -40,7 +40,7 @@ from benchmarks._progress import Progress
 from harness.procs import cpu_s, free_port, max_rss_bytes, mosquitto, runqueue_wait_s
 from harness.scrape import current_values, histogram_delta, histogram_quantile
 from harness.waits import poll_until
-from rainierd.topology import build_topology
+from rainierd.fleet.topology import build_topology
 
 __all__ = ["DEFAULT_SIZES", "HELP", "account_frames", "add_arguments", "bench_ingest", "run", "settle"]
 

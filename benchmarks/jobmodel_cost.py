@@ -46,8 +46,8 @@ from rainierd.core.jobs import JobMembership, NameIndex, resolve_jobs
 from rainierd.core.model import HealthyShares
 from rainierd.core.throughput import Throughput
 from rainierd.exporter.jobs import JobFamilies
+from rainierd.fleet.topology import build_topology
 from rainierd.monitor.snapshot import MonitorSnapshot
-from rainierd.topology import build_topology
 from rainierd.wire.jobs import JobDocument
 
 _UTIL = 0.62

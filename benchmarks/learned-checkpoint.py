@@ -22,10 +22,10 @@ from pathlib import Path
 import numpy as np
 
 from rainierd.core.analysis import MonitorCore
+from rainierd.fleet.topology import build_topology
 from rainierd.monitor.checkpoint_file import load_checkpoint, save_checkpoint
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_batches
-from rainierd.topology import build_topology
 
 
 def timed(step: object, repeat: int) -> float:

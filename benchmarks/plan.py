@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from rainierd.hardware import TRN2
+from rainierd.fleet.hardware import TRN2
 
 __all__ = ["FIGURES_FILE", "HELP", "Figures", "Plan", "add_arguments", "load_figures", "plan", "run"]
 

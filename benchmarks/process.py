@@ -14,7 +14,7 @@ import time
 from typing import Any, Final
 
 from harness.procs import cpu_s, free_port, rss_bytes
-from rainierd.topology import PRESETS
+from rainierd.fleet.topology import PRESETS
 
 __all__ = ["HELP", "add_arguments", "bench_process", "run"]
 

@@ -51,7 +51,8 @@ from rainierd._types import F64
 from rainierd.core.analysis import MonitorCore
 from rainierd.core.config import MonitorConfig
 from rainierd.core.jobs import JobMembership, NameIndex, resolve_jobs
-from rainierd.hardware import TRN2
+from rainierd.fleet.hardware import TRN2
+from rainierd.fleet.topology import Topology
 from rainierd.sim.faults import Fault, FaultKind
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_batches
@@ -59,7 +60,6 @@ from rainierd.sim.params import FleetParams
 from rainierd.sim.profile import PROFILES
 from rainierd.sim.sample import TickSample
 from rainierd.sim.workload import JobSpec
-from rainierd.topology import Topology
 from rainierd.wire.jobs import JobDocument
 from rainierd.wire.records import CHIP_DTYPE, Frame, NodeBatch
 

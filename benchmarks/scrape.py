@@ -25,18 +25,18 @@ from typing import Any, Final
 
 import numpy as np
 
-from rainierd.connection import Connection
 from rainierd.core.analysis import MonitorCore
 from rainierd.daemon import SWITCH_INTERVAL_S
-from rainierd.exporter import MetricsServer
 from rainierd.exporter.wiring import build_exporter
-from rainierd.looplag import LoopLag
+from rainierd.fleet.topology import PRESETS, Topology, build_topology
+from rainierd.http.server import MetricsServer
 from rainierd.monitor.snapshot import IngestCounts, MonitorSnapshot, MonitorStatus
-from rainierd.probes import Verdict
+from rainierd.mqtt.connection import Connection
+from rainierd.runtime.looplag import LoopLag
+from rainierd.runtime.probes import Verdict
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
 from rainierd.sim.scenarios import random_faults
-from rainierd.topology import PRESETS, Topology, build_topology
 
 __all__ = ["HELP", "add_arguments", "bench_scrape", "run", "snapshots"]
 

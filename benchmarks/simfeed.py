@@ -28,7 +28,7 @@ from typing import Any, Final
 
 from benchmarks._fleet import last_log
 from harness.procs import cpu_s, max_rss_bytes, mosquitto, require_binary, runqueue_wait_s
-from rainierd.topology import build_topology
+from rainierd.fleet.topology import build_topology
 
 __all__ = ["HELP", "add_arguments", "run"]
 

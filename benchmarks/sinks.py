@@ -26,12 +26,12 @@ from typing import Any, Final
 import numpy as np
 
 from rainierd.actions.model import ActionsView, Advisory, BrakeStatus, Cause, Protected
+from rainierd.api.actions import DEFAULT_LIMIT, ActionsApi, render
 from rainierd.core.throughput import Throughput
-from rainierd.exporter import MetricsServer
-from rainierd.exporter.actions_api import DEFAULT_LIMIT, ActionsApi, render
-from rainierd.httpclient import parse_url, request
+from rainierd.http.client import parse_url, request
+from rainierd.http.server import MetricsServer
 from rainierd.monitor.snapshot import MonitorSnapshot
-from rainierd.probes import Verdict
+from rainierd.runtime.probes import Verdict
 from rainierd.sinks.changes import diff
 from rainierd.sinks.retained import RetainedActions
 from rainierd.sinks.webhook import WebhookConfig, WebhookSink

@@ -24,11 +24,11 @@ import time
 import numpy as np
 
 from rainierd.core.analysis import MonitorCore
+from rainierd.fleet.topology import build_fleet
 from rainierd.sim.faults import Fault, FaultKind
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_batches
 from rainierd.sim.profile import PROFILES
-from rainierd.topology import build_fleet
 
 
 def raises(ultraservers: int, seconds: float, tick_s: float, seed: int, loss: float | None) -> list[float]:

@@ -39,7 +39,7 @@ from benchmarks._progress import Progress
 from benchmarks.ingest import account_frames, settle
 from harness.procs import cpu_s, max_rss_bytes, rss_bytes, runqueue_wait_s
 from harness.scrape import histogram_delta, histogram_quantile
-from rainierd.topology import build_topology
+from rainierd.fleet.topology import build_topology
 
 __all__ = ["HELP", "add_arguments", "bench_soak", "run"]
 

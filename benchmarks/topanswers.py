@@ -22,11 +22,11 @@ from typing import Any, Final
 
 from benchmarks._table import print_table
 from benchmarks.api import _fleet
-from rainierd.exporter.api import ReadApi
-from rainierd.logs import configure_logging
+from rainierd.api import ReadApi
+from rainierd.fleet.topology import PRESETS
+from rainierd.runtime.logs import configure_logging
 from rainierd.top.answers import check, definition_of, schema
 from rainierd.top.app import TARGETS
-from rainierd.topology import PRESETS
 
 __all__ = ["HELP", "add_arguments", "bench_answers", "run"]
 

@@ -54,7 +54,7 @@ from benchmarks.tsdb_rule import (
 from harness.procs import cpu_s, free_port, max_rss_bytes, require_binary, rss_bytes
 from harness.scrape import current_values
 from harness.waits import poll_until
-from rainierd.topology import PRESETS
+from rainierd.fleet.topology import PRESETS
 
 __all__ = ["ENGINES", "HELP", "Engine", "add_arguments", "bench_tsdb", "run"]
 
@@ -273,8 +273,9 @@ def _render(topology: str, variants: int, seed: int, directory: Path) -> dict[st
     import asyncio  # noqa: PLC0415  (only here: the controller is otherwise synchronous)
 
     from benchmarks.scrape import snapshots  # noqa: PLC0415  (pulls in the simulator and the core)
-    from rainierd.exporter import MetricsServer, build_exporter  # noqa: PLC0415
-    from rainierd.probes import Verdict  # noqa: PLC0415
+    from rainierd.exporter import build_exporter  # noqa: PLC0415
+    from rainierd.http.server import MetricsServer  # noqa: PLC0415
+    from rainierd.runtime.probes import Verdict  # noqa: PLC0415
 
     made = snapshots(topology, seed)
     _core, snap, topo = next(made)

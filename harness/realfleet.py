@@ -73,7 +73,7 @@ class NodePlan:
 
 def inventory_toml(plans: Sequence[NodePlan], *, site: str = "use2-dc1", ultraserver: str = "us-0000",
                    detail: bool = True) -> str:
-    """Return an inventory (rainierd/inventory.py's format) of one site holding the nodes of ``plans`` in
+    """Return an inventory (rainierd/fleet/inventory.py's format) of one site holding the nodes of ``plans`` in
     UltraServers of 4, in order (node ``i`` is ``n<i>``)."""
     lines = [f'[[site]]\nname = "{site}"\n']
     for i, plan in enumerate(plans):

@@ -1,9 +1,12 @@
 """rainierd: telemetry and reliability monitoring for AWS Trainium2 fleets.
 
 The package simulates a fleet (``rainierd.sim``), carries its telemetry over
-MQTT (``rainierd.wire``, ``rainierd.mqtt``), analyses it with a pure numpy
-core (``rainierd.core``) and exports the results to Prometheus
-(``rainierd.exporter``).  ``rainierd.cli`` is the command line.
+MQTT (``rainierd.wire``, ``rainierd.mqtt``), analyses it with a pure numpy core
+(``rainierd.core``), exports the results to Prometheus (``rainierd.exporter``)
+and serves them, with a read API (``rainierd.api``), over HTTP
+(``rainierd.http``).  ``rainierd.fleet`` is the fleet's vocabulary and
+``rainierd.runtime`` what every process runs on; ``rainierd.cli`` is the command
+line.  docs/architecture.md draws the house.
 """
 
 from __future__ import annotations

@@ -28,15 +28,15 @@ from rainierd._start import Stopped
 from rainierd.bridge.run import run_bridge
 from rainierd.daemon import run_role
 from rainierd.errors import ConfigError, RainierdError
-from rainierd.hardware import TRN2
+from rainierd.fleet.hardware import TRN2
+from rainierd.fleet.inventory import load_inventory
+from rainierd.fleet.neuronls import build_inventory, parse_ultraservers, read_node_listing
 from rainierd.healthcheck import DEFAULT_TIMEOUT_S
 from rainierd.healthcheck import check as check_health
-from rainierd.inventory import load_inventory
 from rainierd.jobs.kubernetes import DEFAULT_GROUP_LABELS
 from rainierd.jobs.run import run_jobs
-from rainierd.logs import configure_logging
-from rainierd.neuronls import build_inventory, parse_ultraservers, read_node_listing
 from rainierd.promrules import RULES_DIR, write_rules
+from rainierd.runtime.logs import configure_logging
 from rainierd.settings import Settings, flag_name, load_settings, role_settings
 from rainierd.sinks import nodecheck
 from rainierd.top import launch as top_launch

@@ -26,21 +26,24 @@ import numpy as np
 import structlog
 from prometheus_client.registry import Collector
 
-from rainierd._malloc import keep_freed_memory
 from rainierd.aggregate import Aggregator, AggregatorCollector, batch_name
-from rainierd.broker import EmbeddedBroker
-from rainierd.connection import ConnectionState
-from rainierd.exporter import MetricsServer, UltraServerProbe, build_exporter, build_registry
-from rainierd.exporter.actions_api import ActionsApi
-from rainierd.exporter.api import ReadApi
-from rainierd.exporter.serverstatus import ServerCollector, ServerCounters
-from rainierd.exporter.webconfig import load_web_config
-from rainierd.inventory import load_topology
-from rainierd.lifecycle import run_until_stopped
-from rainierd.looplag import LoopLag
+from rainierd.api import ReadApi
+from rainierd.api.actions import ActionsApi
+from rainierd.api.drilldown import UltraServerProbe
+from rainierd.exporter import build_exporter, build_registry
+from rainierd.fleet.inventory import load_topology
+from rainierd.fleet.topology import Topology
+from rainierd.http.server import MetricsServer
+from rainierd.http.status import ServerCollector, ServerCounters
+from rainierd.http.webconfig import load_web_config
 from rainierd.monitor import Monitor, SharePolicy
-from rainierd.mqtt import MAX_PACKET_OVERHEAD, mqtt_config, supervise
-from rainierd.probes import Verdict
+from rainierd.mqtt.broker import EmbeddedBroker
+from rainierd.mqtt.connection import ConnectionState
+from rainierd.mqtt.supervisor import MAX_PACKET_OVERHEAD, mqtt_config, supervise
+from rainierd.runtime.lifecycle import run_until_stopped
+from rainierd.runtime.looplag import LoopLag
+from rainierd.runtime.malloc import keep_freed_memory
+from rainierd.runtime.probes import Verdict
 from rainierd.settings import Settings
 from rainierd.sim import FleetParams, Simulator
 from rainierd.sim.faults import Fault
@@ -48,7 +51,6 @@ from rainierd.sim.profile import PROFILES
 from rainierd.sim.scenarios import load_scenario
 from rainierd.sim.workload import JobSpec, load_jobs
 from rainierd.sinks.webhook import WebhookCollector, WebhookConfig, WebhookSink
-from rainierd.topology import Topology
 
 __all__ = ["MonitorRole", "Role", "monitor_role", "run_role"]
 

@@ -47,8 +47,8 @@ from collections.abc import Mapping
 from typing import Final, Literal
 
 from rainierd.errors import ConfigError
-from rainierd.exporter.webconfig import load_web_config
-from rainierd.probes import Verdict
+from rainierd.http.webconfig import load_web_config
+from rainierd.runtime.probes import Verdict
 from rainierd.settings import Settings
 
 __all__ = ["DEFAULT_TIMEOUT_S", "PASSWORD_ENV", "USER_ENV", "check"]

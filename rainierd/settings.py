@@ -21,10 +21,10 @@ from rainierd.actions.config import ActionConfig
 from rainierd.bridge import BridgeConfig
 from rainierd.core.config import MonitorConfig
 from rainierd.errors import ConfigError
-from rainierd.hardware import TRN2
-from rainierd.httpclient import parse_url
-from rainierd.inventory import load_inventory
-from rainierd.topology import PRESETS, Topology, parse_topology
+from rainierd.fleet.hardware import TRN2
+from rainierd.fleet.inventory import load_inventory
+from rainierd.fleet.topology import PRESETS, Topology, parse_topology
+from rainierd.http.client import parse_url
 from rainierd.wire.topics import Shard, parse_shard
 
 __all__ = [

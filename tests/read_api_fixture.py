@@ -10,15 +10,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rainierd.api import MAX_LIMIT, ReadApi
 from rainierd.core.analysis import MonitorCore
 from rainierd.core.jobs import NameIndex, resolve_jobs
-from rainierd.exporter.api import MAX_LIMIT, ReadApi
+from rainierd.fleet.topology import build_topology
 from rainierd.monitor.events import EventLog
 from rainierd.monitor.snapshot import MonitorSnapshot, MonitorStatus
 from rainierd.sim.faults import Fault, FaultKind
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
-from rainierd.topology import build_topology
 from rainierd.wire.jobs import JobDocument
 
 FAULTY_LINK = 224

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from rainierd.exporter import MetricsServer
-from rainierd.exporter.actions_api import ActionsApi
-from rainierd.exporter.webconfig import load_web_config
-from rainierd.httpclient import HttpError, Response, parse_url, request
+from rainierd.api.actions import ActionsApi
+from rainierd.http.client import HttpError, Response, parse_url, request
+from rainierd.http.server import MetricsServer
+from rainierd.http.webconfig import load_web_config
 from rainierd.monitor.snapshot import MonitorSnapshot
-from rainierd.probes import Verdict
+from rainierd.runtime.probes import Verdict
 from tests.actions_views import advisory, snapshot, view
 from tests.certs import Pki, make_pki
 from tests.test_webconfig import HASH

@@ -9,9 +9,9 @@ from pathlib import Path
 from rainierd.actions.config import ActionConfig
 from rainierd.actions.ledger import LEDGER_VERSION
 from rainierd.core.config import MonitorConfig
+from rainierd.fleet.topology import build_topology
 from rainierd.monitor import Monitor
 from rainierd.monitor.ledger_file import ledger_path
-from rainierd.topology import build_topology
 from tests.test_monitor import tick_messages
 
 

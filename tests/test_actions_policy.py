@@ -18,7 +18,7 @@ from rainierd.core.detect import STATE_NAMES, FeedView, Reason
 from rainierd.core.jobmodel import CULPRIT_KINDS, JobLoss
 from rainierd.core.jobphase import CHECKPOINT, RUNNING, JobPhases
 from rainierd.core.jobs import JobMembership, NameIndex, resolve_jobs
-from rainierd.topology import Topology, build_fleet
+from rainierd.fleet.topology import Topology, build_fleet
 from rainierd.wire.jobs import JobDocument
 
 # 2 sites x 20 UltraServers x 4 nodes: 160 nodes, 80 a site.

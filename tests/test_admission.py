@@ -24,15 +24,15 @@ from rainierd.core.analysis import MonitorCore
 from rainierd.core.config import MonitorConfig
 from rainierd.core.ingest import Message
 from rainierd.errors import FrameError
+from rainierd.fleet.topology import build_topology
 from rainierd.monitor import ListeningClock, Monitor
 from rainierd.monitor.admission import confirmed_of
 from rainierd.monitor.clock import ReceiveClock
 from rainierd.monitor.inbox import Inbox
-from rainierd.monitor.load import LoadJudge
+from rainierd.monitor.overload import LoadJudge
 from rainierd.monitor.rejections import RejectionLog
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_batches, tick_frames
-from rainierd.topology import build_topology
 from rainierd.wire import NodeFrame, decode_frame, encode_binary, encode_json
 from rainierd.wire.peek import peek
 from rainierd.wire.records import NodeBatch

@@ -17,9 +17,9 @@ from prometheus_client import CollectorRegistry
 
 from rainierd.aggregate import Aggregator, AggregatorCollector, Batcher, TickResult, batch_name
 from rainierd.core import FleetState, Ingest, IngestStats, Received
+from rainierd.fleet.topology import build_topology
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
-from rainierd.topology import build_topology
 from rainierd.wire import NodeBatch, NodeFrame, decode_binary, decode_json, encode_binary, encode_json
 from rainierd.wire.topics import Shard, batch_topic, facility_topic, node_filters, node_topic, telemetry_filters
 

@@ -10,7 +10,7 @@ from rainierd.core.aggregates import CounterSums, aggregate
 from rainierd.core.analysis import MonitorCore
 from rainierd.core.config import MonitorConfig
 from rainierd.core.state import FleetState
-from rainierd.topology import build_topology
+from rainierd.fleet.topology import build_topology
 from rainierd.wire import CHIP_DTYPE, NodeFrame
 
 

@@ -29,7 +29,7 @@ from rainierd.core import FleetState
 from rainierd.core.detect._stats import others_nanmedian
 from rainierd.core.detect.efa import EfaDetector
 from rainierd.core.detect.neuronlink import LinkDetector
-from rainierd.topology import Topology, build_sites
+from rainierd.fleet.topology import Topology, build_sites
 from rainierd.wire import LINK_DTYPE
 from rainierd.wire.records import EFA_DTYPE_V1
 

@@ -2,7 +2,7 @@
 statements (every one: at module level, inside functions, under
 ``TYPE_CHECKING``): the simulator (the world) and the monitor's core (the
 observer) share only the wire, the hardware, the topology and the neutral
-``rainierd/pace.py``; the core is pure (no asyncio, no MQTT).
+``rainierd/fleet/pace.py``; the core is pure (no asyncio, no MQTT).
 
 A new rule is one line in ``FORBIDDEN``: the modules it covers, and the
 modules they must not import.
@@ -23,7 +23,8 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "rainierd.core": ("rainierd.sim", "rainierd.monitor", "rainierd.exporter", "asyncio", "aiomqtt"),
     # The monitor publishes its snapshot; the exporter reads it. Never the other way round.
     "rainierd.monitor": ("rainierd.exporter", "rainierd.daemon", "rainierd.cli"),
-    "rainierd.exporter": ("rainierd.daemon", "rainierd.cli", "rainierd.mqtt", "rainierd.monitor.loop", "aiomqtt"),
+    "rainierd.exporter": ("rainierd.daemon", "rainierd.cli", "rainierd.mqtt", "rainierd.monitor.loop",
+                          "aiomqtt"),
     # Admission before decoding is shared by every receiver (the monitor's inbox, an aggregator): pure, O(1) a
     # message, knowing the wire alone; each receiver hands it what its own accounting knows of the streams.
     "rainierd.admission": ("rainierd.core", "rainierd.monitor", "rainierd.aggregate", "rainierd.sim",
@@ -47,7 +48,8 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     # snapshots in, frames out) does no I/O of its own and runs no event loop.
     "rainierd.bridge": ("rainierd.core", "rainierd.monitor", "rainierd.sim", "rainierd.aggregate",
                         "rainierd.daemon", "rainierd.cli"),
-    **{f"rainierd.bridge.{module}": ("asyncio", "aiomqtt", "rainierd.mqtt", "rainierd.exporter", "rainierd.settings",
+    **{f"rainierd.bridge.{module}": ("asyncio", "aiomqtt", "rainierd.mqtt", "rainierd.exporter",
+                                     "rainierd.settings",
                                      "rainierd.bridge._efa", "rainierd.bridge.run", "pathlib", "os", "time")
        for module in ("_values", "_cores", "_report", "_devices", "_clock", "_totals", "_config", "_ports", "_node",
                       "_hold")},
@@ -56,10 +58,11 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
 }
 
 # What the simulator may import from the package: the wire and the hardware, and the leaves both sides share.
-SIM_MAY_IMPORT = ("rainierd.sim", "rainierd.wire", "rainierd.hardware", "rainierd.topology", "rainierd.pace",
-                  "rainierd._types", "rainierd.errors", "rainierd.dropqueue",
-                  "rainierd.mqttburst",  # a leaf on aiomqtt alone: how a publisher queues many messages at once
-                  "rainierd.schedule")  # a leaf on asyncio alone: the tick schedule every ticking role keeps
+SIM_MAY_IMPORT = ("rainierd.sim", "rainierd.wire", "rainierd.fleet.hardware", "rainierd.fleet.topology",
+                  "rainierd.fleet.pace",
+                  "rainierd._types", "rainierd.errors", "rainierd.runtime.dropqueue",
+                  "rainierd.mqtt.burst",  # a leaf on aiomqtt alone: how a publisher queues many messages at once
+                  "rainierd.runtime.schedule")  # a leaf on asyncio alone: the tick schedule every ticking role keeps
 
 
 def covers(prefix: str, module: str) -> bool:
@@ -135,9 +138,9 @@ def graph() -> dict[str, set[str]]:
 class TestLayers:
     def test_the_package_is_scanned(self, graph: dict[str, set[str]]) -> None:
         """The graph holds the simulator and the core, so the rules below have something to judge."""
-        assert {"rainierd.sim.fleet", "rainierd.core.model", "rainierd.pace"} <= graph.keys()
-        assert "rainierd.pace" in graph["rainierd.sim.training"]
-        assert "rainierd.pace" in graph["rainierd.core.model"]
+        assert {"rainierd.sim.fleet", "rainierd.core.model", "rainierd.fleet.pace"} <= graph.keys()
+        assert "rainierd.fleet.pace" in graph["rainierd.sim.training"]
+        assert "rainierd.fleet.pace" in graph["rainierd.core.model"]
 
     def test_no_module_imports_what_a_rule_forbids(self, graph: dict[str, set[str]]) -> None:
         """No simulator module imports the core, the monitor or the exporter; the core imports none of

@@ -12,9 +12,9 @@ import pytest
 
 from rainierd.core.analysis import MonitorCore
 from rainierd.core.detect._baseline import Baseline, RateBaseline
+from rainierd.fleet.topology import build_fleet
 from rainierd.sim.fleet import FleetModel, TickSample
 from rainierd.sim.frames import tick_frames
-from rainierd.topology import build_fleet
 
 SECONDS = np.ones(1, np.float32)
 

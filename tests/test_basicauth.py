@@ -10,10 +10,10 @@ from base64 import b64encode
 import bcrypt
 import pytest
 
-from rainierd.exporter import MetricsServer
-from rainierd.exporter.basicauth import BasicAuth
-from rainierd.exporter.webconfig import WebConfig
-from rainierd.probes import Verdict
+from rainierd.http.basicauth import BasicAuth
+from rainierd.http.server import MetricsServer
+from rainierd.http.webconfig import WebConfig
+from rainierd.runtime.probes import Verdict
 
 PASSWORD = b"correct horse"
 # Cost 4, bcrypt's least, except where the cost itself is the point.

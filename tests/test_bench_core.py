@@ -15,9 +15,9 @@ import pytest
 from benchmarks.__main__ import main
 from benchmarks._jobwork import JobWork, job_capacity, job_mix
 from rainierd.core.analysis import MonitorCore
+from rainierd.fleet.topology import build_fleet, build_topology
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
-from rainierd.topology import build_fleet, build_topology
 
 ROOT = Path(__file__).resolve().parent.parent
 PER_TICK = {"job_loss", "phases", "render", "job_loss_no_jobs", "phases_no_jobs", "render_no_jobs", "work",

@@ -21,9 +21,9 @@ from benchmarks.detect.jobrows import JobRecord, JobRunResult, job_row_runs
 from benchmarks.detect.phases import PhaseLog
 from benchmarks.detect.running import control_shapes
 from rainierd.core.detect import Event
+from rainierd.fleet.topology import build_fleet
 from rainierd.sim.faults import Fault, FaultKind, fault_ultraservers
 from rainierd.sim.profile import PROFILES
-from rainierd.topology import build_fleet
 
 
 def raise_(tick: int, entity: str, id_: int) -> Event:

@@ -18,7 +18,7 @@ from rainierd.bridge import BridgeConfig, NodeBridge
 from rainierd.core.analysis import MonitorCore
 from rainierd.core.config import MonitorConfig
 from rainierd.core.ingest import Received
-from rainierd.topology import build_fleet
+from rainierd.fleet.topology import build_fleet
 from rainierd.wire import NodeFrame, decode_json
 
 T0 = 1.7e9

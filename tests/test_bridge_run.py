@@ -20,7 +20,7 @@ from rainierd.bridge import BridgeConfig, NodeBridge
 from rainierd.bridge._metrics import BridgeCollector
 from rainierd.bridge.run import MAX_LINE_BYTES, NeuronMonitorBridge, find_node
 from rainierd.errors import ConfigError
-from rainierd.inventory import load_inventory
+from rainierd.fleet.inventory import load_inventory
 from rainierd.settings import load_settings
 from tests.bridge_reports import busy
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rainierd.broker import EmbeddedBroker, topic_matches
 from rainierd.errors import BrokerError
+from rainierd.mqtt.broker import EmbeddedBroker, topic_matches
 
 
 async def next_message(client: aiomqtt.Client, timeout_s: float = 2.0) -> aiomqtt.Message:

@@ -19,9 +19,9 @@ from rainierd.core.config import MonitorConfig
 from rainierd.core.detect import Event
 from rainierd.core.ingest import Received
 from rainierd.core.state import FleetState
+from rainierd.fleet.topology import build_fleet
 from rainierd.sim.fleet import FleetModel, FleetParams
 from rainierd.sim.frames import tick_frames
-from rainierd.topology import build_fleet
 from rainierd.wire.records import NodeFrame
 
 NAN = float("nan")

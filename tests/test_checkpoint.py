@@ -24,10 +24,10 @@ from rainierd.core.ingest import COUNTERS
 from rainierd.core.streams import WINDOW
 from rainierd.exporter import build_registry
 from rainierd.exporter.selfstatus import CheckpointCollector, IngestCollector
+from rainierd.fleet.topology import build_topology
 from rainierd.monitor import Monitor
 from rainierd.monitor.checkpoint_file import CheckpointError, load_checkpoint, save_checkpoint
 from rainierd.monitor.snapshot import MonitorSnapshot
-from rainierd.topology import build_topology
 from tests.test_core import Fleet
 from tests.test_monitor import tick_messages
 

@@ -26,12 +26,12 @@ from rainierd.core.detect import (
 )
 from rainierd.core.ingest import Message
 from rainierd.core.model import ModelParams
-from rainierd.hardware import TRN2
-from rainierd.inventory import load_topology
+from rainierd.fleet.hardware import TRN2
+from rainierd.fleet.inventory import load_topology
+from rainierd.fleet.topology import build_topology
 from rainierd.settings import Settings, load_settings
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
-from rainierd.topology import build_topology
 from rainierd.wire import NodeFrame, encode_binary
 
 # Every setting the core is configured by, each away from its default.

@@ -13,7 +13,7 @@ import pytest
 from rainierd.core.detect._common import reason_names
 from rainierd.core.detect.cooling import CoolingDetector
 from rainierd.core.state import FleetState
-from rainierd.topology import build_fleet
+from rainierd.fleet.topology import build_fleet
 
 STEP_S = 6.0  # one training step
 COMPUTE_S = 4.5  # of which the chips compute (high power); the rest is collectives (low power)

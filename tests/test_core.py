@@ -10,10 +10,10 @@ import pytest
 
 from rainierd.core import FleetState, FlushResult, Ingest, IngestStats, Received, Table, compute_throughput
 from rainierd.core.streams import WINDOW
-from rainierd.hardware import TRN2
+from rainierd.fleet.hardware import TRN2
+from rainierd.fleet.topology import build_topology
 from rainierd.sim.fleet import FleetModel, TickSample
 from rainierd.sim.frames import tick_batches, tick_frames
-from rainierd.topology import build_topology
 from rainierd.wire import CHIP_DTYPE, NodeBatch, NodeFrame, decode_binary, encode_binary
 from rainierd.wire.topics import parse_topic
 

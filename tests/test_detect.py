@@ -14,11 +14,11 @@ from rainierd.core.config import MonitorConfig
 from rainierd.core.detect import Event, FleetDetector
 from rainierd.core.detect._stats import ClippedCusum, Latch, robust_center_scale
 from rainierd.core.detect._tracker import StateTracker
+from rainierd.fleet.topology import build_fleet, build_topology
 from rainierd.sim.faults import Fault, FaultKind
 from rainierd.sim.fleet import FleetModel, FleetParams
 from rainierd.sim.frames import tick_frames
 from rainierd.sim.profile import PROFILES
-from rainierd.topology import build_fleet, build_topology
 from rainierd.wire import LINK_DTYPE
 
 

@@ -22,9 +22,9 @@ import pytest
 
 from rainierd.core.detect.chips import STRAGGLER, ChipDetector
 from rainierd.core.state import FleetState
-from rainierd.hardware import TRN2
+from rainierd.fleet.hardware import TRN2
+from rainierd.fleet.topology import build_topology
 from rainierd.sim.params import FleetParams
-from rainierd.topology import build_topology
 
 # Chips slowed by 2, 5 and 10 % (the detection benchmark's severities), two minutes before the end.
 SLOWED = {123_457: 0.02, 250_001: 0.05, 498_999: 0.10}

@@ -22,9 +22,9 @@ import pytest
 
 from rainierd.core.detect.chips import STRAGGLER, ChipDetector
 from rainierd.core.state import FleetState
-from rainierd.hardware import TRN2
+from rainierd.fleet.hardware import TRN2
+from rainierd.fleet.topology import build_fleet
 from rainierd.sim.params import FleetParams
-from rainierd.topology import build_fleet
 
 CHIP = 70
 # The training run's reading: 0.4958 where the busy share was 0.63.

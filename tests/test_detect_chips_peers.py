@@ -20,8 +20,8 @@ from rainierd.core.detect._peers import ChipPeers
 from rainierd.core.detect._stats import group_nanmedian
 from rainierd.core.detect.chips import FAILED, HEALTHY, STRAGGLER, ChipDetector
 from rainierd.core.state import FleetState
-from rainierd.hardware import TRN2
-from rainierd.topology import build_fleet
+from rainierd.fleet.hardware import TRN2
+from rainierd.fleet.topology import build_fleet
 
 PEAK = TRN2.fp8_dense_flops
 CHIP = 70  # UltraServer 1, node 4, chip 6

@@ -17,7 +17,7 @@ from rainierd._types import F64
 from rainierd.core.detect._common import reason_names
 from rainierd.core.detect.efa import EfaDetector
 from rainierd.core.state import FleetState
-from rainierd.topology import build_fleet
+from rainierd.fleet.topology import build_fleet
 
 PORT = 37  # node 2, port 5
 NAMES = ("healthy", "degraded", "down", "stale")

@@ -23,11 +23,11 @@ import numpy as np
 import pytest
 import yaml
 
-from rainierd.inventory import load_inventory
+from rainierd.fleet.inventory import load_inventory
+from rainierd.fleet.topology import build_topology
 from rainierd.jobs.static import static_jobs
 from rainierd.sim.scenarios import load_scenario
 from rainierd.sim.workload import load_jobs
-from rainierd.topology import build_topology
 from rainierd.wire import FacilityFrame, NodeFrame, decode_json
 from rainierd.wire.jobs import decode_job, job_topic
 

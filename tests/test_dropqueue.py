@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from rainierd.dropqueue import DropOldestQueue
+from rainierd.runtime.dropqueue import DropOldestQueue
 
 
 class TestDropOldestQueue:

@@ -15,10 +15,10 @@ from rainierd.core.detect.chips import FAILED, STALE, THROTTLED
 from rainierd.core.eventjobs import with_jobs
 from rainierd.core.jobmodel import TOP_CULPRITS, JobLoss
 from rainierd.core.jobs import JobMembership
+from rainierd.fleet.topology import build_fleet
 from rainierd.sim.faults import Fault, FaultKind
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
-from rainierd.topology import build_fleet
 from tests.test_jobmodel import Fleet, membership, nodes, ultraservers
 
 DEGRADED, DOWN = 1, 2  # a path's tracker states

@@ -19,23 +19,23 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-from rainierd.connection import Connection
 from rainierd.core import FleetState, Ingest, IngestStats, Received, compute_throughput
 from rainierd.core.analysis import HealthView
 from rainierd.core.detect import Reason
 from rainierd.core.ingest import FRAME_REASONS
 from rainierd.core.state import REFUSALS
-from rainierd.exporter import EntityFamilies, FleetCollector, MetricsServer, build_exporter, build_registry
-from rainierd.exporter.http import accepts_gzip
+from rainierd.exporter import EntityFamilies, FleetCollector, build_exporter, build_registry
 from rainierd.exporter.selfstatus import DECODE_REASONS, IngestCollector, MqttCollector
 from rainierd.exporter.ultraservers import UltraServerFamilies
-from rainierd.exporter.webconfig import WebConfig, load_web_config
-from rainierd.hardware import TRN2
+from rainierd.fleet.hardware import TRN2
+from rainierd.fleet.topology import build_topology
+from rainierd.http.server import MetricsServer, accepts_gzip
+from rainierd.http.webconfig import WebConfig, load_web_config
 from rainierd.monitor.snapshot import IngestCounts, MonitorSnapshot, MonitorStatus, Receipts
-from rainierd.probes import Verdict
+from rainierd.mqtt.connection import Connection
+from rainierd.runtime.probes import Verdict
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
-from rainierd.topology import build_topology
 from rainierd.wire import NodeFrame, decode_binary, encode_binary
 from rainierd.wire.records import Frame
 from tests.certs import make_pki

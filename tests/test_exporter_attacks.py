@@ -28,11 +28,12 @@ from hypothesis import strategies as st
 
 from harness.timing import within
 from harness.waits import wait_until
-from rainierd.exporter import MetricsServer, basicauth
-from rainierd.exporter._request import Rejection, Request, parse_head
-from rainierd.exporter.basicauth import BasicAuth
-from rainierd.exporter.webconfig import TLSServerConfig, WebConfig
-from rainierd.probes import Verdict
+from rainierd.http import basicauth
+from rainierd.http.basicauth import BasicAuth
+from rainierd.http.request import Rejection, Request, parse_head
+from rainierd.http.server import MetricsServer
+from rainierd.http.webconfig import TLSServerConfig, WebConfig
+from rainierd.runtime.probes import Verdict
 from tests.certs import make_pki
 
 PASSWORD = b"correct horse"

@@ -19,13 +19,13 @@ from rainierd.core.jobmodel import CULPRIT_KINDS
 from rainierd.core.jobs import NameIndex, resolve_jobs
 from rainierd.exporter import build_exporter
 from rainierd.exporter.jobs import ID_SPELLING, JobFamilies, exported_jobs
+from rainierd.fleet.pace import CAUSES
+from rainierd.fleet.shards import shard_view
+from rainierd.fleet.topology import Topology, build_topology
 from rainierd.monitor.snapshot import MonitorSnapshot, MonitorStatus
-from rainierd.pace import CAUSES
-from rainierd.shards import shard_view
 from rainierd.sim.faults import Fault, FaultKind
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
-from rainierd.topology import Topology, build_topology
 from rainierd.wire.jobs import JOB_REJECT_REASONS, JobDocument
 from rainierd.wire.topics import Shard
 

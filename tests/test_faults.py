@@ -10,11 +10,11 @@ import pytest
 
 from rainierd.cli import main
 from rainierd.errors import ConfigError
+from rainierd.fleet.topology import build_topology
 from rainierd.sim.faults import SEVERITIES, Fault, FaultKind, effects, flap_schedule
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
 from rainierd.sim.scenarios import load_scenario, random_faults
-from rainierd.topology import build_topology
 
 DEMO = build_topology("demo")
 ROOT = Path(__file__).parents[1]

@@ -12,9 +12,9 @@ import numpy as np
 from rainierd.core.analysis import MonitorCore
 from rainierd.core.config import MonitorConfig
 from rainierd.core.detect import Event
+from rainierd.fleet.topology import build_fleet
 from rainierd.sim.fleet import FleetModel, FleetParams
 from rainierd.sim.frames import tick_frames
-from rainierd.topology import build_fleet
 from rainierd.wire.records import NodeFrame
 
 TICK_S = 1.0

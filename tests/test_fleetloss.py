@@ -27,9 +27,9 @@ from rainierd.core.jobs import JobMembership, NameIndex, resolve_jobs
 from rainierd.core.model import HealthyShares, ModelParams
 from rainierd.core.state import FleetState
 from rainierd.core.throughput import Throughput, compute_throughput
-from rainierd.hardware import TRN2
-from rainierd.pace import CAUSES
-from rainierd.topology import Topology, build_fleet
+from rainierd.fleet.hardware import TRN2
+from rainierd.fleet.pace import CAUSES
+from rainierd.fleet.topology import Topology, build_fleet
 from rainierd.wire.jobs import JobDocument
 
 PEAK = TRN2.fp8_dense_flops
@@ -74,7 +74,7 @@ class Case:
         present = topo.node_present.copy()
         present[list(self.absent)] = False
         present.flags.writeable = False
-        return replace(topo, node_present=present)  # as rainierd/shards.py's shard_view makes nodes absent
+        return replace(topo, node_present=present)  # as rainierd/fleet/shards.py's shard_view makes nodes absent
 
 
 @st.composite

@@ -19,17 +19,17 @@ import pytest
 
 from rainierd.actions.config import ActionConfig
 from rainierd.actions.policy import ActionPolicy
-from rainierd.connection import Connection
 from rainierd.core.analysis import MonitorCore
 from rainierd.exporter import build_exporter
-from rainierd.exporter.serverstatus import AUTH_RESULTS, ServerCounters
-from rainierd.histogram import LagHistogram
-from rainierd.looplag import LoopLag
+from rainierd.fleet.topology import build_topology
+from rainierd.http.status import AUTH_RESULTS, ServerCounters
 from rainierd.monitor.snapshot import Backlog, IngestCounts, MonitorSnapshot, MonitorStatus
+from rainierd.mqtt.connection import Connection
+from rainierd.runtime.histogram import LagHistogram
+from rainierd.runtime.looplag import LoopLag
 from rainierd.sim.faults import Fault, FaultKind
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
-from rainierd.topology import build_topology
 
 GOLDEN = Path(__file__).parent / "golden" / "scrape-demo.prom"
 

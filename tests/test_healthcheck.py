@@ -18,11 +18,11 @@ from harness.procs import free_port
 from harness.waits import poll_until
 from rainierd import __version__
 from rainierd.cli import main
-from rainierd.connection import ConnectionState
 from rainierd.daemon import _SimulatorProbes
-from rainierd.exporter import MetricsServer
-from rainierd.exporter.webconfig import load_web_config
-from rainierd.probes import Verdict
+from rainierd.http.server import MetricsServer
+from rainierd.http.webconfig import load_web_config
+from rainierd.mqtt.connection import ConnectionState
+from rainierd.runtime.probes import Verdict
 from rainierd.settings import load_settings
 from tests.certs import Pki, make_pki
 

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from rainierd.core.analysis import MonitorCore
 from rainierd.core.ingest import Message
+from rainierd.fleet.topology import build_topology
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_batches, tick_frames
-from rainierd.topology import build_topology
 from rainierd.wire import encode_binary, encode_json
 
 TOPO = build_topology("demo")

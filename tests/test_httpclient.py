@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rainierd.httpclient import _MAX_HEAD_BYTES, HttpError, Response, _framing_budget, _response, parse_url
+from rainierd.http.client import _MAX_HEAD_BYTES, HttpError, Response, _framing_budget, _response, parse_url
 
 MAX_BODY = 64  # small, so the body bound is met by examples hypothesis makes
 # Bytes after every structured answer: a parser that reads past its bounds (to the close, say) is seen doing so.

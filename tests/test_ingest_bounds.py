@@ -22,8 +22,8 @@ from rainierd.core.bounds import EXACT, Bound, CounterBounds
 from rainierd.core.config import MonitorConfig
 from rainierd.core.ingest import Ingest, IngestStats, Received
 from rainierd.core.state import FleetState, Table
-from rainierd.hardware import TRN2
-from rainierd.topology import build_topology
+from rainierd.fleet.hardware import TRN2
+from rainierd.fleet.topology import build_topology
 from rainierd.wire import CHIP_DTYPE, LINK_DTYPE, NodeFrame
 
 TOPO = build_topology("demo")  # 2 UltraServers of 4 nodes, 128 chips

@@ -16,14 +16,14 @@ from paho.mqtt.client import MQTTMessage
 from rainierd.admission import BURST_TICKS, Admission, Shares
 from rainierd.core.config import MonitorConfig
 from rainierd.core.state import Scratch
+from rainierd.fleet.shards import shard_view
+from rainierd.fleet.topology import build_topology
 from rainierd.monitor import Monitor, SharePolicy
 from rainierd.monitor.inbox import Inbox, backlog_bytes_for
 from rainierd.monitor.rejections import RejectionLog
-from rainierd.mqtt import deliver
-from rainierd.shards import shard_view
+from rainierd.mqtt.supervisor import deliver
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
-from rainierd.topology import build_topology
 from rainierd.wire import encode_binary
 from rainierd.wire.topics import parse_shard
 

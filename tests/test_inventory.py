@@ -13,7 +13,7 @@ from rainierd.core.analysis import MonitorCore
 from rainierd.core.ingest import Received
 from rainierd.errors import ConfigError
 from rainierd.exporter.entities import EntityFamilies
-from rainierd.inventory import MAX_INVENTORY_BYTES, MAX_NODES, load_inventory, load_topology
+from rainierd.fleet.inventory import MAX_INVENTORY_BYTES, MAX_NODES, load_inventory, load_topology
 from rainierd.settings import load_settings
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames

@@ -19,13 +19,13 @@ from rainierd.core.jobs import JobMembership, NameIndex, resolve_jobs
 from rainierd.core.model import HealthyShares, ModelParams
 from rainierd.core.state import FleetState
 from rainierd.core.throughput import Throughput
-from rainierd.hardware import TRN2
-from rainierd.pace import CAUSES
+from rainierd.fleet.hardware import TRN2
+from rainierd.fleet.pace import CAUSES
+from rainierd.fleet.topology import Topology, build_fleet
 from rainierd.sim.faults import Fault, FaultKind
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
 from rainierd.sim.params import FleetParams
-from rainierd.topology import Topology, build_fleet
 from rainierd.wire.jobs import JobDocument
 
 PEAK = TRN2.fp8_dense_flops

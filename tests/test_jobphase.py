@@ -10,7 +10,7 @@ import pytest
 
 from rainierd.core.jobphase import PHASE_NAMES, JobPhases, PhaseParams, PhaseTracker
 from rainierd.core.jobs import JobMembership, NameIndex, resolve_jobs
-from rainierd.topology import Topology, build_fleet
+from rainierd.fleet.topology import Topology, build_fleet
 from rainierd.wire.jobs import JobDocument
 
 TOPO = build_fleet(1, 4)

@@ -14,11 +14,11 @@ import pytest
 from rainierd.core.analysis import MonitorCore
 from rainierd.core.detect import Event
 from rainierd.core.jobs import NameIndex, resolve_jobs
+from rainierd.fleet.topology import Topology, build_fleet
 from rainierd.sim.faults import Fault, FaultKind
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
 from rainierd.sim.workload import JobAnnouncer, JobSpec
-from rainierd.topology import Topology, build_fleet
 from rainierd.wire.jobs import JobDocument, decode_job, job_id_of_topic
 
 TICKS = 260

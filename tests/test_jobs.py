@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from rainierd.core.jobs import NO_JOB, JobMembership, NameIndex, resolve_jobs
 from rainierd.errors import JobError
-from rainierd.inventory import load_inventory
-from rainierd.topology import build_topology
+from rainierd.fleet.inventory import load_inventory
+from rainierd.fleet.topology import build_topology
 from rainierd.wire.jobs import (
     JOB_REJECT_REASONS,
     MAX_JOB_BYTES,

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from rainierd.cli import _parse
 from rainierd.core.jobs import NameIndex
 from rainierd.errors import ConfigError, JobError
-from rainierd.inventory import load_inventory
+from rainierd.fleet.inventory import load_inventory
 from rainierd.jobs.hostlist import expand_hostlist
 from rainierd.jobs.kubernetes import DEFAULT_GROUP_LABELS, PodWatch, kubernetes_jobs, placement
 from rainierd.jobs.slurm import slurm_jobs

@@ -10,8 +10,8 @@ import pytest
 
 from rainierd.core.detect.neuronlink import LinkDetector
 from rainierd.core.state import FleetState
-from rainierd.hardware import TRN2
-from rainierd.topology import build_fleet
+from rainierd.fleet.hardware import TRN2
+from rainierd.fleet.topology import build_fleet
 
 LINK = 5
 

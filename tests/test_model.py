@@ -9,10 +9,10 @@ import pytest
 from rainierd.core.analysis import MonitorCore
 from rainierd.core.detect.efa import slow_path_stretch
 from rainierd.core.model import ModelParams, group_loss
+from rainierd.fleet.topology import build_fleet
 from rainierd.sim.faults import Fault, FaultKind
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
-from rainierd.topology import build_fleet
 
 
 class TestWorkedExample:

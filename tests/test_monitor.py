@@ -14,11 +14,11 @@ import pytest
 
 from rainierd.core.config import MonitorConfig
 from rainierd.core.detect import Event
+from rainierd.fleet.topology import build_topology
 from rainierd.monitor import ListeningClock, Monitor
-from rainierd.probes import Verdict
+from rainierd.runtime.probes import Verdict
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
-from rainierd.topology import build_topology
 from rainierd.wire import FacilityFrame, NodeFrame, encode_binary, encode_json
 from rainierd.wire.topics import Shard
 

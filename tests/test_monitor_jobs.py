@@ -15,11 +15,11 @@ from structlog.testing import capture_logs
 from rainierd.core.analysis import MonitorCore
 from rainierd.core.config import MonitorConfig
 from rainierd.core.jobs import JobMembership
+from rainierd.fleet.topology import build_topology
 from rainierd.monitor import Monitor
 from rainierd.monitor.jobs import JobFeed, is_job_topic
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
-from rainierd.topology import build_topology
 from rainierd.wire import encode_binary
 from rainierd.wire.jobs import JOB_REJECT_REASONS, JobDocument, encode_job, job_topic
 

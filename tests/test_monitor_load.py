@@ -17,7 +17,7 @@ import pytest
 from rainierd.core.streams import Streams
 from rainierd.monitor.clock import ListeningClock, ReceiveClock
 from rainierd.monitor.inbox import Inbox
-from rainierd.monitor.load import LoadJudge
+from rainierd.monitor.overload import LoadJudge
 from rainierd.monitor.rejections import RejectionLog
 
 TICK_S = 0.25  # the tick of the issue's publisher (issue 22): windows of a few publishers each

@@ -13,7 +13,7 @@ import inspect
 import aiomqtt
 import pytest
 
-from rainierd.mqtt import Broker, MqttConfig, _client, mqtt_config
+from rainierd.mqtt.supervisor import Broker, MqttConfig, _client, mqtt_config
 from rainierd.settings import Settings
 
 CONFIG = MqttConfig(brokers=(Broker("127.0.0.1", 1),), client_id="unit")  # never connected

@@ -8,7 +8,7 @@ import aiomqtt
 import pytest
 
 from harness.procs import Broker
-from rainierd.mqttburst import publish_many, publish_packet_header
+from rainierd.mqtt.burst import publish_many, publish_packet_header
 
 
 class TestPublishPacketHeader:

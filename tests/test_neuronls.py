@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from rainierd.errors import ConfigError
-from rainierd.inventory import load_inventory
-from rainierd.neuronls import (
+from rainierd.fleet.inventory import load_inventory
+from rainierd.fleet.neuronls import (
     NodeListing,
     Slot,
     build_inventory,

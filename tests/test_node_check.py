@@ -10,11 +10,11 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from rainierd.exporter import MetricsServer
-from rainierd.exporter.actions_api import ActionsApi
-from rainierd.httpclient import parse_url
+from rainierd.api.actions import ActionsApi
+from rainierd.http.client import parse_url
+from rainierd.http.server import MetricsServer
 from rainierd.monitor.snapshot import MonitorSnapshot
-from rainierd.probes import Verdict as ProbeVerdict
+from rainierd.runtime.probes import Verdict as ProbeVerdict
 from rainierd.sinks.nodecheck import OK, PROBLEM, UNKNOWN, Verdict, check, judge
 from tests.actions_views import advisory, snapshot, view
 

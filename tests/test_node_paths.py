@@ -24,10 +24,10 @@ from rainierd._types import I64
 from rainierd.core.analysis import MonitorCore
 from rainierd.core.detect import Event, FleetDetector, JobCost, Reason
 from rainierd.core.detect.nodepaths import group_others_count, group_others_median
+from rainierd.fleet.topology import build_fleet
 from rainierd.sim.faults import Fault, FaultKind, effects
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
-from rainierd.topology import build_fleet
 from tests.test_aligned_peers import SEEDS, TICK_S, OutOfPhase
 from tests.test_eventjobs import culprit_flops
 from tests.test_jobmodel import Fleet as JobFleet

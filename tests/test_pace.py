@@ -1,4 +1,4 @@
-"""Specification of the training step both sides price (rainierd/pace.py): one
+"""Specification of the training step both sides price (rainierd/fleet/pace.py): one
 source for the simulator's and the monitor's step shares, a formula whose
 healthy step is 1 and whose terms' excesses add up to the step's, and one
 list of cause names that the simulator's truth and the monitor's estimate
@@ -13,18 +13,18 @@ import pytest
 
 from rainierd.core.analysis import MonitorCore
 from rainierd.core.model import ModelParams
-from rainierd.pace import CAUSES, SHARES, StepShares, path_stretch, step_excess, step_time
+from rainierd.fleet.pace import CAUSES, SHARES, StepShares, path_stretch, step_excess, step_time
+from rainierd.fleet.topology import build_topology
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
 from rainierd.sim.params import FleetParams
-from rainierd.topology import build_topology
 
 SHARE_FIELDS = [f.name for f in fields(StepShares)]
 
 
 class TestOneSourceOfShares:
     def test_the_simulator_and_the_monitor_default_to_the_same_shares(self) -> None:
-        """FleetParams and ModelParams both default to rainierd.pace.SHARES, so the world and the observer
+        """FleetParams and ModelParams both default to rainierd.fleet.pace.SHARES, so the world and the observer
         price a healthy step alike."""
         assert FleetParams().shares == ModelParams().shares == SHARES
 

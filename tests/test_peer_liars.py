@@ -23,10 +23,10 @@ from rainierd.actions.config import ActionConfig
 from rainierd.actions.policy import ActionPolicy
 from rainierd.core.analysis import MonitorCore
 from rainierd.core.detect._peers import ChipPeers
+from rainierd.fleet.topology import build_fleet
 from rainierd.sim.faults import Fault, FaultKind
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
-from rainierd.topology import build_fleet
 from rainierd.wire.records import NodeFrame
 from tests.test_detect_chips_peers import ChipFeed, one
 from tests.test_jobmodel import membership, nodes

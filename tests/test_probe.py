@@ -15,14 +15,16 @@ import pytest
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
 
+from rainierd.api.drilldown import UltraServerProbe
 from rainierd.core.analysis import MonitorCore
-from rainierd.exporter import MetricsServer, UltraServerProbe, build_exporter
+from rainierd.exporter import build_exporter
+from rainierd.fleet.topology import build_topology
+from rainierd.http.server import MetricsServer
 from rainierd.monitor.snapshot import MonitorSnapshot, MonitorStatus
-from rainierd.probes import Verdict
+from rainierd.runtime.probes import Verdict
 from rainierd.sim.faults import Fault, FaultKind
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
-from rainierd.topology import build_topology
 
 # Link 224 is a ring link of node n4, in UltraServer u1.
 FAULTY_LINK = 224

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from rainierd.errors import ConfigError
 from rainierd.exporter import build_exporter
 from rainierd.exporter.jobs import JobFamilies
-from rainierd.pace import CAUSES, SHARES
+from rainierd.fleet.pace import CAUSES, SHARES
 from rainierd.promrules import (
     RULES_DIR,
     RUNBOOK_BASE,
@@ -178,7 +178,7 @@ def test_job_goodput_objective_reaches_the_burn_rate_alerts(
 
 
 def test_the_job_rules_price_the_step_with_pace_s_shares() -> None:
-    """The per-job rules' constants are rainierd/pace.py's shares of a healthy step (compute, NeuronLink, EFA), so
+    """The per-job rules' constants are rainierd/fleet/pace.py's shares of a healthy step (compute, NeuronLink, EFA), so
     the rules price a job spanning shards with the formula each monitor prices its share with."""
     text = (RULES_DIR / "rainierd-jobs.yml").read_text()
     found = re.findall(r"\(([0-9.]+) \* \(1 / rainier:job_(?:slowest_speed|path_fraction):min"

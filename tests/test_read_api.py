@@ -17,15 +17,15 @@ from typing import Any
 import numpy as np
 import pytest
 
+from rainierd.api import ReadApi
+from rainierd.api._common import body, floats
 from rainierd.core.detect import Event
-from rainierd.exporter import MetricsServer
-from rainierd.exporter.api import ReadApi
-from rainierd.exporter.api._common import body, floats
-from rainierd.exporter.webconfig import load_web_config
-from rainierd.httpclient import Response, parse_url, request
+from rainierd.fleet.pace import CAUSES
+from rainierd.http.client import Response, parse_url, request
+from rainierd.http.server import MetricsServer
+from rainierd.http.webconfig import load_web_config
 from rainierd.monitor.events import RECENT_EVENTS, EventLog
-from rainierd.pace import CAUSES
-from rainierd.probes import Verdict
+from rainierd.runtime.probes import Verdict
 from tests.certs import Pki, make_pki
 from tests.read_api_fixture import FAULTY_LINK, FAULTY_US, JOBS, Monitored, monitored
 from tests.test_actions_api import basic

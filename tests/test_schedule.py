@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from rainierd.schedule import Schedule
+from rainierd.runtime.schedule import Schedule
 
 
 async def test_it_yields_the_ticks_asked_for_from_the_first() -> None:

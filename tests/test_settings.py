@@ -105,7 +105,7 @@ class TestCommandLine:
 class TestClientIds:
     def test_a_given_client_id_is_kept_alone_and_split_when_one_process_has_two_clients(self) -> None:
         """--mqtt-client-id X: a monitor connects as X; in run, simulator and monitor as X-sim and X-monitor."""
-        from rainierd.mqtt import mqtt_config  # noqa: PLC0415 - the edge under test
+        from rainierd.mqtt.supervisor import mqtt_config  # noqa: PLC0415 - the edge under test
 
         settings = load_settings({"mqtt_client_id": "X"})
         assert mqtt_config(settings, client_id="rainierd-monitor-1").client_id == "X"

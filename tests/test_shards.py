@@ -22,12 +22,12 @@ import yaml
 from rainierd.core.analysis import Analysis, MonitorCore
 from rainierd.core.ingest import IngestStats, Message
 from rainierd.exporter import build_exporter
+from rainierd.fleet.shards import shard_view
+from rainierd.fleet.topology import Topology, build_fleet, build_topology
 from rainierd.monitor.snapshot import IngestCounts, MonitorSnapshot, MonitorStatus
-from rainierd.shards import shard_view
 from rainierd.sim.faults import Fault, FaultKind
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import batches_per_tick, tick_batches, tick_frames
-from rainierd.topology import Topology, build_fleet, build_topology
 from rainierd.wire import encode_binary
 from rainierd.wire.topics import (
     BUCKETS,

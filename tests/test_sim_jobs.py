@@ -16,13 +16,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rainierd.errors import ConfigError
-from rainierd.hardware import TRN2
+from rainierd.fleet.hardware import TRN2
+from rainierd.fleet.topology import Topology, build_fleet, build_topology
 from rainierd.sim.faults import Fault, FaultKind
 from rainierd.sim.fleet import FleetModel, FleetParams
 from rainierd.sim.publisher import Simulator, truth_document
 from rainierd.sim.sample import JobTruth, TickSample
 from rainierd.sim.workload import JobAnnouncer, JobMix, JobSchedule, JobSpec, load_jobs
-from rainierd.topology import Topology, build_fleet, build_topology
 from rainierd.wire.jobs import JOBS_ROOT, JobBook, decode_job
 
 CHIPS_PER_US = 64

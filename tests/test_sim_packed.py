@@ -7,11 +7,11 @@ import dataclasses
 
 import numpy as np
 
+from rainierd.fleet.topology import Topology, build_topology
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_batches, tick_frames
 from rainierd.sim.packed import NodeFramePacker
 from rainierd.sim.sample import TickSample
-from rainierd.topology import Topology, build_topology
 from rainierd.wire import NodeBatch, NodeFrame, decode_binary, encode_binary
 from rainierd.wire.records import RECORD_KINDS
 

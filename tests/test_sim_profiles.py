@@ -11,12 +11,12 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from rainierd.hardware import TRN2
+from rainierd.fleet.hardware import TRN2
+from rainierd.fleet.topology import build_topology
 from rainierd.sim.faults import SEVERITIES, Fault, FaultKind
 from rainierd.sim.fleet import FleetModel, FleetParams, TickSample
 from rainierd.sim.frames import tick_batches, tick_frames
 from rainierd.sim.profile import PROFILES, Profile
-from rainierd.topology import build_topology
 
 DEMO = build_topology("demo")
 THREE_SITES = build_topology("sites=3,ultraservers=2")

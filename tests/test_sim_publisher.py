@@ -8,8 +8,8 @@ import asyncio
 import aiomqtt
 import pytest
 
+from rainierd.fleet.topology import build_topology
 from rainierd.sim.publisher import Outgoing, OutgoingRun, Simulator, outbox_ticks
-from rainierd.topology import build_topology
 
 
 class Client:

@@ -11,11 +11,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from rainierd.fleet.topology import Topology
 from rainierd.sim.fleet import FleetModel, FleetParams, TickSample
 from rainierd.sim.frames import tick_batches
 from rainierd.sim.profile import PROFILES, Profile
 from rainierd.sim.stepcycle import StepCycle
-from rainierd.topology import Topology
 
 TRAINING = PROFILES["training"]
 FLEET = TRAINING.fleet(8, name="training-8")

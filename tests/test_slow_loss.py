@@ -20,13 +20,13 @@ from rainierd.core.config import MonitorConfig
 from rainierd.core.detect._stats import PeerSample
 from rainierd.core.detect.slow_loss import SlowLossParams, SlowLossTest
 from rainierd.core.learned import VERSION, LearnedStateError
+from rainierd.fleet.topology import build_fleet, build_topology
 from rainierd.monitor import Monitor
 from rainierd.monitor.checkpoint_file import load_checkpoint, save_checkpoint
 from rainierd.monitor.checkpointing import Checkpointer
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
 from rainierd.sim.profile import PROFILES
-from rainierd.topology import build_fleet, build_topology
 from tests.test_monitor import tick_messages
 
 REALISTIC = PROFILES["realistic"]

@@ -11,7 +11,7 @@ import types
 import pytest
 
 from rainierd import _start
-from rainierd.lifecycle import stop_on_signals
+from rainierd.runtime.lifecycle import stop_on_signals
 
 
 @pytest.fixture

@@ -17,8 +17,8 @@ from hypothesis.extra import numpy as hnp
 
 from rainierd.core.state import FleetState
 from rainierd.core.throughput import Throughput, compute_throughput
-from rainierd.hardware import TRN2
-from rainierd.topology import Topology, build_fleet
+from rainierd.fleet.hardware import TRN2
+from rainierd.fleet.topology import Topology, build_fleet
 
 PEAK = TRN2.fp8_dense_flops
 MARGIN = 1.05  # core/bounds.py: the most a counter's rate is admitted at, over the chip's peak
@@ -44,7 +44,7 @@ class Chips:
         present = topo.node_present.copy()
         present[list(self.absent)] = False
         present.flags.writeable = False
-        return replace(topo, node_present=present)  # as rainierd/shards.py's shard_view makes nodes absent
+        return replace(topo, node_present=present)  # as rainierd/fleet/shards.py's shard_view makes nodes absent
 
     def throughput(self) -> tuple[Topology, Throughput]:
         """Return the topology and the throughput of a state holding these reports (an absent node's chips

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from rainierd.connection import Connection
 from rainierd.monitor.snapshot import MonitorSnapshot, MonitorStatus
+from rainierd.mqtt.connection import Connection
 from rainierd.top.app import FleetScreen, TopApp
 from rainierd.top.heatmap import HeatMap
 from rainierd.top.model import COLOURS
@@ -257,3 +257,23 @@ class TestSecurity:
             async with app.run_test(size=SIZE) as pilot:
                 await settle(pilot, link_is(app, "unreachable"), "TLS refused")
                 assert "TLS failed" in app.health.text
+
+
+class _Unreachable:
+    """A monitor that never answers."""
+
+    async def get(self, target: str) -> dict[str, object]:
+        from rainierd.top.source import SourceError  # noqa: PLC0415
+
+        raise SourceError(f"{target}: unreachable")
+
+
+async def test_a_poll_that_ends_after_the_screens_are_gone_draws_nothing() -> None:
+    """A poll waiting on the monitor when the application shuts down finds no screen on the stack: it keeps
+    its figures and draws nothing, instead of raising ScreenStackError in its worker (seen once in the unit
+    tier on 2026-12-06, in a test that quit while a poll was out)."""
+    app = TopApp(_Unreachable())
+    assert app.screen_stack == []
+    await app.poll()
+    assert app.polls == 1
+    assert "UNREACHABLE" in str(app.health.link).upper()

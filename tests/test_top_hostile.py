@@ -32,7 +32,7 @@ from rich.text import Text
 from textual.pilot import Pilot
 
 from harness.timing import within
-from rainierd.httpclient import remote
+from rainierd.http.client import remote
 from rainierd.top.app import TARGETS, TopApp
 from rainierd.top.screens import Banner, JobScreen, UltraServerScreen
 from rainierd.top.source import HttpSource

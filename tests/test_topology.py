@@ -1,4 +1,4 @@
-"""Specification of the fleet numbering (rainierd.topology)."""
+"""Specification of the fleet numbering (rainierd.fleet.topology)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from rainierd.errors import ConfigError
-from rainierd.topology import LINK_KIND_RING, LINK_KIND_TORUS, build_sites, build_topology
+from rainierd.fleet.topology import LINK_KIND_RING, LINK_KIND_TORUS, build_sites, build_topology
 
 
 class TestPresetSizes:

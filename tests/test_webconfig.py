@@ -13,9 +13,9 @@ import bcrypt
 import pytest
 
 from rainierd.errors import ConfigError
-from rainierd.exporter import MetricsServer
-from rainierd.exporter.webconfig import TLSServerConfig, WebConfig, load_web_config
-from rainierd.probes import Verdict
+from rainierd.http.server import MetricsServer
+from rainierd.http.webconfig import TLSServerConfig, WebConfig, load_web_config
+from rainierd.runtime.probes import Verdict
 from tests.certs import Pki, make_pki
 
 # Cost 4, bcrypt's least: these tests are about the format, not the cost.

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from rainierd.core import FleetState, Ingest, IngestStats, Received
 from rainierd.errors import FrameError
-from rainierd.topology import build_topology
+from rainierd.fleet.topology import build_topology
 from rainierd.wire import CHIP_DTYPE, NodeBatch, NodeFrame, decode_binary, decode_json, encode_json
 from rainierd.wire.binary import BATCH_HEADER, FLAG_RECORD_KNOWN, RawBatch, encode_batch
 from rainierd.wire.records import RECORD_DTYPES, RECORD_KINDS

@@ -14,7 +14,7 @@ from textual.pilot import Pilot
 from textual.widgets import DataTable, Static
 
 from harness.timing import within
-from rainierd.httpclient import remote
+from rainierd.http.client import remote
 from rainierd.top.app import TopApp
 from rainierd.top.source import HttpSource
 

@@ -21,9 +21,10 @@ from typing import Any, Final
 
 import numpy as np
 
+from rainierd.api import ReadApi
 from rainierd.core.analysis import MonitorCore
 from rainierd.core.jobs import NameIndex, resolve_jobs
-from rainierd.exporter.api import ReadApi
+from rainierd.fleet.topology import build_topology
 from rainierd.monitor.events import EventLog
 from rainierd.monitor.snapshot import MonitorSnapshot, MonitorStatus
 from rainierd.sim.faults import Fault, FaultKind
@@ -32,7 +33,6 @@ from rainierd.sim.frames import tick_frames
 from rainierd.top.answers import check
 from rainierd.top.app import TopApp
 from rainierd.top.source import SourceError
-from rainierd.topology import build_topology
 from rainierd.wire.jobs import JobDocument
 
 __all__ = ["SHOTS", "render"]
@@ -79,7 +79,7 @@ def monitor() -> ReadApi:
 
 
 def _connected() -> Any:
-    from rainierd.connection import Connection  # noqa: PLC0415
+    from rainierd.mqtt.connection import Connection  # noqa: PLC0415
 
     return Connection(connected=True, broker="mqtts://broker:8883", connects=1)
 

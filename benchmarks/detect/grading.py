@@ -27,9 +27,9 @@ import numpy as np
 from benchmarks.detect.alarms import poisson_upper, rates_by_class
 from benchmarks.detect.placing import GRACE_S, tail_seconds, ticks_of
 from rainierd.core.detect import Event
-from rainierd.pace import CAUSES
+from rainierd.fleet.pace import CAUSES
+from rainierd.fleet.topology import Topology, build_fleet
 from rainierd.sim.faults import TARGETS, Fault, FaultKind
-from rainierd.topology import Topology, build_fleet
 
 __all__ = ["ENTITY", "HARD", "RunResult", "compare", "control", "grade"]
 

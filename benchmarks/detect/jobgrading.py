@@ -40,9 +40,9 @@ from typing import Any, Final
 
 from benchmarks.detect.grading import ENTITY
 from benchmarks.detect.jobrows import JOB_ROW_ULTRASERVERS, JobRecord, JobRunResult
-from rainierd.pace import CAUSES
+from rainierd.fleet.pace import CAUSES
+from rainierd.fleet.topology import Topology, build_fleet
 from rainierd.sim.faults import Fault
-from rainierd.topology import Topology, build_fleet
 
 __all__ = ["NEGLIGIBLE", "TOLERANCE", "culprit_found", "culprit_ultraserver", "grade_job_rows", "job_figures"]
 

@@ -41,15 +41,15 @@ from rainierd.core.fleetloss import price_fleet
 from rainierd.core.jobmodel import CULPRIT_KINDS
 from rainierd.core.jobs import JobMembership
 from rainierd.core.model import HealthyShares
+from rainierd.fleet.pace import CAUSES
+from rainierd.fleet.topology import build_fleet
 from rainierd.monitor.jobs import JobFeed
-from rainierd.pace import CAUSES
 from rainierd.sim.faults import SEVERITIES, TARGETS, Fault, FaultKind, fault_ultraservers
 from rainierd.sim.fleet import FleetModel, FleetParams
 from rainierd.sim.frames import tick_batches
 from rainierd.sim.job_training import JobTraining
 from rainierd.sim.profile import PROFILES
 from rainierd.sim.workload import JobAnnouncer, JobSpec
-from rainierd.topology import build_fleet
 
 __all__ = [
     "CHECKPOINT_EVERY_S", "CHECKPOINT_S", "FAULTED_PER_RUN", "JOB_ROW_ULTRASERVERS", "JOB_SIZES", "JobRecord",

@@ -21,9 +21,9 @@ from typing import Any, Final
 import numpy as np
 
 from rainierd.core.detect import Event
+from rainierd.fleet.topology import Topology
 from rainierd.sim.sample import TickTruth
 from rainierd.sim.workload import PHASES
-from rainierd.topology import Topology
 
 __all__ = ["LOOKBACK_S", "PHASE_LABELS", "PhaseLog", "phase_control"]
 

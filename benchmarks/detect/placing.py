@@ -13,8 +13,8 @@ from typing import Final
 
 import numpy as np
 
+from rainierd.fleet.topology import LINK_KIND_RING, Topology, build_fleet
 from rainierd.sim.faults import SEVERITIES, TARGETS, Fault, FaultKind, flapping_fault
-from rainierd.topology import LINK_KIND_RING, Topology, build_fleet
 
 __all__ = [
     "FAULT_S", "GRACE_S", "JITTER_S", "SLOW_FAULT_S", "SLOW_TAIL_S", "SLOW_ULTRASERVERS", "SLOW_WARMUP_S", "TAIL_S",

@@ -46,14 +46,14 @@ from benchmarks.detect.placing import (
 )
 from rainierd.core.analysis import MonitorCore
 from rainierd.core.config import MonitorConfig
-from rainierd.hardware import TRN2
-from rainierd.pace import CAUSES
+from rainierd.fleet.hardware import TRN2
+from rainierd.fleet.pace import CAUSES
+from rainierd.fleet.topology import Topology, build_fleet
 from rainierd.sim.faults import Fault, FaultKind
 from rainierd.sim.fleet import FleetModel, FleetParams
 from rainierd.sim.frames import tick_batches
 from rainierd.sim.profile import Profile
 from rainierd.sim.workload import JobSpec
-from rainierd.topology import Topology, build_fleet
 
 __all__ = [
     "DEFAULT_PROFILES", "FULL", "HEADLINE_TICK_S", "QUICK", "Job", "JobRowRun", "Scale", "available_profiles",

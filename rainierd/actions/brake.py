@@ -18,7 +18,7 @@ import numpy as np
 
 from rainierd.actions.config import ActionConfig
 from rainierd.actions.model import BrakeStatus
-from rainierd.topology import Topology
+from rainierd.fleet.topology import Topology
 
 __all__ = ["Brake"]
 

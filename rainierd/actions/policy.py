@@ -55,7 +55,7 @@ from rainierd.core.detect._common import Reason, reason_names
 from rainierd.core.jobmodel import CULPRIT_KINDS, JobLoss
 from rainierd.core.jobphase import CHECKPOINT, PHASE_NAMES, RESTARTING, JobPhases
 from rainierd.core.jobs import JobMembership
-from rainierd.topology import Topology
+from rainierd.fleet.topology import Topology
 
 __all__ = ["ActionPolicy", "ActionTotals", "MonitorCondition", "entity_actions"]
 

@@ -11,6 +11,6 @@ of the streams (``Confirmed``) its caller builds from its own accounting.
 from __future__ import annotations
 
 from rainierd.admission._admission import Admission, Confirmed, Fate, StreamsView
-from rainierd.admission._shares import BURST_TICKS, SharePolicy, Shares
+from rainierd.admission._quota import BURST_TICKS, SharePolicy, Shares
 
 __all__ = ["BURST_TICKS", "Admission", "Confirmed", "Fate", "SharePolicy", "Shares", "StreamsView"]

@@ -58,7 +58,7 @@ from typing import Final, Literal
 import numpy as np
 import numpy.typing as npt
 
-from rainierd.admission._shares import SharePolicy
+from rainierd.admission._quota import SharePolicy
 from rainierd.errors import FrameError
 from rainierd.wire.peek import Peek, peek
 from rainierd.wire.topics import TELEMETRY_ROOT, parse_topic

@@ -35,7 +35,7 @@ import numpy.typing as npt
 
 from rainierd.admission import Confirmed, StreamsView
 from rainierd.errors import FrameError
-from rainierd.topology import Topology
+from rainierd.fleet.topology import Topology
 from rainierd.wire import NodeBatch, NodeFrame, decode_json, encode_batch
 from rainierd.wire.binary import (
     BATCH_HEADER,

@@ -44,14 +44,14 @@ import structlog
 
 from rainierd.admission import Admission, SharePolicy
 from rainierd.aggregate._batcher import Batcher, Outgoing, TickResult
-from rainierd.connection import Connection, ConnectionState
-from rainierd.dropqueue import DropOldestQueue
 from rainierd.errors import FrameError
-from rainierd.mqtt import deliver
-from rainierd.probes import Verdict
-from rainierd.schedule import Schedule
-from rainierd.shards import shard_view
-from rainierd.topology import Topology
+from rainierd.fleet.shards import shard_view
+from rainierd.fleet.topology import Topology
+from rainierd.mqtt.connection import Connection, ConnectionState
+from rainierd.mqtt.supervisor import deliver
+from rainierd.runtime.dropqueue import DropOldestQueue
+from rainierd.runtime.probes import Verdict
+from rainierd.runtime.schedule import Schedule
 from rainierd.wire.topics import Shard, node_filters
 
 __all__ = ["BATCH_NODE_BUCKETS", "DRAIN_S", "Aggregator", "AggregatorStatus"]

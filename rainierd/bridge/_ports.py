@@ -9,7 +9,7 @@ and nothing says it is gone.  So each name is mapped to a port once, by
 this rule, and never again:
 
 1. the inventory's ``efa_devices`` for the node, in port order, when it
-   lists them (``rainierd/inventory.py``);
+   lists them (``rainierd/fleet/inventory.py``);
 2. else the natural order of the names seen in the first snapshot that has
    any (``rdmap16s0`` before ``rdmap112s0``), at most the node's
    ``efa_ports_per_node``, frozen.

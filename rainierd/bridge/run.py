@@ -49,18 +49,19 @@ from rainierd.bridge._lines import lines
 from rainierd.bridge._metrics import BridgeCollector, BridgeStatus
 from rainierd.bridge._node import NodeBridge, Outcome
 from rainierd.bridge._ports import EfaSnapshot
-from rainierd.connection import ConnectionState
-from rainierd.dropqueue import DropOldestQueue
 from rainierd.errors import ConfigError
-from rainierd.exporter import MetricsServer, build_registry
-from rainierd.exporter.serverstatus import ServerCollector, ServerCounters
-from rainierd.exporter.webconfig import load_web_config
-from rainierd.inventory import load_topology
-from rainierd.lifecycle import run_until_stopped
-from rainierd.mqtt import mqtt_config, supervise
-from rainierd.probes import Verdict
+from rainierd.exporter import build_registry
+from rainierd.fleet.inventory import load_topology
+from rainierd.fleet.topology import Topology
+from rainierd.http.server import MetricsServer
+from rainierd.http.status import ServerCollector, ServerCounters
+from rainierd.http.webconfig import load_web_config
+from rainierd.mqtt.connection import ConnectionState
+from rainierd.mqtt.supervisor import mqtt_config, supervise
+from rainierd.runtime.dropqueue import DropOldestQueue
+from rainierd.runtime.lifecycle import run_until_stopped
+from rainierd.runtime.probes import Verdict
 from rainierd.settings import Settings
-from rainierd.topology import Topology
 from rainierd.wire.topics import node_topic
 
 __all__ = ["DRAIN_S", "MAX_LINE_BYTES", "STOP_DRAIN_S", "NeuronMonitorBridge", "find_node", "run_bridge"]

@@ -30,7 +30,7 @@ import numpy as np
 
 from rainierd._types import F64, I64, B
 from rainierd.core.state import COUNTER_SUMS, FleetState, Table
-from rainierd.topology import Topology
+from rainierd.fleet.topology import Topology
 
 __all__ = ["AGGREGATE_GAUGES", "COUNTER_SUMS", "Aggregates", "CounterSums", "Extremes"]
 

@@ -28,7 +28,7 @@ from rainierd.core.learned import fingerprint, learned_arrays, restore_learned
 from rainierd.core.model import HealthyShares
 from rainierd.core.state import FleetState
 from rainierd.core.throughput import Throughput, compute_throughput
-from rainierd.topology import Topology
+from rainierd.fleet.topology import Topology
 from rainierd.wire.records import Frame, NodeBatch
 
 __all__ = ["Analysis", "DetailView", "HealthView", "MonitorCore"]

@@ -44,8 +44,8 @@ from typing import Final
 import numpy as np
 
 from rainierd._types import F64, I64
-from rainierd.hardware import TRN2, Trainium2
-from rainierd.topology import Topology
+from rainierd.fleet.hardware import TRN2, Trainium2
+from rainierd.fleet.topology import Topology
 
 __all__ = ["EXACT", "OUT_OF_RANGE", "RATIOS", "REFUSAL_REASONS", "Bound", "CounterBounds"]
 

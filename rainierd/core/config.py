@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from rainierd.core.bounds import CounterBounds
 from rainierd.core.detect import DetectionParams
 from rainierd.core.model import ModelParams
-from rainierd.hardware import TRN2, Trainium2
+from rainierd.fleet.hardware import TRN2, Trainium2
 
 __all__ = ["MonitorConfig"]
 

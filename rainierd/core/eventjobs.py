@@ -44,7 +44,7 @@ from rainierd._types import F64, I64, B
 from rainierd.core.detect import Event, JobCost
 from rainierd.core.jobmodel import JobLoss
 from rainierd.core.jobs import JobMembership
-from rainierd.topology import Topology
+from rainierd.fleet.topology import Topology
 
 __all__ = ["with_jobs"]
 

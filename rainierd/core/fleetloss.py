@@ -46,7 +46,7 @@ from rainierd.core.jobmodel import CULPRIT_KINDS, TERMS, Groups, JobLoss, Priced
 from rainierd.core.jobs import JobMembership
 from rainierd.core.model import HealthyShares, ModelParams
 from rainierd.core.throughput import Throughput
-from rainierd.pace import CAUSES
+from rainierd.fleet.pace import CAUSES
 
 __all__ = ["FLEET_CULPRITS", "LostByCause", "price_fleet"]
 

@@ -8,7 +8,7 @@ wherever they are, so one degraded link in one UltraServer costs every chip
 of a job spanning three.  ``core/model.py`` charges each fault to its own
 UltraServer only, which reports a third of such a job's loss.
 
-The step formula is ``rainierd/pace.py``'s, priced with each job's slowest
+The step formula is ``rainierd/fleet/pace.py``'s, priced with each job's slowest
 member and paths: per node first (a node belongs to one job), then per job,
 so a fault on a node of another job, even in the same UltraServer, is never
 charged to this one.  A NeuronLink counts for a job when both its ends are
@@ -33,7 +33,7 @@ from rainierd.core.detect.chips import FAILED, HEALTHY, STALE, STRAGGLER, THROTT
 from rainierd.core.jobs import JobMembership
 from rainierd.core.model import HealthyShares, ModelParams, group_loss
 from rainierd.core.throughput import Throughput
-from rainierd.pace import CAUSES
+from rainierd.fleet.pace import CAUSES
 
 __all__ = ["CULPRIT_KINDS", "TERMS", "TOP_CULPRITS", "Groups", "JobLoss", "Priced", "Rows", "job_loss", "no_job_loss",
            "price_groups"]

@@ -28,7 +28,7 @@ import numpy.typing as npt
 
 from rainierd.core.detect._baseline import Learned, take
 from rainierd.errors import RainierdError
-from rainierd.topology import Topology
+from rainierd.fleet.topology import Topology
 
 if TYPE_CHECKING:
     from rainierd.core.analysis import MonitorCore

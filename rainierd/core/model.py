@@ -5,7 +5,7 @@ tests/test_model.py checks).  Groups are jobs, or an UltraServer's capacity
 in no job (``core/jobmodel.py`` prices them, ``core/fleetloss.py`` adds the
 prices up at every level).
 
-The step formula, its shares and the cause names are ``rainierd/pace.py``'s,
+The step formula, its shares and the cause names are ``rainierd/fleet/pace.py``'s,
 shared with the simulator: each synchronous group runs at the pace of its
 slowest member and its collectives at the pace of its slowest path::
 
@@ -30,13 +30,13 @@ import numpy as np
 import numpy.typing as npt
 
 from rainierd._types import F64, Floats
-from rainierd.pace import CAUSES, SHARES, StepShares, step_excess
+from rainierd.fleet.pace import CAUSES, SHARES, StepShares, step_excess
 
 __all__ = ["CAUSES", "HealthyShares", "ModelParams", "group_loss"]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelParams:
-    """The monitor's step shares (defaults: ``rainierd.pace.SHARES``, the simulator's too) and how it learns
+    """The monitor's step shares (defaults: ``rainierd.fleet.pace.SHARES``, the simulator's too) and how it learns
     what a stall costs."""
 
     comm_nl_share: float = SHARES.comm_nl_share

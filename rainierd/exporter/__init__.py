@@ -1,14 +1,13 @@
-"""The Prometheus edge: collectors and text families over the monitor's
-frozen snapshot, the drill-down of one UltraServer, and the HTTP server that
-exposes them with the health probes.
+"""The Prometheus metrics: collectors and text-rendered families over the
+monitor's frozen snapshot, under one registry that times each producer.  What
+serves them is the HTTP edge's business (``rainierd.http``), which knows none
+of them.
 """
 
 from __future__ import annotations
 
-from rainierd.exporter.drilldown import UltraServerProbe
 from rainierd.exporter.entities import DetectionCollector, EntityFamilies
 from rainierd.exporter.fleet import FleetCollector, ShardCollector
-from rainierd.exporter.http import MetricsServer
 from rainierd.exporter.registry import BuildInfoCollector, Exporter, build_registry
 from rainierd.exporter.wiring import build_exporter
 
@@ -18,9 +17,7 @@ __all__ = [
     "EntityFamilies",
     "Exporter",
     "FleetCollector",
-    "MetricsServer",
     "ShardCollector",
-    "UltraServerProbe",
     "build_exporter",
     "build_registry",
 ]

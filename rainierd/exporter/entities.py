@@ -27,9 +27,9 @@ from prometheus_client.registry import Collector
 
 from rainierd.core.detect import STATE_NAMES
 from rainierd.core.detect._common import reason_names
+from rainierd.fleet.pace import CAUSES
+from rainierd.fleet.topology import LINK_KIND_NAMES, Topology
 from rainierd.monitor.snapshot import DetailView, MonitorSnapshot
-from rainierd.pace import CAUSES
-from rainierd.topology import LINK_KIND_NAMES, Topology
 
 __all__ = ["ENTITY_FAMILIES", "DetectionCollector", "EntityFamilies"]
 

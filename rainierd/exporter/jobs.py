@@ -28,8 +28,8 @@ from rainierd._types import I64
 from rainierd.core.jobmodel import JobLoss
 from rainierd.core.jobphase import PHASE_NAMES, JobPhases
 from rainierd.core.jobs import JobMembership
+from rainierd.fleet.pace import CAUSES
 from rainierd.monitor.snapshot import MonitorSnapshot
-from rainierd.pace import CAUSES
 from rainierd.wire.jobs import JOB_REJECT_REASONS
 
 __all__ = ["ID_SPELLING", "JobFamilies", "exported_jobs"]

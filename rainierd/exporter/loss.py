@@ -20,8 +20,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from rainierd.exporter.jobs import ID_SPELLING
+from rainierd.fleet.pace import CAUSES
 from rainierd.monitor.snapshot import MonitorSnapshot
-from rainierd.pace import CAUSES
 
 __all__ = ["LossCollector", "goodput"]
 

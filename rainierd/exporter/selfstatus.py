@@ -14,8 +14,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from rainierd.core.state import REFUSALS
-from rainierd.histogram import Histogram
 from rainierd.monitor.snapshot import MonitorSnapshot, MonitorStatus
+from rainierd.runtime.histogram import Histogram
 
 __all__ = [
     "DECODE_REASONS", "AnalysisCollector", "BacklogCollector", "CheckpointCollector", "IngestCollector",

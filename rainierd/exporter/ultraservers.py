@@ -19,8 +19,8 @@ from typing import Final, NamedTuple
 import numpy as np
 
 from rainierd._types import F64, I64
+from rainierd.fleet.topology import Topology
 from rainierd.monitor.snapshot import MonitorSnapshot
-from rainierd.topology import Topology
 
 __all__ = ["AGGREGATE_FAMILIES", "UltraServerFamilies"]
 

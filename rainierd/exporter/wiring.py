@@ -24,11 +24,11 @@ from rainierd.exporter.selfstatus import (
     LoopCollector,
     MqttCollector,
 )
-from rainierd.exporter.serverstatus import ServerCollector, ServerStatus
 from rainierd.exporter.ultraservers import UltraServerFamilies
+from rainierd.fleet.shards import shard_view
+from rainierd.fleet.topology import Topology
+from rainierd.http.status import ServerCollector, ServerStatus
 from rainierd.monitor.snapshot import MonitorSnapshot
-from rainierd.shards import shard_view
-from rainierd.topology import Topology
 from rainierd.wire.topics import WHOLE_FLEET, Shard
 
 __all__ = ["Exporter", "build_exporter"]

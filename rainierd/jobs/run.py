@@ -43,15 +43,15 @@ from typing import Any, Final, Literal
 import aiomqtt
 import structlog
 
-from rainierd.connection import ConnectionState
 from rainierd.core.jobs import NameIndex, resolve_jobs
 from rainierd.errors import JobError, RainierdError
-from rainierd.inventory import load_topology
+from rainierd.fleet.inventory import load_topology
 from rainierd.jobs.kubernetes import DEFAULT_GROUP_LABELS, PodWatch, kubernetes_jobs
 from rainierd.jobs.slurm import slurm_jobs
 from rainierd.jobs.static import static_jobs
-from rainierd.lifecycle import run_until_stopped
-from rainierd.mqtt import MAX_PACKET_OVERHEAD, MqttConfig, mqtt_config, supervise
+from rainierd.mqtt.connection import ConnectionState
+from rainierd.mqtt.supervisor import MAX_PACKET_OVERHEAD, MqttConfig, mqtt_config, supervise
+from rainierd.runtime.lifecycle import run_until_stopped
 from rainierd.settings import Settings
 from rainierd.wire.jobs import JOBS_FILTER, MAX_JOB_BYTES, JobBook, JobDocument, encode_job, job_topic
 from rainierd.wire.topics import status_topic

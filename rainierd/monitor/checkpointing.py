@@ -41,9 +41,9 @@ import numpy.typing as npt
 import structlog
 
 from rainierd.core.ingest import Ingest
-from rainierd.logs import worth_logging
 from rainierd.monitor.checkpoint_file import load_checkpoint, mark_stale, save_checkpoint
 from rainierd.monitor.snapshot import Checkpointing
+from rainierd.runtime.logs import worth_logging
 
 __all__ = ["Checkpointer", "LearnedSource"]
 

@@ -17,7 +17,7 @@ import aiomqtt
 import structlog
 
 from rainierd.core.detect import Event
-from rainierd.dropqueue import DropOldestQueue
+from rainierd.runtime.dropqueue import DropOldestQueue
 from rainierd.wire.topics import EVENTS_ROOT
 
 __all__ = ["RECENT_EVENTS", "EventLog"]

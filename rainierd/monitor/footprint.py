@@ -1,5 +1,5 @@
 """When the monitor hands freed memory back, beyond the end of a burst: the
-C heap keeps every page it ever held (``rainierd/_malloc.py``: a tick's
+C heap keeps every page it ever held (``rainierd/runtime/malloc.py``: a tick's
 temporaries are reused, not faulted in again), so input that makes an
 analysis allocate more than an ordinary tick's leaves the process at that
 size for good.  Hostile input does exactly that without ever being a burst:

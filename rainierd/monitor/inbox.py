@@ -32,10 +32,10 @@ import structlog
 from rainierd.admission import Admission
 from rainierd.core.ingest import Message
 from rainierd.errors import FrameError
+from rainierd.fleet.topology import Topology
 from rainierd.monitor.clock import ReceiveClock
 from rainierd.monitor.rejections import RejectionLog
 from rainierd.monitor.snapshot import Receipts
-from rainierd.topology import Topology
 from rainierd.wire.binary import HEADER
 from rainierd.wire.records import NODE_FRAME_DTYPES
 

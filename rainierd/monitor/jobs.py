@@ -26,7 +26,7 @@ from types import MappingProxyType
 import structlog
 
 from rainierd.core.jobs import JobMembership, NameIndex, resolve_jobs
-from rainierd.topology import Topology
+from rainierd.fleet.topology import Topology
 from rainierd.wire.jobs import JOB_REJECT_REASONS, JOBS_ROOT, JobBook, JobDocument
 
 __all__ = ["JobFeed", "is_job_topic"]

@@ -23,18 +23,15 @@ from typing import Final
 
 import structlog
 
-from rainierd._malloc import release_freed_memory
 from rainierd.actions import ActionsView
 from rainierd.actions.config import ActionConfig
 from rainierd.actions.policy import ActionPolicy, MonitorCondition
 from rainierd.admission import BURST_TICKS, Admission, Confirmed, SharePolicy
-from rainierd.connection import ConnectionState
 from rainierd.core.analysis import Analysis, MonitorCore
 from rainierd.core.config import MonitorConfig
 from rainierd.core.ingest import Message
-from rainierd.histogram import LagHistogram
-from rainierd.logs import worth_logging
-from rainierd.looplag import LoopLag
+from rainierd.fleet.shards import shard_view
+from rainierd.fleet.topology import Topology
 from rainierd.monitor.admission import confirmed_of
 from rainierd.monitor.checkpointing import Checkpointer
 from rainierd.monitor.clock import ListeningClock
@@ -43,14 +40,17 @@ from rainierd.monitor.footprint import Footprint, rss_bytes
 from rainierd.monitor.inbox import Inbox, backlog_bytes_for
 from rainierd.monitor.jobs import JobFeed, is_job_topic
 from rainierd.monitor.ledger_file import ledger_path, restore_ledger, save_ledger
-from rainierd.monitor.load import LoadJudge
+from rainierd.monitor.overload import LoadJudge
 from rainierd.monitor.rejections import RejectionLog
 from rainierd.monitor.session import Session
 from rainierd.monitor.snapshot import IngestCounts, MonitorSnapshot, MonitorStatus
-from rainierd.probes import Verdict
-from rainierd.shards import shard_view
+from rainierd.mqtt.connection import ConnectionState
+from rainierd.runtime.histogram import LagHistogram
+from rainierd.runtime.logs import worth_logging
+from rainierd.runtime.looplag import LoopLag
+from rainierd.runtime.malloc import release_freed_memory
+from rainierd.runtime.probes import Verdict
 from rainierd.sinks.retained import RetainedActions
-from rainierd.topology import Topology
 from rainierd.wire.jobs import JobDocument
 from rainierd.wire.topics import WHOLE_FLEET, Shard
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 import structlog
 
-from rainierd.logs import worth_logging
+from rainierd.runtime.logs import worth_logging
 
 __all__ = ["RejectionLog"]
 

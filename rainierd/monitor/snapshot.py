@@ -16,7 +16,6 @@ from types import MappingProxyType
 
 from rainierd.actions import ActionsView
 from rainierd.actions.policy import ActionTotals
-from rainierd.connection import Connection
 from rainierd.core.aggregates import Aggregates
 from rainierd.core.analysis import Analysis, DetailView, HealthView
 from rainierd.core.fleetloss import LostByCause
@@ -25,7 +24,8 @@ from rainierd.core.jobmodel import JobLoss
 from rainierd.core.jobphase import JobPhases
 from rainierd.core.jobs import JobMembership
 from rainierd.core.throughput import Throughput
-from rainierd.histogram import Histogram
+from rainierd.mqtt.connection import Connection
+from rainierd.runtime.histogram import Histogram
 
 __all__ = [
     "Aggregates", "Backlog", "Checkpointing", "DetailView", "HealthView", "IngestCounts", "MonitorSnapshot",

@@ -15,8 +15,8 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
+from rainierd.fleet.topology import Topology
 from rainierd.sim.profile import Profile
-from rainierd.topology import Topology
 
 __all__ = ["Statics", "static_rng"]
 

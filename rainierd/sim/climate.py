@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from rainierd._types import F64
+from rainierd.fleet.topology import Topology
 from rainierd.sim.params import FleetParams
-from rainierd.topology import Topology
 
 __all__ = ["Climate"]
 

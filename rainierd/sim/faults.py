@@ -22,8 +22,8 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from rainierd.hardware import TRN2
-from rainierd.topology import Topology
+from rainierd.fleet.hardware import TRN2
+from rainierd.fleet.topology import Topology
 
 __all__ = [
     "SEVERITIES",

@@ -30,7 +30,8 @@ import numpy as np
 import numpy.typing as npt
 
 from rainierd._types import F64, B
-from rainierd.hardware import TRN2, Trainium2
+from rainierd.fleet.hardware import TRN2, Trainium2
+from rainierd.fleet.topology import LINK_KIND_RING, Topology
 from rainierd.sim._statics import Statics, static_rng
 from rainierd.sim.climate import Climate
 from rainierd.sim.faults import Effects, Fault, FaultKind, effects
@@ -42,7 +43,6 @@ from rainierd.sim.sample import TickSample, TickTruth
 from rainierd.sim.stepcycle import StepCycle
 from rainierd.sim.training import EFA_PACKET_BYTES, Pace, Training
 from rainierd.sim.workload import JobSchedule, JobSpec
-from rainierd.topology import LINK_KIND_RING, Topology
 from rainierd.wire.records import (
     CHIP_DTYPE_V1,
     COOLING_DTYPE,

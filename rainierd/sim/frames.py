@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from rainierd.fleet.topology import Topology
 from rainierd.sim.sample import TickSample
-from rainierd.topology import Topology
 from rainierd.wire.records import RECORD_KINDS, FacilityFrame, NodeBatch, NodeFrame, column_dtypes
 from rainierd.wire.topics import BUCKETS, batch_topic, bucket_of, facility_topic, node_topic
 

@@ -17,14 +17,14 @@ import numpy as np
 import numpy.typing as npt
 
 from rainierd._types import F64
-from rainierd.hardware import Trainium2
-from rainierd.pace import CAUSES, step_excess, step_time
+from rainierd.fleet.hardware import Trainium2
+from rainierd.fleet.pace import CAUSES, step_excess, step_time
+from rainierd.fleet.topology import Topology
 from rainierd.sim.faults import Effects, Fault, fault_ultraservers
 from rainierd.sim.params import FleetParams
 from rainierd.sim.sample import JobTruth
 from rainierd.sim.training import Pace, Training
 from rainierd.sim.workload import EVAL, PHASES, RESTARTING, RUNNING, STALLS, JobMix, JobSchedule, JobSpec
-from rainierd.topology import Topology
 
 __all__ = ["JobTraining"]
 

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rainierd.fleet.topology import Topology
 from rainierd.sim.frames import tick_frames
 from rainierd.sim.sample import TickSample
-from rainierd.topology import Topology
 from rainierd.wire import encode_binary
 from rainierd.wire.binary import KIND_NODE, MAGIC, node_frame_dtype
 from rainierd.wire.records import WIRE_VERSION

@@ -2,7 +2,7 @@
 from the model that steps them so that callers (the daemon, the benchmarks)
 configure a fleet without reading how it is stepped.
 
-The step shares default to ``rainierd.pace.SHARES``, the monitor's defaults
+The step shares default to ``rainierd.fleet.pace.SHARES``, the monitor's defaults
 too, so the world and the observer price a healthy step alike.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from rainierd.pace import SHARES, StepShares
+from rainierd.fleet.pace import SHARES, StepShares
 from rainierd.sim.workload import JobMix
 
 __all__ = ["FleetParams"]
@@ -45,7 +45,7 @@ class FleetParams:
     efa_load: float = 0.2
     efa_retrans_pkts_per_s: float = 0.2
     efa_latency_us: float = 12.0
-    # The share of a group's EFA collective time that is latency-bound (``rainierd.pace.StepShares``).
+    # The share of a group's EFA collective time that is latency-bound (``rainierd.fleet.pace.StepShares``).
     efa_latency_share: float = SHARES.efa_latency_share
     ecc_corrected_per_s: float = 2e-4
     outside_mean_c: float = 14.0

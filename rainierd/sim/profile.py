@@ -27,8 +27,8 @@ from typing import Final
 
 import numpy as np
 
-from rainierd.hardware import TRN2
-from rainierd.topology import Topology, build_sites
+from rainierd.fleet.hardware import TRN2
+from rainierd.fleet.topology import Topology, build_sites
 
 __all__ = ["PROFILES", "Profile"]
 

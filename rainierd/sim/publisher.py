@@ -5,7 +5,7 @@ Production of ticks never waits on the broker: while the connection is down
 (or the broker cannot take the rate) the outbox fills, then drops its oldest
 messages (the frames in them counted, one log line a tick at most), and the
 monitor sees the loss as sequence gaps.  Tick ``k`` is produced at
-``start + k * tick_s`` on the event loop's monotonic clock (rainierd/schedule.py).
+``start + k * tick_s`` on the event loop's monotonic clock (rainierd/runtime/schedule.py).
 
 With the binary encoding the simulator publishes as an aggregation tier
 would: one batch frame per ``batch_nodes`` nodes of a site (docs/performance.md
@@ -33,9 +33,10 @@ import aiomqtt
 import numpy as np
 import structlog
 
-from rainierd.dropqueue import DropOldestQueue
-from rainierd.mqttburst import publish_many
-from rainierd.schedule import Schedule
+from rainierd.fleet.topology import Topology
+from rainierd.mqtt.burst import publish_many
+from rainierd.runtime.dropqueue import DropOldestQueue
+from rainierd.runtime.schedule import Schedule
 from rainierd.sim.faults import Fault
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import batches_per_tick, tick_batches, tick_frames
@@ -45,7 +46,6 @@ from rainierd.sim.profile import PROFILES, Profile
 from rainierd.sim.sample import TickTruth
 from rainierd.sim.scenarios import random_faults
 from rainierd.sim.workload import JobAnnouncer, JobSpec, jobs_truth_document
-from rainierd.topology import Topology
 from rainierd.wire import encode_binary, encode_json
 from rainierd.wire.records import NODE_FRAME_DTYPES, Frame, NodeBatch
 from rainierd.wire.topics import truth_topic

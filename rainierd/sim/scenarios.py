@@ -15,8 +15,8 @@ from typing import Final
 import numpy as np
 
 from rainierd.errors import ConfigError
+from rainierd.fleet.topology import Topology
 from rainierd.sim.faults import SEVERITIES, TARGETS, Fault, FaultKind, flapping_fault
-from rainierd.topology import Topology
 
 __all__ = ["load_scenario", "random_faults"]
 

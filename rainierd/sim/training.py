@@ -4,7 +4,7 @@ FP8 FLOP/s that pace truly costs, by cause and by fault (the ground truth the
 monitor's estimate is graded against).
 
 A group is ``FleetParams.group_ultraservers`` UltraServers.  The pace is
-``1 / step`` with the step formula of ``rainierd/pace.py``, the monitor's
+``1 / step`` with the step formula of ``rainierd/fleet/pace.py``, the monitor's
 too; a group with a failed or silent member stalls (pace 0).
 """
 
@@ -17,11 +17,11 @@ import numpy as np
 import numpy.typing as npt
 
 from rainierd._types import F64, B
-from rainierd.hardware import Trainium2
-from rainierd.pace import CAUSES, path_stretch, step_excess, step_time
+from rainierd.fleet.hardware import Trainium2
+from rainierd.fleet.pace import CAUSES, path_stretch, step_excess, step_time
+from rainierd.fleet.topology import Topology
 from rainierd.sim.faults import Effects, Fault, fault_ultraservers
 from rainierd.sim.params import FleetParams
-from rainierd.topology import Topology
 
 __all__ = ["EFA_PACKET_BYTES", "Pace", "Training"]
 

@@ -42,8 +42,8 @@ import numpy as np
 import numpy.typing as npt
 
 from rainierd.errors import ConfigError, JobError
+from rainierd.fleet.topology import Topology
 from rainierd.sim.sample import TickTruth
-from rainierd.topology import Topology
 from rainierd.wire.jobs import JobDocument, encode_job, job_id_of_topic, job_topic
 
 __all__ = [

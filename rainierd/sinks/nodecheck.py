@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from rainierd.httpclient import HttpError, Remote, Url, add_connection_arguments, remote, request
+from rainierd.http.client import HttpError, Remote, Url, add_connection_arguments, remote, request
 
 __all__ = ["DEFAULT_MAX_AGE_S", "DEFAULT_TIMEOUT_S", "OK", "PROBLEM", "UNKNOWN", "Verdict", "add_arguments",
            "check", "judge", "main", "run"]

@@ -61,9 +61,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from rainierd.actions.model import ActionsView
-from rainierd.dropqueue import DropOldestQueue
 from rainierd.errors import ConfigError
-from rainierd.httpclient import HttpError, Url, parse_url, request
+from rainierd.http.client import HttpError, Url, parse_url, request
+from rainierd.runtime.dropqueue import DropOldestQueue
 from rainierd.sinks.changes import Change, diff
 
 __all__ = [

@@ -397,7 +397,11 @@ class TopApp(App[None]):
                              refused=self._refused, generation_since_s=self._generation_since_s,
                              behind_after_s=self.behind_after_s, stalled_after_s=self.stalled_after_s)
         self.polls += 1
-        screen = self.screen
+        # A poll that was waiting on the monitor when the application began to shut down finds its screens
+        # popped: ``self.screen`` then raises ScreenStackError (seen once in the unit tier, 2026-12-06), so the
+        # top of the stack is read from a snapshot of it, and an empty stack draws nothing.
+        stack = self.screen_stack
+        screen = stack[-1] if stack else None
         if isinstance(screen, (FleetScreen, DrillScreen)) and screen.ready:
             # While the application shuts down a screen loses its widgets before it stops being current.
             with contextlib.suppress(NoMatches):

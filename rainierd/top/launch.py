@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
-from rainierd.httpclient import add_connection_arguments, remote
+from rainierd.http.client import add_connection_arguments, remote
 
 __all__ = ["add_arguments", "run_top", "run_with_top"]
 

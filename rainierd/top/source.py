@@ -1,6 +1,6 @@
 """Where ``rainierd top`` reads the monitor: ``HttpSource`` asks its HTTP
 server for one read-API document at a time (docs/api.md), over the same TLS
-and basic auth as every other client (``rainierd.httpclient``).
+and basic auth as every other client (``rainierd.http.client``).
 
 Each request is bounded in time (``timeout_s``) and size (``MAX_BODY_BYTES``
 on the wire and again inflated: the heat map's page of every UltraServer, the
@@ -24,7 +24,7 @@ import ssl
 import zlib
 from typing import Any, Final, Protocol
 
-from rainierd.httpclient import HttpError, Remote, request
+from rainierd.http.client import HttpError, Remote, request
 from rainierd.top.answers import BadAnswerError, check, one_line, path_of
 from rainierd.top.model import Document
 

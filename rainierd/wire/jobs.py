@@ -65,7 +65,7 @@ MAX_JOB_ULTRASERVERS: Final = 16_384
 _ID_PART: Final = r"[A-Za-z0-9][A-Za-z0-9._:@=-]*"
 JOB_ID_PATTERN: Final = rf"^{_ID_PART}(/{_ID_PART})?$"
 _JOB_ID_RE: Final = re.compile(JOB_ID_PATTERN, re.ASCII)
-# A node or UltraServer name: an inventory hostname, instance id or UltraServer name (rainierd/inventory.py's
+# A node or UltraServer name: an inventory hostname, instance id or UltraServer name (rainierd/fleet/inventory.py's
 # names), n<id> / u<id>, or a scheduler's fully qualified host name (253 characters at most in DNS).
 _HOST_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9._:-]*$"
 

@@ -15,10 +15,10 @@ import aiomqtt
 
 from harness.waits import wait_until
 from rainierd.core.config import MonitorConfig
+from rainierd.fleet.topology import build_topology
 from rainierd.monitor import Monitor
-from rainierd.mqtt import Broker as MqttBroker
-from rainierd.mqtt import MqttConfig, supervise
-from rainierd.topology import build_topology
+from rainierd.mqtt.supervisor import Broker as MqttBroker
+from rainierd.mqtt.supervisor import MqttConfig, supervise
 from rainierd.wire.topics import ACTIONS_ROOT
 from tests.actions_views import advisory, view
 from tests.conftest import MosquittoProcess

@@ -16,7 +16,7 @@ from harness.procs import free_port
 from harness.scrape import current_values
 from harness.timing import FAST_TICK_S, TICK_S
 from harness.waits import wait_until
-from rainierd.topology import build_topology
+from rainierd.fleet.topology import build_topology
 from tests.conftest import Daemon, MosquittoProcess
 from tests.integration.test_accounting import applied, assert_every_frame_accounted, settled, sim_totals
 from tests.integration.test_authorisation import ShippedBroker, shipped_broker  # noqa: F401 (a fixture)

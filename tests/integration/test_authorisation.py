@@ -27,9 +27,9 @@ from harness.procs import free_port, wait_for_port
 from harness.scrape import current_values
 from harness.timing import within
 from harness.waits import poll_until
+from rainierd.fleet.topology import build_topology
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_batches, tick_frames
-from rainierd.topology import build_topology
 from rainierd.wire import NodeBatch, encode_binary
 from rainierd.wire.topics import status_topic
 from tests.conftest import Daemon

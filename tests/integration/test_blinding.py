@@ -19,9 +19,9 @@ from harness.procs import Broker, free_port
 from harness.scrape import current_values, scrape
 from harness.timing import TICK_S, within
 from harness.waits import wait_until
+from rainierd.fleet.topology import build_topology
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
-from rainierd.topology import build_topology
 from rainierd.wire import encode_binary
 from rainierd.wire.records import NodeFrame
 from rainierd.wire.topics import EVENTS_ROOT, node_topic

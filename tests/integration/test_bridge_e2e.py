@@ -24,7 +24,7 @@ from harness.procs import Broker, free_port
 from harness.scrape import current_values, sample_values, scrape
 from harness.timing import within
 from harness.waits import wait_until
-from rainierd.hardware import TRN2
+from rainierd.fleet.hardware import TRN2
 from rainierd.wire import CHIP_DTYPE, NodeFrame, decode_json
 from tests.bridge_reports import EFA_NAMES, busy, efa_counters, efa_tree
 

@@ -24,8 +24,8 @@ from harness.procs import free_port
 from harness.scrape import current_values
 from harness.timing import FAST_TICK_S, TICK_S, within
 from harness.waits import wait_until
-from rainierd.inventory import load_topology
-from rainierd.shards import shard_view
+from rainierd.fleet.inventory import load_topology
+from rainierd.fleet.shards import shard_view
 from rainierd.wire.topics import Shard
 from tests.conftest import Daemon
 from tests.integration.test_accounting import accounted, sim_totals

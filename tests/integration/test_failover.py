@@ -19,9 +19,9 @@ from harness.procs import free_port
 from harness.scrape import current_values
 from harness.timing import FAST_TICK_S
 from harness.waits import wait_until
-from rainierd.connection import ConnectionState
 from rainierd.errors import ConfigError
-from rainierd.mqtt import Broker, MqttConfig, mqtt_config, parse_brokers, supervise
+from rainierd.mqtt.connection import ConnectionState
+from rainierd.mqtt.supervisor import Broker, MqttConfig, mqtt_config, parse_brokers, supervise
 from rainierd.settings import load_settings
 from tests.conftest import Daemon, MosquittoProcess
 from tests.integration.test_accounting import assert_every_frame_accounted, flowing, settled

@@ -26,7 +26,7 @@ from harness.procs import Broker, free_port
 from harness.scrape import scrape
 from harness.timing import TICK_S
 from harness.waits import poll_until
-from rainierd.pace import CAUSES
+from rainierd.fleet.pace import CAUSES
 from rainierd.top.app import fleet_header
 from rainierd.top.model import CAUSE_LABELS, View, flops
 from tests.conftest import Daemon

@@ -35,9 +35,9 @@ from harness.scrape import current_values
 from harness.timing import TICK_S
 from harness.waits import poll_until
 from rainierd.admission import BURST_TICKS
+from rainierd.fleet.topology import build_topology
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
-from rainierd.topology import build_topology
 from rainierd.wire import NodeFrame, encode_binary
 from rainierd.wire.topics import node_topic
 from tests.integration.test_authorisation import ShippedBroker, shipped_broker, start_role

@@ -42,9 +42,9 @@ from harness.scrape import current_values, sample_values, scrape
 from harness.timing import TICK_S, within
 from harness.waits import wait_until
 from rainierd.exporter.selfstatus import DECODE_REASONS
+from rainierd.fleet.topology import build_topology
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_batches, tick_frames
-from rainierd.topology import build_topology
 from rainierd.wire import (
     FACILITY_DTYPE,
     NodeBatch,

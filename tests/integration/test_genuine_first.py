@@ -38,9 +38,9 @@ from harness.procs import Broker, free_port
 from harness.scrape import current_values
 from harness.timing import TICK_S, within
 from harness.waits import poll_until
+from rainierd.fleet.topology import build_topology
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
-from rainierd.topology import build_topology
 from rainierd.wire import NodeFrame, encode_binary, encode_json
 from rainierd.wire.topics import EVENTS_ROOT, node_topic
 from tests.integration.test_authorisation import ShippedBroker, shipped_broker, start_role

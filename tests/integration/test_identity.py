@@ -30,8 +30,8 @@ from harness.procs import free_port
 from harness.scrape import current_values
 from harness.timing import TICK_S, within
 from harness.waits import wait_until
-from rainierd.shards import shard_view
-from rainierd.topology import build_topology
+from rainierd.fleet.shards import shard_view
+from rainierd.fleet.topology import build_topology
 from rainierd.wire.topics import parse_shard, status_topic
 from tests.conftest import Daemon
 from tests.helpers import compose_shard_users, statefulset_shard_configs

@@ -18,7 +18,7 @@ from harness.procs import Broker, free_port
 from harness.scrape import current_values, scrape
 from harness.timing import TICK_S
 from harness.waits import wait_until
-from rainierd.inventory import load_inventory
+from rainierd.fleet.inventory import load_inventory
 
 ROOT = Path(__file__).parents[2]
 INVENTORY = ROOT / "tests" / "data" / "inventory-two-sites.toml"

@@ -28,7 +28,7 @@ from harness.procs import Broker
 from harness.scrape import current_values
 from harness.timing import TICK_S
 from harness.waits import wait_until
-from rainierd.pace import CAUSES
+from rainierd.fleet.pace import CAUSES
 from tests.conftest import StartPrometheus
 from tests.helpers import rules_for_tests, start_whole_and_two_shards
 from tests.test_dashboards import prometheus_get

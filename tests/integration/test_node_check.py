@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from harness.procs import free_port
-from rainierd.exporter import MetricsServer
-from rainierd.exporter.actions_api import ActionsApi
-from rainierd.exporter.webconfig import load_web_config
-from rainierd.probes import Verdict
+from rainierd.api.actions import ActionsApi
+from rainierd.http.server import MetricsServer
+from rainierd.http.webconfig import load_web_config
+from rainierd.runtime.probes import Verdict
 from tests.actions_views import advisory, snapshot, view
 from tests.certs import Pki, make_pki
 from tests.test_webconfig import HASH

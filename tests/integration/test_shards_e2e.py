@@ -18,7 +18,7 @@ from harness.procs import Broker
 from harness.scrape import current_values, sample_values, scrape
 from harness.timing import TICK_S, within
 from harness.waits import wait_until
-from rainierd.pace import CAUSES
+from rainierd.fleet.pace import CAUSES
 from tests.helpers import start_whole_and_two_shards
 from tests.integration.test_accounting import sim_totals
 

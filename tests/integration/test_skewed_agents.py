@@ -24,7 +24,7 @@ import pytest
 from harness.procs import Broker, free_port
 from harness.scrape import current_values
 from harness.waits import wait_until
-from rainierd.topology import Topology, build_topology
+from rainierd.fleet.topology import Topology, build_topology
 from rainierd.wire.topics import node_topic
 
 TOPOLOGY = "sites=1,ultraservers=4"  # 16 nodes: 16 agents

@@ -190,7 +190,8 @@ def test_stops_as_it_connects(role: str, sig: signal.Signals, mosquitto_process:
 
     On 2026-12-02 this was where a stop could be lost for good: aiomqtt waits for every acknowledgement with
     ``asyncio.wait_for``, which on Python 3.11 returns an acknowledgement that arrives with the cancel and drops
-    the cancel (rainierd/mqtt.py); the process ran on after "rainierd stopping" (1 in 3 to 8 stops at this point).
+    the cancel (rainierd/mqtt/supervisor.py); the process ran on after "rainierd stopping" (1 in 3 to 8 stops at
+    this point).
     """
     url = f"mqtt://127.0.0.1:{mosquitto_process.port}"
     for after_s in CONNECT_OFFSETS_S:

@@ -27,7 +27,7 @@ from rainierd.core.detect.neuronlink import LinkDetector, NeuronLinkParams
 from rainierd.core.detect.nodepaths import NodePathDetector, NodePathParams
 from rainierd.core.detect.slow_loss import SlowLossParams
 from rainierd.core.state import FleetState
-from rainierd.hardware import TRN2, Trainium2
+from rainierd.fleet.hardware import TRN2, Trainium2
 
 __all__ = [
     "STATE_NAMES",

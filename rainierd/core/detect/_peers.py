@@ -32,7 +32,7 @@ import numpy as np
 
 from rainierd._types import F32, I64, B
 from rainierd.core.detect._stats import group_nanmedian, row_nanmedian
-from rainierd.topology import Topology
+from rainierd.fleet.topology import Topology
 
 __all__ = ["MIN_NODES", "ChipPeers", "peer_groups"]
 

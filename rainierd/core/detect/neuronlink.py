@@ -23,8 +23,8 @@ from rainierd.core.detect._stats import PeerSample, robust_center_scale, row_nan
 from rainierd.core.detect._tracker import StateTracker, Transitions
 from rainierd.core.detect.nodepaths import NodeSignal
 from rainierd.core.state import FleetState
-from rainierd.hardware import TRN2, Trainium2
-from rainierd.topology import LINK_KIND_NAMES
+from rainierd.fleet.hardware import TRN2, Trainium2
+from rainierd.fleet.topology import LINK_KIND_NAMES
 
 __all__ = ["LinkDetector", "NeuronLinkParams"]
 

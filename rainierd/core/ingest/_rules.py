@@ -22,7 +22,7 @@ import numpy as np
 
 from rainierd._types import I64, B
 from rainierd.core.ingest._window import Window
-from rainierd.topology import Topology
+from rainierd.fleet.topology import Topology
 from rainierd.wire.records import FACILITY_DTYPE, ID_FIELDS, RECORD_DTYPES, float_fields
 from rainierd.wire.topics import BUCKETS
 

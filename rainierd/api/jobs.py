@@ -10,15 +10,15 @@ from typing import Any, Final
 import numpy as np
 
 from rainierd._types import I64
+from rainierd.api._common import ApiError, Page, columns, floats, order
+from rainierd.api.ultraservers import UltraServerTable
 from rainierd.core.jobmodel import JobLoss
 from rainierd.core.jobphase import PHASE_NAMES
 from rainierd.core.jobs import JobMembership
-from rainierd.exporter.api._common import ApiError, Page, columns, floats, order
-from rainierd.exporter.api.ultraservers import UltraServerTable
 from rainierd.exporter.jobs import ID_SPELLING
+from rainierd.fleet.pace import CAUSES
+from rainierd.fleet.topology import Topology
 from rainierd.monitor.snapshot import MonitorSnapshot
-from rainierd.pace import CAUSES
-from rainierd.topology import Topology
 
 __all__ = ["SORTS", "job", "listing"]
 

@@ -15,7 +15,7 @@ from typing import Final
 
 import numpy as np
 
-from rainierd.histogram import LagHistogram
+from rainierd.runtime.histogram import LagHistogram
 
 __all__ = ["LOOP_LAG_BUCKETS_S", "LoopLag"]
 

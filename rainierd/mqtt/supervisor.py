@@ -58,7 +58,7 @@ import structlog
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from rainierd.connection import ConnectionState
+from rainierd.mqtt.connection import ConnectionState
 from rainierd.settings import Settings
 from rainierd.wire.topics import status_topic
 
@@ -67,7 +67,7 @@ __all__ = [
     "supervise",
 ]
 
-log = structlog.get_logger("rainierd.mqtt")
+log = structlog.get_logger("rainierd.mqtt.supervisor")
 
 # A PUBLISH packet's bytes beyond its payload: fixed header, topic (ours are
 # under 100 bytes) and MQTT 5 properties.  A payload up to the monitor's

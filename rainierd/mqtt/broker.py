@@ -26,7 +26,7 @@ from rainierd.errors import BrokerError
 
 __all__ = ["EmbeddedBroker", "topic_matches"]
 
-log = structlog.get_logger("rainierd.broker")
+log = structlog.get_logger("rainierd.mqtt.broker")
 
 CONNECT, CONNACK, PUBLISH, PUBACK, PUBREC, PUBREL, PUBCOMP = 1, 2, 3, 4, 5, 6, 7
 SUBSCRIBE, SUBACK, UNSUBSCRIBE, UNSUBACK, PINGREQ, PINGRESP, DISCONNECT = 8, 9, 10, 11, 12, 13, 14

@@ -63,7 +63,7 @@ from typing import Final
 
 import bcrypt
 
-from rainierd.exporter.serverstatus import AUTH_RESULTS
+from rainierd.http.status import AUTH_RESULTS
 
 __all__ = ["BasicAuth"]
 

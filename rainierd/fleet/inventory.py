@@ -42,8 +42,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from rainierd.errors import ConfigError
-from rainierd.hardware import TRN2
-from rainierd.topology import MAX_CHIPS, Names, Topology, build_sites, build_topology
+from rainierd.fleet.hardware import TRN2
+from rainierd.fleet.topology import MAX_CHIPS, Names, Topology, build_sites, build_topology
 
 __all__ = ["NAME_PATTERN", "InventoryModel", "load_inventory", "load_topology", "parse_inventory"]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rainierd.topology import Topology
+from rainierd.fleet.topology import Topology
 
 __all__ = ["events"]
 

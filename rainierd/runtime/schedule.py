@@ -18,7 +18,7 @@ import structlog
 
 __all__ = ["Schedule"]
 
-log = structlog.get_logger("rainierd.schedule")
+log = structlog.get_logger("rainierd.runtime.schedule")
 
 
 @dataclass(eq=False)

@@ -14,7 +14,7 @@ from typing import Final
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from rainierd.exporter._request import REJECTION_REASONS
+from rainierd.http.request import REJECTION_REASONS
 
 __all__ = [
     "AUTH_RESULTS", "CONNECTION_STATES", "DROP_REASONS", "ServerCollector", "ServerCounters", "ServerStatus",

@@ -1,21 +1,36 @@
 """A monitor shard's share of the fleet, as a topology: the one place that
 turns ``--shard i/N`` (``rainierd.wire.topics.Shard``, which owns the topic
 layout) into the nodes a shard watches, for the monitor and its exporter alike.
+It knows a shard only by what it asks of one (``Sharding``), so the fleet's
+vocabulary imports nothing above it.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Protocol
 
 import numpy as np
 
-from rainierd.topology import Topology
-from rainierd.wire.topics import Shard
+from rainierd.fleet.topology import Topology
 
-__all__ = ["shard_view"]
+__all__ = ["Sharding", "shard_view"]
 
 
-def shard_view(topology: Topology, shard: Shard) -> Topology:
+class Sharding(Protocol):
+    """What a shard view asks of a shard (``rainierd.wire.topics.Shard`` is one)."""
+
+    @property
+    def whole(self) -> bool:
+        """Return True for the whole fleet (one shard)."""
+        ...
+
+    def owns_ultraserver(self, ultraserver: int) -> bool:
+        """Return True if ``ultraserver``'s frames are this shard's."""
+        ...
+
+
+def shard_view(topology: Topology, shard: Sharding) -> Topology:
     """Return ``topology`` as ``shard`` sees it: the same ids, with every node of another shard's UltraServers
     absent (the whole fleet returns ``topology`` itself).
 

@@ -62,16 +62,16 @@ from typing import Final, NamedTuple, Protocol
 import structlog
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from rainierd.exporter._episodes import Episode
-from rainierd.exporter._request import MAX_HEAD_BYTES, Rejection, Request, parse_head
-from rainierd.exporter._slots import Slots, Standing
-from rainierd.exporter.actions_api import ActionsApi
-from rainierd.exporter.api import ReadApi
-from rainierd.exporter.basicauth import BasicAuth
-from rainierd.exporter.descriptors import connection_budget
-from rainierd.exporter.serverstatus import ServerCounters
-from rainierd.exporter.webconfig import WebConfig
-from rainierd.probes import Verdict
+from rainierd.api import ReadApi
+from rainierd.api.actions import ActionsApi
+from rainierd.http.basicauth import BasicAuth
+from rainierd.http.descriptors import connection_budget
+from rainierd.http.request import MAX_HEAD_BYTES, Rejection, Request, parse_head
+from rainierd.http.slots import Slots, Standing
+from rainierd.http.status import ServerCounters
+from rainierd.http.webconfig import WebConfig
+from rainierd.runtime.episodes import Episode
+from rainierd.runtime.probes import Verdict
 
 __all__ = ["MetricsServer", "Prober", "accepts_gzip"]
 

@@ -29,16 +29,16 @@ import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
+from rainierd.api import events as _events
+from rainierd.api import fleet as _fleet
+from rainierd.api import jobs as _jobs
+from rainierd.api import ultraservers as _ultraservers
+from rainierd.api._common import DEFAULT_LIMIT, MAX_LIMIT, Answer, ApiError, body, page, params, whole
+from rainierd.api.ultraservers import UltraServerTable
 from rainierd.core.analysis import MonitorCore
 from rainierd.core.detect import STATE_NAMES
-from rainierd.exporter.api import events as _events
-from rainierd.exporter.api import fleet as _fleet
-from rainierd.exporter.api import jobs as _jobs
-from rainierd.exporter.api import ultraservers as _ultraservers
-from rainierd.exporter.api._common import DEFAULT_LIMIT, MAX_LIMIT, Answer, ApiError, body, page, params, whole
-from rainierd.exporter.api.ultraservers import UltraServerTable
+from rainierd.fleet.topology import Topology
 from rainierd.monitor.snapshot import MonitorSnapshot
-from rainierd.topology import Topology
 
 __all__ = ["DEFAULT_EVENTS", "DEFAULT_LIMIT", "MAX_LIMIT", "ReadApi"]
 

@@ -32,7 +32,7 @@ from collections import Counter, OrderedDict
 from enum import Enum
 from typing import Final
 
-from rainierd.exporter.serverstatus import ServerCounters
+from rainierd.http.status import ServerCounters
 
 __all__ = ["Slots", "Standing"]
 

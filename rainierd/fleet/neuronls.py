@@ -1,4 +1,4 @@
-"""A fleet's inventory (the TOML of ``rainierd/inventory.py``) built from what
+"""A fleet's inventory (the TOML of ``rainierd/fleet/inventory.py``) built from what
 its nodes say of themselves, so an SRE never types 31,000 hostnames:
 ``rainierd inventory from-neuron-ls`` reads each node's ``neuron-ls
 --json-output`` (one file a node, collected by a loop over ssh or an SSM
@@ -72,9 +72,9 @@ from pathlib import Path
 from typing import Final, Literal
 
 from rainierd.errors import ConfigError
-from rainierd.hardware import TRN2
-from rainierd.inventory import NAME_PATTERN, parse_inventory
-from rainierd.topology import MAX_CHIPS
+from rainierd.fleet.hardware import TRN2
+from rainierd.fleet.inventory import NAME_PATTERN, parse_inventory
+from rainierd.fleet.topology import MAX_CHIPS
 
 __all__ = [
     "Conversion", "NodeListing", "Slot", "build_inventory", "parse_devices", "parse_node_argument",

@@ -10,7 +10,7 @@ are ``n * 48 .. n * 48 + 47``; its EFA ports are ``n * P .. n * P + P - 1``.
 UltraServers are numbered site by site, so a site's are one range.  The same
 preset, size or inventory always yields the same ids.
 
-A fleet from an inventory (``rainierd/inventory.py``) may have sites of
+A fleet from an inventory (``rainierd/fleet/inventory.py``) may have sites of
 different sizes and UltraServers with fewer than 4 nodes: an id whose node
 is not in the inventory is **absent** (``node_present`` false) and counts
 nowhere, and the inventory's names travel with the ids.
@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from rainierd.errors import ConfigError
-from rainierd.hardware import TRN2
+from rainierd.fleet.hardware import TRN2
 
 __all__ = [
     "LINK_KIND_NAMES",

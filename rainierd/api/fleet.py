@@ -8,14 +8,14 @@ from typing import Any
 
 import numpy as np
 
+from rainierd.api._common import columns, floats, number
+from rainierd.api.ultraservers import ENTITIES, UltraServerTable
 from rainierd.core.detect import STATE_NAMES
-from rainierd.exporter.api._common import columns, floats, number
-from rainierd.exporter.api.ultraservers import ENTITIES, UltraServerTable
 from rainierd.exporter.jobs import ID_SPELLING
 from rainierd.exporter.loss import goodput
+from rainierd.fleet.pace import CAUSES
+from rainierd.fleet.topology import Topology
 from rainierd.monitor.snapshot import MonitorSnapshot
-from rainierd.pace import CAUSES
-from rainierd.topology import Topology
 
 __all__ = ["culprits", "fleet", "sites"]
 

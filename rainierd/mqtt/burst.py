@@ -7,7 +7,7 @@ part of what a node frame cost the simulator publishing one frame per node
 packets itself and queues them on paho as one packet, so the kernel sees
 one ``send`` (or a few, as the socket takes them) for hundreds of
 messages.  A leaf: the simulator (which may not import the daemon's MQTT
-edge, ``rainierd.mqtt``) and any other publisher may use it.
+edge, ``rainierd.mqtt.supervisor``) and any other publisher may use it.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from typing import Final, Literal
 
 import structlog
 
-from rainierd.logs import worth_logging
+from rainierd.runtime.logs import worth_logging
 
 __all__ = ["BURST_TICKS", "SharePolicy", "Shares", "Verdict"]
 

@@ -39,8 +39,8 @@ import numpy.typing as npt
 from rainierd.core.analysis import MonitorCore
 from rainierd.core.detect import STATE_NAMES
 from rainierd.core.state import Table
+from rainierd.fleet.topology import LINK_KIND_NAMES, Topology
 from rainierd.monitor.snapshot import MonitorSnapshot
-from rainierd.topology import LINK_KIND_NAMES, Topology
 
 __all__ = ["UltraServerProbe"]
 
