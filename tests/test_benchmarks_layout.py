@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import rainierd
-from benchmarks.__main__ import BENCHMARKS
+from benchmarks.__main__ import BENCHMARKS, TOOLS
 
 PACKAGE = Path(rainierd.__file__).parent
 ROOT = PACKAGE.parent
@@ -44,8 +44,8 @@ def imported(path: Path) -> set[str]:
 
 def scripts() -> set[str]:
     """Return the benchmarks run on their own: modules of benchmarks/ with a ``__main__`` block that are neither
-    a registered benchmark nor private."""
-    registered = {module.__name__.rsplit(".", 1)[-1] for module in BENCHMARKS.values()}
+    a registered benchmark or tool nor private."""
+    registered = {module.__name__.rsplit(".", 1)[-1] for module in {**BENCHMARKS, **TOOLS}.values()}
     return {path.stem for path in BENCH.glob("*.py")
             if not path.stem.startswith("_") and path.stem not in registered
             and 'if __name__ == "__main__"' in path.read_text()}
@@ -106,18 +106,18 @@ class TestThePackage:
 @pytest.mark.integration  # starts `python -m benchmarks`
 class TestTheEntryPoint:
     def test_help_lists_every_benchmark(self) -> None:
-        """``python -m benchmarks --help`` names each registered benchmark with its help line."""
+        """``python -m benchmarks --help`` names each registered benchmark and tool with its help line."""
         out = subprocess.run([sys.executable, "-m", "benchmarks", "--help"], capture_output=True, text=True,
                              check=True, cwd=PACKAGE.parent, timeout=60).stdout
         flat = " ".join(out.split())
-        missing = [kind for kind, module in BENCHMARKS.items()
+        missing = [kind for kind, module in {**BENCHMARKS, **TOOLS}.items()
                    if f"{kind} {' '.join(module.HELP.split())}" not in flat]
-        assert (missing, len(BENCHMARKS)) == ([], 18)
+        assert (missing, len(BENCHMARKS), sorted(TOOLS)) == ([], 18, ["compare"])
 
     def test_each_benchmark_owns_its_options(self) -> None:
-        """Each benchmark's ``--help`` is its own module's options (``--json`` for all but none shared by
-        accident): asking one for help exits 0."""
-        for kind in BENCHMARKS:
+        """Each benchmark's and tool's ``--help`` is its own module's options (``--json`` for the benchmarks but
+        none shared by accident): asking one for help exits 0."""
+        for kind in {**BENCHMARKS, **TOOLS}:
             result = subprocess.run([sys.executable, "-m", "benchmarks", kind, "--help"], capture_output=True,
                                     text=True, check=False, cwd=PACKAGE.parent, timeout=60)
             assert (kind, result.returncode, f"usage: python -m benchmarks {kind}" in result.stdout) == (
@@ -143,12 +143,12 @@ class TestTheResults:
                 if RESULTS not in path.parents] == ["plan-figures.json"]
 
     def test_the_readme_has_a_section_for_each_and_cites_each_baseline(self) -> None:
-        """benchmarks/README.md has a section headed by each benchmark and script with a baseline, and links every
-        file of results/."""
+        """benchmarks/README.md has a section headed by each benchmark, tool and script with a baseline, and
+        links every file of results/."""
         text = README.read_text()
         headings = set(re.findall(r"^#{2,3} (\S+)$", text, flags=re.MULTILINE))
         baselines = sorted(path.name for path in RESULTS.glob("*.json"))
-        assert (sorted({*BENCHMARKS, *(Path(b).stem for b in baselines)} - headings),
+        assert (sorted({*BENCHMARKS, *TOOLS, *(Path(b).stem for b in baselines)} - headings),
                 [name for name in baselines if f"(results/{name})" not in text]) == ([], [])
 
     def test_every_cited_report_exists(self) -> None:
