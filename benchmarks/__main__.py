@@ -1,5 +1,6 @@
 """``python -m benchmarks <kind> [options]``: the one table of benchmarks,
-each module adding its own options and running itself.
+each module adding its own options and running itself, and beside them the
+tools that read their reports (``compare``).
 
 Exit codes: 0 done, 1 a failure, 2 bad usage or a program the benchmark
 needs that is not installed (one line on stderr saying how to install it).
@@ -19,6 +20,7 @@ from benchmarks import (
     aggregate,
     api,
     cluster,
+    compare,
     core,
     detect,
     ingest,
@@ -38,7 +40,7 @@ from benchmarks import (
 from harness.procs import MissingBinaryError
 from rainierd.runtime.logs import configure_logging
 
-__all__ = ["BENCHMARKS", "main", "parser"]
+__all__ = ["BENCHMARKS", "TOOLS", "main", "parser"]
 
 # kind -> module; each has HELP, add_arguments(parser) and run(args) -> int.
 BENCHMARKS: dict[str, ModuleType] = {
@@ -62,6 +64,11 @@ BENCHMARKS: dict[str, ModuleType] = {
     "top-answers": topanswers,
 }
 
+# command -> module, the same shape: tools that run no benchmark but read what the benchmarks wrote.
+TOOLS: dict[str, ModuleType] = {
+    "compare": compare,
+}
+
 _ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -71,17 +78,18 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parser() -> argparse.ArgumentParser:
-    """Return the command line's parser: a subcommand per benchmark, with the options its module adds."""
+    """Return the command line's parser: a subcommand per benchmark and per tool, with the options its module
+    adds."""
     top = _Parser(prog="python -m benchmarks", description="rainierd's benchmarks (benchmarks/README.md)")
     kinds = top.add_subparsers(dest="kind", required=True, metavar="KIND", parser_class=_Parser)
-    for kind, module in BENCHMARKS.items():
+    for kind, module in {**BENCHMARKS, **TOOLS}.items():
         add_arguments: Callable[[argparse.ArgumentParser], None] = module.add_arguments
         add_arguments(kinds.add_parser(kind, help=module.HELP, description=module.HELP))
     return top
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the benchmark the command line names; return the exit code."""
+    """Run the benchmark or tool the command line names; return the exit code."""
     args = parser().parse_args(argv)
     # Benchmarks start helpers as `python -m benchmarks.<module>`: they must find this checkout wherever
     # the command was started from.
@@ -90,7 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ["PYTHONPATH"] = os.pathsep.join([str(_ROOT), *paths])
     # The report goes to stdout; logs (warnings only) and progress to stderr.
     configure_logging(log_format="auto", level="warning")
-    run: Callable[[argparse.Namespace], int] = BENCHMARKS[args.kind].run
+    run: Callable[[argparse.Namespace], int] = {**BENCHMARKS, **TOOLS}[args.kind].run
     try:
         return run(args)
     except MissingBinaryError as exc:

@@ -266,7 +266,7 @@ def run(args: argparse.Namespace) -> int:
         with tempfile.TemporaryDirectory(prefix="rainierd-bench-aggregate-") as tmp:
             rows = [bench_process(args.topology, rate, args.seconds, Path(tmp)) for rate in args.rates]
         if args.json:
-            print(json.dumps({"topology": args.topology, "process": rows}, indent=2))
+            print(json.dumps({"benchmark": "aggregate", "topology": args.topology, "process": rows}, indent=2))
         else:
             print_table(list(rows[0]), [[str(v) for v in r.values()] for r in rows])
         return 0
@@ -275,7 +275,8 @@ def run(args: argparse.Namespace) -> int:
     ticks = [bench_tick(args.topology, args.share, encoding, max(1, args.repeat // 2))
              for encoding in ("binary", "json")]
     if args.json:
-        print(json.dumps({"topology": args.topology, "decoders": decoders, "ticks": ticks}, indent=2))
+        print(json.dumps({"benchmark": "aggregate", "topology": args.topology, "decoders": decoders, "ticks": ticks},
+                         indent=2))
         return 0
     columns = ["decoder", "bytes", "us_per_frame", "note"]
     print_table(columns, [[str(r[k]) for k in columns] for r in decoders])

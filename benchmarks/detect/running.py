@@ -368,6 +368,7 @@ def bench_detect(
 
     top = {k: v for k, v in sections[profiles[0]].items() if k != "ticks"}
     return {
+        "benchmark": "detect",
         **top,
         "headline": {"profile": profiles[0], "tick_s": headline_tick},
         "profiles": sections,

@@ -44,7 +44,7 @@ from rainierd.monitor.overload import LoadJudge
 from rainierd.monitor.rejections import RejectionLog
 from rainierd.monitor.session import Session
 from rainierd.monitor.snapshot import IngestCounts, MonitorSnapshot, MonitorStatus
-from rainierd.mqtt.connection import ConnectionState
+from rainierd.mqtt.supervisor.connection import ConnectionState
 from rainierd.runtime.histogram import LagHistogram
 from rainierd.runtime.logs import worth_logging
 from rainierd.runtime.looplag import LoopLag
@@ -224,7 +224,7 @@ class Monitor:
             await self.checkpointer.save_accounting()
         status = self.status()
         # In a thread: ~4 ms of CPU a tick with 1,000 unhealthy entities at rainier, ~80 ms wall the tick all appear
-        # (benchmarks/actions-2026-12-02.json); one analysis at a time, so the policy is never shared.
+        # (benchmarks/results/actions.json); one analysis at a time, so the policy is never shared.
         actions = await asyncio.to_thread(self._advise, analysis, t_s=finished_wall, status=status)
         self.snapshot = MonitorSnapshot.of(
             analysis, generation=self.generation, chips_total=self.topology.n_present_chips, analysis_s=elapsed,
