@@ -1,4 +1,4 @@
-"""Specification of the HTTP client's response parser (rainierd/http/client.py) against whatever a server may send (issue
+"""Specification of the HTTP client's response parser (http/client.py) against whatever a server may send (issue
 35): a response that is not HTTP/1.x as RFC 9112 frames it is an ``HttpError``, never another exception (the
 ValueErrors of ``Content-Length: ²``, a chunk size of ``-1`` or a status of ``²²²`` ended the monitor through its
 webhook sink); a well-formed one parses to its status, fields and body; and no answer makes the parser read past
