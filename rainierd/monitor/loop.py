@@ -44,7 +44,7 @@ from rainierd.monitor.overload import LoadJudge
 from rainierd.monitor.rejections import RejectionLog
 from rainierd.monitor.session import Session
 from rainierd.monitor.snapshot import IngestCounts, MonitorSnapshot, MonitorStatus
-from rainierd.mqtt.supervisor.connection import ConnectionState
+from rainierd.mqtt.connection import ConnectionState
 from rainierd.runtime.histogram import LagHistogram
 from rainierd.runtime.logs import worth_logging
 from rainierd.runtime.looplag import LoopLag
