@@ -6,7 +6,7 @@ variables, its alert and health-event annotations and its panel conventions
     python grafana/generate.py          # rewrite the JSON files
     python grafana/generate.py --check  # exit 1 if they differ from what this writes
 
-tests/test_dashboards.py fails when the committed JSON drifts from this file.
+tests/unit/deploy/test_dashboards.py fails when the committed JSON drifts from this file.
 The health state names and their codes are the detectors' own
 (``rainierd.core.detect.STATE_NAMES``), so a state added there reaches the
 dashboards' value mappings on the next run.
@@ -658,7 +658,8 @@ def jobs() -> Panel:
                        description="The share of each second a job spent in checkpoint, restarting or stalled."),
             12, 8)
     lay.add(timeseries("Lost FP8 of the selected jobs by cause (FLOP/s)", "flops",
-                       target(f"sum by (cause) (rainier:job_fp8_lost_flops:sum_by_cause{{{sel}}})", "{{cause}}"), stack=True),
+                       target(f"sum by (cause) (rainier:job_fp8_lost_flops:sum_by_cause{{{sel}}})", "{{cause}}"),
+                       stack=True),
             12, 8)
     lay.add(timeseries("Lost / healthy FP8 over the burn windows (%)", "percentunit", *refs(
         target(f"rainier:job_fp8_lost:ratio_rate5m{{{sel}}}", "{{training_job}} 5m"),

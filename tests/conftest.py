@@ -2,7 +2,12 @@
 and rainierd subprocesses and real Prometheus servers that are always stopped
 after the test; and the tiers (pyproject.toml names the markers).
 
-Every test under tests/integration/ is ``integration``; a test that uses a
+The folders mirror the house: tests/unit/<package>/ holds the tests of
+rainierd/<package>/ (and tests/unit/benchmarks, harness, deploy, docs those of
+what lives beside the package), tests/integration/ the tests that start real
+processes, tests/e2e/ those that drive a whole deployment.  The tier is the
+marker: every test under tests/integration/ is ``integration``, every test
+under tests/e2e/ is ``e2e`` and ``integration``; a test that uses a
 fixture starting a tool gets that tool's marker, and any test with a tool
 marker is ``integration`` wherever it lives.  A test outside the integration
 tier that starts a process fails: the unit tier (``pytest -m "not
@@ -33,6 +38,7 @@ from harness.terminal import Terminal
 
 HERE = Path(__file__).parent
 INTEGRATION_DIR = HERE / "integration"
+E2E_DIR = HERE / "e2e"
 TOOLS = ("mosquitto", "prometheus", "alertmanager", "nats", "kubectl", "podman", "slurm", "systemd", "tmux")
 # The fixtures that start a tool, and the tool (a test using one needs that binary).
 FIXTURE_TOOLS = {"mosquitto_process": "mosquitto", "mosquitto": "mosquitto", "secure_mosquitto": "mosquitto",
@@ -48,6 +54,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         for fixture, tool in FIXTURE_TOOLS.items():
             if fixture in fixtures and item.get_closest_marker(tool) is None:
                 item.add_marker(tool)
+        if E2E_DIR in item.path.parents and item.get_closest_marker("e2e") is None:
+            item.add_marker("e2e")
         if item.get_closest_marker("integration") is None and (
             INTEGRATION_DIR in item.path.parents
             or fixtures & PROCESS_FIXTURES
@@ -64,7 +72,7 @@ def _unit_tests_start_no_process(request: pytest.FixtureRequest, monkeypatch: py
 
     def refuse(self: subprocess.Popen[bytes], args: object, *rest: object, **kwargs: object) -> None:
         raise AssertionError(f"a unit test starts no process (it started {args!r}): mark it integration "
-                             f"(a tool marker, pyproject.toml) or move it to tests/integration/")
+                             f"(a tool marker, pyproject.toml) or move it to tests/integration/ or tests/e2e/")
 
     monkeypatch.setattr(subprocess.Popen, "_execute_child", refuse)
 

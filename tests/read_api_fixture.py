@@ -1,4 +1,4 @@
-"""A real monitor for the read API's tests (tests/test_read_api.py, the schema test): the demo fleet's core
+"""A real monitor for the read API's tests (tests/unit/api/test_read_api.py, the schema test): the demo fleet's core
 after 45 ticks with NeuronLink 224 (a ring link of node n4, UltraServer u1) degraded from tick 35, a job on
 each UltraServer, and every detection event announced through a real ``EventLog``."""
 

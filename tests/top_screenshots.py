@@ -6,7 +6,7 @@ The fleet: 3 sites of 40 UltraServers (7,680 chips), 15 jobs of 8 UltraServers, 
 simulator with a NeuronLink at half its lanes in u5, an EFA port at 60 % in u47, a failed chip in u83 and a
 chip throttled to 60 % in u100, all from tick 20.
 
-``scripts/top-screenshots`` writes them to docs/; tests/test_top_screenshots.py makes them again and fails
+``scripts/top-screenshots`` writes them to docs/; tests/unit/top/test_screenshots.py makes them again and fails
 when the committed ones are not what the code draws now.
 """
 

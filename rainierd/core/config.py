@@ -4,7 +4,7 @@ Built once, at the edge, from the settings (``Settings.monitor_config``); the
 core takes every figure it judges by from here: staleness, admission bounds,
 detection thresholds, the throughput model, and the hardware, which is
 injected rather than read from the global ``TRN2``.  So a setting either
-reaches the code that uses it or does not exist (tests/test_config.py pins
+reaches the code that uses it or does not exist (tests/unit/core/test_config.py pins
 each one).
 """
 

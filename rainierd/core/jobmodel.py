@@ -1,6 +1,6 @@
 """The throughput model per training job: what each job loses, to which cause
 and to which entity, wherever in the job the fault is (docs/throughput-model.md,
-"Per job", has the formula and a worked example that tests/test_jobmodel.py checks).
+"Per job", has the formula and a worked example that tests/unit/core/test_jobmodel.py checks).
 
 It exists because a job is a synchronous group: its step waits for its
 slowest member chip and its slowest collective path (NeuronLink, EFA)

@@ -1,7 +1,7 @@
 """The effective-FP8 throughput model's pricing of one synchronous group:
 what it loses by term of its step, and what a stall of it costs
 (docs/throughput-model.md has the derivation and a worked example, which
-tests/test_model.py checks).  Groups are jobs, or an UltraServer's capacity
+tests/unit/core/test_model.py checks).  Groups are jobs, or an UltraServer's capacity
 in no job (``core/jobmodel.py`` prices them, ``core/fleetloss.py`` adds the
 prices up at every level).
 

@@ -10,7 +10,7 @@ bounds the whole exchange with ``asyncio.timeout``.  httpx (and httpcore,
 h11, anyio) would add ~44 ms of imports and ~3 MiB to the monitor's
 process, aiohttp (and seven more packages) ~86 ms and ~7 MiB; this parser is
 instead proven by a property test over arbitrary bytes
-(tests/test_httpclient.py).  What it does not do: redirects, cookies,
+(tests/unit/http/test_client.py).  What it does not do: redirects, cookies,
 proxies, keep-alive, compression (``top`` asks for gzip and inflates the
 body itself), transfer codings other than chunked.
 

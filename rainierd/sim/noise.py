@@ -5,7 +5,7 @@ and Poisson counters that follow each node's interval.
 
 Kept apart from the fleet model so that the physics there reads as physics;
 the order of the draws is the seed's stream, so a change here changes every
-value a seed gives (tests/test_sim_profiles.py pins the ideal profile's).
+value a seed gives (tests/unit/sim/test_profiles.py pins the ideal profile's).
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ advisories): an unknown field is never descended into.
                     (one line: where in the document, and what is wrong; at
                     most 30 characters of a string the sender wrote)
     SchemaError     the packaged schema uses what this module does not read
-                    (a bug, found by tests/test_top_answers.py)
+                    (a bug, found by tests/unit/top/test_answers.py)
 """
 
 from __future__ import annotations

@@ -28,8 +28,8 @@ from rainierd.fleet.inventory import load_topology
 from rainierd.fleet.shards import shard_view
 from rainierd.wire.topics import Shard
 from tests.conftest import Daemon
+from tests.e2e.test_shards import SCENARIO, TOPOLOGY, TOTALS, unhealthy
 from tests.integration.test_accounting import accounted, sim_totals
-from tests.integration.test_shards_e2e import SCENARIO, TOPOLOGY, TOTALS, unhealthy
 
 PROTOCOL = ("--mqtt-protocol", "3.1.1")  # NATS speaks MQTT 3.1.1 only
 

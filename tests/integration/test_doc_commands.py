@@ -1,5 +1,5 @@
 """The shell and console examples of README.md and docs/ run as written
-(issue 22 item 7; tests/test_doc_examples.py checks every other kind).
+(issue 22 item 7; tests/unit/docs/test_examples.py checks every other kind).
 
 Two substitutions, documented in README.md: a free port for 9780 (given to
 the daemon as ``RAINIERD_METRICS_ADDR``, and put in the commands' URLs), and
@@ -27,7 +27,7 @@ import pytest
 from harness.procs import free_port
 from harness.timing import within
 from harness.waits import poll_until
-from tests.test_doc_examples import SHELL, Block, runnable
+from tests.unit.docs.test_examples import SHELL, Block, runnable
 
 ROOT = Path(__file__).parents[2]
 VENV_BIN = ROOT / ".venv" / "bin"

@@ -22,7 +22,7 @@ from harness.timing import TICK_S
 from harness.waits import poll_until
 from tests.certs import Pki, make_pki
 from tests.conftest import Daemon, StartPrometheus
-from tests.integration.test_alerts_e2e import query
+from tests.e2e.test_alerts import query
 
 pytestmark = pytest.mark.prometheus
 

@@ -21,7 +21,7 @@ from rainierd.http.webconfig import load_web_config
 from rainierd.runtime.probes import Verdict
 from tests.actions_views import advisory, snapshot, view
 from tests.certs import Pki, make_pki
-from tests.test_webconfig import HASH
+from tests.unit.http.test_webconfig import HASH
 
 PROMISE_S = 1.0  # a plugin run, Python's start included (docs/actions.md)
 

@@ -4,7 +4,7 @@ loopback (harness/slurm.py, the ``slurm`` fixture), a job started with
 ``sbatch``, and the real ``squeue --json`` piped into ``rainierd jobs slurm``
 exactly as docs/jobs.md shows it, on a real Mosquitto.  The later formats
 (23.02's state flags, 23.11's number objects) are pinned by the recorded
-samples in tests/data/ (tests/test_jobs_adapters.py)."""
+samples in tests/data/ (tests/unit/jobs/test_adapters.py)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,1 @@
+"""Tests of the project's benchmarks (outside the package)."""

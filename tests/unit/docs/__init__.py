@@ -1,0 +1,1 @@
+"""Tests of the project's docs (outside the package)."""

@@ -1,0 +1,159 @@
+"""Specification of the package's layering, read from the source's import
+statements (every one: at module level, inside functions, under
+``TYPE_CHECKING``): the simulator (the world) and the monitor's core (the
+observer) share only the wire, the hardware, the topology and the neutral
+``rainierd/fleet/pace.py``; the core is pure (no asyncio, no MQTT).
+
+A new rule is one line in ``FORBIDDEN``: the modules it covers, and the
+modules they must not import.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[2]
+
+# (importers, the modules they must not import): a name covers itself and everything below it.
+FORBIDDEN: dict[str, tuple[str, ...]] = {
+    "rainierd.sim": ("rainierd.core", "rainierd.monitor", "rainierd.exporter"),
+    "rainierd.core": ("rainierd.sim", "rainierd.monitor", "rainierd.exporter", "asyncio", "aiomqtt"),
+    # The monitor publishes its snapshot; the exporter reads it. Never the other way round.
+    "rainierd.monitor": ("rainierd.exporter", "rainierd.daemon", "rainierd.cli"),
+    "rainierd.exporter": ("rainierd.daemon", "rainierd.cli", "rainierd.mqtt", "rainierd.monitor.loop",
+                          "aiomqtt"),
+    # Admission before decoding is shared by every receiver (the monitor's inbox, an aggregator): pure, O(1) a
+    # message, knowing the wire alone; each receiver hands it what its own accounting knows of the streams.
+    "rainierd.admission": ("rainierd.core", "rainierd.monitor", "rainierd.aggregate", "rainierd.sim",
+                           "rainierd.exporter", "rainierd.mqtt", "asyncio", "aiomqtt"),
+    # The wire format is a leaf both sides speak.
+    "rainierd.wire": ("rainierd.core", "rainierd.sim", "rainierd.monitor", "rainierd.exporter", "rainierd.mqtt"),
+    # The aggregation tier speaks the wire and MQTT, and serves its own metrics: it is neither the world nor the
+    # observer, and the monitor's core, the simulator and the exporter's monitor families are none of its business.
+    "rainierd.aggregate": ("rainierd.core", "rainierd.monitor", "rainierd.sim", "rainierd.exporter",
+                           "rainierd.daemon", "rainierd.cli"),
+    # The scheduler adapters turn a scheduler's output into job documents (the wire) named against the inventory
+    # (the core's pure resolution): edges, which the monitor, the exporter and the simulator never need.
+    "rainierd.jobs": ("rainierd.monitor", "rainierd.exporter", "rainierd.sim", "rainierd.aggregate",
+                            "rainierd.daemon", "rainierd.cli"),
+    # The advisory policy is pure like the core (its clock is the analysis' time, handed in); its sinks
+    # (rainierd.sinks: webhook, node-problem-detector) and the HTTP route read its frozen view, never the reverse.
+    "rainierd.actions": ("rainierd.monitor", "rainierd.exporter", "rainierd.sinks", "rainierd.sim", "rainierd.daemon",
+                         "rainierd.cli", "asyncio", "aiomqtt"),
+    # The neuron-monitor bridge is a node's agent: it speaks the wire and MQTT and serves its own metrics; the
+    # monitor, its core, the simulator and the aggregator are none of its business.  Its pure part (reports and
+    # snapshots in, frames out) does no I/O of its own and runs no event loop.
+    "rainierd.bridge": ("rainierd.core", "rainierd.monitor", "rainierd.sim", "rainierd.aggregate",
+                        "rainierd.daemon", "rainierd.cli"),
+    **{f"rainierd.bridge.{module}": ("asyncio", "aiomqtt", "rainierd.mqtt", "rainierd.exporter",
+                                     "rainierd.settings",
+                                     "rainierd.bridge._efa", "rainierd.bridge.run", "pathlib", "os", "time")
+       for module in ("_values", "_cores", "_report", "_devices", "_clock", "_totals", "_config", "_ports", "_node",
+                      "_hold")},
+    # The product ships the product: the command line and every role load no benchmark or test harness.
+    "rainierd": ("benchmarks", "harness"),
+}
+
+# What the simulator may import from the package: the wire and the hardware, and the leaves both sides share.
+SIM_MAY_IMPORT = ("rainierd.sim", "rainierd.wire", "rainierd.fleet.hardware", "rainierd.fleet.topology",
+                  "rainierd.fleet.pace",
+                  "rainierd._types", "rainierd.errors", "rainierd.runtime.dropqueue",
+                  "rainierd.mqtt.burst",  # a leaf on aiomqtt alone: how a publisher queues many messages at once
+                  "rainierd.runtime.schedule")  # a leaf on asyncio alone: the tick schedule every ticking role keeps
+
+
+def covers(prefix: str, module: str) -> bool:
+    """Return True if ``module`` is ``prefix`` or a module below it."""
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def module_name(path: Path, root: Path) -> str:
+    """Return the dotted name of the module at ``path`` (a package's ``__init__`` is the package)."""
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path, module: str) -> set[str]:
+    """Return every module the source at ``path`` imports, relative imports resolved.
+
+    ``from a import b`` counts as importing both ``a`` and ``a.b`` (``b`` may be a module).
+    """
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return found
+
+
+def import_graph(package: str, root: Path = ROOT) -> dict[str, set[str]]:
+    """Return each module of ``package`` (under ``root``) and the modules it imports."""
+    top = root / Path(*package.split("."))
+    return {module_name(path, root): imports_of(path, module_name(path, root)) for path in sorted(top.rglob("*.py"))}
+
+
+def violations(graph: dict[str, set[str]], rules: dict[str, tuple[str, ...]]) -> list[tuple[str, str]]:
+    """Return the (importer, imported) edges of ``graph`` that ``rules`` forbid, sorted."""
+    return sorted(
+        (importer, imported)
+        for importer, imported_set in graph.items()
+        for scope, banned in rules.items() if covers(scope, importer)
+        for imported in imported_set if any(covers(b, imported) for b in banned)
+    )
+
+
+class TestTheScanner:
+    def test_it_finds_a_forbidden_edge_in_any_form_of_import(self, tmp_path: Path) -> None:
+        """Absolute, relative, function-level and ``from package import module`` imports are all edges."""
+        pkg = tmp_path / "pkg"
+        (pkg / "low").mkdir(parents=True)
+        (pkg / "high").mkdir()
+        for init in (pkg / "__init__.py", pkg / "low" / "__init__.py", pkg / "high" / "__init__.py"):
+            init.write_text("")
+        (pkg / "high" / "api.py").write_text("")
+        (pkg / "low" / "a.py").write_text("import pkg.high.api\n")
+        (pkg / "low" / "b.py").write_text("from ..high import api\n")
+        (pkg / "low" / "c.py").write_text("def f():\n    from pkg import high\n")
+        (pkg / "low" / "d.py").write_text("from pkg.lowly import x\nimport pkg.highway\n")
+        found = violations(import_graph("pkg", tmp_path), {"pkg.low": ("pkg.high",)})
+        assert found == [("pkg.low.a", "pkg.high.api"), ("pkg.low.b", "pkg.high"), ("pkg.low.b", "pkg.high.api"),
+                         ("pkg.low.c", "pkg.high")]
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    return import_graph("rainierd")
+
+
+class TestLayers:
+    def test_the_package_is_scanned(self, graph: dict[str, set[str]]) -> None:
+        """The graph holds the simulator and the core, so the rules below have something to judge."""
+        assert {"rainierd.sim.fleet", "rainierd.core.model", "rainierd.fleet.pace"} <= graph.keys()
+        assert "rainierd.fleet.pace" in graph["rainierd.sim.training"]
+        assert "rainierd.fleet.pace" in graph["rainierd.core.model"]
+
+    def test_no_module_imports_what_a_rule_forbids(self, graph: dict[str, set[str]]) -> None:
+        """No simulator module imports the core, the monitor or the exporter; the core imports none of
+        the simulator, the monitor, the exporter, asyncio or aiomqtt; the monitor imports no exporter and the
+        exporter no monitor loop, MQTT or daemon; the wire imports neither side; nothing of the package imports
+        the benchmarks or the harness."""
+        assert violations(graph, FORBIDDEN) == []
+
+    def test_the_simulator_imports_only_the_wire_the_hardware_and_shared_leaves(
+        self, graph: dict[str, set[str]],
+    ) -> None:
+        """Of the package, the simulator imports only itself, the wire, the hardware, the topology, the pace
+        model and the shared type and error modules."""
+        used = {imported for module, imported_set in graph.items() if covers("rainierd.sim", module)
+                for imported in imported_set if covers("rainierd", imported) and imported != "rainierd"}
+        assert sorted(m for m in used if not any(covers(allowed, m) for allowed in SIM_MAY_IMPORT)) == []
