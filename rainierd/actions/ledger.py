@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from rainierd.actions.model import ACTIONS, LedgerRecord
+from rainierd.errors import RainierdError
 
 __all__ = ["LEDGER_VERSION", "Ledger", "LedgerError"]
 
@@ -20,7 +21,7 @@ LEDGER_VERSION: Final = 1
 _MAX_TEXT: Final = 500  # a cause line kept at most this long
 
 
-class LedgerError(ValueError):
+class LedgerError(RainierdError, ValueError):
     """A ledger document that cannot be used: another version, or not the shape ``document()`` writes."""
 
 

@@ -50,8 +50,7 @@ from rainierd.actions.config import ActionConfig
 from rainierd.actions.ledger import Ledger
 from rainierd.actions.model import ACTIONS, ActionsView, Advisory, Cause, LedgerRecord, Protected
 from rainierd.core.analysis import HealthView
-from rainierd.core.detect import STATE_NAMES
-from rainierd.core.detect._common import Reason, reason_names
+from rainierd.core.detect import STATE_NAMES, Reason, reason_names
 from rainierd.core.jobmodel import CULPRIT_KINDS, JobLoss
 from rainierd.core.jobphase import CHECKPOINT, PHASE_NAMES, RESTARTING, JobPhases
 from rainierd.core.jobs import JobMembership

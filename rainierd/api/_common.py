@@ -14,6 +14,7 @@ from typing import Any, Final, TypeAlias
 import numpy as np
 
 from rainierd._types import F64, I64
+from rainierd.errors import RainierdError
 
 __all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "ApiError", "Page", "body", "floats", "number", "page", "params"]
 
@@ -25,7 +26,7 @@ _CHUNK: Final = 100  # rows a JSON encoder call at most (~35 KB, well under 1 ms
 Answer: TypeAlias = tuple[str, bytes]  # (HTTP status line, body)
 
 
-class ApiError(Exception):
+class ApiError(RainierdError):
     """A request the API refuses: its HTTP status line and a one-line reason."""
 
     def __init__(self, status: str, message: str) -> None:

@@ -27,8 +27,7 @@ from rainierd._types import F64, I64, B
 from rainierd.api._common import ApiError, Page, columns, floats, order
 from rainierd.api.drilldown import _CHIP_FIGURES, _EFA_FIGURES, _LINK_FIGURES, _NODE_FIGURES
 from rainierd.core.analysis import MonitorCore
-from rainierd.core.detect import STATE_NAMES
-from rainierd.core.detect._common import reason_names
+from rainierd.core.detect import STATE_NAMES, reason_names
 from rainierd.core.state import Table
 from rainierd.fleet.pace import CAUSES
 from rainierd.fleet.topology import LINK_KIND_NAMES, Topology

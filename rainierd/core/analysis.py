@@ -16,8 +16,7 @@ import numpy.typing as npt
 from rainierd._types import F64, I64, Floats
 from rainierd.core.aggregates import Aggregates, CounterSums, aggregate
 from rainierd.core.config import MonitorConfig
-from rainierd.core.detect import STATE_NAMES, Event, FeedView, FleetDetector
-from rainierd.core.detect._stats import PeerSample
+from rainierd.core.detect import STATE_NAMES, Event, FeedView, FleetDetector, PeerSample
 from rainierd.core.eventjobs import with_jobs
 from rainierd.core.fleetloss import LostByCause, price_fleet
 from rainierd.core.ingest import FlushResult, Ingest, IngestStats, Message, Received

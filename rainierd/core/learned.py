@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from rainierd.core.detect._baseline import Learned, take
+from rainierd.core.detect import Learned, take
 from rainierd.errors import RainierdError
 from rainierd.fleet.topology import Topology
 

@@ -25,8 +25,7 @@ import structlog
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from rainierd.core.detect import STATE_NAMES
-from rainierd.core.detect._common import reason_names
+from rainierd.core.detect import STATE_NAMES, reason_names
 from rainierd.fleet.pace import CAUSES
 from rainierd.fleet.topology import LINK_KIND_NAMES, Topology
 from rainierd.monitor.snapshot import DetailView, MonitorSnapshot

@@ -49,6 +49,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from rainierd.errors import RainierdError
+
 __all__ = [
     "HttpError",
     "Remote",
@@ -74,7 +76,7 @@ _CHUNK_SIZE: Final = re.compile(rb"[0-9A-Fa-f]{1,16}")  # 64 bits at most: more 
 _DEFAULT_PORTS: Final = {"http": 80, "https": 443}
 
 
-class HttpError(Exception):
+class HttpError(RainierdError):
     """The server's answer was not an HTTP/1.x response this client reads (or was too large)."""
 
 

@@ -57,6 +57,8 @@ from collections.abc import Callable, Mapping
 from importlib import resources
 from typing import Any, Final
 
+from rainierd.errors import RainierdError
+
 __all__ = ["MAX_INTEGER", "MAX_ITEMS", "MAX_STRING_CHARS", "BadAnswerError", "SchemaError", "check", "compile_schema",
            "definition_of", "one_line", "path_of", "schema"]
 
@@ -78,7 +80,7 @@ _SPELLED: Final = {"string": "a string", "number": "a number", "integer": "an in
 Check = Callable[[Any], Any]
 
 
-class BadAnswerError(Exception):
+class BadAnswerError(RainierdError):
     """An answer at ``path`` refused: ``reason`` says where and why, in one line."""
 
     def __init__(self, path: str, reason: str) -> None:
@@ -87,7 +89,7 @@ class BadAnswerError(Exception):
         self.reason = reason
 
 
-class SchemaError(Exception):
+class SchemaError(RainierdError):
     """The schema uses a keyword or form this module does not read."""
 
 

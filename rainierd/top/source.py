@@ -24,6 +24,7 @@ import ssl
 import zlib
 from typing import Any, Final, Protocol
 
+from rainierd.errors import RainierdError
 from rainierd.http.client import HttpError, Remote, request
 from rainierd.top.answers import BadAnswerError, check, one_line, path_of
 from rainierd.top.model import Document
@@ -35,7 +36,7 @@ __all__ = ["MAX_BODY_BYTES", "HttpSource", "Source", "SourceError"]
 MAX_BODY_BYTES: Final = 8 << 20
 
 
-class SourceError(Exception):
+class SourceError(RainierdError):
     """A document could not be had: one line saying why (unreachable, refused, an HTTP error, not JSON).
 
     ``status`` is the HTTP status the monitor answered with (None: no HTTP answer at all: a timeout, a refused

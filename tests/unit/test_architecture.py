@@ -157,3 +157,45 @@ class TestLayers:
         used = {imported for module, imported_set in graph.items() if covers("rainierd.sim", module)
                 for imported in imported_set if covers("rainierd", imported) and imported != "rainierd"}
         assert sorted(m for m in used if not any(covers(allowed, m) for allowed in SIM_MAY_IMPORT)) == []
+
+
+# The floors below everything (issue 36): the fleet's vocabulary and the runtime every process runs on import
+# nothing of rainierd but each other's leaves, the shared types and errors, and the first code a process runs.
+FLOOR_MAY_IMPORT: dict[str, tuple[str, ...]] = {
+    "rainierd.fleet": ("rainierd.fleet", "rainierd._types", "rainierd.errors"),
+    "rainierd.runtime": ("rainierd.runtime", "rainierd._types", "rainierd.errors", "rainierd._start"),
+}
+
+
+def private_module(module: str) -> str | None:
+    """Return the package whose private module ``module`` is (``a.b._c`` is ``a.b``'s), or None."""
+    parts = module.split(".")
+    for i, part in enumerate(parts):
+        if part.startswith("_") and not part.startswith("__"):
+            return ".".join(parts[:i])
+    return None
+
+
+class TestFloorsAndFaces:
+    def test_the_floors_import_nothing_above_them(self, graph: dict[str, set[str]]) -> None:
+        """rainierd.fleet and rainierd.runtime import, of the package, only themselves and the shared leaves."""
+        above = sorted((module, imported) for module, imported_set in graph.items()
+                       for floor, allowed in FLOOR_MAY_IMPORT.items() if covers(floor, module)
+                       for imported in imported_set
+                       if covers("rainierd", imported) and imported != "rainierd"
+                       and not any(covers(a, imported) for a in allowed))
+        assert above == []
+
+    def test_no_module_reaches_into_another_package_s_private_modules(self, graph: dict[str, set[str]]) -> None:
+        """A module whose name starts with ``_`` (``core/detect/_common.py``) is its package's business: what
+        another package needs of it is on the package's face (``rainierd.core.detect.reason_names``)."""
+        reaching = sorted((module, imported) for module, imported_set in graph.items() for imported in imported_set
+                          if (owner := private_module(imported)) is not None and covers("rainierd", imported)
+                          and owner not in ("", "rainierd") and not covers(owner, module))
+        assert reaching == []
+
+    def test_the_private_scan_sees_a_private_module(self) -> None:
+        """The test above can fail: ``a.b._c`` belongs to ``a.b``, ``a.b.c`` to nobody."""
+        assert private_module("rainierd.core.detect._common") == "rainierd.core.detect"
+        assert private_module("rainierd.core.detect.chips") is None
+        assert private_module("rainierd.__main__") is None

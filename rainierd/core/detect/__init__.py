@@ -16,8 +16,10 @@ from typing import Any, Final, NamedTuple
 import numpy as np
 
 from rainierd._types import I64
+from rainierd.core.detect._baseline import Learned, take
 from rainierd.core.detect._common import Reason, reason_names
 from rainierd.core.detect._paths import NEEDS, PathParams
+from rainierd.core.detect._stats import PeerSample
 from rainierd.core.detect._tracker import StateTracker, Transitions
 from rainierd.core.detect.chips import ChipDetector, ChipParams
 from rainierd.core.detect.cooling import CoolingDetector, CoolingParams
@@ -40,11 +42,15 @@ __all__ = [
     "FeedView",
     "FleetDetector",
     "JobCost",
+    "Learned",
     "NeuronLinkParams",
     "NodePathParams",
     "PathParams",
+    "PeerSample",
     "Reason",
     "SlowLossParams",
+    "reason_names",
+    "take",
 ]
 
 STATE_NAMES: Final[dict[str, tuple[str, ...]]] = {
