@@ -68,11 +68,14 @@ def load_checkpoint(path: Path, *, fleet: str) -> dict[str, npt.NDArray[Any]] | 
     Raises CheckpointError, saying why, for a file that cannot be used.
     """
     try:
+        # One open file for the mark and the arrays, closed here whatever np.load raises: given a path, np.load
+        # leaves its file open when the archive turns out to be no archive (a truncated checkpoint).
         with path.open("rb") as file:
             if file.read(len(STALE_MARK)) == STALE_MARK:
                 raise CheckpointError(f"{path}: marked stale by a monitor that could not replace it")
-        with np.load(path, allow_pickle=False) as saved:
-            arrays = {name: saved[name] for name in saved.files}
+            file.seek(0)
+            with np.load(file, allow_pickle=False) as saved:
+                arrays = {name: saved[name] for name in saved.files}
     except FileNotFoundError:
         return None
     except OSError as exc:
