@@ -39,6 +39,7 @@ import numpy.typing as npt
 from rainierd.core.analysis import MonitorCore
 from rainierd.core.detect import STATE_NAMES
 from rainierd.core.state import Table
+from rainierd.exporter.exposition import family_head
 from rainierd.fleet.topology import LINK_KIND_NAMES, Topology
 from rainierd.monitor.snapshot import MonitorSnapshot
 
@@ -138,9 +139,9 @@ class UltraServerProbe:
             started = time.perf_counter()
             body = self.render(us, snap)
             self.last_duration_s = time.perf_counter() - started
-        return "200 OK", body + (f"# HELP rainier_probe_duration_seconds Time this probe took to build.\n"
-                                 f"# TYPE rainier_probe_duration_seconds gauge\n"
-                                 f"rainier_probe_duration_seconds {self.last_duration_s!r}\n").encode()
+        name = "rainier_probe_duration_seconds"
+        return "200 OK", body + (family_head(name, "Time this probe took to build.")
+                                 + f"{name} {self.last_duration_s!r}\n").encode()
 
     def render(self, us: int, snap: MonitorSnapshot) -> bytes:
         """Return UltraServer ``us``'s per-entity series as exposition text (call with the state steady)."""
@@ -229,6 +230,6 @@ class UltraServerProbe:
 def _family(out: list[str], metric: str, text: str, *, kind: str, blocks: list[str],
             values: npt.NDArray[np.float64]) -> None:
     """Append one family, a series per block whose value is known (not NaN)."""
-    out.append(f"# HELP {metric} {text}\n# TYPE {metric} {kind}\n")
+    out.append(family_head(metric, text, kind))
     out.extend(f"{metric}{{{b}}} {v!r}\n" for b, v in zip(blocks, values.tolist(), strict=True)
                if not math.isnan(v))
