@@ -1,4 +1,5 @@
-"""The monitor's HTTP applications, on the exporter's HTTP server:
+"""The monitor's HTTP applications, each a handler the roles register on
+the HTTP server (``rainierd.http``), which knows none of them:
 
 - ``ReadApi`` (``read``): the JSON read API, ``/api/v1/...`` (docs/api.md,
   schema in docs/api.schema.json): the fleet, its sites, UltraServers, jobs

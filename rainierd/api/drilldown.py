@@ -35,6 +35,7 @@ from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from rainierd.api.figures import CHIP_FIGURES, EFA_FIGURES, LINK_FIGURES, NODE_FIGURES, Figure, live_values
 from rainierd.core.analysis import MonitorCore
@@ -42,11 +43,13 @@ from rainierd.core.detect import STATE_NAMES
 from rainierd.core.state import Table
 from rainierd.exporter.exposition import family_head
 from rainierd.fleet.topology import LINK_KIND_NAMES, Topology
+from rainierd.http.routes import Get, Reply
 from rainierd.monitor.snapshot import MonitorSnapshot
 
 __all__ = ["UltraServerProbe"]
 
 _TARGET: Final = re.compile(r"u?([0-9]{1,9})")
+_TEXT: Final = "text/plain; charset=utf-8"
 _STATE_HELP: Final = {entity: ", ".join(f"{i} {name}" for i, name in enumerate(names))
                       for entity, names in STATE_NAMES.items()}
 
@@ -104,6 +107,15 @@ class UltraServerProbe:
         name = "rainier_probe_duration_seconds"
         return "200 OK", body + (family_head(name, "Time this probe took to build.")
                                  + f"{name} {self.last_duration_s!r}\n").encode()
+
+    async def serve_probe(self, get: Get) -> Reply:
+        """Answer ``/probe?target=...``: the exposition text, or a one-line plain-text error."""
+        status, body = await self.probe(get.query)
+        return Reply(status, CONTENT_TYPE_LATEST if status.startswith("200") else _TEXT, body)
+
+    async def serve_targets(self, _get: Get) -> Reply:
+        """Answer ``/probe/targets``: the HTTP service-discovery JSON."""
+        return Reply("200 OK", "application/json", self.targets())
 
     def render(self, us: int, snap: MonitorSnapshot) -> bytes:
         """Return UltraServer ``us``'s per-entity series as exposition text (call with the state steady)."""

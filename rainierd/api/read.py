@@ -1,7 +1,7 @@
 """The monitor's JSON read API, ``/api/v1/…`` (docs/api.md, schema in
 docs/api.schema.json): the fleet, its sites, UltraServers (a page, or one
 with its nodes, chips, links and ports), jobs (a page, or one) and recent
-events, on the exporter's HTTP server with its TLS and basic auth.
+events, a route of the HTTP server (``serve``), behind its TLS and basic auth.
 ``/api/v1/actions`` is ``actions``'s; the index links it.
 
 Every answer but one UltraServer's detail is built from the latest frozen
@@ -38,6 +38,7 @@ from rainierd.api.ultraservers import UltraServerTable
 from rainierd.core.analysis import MonitorCore
 from rainierd.core.detect import STATE_NAMES
 from rainierd.fleet.topology import Topology
+from rainierd.http.routes import Get, Reply, gzip_large
 from rainierd.monitor.snapshot import MonitorSnapshot
 
 __all__ = ["DEFAULT_EVENTS", "DEFAULT_LIMIT", "MAX_LIMIT", "ReadApi"]
@@ -84,6 +85,12 @@ class ReadApi:
             return "200 OK", await self._route(path.removeprefix(_PREFIX).rstrip("/"), query)
         except ApiError as error:
             return error.answer()
+
+    async def serve(self, get: Get) -> Reply:
+        """Answer ``/api/v1/...`` over HTTP: the JSON answer, gzipped when large and the client accepts gzip (a
+        page of every UltraServer is ~0.6-3.4 MB at rainier, about sevenfold smaller gzipped)."""
+        status, body = await self.answer(get.path, get.query)
+        return await gzip_large(get, Reply(status, "application/json", body))
 
     def _computed(self) -> MonitorSnapshot:
         snap = self._snapshot()

@@ -11,9 +11,9 @@ import bcrypt
 import pytest
 
 from rainierd.http.basicauth import BasicAuth
-from rainierd.http.server import MetricsServer
+from rainierd.http.server import HttpServer
 from rainierd.http.webconfig import WebConfig
-from rainierd.runtime.probes import Verdict
+from tests.serving import role_server, serve_forever
 
 PASSWORD = b"correct horse"
 # Cost 4, bcrypt's least, except where the cost itself is the point.
@@ -107,12 +107,11 @@ class TestBasicAuth:
 
 class TestServer:
     @pytest.fixture
-    async def server(self) -> MetricsServer:
+    async def server(self) -> HttpServer:
         web = WebConfig(tls=None, basic_auth_users=(("prometheus", HASH),))
-        server = MetricsServer(bytes, host="127.0.0.1", port=0, generation=lambda: 1,
-                               healthy=lambda: Verdict(True, "ok"), ready=lambda: Verdict(True, "ready"), web=web)
+        server = role_server(web=web)
         await server.start()
-        self.task = asyncio.create_task(server.serve_forever())
+        self.task = asyncio.create_task(serve_forever(server))
         return server
 
     async def request(self, port: int, head: bytes) -> bytes:
@@ -122,7 +121,7 @@ class TestServer:
         writer.close()
         return response
 
-    async def test_every_path_and_method_wants_credentials(self, server: MetricsServer) -> None:
+    async def test_every_path_and_method_wants_credentials(self, server: HttpServer) -> None:
         """Without credentials every path, the probes and unknown ones included, and every method answer 401
         with a Basic challenge for realm rainierd."""
         for head in (b"GET /metrics HTTP/1.1", b"GET /healthz HTTP/1.1", b"GET /readyz HTTP/1.1", b"GET / HTTP/1.1",
@@ -132,7 +131,7 @@ class TestServer:
             assert b'\r\nWWW-Authenticate: Basic realm="rainierd"\r\n' in response, head
         self.task.cancel()
 
-    async def test_credentials_open_every_path(self, server: MetricsServer) -> None:
+    async def test_credentials_open_every_path(self, server: HttpServer) -> None:
         """With the right credentials the routes answer as without auth; the header name is case-insensitive."""
         authorization = b"\r\nauthorization: " + basic(b"prometheus", PASSWORD)
         statuses = [
