@@ -1,10 +1,10 @@
-"""rainierd's HTTP server as the tests serve it: a role's routes (``/metrics``
-and the probes) on a free loopback port, and serving until cancelled, which
-the product never needs (a role enters the server on its exit stack)."""
+"""rainierd's HTTP server as the tests build it: a role's routes (``/metrics``
+and the probes) on a free loopback port, as ``HttpConfig`` allows.  A test
+serves it as a role does, as an async context manager (or ``start`` and
+``close``)."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -14,7 +14,7 @@ from rainierd.http.server import HttpServer
 from rainierd.http.webconfig import WebConfig
 from rainierd.runtime.probes import Verdict
 
-__all__ = ["OK", "READY", "role_server", "serve_forever"]
+__all__ = ["OK", "READY", "role_server"]
 
 OK, READY = Verdict(True, "ok"), Verdict(True, "ready")
 
@@ -30,10 +30,3 @@ def role_server(
     route_metrics_and_probes(server, render, generation=generation, healthy=healthy, ready=ready)
     return server
 
-
-async def serve_forever(server: HttpServer) -> None:
-    """Serve until cancelled, then close; ``start`` must have been awaited."""
-    try:
-        await asyncio.Event().wait()
-    finally:
-        await server.close()

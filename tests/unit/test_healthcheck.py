@@ -24,7 +24,7 @@ from rainierd.mqtt.connection import ConnectionState
 from rainierd.runtime.probes import Verdict
 from rainierd.settings import load_settings
 from tests.certs import Pki, make_pki
-from tests.serving import role_server, serve_forever
+from tests.serving import role_server
 
 ROOT = Path(__file__).resolve().parents[2]
 PASSWORD = "correct horse"
@@ -46,13 +46,8 @@ async def serving(
     """Serve a real role's server whose probes answer ``healthy`` and ``ready``; yield its port."""
     server = role_server(generation=lambda: 0, healthy=lambda: healthy, ready=lambda: ready, host=host,
                          web=None if web_config is None else load_web_config(web_config))
-    port = await server.start()
-    task = asyncio.create_task(serve_forever(server), name="exporter-http")
-    try:
-        yield port
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+    async with server:
+        yield server.port
 
 
 async def healthcheck(capsys: pytest.CaptureFixture[str], *argv: str) -> int:

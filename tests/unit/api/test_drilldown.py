@@ -23,7 +23,7 @@ from rainierd.monitor.snapshot import MonitorSnapshot, MonitorStatus
 from rainierd.sim.faults import Fault, FaultKind
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
-from tests.serving import OK, role_server, serve_forever
+from tests.serving import OK, role_server
 
 # Link 224 is a ring link of node n4, in UltraServer u1.
 FAULTY_LINK = 224
@@ -119,7 +119,6 @@ class TestProbe:
         server.route("/probe", probe.serve_probe)
         server.route("/probe/targets", probe.serve_targets)
         await server.start()
-        task = asyncio.create_task(serve_forever(server))
 
         def get_all() -> list[tuple[int, str, bytes]]:
             connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
@@ -132,7 +131,7 @@ class TestProbe:
             return out
 
         ok, bad, unknown, targets = await asyncio.to_thread(get_all)
-        task.cancel()
+        await server.close()
         assert (ok[0], ok[1]) == (200, CONTENT_TYPE_LATEST)
         assert b'rainier_neuronlink_health_state{link="224"' in ok[2]
         assert (bad[0], unknown[0], targets[0]) == (400, 404, 200)

@@ -10,7 +10,7 @@ import gzip
 import http.client
 import re
 import ssl
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import bcrypt
@@ -47,7 +47,7 @@ from rainierd.sim.frames import tick_frames
 from rainierd.wire import NodeFrame, decode_binary, encode_binary
 from rainierd.wire.records import Frame
 from tests.certs import make_pki
-from tests.serving import role_server, serve_forever
+from tests.serving import role_server
 
 
 def _clockless(frame: Frame) -> Frame:
@@ -245,7 +245,7 @@ async def http_get(port: int, request: bytes) -> tuple[int, bytes]:
 
 class TestHttp:
     @pytest.fixture
-    async def server(self) -> HttpServer:
+    async def server(self) -> AsyncIterator[HttpServer]:
         self.generation = 1
         self.ready = Verdict(False, "mqtt not connected")
         snap = demo_snapshot()
@@ -253,9 +253,8 @@ class TestHttp:
         server = HttpServer(HttpConfig(host="127.0.0.1", port=0))
         self.metrics = route_metrics_and_probes(server, exporter.render, generation=lambda: self.generation,
                                                 healthy=lambda: Verdict(True, "ok"), ready=lambda: self.ready)
-        await server.start()
-        self.task = asyncio.create_task(serve_forever(server))
-        return server
+        async with server:
+            yield server
 
     async def test_routes(self, server: HttpServer) -> None:
         """/metrics serves exposition text; probes say why; unknown paths 404; other methods 405."""
@@ -270,7 +269,6 @@ class TestHttp:
         assert (await http_get(server.port, b"POST /metrics HTTP/1.1\r\n\r\n"))[0] == 405
         assert (await http_get(server.port, b"garbage\r\n\r\n"))[0] == 400
         assert await http_get(server.port, b"HEAD /healthz HTTP/1.1\r\n\r\n") == (200, b"")
-        self.task.cancel()
 
     async def test_scrapes_never_render_after_the_first(self, server: HttpServer) -> None:
         """Concurrent first scrapes share one render; later scrapes serve the last refresh, however old."""
@@ -282,7 +280,6 @@ class TestHttp:
         await self.metrics.refresh()
         await self.metrics.refresh()
         assert self.metrics.renders == 2
-        self.task.cancel()
 
 
 class TestServerLifetime:
@@ -421,11 +418,10 @@ class TestGzipAndKeepAlive:
         prometheus-client's parser reads it; the render is compressed once, not per scrape."""
         server, metrics = demo_server()
         await server.start()
-        task = asyncio.create_task(serve_forever(server))
         plain = await metrics.body()
         connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
         first, second = await asyncio.to_thread(fetch_twice, connection, {"Accept-Encoding": "gzip"})
-        task.cancel()
+        await server.close()
         assert first[3] is second[3] is not None  # the same socket, still open
         for status, headers, body, _sock in (first, second):
             assert (status, headers["content-encoding"], headers["connection"], headers["vary"]) == (
@@ -440,12 +436,11 @@ class TestGzipAndKeepAlive:
         """Without Accept-Encoding (or with gzip;q=0) the body is plain; ``Connection: close`` is honoured."""
         server, metrics = demo_server()
         await server.start()
-        task = asyncio.create_task(serve_forever(server))
         connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
         first, second = await asyncio.to_thread(fetch_twice, connection, {"Accept-Encoding": "gzip;q=0, identity"})
         closing = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
         closed = await asyncio.to_thread(fetch_twice, closing, {"Connection": "close"})
-        task.cancel()
+        await server.close()
         assert first[3] is second[3]
         assert "content-encoding" not in first[1]
         assert first[2] == second[2] == await metrics.body()
@@ -462,7 +457,6 @@ class TestGzipAndKeepAlive:
             f"  prometheus: {bcrypt.hashpw(password, bcrypt.gensalt(rounds=4)).decode()}\n")
         server, metrics = demo_server(load_web_config(tmp_path / "web.yml"))
         await server.start()
-        task = asyncio.create_task(serve_forever(server))
         context = ssl.create_default_context(cafile=pki.ca_cert)
         authorised = {"Accept-Encoding": "gzip",
                       "Authorization": "Basic " + base64.b64encode(b"prometheus:" + password).decode()}
@@ -470,7 +464,7 @@ class TestGzipAndKeepAlive:
         first, second = await asyncio.to_thread(fetch_twice, connection, authorised)
         anonymous = http.client.HTTPSConnection("127.0.0.1", server.port, timeout=5, context=context)
         refused = await asyncio.to_thread(fetch_twice, anonymous, {"Accept-Encoding": "gzip"})
-        task.cancel()
+        await server.close()
         assert first[3] is second[3] is not None
         assert gzip.decompress(second[2]) == await metrics.body()
         assert [r[0] for r in refused] == [401, 401]

@@ -73,12 +73,13 @@ async def server() -> AsyncIterator[HttpServer]:
 async def exchange(port: int, data: bytes) -> bytes:
     """Send ``data`` on one connection, half-close it, and return everything the server sent before closing."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(data)
-    writer.write_eof()
-    async with asyncio.timeout(within(5)):
-        received = await reader.read()
-    writer.close()
-    return received
+    try:
+        writer.write(data)
+        writer.write_eof()
+        async with asyncio.timeout(within(5)):
+            return await reader.read()
+    finally:
+        writer.close()
 
 
 class TestRequestParser:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from base64 import b64encode
+from collections.abc import AsyncIterator
 
 import bcrypt
 import pytest
@@ -13,7 +14,7 @@ import pytest
 from rainierd.http.basicauth import BasicAuth
 from rainierd.http.server import HttpServer
 from rainierd.http.webconfig import WebConfig
-from tests.serving import role_server, serve_forever
+from tests.serving import role_server
 
 PASSWORD = b"correct horse"
 # Cost 4, bcrypt's least, except where the cost itself is the point.
@@ -107,12 +108,10 @@ class TestBasicAuth:
 
 class TestServer:
     @pytest.fixture
-    async def server(self) -> HttpServer:
+    async def server(self) -> AsyncIterator[HttpServer]:
         web = WebConfig(tls=None, basic_auth_users=(("prometheus", HASH),))
-        server = role_server(web=web)
-        await server.start()
-        self.task = asyncio.create_task(serve_forever(server))
-        return server
+        async with role_server(web=web) as server:
+            yield server
 
     async def request(self, port: int, head: bytes) -> bytes:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -129,7 +128,6 @@ class TestServer:
             response = await self.request(server.port, head)
             assert response.split(b"\r\n", 1)[0] == b"HTTP/1.1 401 Unauthorized", head
             assert b'\r\nWWW-Authenticate: Basic realm="rainierd"\r\n' in response, head
-        self.task.cancel()
 
     async def test_credentials_open_every_path(self, server: HttpServer) -> None:
         """With the right credentials the routes answer as without auth; the header name is case-insensitive."""
@@ -143,4 +141,3 @@ class TestServer:
                             b"HTTP/1.1 405 Method Not Allowed"]
         assert server.auth is not None
         assert server.auth.bcrypt_checks == 1
-        self.task.cancel()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import bcrypt
@@ -16,7 +17,7 @@ from rainierd.errors import ConfigError
 from rainierd.http.server import HttpServer
 from rainierd.http.webconfig import TLSServerConfig, WebConfig, load_web_config
 from tests.certs import Pki, make_pki
-from tests.serving import OK, role_server, serve_forever
+from tests.serving import OK, role_server
 
 # Cost 4, bcrypt's least: these tests are about the format, not the cost.
 # bcrypt of "correct horse" with a fixed salt: a hash made at import would change the parametrized test ids
@@ -147,13 +148,11 @@ class TestInvalid:
 
 class TestClientCertificates:
     @pytest.fixture
-    async def server(self, pki: Pki) -> HttpServer:
+    async def server(self, pki: Pki) -> AsyncIterator[HttpServer]:
         web = load_web_config(write(pki.directory, TLS + "  client_auth_type: RequireAndVerifyClientCert\n"
                                                          "  client_ca_file: ca.crt\n"))
-        server = role_server(ready=lambda: OK, web=web)
-        await server.start()
-        self.task = asyncio.create_task(serve_forever(server))
-        return server
+        async with role_server(ready=lambda: OK, web=web) as server:
+            yield server
 
     async def get(self, port: int, context: ssl.SSLContext) -> bytes:
         reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
@@ -167,7 +166,6 @@ class TestClientCertificates:
         context = ssl.create_default_context(cafile=pki.ca_cert)
         context.load_cert_chain(pki.client_cert, pki.client_key)
         assert (await self.get(server.port, context)).startswith(b"HTTP/1.1 200 OK\r\n")
-        self.task.cancel()
 
     async def test_client_without_certificate_is_refused(self, server: HttpServer, pki: Pki) -> None:
         """With RequireAndVerifyClientCert a client without a certificate gets no response, and the server serves on."""
@@ -179,4 +177,3 @@ class TestClientCertificates:
         assert response == b""
         context.load_cert_chain(pki.client_cert, pki.client_key)
         assert (await self.get(server.port, context)).startswith(b"HTTP/1.1 200 OK\r\n")
-        self.task.cancel()
