@@ -41,13 +41,13 @@ from rainierd.core.analysis import MonitorCore
 from rainierd.core.jobs import NameIndex, resolve_jobs
 from rainierd.daemon import SWITCH_INTERVAL_S
 from rainierd.fleet.topology import PRESETS, Topology, build_topology
-from rainierd.http.server import MetricsServer
+from rainierd.http.config import HttpConfig
+from rainierd.http.server import HttpServer
 from rainierd.monitor.events import EventLog
 from rainierd.monitor.snapshot import IngestCounts, MonitorSnapshot, MonitorStatus
 from rainierd.mqtt.connection import Connection
 from rainierd.runtime.logs import configure_logging
 from rainierd.runtime.looplag import LoopLag
-from rainierd.runtime.probes import Verdict
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
 from rainierd.sim.scenarios import random_faults
@@ -117,17 +117,16 @@ async def _serve_and_ask(preset: str, *, requests: int, seed: int, n_jobs: int, 
     gc.freeze()
     lag = LoopLag(interval_s=0.01, window=1_000_000)
     api = ReadApi(topo, lambda: snap, core=core, lock=asyncio.Lock(), events=lambda: events.recent)
-    server = MetricsServer(lambda: b"", host="127.0.0.1", port=0, generation=lambda: 1,
-                           healthy=lambda: Verdict(True, "ok"), ready=lambda: Verdict(True, "ready"), api=api)
-    port = await server.start()
+    server = HttpServer(HttpConfig(host="127.0.0.1", port=0))
+    server.route("/api/v1/", api.serve)
     targets = ["/api/v1/", "/api/v1/fleet", "/api/v1/sites", "/api/v1/ultraservers",
                "/api/v1/ultraservers?sort=effective_share&limit=50", "/api/v1/ultraservers?sort=lost&limit=10000",
                "/api/v1/ultraservers?limit=10000&fields=site,effective_share,unhealthy_total",
                f"/api/v1/ultraservers/u{worst_us}", "/api/v1/jobs", "/api/v1/jobs?sort=id&limit=10000",
                f"/api/v1/jobs/{worst_job}", "/api/v1/events", "/api/v1/events?limit=1000"]
-    async with asyncio.TaskGroup() as tg:
-        tasks = [tg.create_task(server.serve_forever(), name="exporter-http"),
-                 tg.create_task(lag.run(), name="loop-lag")]
+    async with server, asyncio.TaskGroup() as tg:
+        port = server.port
+        lagging = tg.create_task(lag.run(), name="loop-lag")
         await asyncio.sleep(0.5)
         lag.samples.clear()
         await asyncio.sleep(3.0)  # the loop's lag with no request: the machine's noise
@@ -141,8 +140,7 @@ async def _serve_and_ask(preset: str, *, requests: int, seed: int, n_jobs: int, 
             )
             out, _ = await proc.communicate()
             client[target] = json.loads(out)[target] | {"lags": list(lag.samples)}
-        for task in tasks:
-            task.cancel()
+        lagging.cancel()
     return {
         "topology": preset, "chips": topo.n_chips, "ultraservers": topo.n_ultraservers,
         "jobs": snap.jobs.n_jobs if snap.jobs else 0, "recent_events": len(events.recent),

@@ -1,6 +1,6 @@
 """``benchmarks scrape``: what a Prometheus scrape costs, as the daemon
 serves it.  An in-process exporter (the daemon's registry, UltraServer
-families and MetricsServer) holds a snapshot of a simulated fleet with some
+families and HTTP server) holds a snapshot of a simulated fleet with some
 faults, re-renders it once a second as the monitor does after each analysis,
 and a separate client process scrapes it, plain and then gzipped as
 Prometheus asks; the event loop's lag is sampled throughout.  Reports scrape
@@ -27,9 +27,11 @@ import numpy as np
 
 from rainierd.core.analysis import MonitorCore
 from rainierd.daemon import SWITCH_INTERVAL_S
+from rainierd.exporter import route_metrics_and_probes
 from rainierd.exporter.wiring import build_exporter
 from rainierd.fleet.topology import PRESETS, Topology, build_topology
-from rainierd.http.server import MetricsServer
+from rainierd.http.config import HttpConfig
+from rainierd.http.server import HttpServer
 from rainierd.monitor.snapshot import IngestCounts, MonitorSnapshot, MonitorStatus
 from rainierd.mqtt.connection import Connection
 from rainierd.runtime.looplag import LoopLag
@@ -95,9 +97,9 @@ async def _serve_and_scrape(preset: str, *, scrapes: int, interval_s: float, see
     generation = 1
     lag = LoopLag(interval_s=0.01, window=1_000_000)
     exporter = build_exporter(topo, lambda: snap)
-    server = MetricsServer(exporter.render, host="127.0.0.1", port=0, generation=lambda: generation,
-                           healthy=lambda: Verdict(True, "ok"), ready=lambda: Verdict(True, "ready"))
-    port = await server.start()
+    server = HttpServer(HttpConfig(host="127.0.0.1", port=0))
+    metrics = route_metrics_and_probes(server, exporter.render, generation=lambda: generation,
+                                       healthy=lambda: Verdict(True, "ok"), ready=lambda: Verdict(True, "ready"))
     render_s: list[float] = []
 
     async def analysis_ticks() -> None:
@@ -105,13 +107,13 @@ async def _serve_and_scrape(preset: str, *, scrapes: int, interval_s: float, see
         while True:
             generation += 1
             started = time.perf_counter()
-            await server.refresh()
+            await metrics.refresh()
             render_s.append(time.perf_counter() - started)
             await asyncio.sleep(1.0)
 
-    async with asyncio.TaskGroup() as tg:
-        tasks = [tg.create_task(server.serve_forever(), name="exporter-http"),
-                 tg.create_task(lag.run(), name="loop-lag"),
+    async with server, asyncio.TaskGroup() as tg:
+        port = server.port
+        tasks = [tg.create_task(lag.run(), name="loop-lag"),
                  tg.create_task(analysis_ticks(), name="analysis-ticks")]
         await asyncio.sleep(1.5)
         lag.samples.clear()

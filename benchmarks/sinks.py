@@ -29,9 +29,9 @@ from rainierd.actions.model import ActionsView, Advisory, BrakeStatus, Cause, Pr
 from rainierd.api.actions import DEFAULT_LIMIT, ActionsApi, render
 from rainierd.core.throughput import Throughput
 from rainierd.http.client import parse_url, request
-from rainierd.http.server import MetricsServer
+from rainierd.http.config import HttpConfig
+from rainierd.http.server import HttpServer
 from rainierd.monitor.snapshot import MonitorSnapshot
-from rainierd.runtime.probes import Verdict
 from rainierd.sinks.changes import diff
 from rainierd.sinks.retained import RetainedActions
 from rainierd.sinks.webhook import WebhookConfig, WebhookSink
@@ -75,9 +75,8 @@ async def _served(view: ActionsView, repeat: int) -> dict[str, float]:
                             none, none, none, none)
     snap = MonitorSnapshot(generation=1, throughput=throughput, chips_total=0, analysis_s=0.0, analysed_ticks=1,
                            actions=view)
-    server = MetricsServer(lambda: b"", host="127.0.0.1", port=0, generation=lambda: 1,
-                           healthy=lambda: Verdict(True, "ok"), ready=lambda: Verdict(True, "ok"),
-                           actions=ActionsApi(lambda: snap))
+    server = HttpServer(HttpConfig(host="127.0.0.1", port=0))
+    server.route("/api/v1/actions", ActionsApi(lambda: snap).serve)
     node = view.advisories[len(view.advisories) // 2].node
     out: dict[str, float] = {}
     async with server:

@@ -273,26 +273,23 @@ def _render(topology: str, variants: int, seed: int, directory: Path) -> dict[st
     import asyncio  # noqa: PLC0415  (only here: the controller is otherwise synchronous)
 
     from benchmarks.scrape import snapshots  # noqa: PLC0415  (pulls in the simulator and the core)
-    from rainierd.exporter import build_exporter  # noqa: PLC0415
-    from rainierd.http.server import MetricsServer  # noqa: PLC0415
-    from rainierd.runtime.probes import Verdict  # noqa: PLC0415
+    from rainierd.exporter import MetricsRoute, build_exporter  # noqa: PLC0415
 
     made = snapshots(topology, seed)
     _core, snap, topo = next(made)
     current = [snap]
     exporter = build_exporter(topo, lambda: current[0])
-    server = MetricsServer(exporter.render, host="127.0.0.1", port=0, generation=lambda: current[0].generation,
-                           healthy=lambda: Verdict(True, "ok"), ready=lambda: Verdict(True, "ready"))
+    metrics = MetricsRoute(exporter.render, generation=lambda: current[0].generation)
 
     async def render() -> list[int]:
         series = []
         for i in range(variants):
             if i:
                 current[0] = next(made)[1]
-                await server.refresh()  # the next tick's values
-            plain = await server.metrics_body(gzip=False)
+                await metrics.refresh()  # the next tick's values
+            plain = await metrics.body(gzip=False)
             (directory / f"body-{i}").write_bytes(plain)
-            (directory / f"body-{i}.gz").write_bytes(await server.metrics_body(gzip=True))
+            (directory / f"body-{i}.gz").write_bytes(await metrics.body(gzip=True))
             series.append(sum(1 for line in plain.splitlines() if line and not line.startswith(b"#")))
         return series
 

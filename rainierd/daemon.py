@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import gc
 import secrets
 import sys
@@ -27,15 +26,14 @@ import structlog
 from prometheus_client.registry import Collector
 
 from rainierd.aggregate import Aggregator, AggregatorCollector, batch_name
-from rainierd.api import ReadApi
-from rainierd.api.actions import ActionsApi
-from rainierd.api.drilldown import UltraServerProbe
-from rainierd.exporter import build_exporter, build_registry
+from rainierd.api import ActionsApi, ReadApi, UltraServerProbe
+from rainierd.exporter import MetricsRoute, build_exporter, build_registry, route_metrics_and_probes
 from rainierd.fleet.inventory import load_topology
 from rainierd.fleet.topology import Topology
-from rainierd.http.server import MetricsServer
+from rainierd.http.config import HttpConfig
+from rainierd.http.routes import verdict_route
+from rainierd.http.server import HttpServer
 from rainierd.http.status import ServerCollector, ServerCounters
-from rainierd.http.webconfig import load_web_config
 from rainierd.monitor import Monitor, SharePolicy
 from rainierd.mqtt.broker import EmbeddedBroker
 from rainierd.mqtt.connection import ConnectionState
@@ -61,10 +59,6 @@ Role = Literal["run", "simulate", "monitor", "aggregate"]
 # before the event loop gets it back: 1 ms instead of Python's 5 ms keeps the
 # loop's lag under 10 ms at Rainier scale (python -m benchmarks scrape).
 SWITCH_INTERVAL_S: Final = 0.001
-
-
-def _NO_METRICS() -> bytes:  # noqa: N802 (a constant's role: the simulator serves probes, not metrics)
-    return b""
 
 
 class _SimulatorProbes:
@@ -119,16 +113,16 @@ def _collectors(webhook: WebhookSink | None) -> dict[str, Collector]:
     return {} if webhook is None else {"webhook": WebhookCollector(webhook.status)}
 
 
-def _analysis_tasks(monitor: Monitor, server: MetricsServer,
+def _analysis_tasks(monitor: Monitor, metrics: MetricsRoute,
                     webhook: WebhookSink | None) -> dict[str, Callable[[], Coroutine[Any, Any, None]]]:
     """Return the analysis task, which after each analysis queues the webhook's events (the sink delivers them
     from its own task: the analysis never waits on a receiver) and renders the scrape, and the webhook's task."""
     if webhook is None:
-        return {"monitor-analyse": lambda: monitor.analyse(after=server.refresh)}
+        return {"monitor-analyse": lambda: monitor.analyse(after=metrics.refresh)}
 
     async def after() -> None:
         webhook.offer(monitor.snapshot.actions if monitor.snapshot is not None else None)
-        await server.refresh()
+        await metrics.refresh()
 
     return {"monitor-analyse": lambda: monitor.analyse(after=after), "monitor-webhook": webhook.run}
 
@@ -142,23 +136,13 @@ def _scenario(settings: Settings, topology: Topology) -> tuple[list[Fault], list
     return faults, load_jobs(settings.scenario, topology, tick_s=settings.tick_s) or None
 
 
-def _http(settings: Settings) -> Callable[..., MetricsServer]:
-    """Return the roles' HTTP server as the settings configure it, its content still to be given."""
-    web = None if settings.web_config_file is None else load_web_config(settings.web_config_file)
-    host, port = settings.metrics_host_port
-    return functools.partial(MetricsServer, host=host, port=port, web=web,
-                             max_connections=settings.http_max_connections,
-                             max_handshakes=settings.http_max_handshakes,
-                             unauthenticated_idle_s=settings.http_unauthenticated_idle_s)
-
-
 @dataclass(frozen=True)
 class MonitorRole:
     """The monitor role's parts, its HTTP server listening: the tasks to run, named, and the monitor and server
     they drive (what a benchmark watches from inside: benchmarks/_apitick.py)."""
 
     monitor: Monitor
-    server: MetricsServer
+    server: HttpServer
     loop_lag: LoopLag
     coroutines: dict[str, Callable[[], Coroutine[Any, Any, None]]]
 
@@ -166,10 +150,11 @@ class MonitorRole:
 async def monitor_role(
     settings: Settings, topology: Topology, stack: contextlib.AsyncExitStack, *, url: str | None,
     protocol: Literal["3.1.1", "5"] | None, client_id: str, suffix: str | None = None,
-    http: Callable[..., MetricsServer] | None = None,
+    http: HttpConfig | None = None,
 ) -> MonitorRole:
     """Build the monitor, its exporter and API, bind its HTTP server (``http``, default the settings'; closed
-    when ``stack`` is), and return them with the role's tasks (not started).
+    when ``stack`` is) serving /metrics, the probes, /probe and /api/v1/, and return them with the role's
+    tasks (not started).
 
     Raises OSError if the listening socket cannot be bound, ConfigError for an unusable webhook.
     """
@@ -192,18 +177,19 @@ async def monitor_role(
                               shard=settings.monitor_shard,
                               server=counters.status,
                               extra=_collectors(webhook := _webhook(settings, mon_mqtt.client_id)))
-    server = await stack.enter_async_context((http or _http(settings))(
-        exporter.render, generation=lambda: monitor.generation,
-        healthy=monitor.healthy, ready=monitor.ready, counters=counters,
-        prober=UltraServerProbe(monitor.topology, monitor.core, lambda: monitor.snapshot,
-                                lock=monitor.state_lock),
-        actions=ActionsApi(lambda: monitor.snapshot),
-        api=ReadApi(monitor.topology, lambda: monitor.snapshot, core=monitor.core, lock=monitor.state_lock,
-                    events=lambda: monitor.events.recent),
-    ))
+    server = HttpServer(http or settings.http_config(), counters=counters)
+    metrics = route_metrics_and_probes(server, exporter.render, generation=lambda: monitor.generation,
+                                       healthy=monitor.healthy, ready=monitor.ready)
+    probe = UltraServerProbe(monitor.topology, monitor.core, lambda: monitor.snapshot, lock=monitor.state_lock)
+    server.route("/probe", probe.serve_probe, shown="/probe?target=u<id>")
+    server.route("/probe/targets", probe.serve_targets)
+    server.route("/api/v1/actions", ActionsApi(lambda: monitor.snapshot).serve)
+    server.route("/api/v1/", ReadApi(monitor.topology, lambda: monitor.snapshot, core=monitor.core,
+                                     lock=monitor.state_lock, events=lambda: monitor.events.recent).serve)
+    await stack.enter_async_context(server)
     coroutines: dict[str, Callable[[], Coroutine[Any, Any, None]]] = {
         "monitor-mqtt-subscribe": lambda: supervise(mon_mqtt, monitor.session.consume, state=monitor.connection),
-        **_analysis_tasks(monitor, server, webhook),
+        **_analysis_tasks(monitor, metrics, webhook),
         "monitor-listening-clock": monitor.clock.keep,
         "loop-lag": loop_lag.run,
     }
@@ -213,7 +199,7 @@ async def monitor_role(
 async def _run_role(role: Role, settings: Settings, stop: asyncio.Event) -> None:
     topology = load_topology(settings.topology, efa_ports_per_node=settings.efa_ports_per_node)
     nonce = secrets.token_hex(4)
-    http = _http(settings)
+    http = settings.http_config()
     async with contextlib.AsyncExitStack() as stack:
         url = settings.mqtt_url
         protocol: Literal["3.1.1", "5"] | None = None
@@ -240,10 +226,12 @@ async def _run_role(role: Role, settings: Settings, stop: asyncio.Event) -> None
             )
             sim_connection = ConnectionState()
             if role == "simulate" and "metrics_addr" in settings.model_fields_set:
+                # It serves its probes alone: it has no metrics of its own.
                 probes = _SimulatorProbes(sim, sim_connection)
-                await stack.enter_async_context(http(
-                    _NO_METRICS, generation=lambda: 0, healthy=probes.healthy, ready=probes.ready,
-                ))
+                sim_server = HttpServer(http)
+                sim_server.route("/healthz", verdict_route(probes.healthy))
+                sim_server.route("/readyz", verdict_route(probes.ready))
+                await stack.enter_async_context(sim_server)
             coroutines["sim-ticks"] = lambda: sim.produce(stop)
             coroutines["sim-mqtt-publish"] = lambda: supervise(sim_mqtt, sim.session, state=sim_connection)
             drain = sim.drain  # its simulated jobs' retained documents go with it
@@ -264,13 +252,14 @@ async def _run_role(role: Role, settings: Settings, stop: asyncio.Event) -> None
             agg_counters = ServerCounters()
             agg_exporter = build_registry({"aggregator": AggregatorCollector(lambda: aggregator.status),
                                            "http": ServerCollector(agg_counters.status)})
-            agg_server = await stack.enter_async_context(http(
-                agg_exporter.render, generation=lambda: aggregator.batcher.ticks, healthy=aggregator.healthy,
-                ready=aggregator.ready, counters=agg_counters,
-            ))
+            agg_server = HttpServer(http, counters=agg_counters)
+            agg_metrics = route_metrics_and_probes(agg_server, agg_exporter.render,
+                                                   generation=lambda: aggregator.batcher.ticks,
+                                                   healthy=aggregator.healthy, ready=aggregator.ready)
+            await stack.enter_async_context(agg_server)
             coroutines["aggregate-mqtt"] = lambda: supervise(agg_mqtt, aggregator.session,
                                                              state=aggregator.connection)
-            coroutines["aggregate-ticks"] = lambda: aggregator.run_ticks(after=agg_server.refresh)
+            coroutines["aggregate-ticks"] = lambda: aggregator.run_ticks(after=agg_metrics.refresh)
             drain = aggregator.drain
         # What is built so far (topology, names, label blocks, the core: ~50,000
         # objects at rainier) lives as long as the process.  A full collection

@@ -25,6 +25,8 @@ from rainierd.fleet.hardware import TRN2
 from rainierd.fleet.inventory import load_inventory
 from rainierd.fleet.topology import PRESETS, Topology, parse_topology
 from rainierd.http.client import parse_url
+from rainierd.http.config import HttpConfig
+from rainierd.http.webconfig import load_web_config
 from rainierd.wire.topics import Shard, parse_shard
 
 __all__ = [
@@ -417,6 +419,20 @@ class Settings(BaseSettings):
             max_clock_skew_s=self.max_clock_skew_s, max_seq_jump=self.max_seq_jump,
             feed_lost_share=self.feed_lost_share, feed_hold_s=self.feed_hold_s,
             counter_rate_margin=self.counter_rate_margin, hardware=replace(TRN2, efa_ports_per_node=ports),
+        )
+
+    def http_config(self, listen: str | None = None) -> HttpConfig:
+        """Return the HTTP edge's configuration: listening on ``listen`` (host:port; default ``metrics_addr``),
+        with the web config file's TLS and basic auth (read now) and the connection limits.
+
+        Raises ConfigError if the web config file is missing or unusable.
+        """
+        host, port = parse_host_port(self.metrics_addr if listen is None else listen)
+        return HttpConfig(
+            host=host, port=port,
+            web=None if self.web_config_file is None else load_web_config(self.web_config_file),
+            max_connections=self.http_max_connections, max_handshakes=self.http_max_handshakes,
+            unauthenticated_idle_s=self.http_unauthenticated_idle_s,
         )
 
     def bridge_config(self, topology: Topology, node: int) -> BridgeConfig:

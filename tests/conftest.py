@@ -145,10 +145,11 @@ def start_rainierd(tmp_path: Path) -> Iterator[object]:
     ) -> Daemon:
         log_path = tmp_path / f"{name}-{len(started)}.log"
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "rainierd", *args, "--log-format", "json"],
-            stdout=log_path.open("w"), stderr=subprocess.STDOUT, env=env, stdin=stdin,
-        )
+        with log_path.open("w") as log:  # the child holds its own copy of the descriptor
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "rainierd", *args, "--log-format", "json"],
+                stdout=log, stderr=subprocess.STDOUT, env=env, stdin=stdin,
+            )
         daemon = Daemon(proc, log_path)
         started.append(daemon)
         return daemon

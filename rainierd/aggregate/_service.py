@@ -192,7 +192,7 @@ class Aggregator:
     async def run_ticks(self, after: Callable[[], Awaitable[None]] | None = None) -> None:
         """Batch what was heard once a tick, on the drift-free schedule, until cancelled.
 
-        ``after`` is awaited after each tick (the metrics server's refresh).
+        ``after`` is awaited after each tick (the /metrics route's refresh).
         """
         async for _ in self.schedule.ticks(first=1):
             await self.tick()

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Final
 
 from rainierd.actions.model import STATES, ActionsView
+from rainierd.http.routes import Get, Reply
 from rainierd.monitor.snapshot import MonitorSnapshot
 
 __all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "ActionsApi"]
@@ -89,6 +90,11 @@ class ActionsApi:
         if (node is None and state is None and len(view.advisories) <= _INLINE_MAX) or limit <= _INLINE_MAX:
             return "200 OK", render(view, node=node, state=state, limit=limit)
         return "200 OK", await asyncio.to_thread(render, view, node=node, state=state, limit=limit)
+
+    async def serve(self, get: Get) -> Reply:
+        """Answer ``/api/v1/actions`` over HTTP (never gzipped: a node's answer is a few KB)."""
+        status, body = await self.answer(get.query)
+        return Reply(status, "application/json", body)
 
 
 def _resolve(view: ActionsView, node: str) -> str:

@@ -35,55 +35,21 @@ from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
+from prometheus_client import CONTENT_TYPE_LATEST
 
+from rainierd.api.figures import CHIP_FIGURES, EFA_FIGURES, LINK_FIGURES, NODE_FIGURES, Figure, live_values
 from rainierd.core.analysis import MonitorCore
 from rainierd.core.detect import STATE_NAMES
 from rainierd.core.state import Table
+from rainierd.exporter.exposition import family_head
 from rainierd.fleet.topology import LINK_KIND_NAMES, Topology
+from rainierd.http.routes import Get, Reply
 from rainierd.monitor.snapshot import MonitorSnapshot
 
 __all__ = ["UltraServerProbe"]
 
 _TARGET: Final = re.compile(r"u?([0-9]{1,9})")
-_US_PER_S: Final = 1e-6
-
-# (metric, help, type, table, field, scale): the per-entity figures of a probe.
-_CHIP_FIGURES: Final = (
-    ("rainier_chip_utilization_ratio", "Mean NeuronCore utilisation of the chip.", "gauge", "util", 1.0),
-    ("rainier_chip_clock_ratio", "Clock / nominal clock of the chip.", "gauge", "clock_ratio", 1.0),
-    ("rainier_chip_temperature_celsius", "Hottest sensor of the chip.", "gauge", "temp_c", 1.0),
-    ("rainier_chip_power_watts", "Power of the chip.", "gauge", "power_w", 1.0),
-    ("rainier_chip_hbm_used_bytes", "HBM in use on the chip.", "gauge", "hbm_used_bytes", 1.0),
-    ("rainier_chip_ecc_corrected_errors_total", "Corrected ECC errors (its publisher's total).", "counter",
-     "ecc_corrected_total", 1.0),
-    ("rainier_chip_ecc_uncorrected_errors_total", "Uncorrected ECC errors (its publisher's total).", "counter",
-     "ecc_uncorrected_total", 1.0),
-)
-_LINK_FIGURES: Final = (
-    ("rainier_neuronlink_bandwidth_bytes_per_second", "NeuronLink bandwidth over the last tick's transfers.",
-     "gauge", "bw_bytes_s", 1.0),
-    ("rainier_neuronlink_lanes_up", "NeuronLink lanes up.", "gauge", "lanes_up", 1.0),
-    ("rainier_neuronlink_latency_seconds", "NeuronLink latency.", "gauge", "latency_us", _US_PER_S),
-    ("rainier_neuronlink_crc_errors_total", "NeuronLink CRC errors (its publisher's total).", "counter",
-     "crc_errors_total", 1.0),
-    ("rainier_neuronlink_replays_total", "NeuronLink replays (its publisher's total).", "counter",
-     "replay_total", 1.0),
-)
-_EFA_FIGURES: Final = (
-    ("rainier_efa_port_transmit_bytes_total", "EFA bytes sent (its publisher's total).", "counter",
-     "tx_bytes_total", 1.0),
-    ("rainier_efa_port_receive_bytes_total", "EFA bytes received (its publisher's total).", "counter",
-     "rx_bytes_total", 1.0),
-    ("rainier_efa_port_retransmit_packets_total", "EFA packets retransmitted (its publisher's total).", "counter",
-     "retrans_pkts_total", 1.0),
-    ("rainier_efa_port_latency_seconds", "EFA latency.", "gauge", "latency_us", _US_PER_S),
-)
-_NODE_FIGURES: Final = (
-    ("rainier_node_inlet_temperature_celsius", "Node inlet air.", "gauge", "inlet_c", 1.0),
-    ("rainier_node_outlet_temperature_celsius", "Node outlet air.", "gauge", "outlet_c", 1.0),
-    ("rainier_node_fan_rpm", "Node fan speed.", "gauge", "fan_rpm", 1.0),
-    ("rainier_node_power_watts", "Node power, chips and host.", "gauge", "power_w", 1.0),
-)
+_TEXT: Final = "text/plain; charset=utf-8"
 _STATE_HELP: Final = {entity: ", ".join(f"{i} {name}" for i, name in enumerate(names))
                       for entity, names in STATE_NAMES.items()}
 
@@ -138,9 +104,18 @@ class UltraServerProbe:
             started = time.perf_counter()
             body = self.render(us, snap)
             self.last_duration_s = time.perf_counter() - started
-        return "200 OK", body + (f"# HELP rainier_probe_duration_seconds Time this probe took to build.\n"
-                                 f"# TYPE rainier_probe_duration_seconds gauge\n"
-                                 f"rainier_probe_duration_seconds {self.last_duration_s!r}\n").encode()
+        name = "rainier_probe_duration_seconds"
+        return "200 OK", body + (family_head(name, "Time this probe took to build.")
+                                 + f"{name} {self.last_duration_s!r}\n").encode()
+
+    async def serve_probe(self, get: Get) -> Reply:
+        """Answer ``/probe?target=...``: the exposition text, or a one-line plain-text error."""
+        status, body = await self.probe(get.query)
+        return Reply(status, CONTENT_TYPE_LATEST if status.startswith("200") else _TEXT, body)
+
+    async def serve_targets(self, _get: Get) -> Reply:
+        """Answer ``/probe/targets``: the HTTP service-discovery JSON."""
+        return Reply("200 OK", "application/json", self.targets())
 
     def render(self, us: int, snap: MonitorSnapshot) -> bytes:
         """Return UltraServer ``us``'s per-entity series as exposition text (call with the state steady)."""
@@ -158,7 +133,7 @@ class UltraServerProbe:
 
         chip_blocks = [f'chip="{c}",node="n{n}",{where}{names.node_labels(n)}'
                        for c, n in zip(chips.tolist(), topo.chip_node[chips].tolist(), strict=True)]
-        for figure in _CHIP_FIGURES:
+        for figure in CHIP_FIGURES:
             self._figure(out, figure, blocks=chip_blocks, table=state.chips, ids=chips)
         effective = np.where(snap.throughput.chip_fresh[chips], snap.throughput.chip_effective[chips], np.nan)
         _family(out, "rainier_chip_fp8_effective_flops", "FP8 FLOP/s the chip executed.", kind="gauge",
@@ -170,34 +145,29 @@ class UltraServerProbe:
             for i, k, a, b, n in zip(links.tolist(), topo.link_kind[links].tolist(), topo.link_a[links].tolist(),
                                      topo.link_b[links].tolist(), topo.link_node[links].tolist(), strict=True)
         ]
-        for figure in _LINK_FIGURES:
+        for figure in LINK_FIGURES:
             self._figure(out, figure, blocks=link_blocks, table=state.links, ids=links)
         self._state(out, "neuronlink", link_blocks, trackers["neuronlink"].state[links])
 
         port_blocks = [f'port="{p}",chip="{c}",node="n{n}",{where}'
                        for p, c, n in zip(ports.tolist(), topo.efa_chip[ports].tolist(), topo.efa_node[ports].tolist(),
                                           strict=True)]
-        for figure in _EFA_FIGURES:
+        for figure in EFA_FIGURES:
             self._figure(out, figure, blocks=port_blocks, table=state.efa, ids=ports)
         self._state(out, "efa", port_blocks, trackers["efa"].state[ports])
 
         node_blocks = [f'node="n{n}",{where}{names.node_labels(n)}' for n in nodes.tolist()]
-        for figure in _NODE_FIGURES:
+        for figure in NODE_FIGURES:
             self._figure(out, figure, blocks=node_blocks, table=state.cooling, ids=nodes)
         self._state(out, "node", node_blocks, trackers["node"].state[nodes])
         self._state(out, "ultraserver", [where], trackers["ultraserver"].state[[us]])
         return "".join(out).encode()
 
     @staticmethod
-    def _figure(out: list[str], figure: tuple[str, str, str, str, float], *, blocks: list[str], table: Table,
+    def _figure(out: list[str], figure: Figure, *, blocks: list[str], table: Table,
                 ids: npt.NDArray[np.int64]) -> None:
-        metric, text, kind, name, scale = figure
-        if name in table.gauges:
-            values = table.gauges[name][ids].astype(np.float64)
-        else:
-            values = table.totals[name][ids].astype(np.float64)
-            values[~table.has(name)[ids]] = np.nan
-        _family(out, metric, text, kind=kind, blocks=blocks, values=values * scale)
+        values = live_values(table, figure.field, ids)
+        _family(out, figure.metric, figure.help, kind=figure.kind, blocks=blocks, values=values * figure.scale)
 
     @staticmethod
     def _state(out: list[str], entity: str, blocks: list[str], states: npt.NDArray[np.integer[Any]]) -> None:
@@ -229,6 +199,6 @@ class UltraServerProbe:
 def _family(out: list[str], metric: str, text: str, *, kind: str, blocks: list[str],
             values: npt.NDArray[np.float64]) -> None:
     """Append one family, a series per block whose value is known (not NaN)."""
-    out.append(f"# HELP {metric} {text}\n# TYPE {metric} {kind}\n")
+    out.append(family_head(metric, text, kind))
     out.extend(f"{metric}{{{b}}} {v!r}\n" for b, v in zip(blocks, values.tolist(), strict=True)
                if not math.isnan(v))

@@ -7,7 +7,7 @@ per generation (a ``reshape().sum()`` over the chips' freshness and a
 ``rainier``) and every page is a slice of one sort of it.  The effective
 share is the snapshot's effective over its peak, per UltraServer.
 
-One UltraServer's detail is what ``/probe`` knows (exporter/drilldown.py):
+One UltraServer's detail is what ``/probe`` knows (``drilldown``, ``figures``):
 the live per-entity state, read under the monitor's analysis lock (never a
 half-applied tick) but only for as long as a few fancy-indexed copies take;
 the JSON is built after the lock is released.
@@ -25,10 +25,9 @@ import numpy as np
 
 from rainierd._types import F64, I64, B
 from rainierd.api._common import ApiError, Page, columns, floats, order
-from rainierd.api.drilldown import _CHIP_FIGURES, _EFA_FIGURES, _LINK_FIGURES, _NODE_FIGURES
+from rainierd.api.figures import ENTITY_FIGURES, live_values
 from rainierd.core.analysis import MonitorCore
 from rainierd.core.detect import STATE_NAMES, reason_names
-from rainierd.core.state import Table
 from rainierd.fleet.pace import CAUSES
 from rainierd.fleet.topology import LINK_KIND_NAMES, Topology
 from rainierd.monitor.snapshot import MonitorSnapshot
@@ -194,14 +193,6 @@ class _Slices:
     chip_t_s: F64  # each chip's latest sample time, on its publisher's clock (NaN: never heard)
 
 
-def _values(table: Table, name: str, ids: I64) -> F64:
-    if name in table.gauges:
-        return table.gauges[name][ids].astype(np.float64)
-    values = table.totals[name][ids].astype(np.float64)
-    values[~table.has(name)[ids]] = np.nan
-    return values
-
-
 def _slices(topo: Topology, core: MonitorCore, snap: MonitorSnapshot, us: int) -> _Slices:
     """Copy UltraServer ``us``'s live figures (hold the analysis lock)."""
     state, trackers = core.state, core.detector.trackers()
@@ -211,10 +202,10 @@ def _slices(topo: Topology, core: MonitorCore, snap: MonitorSnapshot, us: int) -
     links = (nodes[:, None] * topo.links_per_node + np.arange(topo.links_per_node)).ravel()
     ports = (nodes[:, None] * topo.efa_ports_per_node + np.arange(topo.efa_ports_per_node)).ravel()
     ids = {"chip": chips, "neuronlink": links, "efa": ports, "node": nodes}
-    tables = {"chip": (state.chips, _CHIP_FIGURES), "neuronlink": (state.links, _LINK_FIGURES),
-              "efa": (state.efa, _EFA_FIGURES), "node": (state.cooling, _NODE_FIGURES)}
-    figures = {entity: {figure[3]: _values(table, figure[3], ids[entity]) for figure in spec}
-               for entity, (table, spec) in tables.items()}
+    tables = {"chip": state.chips, "neuronlink": state.links, "efa": state.efa, "node": state.cooling}
+    figures = {entity: {figure.field: live_values(table, figure.field, ids[entity])
+                        for figure in ENTITY_FIGURES[entity]}
+               for entity, table in tables.items()}
     ids["ultraserver"] = np.array([us])
     chip_effective = np.where(snap.throughput.chip_fresh[chips], snap.throughput.chip_effective[chips], np.nan)
     return _Slices(nodes, chips, links, ports, figures,

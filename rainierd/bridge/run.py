@@ -50,12 +50,11 @@ from rainierd.bridge._metrics import BridgeCollector, BridgeStatus
 from rainierd.bridge._node import NodeBridge, Outcome
 from rainierd.bridge._ports import EfaSnapshot
 from rainierd.errors import ConfigError
-from rainierd.exporter import build_registry
+from rainierd.exporter import build_registry, route_metrics_and_probes
 from rainierd.fleet.inventory import load_topology
 from rainierd.fleet.topology import Topology
-from rainierd.http.server import MetricsServer
+from rainierd.http.server import HttpServer
 from rainierd.http.status import ServerCollector, ServerCounters
-from rainierd.http.webconfig import load_web_config
 from rainierd.mqtt.connection import ConnectionState
 from rainierd.mqtt.supervisor import mqtt_config, supervise
 from rainierd.runtime.dropqueue import DropOldestQueue
@@ -329,15 +328,12 @@ async def run_bridge(settings: Settings, *, node_name: str, efa_root: Path | Non
     counters = ServerCounters()
     exporter = build_registry({"bridge": BridgeCollector(lambda: bridge.status),
                                "http": ServerCollector(counters.status)})
-    host, port = settings.bridge_host_port
     read = await _stdin()
     # The same TLS, basic auth and connection limits as every role's HTTP side (docs/exporter-security.md).
-    web = None if settings.web_config_file is None else load_web_config(settings.web_config_file)
-    async with MetricsServer(exporter.render, host=host, port=port, generation=lambda: bridge.generation,
-                             healthy=bridge.healthy, ready=bridge.ready, counters=counters, web=web,
-                             max_connections=settings.http_max_connections,
-                             max_handshakes=settings.http_max_handshakes,
-                             unauthenticated_idle_s=settings.http_unauthenticated_idle_s) as server:
+    server = HttpServer(settings.http_config(settings.bridge_listen), counters=counters)
+    metrics = route_metrics_and_probes(server, exporter.render, generation=lambda: bridge.generation,
+                                       healthy=bridge.healthy, ready=bridge.ready)
+    async with server:
         if efa_root is not None and not (efa_root / "class" / "infiniband").is_dir():
             log.warning("no EFA devices under the EFA sysfs root: the node's ports stay unknown",
                         efa_sysfs=str(efa_root))
@@ -348,5 +344,6 @@ async def run_bridge(settings: Settings, *, node_name: str, efa_root: Path | Non
         await run_until_stopped("bridge", stop, {
             "bridge-read-stdin": bridge.read_input(read, stop),
             "bridge-mqtt-publish": supervise(mqtt, bridge.session, state=bridge.connection),
-            "bridge-metrics": bridge.refresh_metrics(server.refresh),
-        }, drain=bridge.drain, node=topology.node_name(node), broker=mqtt.url, metrics=f"{host}:{server.port}")
+            "bridge-metrics": bridge.refresh_metrics(metrics.refresh),
+        }, drain=bridge.drain, node=topology.node_name(node), broker=mqtt.url,
+            metrics=f"{server.config.host}:{server.port}")

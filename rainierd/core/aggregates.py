@@ -3,7 +3,7 @@ of chip temperature, power and HBM in use and of node inlet air, outlet air
 and fan speed, and monotonic counters of FP8 FLOP, ECC errors, water and IT
 energy.  These answer "why is cooling degraded?" with a graph while staying
 within the cardinality budget: a fixed number of series per UltraServer and
-per site, never one per chip (the drill-down, exporter/drilldown.py, serves one
+per site, never one per chip (the drill-down, api/drilldown.py, serves one
 UltraServer's chips on demand).
 
 Why counters are accumulated here rather than summed: a sum of publishers'

@@ -1,7 +1,7 @@
 """The Prometheus metrics: collectors and text-rendered families over the
 monitor's frozen snapshot, under one registry that times each producer.  What
 serves them is the HTTP edge's business (``rainierd.http``), which knows none
-of them.
+of them: ``/metrics`` is a route the roles register on it (``route``).
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 from rainierd.exporter.entities import DetectionCollector, EntityFamilies
 from rainierd.exporter.fleet import FleetCollector, ShardCollector
 from rainierd.exporter.registry import BuildInfoCollector, Exporter, build_registry
+from rainierd.exporter.route import MetricsRoute, route_metrics_and_probes
 from rainierd.exporter.wiring import build_exporter
 
 __all__ = [
@@ -17,7 +18,9 @@ __all__ = [
     "EntityFamilies",
     "Exporter",
     "FleetCollector",
+    "MetricsRoute",
     "ShardCollector",
     "build_exporter",
     "build_registry",
+    "route_metrics_and_probes",
 ]

@@ -26,6 +26,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from rainierd.core.detect import STATE_NAMES, reason_names
+from rainierd.exporter.exposition import family_head
 from rainierd.fleet.pace import CAUSES
 from rainierd.fleet.topology import LINK_KIND_NAMES, Topology
 from rainierd.monitor.snapshot import DetailView, MonitorSnapshot
@@ -101,12 +102,11 @@ class EntityFamilies:
         for entity, (name, text) in WORST_FAMILIES.items():
             ids, values = snap.health.worst[entity]
             blocks = self._labels(entity, ids)
-            out.append(f"# HELP {name} {text}\n# TYPE {name} gauge\n")
+            out.append(family_head(name, text))
             out.extend(f"{name}{{{b}}} {v!r}\n" for b, v in zip(blocks, values.tolist(), strict=True))
         if snap.lost is not None:
             name = "rainier_ultraserver_fp8_lost_flops"
-            out.append(f"# HELP {name} UltraServer FP8 FLOP/s lost, by cause (only where non-zero).\n"
-                       f"# TYPE {name} gauge\n")
+            out.append(family_head(name, "UltraServer FP8 FLOP/s lost, by cause (only where non-zero)."))
             for cause in CAUSES:
                 values = snap.lost.ultraserver[cause]
                 for u in np.flatnonzero(values > 0).tolist():
@@ -139,7 +139,7 @@ class EntityFamilies:
         )]
         for name, text, kind, values in figures:
             series = name + "_total" if kind == "counter" else name
-            out.append(f"# HELP {name} {text}\n# TYPE {name} {kind}\n")
+            out.append(family_head(name, text, kind))
             known = ~np.isnan(values)  # an unknown figure has no series
             out.extend(f"{series}{{{b}}} {v!r}\n" for b, v, k in zip(blocks, values.tolist(), known.tolist(),
                                                                        strict=True) if k)
@@ -159,10 +159,10 @@ class EntityFamilies:
             ids, states, reasons = ids[keep], states[keep], reasons[keep]
         blocks = self._labels(entity, ids)
         names = STATE_NAMES[entity]
-        out.append(f"# HELP {name} {text}\n# TYPE {name} gauge\n")
+        out.append(family_head(name, text))
         out.extend(f'{name}{{{b},state="{names[st]}"}} 1.0\n' for b, st in zip(blocks, states.tolist(), strict=True))
         why = f"{name}_reason"
-        out.append(f"# HELP {why} Why ({name}): one series per reason.\n# TYPE {why} gauge\n")
+        out.append(family_head(why, f"Why ({name}): one series per reason."))
         for i, mask in zip((b.split(",", 1)[0] for b in blocks), reasons.tolist(), strict=True):
             out.extend(f'{why}{{{i},reason="{r}"}} 1.0\n' for r in reason_names(mask))
 
@@ -177,7 +177,7 @@ def _node_info(topo: Topology) -> str:
     if not topo.names.hostnames:
         return ""
     name = "rainier_node_info"
-    lines = [f"# HELP {name} The inventory's names of a node (1), for joins on node.\n# TYPE {name} gauge\n"]
+    lines = [family_head(name, "The inventory's names of a node (1), for joins on node.")]
     for node in np.flatnonzero(topo.node_present).tolist():
         us = int(topo.node_ultraserver[node])
         site = int(topo.ultraserver_site[us])

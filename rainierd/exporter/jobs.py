@@ -28,6 +28,7 @@ from rainierd._types import I64
 from rainierd.core.jobmodel import JobLoss
 from rainierd.core.jobphase import PHASE_NAMES, JobPhases
 from rainierd.core.jobs import JobMembership
+from rainierd.exporter.exposition import family_head
 from rainierd.fleet.pace import CAUSES
 from rainierd.monitor.snapshot import MonitorSnapshot
 from rainierd.wire.jobs import JOB_REJECT_REASONS
@@ -52,10 +53,6 @@ def _flags(out: list[str], name: str, labels: list[str], on: np.ndarray) -> None
     """Append one 0/1 series a label set, the value a constant (no float to convert and format): thousands of
     them at rainier's 1,000 jobs."""
     out.extend(f"{name}{{{b}}} {_ONE_ZERO[flag]}\n" for b, flag in zip(labels, on.tolist(), strict=True))
-
-
-def _head(out: list[str], name: str, text: str, kind: str = "gauge") -> None:
-    out.append(f"# HELP {name} {text}\n# TYPE {name} {kind}\n")
 
 
 def exported_jobs(loss: JobLoss, *, whole_fleet: bool, max_jobs: int) -> tuple[I64, int]:
@@ -92,8 +89,8 @@ class JobFamilies:
         refused = snap.status.jobs_refused
         # Text format 0.0.4: HELP and TYPE name the samples, ``_total`` included.
         name = "rainier_job_documents_refused_total"
-        _head(out, name, "Job documents refused (rainier/v1/jobs/#), by reason; the job's last good document "
-              "stands.", "counter")
+        out.append(family_head(name, "Job documents refused (rainier/v1/jobs/#), by reason; the job's last good "
+                               "document stands.", "counter"))
         out.extend(f'{name}{{reason="{r}"}} {float(refused.get(r, 0))!r}\n' for r in JOB_REJECT_REASONS)
         if snap.computed and snap.jobs is not None and snap.job_loss is not None:
             self._jobs(snap.jobs, snap.job_loss, snap.job_phases, out)
@@ -105,21 +102,22 @@ class JobFamilies:
             self._warned = True
             log.warning("jobs over the exporter's budget; keeping those losing the most", jobs=loss.n_jobs,
                         max_jobs=self._max, over_budget=over)
-        _head(out, "rainier_jobs", "Jobs known (retained documents on rainier/v1/jobs/#, the same on every shard).")
+        out.append(family_head("rainier_jobs", "Jobs known (retained documents on rainier/v1/jobs/#, the same on "
+                               "every shard)."))
         out.append(f"rainier_jobs {float(jobs.n_jobs)!r}\n")
-        _head(out, "rainier_jobs_exported", "Jobs with per-job series here (at most max_jobs; a shard: the jobs "
-              "holding nodes in its share).")
+        out.append(family_head("rainier_jobs_exported", "Jobs with per-job series here (at most max_jobs; a shard: "
+                               "the jobs holding nodes in its share)."))
         out.append(f"rainier_jobs_exported {float(keep.size)!r}\n")
-        _head(out, "rainier_jobs_over_budget", "Jobs left without per-job series because more than max_jobs had "
-              "them (those losing the most FP8 are kept).")
+        out.append(family_head("rainier_jobs_over_budget", "Jobs left without per-job series because more than "
+                               "max_jobs had them (those losing the most FP8 are kept)."))
         out.append(f"rainier_jobs_over_budget {float(over)!r}\n")
-        _head(out, "rainier_fleet_fp8_unallocated_flops", "FP8 peak FLOP/s of present nodes no job holds: idle "
-              "capacity, not a loss.")
+        out.append(family_head("rainier_fleet_fp8_unallocated_flops", "FP8 peak FLOP/s of present nodes no job "
+                               "holds: idle capacity, not a loss."))
         out.append(f"rainier_fleet_fp8_unallocated_flops {loss.unallocated_peak!r}\n")
         ratio = loss.allocated_goodput_ratio
         if not math.isnan(ratio):  # no job delivers or loses anything (no jobs): unknown, so no series
-            _head(out, "rainier_fleet_allocated_goodput_ratio", "The jobs' FP8 effective over effective plus lost, "
-                  "together.")
+            out.append(family_head("rainier_fleet_allocated_goodput_ratio", "The jobs' FP8 effective over effective "
+                                   "plus lost, together."))
             out.append(f"rainier_fleet_allocated_goodput_ratio {ratio!r}\n")
         if keep.size:
             self._per_job(jobs, loss, keep, out)
@@ -131,7 +129,7 @@ class JobFamilies:
         ids = keep.tolist()
         # A job id is letters, digits and ._:@=-/: nothing to escape. The label is not `job`, Prometheus's own.
         job = [f'training_job="{jobs.ids[j]}"' for j in ids]
-        _head(out, "rainier_job_info", "A job's names (1), for joins on training_job.")
+        out.append(family_head("rainier_job_info", "A job's names (1), for joins on training_job."))
         out.extend(f'rainier_job_info{{{b},name="{_escape(jobs.names[j])}",owner="{jobs.owners[j]}",'
                    f'scheduler="{jobs.schedulers[j]}"}} 1.0\n' for b, j in zip(job, ids, strict=True))
         for name, text, values in (
@@ -145,7 +143,7 @@ class JobFamilies:
             ("rainier_job_fp8_learned_healthy_flops", "FP8 FLOP/s the job's chips deliver healthy, as learned while "
              "it ran: what a stall is priced against.", loss.healthy_value),
         ):
-            _head(out, name, text)
+            out.append(family_head(name, text))
             out.extend(f"{name}{{{b}}} {v!r}\n" for b, v in zip(job, values[keep].tolist(), strict=True)
                        if not math.isnan(v))
         for name, text, flags in (
@@ -156,19 +154,21 @@ class JobFamilies:
             ("rainier_job_slowest_is_straggler", "1 when that member is a straggler (its loss charged to straggler, "
              "else thermal_throttle).", loss.slowest_is_straggler),
         ):
-            _head(out, name, text)
+            out.append(family_head(name, text))
             _flags(out, name, job, flags[keep])
         name = "rainier_job_path_fraction"
-        _head(out, name, "The bandwidth share the job's slowest path keeps, by path (1 healthy), floored at 0.05.")
+        out.append(family_head(name, "The bandwidth share the job's slowest path keeps, by path (1 healthy), floored "
+                               "at 0.05."))
         for path, values in (("neuronlink", loss.f_nl), ("efa", loss.f_efa)):
             out.extend(f'{name}{{{b},path="{path}"}} {v!r}\n' for b, v in zip(job, values[keep].tolist(), strict=True))
         name = "rainier_job_fp8_lost_flops"
-        _head(out, name, "FP8 FLOP/s the job loses, by cause (every cause, 0 included).")
+        out.append(family_head(name, "FP8 FLOP/s the job loses, by cause (every cause, 0 included)."))
         for cause in CAUSES:
             values = loss.lost[cause][keep].tolist()
             out.extend(f'{name}{{{b},cause="{cause}"}} {v!r}\n' for b, v in zip(job, values, strict=True))
         name = "rainier_job_culprit_flops"
-        _head(out, name, "FP8 FLOP/s one entity costs the job, its costliest first (rank 1-5, only non-zero).")
+        out.append(family_head(name, "FP8 FLOP/s one entity costs the job, its costliest first (rank 1-5, only "
+                               "non-zero)."))
         # Only the jobs that have a culprit: at rainier most have none, and a call a job is 1,000 calls a render.
         charged = np.flatnonzero((loss.culprit_flops[keep] > 0).any(axis=1)).tolist()
         for b, j in ((job[i], ids[i]) for i in charged):
@@ -182,8 +182,8 @@ class JobFamilies:
         ids = keep.tolist()
         job = [f'training_job="{jobs.ids[j]}"' for j in ids]
         name = "rainier_job_phase"
-        _head(out, name, "1 for the job's phase now (running, checkpoint, restarting, stalled), 0 for the others: "
-              "its members quiet together are a phase, not faults (docs/jobs.md).")
+        out.append(family_head(name, "1 for the job's phase now (running, checkpoint, restarting, stalled), 0 for the "
+                               "others: its members quiet together are a phase, not faults (docs/jobs.md)."))
         now = phases.phase[keep]
         for code, phase in enumerate(PHASE_NAMES):
             _flags(out, name, [f'{b},phase="{phase}"' for b in job], now == code)
@@ -192,5 +192,5 @@ class JobFamilies:
             ("rainier_job_stall_seconds_total", "Seconds the job spent in checkpoint, restarting or stalled, since "
              "this monitor first heard of it.", phases.stall_s, "counter"),
         ):
-            _head(out, name, text, kind)
+            out.append(family_head(name, text, kind))
             out.extend(f"{name}{{{b}}} {v!r}\n" for b, v in zip(job, values[keep].tolist(), strict=True))

@@ -19,6 +19,7 @@ from typing import Final, NamedTuple
 import numpy as np
 
 from rainierd._types import F64, I64
+from rainierd.exporter.exposition import family_head
 from rainierd.fleet.topology import Topology
 from rainierd.monitor.snapshot import MonitorSnapshot
 
@@ -116,7 +117,7 @@ class UltraServerFamilies:
                   "effective": tp.shown("effective", "ultraserver")}
         for level, values in levels.items():
             name = f"rainier_ultraserver_fp8_{level}_flops"
-            parts.append(f"# HELP {name} UltraServer FP8 {level} throughput, dense FLOP/s.\n# TYPE {name} gauge\n")
+            parts.append(family_head(name, f"UltraServer FP8 {level} throughput, dense FLOP/s."))
             parts.append(_known_lines(self._prefixes[level], self._take(values)))
         for family in AGGREGATE_FAMILIES:
             values_or_none = family_values(family, snap, "ultraserver")
@@ -124,7 +125,7 @@ class UltraServerFamilies:
                 break
             name = f"rainier_ultraserver_{family.name}"
             # Text format 0.0.4: HELP and TYPE name the samples, ``_total`` included.
-            parts.append(f"# HELP {name} {family.help}, per UltraServer.\n# TYPE {name} {family.kind}\n")
+            parts.append(family_head(name, f"{family.help}, per UltraServer.", family.kind))
             parts.append(_known_lines(self._aggregates[family.name], self._take(values_or_none)))
         return "".join(parts).encode()
 

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["MAX_HEAD_BYTES", "REJECTION_REASONS", "Rejection", "Request", "parse_head"]
+__all__ = ["MAX_HEAD_BYTES", "REJECTION_REASONS", "Rejection", "Request", "accepts_gzip", "parse_head"]
 
 MAX_HEAD_BYTES: Final = 8_192
 
@@ -106,3 +106,22 @@ def parse_head(head: bytes) -> Request | Rejection:
 
 def _bad(reason: str, message: bytes) -> Rejection:
     return Rejection("400 Bad Request", reason, message)
+
+
+def accepts_gzip(accept_encoding: bytes | None) -> bool:
+    """Return whether an ``Accept-Encoding`` value admits gzip (``gzip`` or ``*`` without ``q=0``)."""
+    if not accept_encoding:
+        return False
+    verdicts: dict[bytes, bool] = {}
+    for item in accept_encoding.lower().split(b","):
+        coding, *params = (part.strip() for part in item.split(b";"))
+        refused = False
+        for param in params:
+            key, _, value = param.partition(b"=")
+            if key.strip() == b"q":
+                try:
+                    refused = float(value) == 0
+                except ValueError:
+                    refused = True
+        verdicts[coding] = not refused
+    return verdicts.get(b"gzip", verdicts.get(b"x-gzip", verdicts.get(b"*", False)))

@@ -124,7 +124,7 @@ class Monitor:
         # The one value every reader takes: replaced, never mutated, once per analysis.
         self.snapshot: MonitorSnapshot | None = None
         # Held while an analysis mutates the state in its worker thread: a drill-down probe
-        # (exporter/drilldown.py) reads one UltraServer's live state under it, never a half-applied tick.
+        # (api/drilldown.py) reads one UltraServer's live state under it, never a half-applied tick.
         self.state_lock = asyncio.Lock()
         self.generation = 0
         self._recorded = True  # the last analysis's counts are recorded (False while one runs)

@@ -16,11 +16,10 @@ import pytest
 
 from harness.procs import free_port
 from rainierd.api.actions import ActionsApi
-from rainierd.http.server import MetricsServer
 from rainierd.http.webconfig import load_web_config
-from rainierd.runtime.probes import Verdict
 from tests.actions_views import advisory, snapshot, view
 from tests.certs import Pki, make_pki
+from tests.serving import OK, role_server
 from tests.unit.http.test_webconfig import HASH
 
 PROMISE_S = 1.0  # a plugin run, Python's start included (docs/actions.md)
@@ -53,9 +52,8 @@ async def monitor(tmp_path: Path) -> AsyncIterator[Monitor]:
     snap = snapshot(view(advisory("trn2-a-0001", node_id=1),
                          advisory("trn2-a-0002", node_id=2, action="drain", state="suppressed",
                                   suppressed_by="brake")))
-    server = MetricsServer(lambda: b"", host="127.0.0.1", port=0, generation=lambda: 1,
-                           healthy=lambda: Verdict(True, "ok"), ready=lambda: Verdict(True, "ok"),
-                           web=load_web_config(web_file), actions=ActionsApi(lambda: snap))
+    server = role_server(ready=lambda: OK, web=load_web_config(web_file))
+    server.route("/api/v1/actions", ActionsApi(lambda: snap).serve)
     async with server:
         yield Monitor(f"https://127.0.0.1:{server.port}", pki, password_file)
 

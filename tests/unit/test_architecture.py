@@ -24,7 +24,11 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     # The monitor publishes its snapshot; the exporter reads it. Never the other way round.
     "rainierd.monitor": ("rainierd.exporter", "rainierd.daemon", "rainierd.cli"),
     "rainierd.exporter": ("rainierd.daemon", "rainierd.cli", "rainierd.mqtt", "rainierd.monitor.loop",
-                          "aiomqtt"),
+                          "rainierd.api", "aiomqtt"),
+    # The HTTP edge serves what the roles register on it and knows none of it: no metrics, no API, no monitor,
+    # no core, and its configuration handed in (never the settings).
+    "rainierd.http": ("rainierd.exporter", "rainierd.api", "rainierd.monitor", "rainierd.core", "rainierd.settings",
+                      "rainierd.daemon", "rainierd.cli"),
     # Admission before decoding is shared by every receiver (the monitor's inbox, an aggregator): pure, O(1) a
     # message, knowing the wire alone; each receiver hands it what its own accounting knows of the streams.
     "rainierd.admission": ("rainierd.core", "rainierd.monitor", "rainierd.aggregate", "rainierd.sim",
@@ -145,8 +149,8 @@ class TestLayers:
     def test_no_module_imports_what_a_rule_forbids(self, graph: dict[str, set[str]]) -> None:
         """No simulator module imports the core, the monitor or the exporter; the core imports none of
         the simulator, the monitor, the exporter, asyncio or aiomqtt; the monitor imports no exporter and the
-        exporter no monitor loop, MQTT or daemon; the wire imports neither side; nothing of the package imports
-        the benchmarks or the harness."""
+        exporter no monitor loop, MQTT, API or daemon; the HTTP edge imports none of the applications it serves;
+        the wire imports neither side; nothing of the package imports the benchmarks or the harness."""
         assert violations(graph, FORBIDDEN) == []
 
     def test_the_simulator_imports_only_the_wire_the_hardware_and_shared_leaves(

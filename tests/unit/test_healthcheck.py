@@ -19,12 +19,12 @@ from harness.waits import poll_until
 from rainierd import __version__
 from rainierd.cli import main
 from rainierd.daemon import _SimulatorProbes
-from rainierd.http.server import MetricsServer
 from rainierd.http.webconfig import load_web_config
 from rainierd.mqtt.connection import ConnectionState
 from rainierd.runtime.probes import Verdict
 from rainierd.settings import load_settings
 from tests.certs import Pki, make_pki
+from tests.serving import role_server
 
 ROOT = Path(__file__).resolve().parents[2]
 PASSWORD = "correct horse"
@@ -43,18 +43,11 @@ async def serving(
     *, healthy: Verdict = OK, ready: Verdict = READY, host: str = "127.0.0.1",
     web_config: Path | None = None,
 ) -> AsyncIterator[int]:
-    """Serve a real MetricsServer whose probes answer ``healthy`` and ``ready``; yield its port."""
-    server = MetricsServer(
-        bytes, host=host, port=0, generation=lambda: 0, healthy=lambda: healthy,
-        ready=lambda: ready, web=None if web_config is None else load_web_config(web_config),
-    )
-    port = await server.start()
-    task = asyncio.create_task(server.serve_forever(), name="exporter-http")
-    try:
-        yield port
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+    """Serve a real role's server whose probes answer ``healthy`` and ``ready``; yield its port."""
+    server = role_server(generation=lambda: 0, healthy=lambda: healthy, ready=lambda: ready, host=host,
+                         web=None if web_config is None else load_web_config(web_config))
+    async with server:
+        yield server.port
 
 
 async def healthcheck(capsys: pytest.CaptureFixture[str], *argv: str) -> int:

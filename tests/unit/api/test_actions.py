@@ -1,4 +1,4 @@
-"""Specification of ``GET /api/v1/actions`` (exporter/actions_api.py) on a real in-process exporter HTTP server:
+"""Specification of ``GET /api/v1/actions`` (rainierd/api/actions.py) on a real in-process exporter HTTP server:
 the document it serves, its query parameters and their bounds, its errors, and the same TLS and basic auth as
 ``/metrics``."""
 
@@ -16,12 +16,11 @@ import pytest
 
 from rainierd.api.actions import ActionsApi
 from rainierd.http.client import HttpError, Response, parse_url, request
-from rainierd.http.server import MetricsServer
 from rainierd.http.webconfig import load_web_config
 from rainierd.monitor.snapshot import MonitorSnapshot
-from rainierd.runtime.probes import Verdict
 from tests.actions_views import advisory, snapshot, view
 from tests.certs import Pki, make_pki
+from tests.serving import OK, role_server
 from tests.unit.http.test_webconfig import HASH
 
 VIEW = view(advisory("trn2-a-0001", node_id=1), advisory("trn2-a-0002", node_id=2, state="pending"),
@@ -58,9 +57,8 @@ class Served:
 
 async def serve(served: Served, web_file: Path | None = None, **limits: int) -> AsyncIterator[Served]:
     web = None if web_file is None else load_web_config(web_file)
-    server = MetricsServer(lambda: b"", host="127.0.0.1", port=0, generation=lambda: 1,
-                           healthy=lambda: Verdict(True, "ok"), ready=lambda: Verdict(True, "ok"), web=web,
-                           actions=ActionsApi(lambda: served.snap, **limits))
+    server = role_server(ready=lambda: OK, web=web)
+    server.route("/api/v1/actions", ActionsApi(lambda: served.snap, **limits).serve)
     async with server:
         served.port = server.port
         yield served

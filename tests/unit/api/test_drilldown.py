@@ -1,4 +1,4 @@
-"""Specification of the drill-down probe (exporter/drilldown.py): one UltraServer's
+"""Specification of the drill-down probe (rainierd/api/drilldown.py): one UltraServer's
 chips, NeuronLinks, EFA ports and nodes with their health states on demand,
 clear errors for bad and unknown targets, and the service discovery of the
 UltraServers worth probing, served over HTTP as Prometheus asks for them."""
@@ -19,12 +19,11 @@ from rainierd.api.drilldown import UltraServerProbe
 from rainierd.core.analysis import MonitorCore
 from rainierd.exporter import build_exporter
 from rainierd.fleet.topology import build_topology
-from rainierd.http.server import MetricsServer
 from rainierd.monitor.snapshot import MonitorSnapshot, MonitorStatus
-from rainierd.runtime.probes import Verdict
 from rainierd.sim.faults import Fault, FaultKind
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
+from tests.serving import OK, role_server
 
 # Link 224 is a ring link of node n4, in UltraServer u1.
 FAULTY_LINK = 224
@@ -115,11 +114,11 @@ class TestProbe:
         """The server routes /probe and /probe/targets: 200 exposition text, 400 and 404 as plain text."""
         core, snap = probed
         exporter = build_exporter(core.topology, lambda: snap)
-        server = MetricsServer(exporter.render, host="127.0.0.1", port=0, generation=lambda: 1,
-                               healthy=lambda: Verdict(True, "ok"), ready=lambda: Verdict(True, "ok"),
-                               prober=prober(probed))
+        server = role_server(exporter.render, ready=lambda: OK)
+        probe = prober(probed)
+        server.route("/probe", probe.serve_probe)
+        server.route("/probe/targets", probe.serve_targets)
         await server.start()
-        task = asyncio.create_task(server.serve_forever())
 
         def get_all() -> list[tuple[int, str, bytes]]:
             connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
@@ -132,7 +131,7 @@ class TestProbe:
             return out
 
         ok, bad, unknown, targets = await asyncio.to_thread(get_all)
-        task.cancel()
+        await server.close()
         assert (ok[0], ok[1]) == (200, CONTENT_TYPE_LATEST)
         assert b'rainier_neuronlink_health_state{link="224"' in ok[2]
         assert (bad[0], unknown[0], targets[0]) == (400, 404, 200)

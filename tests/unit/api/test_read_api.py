@@ -1,4 +1,4 @@
-"""Specification of the JSON read API, ``/api/v1/…`` (exporter/api/, docs/api.md), on a real in-process exporter
+"""Specification of the JSON read API, ``/api/v1/…`` (rainierd/api/, docs/api.md), on a real in-process exporter
 HTTP server over a real monitor core (tests/read_api_fixture.py): each endpoint's document, its parameters and
 bounds, its 400/404/503 errors, the event ring behind ``/events``, and the same TLS and basic auth as
 ``/metrics``."""
@@ -22,12 +22,11 @@ from rainierd.api._common import body, floats
 from rainierd.core.detect import Event
 from rainierd.fleet.pace import CAUSES
 from rainierd.http.client import Response, parse_url, request
-from rainierd.http.server import MetricsServer
 from rainierd.http.webconfig import load_web_config
 from rainierd.monitor.events import RECENT_EVENTS, EventLog
-from rainierd.runtime.probes import Verdict
 from tests.certs import Pki, make_pki
 from tests.read_api_fixture import FAULTY_LINK, FAULTY_US, JOBS, Monitored, monitored
+from tests.serving import OK, role_server
 from tests.unit.api.test_actions import basic
 from tests.unit.http.test_webconfig import HASH
 
@@ -67,9 +66,8 @@ class Served:
 
 async def serve(api: ReadApi, web_file: Path | None = None) -> AsyncIterator[Served]:
     served = Served(api)
-    server = MetricsServer(lambda: b"", host="127.0.0.1", port=0, generation=lambda: 1,
-                           healthy=lambda: Verdict(True, "ok"), ready=lambda: Verdict(True, "ok"),
-                           web=None if web_file is None else load_web_config(web_file), api=api)
+    server = role_server(ready=lambda: OK, web=None if web_file is None else load_web_config(web_file))
+    server.route("/api/v1/", api.serve)
     async with server:
         served.port = server.port
         yield served

@@ -10,7 +10,7 @@ import gzip
 import http.client
 import re
 import ssl
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import bcrypt
@@ -24,12 +24,20 @@ from rainierd.core.analysis import HealthView
 from rainierd.core.detect import Reason
 from rainierd.core.ingest import FRAME_REASONS
 from rainierd.core.state import REFUSALS
-from rainierd.exporter import EntityFamilies, FleetCollector, build_exporter, build_registry
+from rainierd.exporter import (
+    EntityFamilies,
+    FleetCollector,
+    MetricsRoute,
+    build_exporter,
+    build_registry,
+    route_metrics_and_probes,
+)
 from rainierd.exporter.selfstatus import DECODE_REASONS, IngestCollector, MqttCollector
 from rainierd.exporter.ultraservers import UltraServerFamilies
 from rainierd.fleet.hardware import TRN2
 from rainierd.fleet.topology import build_topology
-from rainierd.http.server import MetricsServer, accepts_gzip
+from rainierd.http.config import HttpConfig
+from rainierd.http.server import HttpServer
 from rainierd.http.webconfig import WebConfig, load_web_config
 from rainierd.monitor.snapshot import IngestCounts, MonitorSnapshot, MonitorStatus, Receipts
 from rainierd.mqtt.connection import Connection
@@ -39,6 +47,7 @@ from rainierd.sim.frames import tick_frames
 from rainierd.wire import NodeFrame, decode_binary, encode_binary
 from rainierd.wire.records import Frame
 from tests.certs import make_pki
+from tests.serving import role_server
 
 
 def _clockless(frame: Frame) -> Frame:
@@ -236,18 +245,18 @@ async def http_get(port: int, request: bytes) -> tuple[int, bytes]:
 
 class TestHttp:
     @pytest.fixture
-    async def server(self) -> MetricsServer:
+    async def server(self) -> AsyncIterator[HttpServer]:
         self.generation = 1
         self.ready = Verdict(False, "mqtt not connected")
         snap = demo_snapshot()
         exporter = build_registry({"fleet": FleetCollector(build_topology("demo"), lambda: snap)})
-        server = MetricsServer(exporter.render, host="127.0.0.1", port=0, generation=lambda: self.generation,
-                               healthy=lambda: Verdict(True, "ok"), ready=lambda: self.ready)
-        await server.start()
-        self.task = asyncio.create_task(server.serve_forever())
-        return server
+        server = HttpServer(HttpConfig(host="127.0.0.1", port=0))
+        self.metrics = route_metrics_and_probes(server, exporter.render, generation=lambda: self.generation,
+                                                healthy=lambda: Verdict(True, "ok"), ready=lambda: self.ready)
+        async with server:
+            yield server
 
-    async def test_routes(self, server: MetricsServer) -> None:
+    async def test_routes(self, server: HttpServer) -> None:
         """/metrics serves exposition text; probes say why; unknown paths 404; other methods 405."""
         status, body = await http_get(server.port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
         assert status == 200
@@ -260,27 +269,24 @@ class TestHttp:
         assert (await http_get(server.port, b"POST /metrics HTTP/1.1\r\n\r\n"))[0] == 405
         assert (await http_get(server.port, b"garbage\r\n\r\n"))[0] == 400
         assert await http_get(server.port, b"HEAD /healthz HTTP/1.1\r\n\r\n") == (200, b"")
-        self.task.cancel()
 
-    async def test_scrapes_never_render_after_the_first(self, server: MetricsServer) -> None:
+    async def test_scrapes_never_render_after_the_first(self, server: HttpServer) -> None:
         """Concurrent first scrapes share one render; later scrapes serve the last refresh, however old."""
-        await asyncio.gather(*(server.metrics_body() for _ in range(5)))
-        assert server.renders == 1
+        await asyncio.gather(*(self.metrics.body() for _ in range(5)))
+        assert self.metrics.renders == 1
         self.generation = 2
-        await server.metrics_body()
-        assert server.renders == 1
-        await server.refresh()
-        await server.refresh()
-        assert server.renders == 2
-        self.task.cancel()
+        await self.metrics.body()
+        assert self.metrics.renders == 1
+        await self.metrics.refresh()
+        await self.metrics.refresh()
+        assert self.metrics.renders == 2
 
 
 class TestServerLifetime:
     async def test_entering_binds_and_leaving_closes_even_a_kept_alive_connection(self) -> None:
         """Inside ``async with`` the server answers at once (no task to start); on the way out its socket and a
         connection kept alive between requests are closed."""
-        async with MetricsServer(lambda: b"# nothing\n", host="127.0.0.1", port=0, generation=lambda: 1,
-                                 healthy=lambda: Verdict(True, "ok"), ready=lambda: Verdict(True, "ready")) as server:
+        async with role_server(lambda: b"# nothing\n") as server:
             reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
             writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
             head = await reader.readuntil(b"ok\n")
@@ -381,13 +387,16 @@ class TestBeforeAnyTelemetry:
         assert fleet <= names()
 
 
-def demo_server(web: WebConfig | None = None) -> MetricsServer:
-    """A server of the demo fleet's whole exporter (UltraServer and entity families included)."""
+def demo_server(web: WebConfig | None = None) -> tuple[HttpServer, MetricsRoute]:
+    """A server of the demo fleet's whole exporter (UltraServer and entity families included), and its
+    /metrics route."""
     topo = build_topology("demo")
     snap = demo_snapshot()
     exporter = build_exporter(topo, lambda: snap)
-    return MetricsServer(exporter.render, host="127.0.0.1", port=0, generation=lambda: 1,
-                         healthy=lambda: Verdict(True, "ok"), ready=lambda: Verdict(True, "ready"), web=web)
+    server = HttpServer(HttpConfig(host="127.0.0.1", port=0, web=web))
+    metrics = route_metrics_and_probes(server, exporter.render, generation=lambda: 1,
+                                       healthy=lambda: Verdict(True, "ok"), ready=lambda: Verdict(True, "ready"))
+    return server, metrics
 
 
 def fetch_twice(connection: http.client.HTTPConnection, headers: dict[str, str]) -> list[tuple[
@@ -407,13 +416,12 @@ class TestGzipAndKeepAlive:
     async def test_gzip_when_accepted_on_one_kept_alive_connection(self) -> None:
         """A client that accepts gzip gets the same exposition gzipped, twice over one connection, and
         prometheus-client's parser reads it; the render is compressed once, not per scrape."""
-        server = demo_server()
+        server, metrics = demo_server()
         await server.start()
-        task = asyncio.create_task(server.serve_forever())
-        plain = await server.metrics_body()
+        plain = await metrics.body()
         connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
         first, second = await asyncio.to_thread(fetch_twice, connection, {"Accept-Encoding": "gzip"})
-        task.cancel()
+        await server.close()
         assert first[3] is second[3] is not None  # the same socket, still open
         for status, headers, body, _sock in (first, second):
             assert (status, headers["content-encoding"], headers["connection"], headers["vary"]) == (
@@ -422,32 +430,23 @@ class TestGzipAndKeepAlive:
             assert gzip.decompress(body) == plain
         families = {f.name for f in text_string_to_metric_families(gzip.decompress(first[2]).decode())}
         assert {"rainier_fleet_fp8_peak_flops", "rainier_ultraserver_fp8_effective_flops"} <= families
-        assert server.compressions == 1
+        assert metrics.compressions == 1
 
     async def test_identity_without_gzip_and_close_on_request(self) -> None:
         """Without Accept-Encoding (or with gzip;q=0) the body is plain; ``Connection: close`` is honoured."""
-        server = demo_server()
+        server, metrics = demo_server()
         await server.start()
-        task = asyncio.create_task(server.serve_forever())
         connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
         first, second = await asyncio.to_thread(fetch_twice, connection, {"Accept-Encoding": "gzip;q=0, identity"})
         closing = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
         closed = await asyncio.to_thread(fetch_twice, closing, {"Connection": "close"})
-        task.cancel()
+        await server.close()
         assert first[3] is second[3]
         assert "content-encoding" not in first[1]
-        assert first[2] == second[2] == await server.metrics_body()
+        assert first[2] == second[2] == await metrics.body()
         assert closed[0][1]["connection"] == "close"
         assert closed[0][3] is None  # http.client dropped the socket the server closed
-        assert server.compressions == 0
-
-    @pytest.mark.parametrize(("value", "gzip_ok"), [
-        (None, False), (b"", False), (b"gzip", True), (b"deflate, gzip;q=1.0, *;q=0.5", True),
-        (b"gzip;q=0", False), (b"*", True), (b"*;q=0, identity", False), (b"GZIP", True), (b"br", False),
-    ])
-    def test_accept_encoding(self, value: bytes | None, gzip_ok: bool) -> None:
-        """gzip is served for ``gzip`` or ``*`` unless its quality is 0."""
-        assert accepts_gzip(value) is gzip_ok
+        assert metrics.compressions == 0
 
     async def test_tls_and_basic_auth_keep_working(self, tmp_path: Path) -> None:
         """Over TLS with basic auth, a kept-alive connection gets gzip once authorised, and 401 without it."""
@@ -456,9 +455,8 @@ class TestGzipAndKeepAlive:
         (tmp_path / "web.yml").write_text(
             "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\nbasic_auth_users:\n"
             f"  prometheus: {bcrypt.hashpw(password, bcrypt.gensalt(rounds=4)).decode()}\n")
-        server = demo_server(load_web_config(tmp_path / "web.yml"))
+        server, metrics = demo_server(load_web_config(tmp_path / "web.yml"))
         await server.start()
-        task = asyncio.create_task(server.serve_forever())
         context = ssl.create_default_context(cafile=pki.ca_cert)
         authorised = {"Accept-Encoding": "gzip",
                       "Authorization": "Basic " + base64.b64encode(b"prometheus:" + password).decode()}
@@ -466,7 +464,7 @@ class TestGzipAndKeepAlive:
         first, second = await asyncio.to_thread(fetch_twice, connection, authorised)
         anonymous = http.client.HTTPSConnection("127.0.0.1", server.port, timeout=5, context=context)
         refused = await asyncio.to_thread(fetch_twice, anonymous, {"Accept-Encoding": "gzip"})
-        task.cancel()
+        await server.close()
         assert first[3] is second[3] is not None
-        assert gzip.decompress(second[2]) == await server.metrics_body()
+        assert gzip.decompress(second[2]) == await metrics.body()
         assert [r[0] for r in refused] == [401, 401]

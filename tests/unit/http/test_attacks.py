@@ -31,10 +31,10 @@ from harness.waits import wait_until
 from rainierd.http import basicauth
 from rainierd.http.basicauth import BasicAuth
 from rainierd.http.request import Rejection, Request, parse_head
-from rainierd.http.server import MetricsServer
+from rainierd.http.server import HttpServer
 from rainierd.http.webconfig import TLSServerConfig, WebConfig
-from rainierd.runtime.probes import Verdict
 from tests.certs import make_pki
+from tests.serving import role_server
 
 PASSWORD = b"correct horse"
 HASH_4 = bcrypt.hashpw(PASSWORD, bcrypt.gensalt(rounds=4))
@@ -60,13 +60,12 @@ def responses(data: bytes) -> list[bytes]:
     return found
 
 
-def make_server(**kwargs: Any) -> MetricsServer:
-    return MetricsServer(lambda: b"# metrics\n", host="127.0.0.1", port=0, generation=lambda: 1,
-                         healthy=lambda: Verdict(True, "ok"), ready=lambda: Verdict(True, "ready"), **kwargs)
+def make_server(**kwargs: Any) -> HttpServer:
+    return role_server(lambda: b"# metrics\n", **kwargs)
 
 
 @pytest.fixture
-async def server() -> AsyncIterator[MetricsServer]:
+async def server() -> AsyncIterator[HttpServer]:
     async with make_server() as running:
         yield running
 
@@ -74,12 +73,13 @@ async def server() -> AsyncIterator[MetricsServer]:
 async def exchange(port: int, data: bytes) -> bytes:
     """Send ``data`` on one connection, half-close it, and return everything the server sent before closing."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(data)
-    writer.write_eof()
-    async with asyncio.timeout(within(5)):
-        received = await reader.read()
-    writer.close()
-    return received
+    try:
+        writer.write(data)
+        writer.write_eof()
+        async with asyncio.timeout(within(5)):
+            return await reader.read()
+    finally:
+        writer.close()
 
 
 class TestRequestParser:
@@ -141,14 +141,14 @@ SMUGGLED = b"GET /smuggled HTTP/1.1\r\n\r\n"
 
 
 class TestSmuggling:
-    async def test_duplicate_content_length_is_400_and_the_body_is_not_a_request(self, server: MetricsServer) -> None:
+    async def test_duplicate_content_length_is_400_and_the_body_is_not_a_request(self, server: HttpServer) -> None:
         """The issue's attack: Content-Length 0 then 26 and a request as the body gets one 400 and a closed
         connection, never a second response."""
         head = b"GET /metrics HTTP/1.1\r\nContent-Length: 0\r\nContent-Length: 26\r\n\r\n"
         assert responses(await exchange(server.port, head + SMUGGLED)) == [b"HTTP/1.1 400 Bad Request"]
         assert server.counters.bad_requests["content_length"] == 1
 
-    async def test_a_bad_head_is_logged_once_per_episode(self, server: MetricsServer) -> None:
+    async def test_a_bad_head_is_logged_once_per_episode(self, server: HttpServer) -> None:
         """Fifty refused heads make one JSON warning, not fifty."""
         with structlog.testing.capture_logs() as logs:
             for _ in range(50):

@@ -6,14 +6,15 @@ from __future__ import annotations
 import asyncio
 import time
 from base64 import b64encode
+from collections.abc import AsyncIterator
 
 import bcrypt
 import pytest
 
 from rainierd.http.basicauth import BasicAuth
-from rainierd.http.server import MetricsServer
+from rainierd.http.server import HttpServer
 from rainierd.http.webconfig import WebConfig
-from rainierd.runtime.probes import Verdict
+from tests.serving import role_server
 
 PASSWORD = b"correct horse"
 # Cost 4, bcrypt's least, except where the cost itself is the point.
@@ -107,13 +108,10 @@ class TestBasicAuth:
 
 class TestServer:
     @pytest.fixture
-    async def server(self) -> MetricsServer:
+    async def server(self) -> AsyncIterator[HttpServer]:
         web = WebConfig(tls=None, basic_auth_users=(("prometheus", HASH),))
-        server = MetricsServer(bytes, host="127.0.0.1", port=0, generation=lambda: 1,
-                               healthy=lambda: Verdict(True, "ok"), ready=lambda: Verdict(True, "ready"), web=web)
-        await server.start()
-        self.task = asyncio.create_task(server.serve_forever())
-        return server
+        async with role_server(web=web) as server:
+            yield server
 
     async def request(self, port: int, head: bytes) -> bytes:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -122,7 +120,7 @@ class TestServer:
         writer.close()
         return response
 
-    async def test_every_path_and_method_wants_credentials(self, server: MetricsServer) -> None:
+    async def test_every_path_and_method_wants_credentials(self, server: HttpServer) -> None:
         """Without credentials every path, the probes and unknown ones included, and every method answer 401
         with a Basic challenge for realm rainierd."""
         for head in (b"GET /metrics HTTP/1.1", b"GET /healthz HTTP/1.1", b"GET /readyz HTTP/1.1", b"GET / HTTP/1.1",
@@ -130,9 +128,8 @@ class TestServer:
             response = await self.request(server.port, head)
             assert response.split(b"\r\n", 1)[0] == b"HTTP/1.1 401 Unauthorized", head
             assert b'\r\nWWW-Authenticate: Basic realm="rainierd"\r\n' in response, head
-        self.task.cancel()
 
-    async def test_credentials_open_every_path(self, server: MetricsServer) -> None:
+    async def test_credentials_open_every_path(self, server: HttpServer) -> None:
         """With the right credentials the routes answer as without auth; the header name is case-insensitive."""
         authorization = b"\r\nauthorization: " + basic(b"prometheus", PASSWORD)
         statuses = [
@@ -144,4 +141,3 @@ class TestServer:
                             b"HTTP/1.1 405 Method Not Allowed"]
         assert server.auth is not None
         assert server.auth.bcrypt_checks == 1
-        self.task.cancel()

@@ -7,16 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import bcrypt
 import pytest
 
 from rainierd.errors import ConfigError
-from rainierd.http.server import MetricsServer
+from rainierd.http.server import HttpServer
 from rainierd.http.webconfig import TLSServerConfig, WebConfig, load_web_config
-from rainierd.runtime.probes import Verdict
 from tests.certs import Pki, make_pki
+from tests.serving import OK, role_server
 
 # Cost 4, bcrypt's least: these tests are about the format, not the cost.
 # bcrypt of "correct horse" with a fixed salt: a hash made at import would change the parametrized test ids
@@ -147,14 +148,11 @@ class TestInvalid:
 
 class TestClientCertificates:
     @pytest.fixture
-    async def server(self, pki: Pki) -> MetricsServer:
+    async def server(self, pki: Pki) -> AsyncIterator[HttpServer]:
         web = load_web_config(write(pki.directory, TLS + "  client_auth_type: RequireAndVerifyClientCert\n"
                                                          "  client_ca_file: ca.crt\n"))
-        server = MetricsServer(bytes, host="127.0.0.1", port=0, generation=lambda: 1,
-                               healthy=lambda: Verdict(True, "ok"), ready=lambda: Verdict(True, "ok"), web=web)
-        await server.start()
-        self.task = asyncio.create_task(server.serve_forever())
-        return server
+        async with role_server(ready=lambda: OK, web=web) as server:
+            yield server
 
     async def get(self, port: int, context: ssl.SSLContext) -> bytes:
         reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
@@ -163,14 +161,13 @@ class TestClientCertificates:
         writer.close()
         return response
 
-    async def test_verified_client_certificate_is_served(self, server: MetricsServer, pki: Pki) -> None:
+    async def test_verified_client_certificate_is_served(self, server: HttpServer, pki: Pki) -> None:
         """With RequireAndVerifyClientCert a client showing a certificate from client_ca_file is served."""
         context = ssl.create_default_context(cafile=pki.ca_cert)
         context.load_cert_chain(pki.client_cert, pki.client_key)
         assert (await self.get(server.port, context)).startswith(b"HTTP/1.1 200 OK\r\n")
-        self.task.cancel()
 
-    async def test_client_without_certificate_is_refused(self, server: MetricsServer, pki: Pki) -> None:
+    async def test_client_without_certificate_is_refused(self, server: HttpServer, pki: Pki) -> None:
         """With RequireAndVerifyClientCert a client without a certificate gets no response, and the server serves on."""
         context = ssl.create_default_context(cafile=pki.ca_cert)
         try:  # under TLS 1.3 the refusal arrives after the client's side of the handshake is done
@@ -180,4 +177,3 @@ class TestClientCertificates:
         assert response == b""
         context.load_cert_chain(pki.client_cert, pki.client_key)
         assert (await self.get(server.port, context)).startswith(b"HTTP/1.1 200 OK\r\n")
-        self.task.cancel()

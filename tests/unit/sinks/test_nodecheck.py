@@ -12,11 +12,12 @@ import pytest
 
 from rainierd.api.actions import ActionsApi
 from rainierd.http.client import parse_url
-from rainierd.http.server import MetricsServer
+from rainierd.http.server import HttpServer
 from rainierd.monitor.snapshot import MonitorSnapshot
-from rainierd.runtime.probes import Verdict as ProbeVerdict
 from rainierd.sinks.nodecheck import OK, PROBLEM, UNKNOWN, Verdict, check, judge
 from tests.actions_views import advisory, snapshot, view
+from tests.serving import OK as PROBE_OK
+from tests.serving import role_server
 
 
 def doc(*advisories: object, dry_run: bool = False, age_s: float = 0.0) -> dict[str, object]:
@@ -79,11 +80,10 @@ class TestJudge:
 
 class TestAgainstTheMonitor:
     @pytest.fixture
-    async def monitor(self) -> AsyncIterator[tuple[MetricsServer, list[MonitorSnapshot | None]]]:
+    async def monitor(self) -> AsyncIterator[tuple[HttpServer, list[MonitorSnapshot | None]]]:
         current: list[MonitorSnapshot | None] = [snapshot(view(advisory("trn2-a-0001", node_id=1)))]
-        server = MetricsServer(lambda: b"", host="127.0.0.1", port=0, generation=lambda: 1,
-                               healthy=lambda: ProbeVerdict(True, "ok"), ready=lambda: ProbeVerdict(True, "ok"),
-                               actions=ActionsApi(lambda: current[0]))
+        server = role_server(ready=lambda: PROBE_OK)
+        server.route("/api/v1/actions", ActionsApi(lambda: current[0]).serve)
         async with server:
             yield server, current
 
@@ -91,15 +91,15 @@ class TestAgainstTheMonitor:
         return await check(parse_url(f"http://127.0.0.1:{port}"), node, ssl_context=None, authorization=None,
                            budget_s=5.0)
 
-    async def test_a_proposed_cordon_is_a_problem(self, monitor: tuple[MetricsServer, list[object]]) -> None:
+    async def test_a_proposed_cordon_is_a_problem(self, monitor: tuple[HttpServer, list[object]]) -> None:
         """The monitor's proposed cordon for the node is exit 1."""
         assert (await self.ask(monitor[0].port)).code == PROBLEM
 
-    async def test_another_node_is_ok(self, monitor: tuple[MetricsServer, list[object]]) -> None:
+    async def test_another_node_is_ok(self, monitor: tuple[HttpServer, list[object]]) -> None:
         """A node the monitor has no advisory for is exit 0."""
         assert await self.ask(monitor[0].port, "trn2-a-0002") == Verdict(OK, "no advisory for trn2-a-0002")
 
-    async def test_before_any_analysis_unknown(self, monitor: tuple[MetricsServer, list[object]]) -> None:
+    async def test_before_any_analysis_unknown(self, monitor: tuple[HttpServer, list[object]]) -> None:
         """Before the monitor's first analysis (503) the answer is exit 2 with the monitor's reason."""
         monitor[1][0] = None
         verdict = await self.ask(monitor[0].port)
