@@ -106,11 +106,12 @@ def alertmanager(tmp_path: Path, receiver: Receiver) -> Iterator[int]:
     config = workdir / "alertmanager.yml"
     config.write_text(json.dumps(shipped_config_for_test(receiver.url)))
     port = free_port()
-    proc = subprocess.Popen(
-        [binary, f"--config.file={config}", f"--storage.path={workdir}", f"--web.listen-address=127.0.0.1:{port}",
-         "--cluster.listen-address="],
-        stdout=(workdir / "alertmanager.log").open("w"), stderr=subprocess.STDOUT,
-    )
+    with (workdir / "alertmanager.log").open("w") as output:  # the child keeps its own copy open
+        proc = subprocess.Popen(
+            [binary, f"--config.file={config}", f"--storage.path={workdir}",
+             f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address="],
+            stdout=output, stderr=subprocess.STDOUT,
+        )
 
     def ready() -> bool:
         try:

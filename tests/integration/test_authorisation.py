@@ -89,8 +89,8 @@ def shipped_broker(tmp_path: Path) -> Iterator[ShippedBroker]:
     (d / "mosquitto.conf").write_text(config)
     log = tmp_path / "mosquitto.log"
     binary = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
-    proc = subprocess.Popen([binary, "-c", str(d / "mosquitto.conf")], stdout=log.open("w"),
-                            stderr=subprocess.STDOUT)
+    with log.open("w") as output:
+        proc = subprocess.Popen([binary, "-c", str(d / "mosquitto.conf")], stdout=output, stderr=subprocess.STDOUT)
     try:
         wait_for_port(port)
         yield ShippedBroker(port, credentials, log, secrets)

@@ -113,8 +113,9 @@ class _Daemon:
 
     def __init__(self, command: str, port: int, tmp_path: Path) -> None:
         self.log_path = tmp_path / "daemon.log"
-        self.proc = subprocess.Popen(["bash", "-c", f"exec {command}"], cwd=ROOT, env=_env(port),
-                                     stdout=self.log_path.open("w"), stderr=subprocess.STDOUT)
+        with self.log_path.open("w") as output:  # the child keeps its own copy open
+            self.proc = subprocess.Popen(["bash", "-c", f"exec {command}"], cwd=ROOT, env=_env(port),
+                                         stdout=output, stderr=subprocess.STDOUT)
 
     def events(self) -> list[dict[str, object]]:
         return [json.loads(line) for line in self.log_path.read_text().splitlines() if line.startswith("{")]
