@@ -50,7 +50,7 @@ from rainierd.http.request import MAX_HEAD_BYTES, Rejection, Request, accepts_gz
 from rainierd.http.routes import Get, Handler, Reply, Routes
 from rainierd.http.slots import Slots, Standing
 from rainierd.http.status import ServerCounters
-from rainierd.runtime.episodes import Episode
+from rainierd.runtime.logs import Episode
 
 __all__ = ["HttpServer"]
 
