@@ -264,10 +264,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def _settings(args: argparse.Namespace) -> Settings:
     flags = {name: getattr(args, name) for name in role_settings(args.command)}
-    config = args.config
-    if config is None and (env := os.environ.get("RAINIERD_CONFIG")):
-        config = Path(env)
-    return load_settings(flags, config)
+    return load_settings(flags, args.config)
 
 
 def command_settings(argv: Sequence[str]) -> Settings:

@@ -1,5 +1,7 @@
-"""rainierd's settings: defaults, then an optional TOML file, then environment
-variables ``RAINIERD_*``, then command-line flags, each overriding the last.
+"""rainierd's settings: defaults, then an optional TOML file (``--config``, or
+the one ``RAINIERD_CONFIG`` names; read by pydantic-settings' TOML source),
+then environment variables ``RAINIERD_*``, then command-line flags, each
+overriding the last.
 
 Validation happens here, once, so a bad value stops the process at start with
 one line naming the setting (the CLI exits 2), never later in a task.
@@ -7,15 +9,15 @@ one line naming the setting (the CLI exits 2), never later in a task.
 
 from __future__ import annotations
 
-import tomllib
+import difflib
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
-from pydantic.fields import FieldInfo
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 from rainierd.actions.config import ActionConfig
 from rainierd.bridge import BridgeConfig
@@ -30,11 +32,12 @@ from rainierd.http.webconfig import load_web_config
 from rainierd.wire.topics import Shard, parse_shard
 
 __all__ = [
-    "DEFAULT_METRICS_ADDR", "ROLE_PARTS", "Part", "Settings", "Use", "flag_name", "load_settings", "parse_host_port",
-    "role_settings",
+    "CONFIG_ENV", "DEFAULT_METRICS_ADDR", "ROLE_PARTS", "Part", "Settings", "Use", "flag_name", "load_settings",
+    "parse_host_port", "role_settings",
 ]
 
 DEFAULT_METRICS_ADDR = "127.0.0.1:9780"
+CONFIG_ENV: Final = "RAINIERD_CONFIG"  # names the settings file, so it is read before the settings are
 
 # The parts of rainierd that read settings.  "http" is the listening side of
 # a role (the exporter, or a simulator's probes), which the healthcheck also
@@ -472,20 +475,6 @@ class Settings(BaseSettings):
         return parse_host_port(self.metrics_addr)
 
 
-class _FileSource(PydanticBaseSettingsSource):
-    """Values from the TOML config file, the lowest-priority source."""
-
-    def __init__(self, settings_cls: type[BaseSettings], values: dict[str, Any]) -> None:
-        super().__init__(settings_cls)
-        self.values = values
-
-    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
-        return self.values.get(field_name), field_name, False
-
-    def __call__(self) -> dict[str, Any]:
-        return dict(self.values)
-
-
 def _use(field: str) -> Use:
     use = next((m for m in Settings.model_fields[field].metadata if isinstance(m, Use)), None)
     if use is None:
@@ -513,18 +502,14 @@ def role_settings(role: str) -> list[str]:
 
 
 def load_settings(flags: dict[str, Any], config_file: Path | None = None) -> Settings:
-    """Return validated settings from flags, environment and the config file.
+    """Return validated settings from flags, environment and the config file (``config_file``, or the one
+    ``RAINIERD_CONFIG`` names when that is None).
 
-    Raises ConfigError with one line that names the offending setting.
+    Raises ConfigError with one line that names the offending setting, or the file.
     """
-    file_values: dict[str, Any] = {}
-    if config_file is not None:
-        try:
-            file_values = tomllib.loads(config_file.read_text())
-        except OSError as exc:
-            raise ConfigError(f"config file {config_file}: {exc.strerror}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"config file {config_file}: {exc}") from None
+    if config_file is None and (named := os.environ.get(CONFIG_ENV)):
+        config_file = Path(named)
+    file_source = None if config_file is None else _file_source(config_file)
 
     class _Loaded(Settings):
         @classmethod
@@ -536,7 +521,8 @@ def load_settings(flags: dict[str, Any], config_file: Path | None = None) -> Set
             dotenv_settings: PydanticBaseSettingsSource,
             file_secret_settings: PydanticBaseSettingsSource,
         ) -> tuple[PydanticBaseSettingsSource, ...]:
-            return init_settings, env_settings, _FileSource(settings_cls, file_values)
+            # Flags (the init arguments) over RAINIERD_* over the file; no .env, no secrets directory.
+            return (init_settings, env_settings) if file_source is None else (init_settings, env_settings, file_source)
 
     try:
         return _Loaded(**{k: v for k, v in flags.items() if v is not None})
@@ -547,3 +533,27 @@ def load_settings(flags: dict[str, Any], config_file: Path | None = None) -> Set
                  else f"{flag_name(name)} / RAINIERD_{name.upper()}")
         message = error["msg"].removeprefix("Value error, ")
         raise ConfigError(f"invalid setting {name} ({where}): {message}") from None
+
+
+def _file_source(path: Path) -> TomlConfigSettingsSource:
+    """Return the settings file at ``path`` as pydantic-settings' TOML source.
+
+    Raises ConfigError naming the file when it cannot be read, is not TOML, or holds a key that is no setting.
+    """
+    try:
+        # The source reads nothing from a path that is no file; a config file named and missing is an error.
+        with path.open("rb"):
+            pass
+        source = TomlConfigSettingsSource(Settings, toml_file=path)
+    except OSError as exc:
+        raise ConfigError(f"config file {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:  # tomllib.TOMLDecodeError, or bytes that are not UTF-8
+        raise ConfigError(f"config file {path}: {exc}") from None
+    # Checked here, by exact name: the source would take TICK_S for tick_s, and validation would name an
+    # unknown key's environment variable rather than the file it is in.
+    for key in source.toml_data:
+        if key not in Settings.model_fields:
+            close = difflib.get_close_matches(key.lower(), Settings.model_fields, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else " (README.md, Configuration, lists them)"
+            raise ConfigError(f"config file {path}: {key!r} is not a setting{hint}")
+    return source
