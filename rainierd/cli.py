@@ -37,7 +37,7 @@ from rainierd.jobs.kubernetes import DEFAULT_GROUP_LABELS
 from rainierd.jobs.run import run_jobs
 from rainierd.promrules import RULES_DIR, write_rules
 from rainierd.runtime.logs import configure_logging
-from rainierd.settings import Settings, flag_name, load_settings, role_settings
+from rainierd.settings import Settings, flag_name, healthcheck_config, load_settings, role_settings
 from rainierd.sinks import nodecheck
 from rainierd.top import launch as top_launch
 from rainierd.wire import json_schema
@@ -334,7 +334,8 @@ def _main(args: argparse.Namespace) -> int:
         child = [arg for arg in (sys.argv[1:] if args.argv is None else args.argv) if arg != "--top"]
         return top_launch.run_with_top(child, settings.metrics_addr, tls=settings.web_config_file is not None)
     if args.command == "healthcheck":
-        verdict = check_health(settings, probe="readyz" if args.ready else "healthz", timeout_s=args.timeout)
+        verdict = check_health(healthcheck_config(settings), probe="readyz" if args.ready else "healthz",
+                               timeout_s=args.timeout)
         print(f"{'healthy' if verdict.ok else 'unhealthy'}: {verdict.reason}")
         return 0 if verdict.ok else 1
     configure_logging(log_format=settings.log_format, level=settings.log_level)

@@ -26,14 +26,16 @@ from rainierd.errors import ConfigError
 from rainierd.fleet.hardware import TRN2
 from rainierd.fleet.inventory import load_inventory
 from rainierd.fleet.topology import PRESETS, Topology, parse_topology
+from rainierd.healthcheck import HealthcheckConfig
 from rainierd.http.client import parse_url
 from rainierd.http.config import HttpConfig
 from rainierd.http.webconfig import load_web_config
+from rainierd.sinks.webhook import WebhookConfig
 from rainierd.wire.topics import Shard, parse_shard
 
 __all__ = [
-    "CONFIG_ENV", "DEFAULT_METRICS_ADDR", "ROLE_PARTS", "Part", "Settings", "Use", "flag_name", "load_settings",
-    "parse_host_port", "role_settings",
+    "CONFIG_ENV", "DEFAULT_METRICS_ADDR", "ROLE_PARTS", "Part", "Settings", "Use", "flag_name", "healthcheck_config",
+    "load_settings", "parse_host_port", "role_settings", "webhook_config",
 ]
 
 DEFAULT_METRICS_ADDR = "127.0.0.1:9780"
@@ -42,8 +44,9 @@ CONFIG_ENV: Final = "RAINIERD_CONFIG"  # names the settings file, so it is read 
 # The parts of rainierd that read settings.  "http" is the listening side of
 # a role (the exporter, or a simulator's probes), which the healthcheck also
 # reads to find it; "server" that side's own limits, which it does not;
-# "fleet" the inventory.
-Part = Literal["mqtt", "fleet", "simulator", "monitor", "aggregator", "bridge", "http", "server", "log"]
+# "fleet" the inventory; "healthcheck" the probe's own credentials.
+Part = Literal["mqtt", "fleet", "simulator", "monitor", "aggregator", "bridge", "http", "server", "log",
+               "healthcheck"]
 
 # Which parts each command runs, so which settings it reads and lists.
 ROLE_PARTS: Final[dict[str, frozenset[Part]]] = {
@@ -55,7 +58,7 @@ ROLE_PARTS: Final[dict[str, frozenset[Part]]] = {
     # The scheduler adapters (rainierd jobs ...): they publish job documents named against the inventory.
     "jobs": frozenset({"mqtt", "fleet", "log"}),
     # It probes a role's HTTP side from the same settings, and writes no log.
-    "healthcheck": frozenset({"http"}),
+    "healthcheck": frozenset({"http", "healthcheck"}),
 }
 
 
@@ -351,6 +354,14 @@ class Settings(BaseSettings):
         description="bridge: its sample clock (advanced by each report's captured period) is stepped to the wall "
         "clock when it falls further behind than this (counted in rainier_bridge_clock_resyncs_total)",
     )
+    healthcheck_user: Annotated[str | None, Use("healthcheck", flag="--basic-auth-user")] = Field(
+        None, description="healthcheck: the basic-auth user it probes as when the web config asks for basic auth "
+        "(unset: the web config's only user)",
+    )
+    healthcheck_password_file: Annotated[Path | None, Use("healthcheck", flag="--basic-auth-password-file")] = Field(
+        None, description="healthcheck: file holding that user's password, read as top and node-check read "
+        "theirs; never logged",
+    )
     log_format: Annotated[Literal["auto", "json", "console"], Use("log")] = Field(
         "auto", description="log format: json, console, or auto (console on a terminal)")
     log_level: Annotated[Literal["debug", "info", "warning", "error"], Use("log")] = Field(
@@ -557,3 +568,26 @@ def _file_source(path: Path) -> TomlConfigSettingsSource:
             hint = f" (did you mean {close[0]}?)" if close else " (README.md, Configuration, lists them)"
             raise ConfigError(f"config file {path}: {key!r} is not a setting{hint}")
     return source
+
+
+# -- Each edge's own configuration, built here so that no edge imports Settings -------------------------------
+
+
+def webhook_config(settings: Settings, *, source: str) -> WebhookConfig | None:
+    """Return the monitor's webhook sink configuration, ``source`` its CloudEvents source (a URI-reference naming
+    this monitor); None when no ``webhook_url`` is set."""
+    if settings.webhook_url is None:
+        return None
+    return WebhookConfig(
+        url=settings.webhook_url, token_file=settings.webhook_token_file, ca_file=settings.webhook_ca_file,
+        queue_size=settings.webhook_queue_size, max_attempts=settings.webhook_max_attempts,
+        timeout_s=settings.webhook_timeout_s, source=source,
+    )
+
+
+def healthcheck_config(settings: Settings) -> HealthcheckConfig:
+    """Return what ``rainierd healthcheck`` probes: the role's HTTP side as its settings place it, and the probe's
+    own credentials."""
+    host, port = settings.metrics_host_port
+    return HealthcheckConfig(host=host, port=port, web_config_file=settings.web_config_file,
+                             user=settings.healthcheck_user, password_file=settings.healthcheck_password_file)
