@@ -37,7 +37,15 @@ from rainierd.jobs.kubernetes import DEFAULT_GROUP_LABELS
 from rainierd.jobs.run import run_jobs
 from rainierd.promrules import RULES_DIR, write_rules
 from rainierd.runtime.logs import configure_logging
-from rainierd.settings import Settings, flag_name, healthcheck_config, load_settings, role_settings
+from rainierd.settings import (
+    Settings,
+    bridge_role_config,
+    flag_name,
+    healthcheck_config,
+    jobs_config,
+    load_settings,
+    role_settings,
+)
 from rainierd.sinks import nodecheck
 from rainierd.top import launch as top_launch
 from rainierd.wire import json_schema
@@ -278,9 +286,9 @@ def command_settings(argv: Sequence[str]) -> Settings:
 
 async def _daemon(args: argparse.Namespace, settings: Settings) -> None:
     if args.command == "bridge":
-        await run_bridge(settings, node_name=args.node, efa_root=args.efa_sysfs)
+        await run_bridge(bridge_role_config(settings, node_name=args.node), efa_root=args.efa_sysfs)
     elif args.command == "jobs":
-        await run_jobs(settings, kind=args.jobs, source=args.source, input_path=args.input,
+        await run_jobs(jobs_config(settings, source=args.source or args.jobs), kind=args.jobs, input_path=args.input,
                        watch=getattr(args, "watch", False),
                        labels=tuple(getattr(args, "group_labels", None) or DEFAULT_GROUP_LABELS))
     else:

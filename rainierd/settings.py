@@ -20,22 +20,25 @@ from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 from rainierd.actions.config import ActionConfig
-from rainierd.bridge import BridgeConfig
+from rainierd.bridge import BridgeConfig, BridgeRoleConfig, find_node
 from rainierd.core.config import MonitorConfig
+from rainierd.core.jobs import NameIndex
 from rainierd.errors import ConfigError
 from rainierd.fleet.hardware import TRN2
-from rainierd.fleet.inventory import load_inventory
+from rainierd.fleet.inventory import load_inventory, load_topology
 from rainierd.fleet.topology import PRESETS, Topology, parse_topology
 from rainierd.healthcheck import HealthcheckConfig
 from rainierd.http.client import parse_url
 from rainierd.http.config import HttpConfig
 from rainierd.http.webconfig import load_web_config
+from rainierd.jobs import JobsConfig
 from rainierd.sinks.webhook import WebhookConfig
-from rainierd.wire.topics import Shard, parse_shard
+from rainierd.wire.jobs import MAX_JOB_BYTES
+from rainierd.wire.topics import Shard, node_topic, parse_shard
 
 __all__ = [
-    "CONFIG_ENV", "DEFAULT_METRICS_ADDR", "ROLE_PARTS", "Part", "Settings", "Use", "flag_name", "healthcheck_config",
-    "load_settings", "parse_host_port", "role_settings", "webhook_config",
+    "CONFIG_ENV", "DEFAULT_METRICS_ADDR", "ROLE_PARTS", "Part", "Settings", "Use", "bridge_role_config", "flag_name",
+    "healthcheck_config", "jobs_config", "load_settings", "parse_host_port", "role_settings", "webhook_config",
 ]
 
 DEFAULT_METRICS_ADDR = "127.0.0.1:9780"
@@ -461,11 +464,6 @@ class Settings(BaseSettings):
             instance_id=names.instance_ids[node] if names.instance_ids else None,
         )
 
-    @property
-    def bridge_host_port(self) -> tuple[str, int]:
-        """Return the (host, port) the bridge's HTTP side listens on."""
-        return parse_host_port(self.bridge_listen)
-
     def action_config(self) -> ActionConfig:
         """Return the advisory policy's configuration (docs/actions.md): the one place it is built."""
         return ActionConfig(
@@ -591,3 +589,38 @@ def healthcheck_config(settings: Settings) -> HealthcheckConfig:
     host, port = settings.metrics_host_port
     return HealthcheckConfig(host=host, port=port, web_config_file=settings.web_config_file,
                              user=settings.healthcheck_user, password_file=settings.healthcheck_password_file)
+
+
+def bridge_role_config(settings: Settings, *, node_name: str) -> BridgeRoleConfig:
+    """Return ``rainierd bridge neuron-monitor``'s configuration as node ``node_name`` (its inventory hostname,
+    or ``n<id>``) of the settings' topology.
+
+    Raises ConfigError when the topology does not load or holds no such node, or the web config file is unusable.
+    """
+    from rainierd.mqtt.supervisor import mqtt_config  # noqa: PLC0415 - the supervisor imports this module
+
+    topology = load_topology(settings.topology, efa_ports_per_node=settings.efa_ports_per_node)
+    node = find_node(topology, node_name)
+    return BridgeRoleConfig(
+        node=node, node_name=topology.node_name(node), topic=node_topic(*topology.node_path(node)),
+        bridge=settings.bridge_config(topology, node),
+        # n<id>: the same as the topic's node level, and the username the shipped ACL gives a node agent, whose
+        # status topic is its username (docs/security.md); unique in the fleet, so no two bridges share a session.
+        mqtt=mqtt_config(settings, client_id=f"n{node}"),
+        http=settings.http_config(settings.bridge_listen),
+    )
+
+
+def jobs_config(settings: Settings, *, source: str) -> JobsConfig:
+    """Return ``rainierd jobs``' configuration as publisher ``source``: the names of the settings' topology its
+    jobs resolve against, and its broker (client id ``rainierd-jobs-<source>`` unless the settings name one).
+
+    Raises ConfigError when the topology does not load.
+    """
+    from rainierd.mqtt.supervisor import MAX_PACKET_OVERHEAD, mqtt_config  # noqa: PLC0415 - as above
+
+    topology = load_topology(settings.topology, efa_ports_per_node=settings.efa_ports_per_node)
+    # Over MQTT 5 the broker never sends a retained document larger than any valid one (docs/jobs.md).
+    return JobsConfig(source=source, index=NameIndex.of(topology),
+                      mqtt=mqtt_config(settings, client_id=f"rainierd-jobs-{source}",
+                                       max_packet_bytes=MAX_JOB_BYTES + MAX_PACKET_OVERHEAD))

@@ -19,10 +19,11 @@ from harness.waits import poll_until
 from rainierd import __version__
 from rainierd.cli import main
 from rainierd.daemon import _SimulatorProbes
+from rainierd.healthcheck import HealthcheckConfig
 from rainierd.http.webconfig import load_web_config
 from rainierd.mqtt.connection import ConnectionState
 from rainierd.runtime.probes import Verdict
-from rainierd.settings import load_settings
+from rainierd.settings import healthcheck_config, load_settings
 from tests.certs import Pki, make_pki
 from tests.serving import role_server
 
@@ -124,6 +125,16 @@ class TestSameSettingsAsTheRole:
         async with serving(host="0.0.0.0") as port:
             assert await healthcheck(capsys, "--metrics-addr", f"0.0.0.0:{port}") == 0
         assert one_line(capsys).startswith(f"healthy: http://127.0.0.1:{port}/healthz")
+
+
+class TestConfig:
+    def test_the_settings_reach_the_probe_as_its_own_config(self) -> None:
+        """settings.healthcheck_config: the role's address and web config, and the probe's user and password file."""
+        settings = load_settings({"metrics_addr": "[::]:9790", "web_config_file": "web.yml",
+                                  "healthcheck_user": "grafana", "healthcheck_password_file": "password"})
+        assert healthcheck_config(settings) == HealthcheckConfig(
+            host="::", port=9790, web_config_file=Path("web.yml"), user="grafana", password_file=Path("password"))
+        assert healthcheck_config(load_settings({})) == HealthcheckConfig(host="127.0.0.1", port=9780)
 
 
 class TestWebConfig:
