@@ -37,15 +37,7 @@ from rainierd.jobs.kubernetes import DEFAULT_GROUP_LABELS
 from rainierd.jobs.run import run_jobs
 from rainierd.promrules import RULES_DIR, write_rules
 from rainierd.runtime.logs import configure_logging
-from rainierd.settings import (
-    Settings,
-    bridge_role_config,
-    flag_name,
-    healthcheck_config,
-    jobs_config,
-    load_settings,
-    role_settings,
-)
+from rainierd.settings import Settings, flag_name, load_settings, role_settings
 from rainierd.sinks import nodecheck
 from rainierd.top import launch as top_launch
 from rainierd.wire import json_schema
@@ -286,9 +278,9 @@ def command_settings(argv: Sequence[str]) -> Settings:
 
 async def _daemon(args: argparse.Namespace, settings: Settings) -> None:
     if args.command == "bridge":
-        await run_bridge(bridge_role_config(settings, node_name=args.node), efa_root=args.efa_sysfs)
+        await run_bridge(settings.bridge_role_config(node_name=args.node), efa_root=args.efa_sysfs)
     elif args.command == "jobs":
-        await run_jobs(jobs_config(settings, source=args.source or args.jobs), kind=args.jobs, input_path=args.input,
+        await run_jobs(settings.jobs_config(source=args.source or args.jobs), kind=args.jobs, input_path=args.input,
                        watch=getattr(args, "watch", False),
                        labels=tuple(getattr(args, "group_labels", None) or DEFAULT_GROUP_LABELS))
     else:
@@ -342,7 +334,7 @@ def _main(args: argparse.Namespace) -> int:
         child = [arg for arg in (sys.argv[1:] if args.argv is None else args.argv) if arg != "--top"]
         return top_launch.run_with_top(child, settings.metrics_addr, tls=settings.web_config_file is not None)
     if args.command == "healthcheck":
-        verdict = check_health(healthcheck_config(settings), probe="readyz" if args.ready else "healthz",
+        verdict = check_health(settings.healthcheck_config(), probe="readyz" if args.ready else "healthz",
                                timeout_s=args.timeout)
         print(f"{'healthy' if verdict.ok else 'unhealthy'}: {verdict.reason}")
         return 0 if verdict.ok else 1

@@ -42,7 +42,7 @@ from rainierd.runtime.lifecycle import run_until_stopped
 from rainierd.runtime.looplag import LoopLag
 from rainierd.runtime.malloc import keep_freed_memory
 from rainierd.runtime.probes import Verdict
-from rainierd.settings import Settings, webhook_config
+from rainierd.settings import Settings
 from rainierd.sim import FleetParams, Simulator
 from rainierd.sim.faults import Fault
 from rainierd.sim.profile import PROFILES
@@ -99,7 +99,7 @@ async def run_role(role: Role, settings: Settings) -> None:
 
 def _webhook(settings: Settings, client_id: str) -> WebhookSink | None:
     """Return the webhook sink the settings ask for (None: no webhook_url); raise ConfigError if it is unusable."""
-    config = webhook_config(settings, source=f"/rainierd/{client_id}")
+    config = settings.webhook_config(source=f"/rainierd/{client_id}")
     return None if config is None else WebhookSink(config)
 
 

@@ -35,7 +35,7 @@ user) and the password in the file ``healthcheck_password_file`` names
 ``RAINIERD_HEALTHCHECK_PASSWORD_FILE``), never printed.  A web config that
 requires client certificates cannot be probed this way and says so.
 
-It takes its own ``HealthcheckConfig`` (``settings.healthcheck_config``),
+It takes its own ``HealthcheckConfig`` (``Settings.healthcheck_config``),
 never the settings whole.
 
 Exit status 0 when healthy, 1 when not, with one line on stdout either way

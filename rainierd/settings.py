@@ -37,8 +37,8 @@ from rainierd.wire.jobs import MAX_JOB_BYTES
 from rainierd.wire.topics import Shard, node_topic, parse_shard
 
 __all__ = [
-    "CONFIG_ENV", "DEFAULT_METRICS_ADDR", "ROLE_PARTS", "Part", "Settings", "Use", "bridge_role_config", "flag_name",
-    "healthcheck_config", "jobs_config", "load_settings", "parse_host_port", "role_settings", "webhook_config",
+    "CONFIG_ENV", "DEFAULT_METRICS_ADDR", "ROLE_PARTS", "Part", "Settings", "Use", "flag_name", "load_settings",
+    "parse_host_port", "role_settings",
 ]
 
 DEFAULT_METRICS_ADDR = "127.0.0.1:9780"
@@ -483,6 +483,60 @@ class Settings(BaseSettings):
         """Return the (host, port) the exporter listens on."""
         return parse_host_port(self.metrics_addr)
 
+    # Each edge's own frozen configuration, so that no edge imports Settings (tests/unit/test_architecture.py):
+    # the webhook sink, the healthcheck, the bridge and the jobs runner.
+
+    def webhook_config(self, *, source: str) -> WebhookConfig | None:
+        """Return the monitor's webhook sink configuration, ``source`` its CloudEvents source (a URI-reference naming
+        this monitor); None when no ``webhook_url`` is set."""
+        if self.webhook_url is None:
+            return None
+        return WebhookConfig(
+            url=self.webhook_url, token_file=self.webhook_token_file, ca_file=self.webhook_ca_file,
+            queue_size=self.webhook_queue_size, max_attempts=self.webhook_max_attempts,
+            timeout_s=self.webhook_timeout_s, source=source,
+        )
+
+    def healthcheck_config(self) -> HealthcheckConfig:
+        """Return what ``rainierd healthcheck`` probes: the role's HTTP side as its settings place it, and the probe's
+        own credentials."""
+        host, port = self.metrics_host_port
+        return HealthcheckConfig(host=host, port=port, web_config_file=self.web_config_file,
+                                 user=self.healthcheck_user, password_file=self.healthcheck_password_file)
+
+    def bridge_role_config(self, *, node_name: str) -> BridgeRoleConfig:
+        """Return ``rainierd bridge neuron-monitor``'s configuration as node ``node_name`` (its inventory hostname,
+        or ``n<id>``) of the settings' topology.
+
+        Raises ConfigError when the topology does not load or holds no such node, or the web config file is unusable.
+        """
+        from rainierd.mqtt.supervisor import mqtt_config  # noqa: PLC0415 - the supervisor imports this module
+
+        topology = load_topology(self.topology, efa_ports_per_node=self.efa_ports_per_node)
+        node = find_node(topology, node_name)
+        return BridgeRoleConfig(
+            node=node, node_name=topology.node_name(node), topic=node_topic(*topology.node_path(node)),
+            bridge=self.bridge_config(topology, node),
+            # n<id>: the same as the topic's node level, and the username the shipped ACL gives a node agent, whose
+            # status topic is its username (docs/security.md); unique in the fleet, so no two bridges share a session.
+            mqtt=mqtt_config(self, client_id=f"n{node}"),
+            http=self.http_config(self.bridge_listen),
+        )
+
+    def jobs_config(self, *, source: str) -> JobsConfig:
+        """Return ``rainierd jobs``' configuration as publisher ``source``: the names of the settings' topology its
+        jobs resolve against, and its broker (client id ``rainierd-jobs-<source>`` unless the settings name one).
+
+        Raises ConfigError when the topology does not load.
+        """
+        from rainierd.mqtt.supervisor import MAX_PACKET_OVERHEAD, mqtt_config  # noqa: PLC0415 - as above
+
+        topology = load_topology(self.topology, efa_ports_per_node=self.efa_ports_per_node)
+        # Over MQTT 5 the broker never sends a retained document larger than any valid one (docs/jobs.md).
+        return JobsConfig(source=source, index=NameIndex.of(topology),
+                          mqtt=mqtt_config(self, client_id=f"rainierd-jobs-{source}",
+                                           max_packet_bytes=MAX_JOB_BYTES + MAX_PACKET_OVERHEAD))
+
 
 def _use(field: str) -> Use:
     use = next((m for m in Settings.model_fields[field].metadata if isinstance(m, Use)), None)
@@ -566,61 +620,3 @@ def _file_source(path: Path) -> TomlConfigSettingsSource:
             hint = f" (did you mean {close[0]}?)" if close else " (README.md, Configuration, lists them)"
             raise ConfigError(f"config file {path}: {key!r} is not a setting{hint}")
     return source
-
-
-# -- Each edge's own configuration, built here so that no edge imports Settings -------------------------------
-
-
-def webhook_config(settings: Settings, *, source: str) -> WebhookConfig | None:
-    """Return the monitor's webhook sink configuration, ``source`` its CloudEvents source (a URI-reference naming
-    this monitor); None when no ``webhook_url`` is set."""
-    if settings.webhook_url is None:
-        return None
-    return WebhookConfig(
-        url=settings.webhook_url, token_file=settings.webhook_token_file, ca_file=settings.webhook_ca_file,
-        queue_size=settings.webhook_queue_size, max_attempts=settings.webhook_max_attempts,
-        timeout_s=settings.webhook_timeout_s, source=source,
-    )
-
-
-def healthcheck_config(settings: Settings) -> HealthcheckConfig:
-    """Return what ``rainierd healthcheck`` probes: the role's HTTP side as its settings place it, and the probe's
-    own credentials."""
-    host, port = settings.metrics_host_port
-    return HealthcheckConfig(host=host, port=port, web_config_file=settings.web_config_file,
-                             user=settings.healthcheck_user, password_file=settings.healthcheck_password_file)
-
-
-def bridge_role_config(settings: Settings, *, node_name: str) -> BridgeRoleConfig:
-    """Return ``rainierd bridge neuron-monitor``'s configuration as node ``node_name`` (its inventory hostname,
-    or ``n<id>``) of the settings' topology.
-
-    Raises ConfigError when the topology does not load or holds no such node, or the web config file is unusable.
-    """
-    from rainierd.mqtt.supervisor import mqtt_config  # noqa: PLC0415 - the supervisor imports this module
-
-    topology = load_topology(settings.topology, efa_ports_per_node=settings.efa_ports_per_node)
-    node = find_node(topology, node_name)
-    return BridgeRoleConfig(
-        node=node, node_name=topology.node_name(node), topic=node_topic(*topology.node_path(node)),
-        bridge=settings.bridge_config(topology, node),
-        # n<id>: the same as the topic's node level, and the username the shipped ACL gives a node agent, whose
-        # status topic is its username (docs/security.md); unique in the fleet, so no two bridges share a session.
-        mqtt=mqtt_config(settings, client_id=f"n{node}"),
-        http=settings.http_config(settings.bridge_listen),
-    )
-
-
-def jobs_config(settings: Settings, *, source: str) -> JobsConfig:
-    """Return ``rainierd jobs``' configuration as publisher ``source``: the names of the settings' topology its
-    jobs resolve against, and its broker (client id ``rainierd-jobs-<source>`` unless the settings name one).
-
-    Raises ConfigError when the topology does not load.
-    """
-    from rainierd.mqtt.supervisor import MAX_PACKET_OVERHEAD, mqtt_config  # noqa: PLC0415 - as above
-
-    topology = load_topology(settings.topology, efa_ports_per_node=settings.efa_ports_per_node)
-    # Over MQTT 5 the broker never sends a retained document larger than any valid one (docs/jobs.md).
-    return JobsConfig(source=source, index=NameIndex.of(topology),
-                      mqtt=mqtt_config(settings, client_id=f"rainierd-jobs-{source}",
-                                       max_packet_bytes=MAX_JOB_BYTES + MAX_PACKET_OVERHEAD))

@@ -1,6 +1,6 @@
 """The role's configuration: what ``rainierd bridge neuron-monitor`` runs by,
 as one frozen value built once from the settings
-(``settings.bridge_role_config``), so the role never reads the settings
+(``Settings.bridge_role_config``), so the role never reads the settings
 whole and a test can hand it any.
 
 ``find_node`` is here because building it needs it: the node a bridge speaks

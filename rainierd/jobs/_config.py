@@ -1,5 +1,5 @@
 """The configuration of ``rainierd jobs …``: one frozen value built once from
-the settings (``settings.jobs_config``), so the adapters' runner never reads
+the settings (``Settings.jobs_config``), so the adapters' runner never reads
 the settings whole."""
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
                                      "rainierd.bridge._efa", "rainierd.bridge.run", "pathlib", "os", "time")
        for module in ("_values", "_cores", "_report", "_devices", "_clock", "_totals", "_config", "_ports", "_node",
                       "_hold")},
-    # Each edge takes its own frozen config, built in rainierd/settings.py (webhook_config, healthcheck_config,
+    # Each edge takes its own frozen config, built by a Settings method (webhook_config, healthcheck_config,
     # bridge_role_config, jobs_config): an edge that imported the whole Settings would know every other edge's
     # options.  (The bridge's and the jobs runner's rules above say the same.)
     "rainierd.healthcheck": ("rainierd.settings",),

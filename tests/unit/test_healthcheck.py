@@ -23,7 +23,7 @@ from rainierd.healthcheck import HealthcheckConfig
 from rainierd.http.webconfig import load_web_config
 from rainierd.mqtt.connection import ConnectionState
 from rainierd.runtime.probes import Verdict
-from rainierd.settings import healthcheck_config, load_settings
+from rainierd.settings import load_settings
 from tests.certs import Pki, make_pki
 from tests.serving import role_server
 
@@ -129,12 +129,12 @@ class TestSameSettingsAsTheRole:
 
 class TestConfig:
     def test_the_settings_reach_the_probe_as_its_own_config(self) -> None:
-        """settings.healthcheck_config: the role's address and web config, and the probe's user and password file."""
+        """Settings.healthcheck_config: the role's address and web config, and the probe's user and password file."""
         settings = load_settings({"metrics_addr": "[::]:9790", "web_config_file": "web.yml",
                                   "healthcheck_user": "grafana", "healthcheck_password_file": "password"})
-        assert healthcheck_config(settings) == HealthcheckConfig(
+        assert settings.healthcheck_config() == HealthcheckConfig(
             host="::", port=9790, web_config_file=Path("web.yml"), user="grafana", password_file=Path("password"))
-        assert healthcheck_config(load_settings({})) == HealthcheckConfig(host="127.0.0.1", port=9780)
+        assert load_settings({}).healthcheck_config() == HealthcheckConfig(host="127.0.0.1", port=9780)
 
 
 class TestWebConfig:

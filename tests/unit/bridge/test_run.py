@@ -24,7 +24,7 @@ from rainierd.errors import ConfigError
 from rainierd.fleet.inventory import load_inventory
 from rainierd.http.config import HttpConfig
 from rainierd.http.webconfig import load_web_config
-from rainierd.settings import bridge_role_config, load_settings
+from rainierd.settings import load_settings
 from tests.bridge_reports import busy
 
 INVENTORY = Path(__file__).parents[2] / "data" / "inventory-two-sites.toml"
@@ -162,7 +162,7 @@ class TestSettings:
         assert (settings.bridge_config(topology, 0).efa_devices, load_settings({}).ecc_counts) == (None, "per-period")
 
     def test_the_role_takes_its_own_config_built_from_the_settings(self, tmp_path: Path) -> None:
-        """settings.bridge_role_config: the node named by hostname, its topic and names, the bridge's own
+        """Settings.bridge_role_config: the node named by hostname, its topic and names, the bridge's own
         figures, its broker as n<id>, and its HTTP side at bridge_listen with every role's web config and limits."""
         web = tmp_path / "web.yml"
         hashed = bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=4)).decode()
@@ -171,14 +171,14 @@ class TestSettings:
                                   "bridge_listen": "0.0.0.0:9999", "web_config_file": str(web),
                                   "http_max_connections": 9, "http_max_handshakes": 3,
                                   "http_unauthenticated_idle_s": 2.0})
-        config = bridge_role_config(settings, node_name="ip-10-0-18-10")
+        config = settings.bridge_role_config(node_name="ip-10-0-18-10")
         topology = load_inventory(INVENTORY)
         assert (config.node, config.node_name, config.topic, config.bridge, config.mqtt.client_id,
                 config.mqtt.qos) == (6, "ip-10-0-18-10", "rainier/v1/telemetry/s0/b1/u1/n6",
                                      settings.bridge_config(topology, 6), "n6", 1)
         assert config.http == HttpConfig(host="0.0.0.0", port=9999, web=load_web_config(web), max_connections=9,
                                          max_handshakes=3, unauthenticated_idle_s=2.0)
-        named = bridge_role_config(load_settings({"mqtt_client_id": "bridge-6"}), node_name="n6")
+        named = load_settings({"mqtt_client_id": "bridge-6"}).bridge_role_config(node_name="n6")
         assert named.mqtt.client_id == "bridge-6"
         with pytest.raises(ConfigError, match="not in topology"):
-            bridge_role_config(settings, node_name="n5")
+            settings.bridge_role_config(node_name="n5")

@@ -463,10 +463,10 @@ class TestMetrics:
 
 class TestSettings:
     def test_every_webhook_setting_reaches_the_sink(self, tmp_path: Path) -> None:
-        """The monitor's webhook sink is built from every webhook_* setting (settings.webhook_config), its
+        """The monitor's webhook sink is built from every webhook_* setting (Settings.webhook_config), its
         source naming the monitor."""
         from rainierd.daemon import _webhook  # noqa: PLC0415 - the daemon's wiring is what this pins
-        from rainierd.settings import load_settings, webhook_config  # noqa: PLC0415
+        from rainierd.settings import load_settings  # noqa: PLC0415
 
         token, ca = tmp_path / "token", tmp_path / "ca.pem"
         token.write_text("t")
@@ -475,11 +475,11 @@ class TestSettings:
                                   "webhook_max_attempts": "2", "webhook_timeout_s": "1.5"})
         expected = WebhookConfig(url="http://hooks.example:8080/in", token_file=token, ca_file=ca, queue_size=7,
                                  max_attempts=2, timeout_s=1.5, source="/rainierd/rainierd-monitor-1")
-        assert webhook_config(settings, source="/rainierd/rainierd-monitor-1") == expected
+        assert settings.webhook_config(source="/rainierd/rainierd-monitor-1") == expected
         sink = _webhook(settings, "rainierd-monitor-1")
         assert sink is not None
         assert sink.config == expected
-        assert webhook_config(load_settings({}), source="/rainierd/m") is None
+        assert load_settings({}).webhook_config(source="/rainierd/m") is None
         assert _webhook(load_settings({}), "rainierd-monitor-1") is None
 
     def test_a_bad_url_stops_the_start(self) -> None:
