@@ -264,10 +264,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def _settings(args: argparse.Namespace) -> Settings:
     flags = {name: getattr(args, name) for name in role_settings(args.command)}
-    config = args.config
-    if config is None and (env := os.environ.get("RAINIERD_CONFIG")):
-        config = Path(env)
-    return load_settings(flags, config)
+    return load_settings(flags, args.config)
 
 
 def command_settings(argv: Sequence[str]) -> Settings:
@@ -281,9 +278,9 @@ def command_settings(argv: Sequence[str]) -> Settings:
 
 async def _daemon(args: argparse.Namespace, settings: Settings) -> None:
     if args.command == "bridge":
-        await run_bridge(settings, node_name=args.node, efa_root=args.efa_sysfs)
+        await run_bridge(settings.bridge_role_config(node_name=args.node), efa_root=args.efa_sysfs)
     elif args.command == "jobs":
-        await run_jobs(settings, kind=args.jobs, source=args.source, input_path=args.input,
+        await run_jobs(settings.jobs_config(source=args.source or args.jobs), kind=args.jobs, input_path=args.input,
                        watch=getattr(args, "watch", False),
                        labels=tuple(getattr(args, "group_labels", None) or DEFAULT_GROUP_LABELS))
     else:
@@ -337,7 +334,8 @@ def _main(args: argparse.Namespace) -> int:
         child = [arg for arg in (sys.argv[1:] if args.argv is None else args.argv) if arg != "--top"]
         return top_launch.run_with_top(child, settings.metrics_addr, tls=settings.web_config_file is not None)
     if args.command == "healthcheck":
-        verdict = check_health(settings, probe="readyz" if args.ready else "healthz", timeout_s=args.timeout)
+        verdict = check_health(settings.healthcheck_config(), probe="readyz" if args.ready else "healthz",
+                               timeout_s=args.timeout)
         print(f"{'healthy' if verdict.ok else 'unhealthy'}: {verdict.reason}")
         return 0 if verdict.ok else 1
     configure_logging(log_format=settings.log_format, level=settings.log_level)

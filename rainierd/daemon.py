@@ -48,7 +48,7 @@ from rainierd.sim.faults import Fault
 from rainierd.sim.profile import PROFILES
 from rainierd.sim.scenarios import load_scenario
 from rainierd.sim.workload import JobSpec, load_jobs
-from rainierd.sinks.webhook import WebhookCollector, WebhookConfig, WebhookSink
+from rainierd.sinks.webhook import WebhookCollector, WebhookSink
 
 __all__ = ["MonitorRole", "Role", "monitor_role", "run_role"]
 
@@ -99,13 +99,8 @@ async def run_role(role: Role, settings: Settings) -> None:
 
 def _webhook(settings: Settings, client_id: str) -> WebhookSink | None:
     """Return the webhook sink the settings ask for (None: no webhook_url); raise ConfigError if it is unusable."""
-    if settings.webhook_url is None:
-        return None
-    return WebhookSink(WebhookConfig(
-        url=settings.webhook_url, token_file=settings.webhook_token_file, ca_file=settings.webhook_ca_file,
-        queue_size=settings.webhook_queue_size, max_attempts=settings.webhook_max_attempts,
-        timeout_s=settings.webhook_timeout_s, source=f"/rainierd/{client_id}",
-    ))
+    config = settings.webhook_config(source=f"/rainierd/{client_id}")
+    return None if config is None else WebhookSink(config)
 
 
 def _collectors(webhook: WebhookSink | None) -> dict[str, Collector]:

@@ -27,11 +27,16 @@ The probe speaks to its own process, over loopback when the role listens on
 every address (``0.0.0.0`` or ``::``).  Over TLS it does not verify the
 server's certificate: what it must learn is whether the server answers, not
 who it is, and a certificate made for a service name does not name
-``127.0.0.1``; Kubernetes' HTTPS probes do the same.  With basic auth it sends
-``RAINIERD_HEALTHCHECK_USER`` (default: the web config's only user) and
-``RAINIERD_HEALTHCHECK_PASSWORD``, from the environment only, never a flag,
-and never printed.  A web config that requires client certificates cannot be
-probed this way and says so.
+``127.0.0.1``; Kubernetes' HTTPS probes do the same.  With basic auth it
+sends the settings' ``healthcheck_user`` (default: the web config's only
+user) and the password in the file ``healthcheck_password_file`` names
+(``--basic-auth-user`` and ``--basic-auth-password-file``, as for ``top`` and
+``node-check``, or ``RAINIERD_HEALTHCHECK_USER`` and
+``RAINIERD_HEALTHCHECK_PASSWORD_FILE``), never printed.  A web config that
+requires client certificates cannot be probed this way and says so.
+
+It takes its own ``HealthcheckConfig`` (``Settings.healthcheck_config``),
+never the settings whole.
 
 Exit status 0 when healthy, 1 when not, with one line on stdout either way
 (Docker keeps it in the container's health log).
@@ -39,42 +44,53 @@ Exit status 0 when healthy, 1 when not, with one line on stdout either way
 
 from __future__ import annotations
 
-import base64
 import http.client
-import os
 import ssl
-from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Final, Literal
 
 from rainierd.errors import ConfigError
+from rainierd.http.client import basic_authorization
 from rainierd.http.webconfig import load_web_config
 from rainierd.runtime.probes import Verdict
-from rainierd.settings import Settings
 
-__all__ = ["DEFAULT_TIMEOUT_S", "PASSWORD_ENV", "USER_ENV", "check"]
+__all__ = ["DEFAULT_TIMEOUT_S", "HealthcheckConfig", "check"]
 
 DEFAULT_TIMEOUT_S: Final = 2.0  # well under the Dockerfile's HEALTHCHECK --timeout, so this reports, not Docker
-USER_ENV: Final = "RAINIERD_HEALTHCHECK_USER"
-PASSWORD_ENV: Final = "RAINIERD_HEALTHCHECK_PASSWORD"
+# What a probe missing a credential is told to set (the settings healthcheck_user and healthcheck_password_file).
+_USER_HINT: Final = "--basic-auth-user or RAINIERD_HEALTHCHECK_USER"
+_PASSWORD_HINT: Final = "--basic-auth-password-file or RAINIERD_HEALTHCHECK_PASSWORD_FILE"
 _ANY_ADDRESS: Final = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}
 _MAX_BODY_BYTES: Final = 4_096
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HealthcheckConfig:
+    """Where the role beside the probe listens and how to get in (settings ``metrics_addr``,
+    ``web_config_file``, ``healthcheck_user``, ``healthcheck_password_file``)."""
+
+    host: str
+    port: int
+    web_config_file: Path | None = None
+    user: str | None = None  # None: the web config's only user
+    password_file: Path | None = None
+
+
 def check(
-    settings: Settings,
+    config: HealthcheckConfig,
     *,
     probe: Literal["healthz", "readyz"] = "healthz",
     timeout_s: float = DEFAULT_TIMEOUT_S,
-    environ: Mapping[str, str] | None = None,
 ) -> Verdict:
-    """Return the verdict of the role listening at ``settings.metrics_addr`` on ``/healthz`` (or ``/readyz``).
+    """Return the verdict of the role listening at ``config``'s address on ``/healthz`` (or ``/readyz``).
 
     Never raises for what the probe finds (nothing listening, a refusal, a
-    bad web config): each is an unhealthy verdict with a one-line reason.
+    bad web config, an unreadable password file): each is an unhealthy
+    verdict with a one-line reason.
     """
-    host, port = settings.metrics_host_port
-    host = _ANY_ADDRESS.get(host, host)
-    prepared = _prepare(settings, os.environ if environ is None else environ)
+    host, port = _ANY_ADDRESS.get(config.host, config.host), config.port
+    prepared = _prepare(config)
     if isinstance(prepared, Verdict):
         return prepared
     context, headers = prepared
@@ -104,13 +120,13 @@ def check(
     return Verdict(False, f"{url}: {response.status} {body or response.reason}")
 
 
-def _prepare(settings: Settings, env: Mapping[str, str]) -> Verdict | tuple[ssl.SSLContext | None, dict[str, str]]:
+def _prepare(config: HealthcheckConfig) -> Verdict | tuple[ssl.SSLContext | None, dict[str, str]]:
     """Return the TLS context and headers the web config calls for, or the verdict that it cannot be probed."""
     headers = {"User-Agent": "rainierd-healthcheck", "Connection": "close"}
-    if settings.web_config_file is None:
+    if config.web_config_file is None:
         return None, headers
     try:
-        web = load_web_config(settings.web_config_file)
+        web = load_web_config(config.web_config_file)
     except ConfigError as exc:
         return Verdict(False, str(exc))
     context: ssl.SSLContext | None = None
@@ -123,11 +139,13 @@ def _prepare(settings: Settings, env: Mapping[str, str]) -> Verdict | tuple[ssl.
         context.verify_mode = ssl.CERT_NONE
     if web.basic_auth_users:
         users = [name for name, _hash in web.basic_auth_users]
-        user = env.get(USER_ENV) or (users[0] if len(users) == 1 else None)
-        password = env.get(PASSWORD_ENV)
-        if user is None or password is None:
-            missing = PASSWORD_ENV if user is not None else f"{USER_ENV} and {PASSWORD_ENV}"
-            return Verdict(False, f"the web config asks for basic auth: set {missing}")
-        token = base64.b64encode(f"{user}:{password}".encode()).decode()
-        headers["Authorization"] = f"Basic {token}"
+        user = config.user or (users[0] if len(users) == 1 else None)
+        missing = [hint for hint, given in ((_USER_HINT, user), (_PASSWORD_HINT, config.password_file))
+                   if given is None]
+        if user is None or config.password_file is None:
+            return Verdict(False, f"the web config asks for basic auth: set {' and '.join(missing)}")
+        try:
+            headers["Authorization"] = basic_authorization(user, config.password_file)
+        except ValueError as exc:
+            return Verdict(False, str(exc))
     return context, headers

@@ -1,5 +1,7 @@
-"""rainierd's settings: defaults, then an optional TOML file, then environment
-variables ``RAINIERD_*``, then command-line flags, each overriding the last.
+"""rainierd's settings: defaults, then an optional TOML file (``--config``, or
+the one ``RAINIERD_CONFIG`` names; read by pydantic-settings' TOML source),
+then environment variables ``RAINIERD_*``, then command-line flags, each
+overriding the last.
 
 Validation happens here, once, so a bad value stops the process at start with
 one line naming the setting (the CLI exits 2), never later in a task.
@@ -7,40 +9,47 @@ one line naming the setting (the CLI exits 2), never later in a task.
 
 from __future__ import annotations
 
-import tomllib
+import difflib
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
-from pydantic.fields import FieldInfo
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 from rainierd.actions.config import ActionConfig
-from rainierd.bridge import BridgeConfig
+from rainierd.bridge import BridgeConfig, BridgeRoleConfig, find_node
 from rainierd.core.config import MonitorConfig
+from rainierd.core.jobs import NameIndex
 from rainierd.errors import ConfigError
 from rainierd.fleet.hardware import TRN2
-from rainierd.fleet.inventory import load_inventory
+from rainierd.fleet.inventory import load_inventory, load_topology
 from rainierd.fleet.topology import PRESETS, Topology, parse_topology
+from rainierd.healthcheck import HealthcheckConfig
 from rainierd.http.client import parse_url
 from rainierd.http.config import HttpConfig
 from rainierd.http.webconfig import load_web_config
-from rainierd.wire.topics import Shard, parse_shard
+from rainierd.jobs import JobsConfig
+from rainierd.sinks.webhook import WebhookConfig
+from rainierd.wire.jobs import MAX_JOB_BYTES
+from rainierd.wire.topics import Shard, node_topic, parse_shard
 
 __all__ = [
-    "DEFAULT_METRICS_ADDR", "ROLE_PARTS", "Part", "Settings", "Use", "flag_name", "load_settings", "parse_host_port",
-    "role_settings",
+    "CONFIG_ENV", "DEFAULT_METRICS_ADDR", "ROLE_PARTS", "Part", "Settings", "Use", "flag_name", "load_settings",
+    "parse_host_port", "role_settings",
 ]
 
 DEFAULT_METRICS_ADDR = "127.0.0.1:9780"
+CONFIG_ENV: Final = "RAINIERD_CONFIG"  # names the settings file, so it is read before the settings are
 
 # The parts of rainierd that read settings.  "http" is the listening side of
 # a role (the exporter, or a simulator's probes), which the healthcheck also
 # reads to find it; "server" that side's own limits, which it does not;
-# "fleet" the inventory.
-Part = Literal["mqtt", "fleet", "simulator", "monitor", "aggregator", "bridge", "http", "server", "log"]
+# "fleet" the inventory; "healthcheck" the probe's own credentials.
+Part = Literal["mqtt", "fleet", "simulator", "monitor", "aggregator", "bridge", "http", "server", "log",
+               "healthcheck"]
 
 # Which parts each command runs, so which settings it reads and lists.
 ROLE_PARTS: Final[dict[str, frozenset[Part]]] = {
@@ -52,7 +61,7 @@ ROLE_PARTS: Final[dict[str, frozenset[Part]]] = {
     # The scheduler adapters (rainierd jobs ...): they publish job documents named against the inventory.
     "jobs": frozenset({"mqtt", "fleet", "log"}),
     # It probes a role's HTTP side from the same settings, and writes no log.
-    "healthcheck": frozenset({"http"}),
+    "healthcheck": frozenset({"http", "healthcheck"}),
 }
 
 
@@ -348,6 +357,14 @@ class Settings(BaseSettings):
         description="bridge: its sample clock (advanced by each report's captured period) is stepped to the wall "
         "clock when it falls further behind than this (counted in rainier_bridge_clock_resyncs_total)",
     )
+    healthcheck_user: Annotated[str | None, Use("healthcheck", flag="--basic-auth-user")] = Field(
+        None, description="healthcheck: the basic-auth user it probes as when the web config asks for basic auth "
+        "(unset: the web config's only user)",
+    )
+    healthcheck_password_file: Annotated[Path | None, Use("healthcheck", flag="--basic-auth-password-file")] = Field(
+        None, description="healthcheck: file holding that user's password, read as top and node-check read "
+        "theirs; never logged",
+    )
     log_format: Annotated[Literal["auto", "json", "console"], Use("log")] = Field(
         "auto", description="log format: json, console, or auto (console on a terminal)")
     log_level: Annotated[Literal["debug", "info", "warning", "error"], Use("log")] = Field(
@@ -447,11 +464,6 @@ class Settings(BaseSettings):
             instance_id=names.instance_ids[node] if names.instance_ids else None,
         )
 
-    @property
-    def bridge_host_port(self) -> tuple[str, int]:
-        """Return the (host, port) the bridge's HTTP side listens on."""
-        return parse_host_port(self.bridge_listen)
-
     def action_config(self) -> ActionConfig:
         """Return the advisory policy's configuration (docs/actions.md): the one place it is built."""
         return ActionConfig(
@@ -471,19 +483,59 @@ class Settings(BaseSettings):
         """Return the (host, port) the exporter listens on."""
         return parse_host_port(self.metrics_addr)
 
+    # Each edge's own frozen configuration, so that no edge imports Settings (tests/unit/test_architecture.py):
+    # the webhook sink, the healthcheck, the bridge and the jobs runner.
 
-class _FileSource(PydanticBaseSettingsSource):
-    """Values from the TOML config file, the lowest-priority source."""
+    def webhook_config(self, *, source: str) -> WebhookConfig | None:
+        """Return the monitor's webhook sink configuration, ``source`` its CloudEvents source (a URI-reference naming
+        this monitor); None when no ``webhook_url`` is set."""
+        if self.webhook_url is None:
+            return None
+        return WebhookConfig(
+            url=self.webhook_url, token_file=self.webhook_token_file, ca_file=self.webhook_ca_file,
+            queue_size=self.webhook_queue_size, max_attempts=self.webhook_max_attempts,
+            timeout_s=self.webhook_timeout_s, source=source,
+        )
 
-    def __init__(self, settings_cls: type[BaseSettings], values: dict[str, Any]) -> None:
-        super().__init__(settings_cls)
-        self.values = values
+    def healthcheck_config(self) -> HealthcheckConfig:
+        """Return what ``rainierd healthcheck`` probes: the role's HTTP side as its settings place it, and the probe's
+        own credentials."""
+        host, port = self.metrics_host_port
+        return HealthcheckConfig(host=host, port=port, web_config_file=self.web_config_file,
+                                 user=self.healthcheck_user, password_file=self.healthcheck_password_file)
 
-    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
-        return self.values.get(field_name), field_name, False
+    def bridge_role_config(self, *, node_name: str) -> BridgeRoleConfig:
+        """Return ``rainierd bridge neuron-monitor``'s configuration as node ``node_name`` (its inventory hostname,
+        or ``n<id>``) of the settings' topology.
 
-    def __call__(self) -> dict[str, Any]:
-        return dict(self.values)
+        Raises ConfigError when the topology does not load or holds no such node, or the web config file is unusable.
+        """
+        from rainierd.mqtt.supervisor import mqtt_config  # noqa: PLC0415 - the supervisor imports this module
+
+        topology = load_topology(self.topology, efa_ports_per_node=self.efa_ports_per_node)
+        node = find_node(topology, node_name)
+        return BridgeRoleConfig(
+            node=node, node_name=topology.node_name(node), topic=node_topic(*topology.node_path(node)),
+            bridge=self.bridge_config(topology, node),
+            # n<id>: the same as the topic's node level, and the username the shipped ACL gives a node agent, whose
+            # status topic is its username (docs/security.md); unique in the fleet, so no two bridges share a session.
+            mqtt=mqtt_config(self, client_id=f"n{node}"),
+            http=self.http_config(self.bridge_listen),
+        )
+
+    def jobs_config(self, *, source: str) -> JobsConfig:
+        """Return ``rainierd jobs``' configuration as publisher ``source``: the names of the settings' topology its
+        jobs resolve against, and its broker (client id ``rainierd-jobs-<source>`` unless the settings name one).
+
+        Raises ConfigError when the topology does not load.
+        """
+        from rainierd.mqtt.supervisor import MAX_PACKET_OVERHEAD, mqtt_config  # noqa: PLC0415 - as above
+
+        topology = load_topology(self.topology, efa_ports_per_node=self.efa_ports_per_node)
+        # Over MQTT 5 the broker never sends a retained document larger than any valid one (docs/jobs.md).
+        return JobsConfig(source=source, index=NameIndex.of(topology),
+                          mqtt=mqtt_config(self, client_id=f"rainierd-jobs-{source}",
+                                           max_packet_bytes=MAX_JOB_BYTES + MAX_PACKET_OVERHEAD))
 
 
 def _use(field: str) -> Use:
@@ -513,18 +565,14 @@ def role_settings(role: str) -> list[str]:
 
 
 def load_settings(flags: dict[str, Any], config_file: Path | None = None) -> Settings:
-    """Return validated settings from flags, environment and the config file.
+    """Return validated settings from flags, environment and the config file (``config_file``, or the one
+    ``RAINIERD_CONFIG`` names when that is None).
 
-    Raises ConfigError with one line that names the offending setting.
+    Raises ConfigError with one line that names the offending setting, or the file.
     """
-    file_values: dict[str, Any] = {}
-    if config_file is not None:
-        try:
-            file_values = tomllib.loads(config_file.read_text())
-        except OSError as exc:
-            raise ConfigError(f"config file {config_file}: {exc.strerror}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"config file {config_file}: {exc}") from None
+    if config_file is None and (named := os.environ.get(CONFIG_ENV)):
+        config_file = Path(named)
+    file_source = None if config_file is None else _file_source(config_file)
 
     class _Loaded(Settings):
         @classmethod
@@ -536,7 +584,8 @@ def load_settings(flags: dict[str, Any], config_file: Path | None = None) -> Set
             dotenv_settings: PydanticBaseSettingsSource,
             file_secret_settings: PydanticBaseSettingsSource,
         ) -> tuple[PydanticBaseSettingsSource, ...]:
-            return init_settings, env_settings, _FileSource(settings_cls, file_values)
+            # Flags (the init arguments) over RAINIERD_* over the file; no .env, no secrets directory.
+            return (init_settings, env_settings) if file_source is None else (init_settings, env_settings, file_source)
 
     try:
         return _Loaded(**{k: v for k, v in flags.items() if v is not None})
@@ -547,3 +596,27 @@ def load_settings(flags: dict[str, Any], config_file: Path | None = None) -> Set
                  else f"{flag_name(name)} / RAINIERD_{name.upper()}")
         message = error["msg"].removeprefix("Value error, ")
         raise ConfigError(f"invalid setting {name} ({where}): {message}") from None
+
+
+def _file_source(path: Path) -> TomlConfigSettingsSource:
+    """Return the settings file at ``path`` as pydantic-settings' TOML source.
+
+    Raises ConfigError naming the file when it cannot be read, is not TOML, or holds a key that is no setting.
+    """
+    try:
+        # The source reads nothing from a path that is no file; a config file named and missing is an error.
+        with path.open("rb"):
+            pass
+        source = TomlConfigSettingsSource(Settings, toml_file=path)
+    except OSError as exc:
+        raise ConfigError(f"config file {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:  # tomllib.TOMLDecodeError, or bytes that are not UTF-8
+        raise ConfigError(f"config file {path}: {exc}") from None
+    # Checked here, by exact name: the source would take TICK_S for tick_s, and validation would name an
+    # unknown key's environment variable rather than the file it is in.
+    for key in source.toml_data:
+        if key not in Settings.model_fields:
+            close = difflib.get_close_matches(key.lower(), Settings.model_fields, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else " (README.md, Configuration, lists them)"
+            raise ConfigError(f"config file {path}: {key!r} is not a setting{hint}")
+    return source

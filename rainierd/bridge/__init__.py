@@ -17,8 +17,10 @@ The pure part, reports and snapshots in and frames out, no I/O:
 
 The edges: ``_efa`` reads the EFA driver's sysfs files, ``_lines`` cuts the
 input into lines of any length, ``_metrics`` is the bridge's
-``rainier_bridge_*``, and ``run`` the role (not imported here: it needs the
-settings, which need ``BridgeConfig``).
+``rainier_bridge_*``, ``_role`` the role's own configuration (built from the
+settings: ``BridgeRoleConfig``), and ``run`` the role (not imported here:
+the settings import this package, for ``BridgeConfig`` and
+``BridgeRoleConfig``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from rainierd.bridge._efa import read_efa
 from rainierd.bridge._node import NodeBridge, Outcome
 from rainierd.bridge._ports import EfaDevice, EfaPorts, EfaSnapshot, natural_order
 from rainierd.bridge._report import GROUPS, Report, read_report
+from rainierd.bridge._role import BridgeRoleConfig, find_node
 from rainierd.bridge._values import REFUSAL_REASONS
 
 __all__ = [
@@ -38,6 +41,7 @@ __all__ = [
     "REFUSAL_REASONS",
     "STEP_REASONS",
     "BridgeConfig",
+    "BridgeRoleConfig",
     "EfaDevice",
     "EfaPorts",
     "EfaSnapshot",
@@ -46,6 +50,7 @@ __all__ = [
     "Report",
     "SampleClock",
     "Tick",
+    "find_node",
     "natural_order",
     "read_efa",
     "read_report",

@@ -43,27 +43,23 @@ from typing import Final
 import aiomqtt
 import structlog
 
-from rainierd.bridge._config import BridgeConfig
 from rainierd.bridge._efa import read_efa
 from rainierd.bridge._lines import lines
 from rainierd.bridge._metrics import BridgeCollector, BridgeStatus
 from rainierd.bridge._node import NodeBridge, Outcome
 from rainierd.bridge._ports import EfaSnapshot
+from rainierd.bridge._role import BridgeRoleConfig
 from rainierd.errors import ConfigError
 from rainierd.exporter import build_registry, route_metrics_and_probes
-from rainierd.fleet.inventory import load_topology
-from rainierd.fleet.topology import Topology
 from rainierd.http.server import HttpServer
 from rainierd.http.status import ServerCollector, ServerCounters
 from rainierd.mqtt.connection import ConnectionState
-from rainierd.mqtt.supervisor import mqtt_config, supervise
+from rainierd.mqtt.supervisor import supervise
 from rainierd.runtime.dropqueue import DropOldestQueue
 from rainierd.runtime.lifecycle import run_until_stopped
 from rainierd.runtime.probes import Verdict
-from rainierd.settings import Settings
-from rainierd.wire.topics import node_topic
 
-__all__ = ["DRAIN_S", "MAX_LINE_BYTES", "STOP_DRAIN_S", "NeuronMonitorBridge", "find_node", "run_bridge"]
+__all__ = ["DRAIN_S", "MAX_LINE_BYTES", "STOP_DRAIN_S", "NeuronMonitorBridge", "run_bridge"]
 
 log = structlog.get_logger("rainierd.bridge")
 
@@ -75,21 +71,6 @@ _OUTBOX: Final = 64  # frames queued while the broker is away; the oldest go fir
 _READY_PERIODS: Final = 3  # ready while a frame was published within this many periods (and 2 s)
 _DEFAULT_PERIOD_S: Final = 5.0  # neuron-monitor's default period, until a report says its own
 _LOG_EVERY_S: Final = 60.0
-
-
-def find_node(topology: Topology, name: str) -> int:
-    """Return the id of the node ``name`` (its inventory hostname, or ``n<id>``).
-
-    Raises ConfigError when the fleet has no such node.
-    """
-    hostnames = topology.names.hostnames
-    if name in hostnames:
-        return hostnames.index(name)
-    if name.startswith("n") and name[1:].isdigit() and int(name[1:]) < topology.n_nodes:
-        node = int(name[1:])
-        if topology.node_present[node]:
-            return node
-    raise ConfigError(f"node {name!r} is not in topology {topology.name} (give its inventory hostname or n<id>)")
 
 
 class _Warnings:
@@ -309,41 +290,34 @@ async def _stdin() -> Callable[[int], Awaitable[bytes]]:
     return reader.read
 
 
-async def run_bridge(settings: Settings, *, node_name: str, efa_root: Path | None) -> None:
+async def run_bridge(config: BridgeRoleConfig, *, efa_root: Path | None) -> None:
     """Bridge stdin to MQTT until stdin ends or a signal (exit 0).
 
-    Raises ConfigError when ``node_name`` is not a node of the topology,
-    OSError when the HTTP side cannot listen.
+    Raises ConfigError when there is no stdin, OSError when the HTTP side cannot listen.
     """
-    topology = load_topology(settings.topology, efa_ports_per_node=settings.efa_ports_per_node)
-    node = find_node(topology, node_name)
-    config: BridgeConfig = settings.bridge_config(topology, node)
-    # n<id>: the same as the topic's node level, and the username the shipped ACL gives a node agent, whose
-    # status topic is its username (docs/security.md); unique in the fleet, so no two bridges share a session.
-    mqtt = mqtt_config(settings, client_id=f"n{node}")
-    bridge = NeuronMonitorBridge(NodeBridge(node=node, publisher=mqtt.client_id, config=config),
-                                 efa_root=efa_root, topic=node_topic(*topology.node_path(node)),
-                                 qos=settings.mqtt_qos)
+    mqtt = config.mqtt
+    bridge = NeuronMonitorBridge(NodeBridge(node=config.node, publisher=mqtt.client_id, config=config.bridge),
+                                 efa_root=efa_root, topic=config.topic, qos=mqtt.qos)
     stop = asyncio.Event()
     counters = ServerCounters()
     exporter = build_registry({"bridge": BridgeCollector(lambda: bridge.status),
                                "http": ServerCollector(counters.status)})
     read = await _stdin()
     # The same TLS, basic auth and connection limits as every role's HTTP side (docs/exporter-security.md).
-    server = HttpServer(settings.http_config(settings.bridge_listen), counters=counters)
+    server = HttpServer(config.http, counters=counters)
     metrics = route_metrics_and_probes(server, exporter.render, generation=lambda: bridge.generation,
                                        healthy=bridge.healthy, ready=bridge.ready)
     async with server:
         if efa_root is not None and not (efa_root / "class" / "infiniband").is_dir():
             log.warning("no EFA devices under the EFA sysfs root: the node's ports stay unknown",
                         efa_sysfs=str(efa_root))
-        log.info("bridging neuron-monitor", node=topology.node_name(node), topic=bridge.topic,
-                 efa_sysfs=str(efa_root) if efa_root else None, ecc_counts=config.ecc_counts,
-                 efa_devices=list(config.efa_devices) if config.efa_devices else "natural order at start",
-                 instance_id=config.instance_id)
+        node = config.bridge
+        log.info("bridging neuron-monitor", node=config.node_name, topic=bridge.topic,
+                 efa_sysfs=str(efa_root) if efa_root else None, ecc_counts=node.ecc_counts,
+                 efa_devices=list(node.efa_devices) if node.efa_devices else "natural order at start",
+                 instance_id=node.instance_id)
         await run_until_stopped("bridge", stop, {
             "bridge-read-stdin": bridge.read_input(read, stop),
             "bridge-mqtt-publish": supervise(mqtt, bridge.session, state=bridge.connection),
             "bridge-metrics": bridge.refresh_metrics(metrics.refresh),
-        }, drain=bridge.drain, node=topology.node_name(node), broker=mqtt.url,
-            metrics=f"{server.config.host}:{server.port}")
+        }, drain=bridge.drain, node=config.node_name, broker=mqtt.url, metrics=f"{config.http.host}:{server.port}")

@@ -27,9 +27,10 @@ ignored, each chunk's data followed by CRLF).  All heads together are at
 most ``_MAX_HEAD_BYTES``, the body at most the caller's ``max_body_bytes``
 and a chunked body's framing at most as much again (16 KiB at least).
 
-``add_connection_arguments`` and ``connection`` are the command-line options
+``add_connection_arguments`` and ``remote`` are the command-line options
 that say how to reach a monitor (URL, CA, basic auth), shared by
-``node-check`` and ``top``.
+``node-check`` and ``top``; ``basic_authorization`` reads a password file
+for them and for ``healthcheck``.
 
 A failure is an ``OSError`` (refused, reset, TLS: ``ssl.SSLError`` is one)
 or ``HttpError`` (any response that is not HTTP/1.x as above, or too
@@ -57,6 +58,7 @@ __all__ = [
     "Response",
     "Url",
     "add_connection_arguments",
+    "basic_authorization",
     "parse_url",
     "remote",
     "request",
@@ -357,10 +359,21 @@ def remote(args: argparse.Namespace) -> Remote:
     if args.basic_auth_user is not None:
         if args.basic_auth_password_file is None:
             raise ValueError("--basic-auth-user wants --basic-auth-password-file")
-        try:
-            password = args.basic_auth_password_file.read_text(encoding="utf-8").strip("\r\n")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ValueError(f"cannot read the password file: {getattr(exc, 'strerror', None) or exc}") from None
-        token = base64.b64encode(f"{args.basic_auth_user}:{password}".encode()).decode()
-        authorization = f"Basic {token}"
+        authorization = basic_authorization(args.basic_auth_user, args.basic_auth_password_file)
     return Remote(url, context, authorization)
+
+
+def basic_authorization(user: str, password_file: Path) -> str:
+    """Return the ``Authorization`` value of basic auth as ``user`` with the password in ``password_file`` (its
+    text, a trailing line end dropped): the one way every rainierd client (``top``, ``node-check``,
+    ``healthcheck``) takes a password, for a command line is visible to ``ps`` and an environment to
+    ``docker inspect``.
+
+    Raises ValueError naming the file, never its content.
+    """
+    try:
+        password = password_file.read_text(encoding="utf-8").strip("\r\n")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"cannot read the password file {password_file}: "
+                         f"{getattr(exc, 'strerror', None) or exc}") from None
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()

@@ -45,15 +45,14 @@ import structlog
 
 from rainierd.core.jobs import NameIndex, resolve_jobs
 from rainierd.errors import JobError, RainierdError
-from rainierd.fleet.inventory import load_topology
+from rainierd.jobs._config import JobsConfig
 from rainierd.jobs.kubernetes import DEFAULT_GROUP_LABELS, PodWatch, kubernetes_jobs
 from rainierd.jobs.slurm import slurm_jobs
 from rainierd.jobs.static import static_jobs
 from rainierd.mqtt.connection import ConnectionState
-from rainierd.mqtt.supervisor import MAX_PACKET_OVERHEAD, MqttConfig, mqtt_config, supervise
+from rainierd.mqtt.supervisor import MqttConfig, supervise
 from rainierd.runtime.lifecycle import run_until_stopped
-from rainierd.settings import Settings
-from rainierd.wire.jobs import JOBS_FILTER, MAX_JOB_BYTES, JobBook, JobDocument, encode_job, job_topic
+from rainierd.wire.jobs import JOBS_FILTER, JobBook, JobDocument, encode_job, job_topic
 from rainierd.wire.topics import status_topic
 
 __all__ = ["JobSync", "run_jobs"]
@@ -192,21 +191,16 @@ async def _read_watch(watch: _Watch, path: Path | None) -> None:
     watch.changed.set()
 
 
-async def run_jobs(settings: Settings, *, kind: Kind, source: str | None = None, input_path: Path | None = None,
-                   watch: bool = False, labels: Sequence[str] = DEFAULT_GROUP_LABELS) -> None:
+async def run_jobs(jobs: JobsConfig, *, kind: Kind, input_path: Path | None = None, watch: bool = False,
+                   labels: Sequence[str] = DEFAULT_GROUP_LABELS) -> None:
     """Make the broker's job documents of this source what the scheduler says; see the module docstring.
 
     ``input_path`` is the static jobs file for ``static``, else the
-    scheduler's output (None: stdin).  Raises ConfigError for a bad
-    inventory or jobs file, JobError for unreadable scheduler output,
-    RainierdError when the broker does not take the documents in time.
+    scheduler's output (None: stdin).  Raises ConfigError for a bad jobs
+    file, JobError for unreadable scheduler output, RainierdError when the
+    broker does not take the documents in time.
     """
-    topology = load_topology(settings.topology, efa_ports_per_node=settings.efa_ports_per_node)
-    index = NameIndex.of(topology)
-    source = source or kind
-    # Over MQTT 5 the broker never sends a retained document larger than any valid one (docs/jobs.md).
-    config = mqtt_config(settings, client_id=f"rainierd-jobs-{source}",
-                         max_packet_bytes=MAX_JOB_BYTES + MAX_PACKET_OVERHEAD)
+    index, source, config = jobs.index, jobs.source, jobs.mqtt
     sync = JobSync(source)
     stop = asyncio.Event()
     if watch:

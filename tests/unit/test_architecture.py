@@ -42,7 +42,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     # The scheduler adapters turn a scheduler's output into job documents (the wire) named against the inventory
     # (the core's pure resolution): edges, which the monitor, the exporter and the simulator never need.
     "rainierd.jobs": ("rainierd.monitor", "rainierd.exporter", "rainierd.sim", "rainierd.aggregate",
-                            "rainierd.daemon", "rainierd.cli"),
+                      "rainierd.daemon", "rainierd.cli", "rainierd.settings"),
     # The advisory policy is pure like the core (its clock is the analysis' time, handed in); its sinks
     # (rainierd.sinks: webhook, node-problem-detector) and the HTTP route read its frozen view, never the reverse.
     "rainierd.actions": ("rainierd.monitor", "rainierd.exporter", "rainierd.sinks", "rainierd.sim", "rainierd.daemon",
@@ -51,12 +51,18 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     # monitor, its core, the simulator and the aggregator are none of its business.  Its pure part (reports and
     # snapshots in, frames out) does no I/O of its own and runs no event loop.
     "rainierd.bridge": ("rainierd.core", "rainierd.monitor", "rainierd.sim", "rainierd.aggregate",
-                        "rainierd.daemon", "rainierd.cli"),
+                        "rainierd.daemon", "rainierd.cli", "rainierd.settings"),
     **{f"rainierd.bridge.{module}": ("asyncio", "aiomqtt", "rainierd.mqtt", "rainierd.exporter",
                                      "rainierd.settings",
                                      "rainierd.bridge._efa", "rainierd.bridge.run", "pathlib", "os", "time")
        for module in ("_values", "_cores", "_report", "_devices", "_clock", "_totals", "_config", "_ports", "_node",
                       "_hold")},
+    # Each edge takes its own frozen config, built by a Settings method (webhook_config, healthcheck_config,
+    # bridge_role_config, jobs_config): an edge that imported the whole Settings would know every other edge's
+    # options.  (The bridge's and the jobs runner's rules above say the same.)
+    "rainierd.healthcheck": ("rainierd.settings",),
+    "rainierd.sinks": ("rainierd.settings",),
+    "rainierd.top": ("rainierd.settings",),
     # The product ships the product: the command line and every role load no benchmark or test harness.
     "rainierd": ("benchmarks", "harness"),
 }

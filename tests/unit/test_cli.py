@@ -36,6 +36,7 @@ MONITOR += ["webhook_url", "webhook_token_file", "webhook_ca_file", "webhook_que
 AGGREGATOR = ["tick_s", "batch_nodes", "shard", "max_frame_bytes", "share_frames_per_tick", "share_bytes_per_tick",
               "max_share_topics"]
 HTTP = ["metrics_addr", "web_config_file"]
+HEALTHCHECK = ["healthcheck_user", "healthcheck_password_file"]  # its --basic-auth-user and --basic-auth-password-file
 SERVER = ["http_max_connections", "http_max_handshakes", "http_unauthenticated_idle_s"]
 LOG = ["log_format", "log_level"]
 BRIDGE = ["bridge_listen", "ecc_counts", "sample_max_lag_s", "web_config_file"]  # its --listen, TLS and auth
@@ -48,7 +49,7 @@ ROLE_SETTINGS: dict[str, set[str]] = {
     "aggregate": {*MQTT, *FLEET, *AGGREGATOR, *HTTP, *SERVER, *LOG},
     "bridge": {*MQTT, *FLEET, *BRIDGE, *SERVER, *LOG},
     "jobs": {*MQTT, *FLEET, *LOG},
-    "healthcheck": set(HTTP),
+    "healthcheck": {*HTTP, *HEALTHCHECK},
 }
 ARGV = {"run": ["run"], "simulate": ["simulate"], "monitor": ["monitor"], "aggregate": ["aggregate"],
         "healthcheck": ["healthcheck"],
@@ -119,6 +120,8 @@ VALUES: dict[str, tuple[str, Any]] = {
     "bridge_listen": ("0.0.0.0:9782", "0.0.0.0:9782"),
     "ecc_counts": ("cumulative", "cumulative"),
     "sample_max_lag_s": ("90", 90.0),
+    "healthcheck_user": ("grafana", "grafana"),
+    "healthcheck_password_file": ("password", Path("password")),
     "log_format": ("json", "json"),
     "log_level": ("debug", "debug"),
 }

@@ -19,6 +19,7 @@ from harness.waits import poll_until
 from rainierd import __version__
 from rainierd.cli import main
 from rainierd.daemon import _SimulatorProbes
+from rainierd.healthcheck import HealthcheckConfig
 from rainierd.http.webconfig import load_web_config
 from rainierd.mqtt.connection import ConnectionState
 from rainierd.runtime.probes import Verdict
@@ -126,44 +127,85 @@ class TestSameSettingsAsTheRole:
         assert one_line(capsys).startswith(f"healthy: http://127.0.0.1:{port}/healthz")
 
 
+class TestConfig:
+    def test_the_settings_reach_the_probe_as_its_own_config(self) -> None:
+        """Settings.healthcheck_config: the role's address and web config, and the probe's user and password file."""
+        settings = load_settings({"metrics_addr": "[::]:9790", "web_config_file": "web.yml",
+                                  "healthcheck_user": "grafana", "healthcheck_password_file": "password"})
+        assert settings.healthcheck_config() == HealthcheckConfig(
+            host="::", port=9790, web_config_file=Path("web.yml"), user="grafana", password_file=Path("password"))
+        assert load_settings({}).healthcheck_config() == HealthcheckConfig(host="127.0.0.1", port=9780)
+
+
 class TestWebConfig:
     async def test_tls_and_basic_auth(
         self, pki: Pki, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
     ) -> None:
-        """Over TLS with basic auth the probe speaks HTTPS and sends RAINIERD_HEALTHCHECK_PASSWORD, never printed."""
+        """Over TLS with basic auth the probe speaks HTTPS and sends the password of its password file, never
+        printed."""
         web = tmp_path / "web.yml"
         web.write_text(f"tls_server_config:\n  cert_file: {pki.server_cert}\n  key_file: {pki.server_key}\n"
                        f"basic_auth_users:\n  prometheus: '{HASH}'\n")
+        password = tmp_path / "password"
         monkeypatch.setenv("RAINIERD_WEB_CONFIG_FILE", str(web))
         async with serving(web_config=web) as port:
             addr = f"127.0.0.1:{port}"
             assert await healthcheck(capsys, "--metrics-addr", addr) == 1
             assert one_line(capsys) == ("unhealthy: the web config asks for basic auth: "
-                                        "set RAINIERD_HEALTHCHECK_PASSWORD")
-            monkeypatch.setenv("RAINIERD_HEALTHCHECK_PASSWORD", "wrong")
+                                        "set --basic-auth-password-file or RAINIERD_HEALTHCHECK_PASSWORD_FILE")
+            monkeypatch.setenv("RAINIERD_HEALTHCHECK_PASSWORD_FILE", str(password))
+            password.write_text("wrong\n")
             assert await healthcheck(capsys, "--metrics-addr", addr) == 1
             assert one_line(capsys) == (f"unhealthy: https://{addr}/healthz: 401, the server refused the "
                                         "healthcheck's credentials")
-            monkeypatch.setenv("RAINIERD_HEALTHCHECK_PASSWORD", PASSWORD)
+            password.write_text(f"{PASSWORD}\n")
             assert await healthcheck(capsys, "--metrics-addr", addr) == 0
             line = one_line(capsys)
         assert line == f"healthy: https://{addr}/healthz: ok"
         assert PASSWORD not in line
 
     async def test_several_users_need_a_named_one(
-        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str],
     ) -> None:
-        """With more than one user the probe needs RAINIERD_HEALTHCHECK_USER as well."""
+        """With more than one user the probe needs its user named as well, by flag as top and node-check take it."""
         web = tmp_path / "web.yml"
         web.write_text(f"basic_auth_users:\n  prometheus: '{HASH}'\n  grafana: '{HASH}'\n")
-        monkeypatch.setenv("RAINIERD_HEALTHCHECK_PASSWORD", PASSWORD)
+        password = tmp_path / "password"
+        password.write_text(PASSWORD)
         async with serving(web_config=web) as port:
-            argv = ("--metrics-addr", f"127.0.0.1:{port}", "--web-config-file", str(web))
+            argv = ("--metrics-addr", f"127.0.0.1:{port}", "--web-config-file", str(web),
+                    "--basic-auth-password-file", str(password))
             assert await healthcheck(capsys, *argv) == 1
-            assert "set RAINIERD_HEALTHCHECK_USER and RAINIERD_HEALTHCHECK_PASSWORD" in one_line(capsys)
-            monkeypatch.setenv("RAINIERD_HEALTHCHECK_USER", "grafana")
-            assert await healthcheck(capsys, *argv) == 0
+            assert one_line(capsys) == ("unhealthy: the web config asks for basic auth: "
+                                        "set --basic-auth-user or RAINIERD_HEALTHCHECK_USER")
+            assert await healthcheck(capsys, *argv, "--basic-auth-user", "grafana") == 0
         assert one_line(capsys).startswith("healthy:")
+
+    async def test_credentials_come_from_the_config_file_too(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    ) -> None:
+        """healthcheck_user and healthcheck_password_file are settings: the role's config file may give them."""
+        web = tmp_path / "web.yml"
+        web.write_text(f"basic_auth_users:\n  prometheus: '{HASH}'\n  grafana: '{HASH}'\n")
+        password = tmp_path / "password"
+        password.write_text(PASSWORD)
+        async with serving(web_config=web) as port:
+            config = tmp_path / "rainierd.toml"
+            config.write_text(f'metrics_addr = "127.0.0.1:{port}"\nweb_config_file = "{web}"\n'
+                              f'healthcheck_user = "grafana"\nhealthcheck_password_file = "{password}"\n')
+            monkeypatch.setenv("RAINIERD_CONFIG", str(config))
+            assert await healthcheck(capsys) == 0
+        assert one_line(capsys).startswith(f"healthy: http://127.0.0.1:{port}/healthz")
+
+    def test_an_unreadable_password_file_is_unhealthy_naming_it(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    ) -> None:
+        """A password file that cannot be read is an unhealthy verdict naming the file, exit 1."""
+        web = tmp_path / "web.yml"
+        web.write_text(f"basic_auth_users:\n  prometheus: '{HASH}'\n")
+        missing = tmp_path / "nope"
+        assert main(["healthcheck", "--web-config-file", str(web), "--basic-auth-password-file", str(missing)]) == 1
+        assert one_line(capsys) == f"unhealthy: cannot read the password file {missing}: No such file or directory"
 
     def test_required_client_certificates_are_reported(
         self, pki: Pki, tmp_path: Path, capsys: pytest.CaptureFixture[str],

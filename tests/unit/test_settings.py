@@ -26,6 +26,14 @@ class TestPrecedence:
         s = load_settings({"tick_s": 4.0}, config)
         assert (s.tick_s, s.seed, s.topology) == (4.0, 8, "ultraserver")
 
+    def test_the_file_may_be_named_by_the_environment(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Without a file given, the one RAINIERD_CONFIG names is read; a file given wins over it."""
+        named, given = tmp_path / "named.toml", tmp_path / "given.toml"
+        named.write_text("seed = 7\n")
+        given.write_text("seed = 9\n")
+        monkeypatch.setenv("RAINIERD_CONFIG", str(named))
+        assert (load_settings({}).seed, load_settings({}, given).seed) == (7, 9)
+
     def test_password_is_never_shown(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """The MQTT password does not appear in the settings' repr."""
         monkeypatch.setenv("RAINIERD_MQTT_PASSWORD", "hunter2")
@@ -59,18 +67,32 @@ class TestInvalid:
             load_settings(flags)
 
     def test_unknown_key_in_file(self, tmp_path: Path) -> None:
-        """An unknown key in the config file is an error, not silently ignored."""
+        """An unknown key in the config file is an error naming the file and the nearest setting, not ignored."""
         config = tmp_path / "c.toml"
         config.write_text("tick_seconds = 1\n")
-        with pytest.raises(ConfigError, match="tick_seconds"):
+        with pytest.raises(ConfigError) as info:
+            load_settings({}, config)
+        assert str(info.value) == f"config file {config}: 'tick_seconds' is not a setting (did you mean tick_s?)"
+
+    @pytest.mark.parametrize("text", ["TICK_S = 2\n", "[monitor]\ntick_s = 2\n"])
+    def test_a_key_is_a_settings_exact_name(self, tmp_path: Path, text: str) -> None:
+        """A key is a setting's name as written, at the top level: another case or a table is no setting."""
+        config = tmp_path / "c.toml"
+        config.write_text(text)
+        with pytest.raises(ConfigError, match="is not a setting"):
             load_settings({}, config)
 
     def test_unreadable_file(self, tmp_path: Path) -> None:
-        """A missing or malformed config file is a ConfigError naming the file."""
-        with pytest.raises(ConfigError, match=r"missing\.toml"):
+        """A missing, malformed or non-UTF-8 config file, or a directory, is a ConfigError naming it."""
+        with pytest.raises(ConfigError, match=r"missing\.toml: No such file"):
             load_settings({}, tmp_path / "missing.toml")
+        with pytest.raises(ConfigError, match=f"{tmp_path}: Is a directory"):
+            load_settings({}, tmp_path)
         bad = tmp_path / "bad.toml"
         bad.write_text("tick_s = = 1")
+        with pytest.raises(ConfigError, match=r"bad\.toml"):
+            load_settings({}, bad)
+        bad.write_bytes(b"tick_s = '\xff'\n")
         with pytest.raises(ConfigError, match=r"bad\.toml"):
             load_settings({}, bad)
 
@@ -88,6 +110,16 @@ class TestCommandLine:
         monkeypatch.setenv("RAINIERD_TOPOLOGY", "nope")
         assert main(["monitor"]) == 2
         assert "RAINIERD_TOPOLOGY" in capsys.readouterr().err
+
+    def test_unknown_key_in_the_file_exits_2_with_one_line(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    ) -> None:
+        """A config file with a key that is no setting stops any role with exit 2 and one line naming both."""
+        config = tmp_path / "c.toml"
+        config.write_text("seed = 1\nwebhook_uri = 'http://x'\n")
+        assert main(["--config", str(config), "monitor"]) == 2
+        assert capsys.readouterr().err == (f"rainierd: config file {config}: 'webhook_uri' is not a setting "
+                                           "(did you mean webhook_url?)\n")
 
     def test_unknown_flag_exits_2(self, capsys: pytest.CaptureFixture[str]) -> None:
         """An unknown flag is a usage error, exit 2."""

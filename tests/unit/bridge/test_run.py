@@ -13,14 +13,17 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import bcrypt
 import pytest
 from prometheus_client import CollectorRegistry
 
-from rainierd.bridge import BridgeConfig, NodeBridge
+from rainierd.bridge import BridgeConfig, NodeBridge, find_node
 from rainierd.bridge._metrics import BridgeCollector
-from rainierd.bridge.run import MAX_LINE_BYTES, NeuronMonitorBridge, find_node
+from rainierd.bridge.run import MAX_LINE_BYTES, NeuronMonitorBridge
 from rainierd.errors import ConfigError
 from rainierd.fleet.inventory import load_inventory
+from rainierd.http.config import HttpConfig
+from rainierd.http.webconfig import load_web_config
 from rainierd.settings import load_settings
 from tests.bridge_reports import busy
 
@@ -144,17 +147,38 @@ class TestNode:
 
 class TestSettings:
     def test_each_setting_and_the_inventory_reach_the_bridge(self, tmp_path: Path) -> None:
-        """ecc_counts, sample_max_lag_s and the listen address from the settings; the node's instance id, EFA
-        device names and port count from the inventory."""
+        """ecc_counts and sample_max_lag_s from the settings; the node's instance id, EFA device names and port
+        count from the inventory."""
         inventory = tmp_path / "fleet.toml"
         inventory.write_text(INVENTORY.read_text().replace(
             'instance_id = "i-0a1b2c3d4e5f60722"',
             'instance_id = "i-0a1b2c3d4e5f60722"\n    efa_devices = ["rdmap32s0", "rdmap16s0"]'))
-        settings = load_settings({"topology": str(inventory), "ecc_counts": "cumulative", "sample_max_lag_s": 7.0,
-                                  "bridge_listen": "127.0.0.1:9999"})
+        settings = load_settings({"topology": str(inventory), "ecc_counts": "cumulative", "sample_max_lag_s": 7.0})
         topology = load_inventory(inventory)
         config = settings.bridge_config(topology, 6)
-        assert (config.ecc_counts, config.max_lag_s, settings.bridge_host_port, config.instance_id,
-                config.efa_devices, config.efa_ports_per_node, config.chips_per_node) == (
-            "cumulative", 7.0, ("127.0.0.1", 9999), "i-0a1b2c3d4e5f60722", ("rdmap32s0", "rdmap16s0"), 16, 16)
+        assert (config.ecc_counts, config.max_lag_s, config.instance_id, config.efa_devices, config.efa_ports_per_node,
+                config.chips_per_node) == (
+            "cumulative", 7.0, "i-0a1b2c3d4e5f60722", ("rdmap32s0", "rdmap16s0"), 16, 16)
         assert (settings.bridge_config(topology, 0).efa_devices, load_settings({}).ecc_counts) == (None, "per-period")
+
+    def test_the_role_takes_its_own_config_built_from_the_settings(self, tmp_path: Path) -> None:
+        """Settings.bridge_role_config: the node named by hostname, its topic and names, the bridge's own
+        figures, its broker as n<id>, and its HTTP side at bridge_listen with every role's web config and limits."""
+        web = tmp_path / "web.yml"
+        hashed = bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=4)).decode()
+        web.write_text(f"basic_auth_users:\n  prometheus: '{hashed}'\n")
+        settings = load_settings({"topology": str(INVENTORY), "ecc_counts": "cumulative", "mqtt_qos": 1,
+                                  "bridge_listen": "0.0.0.0:9999", "web_config_file": str(web),
+                                  "http_max_connections": 9, "http_max_handshakes": 3,
+                                  "http_unauthenticated_idle_s": 2.0})
+        config = settings.bridge_role_config(node_name="ip-10-0-18-10")
+        topology = load_inventory(INVENTORY)
+        assert (config.node, config.node_name, config.topic, config.bridge, config.mqtt.client_id,
+                config.mqtt.qos) == (6, "ip-10-0-18-10", "rainier/v1/telemetry/s0/b1/u1/n6",
+                                     settings.bridge_config(topology, 6), "n6", 1)
+        assert config.http == HttpConfig(host="0.0.0.0", port=9999, web=load_web_config(web), max_connections=9,
+                                         max_handshakes=3, unauthenticated_idle_s=2.0)
+        named = load_settings({"mqtt_client_id": "bridge-6"}).bridge_role_config(node_name="n6")
+        assert named.mqtt.client_id == "bridge-6"
+        with pytest.raises(ConfigError, match="not in topology"):
+            settings.bridge_role_config(node_name="n5")

@@ -8,12 +8,22 @@ And ``parse_url`` refuses a URL no request could carry, where each request would
 from __future__ import annotations
 
 import asyncio
+import base64
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rainierd.http.client import _MAX_HEAD_BYTES, HttpError, Response, _framing_budget, _response, parse_url
+from rainierd.http.client import (
+    _MAX_HEAD_BYTES,
+    HttpError,
+    Response,
+    _framing_budget,
+    _response,
+    basic_authorization,
+    parse_url,
+)
 
 MAX_BODY = 64  # small, so the body bound is met by examples hypothesis makes
 # Bytes after every structured answer: a parser that reads past its bounds (to the close, say) is seen doing so.
@@ -249,3 +259,22 @@ class TestParseUrl:
         at start), where every request would have raised."""
         with pytest.raises(ValueError, match=match):
             parse_url(text)
+
+
+class TestBasicAuthorization:
+    def test_the_password_is_the_files_text_less_its_line_end(self, tmp_path: Path) -> None:
+        """The header carries the user and the file's text, a trailing line end dropped and nothing else."""
+        password = tmp_path / "password"
+        password.write_text(" correct horse \r\n")
+        value = basic_authorization("prometheus", password)
+        assert value == "Basic " + base64.b64encode(b"prometheus: correct horse ").decode()
+
+    def test_an_unreadable_file_is_named_and_its_content_never_shown(self, tmp_path: Path) -> None:
+        """A missing file or one that is not UTF-8 raises ValueError naming the file, without its bytes."""
+        with pytest.raises(ValueError, match=f"cannot read the password file {tmp_path / 'nope'}: No such file"):
+            basic_authorization("u", tmp_path / "nope")
+        binary = tmp_path / "binary"
+        binary.write_bytes(b"secret\xff")
+        with pytest.raises(ValueError, match="cannot read the password file") as info:
+            basic_authorization("u", binary)
+        assert "secret" not in str(info.value)

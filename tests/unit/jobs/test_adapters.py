@@ -20,7 +20,9 @@ from rainierd.jobs.hostlist import expand_hostlist
 from rainierd.jobs.kubernetes import DEFAULT_GROUP_LABELS, PodWatch, kubernetes_jobs, placement
 from rainierd.jobs.slurm import slurm_jobs
 from rainierd.jobs.static import static_jobs
-from rainierd.settings import role_settings
+from rainierd.mqtt.supervisor import MAX_PACKET_OVERHEAD
+from rainierd.settings import load_settings, role_settings
+from rainierd.wire.jobs import MAX_JOB_BYTES
 
 DATA = Path(__file__).parents[2] / "data"
 INDEX = NameIndex.of(load_inventory(DATA / "inventory-two-sites.toml"))
@@ -300,3 +302,15 @@ class TestCommandLine:
         listening = ("bridge_listen", "ecc_counts", "sample_max_lag_s", "web_config_file", "http_max_connections",
                      "http_max_handshakes", "http_unauthenticated_idle_s")  # the bridge's own and its HTTP side's
         assert role_settings("jobs") == [s for s in role_settings("bridge") if s not in listening]
+
+    def test_the_settings_reach_the_runner_as_its_own_config(self) -> None:
+        """Settings.jobs_config: the source names the publisher and its default client id, the topology gives the
+        names, the broker settings the connection, and retained documents are bounded as the wire bounds them."""
+        inventory = str(DATA / "inventory-two-sites.toml")
+        settings = load_settings({"topology": inventory, "mqtt_url": "mqtts://b:8883", "mqtt_qos": 1})
+        config = settings.jobs_config(source="eks-trn2")
+        assert (config.source, config.mqtt.client_id, config.mqtt.url, config.mqtt.qos, config.mqtt.max_packet_bytes,
+                config.index.node_hosts) == ("eks-trn2", "rainierd-jobs-eks-trn2", "mqtts://b:8883", 1,
+                                             MAX_JOB_BYTES + MAX_PACKET_OVERHEAD, INDEX.node_hosts)
+        named = load_settings({"mqtt_client_id": "scheduler-7"}).jobs_config(source="slurm")
+        assert (named.source, named.mqtt.client_id) == ("slurm", "scheduler-7")

@@ -463,19 +463,23 @@ class TestMetrics:
 
 class TestSettings:
     def test_every_webhook_setting_reaches_the_sink(self, tmp_path: Path) -> None:
-        """The monitor's webhook sink is built from every webhook_* setting, its source naming the monitor."""
+        """The monitor's webhook sink is built from every webhook_* setting (Settings.webhook_config), its
+        source naming the monitor."""
         from rainierd.daemon import _webhook  # noqa: PLC0415 - the daemon's wiring is what this pins
         from rainierd.settings import load_settings  # noqa: PLC0415
 
-        token = tmp_path / "token"
+        token, ca = tmp_path / "token", tmp_path / "ca.pem"
         token.write_text("t")
         settings = load_settings({"webhook_url": "http://hooks.example:8080/in", "webhook_token_file": str(token),
-                                  "webhook_queue_size": "7", "webhook_max_attempts": "2", "webhook_timeout_s": "1.5"})
+                                  "webhook_ca_file": str(ca), "webhook_queue_size": "7",
+                                  "webhook_max_attempts": "2", "webhook_timeout_s": "1.5"})
+        expected = WebhookConfig(url="http://hooks.example:8080/in", token_file=token, ca_file=ca, queue_size=7,
+                                 max_attempts=2, timeout_s=1.5, source="/rainierd/rainierd-monitor-1")
+        assert settings.webhook_config(source="/rainierd/rainierd-monitor-1") == expected
         sink = _webhook(settings, "rainierd-monitor-1")
         assert sink is not None
-        assert sink.config == WebhookConfig(url="http://hooks.example:8080/in", token_file=token, ca_file=None,
-                                            queue_size=7, max_attempts=2, timeout_s=1.5,
-                                            source="/rainierd/rainierd-monitor-1")
+        assert sink.config == expected
+        assert load_settings({}).webhook_config(source="/rainierd/m") is None
         assert _webhook(load_settings({}), "rainierd-monitor-1") is None
 
     def test_a_bad_url_stops_the_start(self) -> None:
