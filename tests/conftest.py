@@ -159,6 +159,8 @@ def start_rainierd(tmp_path: Path) -> Iterator[object]:
         if daemon.proc.poll() is None:
             daemon.proc.kill()
             daemon.proc.wait()
+        if daemon.proc.stdin is not None:  # a test that fed the process (stdin=PIPE) leaves its end to us
+            daemon.proc.stdin.close()
 
 
 StartTerminal = Callable[..., Terminal]

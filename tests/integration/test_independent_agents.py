@@ -45,12 +45,13 @@ async def test_independent_agents_are_seen_exactly(mosquitto: Broker, start_rain
     procs: list[asyncio.subprocess.Process] = []
 
     async def agent(i: int, host: str, ticks: int, *extra: str) -> asyncio.subprocess.Process:
-        log = (tmp_path / f"agent-{i}-{len(procs)}.log").open("w")
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, str(PUBLISHER), "--url", mosquitto.url, "--inventory", str(INVENTORY),
-            "--hostname", host, "--tick", str(TICK_S), "--ticks", str(ticks), "--tick-start", str(1_000 * i + 7),
-            "--clock-skew", str(SKEWS[i]), "--util", str(utils[host]), *extra, stdout=log, stderr=log,
-        )
+        with (tmp_path / f"agent-{i}-{len(procs)}.log").open("w") as log:  # the child keeps its own copy
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, str(PUBLISHER), "--url", mosquitto.url, "--inventory", str(INVENTORY),
+                "--hostname", host, "--tick", str(TICK_S), "--ticks", str(ticks),
+                "--tick-start", str(1_000 * i + 7), "--clock-skew", str(SKEWS[i]), "--util", str(utils[host]),
+                *extra, stdout=log, stderr=log,
+            )
         procs.append(proc)
         return proc
 

@@ -110,12 +110,12 @@ def test_a_kubectl_watch_stream_publishes_a_job_then_removes_it(mosquitto: Broke
     listing is in, the JobSet's document is retained; when its pods are deleted it is removed, and the end of
     the stream ends the adapter with 0."""
     objects = [json.loads(line) for line in (DATA / "pods-watch-jobset.jsonl").read_text().splitlines()]
-    log = (tmp_path / "watch.log").open("w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rainierd", "jobs", "kubernetes", "--watch", "--topology", str(INVENTORY),
-         "--mqtt-url", mosquitto.url, "--log-format", "json"],
-        stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
-    )
+    with (tmp_path / "watch.log").open("w") as log:  # the child keeps its own copy open
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rainierd", "jobs", "kubernetes", "--watch", "--topology", str(INVENTORY),
+             "--mqtt-url", mosquitto.url, "--log-format", "json"],
+            stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
+        )
     assert proc.stdin is not None
     try:
         for obj in objects[:5]:
@@ -135,6 +135,7 @@ def test_a_kubectl_watch_stream_publishes_a_job_then_removes_it(mosquitto: Broke
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        proc.stdin.close()
 
 
 @pytest.mark.mosquitto
