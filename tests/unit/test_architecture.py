@@ -11,6 +11,7 @@ modules they must not import.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -209,3 +210,42 @@ class TestFloorsAndFaces:
         assert private_module("rainierd.core.detect._common") == "rainierd.core.detect"
         assert private_module("rainierd.core.detect.chips") is None
         assert private_module("rainierd.__main__") is None
+
+
+def drawn_rooms(doc: str) -> dict[str, set[str]]:
+    """Return docs/architecture.md's house table: each room and the rooms it says the room may import (what a
+    row's last column names before any "never")."""
+    rooms: dict[str, set[str]] = {}
+    for line in doc.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) != 3 or not cells[0].startswith("`") or "/`" not in cells[0]:
+            continue
+        names = [name.split("/")[0] for name in re.findall(r"`([a-z_]+)/?", cells[0].split("(")[0])]
+        allowed = {name.split("/")[0] for name in re.findall(r"`([a-z_/]+)`", cells[2].split("never")[0])}
+        for name in names:
+            rooms[name] = allowed
+    return rooms
+
+
+class TestTheHouseAsDrawn:
+    def test_each_room_imports_only_what_the_drawing_says(self, graph: dict[str, set[str]]) -> None:
+        """docs/architecture.md's table of rooms is the code's: every import from one room into another is
+        one its row names (so the drawing is redrawn when the house changes)."""
+        rooms = drawn_rooms((ROOT / "docs" / "architecture.md").read_text())
+        assert {"fleet", "runtime", "wire", "core", "mqtt", "http", "monitor", "exporter", "api", "top"} <= rooms.keys()
+        units = {module.split(".")[1] for module in graph if module.count(".")}  # rooms and root modules
+        undrawn = sorted(
+            (room, imported.split(".")[1])
+            for module, imported_set in graph.items()
+            if (room := module.split(".")[1] if module.count(".") else "") in rooms
+            for imported in imported_set
+            if imported.startswith("rainierd.") and imported.split(".")[1] in units
+            and imported.split(".")[1] not in (room, "errors", "_types", *rooms[room])
+        )
+        assert sorted(set(undrawn)) == []
+
+    def test_the_drawing_is_read(self) -> None:
+        """The table reader finds a room's row and stops at "never"."""
+        rooms = drawn_rooms("| `http/` | the edge | `runtime`; never `exporter` |\n"
+                            "| `aggregate/`, `jobs/` | roles | `wire`, `mqtt/burst` |\n| a | b | c |\n")
+        assert rooms == {"http": {"runtime"}, "aggregate": {"wire", "mqtt"}, "jobs": {"wire", "mqtt"}}
