@@ -192,7 +192,7 @@ def simulate(core: MonitorCore, model: FleetModel, *, ticks: range, port: int, o
     """Run ``model`` into ``core`` for ``ticks``, port ``port`` retransmitting three times its own trickle from
     ``onset_s``; return every EFA raise as (seconds after the onset, port, reasons)."""
     topo, tick_s = core.topology, model.tick_s
-    rate = float(model._static.efa_retrans_per_s[port])  # the port's true trickle, to triple
+    rate = float(model.statics.efa_retrans_per_s[port])  # the port's true trickle, to triple
     out = []
     for tick in ticks:
         sample = model.step(tick)
