@@ -23,6 +23,7 @@ from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
 from rainierd.wire import encode_binary
 from rainierd.wire.topics import parse_shard
+from tests.helpers import hear
 
 TOPO = build_topology("demo")
 
@@ -158,7 +159,7 @@ class TestMonitorRefusals:
         """A retained node frame delivered to a monitor is counted as rejected (retained) and applies nothing."""
         monitor = Monitor(TOPO, MonitorConfig(max_frame_bytes=65_536))
         for topic, payload in fleet_messages(1)[0]:
-            monitor.on_message(topic, payload, retained=True)
+            hear(monitor, topic, payload, retained=True)
         snap = await monitor.analyse_once()
         ingest = snap.status.ingest
         assert (ingest.frames_applied, dict(ingest.rejected)) == (0, {"retained": TOPO.n_nodes + TOPO.n_sites})
@@ -172,14 +173,14 @@ class TestMonitorRefusals:
         monitor.inbox.monotonic_s = lambda: clock[0]
         first, second = fleet_messages(2)
         for topic, payload in first:
-            monitor.on_message(topic, payload)
+            hear(monitor, topic, payload)
         await monitor.analyse_once()
         clock[0] += BURST_TICKS
         n3 = next((t, p) for t, p in second if t.endswith("/n3"))
         for _ in range(500):
-            monitor.on_message(*n3)
+            hear(monitor, *n3)
         for topic, payload in second:
-            monitor.on_message(topic, payload)
+            hear(monitor, topic, payload)
         ingest = (await monitor.analyse_once()).status.ingest
         assert ingest.frames_applied == len(first) + len(second)
         assert {r: n for r, n in ingest.rejected.items() if n} == {
@@ -192,7 +193,7 @@ def test_receipts_reach_the_ingest_counts(ticks: int) -> None:
     monitor = Monitor(TOPO, MonitorConfig(max_frame_bytes=65_536))
     for messages in fleet_messages(ticks):
         for topic, payload in messages:
-            monitor.on_message(topic, payload, retained=True)
+            hear(monitor, topic, payload, retained=True)
     assert monitor.status().ingest.rejected == {"retained": ticks * (TOPO.n_nodes + TOPO.n_sites)}
 
 

@@ -27,6 +27,7 @@ from rainierd.monitor.checkpointing import Checkpointer
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
 from rainierd.sim.profile import PROFILES
+from tests.helpers import hear
 from tests.unit.monitor.test_monitor import tick_messages
 
 REALISTIC = PROFILES["realistic"]
@@ -309,7 +310,7 @@ class TestRestart:
         first = Monitor(build_topology("demo"), MonitorConfig(tick_s=0.05), checkpoint_file=path)
         for messages in tick_messages(3):
             for topic, payload in messages:
-                first.on_message(topic, payload)
+                hear(first, topic, payload)
         analysing = asyncio.create_task(first.analyse())
         await wait_until(lambda: first.checkpointer is not None and first.checkpointer.saves >= 2, 10, "analyses")
         analysing.cancel()
