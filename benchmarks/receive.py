@@ -1,23 +1,24 @@
-"""``benchmarks receive``: what one MQTT message costs the monitor's client to
-receive, by the way aiomqtt hands it to the monitor: the measurement that
-decides between rainierd's on_message swap (``rainierd.mqtt.supervisor.deliver``,
-which reaches into aiomqtt, rainierd/mqtt/_paho.py) and aiomqtt's public API.
+"""``benchmarks receive``: what one MQTT message costs the monitor's client
+to receive, handed to the monitor rainierd's way (``supervisor.deliver``) or
+aiomqtt's (its message iterator).
 
 A publisher writes ``--messages`` QoS 0 PUBLISH packets of ``--payload-bytes``
 back to back on a raw socket to a real Mosquitto (so the publisher is never
 the bound; the broker queues what the subscriber has not read yet), then one
-end marker.  A subscriber process (MQTT 5, as the monitor) receives them with
-aiomqtt and hands each to a handler that counts it, one of three ways:
+end marker.  A subscriber process receives them on MQTT 5 and hands each to
+a handler that counts it, one of two ways:
 
-- ``swap``: rainierd's ``deliver``: paho's ``on_message`` calls the handler;
-- ``queue``: aiomqtt's public ``queue_type=``: a queue whose ``put_nowait``
-  calls the handler with aiomqtt's ``Message``;
+- ``deliver``: a session of ``supervise``, as the monitor's, taking its
+  messages through ``deliver`` (aiomqtt's public ``queue_type=``, a queue
+  that hands each message on from paho's callback instead of holding it);
 - ``iterator``: aiomqtt's own ``async for message in client.messages`` over
   an unbounded queue.
 
 Reported per way, the median over ``--repeat`` rounds (the ways alternating
 within a round, on one broker): messages/s received (first message to the
-end marker) and the subscriber's CPU microseconds a message.
+end marker) and the subscriber's CPU microseconds a message.  Until 64ee3a2
+a third way replaced paho's ``on_message`` instead of using ``queue_type=``
+(``64ee3a2:benchmarks/receive.py``, benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -40,13 +41,16 @@ import aiomqtt
 from benchmarks._table import print_table
 from harness.procs import mosquitto
 from rainierd.mqtt.burst import publish_packet_header
-from rainierd.mqtt.supervisor import deliver
+from rainierd.mqtt.config import Broker, MqttConfig
+from rainierd.mqtt.connection import ConnectionState
+from rainierd.mqtt.supervisor import deliver, supervise
+from rainierd.runtime.logs import configure_logging
 
 __all__ = ["HELP", "WAYS", "add_arguments", "bench_receive", "run"]
 
-HELP: Final = "a subscriber's cost a message: rainierd's on_message swap against aiomqtt's queue_type and iterator"
+HELP: Final = "a subscriber's cost a message: rainierd's deliver against aiomqtt's message iterator"
 
-WAYS: Final = ("swap", "queue", "iterator")
+WAYS: Final = ("deliver", "iterator")
 _TOPICS: Final = 1_000
 _END: Final = "bench/receive-end"
 
@@ -84,24 +88,24 @@ async def subscribe(port: int, way: str) -> dict[str, float]:
         else:
             received += 1
 
-    class HandOn(asyncio.Queue[aiomqtt.Message]):
-        def put_nowait(self, item: aiomqtt.Message) -> None:
-            handler(item.topic.value, item.payload, item.retain)
-
-    async with aiomqtt.Client("127.0.0.1", port, identifier=f"bench-receive-{way}",
-                              protocol=aiomqtt.ProtocolVersion.V5,
-                              queue_type=HandOn if way == "queue" else None) as client:
-        if way == "swap":
-            deliver(client, handler)
+    async def session(client: aiomqtt.Client) -> None:
+        deliver(client, handler)
         await client.subscribe([("bench/receive/#", 0), (_END, 0)])
         print("ready", flush=True)
-        if way == "iterator":
+        await end.wait()
+
+    if way == "deliver":
+        config = MqttConfig(brokers=(Broker("127.0.0.1", port),), client_id="bench-receive-deliver")
+        await supervise(config, session, state=ConnectionState())
+    else:
+        async with aiomqtt.Client("127.0.0.1", port, identifier="bench-receive-iterator",
+                                  protocol=aiomqtt.ProtocolVersion.V5) as client:
+            await client.subscribe([("bench/receive/#", 0), (_END, 0)])
+            print("ready", flush=True)
             async for message in client.messages:
                 handler(message.topic.value, message.payload, message.retain)
                 if end.is_set():
                     break
-        else:
-            await end.wait()
     assert started is not None
     return {"received": received, "wall_s": time.perf_counter() - started[0],
             "cpu_s": time.process_time() - started[1]}
@@ -161,4 +165,5 @@ def run(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
+    configure_logging(log_format="auto", level="warning")  # to stderr: stdout carries "ready" and the figures
     print(json.dumps(asyncio.run(subscribe(int(sys.argv[1]), sys.argv[2]))))

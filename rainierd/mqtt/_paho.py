@@ -12,25 +12,28 @@ module.
 What is borrowed:
 
 - aiomqtt's ``Client._client`` (its paho client), to reach paho's own
-  ``_packet_queue``, ``_sock_close``, ``publish`` and ``on_message``;
+  ``_packet_queue``, ``_sock_close`` and ``publish``;
 - aiomqtt's ``Client._disconnected`` (the future its message iterator waits on);
-- aiomqtt's ``Client._wait_for`` (every wait of the client), overridden;
-- paho's ``MQTTMessage._topic`` (the topic's bytes, for a topic that is not UTF-8).
+- aiomqtt's ``Client._wait_for`` (every wait of the client), overridden.
+
+Messages are received through aiomqtt's public ``queue_type=`` instead
+(``supervisor.deliver``): replacing paho's ``on_message`` saved under a tenth
+of the CPU a message, which did not earn two more borrowed internals
+(benchmarks/README.md, ``receive``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Awaitable, Callable
-from typing import Any, Final, TypeVar
+from collections.abc import Awaitable
+from typing import Final, TypeVar
 
 import aiomqtt
 import paho.mqtt.client as paho
 
 __all__ = [
-    "CHECKED_AGAINST", "Client", "close_unannounced", "deliver_from_paho", "disconnected", "publish_nowait",
-    "queue_packet", "speaks_v5",
+    "CHECKED_AGAINST", "Client", "close_unannounced", "disconnected", "publish_nowait", "queue_packet", "speaks_v5",
 ]
 
 # The releases every function below was read against; pyproject.toml pins these minor versions.
@@ -126,27 +129,3 @@ def publish_nowait(client: aiomqtt.Client, topic: str, payload: bytes, *, qos: i
     Checked against aiomqtt 2.5.1 and paho-mqtt 2.2.0.
     """
     return int(_paho(client).publish(topic, payload, qos).rc)
-
-
-def deliver_from_paho(client: aiomqtt.Client, handler: Callable[[str, bytes, bool], None]) -> None:
-    """Hand every message the client reads to ``handler(topic, payload, retained)``, in paho's own callback.
-
-    aiomqtt sets paho's ``on_message`` to a method that wraps each message in
-    its own ``Message`` (and ``Topic``) and queues it; the public way to take
-    messages synchronously is a ``queue_type=`` whose ``put_nowait`` hands
-    them on, which pays for that wrapping: 9 % more CPU a message than this
-    replacement of the callback (benchmarks/README.md, ``receive``).  A topic
-    that is not UTF-8 (paho's ``topic`` raises; a broker should refuse one) is
-    handed on as its bytes (paho's ``_topic``) decoded with replacement, so the
-    handler still counts it.  Checked against aiomqtt 2.5.1 and paho-mqtt 2.2.0.
-    """
-
-    def on_message(_client: paho.Client, _userdata: Any, message: paho.MQTTMessage) -> None:
-        try:
-            topic = message.topic
-        except UnicodeDecodeError:
-            topic = message._topic.decode(errors="replace")
-        payload = message.payload
-        handler(topic, payload if isinstance(payload, bytes) else bytes(payload), message.retain)
-
-    _paho(client).on_message = on_message

@@ -21,14 +21,15 @@ is buffered here (MQTT 3.1.1 has no such field: there, the broker's own
 ``max_packet_size`` is the bound; docs/security.md).
 
 A subscriber takes its messages through ``deliver``, not aiomqtt's message
-iterator: paho hands each decoded PUBLISH straight to the subscriber's
-handler on the event loop, in the same callback that read it off the socket.
-aiomqtt's iterator would put it in a bounded queue first, discarding what
-does not fit with a plain-text line on stderr and counting it nowhere, and
-would cost a task per message (3.6 times the CPU a message; benchmarks/README.md,
-``receive``); a handler that does O(1) work (the monitor's inbox) keeps up
-with the socket instead, so the client keeps reading and its keep-alive is
-answered however hard a publisher floods.
+iterator: each decoded PUBLISH goes straight to the subscriber's handler on
+the event loop, in the same paho callback that read it off the socket
+(aiomqtt's public ``queue_type=``, with a queue that hands each message on
+instead of holding it).  aiomqtt's iterator would put it in a bounded queue
+first, discarding what does not fit with a plain-text line on stderr and
+counting it nowhere, and would cost a task per message (3.5 times the CPU a
+message; benchmarks/README.md, ``receive``); a handler that does O(1)
+work (the monitor's inbox) keeps up with the socket instead, so the client
+keeps reading and its keep-alive is answered however hard a publisher floods.
 
 A stop cancels the supervisor, and the cancel must arrive whatever aiomqtt
 is waiting for.  aiomqtt (2.5) waits for every acknowledgement (CONNACK, a
@@ -48,14 +49,14 @@ import contextlib
 import random
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Final
+from typing import Any, Final
 
 import aiomqtt
 import structlog
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from rainierd.mqtt._paho import Client, close_unannounced, deliver_from_paho, disconnected
+from rainierd.mqtt._paho import Client, close_unannounced, disconnected
 from rainierd.mqtt.config import Broker, MqttConfig
 from rainierd.mqtt.connection import ConnectionState
 from rainierd.wire.topics import status_topic
@@ -80,13 +81,36 @@ def _tls_context(config: MqttConfig, broker: Broker) -> ssl.SSLContext | None:
     return context
 
 
+Handler = Callable[[str, bytes, bool], None]
+"""Takes (topic, payload, retained) of one message on the event loop; must not block."""
+
+
+class _Client(Client):
+    """The supervisor's client: one a stop always reaches (``_paho.Client``), whose messages go to the handler
+    ``deliver`` gives it, once given one, as paho reads them."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.handler: Handler | None = None
+        client = self
+
+        class HandOn(asyncio.Queue[aiomqtt.Message]):
+            # aiomqtt puts each message it reads here, from paho's callback, and never awaits the queue.
+            def put_nowait(self, item: aiomqtt.Message) -> None:
+                if client.handler is None:
+                    super().put_nowait(item)
+                else:
+                    client.handler(item.topic.value, item.payload, item.retain)
+
+        super().__init__(*args, queue_type=HandOn, **kwargs)
+
+
 def _client(config: MqttConfig, broker: Broker) -> aiomqtt.Client:
     status = status_topic(config.client_id)
     properties = None
     if config.protocol == "5" and config.max_packet_bytes is not None:
         properties = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
         properties.MaximumPacketSize = config.max_packet_bytes
-    return Client(
+    return _Client(
         broker.host,
         broker.port,
         identifier=config.client_id,
@@ -129,21 +153,23 @@ async def _connected(config: MqttConfig, broker: Broker) -> AsyncIterator[aiomqt
             close_unannounced(client)
 
 
-Handler = Callable[[str, bytes, bool], None]
-"""Takes (topic, payload, retained) of one message on the event loop; must not block."""
-
-
 def deliver(client: aiomqtt.Client, handler: Handler) -> None:
-    """Hand every message ``client`` reads to ``handler`` from now on, bypassing aiomqtt's queue.
+    """Hand every message ``client`` reads to ``handler`` from now on, never holding it in aiomqtt's queue.
 
-    Call it before subscribing, so that retained messages sent with the
-    SUBACK reach the handler too.  A topic that is not UTF-8 (a broker should
-    refuse one) is handed on as its bytes decoded with replacement, so the
-    handler still counts it (it matches no telemetry topic).  An exception
-    from the handler would reach paho's read loop and drop the connection,
-    so a handler must not raise.
+    ``client`` is one ``supervise`` gave its session.  Call it before
+    subscribing, so that retained messages sent with the SUBACK reach the
+    handler too.  A handler must not raise: the exception escapes into paho's
+    read loop, which then hands the same message on again and again instead
+    of reading the next.  A topic that is not UTF-8, or that holds a
+    wildcard, fails the same way in aiomqtt before the handler sees it; MQTT
+    makes a broker refuse such a topic from a publisher (Mosquitto and the
+    embedded broker do), so none arrives.
+
+    Raises TypeError for a client ``supervise`` did not make.
     """
-    deliver_from_paho(client, handler)
+    if not isinstance(client, _Client):
+        raise TypeError(f"deliver takes a client supervise() made, not a {type(client).__name__}")
+    client.handler = handler
 
 
 async def _until_disconnected(client: aiomqtt.Client, session: Callable[[aiomqtt.Client], Awaitable[None]]) -> None:
