@@ -35,8 +35,9 @@ from benchmarks._progress import Progress
 from benchmarks._table import print_table
 from harness.cluster import ENGINES, Cluster, cluster, server_binary
 from harness.procs import cpu_s, mosquitto, require_binary
+from rainierd.mqtt.config import MqttConfig, parse_brokers
 from rainierd.mqtt.connection import ConnectionState
-from rainierd.mqtt.supervisor import MqttConfig, parse_brokers, supervise
+from rainierd.mqtt.supervisor import supervise
 from rainierd.wire.topics import status_topic
 
 __all__ = ["HELP", "add_arguments", "bench_cluster", "run"]

@@ -51,7 +51,7 @@ def tripled(seed: int, tick_s: float, onset_s: float, watch_s: float) -> tuple[f
     topo = build_fleet(3, 1)
     model = FleetModel(topo, np.random.default_rng(seed), tick_s=tick_s, start_s=0.0, profile=PROFILES["realistic"])
     port = int(np.random.default_rng(seed).integers(topo.n_efa))
-    rate = float(model._static.efa_retrans_per_s[port])  # the port's true trickle, to triple
+    rate = float(model.statics.efa_retrans_per_s[port])  # the port's true trickle, to triple
     core, rng = MonitorCore(topo), np.random.default_rng(seed + 1)
     first, others = None, 0
     for tick in range(int((onset_s + watch_s) / tick_s)):

@@ -36,8 +36,9 @@ from rainierd.http.server import HttpServer
 from rainierd.http.status import ServerCollector, ServerCounters
 from rainierd.monitor import Monitor, SharePolicy
 from rainierd.mqtt.broker import EmbeddedBroker
+from rainierd.mqtt.config import MAX_PACKET_OVERHEAD
 from rainierd.mqtt.connection import ConnectionState
-from rainierd.mqtt.supervisor import MAX_PACKET_OVERHEAD, mqtt_config, supervise
+from rainierd.mqtt.supervisor import supervise
 from rainierd.runtime.lifecycle import run_until_stopped
 from rainierd.runtime.looplag import LoopLag
 from rainierd.runtime.malloc import keep_freed_memory
@@ -153,8 +154,8 @@ async def monitor_role(
 
     Raises OSError if the listening socket cannot be bound, ConfigError for an unusable webhook.
     """
-    mon_mqtt = mqtt_config(settings, client_id=client_id, url=url, suffix=suffix, protocol=protocol,
-                           max_packet_bytes=settings.max_frame_bytes + MAX_PACKET_OVERHEAD)
+    mon_mqtt = settings.mqtt_config(client_id=client_id, url=url, suffix=suffix, protocol=protocol,
+                                    max_packet_bytes=settings.max_frame_bytes + MAX_PACKET_OVERHEAD)
     loop_lag = LoopLag()
     monitor = Monitor(
         topology, settings.monitor_config(topology), max_backlog_bytes=settings.max_backlog_bytes,
@@ -208,8 +209,8 @@ async def _run_role(role: Role, settings: Settings, stop: asyncio.Event) -> None
         coroutines: dict[str, Callable[[], Coroutine[Any, Any, None]]] = {}
         drain: Callable[[], Awaitable[None]] | None = None
         if role in ("run", "simulate"):
-            sim_mqtt = mqtt_config(settings, client_id=f"rainierd-sim-{nonce}", url=url,
-                                   suffix="sim" if role == "run" else None, protocol=protocol)
+            sim_mqtt = settings.mqtt_config(client_id=f"rainierd-sim-{nonce}", url=url,
+                                            suffix="sim" if role == "run" else None, protocol=protocol)
             faults, jobs = _scenario(settings, topology)
             sim = Simulator(
                 topology, publisher_id=sim_mqtt.client_id, seed=settings.seed, tick_s=settings.tick_s,
@@ -236,8 +237,8 @@ async def _run_role(role: Role, settings: Settings, stop: asyncio.Event) -> None
                                        suffix="monitor" if role == "run" else None, http=http)
             coroutines.update(parts.coroutines)
         if role == "aggregate":
-            agg_mqtt = mqtt_config(settings, client_id=f"rainierd-aggregate-{nonce}", url=url,
-                                   max_packet_bytes=settings.max_frame_bytes + MAX_PACKET_OVERHEAD)
+            agg_mqtt = settings.mqtt_config(client_id=f"rainierd-aggregate-{nonce}", url=url,
+                                            max_packet_bytes=settings.max_frame_bytes + MAX_PACKET_OVERHEAD)
             aggregator = Aggregator(
                 topology, shard=settings.monitor_shard, name=batch_name(agg_mqtt.client_id), tick_s=settings.tick_s,
                 batch_nodes=settings.batch_nodes, max_frame_bytes=settings.max_frame_bytes, qos=settings.mqtt_qos,

@@ -32,6 +32,7 @@ from rainierd.http.client import parse_url
 from rainierd.http.config import HttpConfig
 from rainierd.http.webconfig import load_web_config
 from rainierd.jobs import JobsConfig
+from rainierd.mqtt.config import MAX_PACKET_OVERHEAD, MqttConfig, parse_brokers
 from rainierd.sinks.webhook import WebhookConfig
 from rainierd.wire.jobs import MAX_JOB_BYTES
 from rainierd.wire.topics import Shard, node_topic, parse_shard
@@ -452,6 +453,33 @@ class Settings(BaseSettings):
             unauthenticated_idle_s=self.http_unauthenticated_idle_s,
         )
 
+    def mqtt_config(
+        self, *, client_id: str, url: str | None = None, suffix: str | None = None,
+        max_packet_bytes: int | None = None, protocol: Literal["3.1.1", "5"] | None = None,
+    ) -> MqttConfig:
+        """Return an MQTT client's connection config for ``url`` (default: these settings' URL).
+
+        ``client_id`` is used unless the settings give one; ``suffix`` is added to
+        a given one, so that the clients of one process (``run``: simulator and
+        monitor) never share an id and take each other's session over.
+        ``protocol`` overrides the settings' (the embedded broker speaks 3.1.1 only).
+        """
+        return MqttConfig(
+            brokers=parse_brokers(url or self.mqtt_url or "mqtt://127.0.0.1:1883"),
+            client_id=(f"{self.mqtt_client_id}-{suffix}" if suffix else self.mqtt_client_id)
+            if self.mqtt_client_id else client_id,
+            username=self.mqtt_username,
+            password=self.mqtt_password.get_secret_value() if self.mqtt_password else None,
+            ca_file=self.mqtt_ca_file,
+            cert_file=self.mqtt_cert_file,
+            key_file=self.mqtt_key_file,
+            keepalive_s=self.mqtt_keepalive_s,
+            qos=self.mqtt_qos,
+            protocol=protocol or self.mqtt_protocol,
+            max_packet_bytes=max_packet_bytes,
+            backoff_cap_s=self.mqtt_reconnect_max_s,
+        )
+
     def bridge_config(self, topology: Topology, node: int) -> BridgeConfig:
         """Return the neuron-monitor bridge's configuration for ``node`` of ``topology`` (its EFA device names and
         instance id from the inventory, when it gives them)."""
@@ -510,8 +538,6 @@ class Settings(BaseSettings):
 
         Raises ConfigError when the topology does not load or holds no such node, or the web config file is unusable.
         """
-        from rainierd.mqtt.supervisor import mqtt_config  # noqa: PLC0415 - the supervisor imports this module
-
         topology = load_topology(self.topology, efa_ports_per_node=self.efa_ports_per_node)
         node = find_node(topology, node_name)
         return BridgeRoleConfig(
@@ -519,7 +545,7 @@ class Settings(BaseSettings):
             bridge=self.bridge_config(topology, node),
             # n<id>: the same as the topic's node level, and the username the shipped ACL gives a node agent, whose
             # status topic is its username (docs/security.md); unique in the fleet, so no two bridges share a session.
-            mqtt=mqtt_config(self, client_id=f"n{node}"),
+            mqtt=self.mqtt_config(client_id=f"n{node}"),
             http=self.http_config(self.bridge_listen),
         )
 
@@ -529,13 +555,11 @@ class Settings(BaseSettings):
 
         Raises ConfigError when the topology does not load.
         """
-        from rainierd.mqtt.supervisor import MAX_PACKET_OVERHEAD, mqtt_config  # noqa: PLC0415 - as above
-
         topology = load_topology(self.topology, efa_ports_per_node=self.efa_ports_per_node)
         # Over MQTT 5 the broker never sends a retained document larger than any valid one (docs/jobs.md).
         return JobsConfig(source=source, index=NameIndex.of(topology),
-                          mqtt=mqtt_config(self, client_id=f"rainierd-jobs-{source}",
-                                           max_packet_bytes=MAX_JOB_BYTES + MAX_PACKET_OVERHEAD))
+                          mqtt=self.mqtt_config(client_id=f"rainierd-jobs-{source}",
+                                                max_packet_bytes=MAX_JOB_BYTES + MAX_PACKET_OVERHEAD))
 
 
 def _use(field: str) -> Use:

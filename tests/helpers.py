@@ -1,7 +1,8 @@
 """Helpers only the tests need: test-sized rules and a Prometheus config for
 them, the deployment checkers (kubectl kustomize, kubernetes-validate), and
 what the job adapters' tests read back (retained job documents, the
-adapter's counts).
+adapter's counts), and a message handed to a monitor as its MQTT session
+hands it (``hear``).
 What the benchmarks need too (free ports, brokers, Prometheus, scrapes,
 waits) is the process harness, harness/."""
 
@@ -22,13 +23,24 @@ import pytest
 import yaml
 
 from harness.procs import Broker, free_port
+from rainierd.monitor import Monitor
+from rainierd.monitor.jobs import is_job_topic
 from rainierd.promrules import RULES_DIR, write_overridden
 from rainierd.wire.jobs import JOBS_FILTER, JobBook, encode_job
 
-__all__ = ["acl_users", "assert_valid_strictly", "compose_shard_users", "kustomize", "published",
+__all__ = ["acl_users", "assert_valid_strictly", "compose_shard_users", "hear", "kustomize", "published",
            "rainierd_prometheus_config", "retained_jobs", "rules_for_tests", "statefulset_shard_configs", "tool"]
 
 DEPLOY = Path(__file__).parents[1] / "deploy"
+
+
+def hear(monitor: Monitor, topic: str, payload: bytes, *, retained: bool = False) -> None:
+    """Hand ``monitor`` one MQTT message as its session does (``monitor/session.py``), without a broker: a job
+    document to the job feed, anything else to the inbox for the next analysis."""
+    if is_job_topic(topic):
+        monitor.jobs.hear(topic, payload)
+    else:
+        monitor.inbox.put(topic, payload, retained=retained)
 
 
 def rules_for_tests(target: Path, duration: str = "2s") -> list[Path]:

@@ -18,7 +18,7 @@ from rainierd.fleet.topology import Topology
 
 if TYPE_CHECKING:
     from rainierd.http.config import HttpConfig
-    from rainierd.mqtt.supervisor import MqttConfig
+    from rainierd.mqtt.config import MqttConfig
 
 __all__ = ["BridgeRoleConfig", "find_node"]
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from rainierd.core.jobs import NameIndex
 
 if TYPE_CHECKING:
-    from rainierd.mqtt.supervisor import MqttConfig
+    from rainierd.mqtt.config import MqttConfig
 
 __all__ = ["JobsConfig"]
 

@@ -49,8 +49,9 @@ from rainierd.jobs._config import JobsConfig
 from rainierd.jobs.kubernetes import DEFAULT_GROUP_LABELS, PodWatch, kubernetes_jobs
 from rainierd.jobs.slurm import slurm_jobs
 from rainierd.jobs.static import static_jobs
+from rainierd.mqtt.config import MqttConfig
 from rainierd.mqtt.connection import ConnectionState
-from rainierd.mqtt.supervisor import MqttConfig, supervise
+from rainierd.mqtt.supervisor import supervise
 from rainierd.runtime.lifecycle import run_until_stopped
 from rainierd.wire.jobs import JOBS_FILTER, JobBook, JobDocument, encode_job, job_topic
 from rainierd.wire.topics import status_topic

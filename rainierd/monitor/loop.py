@@ -38,7 +38,7 @@ from rainierd.monitor.clock import ListeningClock
 from rainierd.monitor.events import EventLog
 from rainierd.monitor.footprint import Footprint, rss_bytes
 from rainierd.monitor.inbox import Inbox, backlog_bytes_for
-from rainierd.monitor.jobs import JobFeed, is_job_topic
+from rainierd.monitor.jobs import JobFeed
 from rainierd.monitor.ledger_file import ledger_path, restore_ledger, save_ledger
 from rainierd.monitor.overload import LoadJudge
 from rainierd.monitor.rejections import RejectionLog
@@ -154,13 +154,6 @@ class Monitor:
         self._confirmed = confirmed
         if confirmed is not None and self.inbox.admission is not None:
             self.inbox.admission.learn(confirmed)
-
-    def on_message(self, topic: str, payload: bytes, *, retained: bool = False) -> None:
-        """Queue one MQTT message for the next analysis, or take a job document (what the session does with each)."""
-        if is_job_topic(topic):
-            self.jobs.hear(topic, payload)
-            return
-        self.inbox.put(topic, payload, retained=retained)
 
     def status(self) -> MonitorStatus:
         """Return the monitor's own status as of now (call it on the loop, between analyses)."""

@@ -1,4 +1,5 @@
-"""Many QoS 0 messages handed to an aiomqtt client as one write.
+"""Messages handed to an aiomqtt client without waiting for each: many QoS 0
+messages as one write, or one message queued at any QoS.
 
 paho writes each message it queues with a ``send`` of its own; on the
 loaded 2-core development machine that was ~150 µs a message, the larger
@@ -6,8 +7,11 @@ part of what a node frame cost the simulator publishing one frame per node
 (31,200 a second at ``rainier``).  ``publish_many`` frames the PUBLISH
 packets itself and queues them on paho as one packet, so the kernel sees
 one ``send`` (or a few, as the socket takes them) for hundreds of
-messages.  A leaf: the simulator (which may not import the daemon's MQTT
-edge, ``rainierd.mqtt.supervisor``) and any other publisher may use it.
+messages.  ``publish_nowait`` hands paho one message at any QoS without
+waiting for its write or PUBACK, which aiomqtt's ``publish`` waits for.
+A leaf: the simulator (which may not import the daemon's MQTT edge,
+``rainierd.mqtt.supervisor``) and any other publisher may use it; what it
+borrows of aiomqtt's and paho's internals is in ``_paho``.
 """
 
 from __future__ import annotations
@@ -19,7 +23,9 @@ from collections.abc import Sequence
 import aiomqtt
 import paho.mqtt.client as paho
 
-__all__ = ["publish_many", "publish_packet_header"]
+from rainierd.mqtt import _paho
+
+__all__ = ["publish_many", "publish_nowait", "publish_packet_header"]
 
 
 @functools.lru_cache(maxsize=1 << 17)
@@ -51,18 +57,22 @@ def publish_many(client: aiomqtt.Client, topics: Sequence[str], payloads: Sequen
 
     Raises aiomqtt.MqttCodeError when the client is not connected.
     """
-    # aiomqtt (2.x) keeps its paho client as ``_client``; paho (2.x) queues a packet with ``_packet_queue``
-    # and writes it when aiomqtt's event-loop writer says the socket can take it.  A QoS 0 PUBLISH has no
-    # packet id, so many back to back are one packet to paho's queue; its one on_publish (mid 0) is none of
-    # aiomqtt's.
     if not topics:
-        return  # paho would take an empty packet for a stalled socket
-    inner: paho.Client = client._client
-    if not inner.is_connected():
-        raise aiomqtt.MqttCodeError(paho.MQTT_ERR_NO_CONN, "could not publish: not connected")
-    v5 = inner.protocol == paho.MQTTv5
+        return
+    v5 = _paho.speaks_v5(client)
     parts: list[bytes] = []
     for topic, payload in zip(topics, payloads, strict=True):
         parts += (publish_packet_header(topic, len(payload), v5=v5), payload)
-    # paho marks the packet's info published once it is written; it must have one.
-    inner._packet_queue(paho.PUBLISH, b"".join(parts), 0, 0, paho.MQTTMessageInfo(0))
+    _paho.queue_packet(client, b"".join(parts))
+
+
+def publish_nowait(client: aiomqtt.Client, topic: str, payload: bytes, *, qos: int) -> None:
+    """Queue one message on ``client`` at ``qos``, not retained; return at once, not waiting for its write or
+    (QoS 1) its PUBACK.
+
+    The message goes out in order with the client's others, as ``publish_many``'s.
+    Raises aiomqtt.MqttCodeError when the client refuses it (not connected, or its queue full).
+    """
+    rc = _paho.publish_nowait(client, topic, payload, qos=qos)
+    if rc != paho.MQTT_ERR_SUCCESS:
+        raise aiomqtt.MqttCodeError(rc, f"could not publish on {topic}")

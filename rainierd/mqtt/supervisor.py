@@ -1,5 +1,6 @@
-"""The MQTT edge: connection settings, and a supervisor that keeps one aiomqtt
-session alive with jittered exponential backoff, failing over between brokers.
+"""The MQTT edge's supervisor: it keeps one aiomqtt session alive with
+jittered exponential backoff, failing over between brokers (their addresses
+and the connection settings: ``rainierd.mqtt.config``).
 
 A client may be given several brokers (the nodes of a clustered broker,
 ``mqtt_url`` as comma-separated URLs; docs/scaling.md).  It connects to the
@@ -20,13 +21,15 @@ is buffered here (MQTT 3.1.1 has no such field: there, the broker's own
 ``max_packet_size`` is the bound; docs/security.md).
 
 A subscriber takes its messages through ``deliver``, not aiomqtt's message
-iterator: paho hands each decoded PUBLISH straight to the subscriber's
-handler on the event loop, in the same callback that read it off the socket.
-aiomqtt's iterator would put it in a bounded queue first, discarding what
-does not fit with a plain-text line on stderr and counting it nowhere, and
-would cost a task per message; a handler that does O(1) work (the monitor's
-inbox) keeps up with the socket instead, so the client keeps reading and its
-keep-alive is answered however hard a publisher floods.
+iterator: each decoded PUBLISH goes straight to the subscriber's handler on
+the event loop, in the same paho callback that read it off the socket
+(aiomqtt's public ``queue_type=``, with a queue that hands each message on
+instead of holding it).  aiomqtt's iterator would put it in a bounded queue
+first, discarding what does not fit with a plain-text line on stderr and
+counting it nowhere, and would cost a task per message (3.5 times the CPU a
+message; benchmarks/README.md, ``receive``); a handler that does O(1)
+work (the monitor's inbox) keeps up with the socket instead, so the client
+keeps reading and its keep-alive is answered however hard a publisher floods.
 
 A stop cancels the supervisor, and the cancel must arrive whatever aiomqtt
 is waiting for.  aiomqtt (2.5) waits for every acknowledgement (CONNACK, a
@@ -34,7 +37,7 @@ PUBACK, a SUBACK, even a QoS 0 publish's write) through ``asyncio.wait_for``,
 which on Python 3.11 returns the result instead of raising when the cancel
 lands in the same loop iteration as the acknowledgement (CPython issue
 86296, fixed in 3.12): the stop is lost and the process runs on.  Our client
-waits through ``asyncio.timeout`` instead.  The way out is bounded too: the
+(``_paho.Client``) waits through ``asyncio.timeout`` instead.  The way out is bounded too: the
 retained ``offline`` and the DISCONNECT get ``GOODBYE_S`` together, then the
 socket is closed unannounced and the broker publishes the will.
 """
@@ -43,126 +46,30 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import random
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Final, Literal, TypeVar
-from urllib.parse import urlsplit
+from typing import Any, Final
 
 import aiomqtt
-import paho.mqtt.client as paho
 import structlog
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
+from rainierd.mqtt._paho import Client, close_unannounced, disconnected
+from rainierd.mqtt.config import Broker, MqttConfig
 from rainierd.mqtt.connection import ConnectionState
-from rainierd.settings import Settings
 from rainierd.wire.topics import status_topic
 
-__all__ = [
-    "GOODBYE_S", "MAX_PACKET_OVERHEAD", "Broker", "Handler", "MqttConfig", "deliver", "mqtt_config", "parse_brokers",
-    "supervise",
-]
+__all__ = ["GOODBYE_S", "Handler", "deliver", "supervise"]
 
 log = structlog.get_logger("rainierd.mqtt.supervisor")
 
-# A PUBLISH packet's bytes beyond its payload: fixed header, topic (ours are
-# under 100 bytes) and MQTT 5 properties.  A payload up to the monitor's
-# ``max_frame_bytes`` always fits; one far beyond it never reaches us.
-MAX_PACKET_OVERHEAD: Final = 4_096
 _BACKOFF_BASE_S: Final = 0.2
 _STABLE_AFTER_S: Final = 10.0
 # A stop's whole goodbye to the broker: the retained ``offline`` (QoS 1, so a PUBACK) and the DISCONNECT's
 # write.  A quarter of the 2 s a stop is given; a broker that takes longer is left to publish the will.
 GOODBYE_S: Final = 0.5
-
-_T = TypeVar("_T")
-
-
-@dataclass(frozen=True, slots=True)
-class Broker:
-    """One broker address: a node of a cluster, or the only one."""
-
-    host: str
-    port: int
-    tls: bool = False
-
-    @property
-    def url(self) -> str:
-        """Return the broker URL (never with credentials: they are not part of it)."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{'mqtts' if self.tls else 'mqtt'}://{host}:{self.port}"
-
-
-def parse_brokers(urls: str) -> tuple[Broker, ...]:
-    """Return the brokers of ``mqtt://host:port[,mqtts://host:port...]``, in order.
-
-    The settings validate each URL; this only reads them.
-    """
-    brokers = []
-    for url in urls.split(","):
-        parts = urlsplit(url.strip())
-        tls = parts.scheme == "mqtts"
-        brokers.append(Broker(parts.hostname or "127.0.0.1", parts.port or (8883 if tls else 1883), tls))
-    return tuple(brokers)
-
-
-@dataclass(frozen=True, slots=True)
-class MqttConfig:
-    """Where and how to connect; ``password`` never appears in repr or logs.
-
-    ``brokers`` are tried in order (fail-over); every other field applies to each.
-    """
-
-    brokers: tuple[Broker, ...]
-    client_id: str
-    username: str | None = None
-    password: str | None = field(default=None, repr=False)
-    ca_file: Path | None = None
-    cert_file: Path | None = None
-    key_file: Path | None = None
-    keepalive_s: int = 30
-    qos: int = 0
-    protocol: Literal["3.1.1", "5"] = "5"
-    max_packet_bytes: int | None = None  # MQTT 5 only: the largest packet the broker may send us
-    # The longest wait between rounds of attempts: a broker back is answered within it (docs/reliability.md).
-    backoff_cap_s: float = 2.0
-
-    @property
-    def url(self) -> str:
-        """Return the broker URLs, comma-separated, without credentials."""
-        return ",".join(broker.url for broker in self.brokers)
-
-
-def mqtt_config(
-    settings: Settings, *, client_id: str, url: str | None = None, suffix: str | None = None,
-    max_packet_bytes: int | None = None, protocol: Literal["3.1.1", "5"] | None = None,
-) -> MqttConfig:
-    """Return the connection config for ``url`` (default: the settings' URL).
-
-    ``client_id`` is used unless the settings give one; ``suffix`` is added to
-    a given one, so that the clients of one process (``run``: simulator and
-    monitor) never share an id and take each other's session over.
-    ``protocol`` overrides the settings' (the embedded broker speaks 3.1.1 only).
-    """
-    return MqttConfig(
-        brokers=parse_brokers(url or settings.mqtt_url or "mqtt://127.0.0.1:1883"),
-        client_id=(f"{settings.mqtt_client_id}-{suffix}" if suffix else settings.mqtt_client_id)
-        if settings.mqtt_client_id else client_id,
-        username=settings.mqtt_username,
-        password=settings.mqtt_password.get_secret_value() if settings.mqtt_password else None,
-        ca_file=settings.mqtt_ca_file,
-        cert_file=settings.mqtt_cert_file,
-        key_file=settings.mqtt_key_file,
-        keepalive_s=settings.mqtt_keepalive_s,
-        qos=settings.mqtt_qos,
-        protocol=protocol or settings.mqtt_protocol,
-        max_packet_bytes=max_packet_bytes,
-        backoff_cap_s=settings.mqtt_reconnect_max_s,
-    )
 
 
 def _tls_context(config: MqttConfig, broker: Broker) -> ssl.SSLContext | None:
@@ -174,20 +81,27 @@ def _tls_context(config: MqttConfig, broker: Broker) -> ssl.SSLContext | None:
     return context
 
 
-class _Client(aiomqtt.Client):
-    """aiomqtt's client, but a cancel always reaches the task that waits on it."""
+Handler = Callable[[str, bytes, bool], None]
+"""Takes (topic, payload, retained) of one message on the event loop; must not block."""
 
-    # aiomqtt 2.5 keeps every wait in this one method; it is overridden whole, with aiomqtt's contract:
-    # None is the client's timeout, math.inf none, and the timeout raises MqttError.
-    async def _wait_for(self, fut: Awaitable[_T], timeout: float | None) -> _T:  # noqa: ASYNC109 (aiomqtt's signature)
-        if timeout is None:
-            timeout = self.timeout
-        try:
-            # asyncio.wait_for (aiomqtt's) drops a cancel that races the result on 3.11; asyncio.timeout never does.
-            async with asyncio.timeout(None if timeout == math.inf else timeout):
-                return await fut
-        except TimeoutError:
-            raise aiomqtt.MqttError("Operation timed out") from None
+
+class _Client(Client):
+    """The supervisor's client: one a stop always reaches (``_paho.Client``), whose messages go to the handler
+    ``deliver`` gives it, once given one, as paho reads them."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.handler: Handler | None = None
+        client = self
+
+        class HandOn(asyncio.Queue[aiomqtt.Message]):
+            # aiomqtt puts each message it reads here, from paho's callback, and never awaits the queue.
+            def put_nowait(self, item: aiomqtt.Message) -> None:
+                if client.handler is None:
+                    super().put_nowait(item)
+                else:
+                    client.handler(item.topic.value, item.payload, item.retain)
+
+        super().__init__(*args, queue_type=HandOn, **kwargs)
 
 
 def _client(config: MqttConfig, broker: Broker) -> aiomqtt.Client:
@@ -211,13 +125,6 @@ def _client(config: MqttConfig, broker: Broker) -> aiomqtt.Client:
     )
 
 
-def _close_unannounced(client: aiomqtt.Client) -> None:
-    """Close the client's socket without a DISCONNECT: the broker then publishes its will."""
-    inner: paho.Client = client._client
-    # paho's own close: it also takes the socket off the event loop (aiomqtt's socket callbacks).
-    inner._sock_close()
-
-
 @contextlib.asynccontextmanager
 async def _connected(config: MqttConfig, broker: Broker) -> AsyncIterator[aiomqtt.Client]:
     """Yield a client connected to ``broker``; on the way out say ``offline`` and disconnect, within ``GOODBYE_S``.
@@ -231,7 +138,7 @@ async def _connected(config: MqttConfig, broker: Broker) -> AsyncIterator[aiomqt
         await client.__aenter__()
     except BaseException:
         # Refused, timed out or stopped while connecting: aiomqtt leaves an opened socket open.
-        _close_unannounced(client)
+        close_unannounced(client)
         raise
     try:
         yield client
@@ -243,36 +150,26 @@ async def _connected(config: MqttConfig, broker: Broker) -> AsyncIterator[aiomqt
                     await client.publish(status_topic(config.client_id), b"offline", qos=1, retain=True)
                 await client.__aexit__(None, None, None)
         except (TimeoutError, aiomqtt.MqttError):
-            _close_unannounced(client)
-
-
-Handler = Callable[[str, bytes, bool], None]
-"""Takes (topic, payload, retained) of one message on the event loop; must not block."""
+            close_unannounced(client)
 
 
 def deliver(client: aiomqtt.Client, handler: Handler) -> None:
-    """Hand every message ``client`` reads to ``handler`` from now on, bypassing aiomqtt's queue.
+    """Hand every message ``client`` reads to ``handler`` from now on, never holding it in aiomqtt's queue.
 
-    Call it before subscribing, so that retained messages sent with the
-    SUBACK reach the handler too.  A topic that is not UTF-8 (a broker should
-    refuse one) is handed on as its bytes decoded with replacement, so the
-    handler still counts it (it matches no telemetry topic).  An exception
-    from the handler would reach paho's read loop and drop the connection,
-    so a handler must not raise.
+    ``client`` is one ``supervise`` gave its session.  Call it before
+    subscribing, so that retained messages sent with the SUBACK reach the
+    handler too.  A handler must not raise: the exception escapes into paho's
+    read loop, which then hands the same message on again and again instead
+    of reading the next.  A topic that is not UTF-8, or that holds a
+    wildcard, fails the same way in aiomqtt before the handler sees it; MQTT
+    makes a broker refuse such a topic from a publisher (Mosquitto and the
+    embedded broker do), so none arrives.
+
+    Raises TypeError for a client ``supervise`` did not make.
     """
-    # aiomqtt (2.x) keeps its paho client as ``_client`` and sets ``on_message`` on it; replacing that
-    # callback is the one change.  Without it the monitor could not count what aiomqtt's queue discards.
-    inner: paho.Client = client._client
-
-    def on_message(_client: paho.Client, _userdata: Any, message: paho.MQTTMessage) -> None:
-        try:
-            topic = message.topic
-        except UnicodeDecodeError:
-            topic = message._topic.decode(errors="replace")
-        payload = message.payload
-        handler(topic, payload if isinstance(payload, bytes) else bytes(payload), message.retain)
-
-    inner.on_message = on_message
+    if not isinstance(client, _Client):
+        raise TypeError(f"deliver takes a client supervise() made, not a {type(client).__name__}")
+    client.handler = handler
 
 
 async def _until_disconnected(client: aiomqtt.Client, session: Callable[[aiomqtt.Client], Awaitable[None]]) -> None:
@@ -284,10 +181,7 @@ async def _until_disconnected(client: aiomqtt.Client, session: Callable[[aiomqtt
     aiomqtt has no public "connection lost" signal; its own message iterator
     waits on this same future.
     """
-    lost: asyncio.Future[None] | None = getattr(client, "_disconnected", None)
-    if lost is None:  # another aiomqtt: a session then learns of the loss at its next operation
-        await session(client)
-        return
+    lost = disconnected(client)
     work = asyncio.ensure_future(session(client))
     try:
         await asyncio.wait((work, lost), return_when=asyncio.FIRST_COMPLETED)

@@ -96,16 +96,18 @@ class FleetModel:
             static_groups = self.training.chip_group
         self.climate = Climate(topology, self.params, rng)
         ring = topo.link_kind == LINK_KIND_RING
-        self._static = Statics.draw(profile, topo, static_rng(rng), base_retrans_per_s=p.efa_retrans_pkts_per_s,
+        # Each entity's fixed draws (a port's healthy retransmit trickle, ...): the world's truth, which a
+        # benchmark of detection reads to place a fault relative to it.
+        self.statics = Statics.draw(profile, topo, static_rng(rng), base_retrans_per_s=p.efa_retrans_pkts_per_s,
                                     tick_s=tick_s, chip_group=static_groups)
         self.noise = Noise(topology, rng, tick_s=tick_s, params=p, profile=profile,
-                           node_phase_s=self._static.node_phase_s)
+                           node_phase_s=self.statics.node_phase_s)
         # Per-entity bases, static multipliers folded in once (exactly 1 for the ideal profile).
         nominal = np.where(ring, self.hw.neuronlink_ring_bytes_s, self.hw.neuronlink_intra_bytes_s)
-        self._link_nominal = nominal * self._static.link_efficiency
-        self._link_latency_us = np.where(ring, p.ring_latency_us, p.torus_latency_us) * self._static.link_latency
-        self._efa_port_bytes_s = self.hw.efa_port_bytes_s * p.efa_load * self._static.efa_share
-        self._efa_latency_us = p.efa_latency_us * self._static.efa_latency
+        self._link_nominal = nominal * self.statics.link_efficiency
+        self._link_latency_us = np.where(ring, p.ring_latency_us, p.torus_latency_us) * self.statics.link_latency
+        self._efa_port_bytes_s = self.hw.efa_port_bytes_s * p.efa_load * self.statics.efa_share
+        self._efa_latency_us = p.efa_latency_us * self.statics.efa_latency
         # Traffic within a step (None: flat); per node, the seconds of mean traffic its last interval held.
         self.cycle = (StepCycle(period_s=p.step_s, comm_share=p.comm_share, swing=profile.step_swing)
                       if profile.step_swing > 1.0 else None)
@@ -171,14 +173,14 @@ class FleetModel:
         e = effects(topo, self.faults, tick, diurnal_phase=self.climate.day_phase(sim_s), tick_s=self.tick_s)
         inlet_node = self.climate.inlet_c(sim_s) + e.node_inlet_rise_c
         sampled_t_s = self.noise.node_times(self.t_of(tick))
-        node_t_s = sampled_t_s + self._static.node_clock_offset_s  # what each agent's clock says it is
+        node_t_s = sampled_t_s + self.statics.node_clock_offset_s  # what each agent's clock says it is
         node_reset = self._reset_counters()
         self._agent_start[node_reset] = np.uint64(tick)
 
         thermal_clock = np.clip(
             1.0 - p.throttle_per_c * np.maximum(self._temp_c - p.throttle_start_c, 0.0), p.throttle_floor, 1.0,
         )
-        efa_stretch = self.training.efa_stretch(e, retrans_per_s=self._static.efa_retrans_per_s,
+        efa_stretch = self.training.efa_stretch(e, retrans_per_s=self.statics.efa_retrans_per_s,
                                                 port_bytes_s=self._efa_port_bytes_s)
         self.training.advance(tick)
         self._cycle_s = self._cycle_seconds()
@@ -258,7 +260,7 @@ class FleetModel:
         util_true = np.where(e.chip_failed, 0.0, util_true)
         # A chip faster than its group's slowest waits for it: it is busy less (and draws less), while
         # the group's pace, and so the truth, stays the slowest chip's.
-        util_seen = util_true * self._static.chip_util_scale if self.profile.chip_efficiency_sd else util_true
+        util_seen = util_true * self.statics.chip_util_scale if self.profile.chip_efficiency_sd else util_true
         power = hw.chip_idle_power_w + (hw.chip_power_w - hw.chip_idle_power_w) * util_seen * clock
         fan_frac = e.node_fan_frac[topo.chip_node]
         resistance = p.thermal_resistance_c_per_w * fan_frac ** -0.6
@@ -328,7 +330,7 @@ class FleetModel:
 
     def _step_efa(self, e: Effects, pace: F64, traffic: F64 | None = None) -> None:
         """EFA ports: traffic at the group's pace (and, with jobs, its phase's share); retransmits at a trickle."""
-        topo, p, rng, static, noise = self.topology, self.params, self.rng, self._static, self.noise
+        topo, p, rng, static, noise = self.topology, self.params, self.rng, self.statics, self.noise
         n, per_node = topo.n_efa, topo.efa_ports_per_node
         port_pace = pace[self.training.efa_group]
         if traffic is not None:

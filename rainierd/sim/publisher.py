@@ -34,7 +34,7 @@ import numpy as np
 import structlog
 
 from rainierd.fleet.topology import Topology
-from rainierd.mqtt.burst import publish_many
+from rainierd.mqtt.burst import publish_many, publish_nowait
 from rainierd.runtime.dropqueue import DropOldestQueue
 from rainierd.runtime.schedule import Schedule
 from rainierd.sim.faults import Fault
@@ -318,7 +318,7 @@ class Simulator:
                 # dropped frames, so published + dropped stays every frame made. The publish fails with MqttError
                 # (seen in CI: a broker kill left 4 frames in neither count, while the monitor counted them lost),
                 # or is cancelled: a QoS 0 publish that paho could not write at once waits for its on_publish, and
-                # the supervisor cancels the session when the connection drops (mqtt._until_disconnected).
+                # the supervisor cancels the session when the connection drops (mqtt.supervisor._until_disconnected).
                 self.published += progress.messages
                 self.frames_published += progress.frames
                 self.dropped += message.frames - progress.frames
@@ -328,11 +328,11 @@ class Simulator:
         """Publish a run of node frames, counting in ``progress`` each one handed to the client.
 
         Every frame but the last is handed to the client without waiting: at QoS 0 as one write of back to
-        back PUBLISH packets (``mqttburst.publish_many``: paho would make a ``send`` of each), at QoS 1 frame by
-        frame to paho (aiomqtt's publish would wait for each PUBACK).  The last goes through aiomqtt and is
-        waited for: the client writes in order, so once it is out (at QoS 1: acknowledged) the whole run
-        is, and the outbox is never more than a run ahead of the socket.  A frame handed to the client and
-        then lost with the connection counts as published, and the monitor counts it lost by its sequence
+        back PUBLISH packets (``burst.publish_many``: paho would make a ``send`` of each), at QoS 1 frame by
+        frame (``burst.publish_nowait``: aiomqtt's publish would wait for each PUBACK).  The last goes through
+        aiomqtt and is waited for: the client writes in order, so once it is out (at QoS 1: acknowledged) the
+        whole run is, and the outbox is never more than a run ahead of the socket.  A frame handed to the client
+        and then lost with the connection counts as published, and the monitor counts it lost by its sequence
         number, as any frame lost in transit.
 
         Raises aiomqtt.MqttError when the client refuses a frame (the connection is gone).
@@ -342,12 +342,9 @@ class Simulator:
         if qos == 0:
             publish_many(client, topics[:last], payloads[:last])
         else:
-            paho = client._client  # the paho client under aiomqtt's: no public way to queue without waiting
             for at in range(last):
-                info = paho.publish(topics[at], payloads[at], qos)
-                if info.rc != 0:
-                    progress.messages = progress.frames = at
-                    raise aiomqtt.MqttCodeError(info.rc, "could not publish a node frame")
+                progress.messages = progress.frames = at
+                publish_nowait(client, topics[at], payloads[at], qos=qos)
         progress.messages = progress.frames = last
         await client.publish(topics[last], payloads[last], qos=qos)
         progress.messages = progress.frames = len(payloads)

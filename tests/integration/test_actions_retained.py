@@ -17,8 +17,9 @@ from harness.waits import wait_until
 from rainierd.core.config import MonitorConfig
 from rainierd.fleet.topology import build_topology
 from rainierd.monitor import Monitor
-from rainierd.mqtt.supervisor import Broker as MqttBroker
-from rainierd.mqtt.supervisor import MqttConfig, supervise
+from rainierd.mqtt.config import Broker as MqttBroker
+from rainierd.mqtt.config import MqttConfig
+from rainierd.mqtt.supervisor import supervise
 from rainierd.wire.topics import ACTIONS_ROOT
 from tests.actions_views import advisory, view
 from tests.conftest import MosquittoProcess

@@ -20,8 +20,9 @@ from harness.scrape import current_values
 from harness.timing import FAST_TICK_S
 from harness.waits import wait_until
 from rainierd.errors import ConfigError
+from rainierd.mqtt.config import Broker, MqttConfig, parse_brokers
 from rainierd.mqtt.connection import ConnectionState
-from rainierd.mqtt.supervisor import Broker, MqttConfig, mqtt_config, parse_brokers, supervise
+from rainierd.mqtt.supervisor import supervise
 from rainierd.settings import load_settings
 from tests.conftest import Daemon, MosquittoProcess
 from tests.integration.test_accounting import assert_every_frame_accounted, flowing, settled
@@ -67,7 +68,7 @@ class TestConfig:
         monkeypatch.setenv("RAINIERD_MQTT_PASSWORD", "s3cret")
         settings = load_settings({"mqtt_url": "mqtts://a:8884,mqtts://b:8885", "mqtt_username": "u",
                                   "mqtt_ca_file": "/ca.pem"})
-        config = mqtt_config(settings, client_id="c")
+        config = settings.mqtt_config(client_id="c")
         assert (config.brokers, config.username, config.password, str(config.ca_file)) == (
             (Broker("a", 8884, tls=True), Broker("b", 8885, tls=True)), "u", "s3cret", "/ca.pem")
         assert config.url == "mqtts://a:8884,mqtts://b:8885"

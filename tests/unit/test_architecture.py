@@ -64,6 +64,9 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "rainierd.healthcheck": ("rainierd.settings",),
     "rainierd.sinks": ("rainierd.settings",),
     "rainierd.top": ("rainierd.settings",),
+    # The MQTT edge takes its own frozen config (``Settings.mqtt_config`` builds it) and knows no role.
+    "rainierd.mqtt": ("rainierd.settings", "rainierd.daemon", "rainierd.cli", "rainierd.monitor", "rainierd.core",
+                      "rainierd.exporter", "rainierd.sim", "rainierd.aggregate", "rainierd.bridge", "rainierd.jobs"),
     # The product ships the product: the command line and every role load no benchmark or test harness.
     "rainierd": ("benchmarks", "harness"),
 }

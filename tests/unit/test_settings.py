@@ -8,7 +8,7 @@ import pytest
 
 from rainierd.cli import main
 from rainierd.errors import ConfigError
-from rainierd.settings import load_settings
+from rainierd.settings import Settings, load_settings
 
 
 class TestPrecedence:
@@ -137,10 +137,16 @@ class TestCommandLine:
 class TestClientIds:
     def test_a_given_client_id_is_kept_alone_and_split_when_one_process_has_two_clients(self) -> None:
         """--mqtt-client-id X: a monitor connects as X; in run, simulator and monitor as X-sim and X-monitor."""
-        from rainierd.mqtt.supervisor import mqtt_config  # noqa: PLC0415 - the edge under test
-
         settings = load_settings({"mqtt_client_id": "X"})
-        assert mqtt_config(settings, client_id="rainierd-monitor-1").client_id == "X"
-        ids = {mqtt_config(settings, client_id="unused", suffix=role).client_id for role in ("sim", "monitor")}
+        assert settings.mqtt_config(client_id="rainierd-monitor-1").client_id == "X"
+        ids = {settings.mqtt_config(client_id="unused", suffix=role).client_id for role in ("sim", "monitor")}
         assert ids == {"X-sim", "X-monitor"}
-        assert mqtt_config(load_settings({}), client_id="rainierd-sim-1", suffix="sim").client_id == "rainierd-sim-1"
+        assert load_settings({}).mqtt_config(client_id="rainierd-sim-1", suffix="sim").client_id == "rainierd-sim-1"
+
+
+class TestMqttConfig:
+    def test_the_reconnect_cap_reaches_every_client(self) -> None:
+        """mqtt_reconnect_max_s (2 s unless set) is the longest wait between reconnect rounds
+        (tests/integration/test_failover.py holds a client to it against a refusing broker)."""
+        assert Settings().mqtt_config(client_id="x").backoff_cap_s == 2.0
+        assert Settings(mqtt_reconnect_max_s=30).mqtt_config(client_id="x").backoff_cap_s == 30.0

@@ -36,6 +36,7 @@ from rainierd.sim.frames import tick_batches, tick_frames
 from rainierd.wire import NodeFrame, decode_frame, encode_binary, encode_json
 from rainierd.wire.peek import peek
 from rainierd.wire.records import NodeBatch
+from tests.helpers import hear
 from tests.unit.core.ingest.test_hostile_input import CORPUS, mutate
 
 TOPO = build_topology("demo")
@@ -269,8 +270,8 @@ class TestMonitor:
             for (topic, frame), (_, captured) in zip(frames, ticks[k - 1], strict=True):
                 if k >= 2:
                     for payload in hostile(captured, rng) * 30:
-                        monitor.on_message(topic, payload)
-                monitor.on_message(topic, encode_binary(frame))
+                        hear(monitor, topic, payload)
+                hear(monitor, topic, encode_binary(frame))
             snap = await monitor.analyse_once()
         ingest = monitor.status().ingest
         assert ingest.frames_applied == 12 * TOPO.n_nodes
@@ -297,7 +298,7 @@ class TestMonitor:
             mono[0] = k * TICK_S + late_s
             for topic, frame in frames:
                 if not (frame.node == 5 and 14 <= k < 30):
-                    monitor.on_message(topic, encode_binary(frame))
+                    hear(monitor, topic, encode_binary(frame))
             await monitor.analyse_once()
             overloaded.append(monitor.load.overloaded)
             if lost_at is None and monitor.events.counts.get(("node", "lost")):
@@ -394,7 +395,7 @@ async def test_a_backlog_in_the_inbox_ages_no_node_while_the_monitor_is_behind()
     for k, frames in enumerate(ticks):
         mono[0] = k * TICK_S + 0.05
         for topic, frame in frames:
-            monitor.on_message(topic, encode_binary(frame))
+            hear(monitor, topic, encode_binary(frame))
         if k < 8 or k % 4 == 0:
             await monitor.analyse_once()
             behind += monitor.load.overloaded

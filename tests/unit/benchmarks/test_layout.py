@@ -112,7 +112,7 @@ class TestTheEntryPoint:
         flat = " ".join(out.split())
         missing = [kind for kind, module in {**BENCHMARKS, **TOOLS}.items()
                    if f"{kind} {' '.join(module.HELP.split())}" not in flat]
-        assert (missing, len(BENCHMARKS), sorted(TOOLS)) == ([], 18, ["compare"])
+        assert (missing, len(BENCHMARKS), sorted(TOOLS)) == ([], 19, ["compare"])
 
     def test_each_benchmark_owns_its_options(self) -> None:
         """Each benchmark's and tool's ``--help`` is its own module's options (``--json`` for the benchmarks but

@@ -20,7 +20,7 @@ from rainierd.jobs.hostlist import expand_hostlist
 from rainierd.jobs.kubernetes import DEFAULT_GROUP_LABELS, PodWatch, kubernetes_jobs, placement
 from rainierd.jobs.slurm import slurm_jobs
 from rainierd.jobs.static import static_jobs
-from rainierd.mqtt.supervisor import MAX_PACKET_OVERHEAD
+from rainierd.mqtt.config import MAX_PACKET_OVERHEAD
 from rainierd.settings import load_settings, role_settings
 from rainierd.wire.jobs import MAX_JOB_BYTES
 

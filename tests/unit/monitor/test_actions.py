@@ -12,6 +12,7 @@ from rainierd.core.config import MonitorConfig
 from rainierd.fleet.topology import build_topology
 from rainierd.monitor import Monitor
 from rainierd.monitor.ledger_file import ledger_path
+from tests.helpers import hear
 from tests.unit.monitor.test_monitor import tick_messages
 
 
@@ -23,7 +24,7 @@ def monitor_at(path: Path | None, config: ActionConfig | None = None) -> Monitor
 async def analysed(monitor: Monitor) -> None:
     """Analyse one tick of the demo fleet and save the checkpoint."""
     for topic, payload in tick_messages(1)[0]:
-        monitor.on_message(topic, payload)
+        hear(monitor, topic, payload)
     await monitor.analyse_once()
     await monitor.save_checkpoint_now()
 

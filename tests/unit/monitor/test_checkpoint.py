@@ -28,6 +28,7 @@ from rainierd.fleet.topology import build_topology
 from rainierd.monitor import Monitor
 from rainierd.monitor.checkpoint_file import CheckpointError, load_checkpoint, save_checkpoint
 from rainierd.monitor.snapshot import MonitorSnapshot
+from tests.helpers import hear
 from tests.unit.core.test_core import Fleet
 from tests.unit.monitor.test_monitor import tick_messages
 
@@ -61,7 +62,7 @@ def no_new_names(directory: Path) -> Iterator[None]:
 
 def feed(monitor: Monitor, messages: list[tuple[str, bytes]]) -> None:
     for topic, payload in messages:
-        monitor.on_message(topic, payload)
+        hear(monitor, topic, payload)
 
 
 def restored(path: Path) -> Monitor:

@@ -8,10 +8,8 @@ from __future__ import annotations
 import time
 from collections import Counter
 
-import aiomqtt
 import numpy as np
 import pytest
-from paho.mqtt.client import MQTTMessage
 
 from rainierd.admission import BURST_TICKS, Admission, Shares
 from rainierd.core.config import MonitorConfig
@@ -21,11 +19,11 @@ from rainierd.fleet.topology import build_topology
 from rainierd.monitor import Monitor, SharePolicy
 from rainierd.monitor.inbox import Inbox, backlog_bytes_for
 from rainierd.monitor.rejections import RejectionLog
-from rainierd.mqtt.supervisor import deliver
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
 from rainierd.wire import encode_binary
 from rainierd.wire.topics import parse_shard
+from tests.helpers import hear
 
 TOPO = build_topology("demo")
 
@@ -161,7 +159,7 @@ class TestMonitorRefusals:
         """A retained node frame delivered to a monitor is counted as rejected (retained) and applies nothing."""
         monitor = Monitor(TOPO, MonitorConfig(max_frame_bytes=65_536))
         for topic, payload in fleet_messages(1)[0]:
-            monitor.on_message(topic, payload, retained=True)
+            hear(monitor, topic, payload, retained=True)
         snap = await monitor.analyse_once()
         ingest = snap.status.ingest
         assert (ingest.frames_applied, dict(ingest.rejected)) == (0, {"retained": TOPO.n_nodes + TOPO.n_sites})
@@ -175,43 +173,18 @@ class TestMonitorRefusals:
         monitor.inbox.monotonic_s = lambda: clock[0]
         first, second = fleet_messages(2)
         for topic, payload in first:
-            monitor.on_message(topic, payload)
+            hear(monitor, topic, payload)
         await monitor.analyse_once()
         clock[0] += BURST_TICKS
         n3 = next((t, p) for t, p in second if t.endswith("/n3"))
         for _ in range(500):
-            monitor.on_message(*n3)
+            hear(monitor, *n3)
         for topic, payload in second:
-            monitor.on_message(topic, payload)
+            hear(monitor, topic, payload)
         ingest = (await monitor.analyse_once()).status.ingest
         assert ingest.frames_applied == len(first) + len(second)
         assert {r: n for r, n in ingest.rejected.items() if n} == {
             "over_share_unconfirmed": 500 - 2 * BURST_TICKS, "stale_seq": 2 * BURST_TICKS}
-
-
-class TestDeliver:
-    async def test_every_message_paho_decodes_reaches_the_handler_with_its_retain_flag(self) -> None:
-        """``deliver`` replaces aiomqtt's bounded queue: paho's on_message hands topic, payload and retain on."""
-        client = aiomqtt.Client("127.0.0.1", 1, identifier="unit")  # never connected
-        got: list[tuple[str, bytes, bool]] = []
-        deliver(client, lambda topic, payload, retained: got.append((topic, payload, retained)))
-        for k in range(25_000):  # more than aiomqtt's queue held on main
-            message = MQTTMessage(topic=f"rainier/v1/telemetry/s0/b0/u0/n{k % 8}".encode())
-            message.payload = b"frame"
-            message.retain = k == 0
-            client._client.on_message(client._client, None, message)  # type: ignore[misc]
-        assert len(got) == 25_000
-        assert got[0] == ("rainier/v1/telemetry/s0/b0/u0/n0", b"frame", True)
-        assert client.messages.__len__() == 0  # nothing waits in aiomqtt's queue
-
-    async def test_a_topic_that_is_not_utf8_is_still_handed_on(self) -> None:
-        """A topic paho cannot decode reaches the handler (replacement characters) to be counted, not raised."""
-        client = aiomqtt.Client("127.0.0.1", 1, identifier="unit")
-        got: list[str] = []
-        deliver(client, lambda topic, _payload, _retained: got.append(topic))
-        message = MQTTMessage(topic=b"rainier/v1/telemetry/\xff")
-        client._client.on_message(client._client, None, message)  # type: ignore[misc]
-        assert got == ["rainier/v1/telemetry/\ufffd"]
 
 
 @pytest.mark.parametrize("ticks", [1, 3])
@@ -220,7 +193,7 @@ def test_receipts_reach_the_ingest_counts(ticks: int) -> None:
     monitor = Monitor(TOPO, MonitorConfig(max_frame_bytes=65_536))
     for messages in fleet_messages(ticks):
         for topic, payload in messages:
-            monitor.on_message(topic, payload, retained=True)
+            hear(monitor, topic, payload, retained=True)
     assert monitor.status().ingest.rejected == {"retained": ticks * (TOPO.n_nodes + TOPO.n_sites)}
 
 

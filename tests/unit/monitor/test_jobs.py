@@ -22,6 +22,7 @@ from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
 from rainierd.wire import encode_binary
 from rainierd.wire.jobs import JOB_REJECT_REASONS, JobDocument, encode_job, job_topic
+from tests.helpers import hear
 
 TOPO = build_topology("demo")
 
@@ -108,23 +109,23 @@ class TestCore:
 
 class TestMonitor:
     async def test_the_snapshot_prices_the_jobs_heard(self) -> None:
-        """Job documents and telemetry through the monitor's on_message: the next snapshot has the jobs, their
-        figures, and the refusals in its status; a removal takes the job out at the following tick."""
+        """Job documents and telemetry handed to the monitor as its session hands them: the next snapshot has the
+        jobs, their figures, and the refusals in its status; a removal takes the job out at the following tick."""
         monitor = Monitor(TOPO, MonitorConfig(max_frame_bytes=65_536))
         model = FleetModel(TOPO, np.random.default_rng(0), tick_s=1.0, start_s=time.time() - 2)
-        monitor.on_message(*payload("ml/a", "u0"))
-        monitor.on_message(*payload("ml/b", "u1"))
-        monitor.on_message(job_topic("ml/c"), b"{}")
+        hear(monitor, *payload("ml/a", "u0"))
+        hear(monitor, *payload("ml/b", "u1"))
+        hear(monitor, job_topic("ml/c"), b"{}")
         for tick in range(2):
             for topic, frame in tick_frames(TOPO, model.step(tick), publisher="sim"):
-                monitor.on_message(topic, encode_binary(frame))
+                hear(monitor, topic, encode_binary(frame))
         snap = await monitor.analyse_once()
         assert snap.jobs is not None
         assert snap.job_loss is not None
         assert (snap.jobs.ids, snap.job_loss.chips.tolist()) == (("ml/a", "ml/b"), [64, 64])
         assert snap.job_loss.unallocated_peak == 0.0
         assert snap.status.jobs_refused["schema"] == 1
-        monitor.on_message(job_topic("ml/b"), b"")
+        hear(monitor, job_topic("ml/b"), b"")
         snap = await monitor.analyse_once()
         assert snap.jobs is not None
         assert snap.jobs.ids == ("ml/a",)

@@ -21,6 +21,7 @@ from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
 from rainierd.wire import FacilityFrame, NodeFrame, encode_binary, encode_json
 from rainierd.wire.topics import Shard
+from tests.helpers import hear
 
 
 @pytest.fixture
@@ -46,7 +47,7 @@ class TestOnMessage:
         """Two ticks of binary frames yield a snapshot with every chip fresh and effective FLOP/s."""
         for messages in tick_messages(2):
             for topic, payload in messages:
-                monitor.on_message(topic, payload)
+                hear(monitor, topic, payload)
         snap = await monitor.analyse_once()
         assert (snap.throughput.tick, snap.throughput.chips_fresh) == (1, 128)
         assert snap.throughput.fleet_effective > 0.5 * snap.throughput.fleet_peak
@@ -57,7 +58,7 @@ class TestOnMessage:
         """The JSON form feeds the same state as the binary form."""
         for messages in tick_messages(2, encode_json):
             for topic, payload in messages:
-                monitor.on_message(topic, payload)
+                hear(monitor, topic, payload)
         snap = await monitor.analyse_once()
         assert snap.throughput.chips_fresh == 128
         assert monitor.status().ingest.frames["json"] == 18
@@ -80,7 +81,7 @@ class TestOnMessage:
         self, monitor: Monitor, topic: str, payload: bytes, reason: str,
     ) -> None:
         """Each malformed payload is rejected under its own reason, without raising."""
-        monitor.on_message(topic, payload)
+        hear(monitor, topic, payload)
         await monitor.analyse_once()
         assert dict(monitor.status().ingest.rejected) == {reason: 1}
 
@@ -88,13 +89,13 @@ class TestOnMessage:
         """Interleaving garbage and misaddressed frames with a good tick changes nothing of it."""
         good = tick_messages(2)
         for topic, payload in good[0]:
-            monitor.on_message(topic, payload)
+            hear(monitor, topic, payload)
         await monitor.analyse_once()
         before = {name: values.copy() for name, values in monitor.core.state.chips.gauges.items()}
         node0_topic, node0_payload = good[1][0]
-        monitor.on_message("rainier/v1/telemetry/s0/u1/n3", node0_payload)  # node 0's frame on node 7's topic
-        monitor.on_message(node0_topic, node0_payload[:-1])
-        monitor.on_message(node0_topic, b"RNRW" + b"\xff" * 60)
+        hear(monitor, "rainier/v1/telemetry/s0/u1/n3", node0_payload)  # node 0's frame on node 7's topic
+        hear(monitor, node0_topic, node0_payload[:-1])
+        hear(monitor, node0_topic, b"RNRW" + b"\xff" * 60)
         await monitor.analyse_once()
         after = monitor.core.state.chips.gauges
         assert all(np.array_equal(before[name], after[name], equal_nan=True) for name in before)
@@ -116,10 +117,10 @@ class TestOnMessage:
         facility = site_frame.facility.copy()  # type: ignore[union-attr]
         facility["outside_c"] = np.nan
         bad_site = FacilityFrame("sim", 0, 0, now, 0, facility)
-        monitor.on_message(topic, encode_binary(bad))
-        monitor.on_message(site_topic, encode_binary(bad_site))
+        hear(monitor, topic, encode_binary(bad))
+        hear(monitor, site_topic, encode_binary(bad_site))
         for good_topic, good in frames[1:-1]:
-            monitor.on_message(good_topic, encode_binary(good))
+            hear(monitor, good_topic, encode_binary(good))
         await monitor.analyse_once()
         assert dict(monitor.status().ingest.rejected) == {"non_finite": 2}
         assert (monitor.core.state.chips.samples[:16] == 0).all()
@@ -159,7 +160,7 @@ class TestProbes:
         monitor.connection.connected = True
         assert monitor.ready().reason == "no telemetry analysed yet"
         for topic, payload in tick_messages(1)[0]:
-            monitor.on_message(topic, payload)
+            hear(monitor, topic, payload)
         await monitor.analyse_once()
         assert monitor.ready().ok
 
@@ -182,7 +183,7 @@ class TestProbes:
         for k in range(16):
             frames = tick_frames(topo, model.step(k), publisher="sim")
             for topic, frame in frames if k < 4 or k >= 10 else []:
-                monitor.on_message(topic, encode_binary(frame))
+                hear(monitor, topic, encode_binary(frame))
             await monitor.analyse_once()
             if k == 8:
                 assert monitor.ready() == Verdict(False, "feed lost: 4 of 4 nodes silent together")
@@ -242,7 +243,7 @@ class TestBacklog:
         sizes = [len(p) for messages in ticks for _t, p in messages]
         for messages in ticks:
             for topic, payload in messages:
-                monitor.on_message(topic, payload)
+                hear(monitor, topic, payload)
         backlog = monitor.status().backlog
         assert backlog is not None
         assert backlog.bytes <= 100_000 < backlog.bytes + sizes[0]
@@ -255,7 +256,7 @@ class TestBacklog:
                           max_backlog_bytes=100_000)
         for messages in tick_messages(3):
             for topic, payload in messages:
-                monitor.on_message(topic, payload)
+                hear(monitor, topic, payload)
         queued = len(monitor.inbox)
         first = monitor.inbox.take_window()
         assert sum(len(m.payload) for m in first[:-1]) < 50_000 <= sum(len(m.payload) for m in first)
@@ -273,12 +274,12 @@ class TestBacklog:
         for messages in ticks[:2]:
             t.t += 1.0
             for topic, payload in messages:
-                monitor.on_message(topic, payload)
+                hear(monitor, topic, payload)
             await monitor.analyse_once()
         t.t += 6.0  # stalled: six ticks of telemetry wait in the broker
         for messages in ticks[2:8]:
             for topic, payload in messages:
-                monitor.on_message(topic, payload)
+                hear(monitor, topic, payload)
         snap = await monitor.analyse_once()
         assert monitor.load.overloaded
         assert monitor.inbox.dropped_messages > 0
@@ -286,7 +287,7 @@ class TestBacklog:
         for messages in ticks[8:]:
             t.t += 1.0
             for topic, payload in messages:
-                monitor.on_message(topic, payload)
+                hear(monitor, topic, payload)
             snap = await monitor.analyse_once()
         assert not monitor.load.overloaded
         assert sum(monitor.events.counts.values()) == 0

@@ -1,53 +1,69 @@
-"""Specification of the MQTT edge's client: a stop always reaches a task waiting on it.
+"""Specification of the MQTT edge's client: every client the supervisor makes is one a stop always reaches,
+and hands its messages to a handler as paho reads them.
 
 The supervisor's behaviour against real brokers (fail-over, backoff, a
 broker killed mid-session) is in tests/integration/test_failover.py, and a
-real process's stop around its connect in tests/integration/test_stops.py.
+real process's stop around its connect in tests/integration/test_stops.py;
+the override that keeps a stop from being lost, with its canaries, in
+tests/unit/mqtt/test_paho.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
+from typing import Literal
 
 import aiomqtt
 import pytest
 
-from rainierd.mqtt.supervisor import Broker, MqttConfig, _client, mqtt_config
-from rainierd.settings import Settings
-
-CONFIG = MqttConfig(brokers=(Broker("127.0.0.1", 1),), client_id="unit")  # never connected
-
-
-class TestClientWaits:
-    async def test_a_cancel_that_lands_with_the_acknowledgement_is_not_lost(self) -> None:
-        """A stop in the loop iteration that also brings the awaited acknowledgement still cancels the waiter
-        (aiomqtt's own wait, ``asyncio.wait_for`` on 3.11, returned the acknowledgement and dropped the stop)."""
-        client = _client(CONFIG, CONFIG.brokers[0])
-        acknowledged = asyncio.Event()
-        waiting = asyncio.create_task(client._wait_for(acknowledged.wait(), timeout=None))
-        await asyncio.sleep(0)  # the task now waits for the acknowledgement
-        acknowledged.set()
-        waiting.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await waiting
-
-    async def test_a_wait_past_its_timeout_raises_mqtt_error(self) -> None:
-        """The overridden wait keeps aiomqtt's contract: a timeout is an ``MqttError``."""
-        client = _client(CONFIG, CONFIG.brokers[0])
-        with pytest.raises(aiomqtt.MqttError, match="timed out"):
-            await client._wait_for(asyncio.Event().wait(), timeout=0.01)
-
-    @pytest.mark.parametrize("method", ["__aenter__", "__aexit__", "publish", "subscribe", "unsubscribe"])
-    def test_every_aiomqtt_wait_goes_through_the_overridden_method(self, method: str) -> None:
-        """aiomqtt's connect, disconnect, publish and (un)subscribe wait through ``_wait_for``: if an upgrade
-        waits some other way, the override no longer covers it and this fails."""
-        assert "self._wait_for(" in inspect.getsource(getattr(aiomqtt.Client, method))
+from rainierd.mqtt._paho import Client
+from rainierd.mqtt.broker import EmbeddedBroker
+from rainierd.mqtt.config import Broker, MqttConfig
+from rainierd.mqtt.supervisor import _client, deliver
 
 
-class TestReconnectCap:
-    def test_the_settings_cap_reaches_every_client(self) -> None:
-        """mqtt_reconnect_max_s (2 s unless set) is the longest wait between reconnect rounds
-        (tests/integration/test_failover.py holds a client to it against a refusing broker)."""
-        assert mqtt_config(Settings(), client_id="x").backoff_cap_s == 2.0
-        assert mqtt_config(Settings(mqtt_reconnect_max_s=30), client_id="x").backoff_cap_s == 30.0
+def client_of(port: int, protocol: Literal["3.1.1", "5"] = "3.1.1") -> aiomqtt.Client:
+    """Return a client as the supervisor makes it, for a broker on ``port`` (the embedded one speaks 3.1.1)."""
+    config = MqttConfig(brokers=(Broker("127.0.0.1", port),), client_id="unit", protocol=protocol)
+    return _client(config, config.brokers[0])
+
+
+class TestClients:
+    @pytest.mark.parametrize("protocol", ["3.1.1", "5"])
+    async def test_every_client_waits_through_the_override_a_stop_reaches(
+            self, protocol: Literal["3.1.1", "5"]) -> None:
+        """The supervisor's clients, under either protocol, are ``_paho.Client``: their waits are cancellable."""
+        assert isinstance(client_of(1, protocol), Client)
+
+
+class TestDeliver:
+    async def test_every_message_reaches_the_handler_and_none_waits_in_aiomqtts_queue(self) -> None:
+        """Subscribed after ``deliver``: the retained message and each live one reach the handler, in order, as
+        (topic, payload bytes, retained), and aiomqtt's queue holds none of them."""
+        got: list[tuple[str, bytes, bool]] = []
+        arrived = asyncio.Event()
+
+        def handler(topic: str, payload: bytes, retained: bool) -> None:
+            got.append((topic, payload, retained))
+            if topic == "t/last":
+                arrived.set()
+
+        async with EmbeddedBroker() as broker, aiomqtt.Client("127.0.0.1", broker.port, identifier="pub") as pub:
+            await pub.publish("t/kept", b"k", retain=True)
+            async with client_of(broker.port) as sub:
+                deliver(sub, handler)
+                await sub.subscribe("t/#")
+                for k in range(2_000):
+                    await pub.publish(f"t/n{k % 8}", b"frame")
+                await pub.publish("t/last", b"")
+                async with asyncio.timeout(10):
+                    await arrived.wait()
+                assert len(sub.messages) == 0
+        assert (got[0], got[1:-1], got[-1], {type(payload) for _, payload, _ in got}) == (
+            ("t/kept", b"k", True), [(f"t/n{k % 8}", b"frame", False) for k in range(2_000)],
+            ("t/last", b"", False), {bytes})
+
+    async def test_a_client_the_supervisor_did_not_make_is_refused(self) -> None:
+        """``deliver`` takes the supervisor's clients only: another has no hand-off, and would queue silently."""
+        with pytest.raises(TypeError, match="supervise"):
+            deliver(aiomqtt.Client("127.0.0.1", 1, identifier="unit"), lambda _t, _p, _r: None)

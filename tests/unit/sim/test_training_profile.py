@@ -160,6 +160,6 @@ class TestFleet:
     def test_noisy_trickles_differ_by_port(self) -> None:
         """Healthy ports retransmit at a trickle that differs from port to port (as in the realistic profile)."""
         model, _samples = run(1)
-        trickle = model._static.efa_retrans_per_s
+        trickle = model.statics.efa_retrans_per_s
         assert trickle.min() > 0
         assert trickle.max() / trickle.min() > 10

@@ -27,6 +27,7 @@ from rainierd.monitor.checkpointing import Checkpointer
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
 from rainierd.sim.profile import PROFILES
+from tests.helpers import hear
 from tests.unit.monitor.test_monitor import tick_messages
 
 REALISTIC = PROFILES["realistic"]
@@ -192,7 +193,7 @@ def simulate(core: MonitorCore, model: FleetModel, *, ticks: range, port: int, o
     """Run ``model`` into ``core`` for ``ticks``, port ``port`` retransmitting three times its own trickle from
     ``onset_s``; return every EFA raise as (seconds after the onset, port, reasons)."""
     topo, tick_s = core.topology, model.tick_s
-    rate = float(model._static.efa_retrans_per_s[port])  # the port's true trickle, to triple
+    rate = float(model.statics.efa_retrans_per_s[port])  # the port's true trickle, to triple
     out = []
     for tick in ticks:
         sample = model.step(tick)
@@ -309,7 +310,7 @@ class TestRestart:
         first = Monitor(build_topology("demo"), MonitorConfig(tick_s=0.05), checkpoint_file=path)
         for messages in tick_messages(3):
             for topic, payload in messages:
-                first.on_message(topic, payload)
+                hear(first, topic, payload)
         analysing = asyncio.create_task(first.analyse())
         await wait_until(lambda: first.checkpointer is not None and first.checkpointer.saves >= 2, 10, "analyses")
         analysing.cancel()
