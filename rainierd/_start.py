@@ -21,8 +21,6 @@ import sys
 from types import FrameType
 from typing import Final, NoReturn
 
-__all__ = ["SIGNALS", "Stopped", "entry", "stop_now", "stop_requested"]
-
 SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
 
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["F32", "F64", "I32", "I64", "U8", "U16", "U32", "U64", "B", "Floats", "Records"]
-
 B = npt.NDArray[np.bool_]
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]

@@ -25,25 +25,19 @@ import structlog
 
 from rainierd import __version__
 from rainierd._start import Stopped
-from rainierd.bridge.run import run_bridge
+from rainierd.bridge import run_bridge
 from rainierd.daemon import run_role
 from rainierd.errors import ConfigError, RainierdError
-from rainierd.fleet.hardware import TRN2
-from rainierd.fleet.inventory import load_inventory
-from rainierd.fleet.neuronls import build_inventory, parse_ultraservers, read_node_listing
+from rainierd.fleet import TRN2, build_inventory, load_inventory, parse_ultraservers, read_node_listing
 from rainierd.healthcheck import DEFAULT_TIMEOUT_S
 from rainierd.healthcheck import check as check_health
-from rainierd.jobs.kubernetes import DEFAULT_GROUP_LABELS
-from rainierd.jobs.run import run_jobs
+from rainierd.jobs import DEFAULT_GROUP_LABELS, run_jobs
 from rainierd.promrules import RULES_DIR, write_rules
-from rainierd.runtime.logs import configure_logging
+from rainierd.runtime import configure_logging
 from rainierd.settings import Settings, flag_name, load_settings, role_settings
 from rainierd.sinks import nodecheck
 from rainierd.top import launch as top_launch
-from rainierd.wire import json_schema
-from rainierd.wire.jobs import jobs_schema
-
-__all__ = ["command_settings", "entry", "main"]
+from rainierd.wire import jobs_schema, json_schema
 
 # Roles that hold the fleet's state; see ``entry``.
 _DAEMONS = frozenset({"run", "simulate", "monitor", "aggregate", "bridge", "jobs"})

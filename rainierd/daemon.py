@@ -28,30 +28,17 @@ from prometheus_client.registry import Collector
 from rainierd.aggregate import Aggregator, AggregatorCollector, batch_name
 from rainierd.api import ActionsApi, ReadApi, UltraServerProbe
 from rainierd.exporter import MetricsRoute, build_exporter, build_registry, route_metrics_and_probes
-from rainierd.fleet.inventory import load_topology
-from rainierd.fleet.topology import Topology
+from rainierd.fleet import Topology, load_topology
 from rainierd.http.config import HttpConfig
 from rainierd.http.routes import verdict_route
 from rainierd.http.server import HttpServer
 from rainierd.http.status import ServerCollector, ServerCounters
 from rainierd.monitor import Monitor, SharePolicy
-from rainierd.mqtt.broker import EmbeddedBroker
-from rainierd.mqtt.config import MAX_PACKET_OVERHEAD
-from rainierd.mqtt.connection import ConnectionState
-from rainierd.mqtt.supervisor import supervise
-from rainierd.runtime.lifecycle import run_until_stopped
-from rainierd.runtime.looplag import LoopLag
-from rainierd.runtime.malloc import keep_freed_memory
-from rainierd.runtime.probes import Verdict
+from rainierd.mqtt import MAX_PACKET_OVERHEAD, ConnectionState, EmbeddedBroker, supervise
+from rainierd.runtime import LoopLag, Verdict, keep_freed_memory, run_until_stopped
 from rainierd.settings import Settings
-from rainierd.sim import FleetParams, Simulator
-from rainierd.sim.faults import Fault
-from rainierd.sim.profile import PROFILES
-from rainierd.sim.scenarios import load_scenario
-from rainierd.sim.workload import JobSpec, load_jobs
+from rainierd.sim import PROFILES, Fault, FleetParams, JobSpec, Simulator, load_jobs, load_scenario
 from rainierd.sinks.webhook import WebhookCollector, WebhookSink
-
-__all__ = ["MonitorRole", "Role", "monitor_role", "run_role"]
 
 log = structlog.get_logger("rainierd")
 

@@ -29,8 +29,6 @@ decoder, ...) never leave the module that raises them.
 
 from __future__ import annotations
 
-__all__ = ["BrokerError", "ConfigError", "FrameError", "JobError", "RainierdError"]
-
 
 class RainierdError(Exception):
     """Base of every error rainierd raises on purpose."""

@@ -53,9 +53,7 @@ from typing import Final, Literal
 from rainierd.errors import ConfigError
 from rainierd.http.client import basic_authorization
 from rainierd.http.webconfig import load_web_config
-from rainierd.runtime.probes import Verdict
-
-__all__ = ["DEFAULT_TIMEOUT_S", "HealthcheckConfig", "check"]
+from rainierd.runtime import Verdict
 
 DEFAULT_TIMEOUT_S: Final = 2.0  # well under the Dockerfile's HEALTHCHECK --timeout, so this reports, not Docker
 # What a probe missing a credential is told to set (the settings healthcheck_user and healthcheck_password_file).

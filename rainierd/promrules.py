@@ -29,18 +29,6 @@ import yaml
 
 from rainierd.errors import ConfigError
 
-__all__ = [
-    "PROMETHEUS_RULE_NAME",
-    "RULES_DIR",
-    "RUNBOOK_BASE",
-    "override_for",
-    "prometheus_rule",
-    "rebase_runbooks",
-    "set_job_goodput_objective",
-    "write_overridden",
-    "write_rules",
-]
-
 RULES_DIR: Final = Path(__file__).parent / "rules"
 """The shipped rule files (package data: an installed wheel has them too)."""
 

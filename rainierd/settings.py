@@ -19,28 +19,19 @@ from urllib.parse import urlsplit
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
-from rainierd.actions.config import ActionConfig
+from rainierd.actions import ActionConfig
 from rainierd.bridge import BridgeConfig, BridgeRoleConfig, find_node
-from rainierd.core.config import MonitorConfig
-from rainierd.core.jobs import NameIndex
+from rainierd.core import MonitorConfig, NameIndex
 from rainierd.errors import ConfigError
-from rainierd.fleet.hardware import TRN2
-from rainierd.fleet.inventory import load_inventory, load_topology
-from rainierd.fleet.topology import PRESETS, Topology, parse_topology
+from rainierd.fleet import PRESETS, TRN2, Topology, load_inventory, load_topology, parse_topology
 from rainierd.healthcheck import HealthcheckConfig
 from rainierd.http.client import parse_url
 from rainierd.http.config import HttpConfig
 from rainierd.http.webconfig import load_web_config
 from rainierd.jobs import JobsConfig
-from rainierd.mqtt.config import MAX_PACKET_OVERHEAD, MqttConfig, parse_brokers
+from rainierd.mqtt import MAX_PACKET_OVERHEAD, MqttConfig, parse_brokers
 from rainierd.sinks.webhook import WebhookConfig
-from rainierd.wire.jobs import MAX_JOB_BYTES
-from rainierd.wire.topics import Shard, node_topic, parse_shard
-
-__all__ = [
-    "CONFIG_ENV", "DEFAULT_METRICS_ADDR", "ROLE_PARTS", "Part", "Settings", "Use", "flag_name", "load_settings",
-    "parse_host_port", "role_settings",
-]
+from rainierd.wire import MAX_JOB_BYTES, Shard, node_topic, parse_shard
 
 DEFAULT_METRICS_ADDR = "127.0.0.1:9780"
 CONFIG_ENV: Final = "RAINIERD_CONFIG"  # names the settings file, so it is read before the settings are

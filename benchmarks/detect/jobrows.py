@@ -44,8 +44,8 @@ from rainierd.core.model import HealthyShares
 from rainierd.fleet.pace import CAUSES
 from rainierd.fleet.topology import build_fleet
 from rainierd.monitor.jobs import JobFeed
+from rainierd.sim import FleetModel, FleetParams
 from rainierd.sim.faults import SEVERITIES, TARGETS, Fault, FaultKind, fault_ultraservers
-from rainierd.sim.fleet import FleetModel, FleetParams
 from rainierd.sim.frames import tick_batches
 from rainierd.sim.job_training import JobTraining
 from rainierd.sim.profile import PROFILES

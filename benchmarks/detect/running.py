@@ -49,8 +49,8 @@ from rainierd.core.config import MonitorConfig
 from rainierd.fleet.hardware import TRN2
 from rainierd.fleet.pace import CAUSES
 from rainierd.fleet.topology import Topology, build_fleet
+from rainierd.sim import FleetModel, FleetParams
 from rainierd.sim.faults import Fault, FaultKind
-from rainierd.sim.fleet import FleetModel, FleetParams
 from rainierd.sim.frames import tick_batches
 from rainierd.sim.profile import Profile
 from rainierd.sim.workload import JobSpec

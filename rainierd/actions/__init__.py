@@ -3,6 +3,8 @@ back by a blast-radius brake and remembered in a repeat-offender ledger.  The po
 clock reads); the sinks (HTTP, MQTT, webhook, node-problem-detector) read its frozen ``ActionsView``.
 """
 
+from rainierd.actions.config import ActionConfig
+from rainierd.actions.ledger import Ledger, LedgerError
 from rainierd.actions.model import (
     ACTIONS,
     SCHEMA_VERSION,
@@ -14,8 +16,22 @@ from rainierd.actions.model import (
     LedgerRecord,
     Protected,
 )
+from rainierd.actions.policy import ActionPolicy, ActionTotals, MonitorCondition
 
 __all__ = [
-    "ACTIONS", "SCHEMA_VERSION", "STATES", "ActionsView", "Advisory", "BrakeStatus", "Cause", "LedgerRecord",
+    "ACTIONS",
+    "SCHEMA_VERSION",
+    "STATES",
+    "ActionConfig",
+    "ActionPolicy",
+    "ActionTotals",
+    "ActionsView",
+    "Advisory",
+    "BrakeStatus",
+    "Cause",
+    "Ledger",
+    "LedgerError",
+    "LedgerRecord",
+    "MonitorCondition",
     "Protected",
 ]

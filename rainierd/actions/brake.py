@@ -18,9 +18,7 @@ import numpy as np
 
 from rainierd.actions.config import ActionConfig
 from rainierd.actions.model import BrakeStatus
-from rainierd.fleet.topology import Topology
-
-__all__ = ["Brake"]
+from rainierd.fleet import Topology
 
 
 class Brake:

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["ActionConfig"]
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ActionConfig:

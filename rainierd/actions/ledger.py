@@ -15,8 +15,6 @@ from typing import Any, Final
 from rainierd.actions.model import ACTIONS, LedgerRecord
 from rainierd.errors import RainierdError
 
-__all__ = ["LEDGER_VERSION", "Ledger", "LedgerError"]
-
 LEDGER_VERSION: Final = 1
 _MAX_TEXT: Final = 500  # a cause line kept at most this long
 

@@ -12,11 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-__all__ = [
-    "ACTIONS", "SCHEMA_VERSION", "STATES", "ActionsView", "Advisory", "BrakeStatus", "Cause", "LedgerRecord",
-    "Protected",
-]
-
 SCHEMA_VERSION: Final = 1
 
 # Least to most disruptive: a node's advisory is the most disruptive its causes call for.

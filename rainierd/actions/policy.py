@@ -49,14 +49,18 @@ from rainierd.actions.brake import Brake
 from rainierd.actions.config import ActionConfig
 from rainierd.actions.ledger import Ledger
 from rainierd.actions.model import ACTIONS, ActionsView, Advisory, Cause, LedgerRecord, Protected
-from rainierd.core.analysis import HealthView
+from rainierd.core import (
+    CHECKPOINT,
+    CULPRIT_KINDS,
+    PHASE_NAMES,
+    RESTARTING,
+    HealthView,
+    JobLoss,
+    JobMembership,
+    JobPhases,
+)
 from rainierd.core.detect import STATE_NAMES, Reason, reason_names
-from rainierd.core.jobmodel import CULPRIT_KINDS, JobLoss
-from rainierd.core.jobphase import CHECKPOINT, PHASE_NAMES, RESTARTING, JobPhases
-from rainierd.core.jobs import JobMembership
-from rainierd.fleet.topology import Topology
-
-__all__ = ["ActionPolicy", "ActionTotals", "MonitorCondition", "entity_actions"]
+from rainierd.fleet import Topology
 
 WATCH, RESET_LINK, DRAIN, CORDON, REPLACE = (ACTIONS.index(a) for a in ACTIONS)
 # The kinds of entity that can be a node's own cause, in the order a node's causes are listed.

@@ -60,10 +60,7 @@ import numpy.typing as npt
 
 from rainierd.admission._quota import SharePolicy
 from rainierd.errors import FrameError
-from rainierd.wire.peek import Peek, peek
-from rainierd.wire.topics import TELEMETRY_ROOT, parse_topic
-
-__all__ = ["Admission", "Confirmed", "Fate", "StreamsView"]
+from rainierd.wire import TELEMETRY_ROOT, Peek, parse_topic, peek
 
 Fate = Literal["confirmed", "unconfirmed", "over_share", "over_share_unconfirmed", "too_many_topics"]
 _MAX_BATCH_TOPICS: Final = 65_536  # batch topics whose last admitted batch is remembered (a fleet has ~800)

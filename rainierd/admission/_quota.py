@@ -30,9 +30,7 @@ from typing import Final, Literal
 
 import structlog
 
-from rainierd.runtime.logs import worth_logging
-
-__all__ = ["BURST_TICKS", "SharePolicy", "Shares", "Verdict"]
+from rainierd.runtime import worth_logging
 
 log = structlog.get_logger("rainierd.admission")
 

@@ -35,21 +35,27 @@ import numpy.typing as npt
 
 from rainierd.admission import Confirmed, StreamsView
 from rainierd.errors import FrameError
-from rainierd.fleet.topology import Topology
-from rainierd.wire import NodeBatch, NodeFrame, decode_json, encode_batch
-from rainierd.wire.binary import (
+from rainierd.fleet import Topology
+from rainierd.wire import (
     BATCH_HEADER,
     KIND_BATCH,
     KIND_FACILITY,
     KIND_NODE,
     MAGIC,
     MAX_BATCH_NODES,
+    NODE_FRAME_DTYPES,
+    RECORD_DTYPES,
+    RECORD_KINDS,
+    NodeBatch,
+    NodeFrame,
+    Shard,
+    batch_topic,
+    bucket_of,
+    decode_json,
+    encode_batch,
+    parse_topic,
     split_node_frame,
 )
-from rainierd.wire.records import NODE_FRAME_DTYPES, RECORD_DTYPES, RECORD_KINDS
-from rainierd.wire.topics import Shard, batch_topic, bucket_of, parse_topic
-
-__all__ = ["DROP_REASONS", "Batcher", "Outgoing", "TickResult", "batch_name"]
 
 DROP_REASONS: Final = (
     "retained",  # delivered with the retain flag: a replay, not a frame sent now

@@ -17,8 +17,6 @@ from prometheus_client.registry import Collector
 from rainierd.aggregate._batcher import DROP_REASONS
 from rainierd.aggregate._service import BATCH_NODE_BUCKETS, AggregatorStatus
 
-__all__ = ["AggregatorCollector"]
-
 
 class AggregatorCollector(Collector):
     """Yields ``rainier_aggregator_*`` from ``status()``."""

@@ -45,16 +45,10 @@ import structlog
 from rainierd.admission import Admission, SharePolicy
 from rainierd.aggregate._batcher import Batcher, Outgoing, TickResult
 from rainierd.errors import FrameError
-from rainierd.fleet.shards import shard_view
-from rainierd.fleet.topology import Topology
-from rainierd.mqtt.connection import Connection, ConnectionState
-from rainierd.mqtt.supervisor import deliver
-from rainierd.runtime.dropqueue import DropOldestQueue
-from rainierd.runtime.probes import Verdict
-from rainierd.runtime.schedule import Schedule
-from rainierd.wire.topics import Shard, node_filters
-
-__all__ = ["BATCH_NODE_BUCKETS", "DRAIN_S", "Aggregator", "AggregatorStatus"]
+from rainierd.fleet import Topology, shard_view
+from rainierd.mqtt import Connection, ConnectionState, deliver
+from rainierd.runtime import DropOldestQueue, Schedule, Verdict
+from rainierd.wire import Shard, node_filters
 
 log = structlog.get_logger("rainierd.aggregate")
 

@@ -17,8 +17,9 @@ same live figures (``figures``).
 
 from __future__ import annotations
 
+from rainierd.api._common import DEFAULT_LIMIT, MAX_LIMIT
 from rainierd.api.actions import ActionsApi
 from rainierd.api.drilldown import UltraServerProbe
-from rainierd.api.read import DEFAULT_EVENTS, DEFAULT_LIMIT, MAX_LIMIT, ReadApi
+from rainierd.api.read import DEFAULT_EVENTS, ReadApi
 
 __all__ = ["DEFAULT_EVENTS", "DEFAULT_LIMIT", "MAX_LIMIT", "ActionsApi", "ReadApi", "UltraServerProbe"]

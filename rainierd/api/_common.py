@@ -16,8 +16,6 @@ import numpy as np
 from rainierd._types import F64, I64
 from rainierd.errors import RainierdError
 
-__all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "ApiError", "Page", "body", "floats", "number", "page", "params"]
-
 DEFAULT_LIMIT: Final = 500
 MAX_LIMIT: Final = 10_000
 _MAX_OFFSET: Final = 1_000_000_000
@@ -139,4 +137,3 @@ def columns(rows: int, named: Mapping[str, list[Any]]) -> list[dict[str, Any]]:
     """Return ``rows`` dicts from equal-length columns."""
     keys = list(named)
     return [dict(zip(keys, values, strict=True)) for values in zip(*named.values(), strict=True)] if rows else []
-

@@ -23,11 +23,9 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Final
 
-from rainierd.actions.model import STATES, ActionsView
+from rainierd.actions import STATES, ActionsView
 from rainierd.http.routes import Get, Reply
-from rainierd.monitor.snapshot import MonitorSnapshot
-
-__all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "ActionsApi"]
+from rainierd.monitor import MonitorSnapshot
 
 DEFAULT_LIMIT: Final = 1_000
 MAX_LIMIT: Final = 10_000  # ~20 MB of JSON at most

@@ -38,15 +38,12 @@ import numpy.typing as npt
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from rainierd.api.figures import CHIP_FIGURES, EFA_FIGURES, LINK_FIGURES, NODE_FIGURES, Figure, live_values
-from rainierd.core.analysis import MonitorCore
+from rainierd.core import MonitorCore, Table
 from rainierd.core.detect import STATE_NAMES
-from rainierd.core.state import Table
-from rainierd.exporter.exposition import family_head
-from rainierd.fleet.topology import LINK_KIND_NAMES, Topology
+from rainierd.exporter import family_head
+from rainierd.fleet import LINK_KIND_NAMES, Topology
 from rainierd.http.routes import Get, Reply
-from rainierd.monitor.snapshot import MonitorSnapshot
-
-__all__ = ["UltraServerProbe"]
+from rainierd.monitor import MonitorSnapshot
 
 _TARGET: Final = re.compile(r"u?([0-9]{1,9})")
 _TEXT: Final = "text/plain; charset=utf-8"

@@ -8,9 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rainierd.fleet.topology import Topology
-
-__all__ = ["events"]
+from rainierd.fleet import Topology
 
 
 def _ultraserver(topo: Topology, entity: str, entity_id: int) -> str | None:

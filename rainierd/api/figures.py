@@ -12,9 +12,7 @@ from typing import Final, NamedTuple
 import numpy as np
 
 from rainierd._types import F64, I64
-from rainierd.core.state import Table
-
-__all__ = ["CHIP_FIGURES", "EFA_FIGURES", "ENTITY_FIGURES", "LINK_FIGURES", "NODE_FIGURES", "Figure", "live_values"]
+from rainierd.core import Table
 
 _US_PER_S: Final = 1e-6
 

@@ -11,13 +11,9 @@ import numpy as np
 from rainierd.api._common import columns, floats, number
 from rainierd.api.ultraservers import ENTITIES, UltraServerTable
 from rainierd.core.detect import STATE_NAMES
-from rainierd.exporter.jobs import ID_SPELLING
-from rainierd.exporter.loss import goodput
-from rainierd.fleet.pace import CAUSES
-from rainierd.fleet.topology import Topology
-from rainierd.monitor.snapshot import MonitorSnapshot
-
-__all__ = ["culprits", "fleet", "sites"]
+from rainierd.exporter import ID_SPELLING, goodput
+from rainierd.fleet import CAUSES, Topology
+from rainierd.monitor import MonitorSnapshot
 
 
 def fleet(topo: Topology, snap: MonitorSnapshot) -> dict[str, Any]:

@@ -12,15 +12,10 @@ import numpy as np
 from rainierd._types import I64
 from rainierd.api._common import ApiError, Page, columns, floats, order
 from rainierd.api.ultraservers import UltraServerTable
-from rainierd.core.jobmodel import JobLoss
-from rainierd.core.jobphase import PHASE_NAMES
-from rainierd.core.jobs import JobMembership
-from rainierd.exporter.jobs import ID_SPELLING
-from rainierd.fleet.pace import CAUSES
-from rainierd.fleet.topology import Topology
-from rainierd.monitor.snapshot import MonitorSnapshot
-
-__all__ = ["SORTS", "job", "listing"]
+from rainierd.core import PHASE_NAMES, JobLoss, JobMembership
+from rainierd.exporter import ID_SPELLING
+from rainierd.fleet import CAUSES, Topology
+from rainierd.monitor import MonitorSnapshot
 
 SORTS: Final = {"lost": True, "id": False, "goodput": False, "chips": True}
 """Sort keys of the list and whether each runs descending (worst or largest first) by default."""

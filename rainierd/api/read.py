@@ -33,15 +33,13 @@ from rainierd.api import events as _events
 from rainierd.api import fleet as _fleet
 from rainierd.api import jobs as _jobs
 from rainierd.api import ultraservers as _ultraservers
-from rainierd.api._common import DEFAULT_LIMIT, MAX_LIMIT, Answer, ApiError, body, page, params, whole
+from rainierd.api._common import MAX_LIMIT, Answer, ApiError, body, page, params, whole
 from rainierd.api.ultraservers import UltraServerTable
-from rainierd.core.analysis import MonitorCore
+from rainierd.core import MonitorCore
 from rainierd.core.detect import STATE_NAMES
-from rainierd.fleet.topology import Topology
+from rainierd.fleet import Topology
 from rainierd.http.routes import Get, Reply, gzip_large
-from rainierd.monitor.snapshot import MonitorSnapshot
-
-__all__ = ["DEFAULT_EVENTS", "DEFAULT_LIMIT", "MAX_LIMIT", "ReadApi"]
+from rainierd.monitor import MonitorSnapshot
 
 DEFAULT_EVENTS: Final = 100
 _PREFIX: Final = "/api/v1"

@@ -26,14 +26,10 @@ import numpy as np
 from rainierd._types import F64, I64, B
 from rainierd.api._common import ApiError, Page, columns, floats, order
 from rainierd.api.figures import ENTITY_FIGURES, live_values
-from rainierd.core.analysis import MonitorCore
+from rainierd.core import MonitorCore
 from rainierd.core.detect import STATE_NAMES, reason_names
-from rainierd.fleet.pace import CAUSES
-from rainierd.fleet.topology import LINK_KIND_NAMES, Topology
-from rainierd.monitor.snapshot import MonitorSnapshot
-
-__all__ = ["ENTITIES", "FIELDS", "SORTS", "UltraServerTable", "copy_live", "detail", "listing", "resolve",
-           "wanted_fields"]
+from rainierd.fleet import CAUSES, LINK_KIND_NAMES, Topology
+from rainierd.monitor import MonitorSnapshot
 
 ENTITIES: Final = ("chip", "neuronlink", "efa", "node", "ultraserver")
 """The entity kinds counted per UltraServer (the feed is the monitor's own, not an UltraServer's)."""
@@ -267,4 +263,3 @@ def detail(topo: Topology, table: UltraServerTable, snap: MonitorSnapshot, slice
             "node": [f"n{n}" for n in topo.efa_node[slices.ports].tolist()], **_health("efa", slices),
             **figure["efa"]}),
     }
-

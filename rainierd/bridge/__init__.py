@@ -33,6 +33,7 @@ from rainierd.bridge._ports import EfaDevice, EfaPorts, EfaSnapshot, natural_ord
 from rainierd.bridge._report import GROUPS, Report, read_report
 from rainierd.bridge._role import BridgeRoleConfig, find_node
 from rainierd.bridge._values import REFUSAL_REASONS
+from rainierd.bridge.run import run_bridge
 
 __all__ = [
     "EFA_MARGIN",
@@ -54,4 +55,5 @@ __all__ = [
     "natural_order",
     "read_efa",
     "read_report",
+    "run_bridge",
 ]

@@ -39,8 +39,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Literal
 
-__all__ = ["STEP_REASONS", "SampleClock", "Tick"]
-
 Step = Literal["ahead", "behind", "no_period"]
 STEP_REASONS: Final[tuple[Step, ...]] = ("ahead", "behind", "no_period")
 FLOOR_RISE: Final = 0.01  # the lag's floor rises at most 1 s per 100 s of wall time (a drift of 1 %)

@@ -15,9 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from rainierd.fleet.hardware import TRN2, Trainium2
-
-__all__ = ["EFA_MARGIN", "FLOPS_MARGIN", "BridgeConfig", "EccCounts"]
+from rainierd.fleet import TRN2, Trainium2
 
 EccCounts = Literal["per-period", "cumulative"]
 

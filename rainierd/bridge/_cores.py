@@ -40,8 +40,6 @@ from typing import Final
 from rainierd.bridge._config import BridgeConfig
 from rainierd.bridge._values import Refusals, count, is_error
 
-__all__ = ["CoreMap", "HardwareInfo", "read_hardware_info", "v3d_device"]
-
 _PHYSICAL: Final = re.compile(r"nc_v3\.([0-9]{1,6})")
 _DEFAULT_LNC: Final = 2  # Trn2's default Logical NeuronCore configuration (logical-neuroncore-config.rst)
 

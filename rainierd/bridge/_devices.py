@@ -45,8 +45,6 @@ from rainierd.bridge._config import BridgeConfig
 from rainierd.bridge._report import ECC_FIELDS, Report, RuntimeSample
 from rainierd.bridge._values import Refusals
 
-__all__ = ["DeviceReading", "Devices", "device_readings"]
-
 N = TypeVar("N", int, float)
 
 

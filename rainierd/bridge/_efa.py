@@ -35,8 +35,6 @@ from typing import Final
 
 from rainierd.bridge._ports import EfaDevice, EfaSnapshot
 
-__all__ = ["DEVICE_COUNTERS", "PORT_COUNTERS", "read_efa"]
-
 PORT_COUNTERS: Final = (
     "tx_bytes", "rx_bytes", "retrans_bytes", "retrans_pkts", "retrans_timeout_events",
     "unresponsive_remote_events", "impaired_remote_conn_events", "rx_drops", "rdma_read_wr_err",

@@ -33,8 +33,6 @@ from typing import Any, Final
 from rainierd.bridge._report import MAX_PERIOD_S, RUNTIME_GROUPS, SYSTEM_GROUPS, runtime_key
 from rainierd.bridge._values import is_error
 
-__all__ = ["GroupHold"]
-
 _HOLD_PERIODS: Final = 2.0
 _HOLD_SLACK_S: Final = 1.0
 

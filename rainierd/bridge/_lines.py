@@ -14,8 +14,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Final
 
-__all__ = ["CHUNK_BYTES", "lines"]
-
 CHUNK_BYTES: Final = 1 << 16
 
 

@@ -19,9 +19,7 @@ from prometheus_client.registry import Collector
 
 from rainierd.bridge._clock import STEP_REASONS
 from rainierd.bridge._report import ERROR_KINDS, GROUPS
-from rainierd.mqtt.connection import Connection
-
-__all__ = ["DROP_REASONS", "REPORT_REFUSALS", "SKIP_REASONS", "BridgeCollector", "BridgeStatus"]
+from rainierd.mqtt import Connection
 
 SKIP_REASONS: Final = (
     "empty",  # a blank line

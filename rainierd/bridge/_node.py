@@ -56,8 +56,6 @@ from rainierd.bridge._report import ECC_FIELDS, Report, instance_id, read_report
 from rainierd.bridge._totals import CumulativeTotal, FlopTotal, PeriodTotal
 from rainierd.bridge._values import Refusals
 
-__all__ = ["ECC_WIRE_FIELDS", "NodeBridge", "Outcome"]
-
 ECC_WIRE_FIELDS: Final = {
     "mem_ecc_corrected": "ecc_corrected_total",
     "mem_ecc_uncorrected": "ecc_uncorrected_total",

@@ -43,8 +43,6 @@ from rainierd.bridge._config import BridgeConfig
 from rainierd.bridge._totals import CumulativeTotal
 from rainierd.bridge._values import Refusals
 
-__all__ = ["EFA_WIRE_FIELDS", "EfaDevice", "EfaPorts", "EfaSnapshot", "natural_order"]
-
 # Wire field -> the driver counters it sums.
 EFA_WIRE_FIELDS: Final[dict[str, tuple[str, ...]]] = {
     "tx_bytes_total": ("tx_bytes",),

@@ -42,11 +42,6 @@ from rainierd.bridge._config import BridgeConfig
 from rainierd.bridge._cores import CoreMap, HardwareInfo, read_hardware_info, v3d_device
 from rainierd.bridge._values import Refusals, count, is_error, number
 
-__all__ = [
-    "DEVICE_ERROR_KINDS", "ECC_FIELDS", "ERROR_KINDS", "GROUPS", "RUNTIME_GROUPS", "SYSTEM_GROUPS", "CoreSample",
-    "ExecSample", "MemorySample", "Report", "RuntimeSample", "instance_id", "read_report", "runtime_key",
-]
-
 MAX_PERIOD_S: Final = 3_600.0
 MAX_LATENCY_S: Final = 86_400.0
 # Utilisation is a percentage over a measured period: a hair above 100 is the measurement's, not the core's.

@@ -14,13 +14,11 @@ from typing import TYPE_CHECKING
 
 from rainierd.bridge._config import BridgeConfig
 from rainierd.errors import ConfigError
-from rainierd.fleet.topology import Topology
+from rainierd.fleet import Topology
 
 if TYPE_CHECKING:
     from rainierd.http.config import HttpConfig
-    from rainierd.mqtt.config import MqttConfig
-
-__all__ = ["BridgeRoleConfig", "find_node"]
+    from rainierd.mqtt import MqttConfig
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -17,8 +17,6 @@ from dataclasses import dataclass
 
 from rainierd.bridge._values import MAX_COUNT
 
-__all__ = ["CumulativeTotal", "FlopTotal", "PeriodTotal"]
-
 
 @dataclass(eq=False, slots=True)
 class PeriodTotal:

@@ -17,8 +17,6 @@ import math
 from collections import Counter
 from typing import Final
 
-__all__ = ["MAX_COUNT", "REFUSAL_REASONS", "Refusals", "count", "is_error", "number"]
-
 MAX_COUNT: Final = 2**53
 """Counts at or above this lose exactness as float64 (the monitor's counter arithmetic): refused."""
 

@@ -53,13 +53,8 @@ from rainierd.errors import ConfigError
 from rainierd.exporter import build_registry, route_metrics_and_probes
 from rainierd.http.server import HttpServer
 from rainierd.http.status import ServerCollector, ServerCounters
-from rainierd.mqtt.connection import ConnectionState
-from rainierd.mqtt.supervisor import supervise
-from rainierd.runtime.dropqueue import DropOldestQueue
-from rainierd.runtime.lifecycle import run_until_stopped
-from rainierd.runtime.probes import Verdict
-
-__all__ = ["DRAIN_S", "MAX_LINE_BYTES", "STOP_DRAIN_S", "NeuronMonitorBridge", "run_bridge"]
+from rainierd.mqtt import ConnectionState, supervise
+from rainierd.runtime import DropOldestQueue, Verdict, run_until_stopped
 
 log = structlog.get_logger("rainierd.bridge")
 

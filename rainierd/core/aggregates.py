@@ -30,9 +30,7 @@ import numpy as np
 
 from rainierd._types import F64, I64, B
 from rainierd.core.state import COUNTER_SUMS, FleetState, Table
-from rainierd.fleet.topology import Topology
-
-__all__ = ["AGGREGATE_GAUGES", "COUNTER_SUMS", "Aggregates", "CounterSums", "Extremes"]
+from rainierd.fleet import Topology
 
 AGGREGATE_GAUGES: Final = (
     ("chips", "temp_c"), ("chips", "power_w"), ("chips", "hbm_used_bytes"),
@@ -134,6 +132,3 @@ def aggregate(state: FleetState, sums: CounterSums, *, chip_fresh: B, stale_afte
         {name: values.copy() for name, values in sums.site.items()},
         outside, np.where(np.isnan(mode), np.nan, (mode > 0).astype(np.float64)),
     )
-
-
-__all__ += ["aggregate"]

@@ -27,10 +27,8 @@ from rainierd.core.learned import fingerprint, learned_arrays, restore_learned
 from rainierd.core.model import HealthyShares
 from rainierd.core.state import FleetState
 from rainierd.core.throughput import Throughput, compute_throughput
-from rainierd.fleet.topology import Topology
-from rainierd.wire.records import Frame, NodeBatch
-
-__all__ = ["Analysis", "DetailView", "HealthView", "MonitorCore"]
+from rainierd.fleet import Topology
+from rainierd.wire import Frame, NodeBatch
 
 
 def _lowest(values: Floats, k: int, sample: PeerSample) -> tuple[I64, F64]:

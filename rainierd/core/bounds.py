@@ -44,10 +44,7 @@ from typing import Final
 import numpy as np
 
 from rainierd._types import F64, I64
-from rainierd.fleet.hardware import TRN2, Trainium2
-from rainierd.fleet.topology import Topology
-
-__all__ = ["EXACT", "OUT_OF_RANGE", "RATIOS", "REFUSAL_REASONS", "Bound", "CounterBounds"]
+from rainierd.fleet import TRN2, Topology, Trainium2
 
 EXACT: Final = 2.0**53
 """The largest increase per sample a counter without a physical rate may make: float64 counts exactly below it."""

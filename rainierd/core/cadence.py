@@ -35,8 +35,6 @@ import numpy as np
 
 from rainierd._types import F64, I64
 
-__all__ = ["MAX_PERIOD_S", "RING", "Cadence"]
-
 MAX_PERIOD_S: Final = 3_600.0
 """The longest period a stream may have (a JSON frame's ``period_s`` is refused beyond it); a longer interval
 is a silence, never a period."""

@@ -15,9 +15,7 @@ from dataclasses import dataclass, field, replace
 from rainierd.core.bounds import CounterBounds
 from rainierd.core.detect import DetectionParams
 from rainierd.core.model import ModelParams
-from rainierd.fleet.hardware import TRN2, Trainium2
-
-__all__ = ["MonitorConfig"]
+from rainierd.fleet import TRN2, Trainium2
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

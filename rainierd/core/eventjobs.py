@@ -44,9 +44,7 @@ from rainierd._types import F64, I64, B
 from rainierd.core.detect import Event, JobCost
 from rainierd.core.jobmodel import JobLoss
 from rainierd.core.jobs import JobMembership
-from rainierd.fleet.topology import Topology
-
-__all__ = ["with_jobs"]
+from rainierd.fleet import Topology
 
 _A = TypeVar("_A", I64, F64)
 # An entity kind's pricing: its ids (and which of them went stale) to the jobs they slow and what they cost each,

@@ -46,9 +46,7 @@ from rainierd.core.jobmodel import CULPRIT_KINDS, TERMS, Groups, JobLoss, Priced
 from rainierd.core.jobs import JobMembership
 from rainierd.core.model import HealthyShares, ModelParams
 from rainierd.core.throughput import Throughput
-from rainierd.fleet.pace import CAUSES
-
-__all__ = ["FLEET_CULPRITS", "LostByCause", "price_fleet"]
+from rainierd.fleet import CAUSES
 
 FLEET_CULPRITS: Final = 20  # the fleet's costliest entities kept: the read API and the exporter show these
 

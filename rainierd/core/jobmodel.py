@@ -28,15 +28,11 @@ from typing import Final
 import numpy as np
 
 from rainierd._types import F32, F64, I64, B, Floats
-from rainierd.core.detect import FleetDetector
-from rainierd.core.detect.chips import FAILED, HEALTHY, STALE, STRAGGLER, THROTTLED
+from rainierd.core.detect import FAILED, HEALTHY, STALE, STRAGGLER, THROTTLED, FleetDetector
 from rainierd.core.jobs import JobMembership
 from rainierd.core.model import HealthyShares, ModelParams, group_loss
 from rainierd.core.throughput import Throughput
-from rainierd.fleet.pace import CAUSES
-
-__all__ = ["CULPRIT_KINDS", "TERMS", "TOP_CULPRITS", "Groups", "JobLoss", "Priced", "Rows", "job_loss", "no_job_loss",
-           "price_groups"]
+from rainierd.fleet import CAUSES
 
 # What a culprit can be: ``JobLoss.culprit_kind`` indexes this tuple.
 CULPRIT_KINDS: Final = ("chip", "neuronlink", "efa", "node")

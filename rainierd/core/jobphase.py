@@ -39,9 +39,6 @@ import numpy as np
 from rainierd._types import F32, F64, I64, B
 from rainierd.core.jobs import JobMembership
 
-__all__ = ["CHECKPOINT", "PHASE_NAMES", "RESTARTING", "RUNNING", "STALLED", "JobPhases", "PhaseParams",
-           "PhaseTracker"]
-
 PHASE_NAMES: Final = ("running", "checkpoint", "restarting", "stalled")
 RUNNING, CHECKPOINT, RESTARTING, STALLED = range(len(PHASE_NAMES))
 

@@ -29,11 +29,8 @@ from typing import Final, TypeVar
 import numpy as np
 
 from rainierd._types import F64, I32, I64, B
-from rainierd.fleet.hardware import TRN2
-from rainierd.fleet.topology import Topology
-from rainierd.wire.jobs import JobDocument
-
-__all__ = ["NO_JOB", "JobMembership", "NameIndex", "resolve_jobs"]
+from rainierd.fleet import TRN2, Topology
+from rainierd.wire import JobDocument
 
 NO_JOB: Final = -1
 

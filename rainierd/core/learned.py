@@ -28,12 +28,10 @@ import numpy.typing as npt
 
 from rainierd.core.detect import Learned, take
 from rainierd.errors import RainierdError
-from rainierd.fleet.topology import Topology
+from rainierd.fleet import Topology
 
 if TYPE_CHECKING:
     from rainierd.core.analysis import MonitorCore
-
-__all__ = ["VERSION", "LearnedStateError", "fingerprint", "learned_arrays", "restore_learned"]
 
 # 1: the first layout (issue 22): baselines, slow-loss rates and site backgrounds, healthy shares.
 # 2: each port's retransmit rate also holds the window it keeps back until the next one ends clean

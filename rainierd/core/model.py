@@ -30,9 +30,8 @@ import numpy as np
 import numpy.typing as npt
 
 from rainierd._types import F64, Floats
-from rainierd.fleet.pace import CAUSES, SHARES, StepShares, step_excess
+from rainierd.fleet import SHARES, StepShares, step_excess
 
-__all__ = ["CAUSES", "HealthyShares", "ModelParams", "group_loss"]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelParams:

@@ -28,11 +28,8 @@ import numpy.typing as npt
 from rainierd._types import F32, F64, I64, U16, U32, B
 from rainierd.core.bounds import EXACT, OUT_OF_RANGE, RATIOS, REFUSAL_REASONS, Bound, CounterBounds
 from rainierd.core.cadence import Cadence
-from rainierd.fleet.topology import Topology
-from rainierd.wire.records import CHIP_DTYPE, COOLING_DTYPE, EFA_DTYPE, FACILITY_DTYPE, LINK_DTYPE, column_dtypes
-
-__all__ = ["CONSUMED", "COUNTER_SUMS", "RATED", "RATE_F64", "REFUSALS", "FleetState", "Scratch", "Summed", "Table",
-           "contiguous"]
+from rainierd.fleet import Topology
+from rainierd.wire import CHIP_DTYPE, COOLING_DTYPE, EFA_DTYPE, FACILITY_DTYPE, LINK_DTYPE, column_dtypes
 
 RATE_F64: Final = frozenset({"fp8_flop_total"})
 """Counters whose rate is kept in float64: fleet FLOP/s sums must match to 1e-9."""

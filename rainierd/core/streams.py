@@ -82,8 +82,6 @@ import numpy.typing as npt
 
 from rainierd._types import F64, I64, U64, B
 
-__all__ = ["CONFIRM", "LAG_FLOOR_RISE", "TAKEOVER_SILENCE_TICKS", "WINDOW", "Advance", "Streams"]
-
 WINDOW: Final = 16  # frames a missing frame may come late by before it is counted lost
 CONFIRM: Final = 3  # consecutive consistent frames that confirm a new numbering or publisher
 TAKEOVER_SILENCE_TICKS: Final = 2  # listening ticks a stream's publisher is silent before another takes it at once

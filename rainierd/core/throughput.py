@@ -36,8 +36,6 @@ import numpy.typing as npt
 from rainierd._types import F64, I64, B
 from rainierd.core.state import FleetState
 
-__all__ = ["Throughput", "compute_throughput"]
-
 Figure = Literal["delivered", "effective"]
 
 

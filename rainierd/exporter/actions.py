@@ -14,9 +14,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from rainierd.actions import ACTIONS, STATES
-from rainierd.monitor.snapshot import MonitorSnapshot
-
-__all__ = ["ActionsCollector"]
+from rainierd.monitor import MonitorSnapshot
 
 
 class ActionsCollector(Collector):

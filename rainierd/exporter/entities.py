@@ -25,13 +25,11 @@ import structlog
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from rainierd.core import DetailView
 from rainierd.core.detect import STATE_NAMES, reason_names
 from rainierd.exporter.exposition import family_head
-from rainierd.fleet.pace import CAUSES
-from rainierd.fleet.topology import LINK_KIND_NAMES, Topology
-from rainierd.monitor.snapshot import DetailView, MonitorSnapshot
-
-__all__ = ["ENTITY_FAMILIES", "DetectionCollector", "EntityFamilies"]
+from rainierd.fleet import CAUSES, LINK_KIND_NAMES, Topology
+from rainierd.monitor import MonitorSnapshot
 
 log = structlog.get_logger("rainierd.exporter")
 

@@ -10,8 +10,6 @@ escapes its backslashes and line feeds.
 
 from __future__ import annotations
 
-__all__ = ["family_head"]
-
 
 def family_head(name: str, text: str, kind: str = "gauge") -> str:
     """Return the ``# HELP`` and ``# TYPE`` lines of family ``name``, its help ``text``, of type ``kind``."""

@@ -14,11 +14,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from rainierd.exporter.ultraservers import AGGREGATE_FAMILIES, family_values
-from rainierd.fleet.topology import Topology
-from rainierd.monitor.snapshot import MonitorSnapshot
-from rainierd.wire.topics import Shard
-
-__all__ = ["FleetCollector", "ShardCollector"]
+from rainierd.fleet import Topology
+from rainierd.monitor import MonitorSnapshot
+from rainierd.wire import Shard
 
 
 class FleetCollector(Collector):

@@ -25,15 +25,11 @@ import numpy as np
 import structlog
 
 from rainierd._types import I64
-from rainierd.core.jobmodel import JobLoss
-from rainierd.core.jobphase import PHASE_NAMES, JobPhases
-from rainierd.core.jobs import JobMembership
+from rainierd.core import PHASE_NAMES, JobLoss, JobMembership, JobPhases
 from rainierd.exporter.exposition import family_head
-from rainierd.fleet.pace import CAUSES
-from rainierd.monitor.snapshot import MonitorSnapshot
-from rainierd.wire.jobs import JOB_REJECT_REASONS
-
-__all__ = ["ID_SPELLING", "JobFamilies", "exported_jobs"]
+from rainierd.fleet import CAUSES
+from rainierd.monitor import MonitorSnapshot
+from rainierd.wire import JOB_REJECT_REASONS
 
 log = structlog.get_logger("rainierd.exporter")
 

@@ -20,10 +20,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from rainierd.exporter.jobs import ID_SPELLING
-from rainierd.fleet.pace import CAUSES
-from rainierd.monitor.snapshot import MonitorSnapshot
-
-__all__ = ["LossCollector", "goodput"]
+from rainierd.fleet import CAUSES
+from rainierd.monitor import MonitorSnapshot
 
 
 def goodput(effective: float, lost: float) -> float:
@@ -86,4 +84,3 @@ class LossCollector(Collector):
         yield GaugeMetricFamily("rainier_fleet_loss_jobs_priced", "Jobs the loss figures price whole: 0 means every "
                                 "figure is the per-UltraServer fallback (no job known).",
                                 value=float(lost.n_jobs))
-

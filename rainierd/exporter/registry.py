@@ -18,9 +18,7 @@ from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from rainierd import __version__
-from rainierd.wire.records import WIRE_VERSION
-
-__all__ = ["BuildInfoCollector", "Exporter", "TextFamily", "build_registry"]
+from rainierd.wire import WIRE_VERSION
 
 log = structlog.get_logger("rainierd.exporter")
 

@@ -24,9 +24,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from rainierd.http.routes import Get, Reply, gzip_body, verdict_route
 from rainierd.http.server import HttpServer
-from rainierd.runtime.probes import Verdict
-
-__all__ = ["MetricsRoute", "route_metrics_and_probes"]
+from rainierd.runtime import Verdict
 
 _GZIPPED: Final = (("Content-Encoding", "gzip"), ("Vary", "Accept-Encoding"))
 _PLAIN: Final = (("Vary", "Accept-Encoding"),)

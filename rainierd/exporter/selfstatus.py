@@ -13,14 +13,9 @@ from typing import Final
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from rainierd.core.state import REFUSALS
-from rainierd.monitor.snapshot import MonitorSnapshot, MonitorStatus
-from rainierd.runtime.histogram import Histogram
-
-__all__ = [
-    "DECODE_REASONS", "AnalysisCollector", "BacklogCollector", "CheckpointCollector", "IngestCollector",
-    "LoopCollector", "MqttCollector",
-]
+from rainierd.core import REFUSALS
+from rainierd.monitor import MonitorSnapshot, MonitorStatus
+from rainierd.runtime import Histogram
 
 # Every reason a frame can be rejected for, so each series exists from start.
 DECODE_REASONS: Final = (

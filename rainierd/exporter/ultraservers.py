@@ -20,10 +20,8 @@ import numpy as np
 
 from rainierd._types import F64, I64
 from rainierd.exporter.exposition import family_head
-from rainierd.fleet.topology import Topology
-from rainierd.monitor.snapshot import MonitorSnapshot
-
-__all__ = ["AGGREGATE_FAMILIES", "UltraServerFamilies"]
+from rainierd.fleet import Topology
+from rainierd.monitor import MonitorSnapshot
 
 _LEVELS = ("peak", "delivered", "effective")
 

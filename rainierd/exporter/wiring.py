@@ -25,13 +25,10 @@ from rainierd.exporter.selfstatus import (
     MqttCollector,
 )
 from rainierd.exporter.ultraservers import UltraServerFamilies
-from rainierd.fleet.shards import shard_view
-from rainierd.fleet.topology import Topology
+from rainierd.fleet import Topology, shard_view
 from rainierd.http.status import ServerCollector, ServerStatus
-from rainierd.monitor.snapshot import MonitorSnapshot
-from rainierd.wire.topics import WHOLE_FLEET, Shard
-
-__all__ = ["Exporter", "build_exporter"]
+from rainierd.monitor import MonitorSnapshot
+from rainierd.wire import WHOLE_FLEET, Shard
 
 
 def build_exporter(

@@ -11,8 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["TRN2", "Trainium2"]
-
 
 @dataclass(frozen=True, slots=True)
 class Trainium2:

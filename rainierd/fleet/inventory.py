@@ -45,8 +45,6 @@ from rainierd.errors import ConfigError
 from rainierd.fleet.hardware import TRN2
 from rainierd.fleet.topology import MAX_CHIPS, Names, Topology, build_sites, build_topology
 
-__all__ = ["NAME_PATTERN", "InventoryModel", "load_inventory", "load_topology", "parse_inventory"]
-
 # Names become label values and log fields: plain characters only, nothing to escape.
 NAME_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
 Name = Annotated[str, Field(pattern=NAME_PATTERN)]

@@ -76,11 +76,6 @@ from rainierd.fleet.hardware import TRN2
 from rainierd.fleet.inventory import NAME_PATTERN, parse_inventory
 from rainierd.fleet.topology import MAX_CHIPS
 
-__all__ = [
-    "Conversion", "NodeListing", "Slot", "build_inventory", "parse_devices", "parse_node_argument",
-    "parse_ultraservers", "read_node_listing",
-]
-
 # A 16-device listing is about 10 KB; anything this long is not one.
 MAX_LISTING_BYTES: Final = 4 * 2**20
 NO_SERVER: Final = "0000000000000000"  # the init script's default: not in an UltraServer

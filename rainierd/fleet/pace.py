@@ -25,8 +25,6 @@ import numpy as np
 
 from rainierd._types import F64, Floats
 
-__all__ = ["CAUSES", "SHARES", "StepShares", "path_stretch", "step_excess", "step_time"]
-
 # Every cause of lost FP8 FLOP/s, in the order the exporter and the benchmarks list them.
 CAUSES: Final = (
     "failed_chip", "thermal_throttle", "straggler", "degraded_neuronlink", "degraded_efa", "stale_telemetry",

@@ -14,8 +14,6 @@ import numpy as np
 
 from rainierd.fleet.topology import Topology
 
-__all__ = ["Sharding", "shard_view"]
-
 
 class Sharding(Protocol):
     """What a shard view asks of a shard (``rainierd.wire.topics.Shard`` is one)."""

@@ -28,20 +28,6 @@ import numpy.typing as npt
 from rainierd.errors import ConfigError
 from rainierd.fleet.hardware import TRN2
 
-__all__ = [
-    "LINK_KIND_NAMES",
-    "LINK_KIND_RING",
-    "LINK_KIND_TORUS",
-    "PRESETS",
-    "Names",
-    "PresetName",
-    "Topology",
-    "build_fleet",
-    "build_sites",
-    "build_topology",
-    "parse_topology",
-]
-
 IntArray = npt.NDArray[np.int64]
 
 PresetName = Literal["demo", "ultraserver", "rainier", "rainier-1m"]

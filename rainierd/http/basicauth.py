@@ -65,8 +65,6 @@ import bcrypt
 
 from rainierd.http.status import AUTH_RESULTS
 
-__all__ = ["BasicAuth"]
-
 # bcrypt reads no further; a longer password would verify by its first 72 bytes.
 _BCRYPT_MAX_PASSWORD_BYTES: Final = 72
 _WORKERS: Final = 2  # one peer may hold workers - 1 of them: a flood from one address costs one core

@@ -52,18 +52,6 @@ from typing import Final
 
 from rainierd.errors import RainierdError
 
-__all__ = [
-    "HttpError",
-    "Remote",
-    "Response",
-    "Url",
-    "add_connection_arguments",
-    "basic_authorization",
-    "parse_url",
-    "remote",
-    "request",
-]
-
 _MAX_HEAD_BYTES: Final = 16_384  # every response head (interim 1xx ones and the final one) together
 _MAX_STATUS_LINE_BYTES: Final = 1_024  # "HTTP/1.1 200 OK" with room for a long reason; 10 KB of it is no answer
 _MAX_LENGTH_DIGITS: Final = 18  # a Content-Length past any body bound: refused before int() reads 4,300 digits

@@ -11,8 +11,6 @@ from typing import Final
 
 from rainierd.http.webconfig import WebConfig
 
-__all__ = ["DEFAULT_MAX_CONNECTIONS", "DEFAULT_MAX_HANDSHAKES", "DEFAULT_UNAUTHENTICATED_IDLE_S", "HttpConfig"]
-
 DEFAULT_MAX_CONNECTIONS: Final = 256  # a TLS connection holds ~280 KiB: ~70 MiB at the cap
 DEFAULT_MAX_HANDSHAKES: Final = 64
 DEFAULT_UNAUTHENTICATED_IDLE_S: Final = 5.0

@@ -17,8 +17,6 @@ import os
 import resource
 from typing import Final
 
-__all__ = ["RESERVED_DESCRIPTORS", "connection_budget"]
-
 RESERVED_DESCRIPTORS: Final = 64
 # The kernel refuses a soft limit above fs.nr_open (1,048,576 by default) even if the hard limit is unlimited.
 _UNLIMITED_SOFT: Final = 1 << 20

@@ -19,8 +19,6 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["MAX_HEAD_BYTES", "REJECTION_REASONS", "Rejection", "Request", "accepts_gzip", "parse_head"]
-
 MAX_HEAD_BYTES: Final = 8_192
 
 # The reasons a head is refused, each a series of rainier_exporter_bad_requests_total from the start.

@@ -50,9 +50,7 @@ from rainierd.http.request import MAX_HEAD_BYTES, Rejection, Request, accepts_gz
 from rainierd.http.routes import Get, Handler, Reply, Routes
 from rainierd.http.slots import Slots, Standing
 from rainierd.http.status import ServerCounters
-from rainierd.runtime.logs import Episode
-
-__all__ = ["HttpServer"]
+from rainierd.runtime import Episode
 
 log = structlog.get_logger("rainierd.exporter")
 

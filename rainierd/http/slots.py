@@ -34,8 +34,6 @@ from typing import Final
 
 from rainierd.http.status import ServerCounters
 
-__all__ = ["Slots", "Standing"]
-
 
 class Standing(Enum):
     """Where a connection stands, for who is evicted first."""

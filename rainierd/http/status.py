@@ -16,10 +16,6 @@ from prometheus_client.registry import Collector
 
 from rainierd.http.request import REJECTION_REASONS
 
-__all__ = [
-    "AUTH_RESULTS", "CONNECTION_STATES", "DROP_REASONS", "ServerCollector", "ServerCounters", "ServerStatus",
-]
-
 CONNECTION_STATES: Final = ("silent", "handshake", "unauthenticated", "authenticated")
 # Why the server closed a connection before its client did (each a series from the start).
 DROP_REASONS: Final = ("evicted", "handshake_evicted", "refused", "handshake_failed", "unauthenticated_idle")

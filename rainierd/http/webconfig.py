@@ -38,8 +38,6 @@ import yaml
 
 from rainierd.errors import ConfigError
 
-__all__ = ["ClientAuthType", "TLSServerConfig", "TLSVersion", "WebConfig", "load_web_config"]
-
 ClientAuthType = Literal["NoClientCert", "VerifyClientCertIfGiven", "RequireAndVerifyClientCert"]
 TLSVersion = Literal["TLS12", "TLS13"]
 

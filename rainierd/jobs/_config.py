@@ -7,12 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from rainierd.core.jobs import NameIndex
+from rainierd.core import NameIndex
 
 if TYPE_CHECKING:
-    from rainierd.mqtt.config import MqttConfig
-
-__all__ = ["JobsConfig"]
+    from rainierd.mqtt import MqttConfig
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

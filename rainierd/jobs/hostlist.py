@@ -17,8 +17,6 @@ from typing import Final
 
 from rainierd.errors import JobError
 
-__all__ = ["expand_hostlist"]
-
 _RANGE_RE: Final = re.compile(r"(\d{1,9})(?:-(\d{1,9}))?", re.ASCII)
 
 

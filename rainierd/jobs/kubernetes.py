@@ -43,11 +43,9 @@ from typing import Any, Final
 
 from pydantic import ValidationError
 
-from rainierd.core.jobs import NameIndex
+from rainierd.core import NameIndex
 from rainierd.errors import JobError
-from rainierd.wire.jobs import JOB_VERSION, MAX_JOB_NODES, JobDocument, validation_message
-
-__all__ = ["DEFAULT_GROUP_LABELS", "PodPlacement", "PodWatch", "kubernetes_jobs", "placement"]
+from rainierd.wire import JOB_VERSION, MAX_JOB_NODES, JobDocument, validation_message
 
 DEFAULT_GROUP_LABELS: Final = (
     "jobset.sigs.k8s.io/jobset-name",

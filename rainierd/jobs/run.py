@@ -43,20 +43,15 @@ from typing import Any, Final, Literal
 import aiomqtt
 import structlog
 
-from rainierd.core.jobs import NameIndex, resolve_jobs
+from rainierd.core import NameIndex, resolve_jobs
 from rainierd.errors import JobError, RainierdError
 from rainierd.jobs._config import JobsConfig
 from rainierd.jobs.kubernetes import DEFAULT_GROUP_LABELS, PodWatch, kubernetes_jobs
 from rainierd.jobs.slurm import slurm_jobs
 from rainierd.jobs.static import static_jobs
-from rainierd.mqtt.config import MqttConfig
-from rainierd.mqtt.connection import ConnectionState
-from rainierd.mqtt.supervisor import supervise
-from rainierd.runtime.lifecycle import run_until_stopped
-from rainierd.wire.jobs import JOBS_FILTER, JobBook, JobDocument, encode_job, job_topic
-from rainierd.wire.topics import status_topic
-
-__all__ = ["JobSync", "run_jobs"]
+from rainierd.mqtt import ConnectionState, MqttConfig, supervise
+from rainierd.runtime import run_until_stopped
+from rainierd.wire import JOBS_FILTER, JobBook, JobDocument, encode_job, job_topic, status_topic
 
 log = structlog.get_logger("rainierd.jobs")
 

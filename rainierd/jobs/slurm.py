@@ -20,12 +20,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from rainierd.core.jobs import NameIndex
+from rainierd.core import NameIndex
 from rainierd.errors import JobError
 from rainierd.jobs.hostlist import expand_hostlist
-from rainierd.wire.jobs import JOB_VERSION, MAX_JOB_NODES, JobDocument, validation_message
-
-__all__ = ["slurm_jobs"]
+from rainierd.wire import JOB_VERSION, MAX_JOB_NODES, JobDocument, validation_message
 
 
 def _number(value: Any) -> int | None:

@@ -25,18 +25,10 @@ from typing import Annotated, Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from rainierd.core.jobs import NameIndex
+from rainierd.core import NameIndex
 from rainierd.errors import ConfigError, JobError
 from rainierd.jobs.hostlist import expand_hostlist
-from rainierd.wire.jobs import (
-    JOB_VERSION,
-    MAX_JOB_NODES,
-    MAX_JOB_ULTRASERVERS,
-    JobDocument,
-    validation_message,
-)
-
-__all__ = ["static_jobs"]
+from rainierd.wire import JOB_VERSION, MAX_JOB_NODES, MAX_JOB_ULTRASERVERS, JobDocument, validation_message
 
 MAX_FILE_BYTES: Final = 64 * 2**20
 

@@ -10,4 +10,10 @@ from rainierd.monitor.clock import ListeningClock
 from rainierd.monitor.loop import Monitor
 from rainierd.monitor.snapshot import MonitorSnapshot, MonitorStatus
 
-__all__ = ["ListeningClock", "Monitor", "MonitorSnapshot", "MonitorStatus", "SharePolicy"]
+__all__ = [
+    "ListeningClock",
+    "Monitor",
+    "MonitorSnapshot",
+    "MonitorStatus",
+    "SharePolicy",
+]

@@ -14,10 +14,8 @@ from __future__ import annotations
 import numpy as np
 
 from rainierd.admission import Confirmed, StreamsView
+from rainierd.core import Streams
 from rainierd.core.ingest import Ingest
-from rainierd.core.streams import Streams
-
-__all__ = ["confirmed_of"]
 
 
 def confirmed_of(ingest: Ingest, previous: Confirmed | None = None) -> Confirmed:

@@ -23,8 +23,6 @@ import numpy.typing as npt
 
 from rainierd.errors import RainierdError
 
-__all__ = ["CheckpointError", "load_checkpoint", "mark_stale", "save_checkpoint"]
-
 FORMAT: Final = 2  # 2: the counters as named arrays (counters.frames_applied, ...)
 # Written over a checkpoint's first bytes when it could be neither replaced nor removed (``mark_stale``).
 STALE_MARK: Final = b"rainierd: stale checkpoint\n"

@@ -43,9 +43,7 @@ import structlog
 from rainierd.core.ingest import Ingest
 from rainierd.monitor.checkpoint_file import load_checkpoint, mark_stale, save_checkpoint
 from rainierd.monitor.snapshot import Checkpointing
-from rainierd.runtime.logs import worth_logging
-
-__all__ = ["Checkpointer", "LearnedSource"]
+from rainierd.runtime import worth_logging
 
 log = structlog.get_logger("rainierd.monitor")
 

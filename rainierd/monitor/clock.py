@@ -21,8 +21,6 @@ import asyncio
 import time
 from collections.abc import Callable
 
-__all__ = ["ListeningClock", "ReceiveClock"]
-
 
 class ListeningClock:
     """Seconds the monitor has been able to listen.

@@ -17,10 +17,8 @@ import aiomqtt
 import structlog
 
 from rainierd.core.detect import Event
-from rainierd.runtime.dropqueue import DropOldestQueue
-from rainierd.wire.topics import EVENTS_ROOT
-
-__all__ = ["RECENT_EVENTS", "EventLog"]
+from rainierd.runtime import DropOldestQueue
+from rainierd.wire import EVENTS_ROOT
 
 log = structlog.get_logger("rainierd.monitor")
 

@@ -31,8 +31,6 @@ import time
 from collections.abc import Callable
 from typing import Final
 
-__all__ = ["Footprint", "rss_bytes"]
-
 CHECK_EVERY_S: Final = 30.0
 GROWN_RATIO: Final = 1.05
 

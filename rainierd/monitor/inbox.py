@@ -32,17 +32,14 @@ import structlog
 from rainierd.admission import Admission
 from rainierd.core.ingest import Message
 from rainierd.errors import FrameError
-from rainierd.fleet.topology import Topology
+from rainierd.fleet import Topology
 from rainierd.monitor.clock import ReceiveClock
 from rainierd.monitor.rejections import RejectionLog
 from rainierd.monitor.snapshot import Receipts
-from rainierd.wire.binary import HEADER
-from rainierd.wire.records import NODE_FRAME_DTYPES
+from rainierd.wire import HEADER, NODE_FRAME_DTYPES
 
 log = structlog.get_logger("rainierd.monitor")
 _PUBLISHER_BYTES: Final = 32  # a publisher id in a frame (``rainierd-sim-ffe68dde``: 21)
-
-__all__ = ["BACKLOG_TICKS", "Inbox", "backlog_bytes_for"]
 
 BACKLOG_TICKS: Final = 4
 """Ticks of the fleet's frames the backlog holds by default: a window is half of it, so two ticks of frames

@@ -25,11 +25,9 @@ from types import MappingProxyType
 
 import structlog
 
-from rainierd.core.jobs import JobMembership, NameIndex, resolve_jobs
-from rainierd.fleet.topology import Topology
-from rainierd.wire.jobs import JOB_REJECT_REASONS, JOBS_ROOT, JobBook, JobDocument
-
-__all__ = ["JobFeed", "is_job_topic"]
+from rainierd.core import JobMembership, NameIndex, resolve_jobs
+from rainierd.fleet import Topology
+from rainierd.wire import JOB_REJECT_REASONS, JOBS_ROOT, JobBook, JobDocument
 
 log = structlog.get_logger("rainierd.monitor")
 

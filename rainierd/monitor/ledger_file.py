@@ -16,9 +16,7 @@ from typing import Any, Final
 
 import structlog
 
-from rainierd.actions.ledger import Ledger, LedgerError
-
-__all__ = ["ledger_path", "restore_ledger", "save_ledger"]
+from rainierd.actions import Ledger, LedgerError
 
 log = structlog.get_logger("rainierd.monitor")
 

@@ -23,15 +23,11 @@ from typing import Final
 
 import structlog
 
-from rainierd.actions import ActionsView
-from rainierd.actions.config import ActionConfig
-from rainierd.actions.policy import ActionPolicy, MonitorCondition
+from rainierd.actions import ActionConfig, ActionPolicy, ActionsView, MonitorCondition
 from rainierd.admission import BURST_TICKS, Admission, Confirmed, SharePolicy
-from rainierd.core.analysis import Analysis, MonitorCore
-from rainierd.core.config import MonitorConfig
+from rainierd.core import Analysis, MonitorConfig, MonitorCore
 from rainierd.core.ingest import Message
-from rainierd.fleet.shards import shard_view
-from rainierd.fleet.topology import Topology
+from rainierd.fleet import Topology, shard_view
 from rainierd.monitor.admission import confirmed_of
 from rainierd.monitor.checkpointing import Checkpointer
 from rainierd.monitor.clock import ListeningClock
@@ -44,17 +40,10 @@ from rainierd.monitor.overload import LoadJudge
 from rainierd.monitor.rejections import RejectionLog
 from rainierd.monitor.session import Session
 from rainierd.monitor.snapshot import IngestCounts, MonitorSnapshot, MonitorStatus
-from rainierd.mqtt.connection import ConnectionState
-from rainierd.runtime.histogram import LagHistogram
-from rainierd.runtime.logs import worth_logging
-from rainierd.runtime.looplag import LoopLag
-from rainierd.runtime.malloc import release_freed_memory
-from rainierd.runtime.probes import Verdict
+from rainierd.mqtt import ConnectionState
+from rainierd.runtime import LagHistogram, LoopLag, Verdict, release_freed_memory, worth_logging
 from rainierd.sinks.retained import RetainedActions
-from rainierd.wire.jobs import JobDocument
-from rainierd.wire.topics import WHOLE_FLEET, Shard
-
-__all__ = ["Monitor"]
+from rainierd.wire import WHOLE_FLEET, JobDocument, Shard
 
 log = structlog.get_logger("rainierd.monitor")
 

@@ -59,8 +59,6 @@ from rainierd._types import F64, I64
 from rainierd.monitor.clock import ListeningClock
 from rainierd.monitor.snapshot import Backlog
 
-__all__ = ["LoadJudge"]
-
 log = structlog.get_logger("rainierd.monitor")
 
 CLEAN_WINDOWS_TO_RECOVER: Final = 3  # analyses without a sign of overload before it ends

@@ -10,9 +10,7 @@ from collections.abc import Mapping
 
 import structlog
 
-from rainierd.runtime.logs import worth_logging
-
-__all__ = ["RejectionLog"]
+from rainierd.runtime import worth_logging
 
 log = structlog.get_logger("rainierd.monitor")
 

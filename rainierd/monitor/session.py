@@ -21,13 +21,9 @@ from rainierd.monitor.clock import ListeningClock
 from rainierd.monitor.events import EventLog
 from rainierd.monitor.inbox import Inbox
 from rainierd.monitor.jobs import JobFeed, is_job_topic
-from rainierd.mqtt.connection import ConnectionState
-from rainierd.mqtt.supervisor import deliver
+from rainierd.mqtt import ConnectionState, deliver
 from rainierd.sinks.retained import RetainedActions, is_action_topic
-from rainierd.wire.jobs import JOBS_FILTER
-from rainierd.wire.topics import Shard, status_topic, telemetry_filters
-
-__all__ = ["Session"]
+from rainierd.wire import JOBS_FILTER, Shard, status_topic, telemetry_filters
 
 log = structlog.get_logger("rainierd.monitor")
 

@@ -14,23 +14,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-from rainierd.actions import ActionsView
-from rainierd.actions.policy import ActionTotals
-from rainierd.core.aggregates import Aggregates
-from rainierd.core.analysis import Analysis, DetailView, HealthView
-from rainierd.core.fleetloss import LostByCause
+from rainierd.actions import ActionsView, ActionTotals
+from rainierd.core import (
+    Aggregates,
+    Analysis,
+    DetailView,
+    HealthView,
+    JobLoss,
+    JobMembership,
+    JobPhases,
+    LostByCause,
+    Throughput,
+)
 from rainierd.core.ingest import IngestStats
-from rainierd.core.jobmodel import JobLoss
-from rainierd.core.jobphase import JobPhases
-from rainierd.core.jobs import JobMembership
-from rainierd.core.throughput import Throughput
-from rainierd.mqtt.connection import Connection
-from rainierd.runtime.histogram import Histogram
+from rainierd.mqtt import Connection
+from rainierd.runtime import Histogram
 
-__all__ = [
-    "Aggregates", "Backlog", "Checkpointing", "DetailView", "HealthView", "IngestCounts", "MonitorSnapshot",
-    "MonitorStatus", "Receipts",
-]
 
 def _empty() -> Mapping[str, int]:
     return MappingProxyType({})
@@ -181,4 +180,3 @@ class MonitorSnapshot:
     def computed(self) -> bool:
         """Return whether any telemetry has been applied (before that the fleet's figures are absent)."""
         return self.throughput.tick >= 0
-

@@ -32,10 +32,6 @@ from typing import Final, TypeVar
 import aiomqtt
 import paho.mqtt.client as paho
 
-__all__ = [
-    "CHECKED_AGAINST", "Client", "close_unannounced", "disconnected", "publish_nowait", "queue_packet", "speaks_v5",
-]
-
 # The releases every function below was read against; pyproject.toml pins these minor versions.
 CHECKED_AGAINST: Final = {"aiomqtt": "2.5", "paho-mqtt": "2.2"}
 

@@ -24,8 +24,6 @@ import structlog
 
 from rainierd.errors import BrokerError
 
-__all__ = ["EmbeddedBroker", "topic_matches"]
-
 log = structlog.get_logger("rainierd.mqtt.broker")
 
 CONNECT, CONNACK, PUBLISH, PUBACK, PUBREC, PUBREL, PUBCOMP = 1, 2, 3, 4, 5, 6, 7

@@ -25,8 +25,6 @@ import paho.mqtt.client as paho
 
 from rainierd.mqtt import _paho
 
-__all__ = ["publish_many", "publish_nowait", "publish_packet_header"]
-
 
 @functools.lru_cache(maxsize=1 << 17)
 def publish_packet_header(topic: str, payload_bytes: int, *, v5: bool) -> bytes:

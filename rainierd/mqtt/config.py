@@ -11,8 +11,6 @@ from pathlib import Path
 from typing import Final, Literal
 from urllib.parse import urlsplit
 
-__all__ = ["MAX_PACKET_OVERHEAD", "Broker", "MqttConfig", "parse_brokers"]
-
 # A PUBLISH packet's bytes beyond its payload: fixed header, topic (ours are
 # under 100 bytes) and MQTT 5 properties.  A payload up to the monitor's
 # ``max_frame_bytes`` always fits; one far beyond it never reaches us.

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Connection", "ConnectionState"]
-
 
 @dataclass(frozen=True, slots=True)
 class Connection:

@@ -59,9 +59,7 @@ from paho.mqtt.properties import Properties
 from rainierd.mqtt._paho import Client, close_unannounced, disconnected
 from rainierd.mqtt.config import Broker, MqttConfig
 from rainierd.mqtt.connection import ConnectionState
-from rainierd.wire.topics import status_topic
-
-__all__ = ["GOODBYE_S", "Handler", "deliver", "supervise"]
+from rainierd.wire import status_topic
 
 log = structlog.get_logger("rainierd.mqtt.supervisor")
 

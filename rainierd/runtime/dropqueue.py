@@ -10,8 +10,6 @@ from __future__ import annotations
 import asyncio
 from typing import Generic, TypeVar
 
-__all__ = ["DropOldestQueue"]
-
 T = TypeVar("T")
 
 

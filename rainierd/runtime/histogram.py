@@ -12,8 +12,6 @@ import numpy as np
 
 from rainierd._types import F64, I64
 
-__all__ = ["LAG_BUCKETS_S", "Histogram", "LagHistogram"]
-
 # Fine steps up to 3 s (a 1 s tick's lag lives there), coarse beyond.
 LAG_BUCKETS_S: Final = (*(round(0.1 * i, 1) for i in range(1, 31)), 4.0, 5.0, 7.5, 10.0, 15.0, 30.0, 60.0)
 

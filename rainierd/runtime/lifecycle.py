@@ -22,8 +22,6 @@ import structlog
 
 from rainierd._start import SIGNALS, stop_requested
 
-__all__ = ["run_until_stopped", "stop_on_signals"]
-
 log = structlog.get_logger("rainierd")
 
 

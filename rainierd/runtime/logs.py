@@ -21,8 +21,6 @@ from typing import Any, Final
 
 import structlog
 
-__all__ = ["LOG_EVERY", "LOG_FIRST", "Episode", "configure_logging", "redact_secrets", "worth_logging"]
-
 LOG_FIRST: Final = 5  # occurrences of a repeated warning logged in full before sampling
 LOG_EVERY: Final = 1_000  # then one line every this many
 

@@ -17,8 +17,6 @@ import numpy as np
 
 from rainierd.runtime.histogram import LagHistogram
 
-__all__ = ["LOOP_LAG_BUCKETS_S", "LoopLag"]
-
 # Fine from 1 ms to 1 s: the budget is 10 ms, and what breaks it (a GC pass,
 # a render holding the GIL) shows as tens to hundreds of milliseconds.
 LOOP_LAG_BUCKETS_S: Final = (

@@ -35,8 +35,6 @@ from __future__ import annotations
 import ctypes
 from typing import Final
 
-__all__ = ["keep_freed_memory", "release_freed_memory"]
-
 _M_TRIM_THRESHOLD: Final = -1
 _M_MMAP_THRESHOLD: Final = -3
 _M_ARENA_MAX: Final = -8

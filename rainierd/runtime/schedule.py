@@ -16,8 +16,6 @@ from dataclasses import dataclass
 
 import structlog
 
-__all__ = ["Schedule"]
-
 log = structlog.get_logger("rainierd.runtime.schedule")
 
 

@@ -15,10 +15,8 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
-from rainierd.fleet.topology import Topology
+from rainierd.fleet import Topology
 from rainierd.sim.profile import Profile
-
-__all__ = ["Statics", "static_rng"]
 
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]

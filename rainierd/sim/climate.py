@@ -11,10 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from rainierd._types import F64
-from rainierd.fleet.topology import Topology
+from rainierd.fleet import Topology
 from rainierd.sim.params import FleetParams
-
-__all__ = ["Climate"]
 
 
 class Climate:

@@ -22,20 +22,7 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from rainierd.fleet.hardware import TRN2
-from rainierd.fleet.topology import Topology
-
-__all__ = [
-    "SEVERITIES",
-    "TARGETS",
-    "Effects",
-    "Fault",
-    "FaultKind",
-    "effects",
-    "fault_ultraservers",
-    "flap_schedule",
-    "flapping_fault",
-]
+from rainierd.fleet import TRN2, Topology
 
 
 class FaultKind(StrEnum):

@@ -30,8 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from rainierd._types import F64, B
-from rainierd.fleet.hardware import TRN2, Trainium2
-from rainierd.fleet.topology import LINK_KIND_RING, Topology
+from rainierd.fleet import LINK_KIND_RING, TRN2, Topology, Trainium2
 from rainierd.sim._statics import Statics, static_rng
 from rainierd.sim.climate import Climate
 from rainierd.sim.faults import Effects, Fault, FaultKind, effects
@@ -43,15 +42,7 @@ from rainierd.sim.sample import TickSample, TickTruth
 from rainierd.sim.stepcycle import StepCycle
 from rainierd.sim.training import EFA_PACKET_BYTES, Pace, Training
 from rainierd.sim.workload import JobSchedule, JobSpec
-from rainierd.wire.records import (
-    CHIP_DTYPE_V1,
-    COOLING_DTYPE,
-    EFA_DTYPE_V1,
-    FACILITY_DTYPE,
-    LINK_DTYPE,
-)
-
-__all__ = ["FleetModel", "FleetParams", "TickSample", "TickTruth"]
+from rainierd.wire import CHIP_DTYPE_V1, COOLING_DTYPE, EFA_DTYPE_V1, FACILITY_DTYPE, LINK_DTYPE
 
 _JOBS_SPAWN_KEY = 0x10B5  # the job mix's generator: another stream of the model's seed (sim/_statics.py)
 

@@ -17,12 +17,20 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from rainierd.fleet.topology import Topology
+from rainierd.fleet import Topology
 from rainierd.sim.sample import TickSample
-from rainierd.wire.records import RECORD_KINDS, FacilityFrame, NodeBatch, NodeFrame, column_dtypes
-from rainierd.wire.topics import BUCKETS, batch_topic, bucket_of, facility_topic, node_topic
-
-__all__ = ["batches_per_tick", "tick_batches", "tick_frames"]
+from rainierd.wire import (
+    BUCKETS,
+    RECORD_KINDS,
+    FacilityFrame,
+    NodeBatch,
+    NodeFrame,
+    batch_topic,
+    bucket_of,
+    column_dtypes,
+    facility_topic,
+    node_topic,
+)
 
 
 def tick_frames(

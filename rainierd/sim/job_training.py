@@ -17,16 +17,12 @@ import numpy as np
 import numpy.typing as npt
 
 from rainierd._types import F64
-from rainierd.fleet.hardware import Trainium2
-from rainierd.fleet.pace import CAUSES, step_excess, step_time
-from rainierd.fleet.topology import Topology
+from rainierd.fleet import CAUSES, Topology, Trainium2, step_excess, step_time
 from rainierd.sim.faults import Effects, Fault, fault_ultraservers
 from rainierd.sim.params import FleetParams
 from rainierd.sim.sample import JobTruth
 from rainierd.sim.training import Pace, Training
 from rainierd.sim.workload import EVAL, PHASES, RESTARTING, RUNNING, STALLS, JobMix, JobSchedule, JobSpec
-
-__all__ = ["JobTraining"]
 
 _IDLE = -1  # the idle group's phase
 
@@ -170,4 +166,3 @@ class JobTraining(Training):
         )
         idle = tuple(int(u) for u in np.flatnonzero(self.us_group == len(self.jobs)))
         return jobs, idle, int(self._chips_g[-1])
-

@@ -16,11 +16,9 @@ import numpy as np
 import numpy.typing as npt
 
 from rainierd._types import F64
-from rainierd.fleet.topology import Topology
+from rainierd.fleet import Topology
 from rainierd.sim.params import FleetParams
 from rainierd.sim.profile import Profile
-
-__all__ = ["Noise"]
 
 
 class Noise:

@@ -21,15 +21,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rainierd.fleet.topology import Topology
+from rainierd.fleet import Topology
 from rainierd.sim.frames import tick_frames
 from rainierd.sim.sample import TickSample
-from rainierd.wire import encode_binary
-from rainierd.wire.binary import KIND_NODE, MAGIC, node_frame_dtype
-from rainierd.wire.records import WIRE_VERSION
-from rainierd.wire.topics import node_topic
-
-__all__ = ["NodeFramePacker", "PackedTick"]
+from rainierd.wire import KIND_NODE, MAGIC, WIRE_VERSION, encode_binary, node_frame_dtype, node_topic
 
 
 @dataclass(frozen=True, slots=True)

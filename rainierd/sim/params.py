@@ -11,10 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from rainierd.fleet.pace import SHARES, StepShares
+from rainierd.fleet import SHARES, StepShares
 from rainierd.sim.workload import JobMix
-
-__all__ = ["FleetParams"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -27,10 +27,7 @@ from typing import Final
 
 import numpy as np
 
-from rainierd.fleet.hardware import TRN2
-from rainierd.fleet.topology import Topology, build_sites
-
-__all__ = ["PROFILES", "Profile"]
+from rainierd.fleet import TRN2, Topology, build_sites
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

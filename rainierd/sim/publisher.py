@@ -33,10 +33,9 @@ import aiomqtt
 import numpy as np
 import structlog
 
-from rainierd.fleet.topology import Topology
-from rainierd.mqtt.burst import publish_many, publish_nowait
-from rainierd.runtime.dropqueue import DropOldestQueue
-from rainierd.runtime.schedule import Schedule
+from rainierd.fleet import Topology
+from rainierd.mqtt import publish_many, publish_nowait
+from rainierd.runtime import DropOldestQueue, Schedule
 from rainierd.sim.faults import Fault
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import batches_per_tick, tick_batches, tick_frames
@@ -46,11 +45,7 @@ from rainierd.sim.profile import PROFILES, Profile
 from rainierd.sim.sample import TickTruth
 from rainierd.sim.scenarios import random_faults
 from rainierd.sim.workload import JobAnnouncer, JobSpec, jobs_truth_document
-from rainierd.wire import encode_binary, encode_json
-from rainierd.wire.records import NODE_FRAME_DTYPES, Frame, NodeBatch
-from rainierd.wire.topics import truth_topic
-
-__all__ = ["Outgoing", "OutgoingRun", "Simulator", "outbox_ticks", "truth_document", "truth_payload"]
+from rainierd.wire import NODE_FRAME_DTYPES, Frame, NodeBatch, encode_binary, encode_json, truth_topic
 
 log = structlog.get_logger("rainierd.sim")
 

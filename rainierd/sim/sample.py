@@ -13,8 +13,6 @@ import numpy.typing as npt
 from rainierd._types import F64, U64, B
 from rainierd.sim.faults import Fault
 
-__all__ = ["JobTruth", "TickSample", "TickTruth"]
-
 
 @dataclass(frozen=True, eq=False)
 class JobTruth:

@@ -15,10 +15,8 @@ from typing import Final
 import numpy as np
 
 from rainierd.errors import ConfigError
-from rainierd.fleet.topology import Topology
+from rainierd.fleet import Topology
 from rainierd.sim.faults import SEVERITIES, TARGETS, Fault, FaultKind, flapping_fault
-
-__all__ = ["load_scenario", "random_faults"]
 
 
 def _target_count(topo: Topology, target_kind: str) -> int:

@@ -18,8 +18,6 @@ import numpy as np
 
 from rainierd._types import F64
 
-__all__ = ["StepCycle"]
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepCycle:

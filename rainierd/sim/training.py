@@ -17,13 +17,9 @@ import numpy as np
 import numpy.typing as npt
 
 from rainierd._types import F64, B
-from rainierd.fleet.hardware import Trainium2
-from rainierd.fleet.pace import CAUSES, path_stretch, step_excess, step_time
-from rainierd.fleet.topology import Topology
+from rainierd.fleet import CAUSES, Topology, Trainium2, path_stretch, step_excess, step_time
 from rainierd.sim.faults import Effects, Fault, fault_ultraservers
 from rainierd.sim.params import FleetParams
-
-__all__ = ["EFA_PACKET_BYTES", "Pace", "Training"]
 
 EFA_PACKET_BYTES: Final = 8192
 

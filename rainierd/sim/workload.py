@@ -42,20 +42,9 @@ import numpy as np
 import numpy.typing as npt
 
 from rainierd.errors import ConfigError, JobError
-from rainierd.fleet.topology import Topology
+from rainierd.fleet import Topology
 from rainierd.sim.sample import TickTruth
-from rainierd.wire.jobs import JobDocument, encode_job, job_id_of_topic, job_topic
-
-__all__ = [
-    "PHASES",
-    "JobAnnouncer",
-    "JobMix",
-    "JobSchedule",
-    "JobSpec",
-    "Phase",
-    "jobs_truth_document",
-    "load_jobs",
-]
+from rainierd.wire import JobDocument, encode_job, job_id_of_topic, job_topic
 
 Phase = Literal["running", "checkpoint", "eval", "restarting"]
 # Phases in code order (the per-group phase arrays hold these indices).

@@ -22,9 +22,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Literal
 
-from rainierd.actions.model import ActionsView, Advisory, BrakeStatus
-
-__all__ = ["Change", "brake_changed", "diff", "signature"]
+from rainierd.actions import ActionsView, Advisory, BrakeStatus
 
 ChangeKind = Literal["new", "changed", "cleared"]
 

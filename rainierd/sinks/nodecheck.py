@@ -42,9 +42,6 @@ from typing import Any, Final
 
 from rainierd.http.client import HttpError, Remote, Url, add_connection_arguments, remote, request
 
-__all__ = ["DEFAULT_MAX_AGE_S", "DEFAULT_TIMEOUT_S", "OK", "PROBLEM", "UNKNOWN", "Verdict", "add_arguments",
-           "check", "judge", "main", "run"]
-
 OK: Final = 0
 PROBLEM: Final = 1
 UNKNOWN: Final = 2

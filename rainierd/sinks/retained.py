@@ -35,11 +35,9 @@ from typing import Any, Final
 import aiomqtt
 import structlog
 
-from rainierd.actions.model import SCHEMA_VERSION, ActionsView
+from rainierd.actions import SCHEMA_VERSION, ActionsView
 from rainierd.sinks.changes import brake_changed, diff
-from rainierd.wire.topics import ACTIONS_ROOT, WHOLE_FLEET, Shard
-
-__all__ = ["ACTIONS_FILTER", "OUTBOX_TOPICS", "RetainedActions", "action_topic", "is_action_topic"]
+from rainierd.wire import ACTIONS_ROOT, WHOLE_FLEET, Shard
 
 log = structlog.get_logger("rainierd.sinks")
 

@@ -60,16 +60,11 @@ import structlog
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from rainierd.actions.model import ActionsView
+from rainierd.actions import ActionsView
 from rainierd.errors import ConfigError
 from rainierd.http.client import HttpError, Url, parse_url, request
-from rainierd.runtime.dropqueue import DropOldestQueue
+from rainierd.runtime import DropOldestQueue
 from rainierd.sinks.changes import Change, diff
-
-__all__ = [
-    "CONTENT_TYPE", "ERROR_REASONS", "WebhookCollector", "WebhookConfig", "WebhookSink", "WebhookStatus",
-    "cloud_event",
-]
 
 log = structlog.get_logger("rainierd.sinks")
 

@@ -59,9 +59,6 @@ from typing import Any, Final
 
 from rainierd.errors import RainierdError
 
-__all__ = ["MAX_INTEGER", "MAX_ITEMS", "MAX_STRING_CHARS", "BadAnswerError", "SchemaError", "check", "compile_schema",
-           "definition_of", "one_line", "path_of", "schema"]
-
 MAX_STRING_CHARS: Final = 1_024  # a hostname is at most 253, an advisory's reason one line
 MAX_ITEMS: Final = 10_000  # the read API's own bound on a page (docs/api.md), for lists the schema leaves open
 MAX_INTEGER: Final = 2**53 - 1  # I-JSON (RFC 7493 §2.2): beyond it, integers do not survive every JSON reader

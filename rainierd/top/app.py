@@ -64,8 +64,6 @@ from rainierd.top.screens import (
 )
 from rainierd.top.source import Source, SourceError
 
-__all__ = ["FleetScreen", "TopApp"]
-
 # What the fleet screen fetches at each new generation (docs/top.md).
 HEAT_FIELDS: Final = "site,effective_flops,effective_share,lost_flops,unhealthy_total,chips_present,chips_reporting"
 TARGETS: Final = {
@@ -454,4 +452,3 @@ class TopApp(App[None]):
             _node, _, ultraserver = ident.partition("@")
             if ultraserver not in ("", "None"):
                 self.push_screen(UltraServerScreen(f"u{ultraserver}" if ultraserver.isdigit() else ultraserver))
-

@@ -25,8 +25,6 @@ from textual.strip import Strip
 
 from rainierd.top.model import Document, Scale, ScaleMode
 
-__all__ = ["HeatLayout", "HeatMap", "ordered"]
-
 _TITLE: Final = Style(bold=True)
 _CURSOR: Final = Style(bgcolor="#ffffff", color="#000000", bold=True)
 _MARK: Final = "!"  # a cell with an unhealthy entity

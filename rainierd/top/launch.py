@@ -26,8 +26,6 @@ from typing import Final
 
 from rainierd.http.client import add_connection_arguments, remote
 
-__all__ = ["add_arguments", "run_top", "run_with_top"]
-
 NO_TEXTUAL: Final = ("rainierd top needs Textual, which this installation lacks: pip install 'rainierd[top]' "
                      "(docs/top.md)")
 _STOP_S: Final = 10.0

@@ -14,9 +14,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-__all__ = ["CAUSE_LABELS", "COLOURS", "UNKNOWN_COLOUR", "Health", "Link", "Scale", "ScaleMode", "View", "cause_text",
-           "colour_of", "event_text", "flops", "health", "percent", "reference_share", "seconds"]
-
 Document = Mapping[str, Any]
 Link = Literal["connecting", "live", "behind", "stalled", "unreachable", "bad_answer"]
 

@@ -30,9 +30,6 @@ from rainierd.top.source import SourceError
 if TYPE_CHECKING:
     from rainierd.top.app import TopApp
 
-__all__ = ["Banner", "DrillScreen", "EntityScreen", "JobScreen", "NodeScreen", "SiteScreen", "UltraServerScreen",
-           "fill", "trouble_line", "ultraserver_row"]
-
 # The UltraServer document's lists, and the entity kind each holds (as the metrics and events name them).
 KINDS: Final = {"nodes": "node", "chips": "chip", "links": "neuronlink", "ports": "efa"}
 LISTS: Final = {kind: key for key, kind in KINDS.items()}
@@ -447,4 +444,3 @@ class JobScreen(DrillScreen):
             self.app.push_screen(EntityScreen(ultraserver, kind, ident))
         else:
             self.top.open_key(f"us:{ultraserver}")
-

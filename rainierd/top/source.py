@@ -29,8 +29,6 @@ from rainierd.http.client import HttpError, Remote, request
 from rainierd.top.answers import BadAnswerError, check, one_line, path_of
 from rainierd.top.model import Document
 
-__all__ = ["MAX_BODY_BYTES", "HttpSource", "Source", "SourceError"]
-
 # 6x the largest answer top asks for (the heat map's page at rainier, 1.3 MB); a body this large of the smallest
 # objects parses into ~130 MB of Python objects, as much as top will spend on one answer.
 MAX_BODY_BYTES: Final = 8 << 20

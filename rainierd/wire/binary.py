@@ -72,33 +72,6 @@ from rainierd.wire.records import (
     float_fields,
 )
 
-__all__ = [
-    "BATCH_HEADER",
-    "COUNT_DTYPES",
-    "ENTRY_DTYPES",
-    "FLAG_NODE_PUBLISHERS",
-    "FLAG_RECORD_KNOWN",
-    "HEADER",
-    "KIND_BATCH",
-    "KIND_FACILITY",
-    "KIND_NODE",
-    "MAGIC",
-    "MAX_BATCH_NODES",
-    "MAX_NODE_COUNTS",
-    "BatchHead",
-    "BatchLayout",
-    "Head",
-    "RawBatch",
-    "check_known",
-    "decode_binary",
-    "encode_batch",
-    "encode_binary",
-    "finite_mask",
-    "node_frame_dtype",
-    "read_head",
-    "split_node_frame",
-]
-
 MAGIC: Final = b"RNRW"
 HEADER: Final = struct.Struct("<4sBBHQQdIHHHHH")
 BATCH_HEADER: Final = struct.Struct("<4sBBHQQdIIIIIIHHHHH")

@@ -30,24 +30,6 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from rainierd.errors import JobError
 
-__all__ = [
-    "JOBS_FILTER",
-    "JOBS_ROOT",
-    "JOB_REJECT_REASONS",
-    "JOB_VERSION",
-    "MAX_JOB_BYTES",
-    "MAX_JOB_NODES",
-    "MAX_JOB_ULTRASERVERS",
-    "JobBook",
-    "JobDocument",
-    "decode_job",
-    "encode_job",
-    "job_id_of_topic",
-    "job_topic",
-    "jobs_schema",
-    "validation_message",
-]
-
 JOB_VERSION: Final = 1
 JOBS_ROOT: Final = "rainier/v1/jobs"
 JOBS_FILTER: Final = f"{JOBS_ROOT}/#"

@@ -33,8 +33,6 @@ from rainierd.wire.records import (
     NodeFrame,
 )
 
-__all__ = ["FRAME_ADAPTER", "decode_json", "encode_json", "json_schema"]
-
 Counter = Annotated[int, Field(ge=0, lt=2**64)]
 Id = Annotated[int, Field(ge=0, lt=2**32)]
 Finite = Annotated[float, Field(allow_inf_nan=False)]

@@ -26,8 +26,6 @@ from typing import Final, NamedTuple
 from rainierd.errors import FrameError
 from rainierd.wire.binary import KIND_BATCH, KIND_FACILITY, KIND_NODE, MAGIC, read_head
 
-__all__ = ["JSON_PREFIX_BYTES", "Peek", "peek"]
-
 JSON_PREFIX_BYTES: Final = 512
 """How much of a JSON frame is read for its publisher and sample time (rainierd's encoder puts them in the first
 ~200 bytes: a 128-byte publisher id, its seq, tick and sample time)."""

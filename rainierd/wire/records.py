@@ -16,27 +16,6 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-__all__ = [
-    "CHIP_DTYPE",
-    "CHIP_DTYPE_V1",
-    "COOLING_DTYPE",
-    "EFA_DTYPE",
-    "EFA_DTYPE_V1",
-    "FACILITY_DTYPE",
-    "ID_FIELDS",
-    "LINK_DTYPE",
-    "NODE_FRAME_DTYPES",
-    "RECORD_DTYPES",
-    "RECORD_KINDS",
-    "WIRE_VERSION",
-    "FacilityFrame",
-    "Frame",
-    "NodeBatch",
-    "NodeFrame",
-    "column_dtypes",
-    "float_fields",
-]
-
 WIRE_VERSION: Final = 1
 
 CHIP_DTYPE: Final = np.dtype(

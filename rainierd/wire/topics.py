@@ -52,27 +52,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final, Literal
 
-__all__ = [
-    "ACTIONS_ROOT",
-    "BUCKETS",
-    "EVENTS_ROOT",
-    "ROOT",
-    "TELEMETRY_ROOT",
-    "WHOLE_FLEET",
-    "Shard",
-    "TopicAddress",
-    "batch_topic",
-    "bucket_of",
-    "facility_topic",
-    "node_filters",
-    "node_topic",
-    "parse_shard",
-    "parse_topic",
-    "status_topic",
-    "telemetry_filters",
-    "truth_topic",
-]
-
 ROOT: Final = "rainier/v1"
 TELEMETRY_ROOT: Final = f"{ROOT}/telemetry"
 EVENTS_ROOT: Final = f"{ROOT}/events"

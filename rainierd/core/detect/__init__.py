@@ -21,7 +21,7 @@ from rainierd.core.detect._common import Reason, reason_names
 from rainierd.core.detect._paths import NEEDS, PathParams
 from rainierd.core.detect._stats import PeerSample
 from rainierd.core.detect._tracker import StateTracker, Transitions
-from rainierd.core.detect.chips import ChipDetector, ChipParams
+from rainierd.core.detect.chips import FAILED, HEALTHY, STALE, STRAGGLER, THROTTLED, ChipDetector, ChipParams
 from rainierd.core.detect.cooling import CoolingDetector, CoolingParams
 from rainierd.core.detect.efa import EfaDetector, EfaParams
 from rainierd.core.detect.feed import FeedDetector, FeedParams, FeedView
@@ -29,10 +29,15 @@ from rainierd.core.detect.neuronlink import LinkDetector, NeuronLinkParams
 from rainierd.core.detect.nodepaths import NodePathDetector, NodePathParams
 from rainierd.core.detect.slow_loss import SlowLossParams
 from rainierd.core.state import FleetState
-from rainierd.fleet.hardware import TRN2, Trainium2
+from rainierd.fleet import TRN2, Trainium2
 
 __all__ = [
+    "FAILED",
+    "HEALTHY",
+    "STALE",
     "STATE_NAMES",
+    "STRAGGLER",
+    "THROTTLED",
     "ChipParams",
     "CoolingParams",
     "DetectionParams",

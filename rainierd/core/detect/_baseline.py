@@ -48,8 +48,6 @@ import numpy.typing as npt
 
 from rainierd._types import F32, B, Floats
 
-__all__ = ["Baseline", "Learned", "RateBaseline", "fit", "take"]
-
 
 def _interval(seconds: Floats, accept: B) -> F32:
     """Return each entity's interval where it is accepted and known, else 0."""
@@ -243,4 +241,3 @@ class RateBaseline(Learned):
         np.multiply(self.seconds, decay, out=self.seconds, where=where)
         np.add(self.seconds, seconds, out=self.seconds, where=where)
         np.add(self.history_s, seconds, out=self.history_s, where=where)
-

@@ -12,9 +12,6 @@ from rainierd._types import F32, U32, B
 from rainierd.core.detect._stats import PeerSample
 from rainierd.core.state import Table
 
-__all__ = ["Reason", "counter_delta", "flag", "new_samples", "persistence_seconds", "reason_names",
-           "typical_interval"]
-
 
 class Reason(IntFlag):
     """Why an entity is unhealthy (a bitmask; several may hold)."""

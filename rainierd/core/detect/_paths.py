@@ -14,8 +14,6 @@ import numpy as np
 from rainierd._types import F32, B
 from rainierd.core.detect._stats import ClippedCusum, PeerSample, robust_center_scale
 
-__all__ = ["DEGRADED", "DOWN", "HEALTHY", "NEEDS", "PathParams", "band", "cusum", "deviation"]
-
 HEALTHY, DEGRADED, DOWN = 0, 1, 2
 NEEDS: Final[dict[str, tuple[str, ...]]] = {
     "neuronlink": ("bw_bytes_s", "lanes_up"),  # latency and error counters are judged when present

@@ -32,9 +32,7 @@ import numpy as np
 
 from rainierd._types import F32, I64, B
 from rainierd.core.detect._stats import group_nanmedian, row_nanmedian
-from rainierd.fleet.topology import Topology
-
-__all__ = ["MIN_NODES", "ChipPeers", "peer_groups"]
+from rainierd.fleet import Topology
 
 MIN_NODES: Final = 3
 """The fewest nodes with a figure a group's median is taken over: one node of three or more cannot move it outside

@@ -24,9 +24,6 @@ import numpy.typing as npt
 
 from rainierd._types import F32, F64, I64, B, Floats
 
-__all__ = ["ClippedCusum", "Latch", "PeerSample", "ewma", "group_nanmedian", "others_nanmedian",
-           "robust_center_scale", "row_nanmedian"]
-
 _MAD_TO_SIGMA: Final = 1.4826
 SAMPLE_SIZE: Final = 65_536
 _SAMPLE_SEED: Final = 0x5A17

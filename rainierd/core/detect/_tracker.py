@@ -21,8 +21,6 @@ import numpy.typing as npt
 
 from rainierd._types import F32, I64, Floats
 
-__all__ = ["StateTracker", "Transitions"]
-
 
 @dataclass(frozen=True, eq=False)
 class Transitions:

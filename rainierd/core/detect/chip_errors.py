@@ -40,8 +40,6 @@ from rainierd.core.state import Table
 if TYPE_CHECKING:
     from rainierd.core.detect.chips import ChipParams
 
-__all__ = ["ExecutionFailures"]
-
 
 @dataclass(eq=False)
 class ExecutionFailures:

@@ -56,8 +56,6 @@ from rainierd.core.detect._stats import ClippedCusum, ewma
 if TYPE_CHECKING:
     from rainierd.core.detect.chips import ChipParams
 
-__all__ = ["PeerActivity"]
-
 
 def _seconds(n: int, after_s: float, params: ChipParams) -> ClippedCusum:
     """Return a CUSUM of bad seconds net of clean ones that raises after ``after_s`` of them."""

@@ -44,8 +44,6 @@ from rainierd.core.detect.chip_errors import ExecutionFailures
 from rainierd.core.detect.chip_peers import PeerActivity
 from rainierd.core.state import FleetState
 
-__all__ = ["FAILED", "HEALTHY", "STALE", "STRAGGLER", "THROTTLED", "ChipDetector", "ChipParams"]
-
 HEALTHY, STRAGGLER, THROTTLED, STALE, FAILED = 0, 1, 2, 3, 4
 
 

@@ -32,8 +32,6 @@ from rainierd.core.detect._stats import PeerSample, robust_center_scale
 from rainierd.core.detect._tracker import StateTracker, Transitions
 from rainierd.core.state import FleetState
 
-__all__ = ["NODE_COOLING", "NODE_HEALTHY", "NODE_LOST", "CoolingDetector", "CoolingParams"]
-
 NODE_HEALTHY, NODE_COOLING, NODE_LOST = 0, 1, 2
 
 

@@ -30,8 +30,6 @@ from rainierd.core.detect.nodepaths import NodeSignal
 from rainierd.core.detect.slow_loss import SlowLossParams, SlowLossTest
 from rainierd.core.state import FleetState
 
-__all__ = ["STALE", "EfaDetector", "EfaParams", "slow_path_stretch"]
-
 STALE = DOWN + 1  # the port's device reported gone: worse than down (nothing of it is known)
 
 

@@ -48,8 +48,6 @@ from rainierd.core.state import Table
 if TYPE_CHECKING:
     from rainierd.core.detect.efa import EfaParams
 
-__all__ = ["DriverCounters"]
-
 
 @dataclass(eq=False)
 class DriverCounters:

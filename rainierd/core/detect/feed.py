@@ -44,8 +44,6 @@ from rainierd.core.detect._common import Reason
 from rainierd.core.detect._tracker import StateTracker, Transitions
 from rainierd.core.state import FleetState
 
-__all__ = ["FEED_HEALTHY", "FEED_LOST", "FeedDetector", "FeedParams", "FeedView"]
-
 FEED_HEALTHY, FEED_LOST = 0, 1
 
 

@@ -23,10 +23,7 @@ from rainierd.core.detect._stats import PeerSample, robust_center_scale, row_nan
 from rainierd.core.detect._tracker import StateTracker, Transitions
 from rainierd.core.detect.nodepaths import NodeSignal
 from rainierd.core.state import FleetState
-from rainierd.fleet.hardware import TRN2, Trainium2
-from rainierd.fleet.topology import LINK_KIND_NAMES
-
-__all__ = ["LinkDetector", "NeuronLinkParams"]
+from rainierd.fleet import LINK_KIND_NAMES, TRN2, Trainium2
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

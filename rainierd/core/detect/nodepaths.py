@@ -67,11 +67,6 @@ from rainierd.core.detect._peers import peer_groups
 from rainierd.core.detect._tracker import StateTracker, Transitions
 from rainierd.core.state import FleetState
 
-__all__ = [
-    "PATH_SIGNALS", "NodePathDetector", "NodePathParams", "NodeSignal", "group_others_count", "group_others_median",
-    "node_mean",
-]
-
 PATH_SIGNALS: Final = ("efa", "neuronlink")
 _REASONS: Final = {"efa": Reason.EFA_NODE_SLOW, "neuronlink": Reason.NEURONLINK_NODE_SLOW}
 NODE_PATHS_HEALTHY, NODE_PATHS_DEGRADED = 0, 1

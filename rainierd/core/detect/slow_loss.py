@@ -33,8 +33,6 @@ from rainierd._types import F32, I64, B
 from rainierd.core.detect._baseline import RateBaseline, fit, take
 from rainierd.core.detect._stats import PeerSample
 
-__all__ = ["SlowLossParams", "SlowLossTest", "burst_cap"]
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SlowLossParams:

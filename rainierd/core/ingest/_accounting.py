@@ -21,8 +21,6 @@ import numpy.typing as npt
 from rainierd.core.ingest._values import FlushResult
 from rainierd.core.streams import Advance, Streams
 
-__all__ = ["COUNTERS", "Accounting", "IngestStats", "Tally"]
-
 COUNTERS: Final = ("frames_applied", "frames_lost", "frames_late", "publisher_changes", "publisher_restarts")
 """The stats a checkpoint carries, each as its own array ``counters.<name>``."""
 _MAX_COUNT: Final = 2**63 - 1

@@ -21,12 +21,7 @@ from rainierd.core.ingest._window import counted, join_nodes, join_sites
 from rainierd.core.state import FleetState, Scratch
 from rainierd.core.streams import Advance
 from rainierd.errors import FrameError
-from rainierd.wire import decode_frame
-from rainierd.wire.binary import RawBatch
-from rainierd.wire.records import FacilityFrame, NodeBatch
-from rainierd.wire.topics import parse_topic
-
-__all__ = ["Ingest"]
+from rainierd.wire import FacilityFrame, NodeBatch, RawBatch, decode_frame, parse_topic
 
 _MAX_TICK: Final = 2**63 - 1  # ticks are u64 on the wire; what the monitor keeps is an int64
 

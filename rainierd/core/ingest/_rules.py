@@ -22,11 +22,8 @@ import numpy as np
 
 from rainierd._types import I64, B
 from rainierd.core.ingest._window import Window
-from rainierd.fleet.topology import Topology
-from rainierd.wire.records import FACILITY_DTYPE, ID_FIELDS, RECORD_DTYPES, float_fields
-from rainierd.wire.topics import BUCKETS
-
-__all__ = ["REASONS", "RULES", "Family", "judge"]
+from rainierd.fleet import Topology
+from rainierd.wire import BUCKETS, FACILITY_DTYPE, ID_FIELDS, RECORD_DTYPES, float_fields
 
 # Whatever the receiving clock, no sample is taken after the year 5138: beyond, t_s is garbage.
 LATEST_PLAUSIBLE_S: Final = 1e11

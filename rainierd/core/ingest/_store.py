@@ -18,9 +18,7 @@ import numpy.typing as npt
 from rainierd._types import I64
 from rainierd.core.ingest._window import Window
 from rainierd.core.state import FleetState, Scratch, Table
-from rainierd.wire.records import ID_FIELDS, RECORD_KINDS, FacilityFrame
-
-__all__ = ["Store"]
+from rainierd.wire import ID_FIELDS, RECORD_KINDS, FacilityFrame
 
 
 class Store:

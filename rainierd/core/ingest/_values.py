@@ -9,11 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rainierd._types import F64, I64
-from rainierd.wire.binary import RawBatch
-from rainierd.wire.records import Frame
-from rainierd.wire.topics import TopicAddress
-
-__all__ = ["FlushResult", "Message", "Received"]
+from rainierd.wire import Frame, RawBatch, TopicAddress
 
 
 @dataclass(frozen=True, slots=True)

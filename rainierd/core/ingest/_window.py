@@ -23,19 +23,21 @@ from rainierd._types import F64, I64, B
 from rainierd.core.ingest._values import Received
 from rainierd.core.state import Scratch
 from rainierd.errors import FrameError
-from rainierd.wire.binary import COUNT_DTYPES, ENTRY_DTYPES, MAX_NODE_COUNTS, RawBatch, check_known
-from rainierd.wire.records import (
+from rainierd.wire import (
+    COUNT_DTYPES,
+    ENTRY_DTYPES,
     FACILITY_DTYPE,
     ID_FIELDS,
+    MAX_NODE_COUNTS,
     RECORD_DTYPES,
     RECORD_KINDS,
     FacilityFrame,
     NodeBatch,
     NodeFrame,
+    RawBatch,
+    check_known,
     column_dtypes,
 )
-
-__all__ = ["COLUMNS", "Columns", "Window", "as_batch", "counted", "join_nodes", "join_sites"]
 
 COLUMNS: Final = {kind: column_dtypes(dtype) for kind, dtype in (*RECORD_DTYPES.items(), ("facility", FACILITY_DTYPE))}
 """Every record kind's columns and their dtypes (node kinds, and a site's ``facility``)."""
