@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import itertools
 import socket
 import ssl
@@ -97,6 +98,9 @@ class HttpServer:
         self._slots = Slots(limit=config.max_connections, handshake_limit=config.max_handshakes,
                             counters=self.counters)
         self._ids = itertools.count()
+        # Accepted sockets whose handler has not run yet: a handler cancelled before its first step never enters
+        # its ``finally``, so the socket is closed by the task's done callback instead (``_unstarted_done``).
+        self._unstarted: dict[int, socket.socket] = {}
         self._accept_failing = Episode(log, "exporter cannot accept connections", ended="exporter accepting again")
         self._bad_heads = Episode(log, "exporter refused malformed requests")
 
@@ -182,11 +186,17 @@ class HttpServer:
             raise
 
     async def _accept_forever(self, sock: socket.socket) -> None:
-        loop = asyncio.get_running_loop()
         backoff_s = _ACCEPT_BACKOFF_S
         while True:
+            # Wait until a connection is pending, then take it without awaiting: a task cancelled (by close())
+            # as ``loop.sock_accept`` completes loses the accepted socket, left open with its client waiting on
+            # a connection nobody serves (seen in the unit tier, 2026-12-07); here the only await comes before
+            # anything is accepted.
             try:
-                conn, peer = await loop.sock_accept(sock)
+                await _readable(sock)
+                conn, peer = sock.accept()
+            except BlockingIOError:
+                continue  # the pending connection went away before it was taken
             except OSError as exc:
                 if exc.errno in _PEER_GONE:
                     continue
@@ -202,10 +212,11 @@ class HttpServer:
             conn.setblocking(False)
             conn_id = next(self._ids)
             peer_host = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+            self._unstarted[conn_id] = conn
             task = asyncio.create_task(self._serve(conn_id, conn, peer_host), name="exporter-connection")
+            task.add_done_callback(functools.partial(self._unstarted_done, conn_id))
             if not self._slots.admit(conn_id, task, peer_host):
-                task.cancel()  # before it ever ran, so the socket is still ours to close
-                conn.close()
+                task.cancel()  # before it ever ran, so the socket is still ours to close (the done callback)
             # Let the handler start (and take the socket over) before the next accept: an accept that is
             # ready returns without yielding, and a handler evicted before it ran could not close its socket.
             await asyncio.sleep(0)
@@ -224,7 +235,17 @@ class HttpServer:
         )
         return reader, asyncio.StreamWriter(transport, protocol, reader, loop)
 
+    def _unstarted_done(self, conn: int, _task: asyncio.Task[None]) -> None:
+        """Close ``conn``'s socket if its handler ended without ever running (cancelled by eviction or by
+        ``close()`` in the step between accept and its start): nothing else would, and the client would wait on
+        a connection nobody serves (seen as a ResourceWarning and a client that timed out instead of being
+        refused, 2026-12-07)."""
+        sock = self._unstarted.pop(conn, None)
+        if sock is not None:
+            sock.close()
+
     async def _serve(self, conn: int, sock: socket.socket, peer: str) -> None:
+        del self._unstarted[conn]  # from here on the handler's own ``finally`` closes the socket
         writer: asyncio.StreamWriter | None = None
         graceful = False
         owned = True  # the socket is ours to close until _open hands it to a transport (which then closes it)

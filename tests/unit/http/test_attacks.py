@@ -298,20 +298,19 @@ class TestConnectionCap:
         """Out of descriptors (EMFILE) on four accepts in a row: four counted errors, one warning and one
         recovery line, no traceback, and the retries back off (0.05 s doubling) rather than spin; then the
         waiting connection is served."""
-        loop = asyncio.get_running_loop()
-        real = loop.sock_accept
+        real = socket.socket.accept
         failures = 4
 
-        async def accept(sock: socket.socket) -> tuple[socket.socket, Any]:
+        def accept(sock: socket.socket) -> tuple[socket.socket, Any]:
             nonlocal failures
-            accepted = await real(sock)
+            accepted = real(sock)
             if failures:
                 failures -= 1
                 accepted[0].close()  # as if accept(2) had failed: the client sees its connection dropped...
                 raise OSError(errno.EMFILE, "Too many open files")
             return accepted
 
-        monkeypatch.setattr(loop, "sock_accept", accept)
+        monkeypatch.setattr(socket.socket, "accept", accept)  # the server's only accept(2) in this process
         with structlog.testing.capture_logs() as logs:
             async with make_server() as server:
                 started = time.perf_counter()
@@ -433,3 +432,4 @@ class TestPasswordFlood:
         assert auth.bcrypt_checks == 5
         assert await auth.allows(wrong(20)[0]) is False  # refused first: forgotten, checked again
         assert auth.bcrypt_checks == 6
+
