@@ -21,7 +21,8 @@ from typing import Any, Final
 
 import numpy as np
 
-from rainierd.api import ReadApi
+from rainierd.actions import ActionConfig, ActionPolicy
+from rainierd.api import ActionsApi, ReadApi
 from rainierd.core.analysis import MonitorCore
 from rainierd.core.jobs import NameIndex, resolve_jobs
 from rainierd.fleet.topology import build_topology
@@ -56,8 +57,9 @@ def _faults() -> list[Fault]:
             Fault(FaultKind.CHIP_THROTTLE, 100 * 64 + 40, 0.6, 20, 1000)]
 
 
-def monitor() -> ReadApi:
-    """The read API over the fleet of the module docstring after its 45 ticks."""
+def monitor() -> tuple[ReadApi, ActionsApi]:
+    """The read API and the advisories over the fleet of the module docstring after its 45 ticks (the advisory
+    policy holding a cause 10 s before it proposes, not 300 s, so the 45 ticks show advisories proposed)."""
     topo = build_topology(TOPOLOGY)
     model = FleetModel(topo, np.random.default_rng(7), tick_s=1.0, start_s=1.8e9, faults=_faults())
     documents = [JobDocument(v=1, id=f"lab/train-{k:02d}", name=f"train-{k:02d}", owner="lab", scheduler="slurm",
@@ -66,16 +68,21 @@ def monitor() -> ReadApi:
     jobs = resolve_jobs(NameIndex.of(topo), documents)
     core = MonitorCore(topo)
     log = EventLog(qos=1)
-    analysis = None
+    policy = ActionPolicy(topo, ActionConfig(hold_s=10.0))
+    analysis = actions = None
     for tick in range(TICKS):
         analysis = core.step([f for _t, f in tick_frames(topo, model.step(tick), publisher="shots")], jobs=jobs)
         for event in analysis.events:
             log.announce(event)
+        actions = policy.update(analysis.health, t_s=1.8e9 + tick, jobs=analysis.jobs, loss=analysis.job_loss,
+                                phases=analysis.job_phases)
     assert analysis is not None
     snap = MonitorSnapshot.of(analysis, generation=TICKS, chips_total=topo.n_present_chips, analysis_s=0.02,
                               analysed_ticks=TICKS, events=Counter(log.counts), lag_s=0.4,
-                              status=MonitorStatus(connection=_connected()))
-    return ReadApi(topo, lambda: snap, core=core, lock=asyncio.Lock(), events=lambda: log.recent)
+                              status=MonitorStatus(connection=_connected()), actions=actions,
+                              action_totals=policy.totals)
+    return (ReadApi(topo, lambda: snap, core=core, lock=asyncio.Lock(), events=lambda: log.recent),
+            ActionsApi(lambda: snap))
 
 
 def _connected() -> Any:
@@ -90,12 +97,15 @@ class ApiSource:
 
     where = "https://monitor:9780"
 
-    def __init__(self, api: ReadApi) -> None:
-        self.api = api
+    def __init__(self, apis: tuple[ReadApi, ActionsApi]) -> None:
+        self.api, self.actions = apis
 
     async def get(self, target: str) -> Any:
         path, _, query = target.partition("?")
-        status, body = await self.api.answer(path, query)
+        if path == "/api/v1/actions":
+            status, body = await self.actions.answer(query)
+        else:
+            status, body = await self.api.answer(path, query)
         document = json.loads(body)
         if not status.startswith("200"):
             code = int(status.split()[0])
@@ -111,7 +121,7 @@ async def _until(pilot: Any, condition: Any) -> None:
     raise AssertionError("the screen never settled")
 
 
-async def shots(api: ReadApi) -> dict[str, str]:
+async def shots(api: tuple[ReadApi, ActionsApi]) -> dict[str, str]:
     """Drive the application and return each screenshot's SVG by file name."""
     from rainierd.top.screens import EntityScreen, JobScreen, UltraServerScreen  # noqa: PLC0415
 

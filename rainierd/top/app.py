@@ -38,6 +38,7 @@ from textual.widgets import DataTable, Footer, RichLog, Static, TabbedContent, T
 
 from rainierd.top.answers import BadAnswerError
 from rainierd.top.heatmap import HeatMap
+from rainierd.top.keys import FilterBar, HelpScreen
 from rainierd.top.model import (
     COLOURS,
     UNKNOWN_COLOUR,
@@ -47,6 +48,7 @@ from rainierd.top.model import (
     View,
     cause_text,
     event_text,
+    first_cause,
     flops,
     health,
     percent,
@@ -58,11 +60,11 @@ from rainierd.top.screens import (
     JobScreen,
     SiteScreen,
     UltraServerScreen,
-    fill,
     trouble_line,
     ultraserver_row,
 )
 from rainierd.top.source import Source, SourceError
+from rainierd.top.tables import Rows, fill
 
 # What the fleet screen fetches at each new generation (docs/top.md).
 HEAT_FIELDS: Final = "site,effective_flops,effective_share,lost_flops,unhealthy_total,chips_present,chips_reporting"
@@ -189,20 +191,20 @@ class FleetScreen(Screen[None]):
                 yield Static(id="cell")
             with TabbedContent(id="tabs", initial="tab-worst"):
                 with TabPane("UltraServers", id="tab-worst"):
-                    worst: DataTable[Any] = DataTable(id="worst", cursor_type="row")
+                    worst = Rows(id="worst")
                     worst.add_columns("UltraServer", "site", "eff.", "lost", "by", "bad")
                     yield worst
                 with TabPane("Jobs", id="tab-jobs"):
-                    jobs: DataTable[Any] = DataTable(id="jobs", cursor_type="row")
-                    jobs.add_columns("job", "chips", "goodput", "lost", "by", "phase")
+                    jobs = Rows(id="jobs")
+                    jobs.add_columns("job", "goodput", "lost", "phase", "by", "chips")
                     yield jobs
                 with TabPane("Sites", id="tab-sites"):
-                    sites: DataTable[Any] = DataTable(id="sites", cursor_type="row")
+                    sites = Rows(id="sites")
                     sites.add_columns("site", "UltraServers", "reporting", "eff.", "lost", "bad")
                     yield sites
                 with TabPane("Advisories", id="tab-actions"):
                     yield Static(id="actions-note")
-                    actions: DataTable[Any] = DataTable(id="actions", cursor_type="row")
+                    actions = Rows(id="actions")
                     actions.add_columns("node", "action", "state", "reason")
                     yield actions
         yield RichLog(id="events", max_lines=500, wrap=False)
@@ -253,8 +255,8 @@ class FleetScreen(Screen[None]):
         fill(self.query_one("#worst", DataTable), (ultraserver_row(r) for r in view.worst
                                                    if r.get("lost_flops") or r.get("unhealthy_total")))
         fill(self.query_one("#jobs", DataTable), (
-            (f"job:{j['id']}", (j["id"], j.get("chips"), percent(j.get("goodput_ratio")), flops(j.get("lost_flops")),
-                                cause_text(j.get("lost_by_cause"), top=1), j.get("phase")))
+            (f"job:{j['id']}", (j["id"], percent(j.get("goodput_ratio")), flops(j.get("lost_flops")),
+                                j.get("phase") or "-", first_cause(j.get("lost_by_cause")), j.get("chips")))
             for j in view.jobs))
         fill(self.query_one("#sites", DataTable), (
             (f"site:{s['id']}", (f"{s['id']}{' ' + s['name'] if s.get('name') else ''}", s.get("ultraservers"),
@@ -335,7 +337,12 @@ class TopApp(App[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "Quit"),
         Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
-        Binding("r", "refresh", "Refresh now"),
+        Binding("question_mark", "help", "Help"),
+        Binding("slash", "filter", "Filter"),
+        Binding("less_than_sign", "sort(-1)", "Sort <", show=False),
+        Binding("greater_than_sign", "sort(1)", "Sort >", show=False),
+        Binding("I", "invert", "Invert order", show=False),
+        Binding("r", "refresh", "Refresh now", show=False),
     ]
 
     def __init__(self, source: Source, *, interval_s: float = 1.0, behind_after_s: float = 10.0,
@@ -374,6 +381,42 @@ class TopApp(App[None]):
     def action_refresh(self) -> None:
         """Poll now."""
         self._wake.set()
+
+    def action_help(self) -> None:
+        """Show every key."""
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    def _table(self) -> Rows | None:
+        """The table in focus (or the screen's first table showing, when the focus is elsewhere)."""
+        focused = self.focused
+        if isinstance(focused, Rows):
+            return focused
+        if isinstance(focused, FilterBar):
+            return focused.table
+        return next((t for t in self.screen.query(Rows) if t.display and t.is_on_screen), None)
+
+    def action_filter(self) -> None:
+        """Open the filter line under the table in focus."""
+        table = self._table()
+        if table is None:
+            self.notify("no table here to filter", timeout=3)
+            return
+        for bar in self.screen.query(FilterBar):
+            bar.remove()
+        bar = FilterBar(table)
+        self.screen.mount(bar)
+        bar.focus()
+
+    def action_sort(self, step: int) -> None:
+        """Sort the table in focus by the column ``step`` away."""
+        if (table := self._table()) is not None:
+            self.notify(table.sort_by(step), timeout=3)
+
+    def action_invert(self) -> None:
+        """Turn the sort of the table in focus round."""
+        if (table := self._table()) is not None:
+            self.notify(table.sort_by(invert=True), timeout=3)
 
     async def poll(self) -> None:
         """Ask the monitor once; at a new generation fetch the rest; tell the screens."""

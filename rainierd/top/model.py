@@ -190,6 +190,23 @@ def flops(value: float | None) -> str:
     return f"{value:.3g} F/s"
 
 
+_SI: Final = ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""), (1e-3, "m"),
+               (1e-6, "µ"), (1e-9, "n"))
+
+
+def si(value: float | None, unit: str) -> str:
+    """Spell ``value`` of ``unit`` with an SI prefix and three significant figures, as ``flops`` spells FLOP/s:
+    ``60.7 GB/s``, ``2.53 µs``, ``1.2 TB`` (``-`` when unknown)."""
+    if value is None or not math.isfinite(value):
+        return "-"
+    if value == 0:
+        return f"0 {unit}"
+    for scale, prefix in _SI:
+        if abs(value) >= scale * 0.9995:
+            return f"{value / scale:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
 def percent(value: float | None) -> str:
     """Spell a ratio as a percentage (``-`` when unknown)."""
     if value is None or not math.isfinite(value):
@@ -203,6 +220,34 @@ def cause_text(lost_by_cause: Mapping[str, float] | None, *, top: int = 3) -> st
         return "none"
     ranked = sorted(((v, k) for k, v in lost_by_cause.items() if v), reverse=True)[:top]
     return ", ".join(f"{CAUSE_LABELS.get(k, k)} {flops(v)}" for v, k in ranked) or "none"
+
+
+def first_cause(lost_by_cause: Mapping[str, float] | None) -> str:
+    """Name the costliest cause of lost FLOP/s (``NeuronLink``; ``-`` when nothing is lost): a table's ``by``
+    column, beside the loss it already shows."""
+    ranked = sorted(((v, k) for k, v in (lost_by_cause or {}).items() if v), reverse=True)
+    return CAUSE_LABELS.get(ranked[0][1], ranked[0][1]) if ranked else "-"
+
+
+# A loss under this share of what could be delivered is noise, not a reason to say more than the state.
+LOSS_WORTH_SAYING: Final = 0.005
+
+
+def state_word(state: object, *, lost: float | None = None, effective: float | None = None,
+               unhealthy: int = 0) -> str:
+    """The word for an entity's state that never contradicts what it loses: the detector's state when it is not
+    healthy; else, when it loses FP8 (``lost`` of ``effective + lost``), ``losing 13.2%``; else, when parts
+    of it are unhealthy, ``3 parts unhealthy``; else ``healthy``.  (An UltraServer's or node's own state is its
+    cooling's: ``healthy`` beside a 13 % loss would say the opposite of the figure next to it.)"""
+    word = "?" if state is None else str(state)
+    if word != "healthy":
+        return word
+    whole = (effective or 0.0) + (lost or 0.0)
+    if lost and whole > 0 and lost / whole >= LOSS_WORTH_SAYING:
+        return f"losing {percent(lost / whole)}"
+    if unhealthy:
+        return f"{unhealthy} part{'s' if unhealthy > 1 else ''} unhealthy"
+    return word
 
 
 def reference_share(shares: Sequence[float | None]) -> float | None:

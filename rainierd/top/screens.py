@@ -10,22 +10,24 @@ showed last.
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import urllib.parse
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
-from rich.markup import escape
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
+from textual.containers import Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane
-from textual.widgets.data_table import RowDoesNotExist
 
 from rainierd.top.answers import BadAnswerError, path_of
-from rainierd.top.model import Document, Health, View, cause_text, flops, percent
+from rainierd.top.entity import card, entity_in, node_job, node_key
+from rainierd.top.model import Document, Health, View, cause_text, first_cause, flops, percent, state_word
+from rainierd.top.names import Namer, index_of, within
 from rainierd.top.source import SourceError
+from rainierd.top.tables import Rows, fill
 
 if TYPE_CHECKING:
     from rainierd.top.app import TopApp
@@ -33,19 +35,21 @@ if TYPE_CHECKING:
 # The UltraServer document's lists, and the entity kind each holds (as the metrics and events name them).
 KINDS: Final = {"nodes": "node", "chips": "chip", "links": "neuronlink", "ports": "efa"}
 LISTS: Final = {kind: key for key, kind in KINDS.items()}
+_KIND_LABELS: Final = {"node": "node", "chip": "chip", "neuronlink": "NeuronLink", "efa": "EFA port"}
 _BANNER_STYLE: Final = {"live": "bold white on #2e933c", "behind": "bold black on #f2c14e",
                         "stalled": "bold white on #f46036", "unreachable": "bold white on #d7263d",
                         "bad_answer": "bold white on #8e2c9c", "connecting": "bold black on #aaaaaa"}
 
 
 class Banner(Static):
-    """One line: where the monitor is and how far to trust the screen (``model.health``)."""
+    """One line: where the monitor is and how far to trust the screen (``model.health``).  Docked at the top of
+    every screen with the breadcrumb under it, so no table's length scrolls them away."""
 
     DEFAULT_CSS = "Banner { height: 1; }"
 
     def show(self, where: str, health: Health, view: View, crumbs: str = "") -> None:
-        """Draw the banner."""
-        text = Text()
+        """Draw the banner (and ``crumbs`` after it: only where a screen has no breadcrumb line of its own)."""
+        text = Text(no_wrap=True, overflow="ellipsis")
         text.append(f" {health.link.upper() if health.link == 'live' else health.text} ",
                     _BANNER_STYLE[health.link])
         fleet = view.fleet
@@ -69,41 +73,17 @@ def trouble_line(target: str, exc: SourceError | BadAnswerError) -> Health | Non
     return None
 
 
-def fill(table: DataTable[Any], rows: Iterable[tuple[str, Sequence[Any]]]) -> None:
-    """Replace ``table``'s rows by ``rows`` (key, cells), keeping the cursor on the same key where it is still
-    there.
-
-    A text cell is drawn as the monitor spelled it: a DataTable reads a plain string as Rich markup, so a job
-    named ``lab/[/x]`` would end the application and ``[link=…]`` would draw a link; escaped, it is text.
-    (Escaped strings, not ``Text`` cells: those keep the table's column widths stale for a while under load.)
-    A key seen twice (a monitor listing one UltraServer twice) is shown once: a table's row keys are unique.
-    """
-    held = None
-    if table.row_count and 0 <= table.cursor_row < table.row_count:
-        held = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
-    table.clear()
-    shown: set[str] = set()
-    for key, cells in rows:
-        if key in shown:
-            continue
-        shown.add(key)
-        table.add_row(*(escape(cell) if isinstance(cell, str) else cell for cell in cells), key=key)
-    if held is not None:
-        with contextlib.suppress(RowDoesNotExist):  # the row is gone: the cursor stays where clear() put it
-            table.move_cursor(row=table.get_row_index(held), animate=False)
-
-
 def ultraserver_row(row: Document) -> tuple[str, Sequence[Any]]:
     """A row of ``/api/v1/ultraservers`` as a table row keyed ``us:<id>``: id, site, effective share, lost, its
     first cause, unhealthy entities (the fleet screen's worst list and a job's UltraServers)."""
     return (f"us:{row['id']}", (row["id"], row.get("site"), percent(row.get("effective_share")),
-                                flops(row.get("lost_flops")), cause_text(row.get("lost_by_cause"), top=1),
+                                flops(row.get("lost_flops")), first_cause(row.get("lost_by_cause")),
                                 row.get("unhealthy_total", 0)))
 
 
-def _state(entity: Document) -> Text:
+def _state(entity: Document, word: str | None = None) -> Text:
     state = str(entity.get("state", "?"))
-    return Text(state, "bold red" if state != "healthy" else "green")
+    return Text(word or state, "bold red" if state != "healthy" else "yellow" if word not in (None, state) else "green")
 
 
 def _reasons(entity: Document) -> str:
@@ -114,22 +94,36 @@ def _number(value: Any, fmt: str = ".1f") -> str:
     return "-" if value is None else format(value, fmt)
 
 
+def _near(ident: str, node: str, ultraserver: str) -> str:
+    """``ident`` as short as it reads unambiguously on ``node``'s screen: within the node, else the UltraServer."""
+    return within(ident, node) if ident.startswith(node + "/") else within(ident, ultraserver)
+
+
 def _worst_first(entities: Sequence[Document]) -> list[Document]:
     return sorted(entities, key=lambda e: (e.get("state") == "healthy", e.get("onset_tick") or 0))
 
 
 class DrillScreen(Screen[None]):
-    """A screen of one document, fetched again at each new generation."""
+    """A screen of one document, fetched again at each new generation.
+
+    Its first two lines, the banner and the breadcrumb (where this screen sits, from the fleet), are docked:
+    the screen never scrolls them away, whatever the length of its tables."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "app.pop_screen", "Back"),
         Binding("backspace", "app.pop_screen", "Back", show=False),
     ]
+    DEFAULT_CSS = """
+    DrillScreen { overflow: hidden; }
+    DrillScreen #head { dock: top; height: 2; }
+    DrillScreen #crumbs { height: 1; }
+    DrillScreen #body { height: 1fr; }
+    """
 
-    def __init__(self, target: str, crumbs: str) -> None:
+    def __init__(self, target: str, crumb: str) -> None:
         super().__init__()
         self.target = target
-        self.crumbs = crumbs
+        self.crumb = crumb  # this screen's step of the breadcrumb
         self.document: Document | None = None
         self.error: str | None = None
         self.trouble: Health | None = None  # the banner line its document's latest fetch earned, if any
@@ -142,11 +136,22 @@ class DrillScreen(Screen[None]):
         """The application (typed)."""
         return self.app  # type: ignore[return-value]
 
+    @property
+    def crumbs(self) -> str:
+        """The breadcrumb: every screen from the fleet to this one."""
+        steps = ["fleet", *(s.crumb for s in self.app.screen_stack if isinstance(s, DrillScreen))]
+        if self not in self.app.screen_stack:
+            steps.append(self.crumb)
+        return " > ".join(steps)
+
     def compose(self) -> ComposeResult:
-        """The banner, the title, the screen's own widgets, the keys."""
-        yield Banner(id="banner")
-        yield Static("loading...", id="title")
-        yield from self.body()
+        """The banner and the breadcrumb (docked), the title, the screen's own widgets, the keys."""
+        with Vertical(id="head"):
+            yield Banner(id="banner")
+            yield Static(id="crumbs", markup=False)
+        with Vertical(id="body"):
+            yield Static("loading...", id="title")
+            yield from self.body()
         yield Footer()
 
     def body(self) -> Iterator[Any]:
@@ -174,7 +179,8 @@ class DrillScreen(Screen[None]):
         # The fleet's own trouble first; then this screen's document's (no answer, or an answer refused).
         if self.trouble is not None and health.link in ("live", "behind", "stalled"):
             health = self.trouble
-        self.query_one(Banner).show(self.top.source.where, health, view, self.crumbs)
+        self.query_one(Banner).show(self.top.source.where, health, view)
+        self.query_one("#crumbs", Static).update(Text(self.crumbs, "bold", no_wrap=True, overflow="ellipsis"))
 
     async def load(self) -> None:
         """Fetch the document and show it (or say why not, keeping what is shown)."""
@@ -183,16 +189,20 @@ class DrillScreen(Screen[None]):
         except (SourceError, BadAnswerError) as exc:
             self.error = str(exc)
             self.trouble = trouble_line(self.target, exc)
-            self.query_one("#title", Static).update(Text(f"{self.crumbs}: {exc}", "bold red"))
+            self.query_one("#title", Static).update(Text(f"{self.crumb}: {exc}", "bold red"))
             self.loaded_generation = None  # try again at the next poll
             self._banner(self.top.view, self.top.health)
             return
         if self.trouble is not None:  # the banner said this document's trouble: it is over
             self.trouble = None
-            self._banner(self.top.view, self.top.health)
         self.document, self.error = document, None
-        self.show(document)
+        await self.shown(document)
+        self._banner(self.top.view, self.top.health)
         self.loads += 1
+
+    async def shown(self, document: Document) -> None:
+        """Draw ``document`` (a screen that needs more documents than its own fetches them here)."""
+        self.show(document)
 
     def show(self, document: Document) -> None:
         """Draw ``document``."""
@@ -202,7 +212,8 @@ class DrillScreen(Screen[None]):
 class SiteScreen(DrillScreen):
     """One site's UltraServers, the lowest effective share first (at most 500: the worst of it)."""
 
-    FIELDS: Final = "site,effective_share,lost_flops,lost_by_cause,unhealthy_total,chips_present,chips_reporting,state"
+    FIELDS: Final = ("site,effective_flops,effective_share,lost_flops,lost_by_cause,unhealthy_total,chips_present,"
+                     "chips_reporting,state")
 
     def __init__(self, site: str) -> None:
         query = urllib.parse.urlencode({"site": site, "sort": "effective_share", "limit": 500,
@@ -211,8 +222,8 @@ class SiteScreen(DrillScreen):
         self.site = site
 
     def body(self) -> Iterator[Any]:
-        table: DataTable[Any] = DataTable(id="ultraservers", cursor_type="row")
-        table.add_columns("UltraServer", "effective share", "lost", "by", "unhealthy", "chips reporting", "state")
+        table = Rows(id="ultraservers")
+        table.add_columns("UltraServer", "eff. share", "lost", "by", "bad", "chips", "state")
         yield table
 
     def show(self, document: Document) -> None:
@@ -222,8 +233,10 @@ class SiteScreen(DrillScreen):
             "(Enter opens one)"))
         fill(self.query_one("#ultraservers", DataTable), (
             (f"us:{r['id']}", (r["id"], percent(r.get("effective_share")), flops(r.get("lost_flops")),
-                               cause_text(r.get("lost_by_cause"), top=1), r.get("unhealthy_total", 0),
-                               f"{r.get('chips_reporting', 0)}/{r.get('chips_present', 0)}", r.get("state", "-")))
+                               first_cause(r.get("lost_by_cause")), r.get("unhealthy_total", 0),
+                               f"{r.get('chips_reporting', 0)}/{r.get('chips_present', 0)}",
+                               state_word(r.get("state"), lost=r.get("lost_flops"), effective=r.get("effective_flops"),
+                                          unhealthy=r.get("unhealthy_total", 0))))
             for r in rows))
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
@@ -235,27 +248,29 @@ class UltraServerScreen(DrillScreen):
     """One UltraServer: its figures, its nodes, and every unhealthy entity in it."""
 
     def __init__(self, ultraserver: str) -> None:
-        super().__init__(f"/api/v1/ultraservers/{urllib.parse.quote(ultraserver, safe='')}",
-                         f"UltraServer {ultraserver}")
+        super().__init__(f"/api/v1/ultraservers/{urllib.parse.quote(ultraserver, safe='')}", ultraserver)
         self.ultraserver = ultraserver
 
     def body(self) -> Iterator[Any]:
         yield Static("Unhealthy here (Enter: its detail)", classes="label")
-        unhealthy: DataTable[Any] = DataTable(id="unhealthy", cursor_type="row")
-        unhealthy.add_columns("entity", "id", "node", "state", "reasons", "since tick")
+        unhealthy = Rows(id="unhealthy")
+        unhealthy.add_columns("entity", "id", "state", "reasons", "since tick")
         yield unhealthy
         yield Static("Nodes (Enter: its chips, NeuronLinks and EFA ports)", classes="label")
-        nodes: DataTable[Any] = DataTable(id="nodes", cursor_type="row")
-        nodes.add_columns("node", "hostname", "state", "reasons", "job", "unhealthy chips/links/ports",
-                          "inlet C", "outlet C", "power W")
+        nodes = Rows(id="nodes")
+        nodes.add_columns("node", "state", "job", "bad c/l/p", "in/out C", "power W", "hostname")
         yield nodes
 
     def show(self, document: Document) -> None:
         us = document["ultraserver"]
+        namer = Namer.of(document)
+        self.crumb = namer.prefix
         title = Text()
-        title.append(f"UltraServer {us['id']}", "bold")
-        title.append(f" (site {us['site']}{', ' + us['name'] if us.get('name') else ''}): {us['state']}"
-                     f"{' ' + _reasons(us) if us.get('reasons') else ''}\n")
+        word = state_word(us.get("state"), lost=us.get("lost_flops"), effective=us.get("effective_flops"))
+        title.append(f"UltraServer {namer.prefix}", "bold")
+        title.append(f"{' (' + us['name'] + ')' if us.get('name') else ''}: ")
+        title.append(word, "bold red" if word != "healthy" else "green")
+        title.append(f"; cooling {us['state']}{' ' + _reasons(us) if us.get('reasons') else ''}\n")
         title.append(f"effective {flops(us.get('effective_flops'))} of {flops(us.get('peak_flops'))} peak "
                      f"({percent(us.get('effective_share'))}); lost {flops(us.get('lost_flops'))}: "
                      f"{cause_text(us.get('lost_by_cause'))}; chips reporting "
@@ -264,18 +279,21 @@ class UltraServerScreen(DrillScreen):
         bad = [(kind, e) for key, kind in KINDS.items() for e in document[key] if e.get("state") != "healthy"]
         bad.sort(key=lambda pair: pair[1].get("onset_tick") or 0)
         fill(self.query_one("#unhealthy", DataTable), (
-            (f"{kind}:{e['id']}", (kind, e["id"], e.get("node", e["id"] if kind == "node" else "-"), _state(e),
-                                   _reasons(e), e.get("onset_tick")))
+            (f"{kind}:{(ident := namer.of_entity(kind, e))}",
+             (_KIND_LABELS.get(kind, kind), within(ident, namer.prefix), _state(e), _reasons(e), e.get("onset_tick")))
             for kind, e in bad))
-        per_node: dict[str, list[int]] = {}
+        per_node: dict[int | None, list[int]] = {}
         for key, index in (("chips", 0), ("links", 1), ("ports", 2)):
             for e in document[key]:
                 if e.get("state") != "healthy":
-                    per_node.setdefault(str(e.get("node")), [0, 0, 0])[index] += 1
+                    per_node.setdefault(index_of({"id": e.get("node")}), [0, 0, 0])[index] += 1
         fill(self.query_one("#nodes", DataTable), (
-            (f"node:{n['id']}", (n["id"], n.get("hostname") or "-", _state(n), _reasons(n), n.get("job") or "-",
-                                 "/".join(map(str, per_node.get(n["id"], [0, 0, 0]))), _number(n.get("inlet_c")),
-                                 _number(n.get("outlet_c")), _number(n.get("power_w"), ".0f")))
+            (f"node:{(ident := namer.of_entity('node', n))}",
+             (within(ident, namer.prefix),
+              _state(n, state_word(n.get("state"), unhealthy=sum(per_node.get(index_of(n), [0, 0, 0])))),
+              n.get("job") or "-", "/".join(map(str, per_node.get(index_of(n), [0, 0, 0]))),
+              f"{_number(n.get('inlet_c'), '.0f')}/{_number(n.get('outlet_c'), '.0f')}",
+              _number(n.get("power_w"), ".0f"), n.get("hostname") or "-"))
             for n in document["nodes"]))
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
@@ -290,63 +308,73 @@ class UltraServerScreen(DrillScreen):
 class NodeScreen(DrillScreen):
     """One node of an UltraServer: its chips, NeuronLinks and EFA ports, unhealthy ones first."""
 
+    DEFAULT_CSS = """
+    NodeScreen #kinds, NodeScreen #kinds ContentSwitcher, NodeScreen #kinds TabPane { height: 1fr; }
+    """
+
     def __init__(self, ultraserver: str, node: str) -> None:
         super().__init__(f"/api/v1/ultraservers/{urllib.parse.quote(ultraserver, safe='')}",
-                         f"UltraServer {ultraserver} > node {node}")
+                         node.rsplit("/", 1)[-1])
         self.ultraserver, self.node = ultraserver, node
 
     def body(self) -> Iterator[Any]:
         with TabbedContent(id="kinds"):
             with TabPane("Chips", id="tab-chips"):
-                chips: DataTable[Any] = DataTable(id="chips", cursor_type="row")
-                chips.add_columns("chip", "state", "reasons", "effective", "util", "clock", "temp C", "power W")
+                chips = Rows(id="chips")
+                chips.add_columns("chip", "state", "reasons", "FP8", "util", "clock", "temp C")
                 yield chips
             with TabPane("NeuronLinks", id="tab-links"):
-                links: DataTable[Any] = DataTable(id="links", cursor_type="row")
-                links.add_columns("link", "kind", "chips", "state", "reasons", "GB/s", "lanes up", "latency us",
-                                  "CRC errors")
+                links = Rows(id="links")
+                links.add_columns("link", "state", "reasons", "GB/s", "lanes", "lat. us", "to", "CRC")
                 yield links
             with TabPane("EFA ports", id="tab-ports"):
-                ports: DataTable[Any] = DataTable(id="ports", cursor_type="row")
-                ports.add_columns("port", "chip", "state", "reasons", "retransmits", "latency us")
+                ports = Rows(id="ports")
+                ports.add_columns("port", "state", "reasons", "retransmits", "lat. us", "chip")
                 yield ports
 
     def show(self, document: Document) -> None:
-        node = next((n for n in document["nodes"] if n["id"] == self.node), None)
+        namer = Namer.of(document)
+        node = next((n for n in document["nodes"] if namer.of_entity("node", n) == self.node
+                     or str(n.get("id")) == self.node), None)
         if node is None:
             self.query_one("#title", Static).update(Text(f"node {self.node} is not in {self.ultraserver}", "red"))
             return
-        mine = {key: _worst_first([e for e in document[key] if e.get("node") == self.node])
+        here = namer.of_entity("node", node)
+        self.crumb = within(here, namer.prefix)
+        mine = {key: _worst_first([e for e in document[key] if index_of({"id": e.get("node")}) == index_of(node)])
                 for key in ("chips", "links", "ports")}
         counts = {key: sum(e.get("state") != "healthy" for e in rows) for key, rows in mine.items()}
         title = Text()
-        title.append(f"Node {node['id']}", "bold")
-        title.append(f" ({node.get('hostname') or 'no hostname'}, {node.get('instance_id') or 'no instance id'}) "
-                     f"of UltraServer {self.ultraserver}: {node.get('state')} {_reasons(node)}; job "
-                     f"{node.get('job') or '-'}\nunhealthy: {counts['chips']} chips, {counts['links']} NeuronLinks, "
-                     f"{counts['ports']} EFA ports; inlet {_number(node.get('inlet_c'))} C, outlet "
+        title.append(f"Node {here}", "bold")
+        word = state_word(node.get("state"), unhealthy=sum(counts.values()))
+        title.append(f" ({node.get('hostname') or 'no hostname'}): ")
+        title.append(word, "bold red" if word != "healthy" else "green")
+        title.append(f"; job {node.get('job') or '-'}\nunhealthy: {counts['chips']} chips, {counts['links']} "
+                     f"NeuronLinks, {counts['ports']} EFA ports; air {_number(node.get('inlet_c'))}/"
                      f"{_number(node.get('outlet_c'))} C, fan {_number(node.get('fan_rpm'), '.0f')} rpm")
         self.query_one("#title", Static).update(title)
         fill(self.query_one("#chips", DataTable), (
-            (f"chip:{c['id']}", (c["id"], _state(c), _reasons(c), flops(c.get("effective_flops")),
-                                 percent(c.get("util")), _number(c.get("clock_ratio"), ".2f"),
-                                 _number(c.get("temp_c")), _number(c.get("power_w"), ".0f")))
+            (f"chip:{(ident := namer.of_entity('chip', c))}",
+             (within(ident, here), _state(c), _reasons(c), flops(c.get("effective_flops")), percent(c.get("util")),
+              _number(c.get("clock_ratio"), ".2f"), _number(c.get("temp_c"))))
             for c in mine["chips"]))
         fill(self.query_one("#links", DataTable), (
-            (f"neuronlink:{e['id']}", (e["id"], e.get("kind"), f"{e.get('chip_a')}-{e.get('chip_b')}", _state(e),
-                                       _reasons(e), _number(None if e.get("bw_bytes_s") is None
-                                                            else e["bw_bytes_s"] / 1e9, ".1f"),
-                                       _number(e.get("lanes_up"), ".0f"), _number(e.get("latency_us"), ".2f"),
-                                       _number(e.get("crc_errors_total"), ".0f")))
+            (f"neuronlink:{(ident := namer.of_entity('neuronlink', e))}",
+             (within(ident, here), _state(e), _reasons(e),
+              _number(None if e.get("bw_bytes_s") is None else e["bw_bytes_s"] / 1e9, ".1f"),
+              _number(e.get("lanes_up"), ".0f"), _number(e.get("latency_us"), ".2f"),
+              _near(namer.chip(e.get("chip_b")), here, namer.prefix), _number(e.get("crc_errors_total"), ".0f")))
             for e in mine["links"]))
         fill(self.query_one("#ports", DataTable), (
-            (f"efa:{p['id']}", (p["id"], p.get("chip"), _state(p), _reasons(p),
-                                _number(p.get("retrans_pkts_total"), ".0f"), _number(p.get("latency_us"), ".1f")))
+            (f"efa:{(ident := namer.of_entity('efa', p))}",
+             (within(ident, here), _state(p), _reasons(p), _number(p.get("retrans_pkts_total"), ".0f"),
+              _number(p.get("latency_us"), ".1f"), within(namer.chip(p.get("chip")), here)))
             for p in mine["ports"]))
         # Open on the tab of the first unhealthy kind, once.
         if self.loads == 0:
             first = next((key for key in ("links", "ports", "chips") if counts[key]), "chips")
             self.query_one("#kinds", TabbedContent).active = f"tab-{first}"
+            self.query_one(f"#{first}", DataTable).focus()
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         """Open the entity."""
@@ -355,21 +383,48 @@ class NodeScreen(DrillScreen):
 
 
 class EntityScreen(DrillScreen):
-    """One chip, NeuronLink, EFA port or node: every figure the monitor has of it."""
+    """One chip, NeuronLink, EFA port or node: its figures against nominal and peers, what it costs each job,
+    its node's advisory and the runbook section for its state (``entity.card``)."""
 
     def __init__(self, ultraserver: str, kind: str, ident: str) -> None:
-        super().__init__(f"/api/v1/ultraservers/{urllib.parse.quote(ultraserver, safe='')}",
-                         f"UltraServer {ultraserver} > {kind} {ident}")
+        super().__init__(f"/api/v1/ultraservers/{urllib.parse.quote(ultraserver, safe='')}", ident.rsplit("/n", 1)[-1]
+                         if "/" in ident else f"{kind} {ident}")
         self.ultraserver, self.kind, self.ident = ultraserver, kind, ident
+        self.jobs: list[Document] = []
+        self.actions: Document | None = None
+        self.actions_error: str | None = None
 
     def body(self) -> Iterator[Any]:
-        table: DataTable[Any] = DataTable(id="fields", cursor_type="row")
-        table.add_columns("field", "value")
-        yield table
+        with VerticalScroll(id="scroll"):
+            yield Static(id="card")
 
     def entity(self, document: Document) -> Document | None:
         """This screen's entity in an UltraServer document."""
-        return next((e for e in document.get(LISTS.get(self.kind, ""), ()) if str(e["id"]) == self.ident), None)
+        return entity_in(document, self.kind, self.ident)
+
+    async def shown(self, document: Document) -> None:
+        """Fetch what the entity costs its node's job and the node's advisory, then draw."""
+        entity = self.entity(document)
+        if entity is not None:
+            job = node_job(document, self.kind, entity)
+            node = node_key(document, self.kind, entity)
+            targets = ([f"/api/v1/jobs/{urllib.parse.quote(job, safe='')}"] if job else []) + (
+                [f"/api/v1/actions?{urllib.parse.urlencode({'node': node})}"] if node else [])
+            answers = await asyncio.gather(*(self.top.source.get(t) for t in targets), return_exceptions=True)
+            self.jobs = [a for t, a in zip(targets, answers, strict=True)
+                         if t.startswith("/api/v1/jobs/") and not isinstance(a, BaseException)]
+            for target, answer in zip(targets, answers, strict=True):
+                if not target.startswith("/api/v1/actions"):
+                    continue
+                if isinstance(answer, (SourceError, BadAnswerError)):
+                    self.actions, self.actions_error = None, str(answer)
+                elif isinstance(answer, BaseException):
+                    raise answer
+                else:
+                    self.actions, self.actions_error = answer, None
+            if not node:
+                self.actions, self.actions_error = None, "its node is not in the document"
+        self.show(document)
 
     def show(self, document: Document) -> None:
         entity = self.entity(document)
@@ -377,22 +432,18 @@ class EntityScreen(DrillScreen):
             self.query_one("#title", Static).update(Text(f"{self.kind} {self.ident} is not in {self.ultraserver}",
                                                          "red"))
             return
-        title = Text()
-        title.append(f"{self.kind} {self.ident}", "bold")
-        title.append(" is ")
-        title.append_text(_state(entity))
-        if entity.get("state") != "healthy":
-            title.append(f" ({_reasons(entity)}) since tick {entity.get('onset_tick')}")
-        self.query_one("#title", Static).update(title)
-        fill(self.query_one("#fields", DataTable), ((name, (name, _value(value))) for name, value in entity.items()))
+        namer = Namer.of(document)
+        self.crumb = within(namer.of_entity(self.kind, entity), namer.prefix)
+        title = self.query_one("#title", Static)
+        title.display = False
+        fleet = self.top.view.fleet or {}
+        self.query_one("#card", Static).update(card(
+            self.kind, entity, document, jobs=self.jobs, fleet_culprits=fleet.get("culprits") or (),
+            actions=self.actions, actions_error=self.actions_error, width=self.size.width))
 
-
-def _value(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    if isinstance(value, list):
-        return ",".join(map(str, value)) or "-"
-    return "-" if value is None else str(value)
+    def text(self) -> str:
+        """The card as plain text (tests read it)."""
+        return str(self.query_one("#card", Static).content)
 
 
 class JobScreen(DrillScreen):
@@ -404,12 +455,12 @@ class JobScreen(DrillScreen):
 
     def body(self) -> Iterator[Any]:
         yield Static("Culprits, costliest first (Enter: the entity)", classes="label")
-        culprits: DataTable[Any] = DataTable(id="culprits", cursor_type="row")
-        culprits.add_columns("entity", "id", "UltraServer", "costs the job")
+        culprits = Rows(id="culprits")
+        culprits.add_columns("entity", "id", "costs the job", "UltraServer")
         yield culprits
         yield Static("Its UltraServers (Enter: open)", classes="label")
-        held: DataTable[Any] = DataTable(id="held", cursor_type="row")
-        held.add_columns("UltraServer", "site", "effective share", "lost", "by", "unhealthy")
+        held = Rows(id="held")
+        held.add_columns("UltraServer", "site", "eff. share", "lost", "by", "bad")
         yield held
 
     def show(self, document: Document) -> None:
@@ -424,7 +475,8 @@ class JobScreen(DrillScreen):
         self.query_one("#title", Static).update(title)
         fill(self.query_one("#culprits", DataTable), (
             (f"{c['entity']}:{c['id']}@{c.get('ultraserver')}",
-             (c["entity"], c["id"], c.get("ultraserver") or "-", flops(c.get("flops"))))
+             (_KIND_LABELS.get(str(c["entity"]), c["entity"]), c["id"], flops(c.get("flops")),
+              c.get("ultraserver") or "-"))
             for c in document.get("culprits", ())))
         fill(self.query_one("#held", DataTable), (ultraserver_row(r) for r in document.get("ultraservers", ())))
 
@@ -439,7 +491,7 @@ class JobScreen(DrillScreen):
         if ultraserver in ("", "None"):
             return
         if kind == "node":
-            self.app.push_screen(NodeScreen(ultraserver, ident if ident.startswith("n") else f"n{ident}"))
+            self.app.push_screen(NodeScreen(ultraserver, ident if "n" in ident else f"n{ident}"))
         elif kind in LISTS:
             self.app.push_screen(EntityScreen(ultraserver, kind, ident))
         else:

@@ -31,6 +31,7 @@ def CONNECTED(monitor: Monitored) -> MonitorSnapshot:  # noqa: N802 - reads as t
     """The fixture's snapshot with its broker session up (the fixture's own has never connected)."""
     return dataclasses.replace(monitor.snap, status=MonitorStatus(connection=Connection(connected=True)))
 SIZE = (160, 48)
+LINK_IN_US = "n4/chip0/link2"  # FAULTY_LINK (224: node 4's link 32, chip 0's ring link) within its UltraServer
 
 
 @pytest.fixture(scope="module")
@@ -130,8 +131,9 @@ class TestFleetScreen:
 
 class TestDrillDown:
     async def test_heat_map_to_the_faulty_link(self, plain: Served) -> None:
-        """Right to u1 on the heat map, Enter: the UltraServer lists link 224 as its one unhealthy entity;
-        Enter on it: every figure of the link; back, to node n4: its NeuronLinks tab leads with link 224."""
+        """Right to u1 on the heat map, Enter: the UltraServer lists link 224 (``n4/chip0/link2``) as its one
+        unhealthy entity; Enter on it: the link's figures against nominal, its cost to the job, the runbook; back,
+        to node n4: its NeuronLinks tab leads with the link."""
         app = follow(plain)
         async with app.run_test(size=SIZE) as pilot:
             await fleet_shown(pilot, app)
@@ -140,14 +142,16 @@ class TestDrillDown:
             await pilot.press("enter")
             await settle(pilot, lambda: isinstance(app.screen, UltraServerScreen) and app.screen.loads > 0,
                          "the UltraServer screen")
-            assert rows(app, "#unhealthy") == [
-                ["neuronlink", str(FAULTY_LINK), "n4", "degraded", "lanes,bandwidth", "35"]]
+            assert rows(app, "#unhealthy") == [["NeuronLink", LINK_IN_US, "degraded", "lanes,bandwidth", "35"]]
             await pilot.press("enter")
             await settle(pilot, lambda: isinstance(app.screen, EntityScreen) and app.screen.loads > 0,
                          "the link's screen")
-            fields = dict(rows(app, "#fields"))
-            assert (fields["state"], fields["lanes_up"], fields["node"]) == ("degraded", "4", "n4")
-            assert "neuronlink 224 is degraded (lanes,bandwidth) since tick 35" in text_of(app, "#title")
+            shown = app.screen.text()  # type: ignore[attr-defined]
+            assert f"NeuronLink s0/{FAULTY_US}/{LINK_IN_US}  DEGRADED (lanes, bandwidth) since tick 35" in shown
+            assert "lanes up    4 / 8" in shown
+            assert "costs lab/pretrain" in shown
+            assert "runbook docs/runbooks.md#neuronlink-degraded" in shown
+            assert text_of(app, "#crumbs") == f"fleet > s0/{FAULTY_US} > {LINK_IN_US}"
             await pilot.press("escape")
             assert isinstance(app.screen, UltraServerScreen)
             await pilot.press("tab")  # to the nodes table
@@ -159,7 +163,7 @@ class TestDrillDown:
                          "node n4's screen")
             assert app.screen.query_one("#kinds").active == "tab-links"  # type: ignore[attr-defined]
             first = rows(app, "#links")[0]
-            assert (first[0], first[3]) == (str(FAULTY_LINK), "degraded")
+            assert (first[0], first[1]) == ("chip0/link2", "degraded")
             assert "unhealthy: 0 chips, 1 NeuronLinks, 0 EFA ports" in text_of(app, "#title")
             await pilot.press("escape", "escape")
             assert isinstance(app.screen, FleetScreen)
@@ -172,11 +176,11 @@ class TestDrillDown:
             await pilot.press("j", "enter")
             await settle(pilot, lambda: isinstance(app.screen, JobScreen) and app.screen.loads > 0, "the job")
             assert "Job lab/pretrain" in text_of(app, "#title")
-            assert rows(app, "#culprits")[0][:3] == ["neuronlink", str(FAULTY_LINK), FAULTY_US]
+            assert rows(app, "#culprits")[0][:2] == ["NeuronLink", str(FAULTY_LINK)]
             assert [r[0] for r in rows(app, "#held")] == [FAULTY_US]
             await pilot.press("enter")
             await settle(pilot, lambda: isinstance(app.screen, EntityScreen) and app.screen.loads > 0, "the link")
-            assert dict(rows(app, "#fields"))["id"] == str(FAULTY_LINK)
+            assert f"NeuronLink s0/{FAULTY_US}/{LINK_IN_US}" in app.screen.text()  # type: ignore[attr-defined]
 
     async def test_site_lowest_share_first(self, plain: Served) -> None:
         """s, Enter on the site: its UltraServers, the faulty one first; Enter opens it."""
