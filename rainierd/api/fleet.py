@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -53,6 +54,8 @@ def fleet(topo: Topology, snap: MonitorSnapshot) -> dict[str, Any]:
             "overloaded": backlog.overloaded if backlog is not None else False,
             "backlog_messages": backlog.messages if backlog is not None else 0,
             "connected": snap.status.connection.connected,
+            # Which process answers: ``run --top`` follows only the monitor it started (rainierd/top/launch.py).
+            "pid": os.getpid(),
         },
     }
 

@@ -49,6 +49,7 @@ from rainierd.top.model import (
     cause_text,
     event_text,
     first_cause,
+    fit,
     flops,
     health,
     percent,
@@ -80,84 +81,99 @@ _ENTITY_LABELS: Final = {"neuronlink": "NeuronLink", "efa": "EFA", "chip": "chip
                          "ultraserver": "UltraServer", "feed": "feed"}
 
 
-def _unhealthy_text(unhealthy: Mapping[str, Mapping[str, int]] | None) -> str:
-    parts = [f"{_ENTITY_LABELS.get(entity, entity)} {state} {count:,}"
-             for entity, states in (unhealthy or {}).items() for state, count in states.items() if count]
-    return ", ".join(parts) or "none"
+def _unhealthy_parts(unhealthy: Mapping[str, Mapping[str, int]] | None) -> list[str]:
+    return [f"{_ENTITY_LABELS.get(entity, entity)} {state} {count:,}"
+            for entity, states in (unhealthy or {}).items() for state, count in states.items() if count]
 
 
-def fleet_header(view: View) -> Text:
-    """The fleet screen's five header lines, each short enough not to wrap at 120 columns but the last (the
-    unhealthy counts, cut at the edge): FP8, chips and the monitor, lost FP8, the five entities costing most,
-    unhealthy entities."""
+def fleet_header(view: View, width: int = 120) -> Text:
+    """The fleet screen's five header lines, each fitted to ``width`` columns (``fit``: nothing cut, what does
+    not fit counted): FP8 and goodput, lost FP8 by cause, the entities costing most, the fleet's size and the
+    monitor, unhealthy entities."""
     fleet = view.fleet
     text = Text(no_wrap=True, overflow="ellipsis")
     if fleet is None:
         return text
     chips = fleet.get("chips") or {}
     monitor = fleet.get("monitor") or {}
-    text.append("FP8 ", "bold")
-    text.append(f"peak {flops(fleet.get('peak_flops'))}  effective {flops(fleet.get('effective_flops'))} "
-                f"({percent(fleet.get('effective_share'))})  goodput {percent(fleet.get('goodput_ratio'))}\n")
-    text.append("chips ", "bold")
-    text.append(f"{chips.get('reporting', 0):,}/{chips.get('total', 0):,} reporting in "
-                f"{fleet.get('sites', 0)} sites, {fleet.get('ultraservers', 0):,} UltraServers; "
-                f"{fleet.get('jobs', 0):,} jobs   ")
-    text.append("monitor ", "bold")
+    lines: list[tuple[str, str, str]] = []  # (bold head, rest, head style)
+    reporting = f"  chips {chips.get('reporting', 0):,}/{chips.get('total', 0):,} reporting"
+    first = (f"{flops(fleet.get('effective_flops'))} of {flops(fleet.get('peak_flops'))} "
+             f"({percent(fleet.get('effective_share'))})  goodput {percent(fleet.get('goodput_ratio'))}")
+    lines.append(("FP8 ", first + (reporting if len(first) + len(reporting) + 4 <= width else ""), "bold"))
+    lost_head = f"{flops(fleet.get('lost_flops'))}: "
+    fallback = "  (no job known: priced per UltraServer)" if fleet.get("loss_model") == "per_ultraserver_fallback" \
+        else ""
+    causes = [part for part in cause_text(fleet.get("lost_by_cause"), top=6).split(", ") if part != "none"]
+    lines.append(("lost ", fit(lost_head, causes, width - 5 - len(fallback)) + fallback,
+                  "bold red" if fleet.get("lost_flops") else "bold"))
+    lines.append(("costing most ", fit("", culprit_parts(fleet.get("culprits")), width - 13, empty="-"), "bold"))
     lag = monitor.get("lag_s")
     analysis = monitor.get("analysis_s")
-    text.append(f"lag {seconds(lag) if isinstance(lag, (int, float)) else '-'}, analysis "
-                f"{f'{analysis * 1000:.0f} ms' if isinstance(analysis, (int, float)) else '-'}"
-                f"{', OVERLOADED' if monitor.get('overloaded') else ''}")
+    size = (f"{fleet.get('sites', 0)} sites, {fleet.get('ultraservers', 0):,} UltraServers, "
+            f"{fleet.get('jobs', 0):,} jobs  ")
+    state = (f"lag {seconds(lag) if isinstance(lag, (int, float)) else '-'}, analysis "
+             f"{f'{analysis * 1000:.0f} ms' if isinstance(analysis, (int, float)) else '-'}"
+             f"{', OVERLOADED' if monitor.get('overloaded') else ''}")
     if backlog := monitor.get("backlog_messages"):
-        text.append(f", backlog {backlog:,}")
-    text.append("\nlost ", "bold red" if fleet.get("lost_flops") else "bold")
-    text.append(f"{flops(fleet.get('lost_flops'))}: {cause_text(fleet.get('lost_by_cause'), top=6)}")
-    if fleet.get("loss_model") == "per_ultraserver_fallback":
-        text.append("  (no job known: priced per UltraServer)", "italic")
-    text.append("\ncosting most ", "bold")
-    text.append(culprits_text(fleet.get("culprits")) + "\n")
-    text.append("unhealthy ", "bold")
-    text.append(_unhealthy_text(fleet.get("unhealthy")))
+        state += f", backlog {backlog:,}"
+    lines.append(("fleet ", (size if len(size) + len(state) + 14 <= width else "") + "monitor " + state, "bold"))
+    lines.append(("unhealthy ", fit("", _unhealthy_parts(fleet.get("unhealthy")), width - 10), "bold"))
+    for n, (head, rest, style) in enumerate(lines):
+        text.append(head, style)
+        text.append(rest + ("\n" if n < len(lines) - 1 else ""))
     return text
 
 
+def culprit_parts(culprits: object) -> list[str]:
+    """The fleet's costliest entities, each as ``<kind> <id> <FLOP/s>`` (``NeuronLink s0/u5/n20/chip0/link2
+    62.2 PF/s``), costliest first: the jobs tab and the entity's screen say which job each slows."""
+    if not isinstance(culprits, list):
+        return []
+    return [f"{_ENTITY_LABELS.get(str(c.get('entity')), c.get('entity'))} {c.get('id')} {flops(c.get('flops'))}"
+            for c in culprits if isinstance(c, dict)]
+
+
 def culprits_text(culprits: object, *, top: int = 5) -> str:
-    """The fleet's ``top`` costliest entities as one line (``chip 6440 197 PF/s, neuronlink 992 62.2 PF/s``):
-    short enough for 120 columns; where each is and which job it slows are on the jobs tab and its screen."""
-    if not isinstance(culprits, list) or not culprits:
-        return "-"
-    parts = [f"{c.get('entity')} {c.get('id')} {flops(c.get('flops'))}" for c in culprits[:top] if isinstance(c, dict)]
-    return ", ".join(parts) or "-"
+    """The fleet's ``top`` costliest entities as one line (``chip 6440 197 PF/s, NeuronLink 992 62.2 PF/s``)."""
+    return ", ".join(culprit_parts(culprits)[:top]) or "-"
 
 
-def legend(scale: Scale) -> Text:
-    """The heat map's key: what each colour means on ``scale``."""
-    text = Text(f"{scale.title()}:")
+def legend(scale: Scale, width: int = 200) -> Text:
+    """The heat map's key: what each colour means on ``scale``, in ``width`` columns (the title and the ``c``
+    hint give way first, never the colours)."""
     uppers = [*scale.floors[1:], None]
-    for floor, colour, upper in zip(scale.floors, COLOURS, uppers, strict=True):
+    keys = [(colour, f" <{upper:.0%}" if floor == 0 and upper is not None else f" >={floor:.0%}")
+            for floor, colour, upper in zip(scale.floors, COLOURS, uppers, strict=True)]
+    hint = f"  (c: colour by {'effective share' if scale.mode == 'kept' else 'FP8 kept'})"
+    body = sum(3 + len(label) for _, label in keys) + len("    none ! unhealthy")
+    title = f"{scale.title()}:" if len(scale.title()) + 1 + body + len(hint) <= width else (
+        "FP8 kept:" if scale.mode == "kept" else "share vs healthy:")
+    text = Text(title, no_wrap=True, overflow="ellipsis")
+    for colour, label in keys:
         text.append(" ")
         text.append("  ", f"on {colour}")
-        text.append(f" <{upper:.0%}" if floor == 0 and upper is not None else f" >={floor:.0%}")
+        text.append(label)
     text.append(" ")
     text.append("  ", f"on {UNKNOWN_COLOUR}")
     text.append(" none ")
     text.append("!", "bold black on #a3c85a")
-    text.append(" unhealthy inside  (c: colour by ")
-    text.append("effective share" if scale.mode == "kept" else "FP8 kept")
-    text.append(")")
+    text.append(" unhealthy")
+    if len(text.plain) + len(hint) <= width:
+        text.append(hint)
     return text
 
 
 def site_titles(view: View) -> dict[str, str]:
-    """Each site's title line over its cells."""
+    """Each site's title line over its cells, the most telling figures first (the map fits it to its width with
+    ``model.fit``: what does not fit is counted, not cut)."""
     titles = {}
     for site in view.sites:
         name = f" {site['name']}" if site.get("name") else ""
         bad = sum((site.get("unhealthy") or {}).values())
-        titles[str(site["id"])] = (f"{site['id']}{name}: {site.get('ultraservers', 0):,} UltraServers, effective "
-                                   f"{percent(site.get('effective_share'))}, lost {flops(site.get('lost_flops'))}, "
-                                   f"{bad:,} unhealthy")
+        titles[str(site["id"])] = (f"{site['id']}{name}: lost {flops(site.get('lost_flops'))}, {bad:,} unhealthy, "
+                                   f"effective {percent(site.get('effective_share'))}, "
+                                   f"{site.get('ultraservers', 0):,} UltraServers")
     return titles
 
 
@@ -172,12 +188,12 @@ class FleetScreen(Screen[None]):
         self._shown: set[tuple[Any, ...]] = set()  # the events of the API's window already in the feed
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("h", "heat", "Heat map"),
-        Binding("u", "tab('worst')", "UltraServers"),
+        Binding("h", "heat", "Map"),
+        Binding("u", "tab('worst')", "UltraServers", show=False),
         Binding("j", "tab('jobs')", "Jobs"),
-        Binding("s", "tab('sites')", "Sites"),
+        Binding("s", "tab('sites')", "Sites", show=False),
         Binding("a", "tab('actions')", "Advisories"),
-        Binding("c", "colour", "Colour by"),
+        Binding("c", "colour", "Colour by", show=False),
     ]
 
     def compose(self) -> ComposeResult:
@@ -192,7 +208,7 @@ class FleetScreen(Screen[None]):
             with TabbedContent(id="tabs", initial="tab-worst"):
                 with TabPane("UltraServers", id="tab-worst"):
                     worst = Rows(id="worst")
-                    worst.add_columns("UltraServer", "site", "eff.", "lost", "by", "bad")
+                    worst.add_columns("UltraServer", "eff.", "lost", "by", "bad")
                     yield worst
                 with TabPane("Jobs", id="tab-jobs"):
                     jobs = Rows(id="jobs")
@@ -207,13 +223,38 @@ class FleetScreen(Screen[None]):
                     actions = Rows(id="actions")
                     actions.add_columns("node", "action", "state", "reason")
                     yield actions
-        yield RichLog(id="events", max_lines=500, wrap=False)
+        yield RichLog(id="events", max_lines=500, wrap=True)
         yield Footer()
 
     @property
     def top(self) -> TopApp:
         """The application (typed)."""
         return self.app  # type: ignore[return-value]
+
+    def on_resize(self) -> None:
+        """Give the map, the tabs and the events what the terminal can spare: under 110 columns the map and the
+        tabs take the whole width in turn (the map while it has the focus, the tabs while one of their tables
+        does: ``h`` and ``u``/``j``/``s``/``a`` switch), so at 80 x 24 no table is cut."""
+        self.query_one("#events").styles.height = 5 if self.size.height < 32 else 9
+        self._arrange()
+        heat = self.query_one(HeatMap)
+        self.query_one("#legend", Static).update(legend(heat.scale, self.query_one("#left").size.width or 200))
+        if self.top.view.fleet is not None:
+            self.query_one("#header", Static).update(fleet_header(self.top.view, self.size.width))
+
+    def on_descendant_focus(self) -> None:
+        """In a narrow terminal, show the panel that has the focus."""
+        self._arrange()
+
+    def _arrange(self) -> None:
+        narrow = 0 < self.size.width < 110
+        left, tabs = self.query_one("#left"), self.query_one("#tabs")
+        map_focused = not narrow or isinstance(self.focused, HeatMap) or self.focused is None
+        tab_focused = not narrow or (self.focused is not None and tabs in self.focused.ancestors_with_self)
+        left.display = map_focused or not tab_focused
+        tabs.display = not narrow or tab_focused
+        tabs.styles.width = "1fr"
+        left.styles.width = "1fr" if narrow else "2fr"
 
     def on_mount(self) -> None:
         """Focus the heat map and show what there is."""
@@ -235,7 +276,7 @@ class FleetScreen(Screen[None]):
         """Colour the heat map by the other figure (FP8 kept, effective share)."""
         heat = self.query_one(HeatMap)
         heat.recolour("peak" if heat.mode == "kept" else "kept")
-        self.query_one("#legend", Static).update(legend(heat.scale))
+        self.query_one("#legend", Static).update(legend(heat.scale, self.query_one("#left").size.width or 200))
 
     def action_tab(self, tab: str) -> None:
         """Show a tab and focus its table."""
@@ -245,14 +286,14 @@ class FleetScreen(Screen[None]):
     def follow(self, view: View, health_: Health) -> None:
         """Draw ``view``."""
         self.query_one(Banner).show(self.top.source.where, health_, view)
-        self.query_one("#header", Static).update(fleet_header(view))
+        self.query_one("#header", Static).update(fleet_header(view, self.size.width or 120))
         if view.generation == self._drawn:
             return
         self._drawn = view.generation
         heat = self.query_one(HeatMap)
         heat.show(view.heat, site_titles(view))
-        self.query_one("#legend", Static).update(legend(heat.scale))
-        fill(self.query_one("#worst", DataTable), (ultraserver_row(r) for r in view.worst
+        self.query_one("#legend", Static).update(legend(heat.scale, self.query_one("#left").size.width or 200))
+        fill(self.query_one("#worst", DataTable), (ultraserver_row(r, site=False) for r in view.worst
                                                    if r.get("lost_flops") or r.get("unhealthy_total")))
         fill(self.query_one("#jobs", DataTable), (
             (f"job:{j['id']}", (j["id"], percent(j.get("goodput_ratio")), flops(j.get("lost_flops")),
@@ -301,12 +342,13 @@ class FleetScreen(Screen[None]):
         cell = message.cell
         scale = self.query_one(HeatMap).scale
         kept = Scale.of("kept", ()).value(cell)
+        relative = f" ({scale.value(cell):.0%} of a healthy one)" if scale.mode == "peak" and scale.value(cell) else ""
+        parts = [f"keeps {percent(kept)} of its FP8", f"lost {flops(cell.get('lost_flops'))}",
+                 f"{cell.get('unhealthy_total', 0)} unhealthy",
+                 f"effective {percent(cell.get('effective_share'))} of peak{relative}",
+                 f"{cell.get('chips_reporting', 0)}/{cell.get('chips_present', 0)} chips reporting", "Enter opens it"]
         self.query_one("#cell", Static).update(Text(
-            f"{cell['id']} (site {cell.get('site')}): keeps {percent(kept)} of its FP8; effective "
-            f"{percent(cell.get('effective_share'))} of peak"
-            f"{f' ({scale.value(cell):.0%} of a healthy one)' if scale.mode == 'peak' and scale.value(cell) else ''}"
-            f"; lost {flops(cell.get('lost_flops'))}; {cell.get('unhealthy_total', 0)} unhealthy; "
-            f"{cell.get('chips_reporting', 0)}/{cell.get('chips_present', 0)} chips reporting. Enter opens it"),
+            fit(f"{cell['id']} (site {cell.get('site')}): ", parts, max(20, self.query_one("#left").size.width))),
             layout=False)  # one line of fixed height: a layout pass a keypress is the map's largest cost
 
     def on_heat_map_selected(self, message: HeatMap.Selected) -> None:
@@ -322,6 +364,7 @@ class TopApp(App[None]):
     """``rainierd top``: follows the monitor behind ``source``."""
 
     TITLE = "rainierd top"
+    ENABLE_COMMAND_PALETTE = False  # its key would take room in the footer; ``?`` lists every key
     CSS = """
     #header { height: 5; }
     #middle { height: 1fr; }
@@ -346,8 +389,13 @@ class TopApp(App[None]):
     ]
 
     def __init__(self, source: Source, *, interval_s: float = 1.0, behind_after_s: float = 10.0,
-                 stalled_after_s: float | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+                 stalled_after_s: float | None = None, clock: Callable[[], float] = time.monotonic,
+                 stop_when: Callable[[], str | None] | None = None) -> None:
         super().__init__()
+        # Asked before every poll; a line returned ends the application with exit code 1 and keeps the line
+        # (``stopped_because``): ``run --top`` quits when the monitor it started is gone.
+        self.stop_when = stop_when
+        self.stopped_because: str | None = None
         self.source = source
         self.interval_s = interval_s
         self.behind_after_s = behind_after_s
@@ -420,6 +468,10 @@ class TopApp(App[None]):
 
     async def poll(self) -> None:
         """Ask the monitor once; at a new generation fetch the rest; tell the screens."""
+        if self.stop_when is not None and (why := self.stop_when()) is not None:
+            self.stopped_because = why
+            self.exit(return_code=1)
+            return
         now = self.clock()
         try:
             fleet = await self.source.get("/api/v1/fleet")

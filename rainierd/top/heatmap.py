@@ -23,7 +23,7 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from rainierd.top.model import Document, Scale, ScaleMode
+from rainierd.top.model import Document, Scale, ScaleMode, fit
 
 _TITLE: Final = Style(bold=True)
 _CURSOR: Final = Style(bgcolor="#ffffff", color="#000000", bold=True)
@@ -40,15 +40,34 @@ def ordered(cells: Sequence[Document]) -> list[Document]:
     return sorted(cells, key=lambda c: (_number(str(c.get("site") or "")), _number(str(c["id"]))))
 
 
+def labelled_width(cells: Sequence[Document], width: int, height: int) -> int:
+    """Return how wide a cell is drawn: wide enough for its UltraServer's name (``!u5`` and a gap) when every
+    cell so drawn fits in ``width`` x ``height`` (a small fleet, the demo's: a map of one-character cells of
+    two UltraServers says nothing a reader can find), else 1 (a large fleet: one character an UltraServer)."""
+    if not cells:
+        return 1
+    wide = max(len(str(c["id"])) for c in cells) + 2
+    per_line = width // wide
+    if per_line < 1:
+        return 1
+    sites: dict[str, int] = {}
+    for cell in cells:
+        site = str(cell.get("site") or "?")
+        sites[site] = sites.get(site, 0) + 1
+    lines = sum(1 + -(-count // per_line) for count in sites.values())
+    return wide if lines <= height else 1
+
+
 class HeatLayout:
     """Where each cell goes: a title line per site, then its cells, ``width`` a line.
 
     ``rows[i]`` is ``(site, start, stop)``: a title when ``start == -1``, else cells ``start:stop``.
     """
 
-    def __init__(self, cells: Sequence[Document], width: int) -> None:
+    def __init__(self, cells: Sequence[Document], width: int, cell_width: int = 1) -> None:
         self.cells = ordered(cells)
-        self.width = max(1, width)
+        self.cell_width = max(1, cell_width)  # characters a cell takes: 1, or room for its name (``labelled``)
+        self.width = max(1, width // self.cell_width)
         self.rows: list[tuple[str, int, int]] = []
         self.place: list[tuple[int, int]] = []  # cell index -> (row, column)
         start = 0
@@ -160,7 +179,8 @@ class HeatMap(ScrollView, can_focus=True):
 
     def _relayout(self) -> None:
         width = max(8, self.scrollable_content_region.width or self.size.width or 80)
-        self._layout = HeatLayout(self._cells, width)
+        height = self.scrollable_content_region.height or self.size.height or 10
+        self._layout = HeatLayout(self._cells, width, labelled_width(self._cells, width, height))
         self._lines.clear()
         self.virtual_size = Size(width, len(self._layout.rows))
         self.refresh()
@@ -177,7 +197,10 @@ class HeatMap(ScrollView, can_focus=True):
             return Strip.blank(self.size.width)
         site, start, stop = self._layout.rows[row]
         if start == -1:
-            text = self._titles.get(site, site)[: self.size.width]
+            title = self._titles.get(site, site)
+            head, _, rest = title.partition(": ")
+            text = fit(f"{head}: ", rest.split(", "), self.size.width) if rest else title
+            text = text[: self.size.width]  # a site's name alone longer than the map
             return Strip([Segment(text, _TITLE)], len(text))
         if not (self.has_focus and start <= self.cursor < stop):
             if (strip := self._lines.get(row)) is None:
@@ -187,18 +210,25 @@ class HeatMap(ScrollView, can_focus=True):
 
     def _draw(self, start: int, stop: int, cursor: int | None) -> Strip:
         cells = self._layout.cells
+        wide = self._layout.cell_width
         segments = []
         for i in range(start, stop):
             cell = cells[i]
             marked = bool(cell.get("unhealthy_total"))
+            if wide > 1:  # the cell's name on its colour, the mark before it, a gap after it
+                text = f"{_MARK if marked else ' '}{cell['id']}"[: wide - 1].ljust(wide - 1)
+            else:
+                text = _MARK if marked else ("@" if i == cursor else " ")
             if i == cursor:
-                segments.append(Segment(_MARK if marked else "@", _CURSOR))
-                continue
-            key = (self.scale.colour(cell), marked)
-            if (style := self._styles.get(key)) is None:
-                style = self._styles[key] = Style(bgcolor=key[0], color="#000000", bold=marked)
-            segments.append(Segment(_MARK if marked else " ", style))
-        return Strip(segments, stop - start)
+                segments.append(Segment(text, _CURSOR))
+            else:
+                key = (self.scale.colour(cell), marked)
+                if (style := self._styles.get(key)) is None:
+                    style = self._styles[key] = Style(bgcolor=key[0], color="#000000", bold=marked)
+                segments.append(Segment(text, style))
+            if wide > 1:
+                segments.append(Segment(" "))
+        return Strip(segments, (stop - start) * wide)
 
     def action_step(self, dx: int, dy: int) -> None:
         """Move the cursor: redraw the line it leaves and the line it reaches."""
@@ -227,7 +257,8 @@ class HeatMap(ScrollView, can_focus=True):
     def _scroll_to_cursor(self) -> None:
         if self._layout.place:
             row, column = self._layout.place[min(self.cursor, len(self._layout.place) - 1)]
-            self.scroll_to_region(Region(column, row, 1, 1), animate=False, immediate=True)
+            wide = self._layout.cell_width
+            self.scroll_to_region(Region(column * wide, row, wide, 1), animate=False, immediate=True)
 
     def _announce(self) -> None:
         if (cell := self.current) is not None:

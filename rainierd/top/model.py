@@ -207,6 +207,21 @@ def si(value: float | None, unit: str) -> str:
     return f"{value:.3g} {unit}"
 
 
+def fit(head: str, parts: Sequence[str], width: int, *, empty: str = "none") -> str:
+    """Return ``head`` and as many of ``parts`` (joined by commas) as fit in ``width`` columns, then ``+N more``
+    for those left out: a header line is never cut mid-word, and says when it holds less than everything."""
+    if not parts:
+        return head + empty
+    line = head
+    for n, part in enumerate(parts):
+        more = f" +{len(parts) - n - 1} more" if n < len(parts) - 1 else ""
+        candidate = line + (", " if n else "") + part
+        if len(candidate) + len(more) > width and n:
+            return line + f" +{len(parts) - n} more"
+        line = candidate
+    return line
+
+
 def percent(value: float | None) -> str:
     """Spell a ratio as a percentage (``-`` when unknown)."""
     if value is None or not math.isfinite(value):

@@ -73,10 +73,12 @@ def trouble_line(target: str, exc: SourceError | BadAnswerError) -> Health | Non
     return None
 
 
-def ultraserver_row(row: Document) -> tuple[str, Sequence[Any]]:
-    """A row of ``/api/v1/ultraservers`` as a table row keyed ``us:<id>``: id, site, effective share, lost, its
-    first cause, unhealthy entities (the fleet screen's worst list and a job's UltraServers)."""
-    return (f"us:{row['id']}", (row["id"], row.get("site"), percent(row.get("effective_share")),
+def ultraserver_row(row: Document, *, site: bool = True) -> tuple[str, Sequence[Any]]:
+    """A row of ``/api/v1/ultraservers`` as a table row keyed ``us:<id>``: id, site (unless not ``site``),
+    effective share, lost, its first cause, unhealthy entities (the fleet screen's worst list and a job's
+    UltraServers)."""
+    where = (row.get("site"),) if site else ()
+    return (f"us:{row['id']}", (row["id"], *where, percent(row.get("effective_share")),
                                 flops(row.get("lost_flops")), first_cause(row.get("lost_by_cause")),
                                 row.get("unhealthy_total", 0)))
 

@@ -6,6 +6,7 @@ bounds, its 400/404/503 errors, the event ring behind ``/events``, and the same 
 from __future__ import annotations
 
 import asyncio
+import os
 import dataclasses
 import gzip
 import json
@@ -111,7 +112,7 @@ class TestFleet:
         assert document["unhealthy"]["neuronlink"] == {"degraded": 1, "down": 0}
         assert (document["generation"], document["jobs"], document["ultraservers"]) == (45, 2, 2)
         assert document["monitor"] == {"lag_s": 0.5, "analysis_s": 0.01, "overloaded": False, "backlog_messages": 0,
-                                       "connected": False}
+                                       "connected": False, "pid": os.getpid()}
 
 
 class TestSites:

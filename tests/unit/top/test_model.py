@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from rainierd.top.heatmap import HeatLayout, ordered
+from rainierd.top.heatmap import HeatLayout, labelled_width, ordered
 from rainierd.top.model import (
     COLOURS,
     UNKNOWN_COLOUR,
@@ -19,11 +19,15 @@ from rainierd.top.model import (
     cause_text,
     colour_of,
     event_text,
+    first_cause,
+    fit,
     flops,
     health,
     percent,
     reference_share,
     seconds,
+    si,
+    state_word,
 )
 
 GREEN, RED = COLOURS[-1], COLOURS[0]
@@ -201,3 +205,48 @@ class TestHeatLayout:
     def test_empty(self) -> None:
         layout = HeatLayout([], width=10)
         assert (layout.rows, layout.move(0, 1, 0)) == ([], 0)
+
+
+class TestSpelledToFit:
+    @pytest.mark.parametrize(("value", "unit", "spelled"), [
+        (6.06573e10, "B/s", "60.7 GB/s"), (2.53e-6, "s", "2.53 µs"), (1.28e11, "B/s", "128 GB/s"),
+        (0.0, "B", "0 B"), (None, "B", "-"), (float("nan"), "s", "-"),
+    ])
+    def test_si_spells_as_flops_does(self, value: float | None, unit: str, spelled: str) -> None:
+        """Three significant figures and an SI prefix, as FLOP/s are spelled; unknown is ``-``, never 0."""
+        assert si(value, unit) == spelled
+
+    def test_fit_counts_what_it_leaves_out(self) -> None:
+        """A header line keeps whole parts and says how many did not fit, never cutting one."""
+        parts = ["throttle 197 PF/s", "NeuronLink 62.2 PF/s", "failed chip 52.7 PF/s", "EFA 19.9 PF/s"]
+        assert fit("lost: ", parts, 60) == "lost: throttle 197 PF/s, NeuronLink 62.2 PF/s +2 more"
+        assert fit("lost: ", parts, 200) == "lost: " + ", ".join(parts)
+        assert fit("lost: ", [], 60) == "lost: none"
+
+    @pytest.mark.parametrize(("state", "kw", "word"), [
+        ("healthy", {"lost": 13.0, "effective": 87.0}, "losing 13.0%"),
+        ("healthy", {"lost": 0.1, "effective": 99.9}, "healthy"),
+        ("healthy", {"unhealthy": 1}, "1 part unhealthy"),
+        ("cooling_degraded", {"lost": 13.0, "effective": 87.0}, "cooling_degraded"),
+        ("healthy", {}, "healthy"),
+    ])
+    def test_a_state_word_never_contradicts_a_loss(self, state: str, kw: dict[str, Any], word: str) -> None:
+        """``healthy`` is never printed beside a 13 % loss or an unhealthy part: the word says what it is."""
+        assert state_word(state, **kw) == word
+
+    def test_first_cause_names_only_the_cause(self) -> None:
+        """The ``by`` column names the costliest cause; the loss is in the column beside it."""
+        assert first_cause({"straggler": 1e12, "degraded_neuronlink": 7e15}) == "NeuronLink"
+        assert first_cause({"straggler": 0.0}) == "-"
+
+
+class TestLabelledMap:
+    def test_a_small_fleet_gets_cells_with_names(self) -> None:
+        """The demo's two UltraServers are drawn as ``u0`` and ``!u1`` cells, legible; rainier's 7,800 are one
+        character each, as before."""
+        small = [{"id": f"u{i}", "site": "s0"} for i in range(2)]
+        large = [{"id": f"u{i}", "site": f"s{i // 2600}"} for i in range(7800)]
+        assert labelled_width(small, 40, 5) == 4
+        assert labelled_width(large, 130, 40) == 1
+        layout = HeatLayout(small, 40, labelled_width(small, 40, 5))
+        assert (layout.cell_width, layout.width, layout.rows) == (4, 10, [("s0", -1, -1), ("s0", 0, 2)])
