@@ -6,10 +6,10 @@ bounds, its 400/404/503 errors, the event ring behind ``/events``, and the same 
 from __future__ import annotations
 
 import asyncio
-import os
 import dataclasses
 import gzip
 import json
+import os
 import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
