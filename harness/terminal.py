@@ -49,6 +49,14 @@ class Terminal:
         """The process id of the pane's shell."""
         return int(self._tmux("list-panes", "-t", "t", "-F", "#{pane_pid}").split()[0])
 
+    def resize(self, width: int, height: int) -> None:
+        """Make the pane ``width`` x ``height``, as a person resizing the terminal does (the program gets SIGWINCH)."""
+        self._tmux("resize-window", "-t", "t", "-x", str(width), "-y", str(height))
+
+    def lines(self) -> list[str]:
+        """The pane's lines as a person sees them now (trailing blanks dropped)."""
+        return [line.rstrip() for line in self.screen().splitlines()]
+
     def press(self, *keys: str) -> None:
         """Type ``keys`` (tmux key names: ``Enter``, ``Escape``, ``Right``, or text)."""
         for key in keys:

@@ -42,11 +42,15 @@ TOPOLOGY: Final = "sites=3,ultraservers=40"
 TICKS: Final = 45
 SIZE: Final = (160, 46)
 # (file, what it shows)
+SMALL: Final = (80, 24)
 SHOTS: Final = (
     ("top-fleet.svg", "the fleet screen, the cursor on u5"),
     ("top-ultraserver.svg", "UltraServer u5 and its degraded NeuronLink"),
-    ("top-link.svg", "the degraded NeuronLink's figures"),
+    ("top-node.svg", "node n20 of u5: its NeuronLinks, the degraded one first"),
+    ("top-link.svg", "the degraded NeuronLink: against nominal, its cost to the job, the advisory, the runbook"),
     ("top-job.svg", "the costliest job, its culprits and UltraServers"),
+    ("top-link-80x24.svg", "the degraded NeuronLink's screen in an 80 x 24 terminal"),
+    ("top-fleet-80x24.svg", "the fleet screen in an 80 x 24 terminal"),
 )
 
 
@@ -123,7 +127,7 @@ async def _until(pilot: Any, condition: Any) -> None:
 
 async def shots(api: tuple[ReadApi, ActionsApi]) -> dict[str, str]:
     """Drive the application and return each screenshot's SVG by file name."""
-    from rainierd.top.screens import EntityScreen, JobScreen, UltraServerScreen  # noqa: PLC0415
+    from rainierd.top.screens import EntityScreen, JobScreen, NodeScreen, UltraServerScreen  # noqa: PLC0415
 
     out: dict[str, str] = {}
     # A long interval: the application polls once, so every screen shows the same generation.
@@ -138,10 +142,21 @@ async def shots(api: tuple[ReadApi, ActionsApi]) -> dict[str, str]:
         await _until(pilot, lambda: isinstance(app.screen, UltraServerScreen) and app.screen.loads > 0)
         await pilot.pause(0.2)
         out["top-ultraserver.svg"] = app.export_screenshot(title="rainierd top: an UltraServer")
-        await pilot.press("enter")
+        await pilot.press("tab", "enter")
+        await _until(pilot, lambda: isinstance(app.screen, NodeScreen) and app.screen.loads > 0)
+        await pilot.pause(0.2)
+        out["top-node.svg"] = app.export_screenshot(title="rainierd top: a node")
+        await pilot.press("escape")
+        await pilot.pause(0.1)
+        await pilot.press("shift+tab", "enter")
         await _until(pilot, lambda: isinstance(app.screen, EntityScreen) and app.screen.loads > 0)
         await pilot.pause(0.2)
         out["top-link.svg"] = app.export_screenshot(title="rainierd top: a NeuronLink")
+        await pilot.resize_terminal(*SMALL)
+        await pilot.pause(0.3)
+        out["top-link-80x24.svg"] = app.export_screenshot(title="rainierd top: a NeuronLink, 80 x 24")
+        await pilot.resize_terminal(*SIZE)
+        await pilot.pause(0.2)
         await pilot.press("escape")
         await pilot.pause(0.1)
         await pilot.press("escape")
@@ -150,6 +165,12 @@ async def shots(api: tuple[ReadApi, ActionsApi]) -> dict[str, str]:
         await _until(pilot, lambda: isinstance(app.screen, JobScreen) and app.screen.loads > 0)
         await pilot.pause(0.2)
         out["top-job.svg"] = app.export_screenshot(title="rainierd top: a job")
+        await pilot.press("escape")
+        await pilot.pause(0.1)
+        await pilot.press("h")
+        await pilot.resize_terminal(*SMALL)
+        await pilot.pause(0.3)
+        out["top-fleet-80x24.svg"] = app.export_screenshot(title="rainierd top: the fleet, 80 x 24")
     return out
 
 

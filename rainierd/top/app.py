@@ -186,6 +186,7 @@ class FleetScreen(Screen[None]):
         super().__init__()
         self._drawn: int | None = None  # the generation on screen
         self._shown: set[tuple[Any, ...]] = set()  # the events of the API's window already in the feed
+        self._events_width = 0  # the width the feed was written at
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("h", "heat", "Map"),
@@ -237,6 +238,11 @@ class FleetScreen(Screen[None]):
         does: ``h`` and ``u``/``j``/``s``/``a`` switch), so at 80 x 24 no table is cut."""
         self.query_one("#events").styles.height = 5 if self.size.height < 32 else 9
         self._arrange()
+        if self.size.width != self._events_width:  # the feed wraps at the width it is written in: write it again
+            self._events_width = self.size.width
+            self.query_one("#events", RichLog).clear()
+            self._shown = set()
+            self._show_events(self.top.view)
         heat = self.query_one(HeatMap)
         self.query_one("#legend", Static).update(legend(heat.scale, self.query_one("#left").size.width or 200))
         if self.top.view.fleet is not None:
@@ -249,8 +255,9 @@ class FleetScreen(Screen[None]):
     def _arrange(self) -> None:
         narrow = 0 < self.size.width < 110
         left, tabs = self.query_one("#left"), self.query_one("#tabs")
-        map_focused = not narrow or isinstance(self.focused, HeatMap) or self.focused is None
-        tab_focused = not narrow or (self.focused is not None and tabs in self.focused.ancestors_with_self)
+        focused = self.focused.table if isinstance(self.focused, FilterBar) else self.focused
+        map_focused = not narrow or isinstance(focused, HeatMap) or focused is None
+        tab_focused = not narrow or (focused is not None and tabs in focused.ancestors_with_self)
         left.display = map_focused or not tab_focused
         tabs.display = not narrow or tab_focused
         tabs.styles.width = "1fr"

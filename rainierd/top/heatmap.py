@@ -186,9 +186,10 @@ class HeatMap(ScrollView, can_focus=True):
         self.refresh()
 
     def on_resize(self) -> None:
-        """Reflow the cells to the new width."""
+        """Reflow the cells to the new width, and say again what is under the cursor (in the new width)."""
         self._relayout()
         self._scroll_to_cursor()
+        self._announce()
 
     def render_line(self, y: int) -> Strip:
         """Draw line ``y`` of the visible region."""

@@ -19,14 +19,22 @@ from textual.widgets import Input, Static
 from rainierd.top.tables import Rows
 
 HELP: Final = """\
-fleet screen   arrows, PgUp/PgDn  move on the heat map      Enter  open the UltraServer under the cursor
-               u / j / s / a      UltraServers / jobs / sites / advisories tab (Enter opens a row)
-               h                  back to the heat map      c      colour by FP8 kept / effective share
-any table      /                  keep the rows holding a text (Enter keeps it, Escape clears it)
-               < / >              sort by the column to the left / right      I  turn the order round
-any screen     Enter              open the row              Escape back (the breadcrumb says where you are)
-               Tab                next panel                r      poll now
-               ?                  this help                 q      quit"""
+fleet screen
+  arrows, PgUp/PgDn  move on the heat map; Enter opens the UltraServer
+  u j s a            UltraServers / jobs / sites / advisories tab
+  h                  back to the heat map
+  c                  colour by FP8 kept / by effective share
+any table
+  /                  keep the rows holding a text (Enter keeps, Esc clears)
+  < >                sort by the column to the left / to the right
+  I                  turn the sort order round
+any screen
+  Enter              open the row (fleet > UltraServer > node > entity)
+  Escape             back one screen (the breadcrumb, line 2, says where)
+  Tab                next panel
+  r                  poll now
+  ?                  this help
+  q                  quit"""
 
 
 class HelpScreen(ModalScreen[None]):
@@ -39,8 +47,9 @@ class HelpScreen(ModalScreen[None]):
     ]
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
-    HelpScreen > VerticalScroll { width: auto; max-width: 100%; height: auto; max-height: 100%;
+    HelpScreen > VerticalScroll { width: 82; max-width: 100%; height: auto; max-height: 100%;
                                   border: round $primary; background: $surface; padding: 0 1; }
+    HelpScreen #help { width: 100%; height: auto; }
     """
 
     def compose(self) -> ComposeResult:
@@ -54,7 +63,9 @@ class FilterBar(Input):
     goes back to the table (the line stays while a filter holds), Escape clears it and closes the line."""
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "clear", "Clear filter")]
-    DEFAULT_CSS = "FilterBar { dock: bottom; height: 1; border: none; padding: 0 1; margin-bottom: 1; }"
+    DEFAULT_CSS = """
+    FilterBar { dock: bottom; height: 1 !important; border: none !important; padding: 0 1; margin-bottom: 1; }
+    """
 
     def __init__(self, table: Rows) -> None:
         super().__init__(value=table.query_text, placeholder="filter: type a text (Enter keeps, Escape clears)")

@@ -4,11 +4,14 @@
 - driven by Textual's pilot, the faulty UltraServer shows on the heat map and at the top of the worst list,
   the generation moves on, and the keyboard reaches the faulty link;
 - in a real terminal (tmux), ``rainierd run --top`` shows the same fleet and event, the keys reach the link,
-  and ``q`` stops the UI and the monitor under it, which leaves its log in a file."""
+  whose screen shows its cost to the job, the advisory and the runbook anchor at 200 x 55 and at 80 x 24 (one
+  monitor, the pane resized), and ``q`` stops the UI and the monitor under it, which leaves its log in a file;
+- ``run --top`` on a port another process holds quits with its child's one-line error."""
 
 from __future__ import annotations
 
 import re
+import socket
 import sys
 from pathlib import Path
 
@@ -22,6 +25,7 @@ from tests.conftest import Daemon, StartTerminal
 from tests.top_driver import rows, settle, text_of, top_app
 
 FAULTY_LINK = 224
+LINK = "n4/chip0/link2"  # FAULTY_LINK within u1: node 4's link 32, chip 0's ring link
 SCENARIO = ('[[job]]\nid = "lab/pretrain"\nultraservers = [1]\n\n[[job]]\nid = "lab/finetune"\nultraservers = [0]\n\n'
             f'[[fault]]\nkind = "nl_degraded"\ntarget = {FAULTY_LINK}\nseverity = 0.5\nat_s = 2\nfor_s = 3600\n')
 
@@ -50,7 +54,7 @@ async def test_pilot_follows_a_live_monitor_down_to_the_faulty_link(
             cells = {c["id"]: c for c in heat.layout_.cells}
             worst = rows(app, "#worst")
             return (bool(cells.get("u1", {}).get("unhealthy_total")) and bool(worst) and worst[0][0] == "u1"
-                    and worst[0][4].startswith("NeuronLink") and heat.cells_by_colour().get(COLOURS[-1]) == ["u0"]
+                    and worst[0][3] == "NeuronLink" and heat.cells_by_colour().get(COLOURS[-1]) == ["u0"]
                     and "NeuronLink degraded 1" in text_of(app, "#header"))
 
         await settle(pilot, faulty_shown, f"u1 shown hurt by its NeuronLink ({daemon.log()[-1500:]})", timeout_s=40)
@@ -59,34 +63,60 @@ async def test_pilot_follows_a_live_monitor_down_to_the_faulty_link(
 
         await pilot.press("right", "enter")
         await settle(pilot, lambda: isinstance(app.screen, UltraServerScreen) and app.screen.loads > 0, "u1")
-        unhealthy = [r[:4] for r in rows(app, "#unhealthy")]
-        assert ["neuronlink", str(FAULTY_LINK), "n4", "degraded"] in unhealthy
-        for _ in range(unhealthy.index(["neuronlink", str(FAULTY_LINK), "n4", "degraded"])):
+        unhealthy = [r[:3] for r in rows(app, "#unhealthy")]
+        assert ["NeuronLink", LINK, "degraded"] in unhealthy
+        for _ in range(unhealthy.index(["NeuronLink", LINK, "degraded"])):
             await pilot.press("down")
         await pilot.press("enter")
         await settle(pilot, lambda: isinstance(app.screen, EntityScreen) and app.screen.loads > 0, "link 224")
-        fields = dict(rows(app, "#fields"))
-        assert (fields["id"], fields["state"], fields["lanes_up"]) == (str(FAULTY_LINK), "degraded", "4")
+        shown = app.screen.text()
+        assert f"NeuronLink s0/u1/{LINK}  DEGRADED" in shown
+        assert "lanes up    4 / 8" in shown
 
 
-def test_run_top_in_a_real_terminal(terminal: StartTerminal, tmp_path: Path) -> None:
+def test_run_top_in_a_real_terminal_from_the_fleet_to_the_culprit_link(terminal: StartTerminal,
+                                                                        tmp_path: Path) -> None:
+    """``rainierd run --top`` in tmux, one monitor for both sizes: at 200 x 55 and at 80 x 24 the entity screen of
+    the degraded link shows its figures against nominal, what it costs the job, the node's advisory and the
+    runbook anchor, under the banner and the breadcrumb (the first two lines, never scrolled away); the node
+    screen and the fleet screen keep every line at 80 x 24; ``q`` stops the UI and the monitor under it."""
     port = free_port()
     term = terminal([sys.executable, "-m", "rainierd", "run", "--top", "--metrics-addr", f"127.0.0.1:{port}",
-                     "--scenario", str(scenario(tmp_path)), "--tick", "0.5"], width=160, height=48)
-    screen = term.wait_for(" LIVE ", f"127.0.0.1:{port}", f"neuronlink {FAULTY_LINK} (u1)  healthy -> degraded",
-                           timeout_s=60)
-    assert re.search(r"chips\s+128/128\s+reporting", screen)  # the header may wrap between them
-    assert "lost" in screen
-    assert "NeuronLink" in screen
+                     "--scenario", str(scenario(tmp_path)), "--tick", "0.5", "--actions-hold", "1"],
+                    width=200, height=55)
+    screen = term.wait_for(" LIVE ", f"127.0.0.1:{port}", "healthy -> degraded", timeout_s=60)
+    assert re.search(r"chips\s+128/128\s+reporting", screen)
     term.press("Right", "Enter")
-    screen = term.wait_for("UltraServer u1 (site s0)", "Unhealthy here", f"neuronlink  {FAULTY_LINK}")
+    term.wait_for("UltraServer s0/u1", "Unhealthy here", LINK)
     term.press("Enter")
-    term.wait_for(f"neuronlink {FAULTY_LINK} is degraded", "lanes_up")
-    # One key at a time: an Escape followed at once by a key reads as Alt+key in any terminal.
+    for width, height in ((200, 55), (80, 24)):
+        if width == 80:
+            term.resize(width, height)
+        screen = term.wait_for(f"NeuronLink s0/u1/{LINK}  DEGRADED", "costs lab/pretrain", "advice ",
+                               "runbook docs/runbooks.md#neuronlink-degraded", "lanes up    4 / 8")
+        lines = term.lines()
+        assert " LIVE " in lines[0], screen
+        assert lines[1] == f"fleet > s0/u1 > {LINK}", screen
+        assert re.search(r"^costs lab/pretrain [0-9.]+ [PTGE]F/s \([0-9.]+% of its peak; goodput [0-9.]+%\)$",
+                         "\n".join(lines), re.MULTILINE), screen
+        assert re.search(r"^advice \w+ n4 \((pending|proposed), dry run\)", "\n".join(lines), re.MULTILINE), screen
+        assert re.search(r"bandwidth +[0-9.]+ GB/s / 128 GB/s", screen), screen
+        assert max(len(line) for line in lines) <= width
+    # The node, at 80 x 24: banner and breadcrumb stay on top of its 48 NeuronLinks.
+    term.press("Escape")
+    term.wait_for("Unhealthy here")
+    term.press("Tab")
+    term.press("Enter")
+    screen = term.wait_for("Node s0/u1/n4", "chip0/link2", "degraded")
+    lines = term.lines()
+    assert " LIVE " in lines[0], screen
+    assert lines[1] == "fleet > s0/u1 > n4", screen
     term.press("Escape")
     term.wait_for("Unhealthy here")
     term.press("Escape")
-    term.wait_for("events (newest last)")
+    screen = term.wait_for("events (newest last)")
+    heads = [line.split(" ", 1)[0] for line in term.lines()[1:6]]
+    assert heads == ["FP8", "lost", "costing", "fleet", "unhealthy"], screen
     term.press("q")
     screen = term.wait_for("[exited 0]", timeout_s=20)
     match = re.search(r"rainierd run stopped \(0\); its log: (\S+)", screen)
@@ -97,9 +127,25 @@ def test_run_top_in_a_real_terminal(terminal: StartTerminal, tmp_path: Path) -> 
     poll_until(lambda: not _listening(port), 10, "the monitor under the UI to stop")
 
 
-def _listening(port: int) -> bool:
-    import socket  # noqa: PLC0415
+def test_run_top_fails_with_its_childs_error_when_the_port_is_taken(terminal: StartTerminal) -> None:
+    """Another process holds the port: ``run --top`` never shows it as LIVE; it quits, exit 1, with the child's
+    one-line error and where its log is."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        term = terminal([sys.executable, "-m", "rainierd", "run", "--top", "--metrics-addr", f"127.0.0.1:{port}"],
+                        width=120, height=30)
+        screen = term.wait_for("[exited 1]", timeout_s=60)
+    assert "rainierd run --top: rainierd run exited 1: " in screen, screen
+    assert "in use" in screen, screen
+    assert " LIVE " not in screen
+    match = re.search(r"its log: (\S+)", screen)
+    assert match, screen
+    Path(match.group(1)).unlink()
 
+
+def _listening(port: int) -> bool:
     with socket.socket() as probe:
         probe.settimeout(0.5)
         return probe.connect_ex(("127.0.0.1", port)) == 0

@@ -16,6 +16,7 @@ from rainierd.monitor.snapshot import MonitorSnapshot, MonitorStatus
 from rainierd.mqtt.connection import Connection
 from rainierd.top.app import FleetScreen, TopApp
 from rainierd.top.heatmap import HeatMap
+from rainierd.top.keys import HELP, HelpScreen
 from rainierd.top.model import COLOURS
 from rainierd.top.screens import EntityScreen, JobScreen, NodeScreen, SiteScreen, UltraServerScreen
 from tests.certs import Pki, make_pki
@@ -281,3 +282,31 @@ async def test_a_poll_that_ends_after_the_screens_are_gone_draws_nothing() -> No
     await app.poll()
     assert app.polls == 1
     assert "UNREACHABLE" in str(app.health.link).upper()
+
+
+class TestKeys:
+    async def test_help_filter_and_sort(self, plain: Served) -> None:
+        """``?`` shows every key and Escape closes it; on the jobs tab ``/`` keeps the rows holding what is typed
+        (Escape clears it), and ``>`` ``>`` ``I`` sort by the goodput column, lowest last."""
+        app = follow(plain)
+        async with app.run_test(size=SIZE) as pilot:
+            await fleet_shown(pilot, app)
+            await pilot.press("question_mark")
+            assert isinstance(app.screen, HelpScreen)
+            await pilot.press("escape")
+            assert isinstance(app.screen, FleetScreen)
+            await pilot.press("j", "slash", *"fine")
+            await pilot.pause()
+            assert [r[0] for r in rows(app, "#jobs")] == ["lab/finetune"]
+            await pilot.press("escape")
+            await pilot.pause()
+            assert [r[0] for r in rows(app, "#jobs")] == ["lab/pretrain", "lab/finetune"]
+            await pilot.press("greater_than_sign", "greater_than_sign", "I")
+            await pilot.pause()
+            goodput = [float(r[1].rstrip("%")) for r in rows(app, "#jobs")]
+            assert goodput == sorted(goodput, reverse=True)
+
+
+def test_the_docs_quote_the_help() -> None:
+    """docs/top.md's Keys block is the help screen's text, so the two never disagree."""
+    assert f"```\n{HELP}\n```" in (Path(__file__).resolve().parents[3] / "docs" / "top.md").read_text()

@@ -5,6 +5,8 @@ writes the new ones."""
 
 from __future__ import annotations
 
+import html
+import re
 from pathlib import Path
 
 import pytest
@@ -27,12 +29,17 @@ def test_committed_screenshot_is_current(rendered: dict[str, str], name: str, wh
 
 def test_the_shots_show_what_their_captions_say(rendered: dict[str, str]) -> None:
     """Not only current, but of the right screens: the fleet with its four faults, the link, the job."""
-    def text(name: str) -> str:  # the SVG's text, its non-breaking spaces as spaces
-        return rendered[name].replace("&#160;", " ")
+    def text(name: str) -> str:  # the SVG's text runs, unescaped, its non-breaking spaces as spaces
+        return html.unescape("".join(re.findall(r"<text[^>]*>(.*?)</text>", rendered[name]))).replace("\xa0", " ")
 
     assert "u5 (site s0): keeps" in text("top-fleet.svg")  # the cursor's cell
     for event in ("neuronlink 992 (u5)", "efa 3018 (u47)", "chip 5317 (u83)", "chip 6440 (u100)"):
         assert event in text("top-fleet.svg")
-    assert "neuronlink 992" in text("top-link.svg")
-    assert "degraded" in text("top-link.svg")
     assert "Culprits" in text("top-job.svg")
+    assert "fleet > s0/u5 > n20" in text("top-node.svg")
+    for name in ("top-link.svg", "top-link-80x24.svg"):  # the decisive screen, at both sizes
+        shown = "".join(text(name).split())  # the export drops runs of blanks between styles: compare without
+        for said in ("fleet > s0/u5 > n20/chip0/link2", "NeuronLink s0/u5/n20/chip0/link2 DEGRADED",
+                     "4 / 8", "60.7 GB/s / 128 GB/s", "costs lab/train-00 62.2 PF/s", "advice reset_link n20",
+                     "runbook docs/runbooks.md#neuronlink-degraded"):
+            assert "".join(said.split()) in shown, (name, said)
