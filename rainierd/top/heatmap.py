@@ -24,6 +24,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from rainierd.top.model import Document, Scale, ScaleMode, fit
+from rainierd.top.names import number
 
 _TITLE: Final = Style(bold=True)
 _CURSOR: Final = Style(bgcolor="#ffffff", color="#000000", bold=True)
@@ -31,8 +32,9 @@ _MARK: Final = "!"  # a cell with an unhealthy entity
 
 
 def _number(ident: str) -> int:
-    digits = ident.lstrip("us")
-    return int(digits) if digits.isdigit() else 0
+    """The number a site's or UltraServer's id ends in (``u5``, ``s0/u5`` -> 5), 0 for none."""
+    found = number(ident)
+    return 0 if found is None else found
 
 
 def ordered(cells: Sequence[Document]) -> list[Document]:

@@ -281,7 +281,9 @@ def reference_share(shares: Sequence[float | None]) -> float | None:
 
 def event_text(event: Document) -> str:
     """One event of ``/api/v1/events`` as a line of the feed."""
-    where = f" ({event['ultraserver']})" if event.get("ultraserver") else ""
+    ident = str(event.get("id"))
+    # A canonical id (s0/u1/n4/chip5) already says its UltraServer; an integer one does not.
+    where = f" ({event['ultraserver']})" if event.get("ultraserver") and "/" not in ident else ""
     reasons = ",".join(event.get("reasons") or ()) or "-"
     jobs = event.get("jobs") or ()
     hurt = ""

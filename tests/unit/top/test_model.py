@@ -130,6 +130,13 @@ class TestSpelling:
                                                           {"job": "lab/x", "flops": 1e12}], "ultraserver": "u1"})
         assert line == "tick 36  neuronlink 224 (u1)  healthy -> degraded  [lanes]  hurts lab/pretrain 7.1 PF/s +1"
 
+    def test_a_canonical_id_is_not_followed_by_its_ultraserver(self) -> None:
+        """``s0/u1/n4/chip0/link2`` already says where it is: the feed line does not repeat ``(s0/u1)``."""
+        line = event_text({"tick": 36, "entity": "neuronlink", "id": "s0/u1/n4/chip0/link2", "index": 224,
+                           "before": "healthy", "after": "degraded", "reasons": ["lanes"], "jobs": [],
+                           "ultraserver": "s0/u1"})
+        assert line == "tick 36  neuronlink s0/u1/n4/chip0/link2  healthy -> degraded  [lanes]"
+
 
 class TestScale:
     def test_kept_is_effective_over_effective_plus_lost(self) -> None:
