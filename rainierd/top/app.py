@@ -236,6 +236,10 @@ class FleetScreen(Screen[None]):
         """Give the map, the tabs and the events what the terminal can spare: under 110 columns the map and the
         tabs take the whole width in turn (the map while it has the focus, the tabs while one of their tables
         does: ``h`` and ``u``/``j``/``s``/``a`` switch), so at 80 x 24 no table is cut."""
+        with contextlib.suppress(NoMatches):  # the application quitting: its widgets are gone
+            self._resized()
+
+    def _resized(self) -> None:
         self.query_one("#events").styles.height = 5 if self.size.height < 32 else 9
         self._arrange()
         if self.size.width != self._events_width:  # the feed wraps at the width it is written in: write it again
@@ -250,7 +254,8 @@ class FleetScreen(Screen[None]):
 
     def on_descendant_focus(self) -> None:
         """In a narrow terminal, show the panel that has the focus."""
-        self._arrange()
+        with contextlib.suppress(NoMatches):  # the application quitting as the focus moves
+            self._arrange()
 
     def _arrange(self) -> None:
         narrow = 0 < self.size.width < 110
@@ -264,11 +269,13 @@ class FleetScreen(Screen[None]):
         left.styles.width = "1fr" if narrow else "2fr"
 
     def on_mount(self) -> None:
-        """Focus the heat map and show what there is."""
-        self.query_one(HeatMap).focus()
-        self.query_one("#events", RichLog).border_title = "events (newest last)"
-        self.ready = True
-        self.follow(self.top.view, self.top.health)
+        """Focus the heat map and show what there is (nothing when the application is already quitting: its
+        widgets are gone)."""
+        with contextlib.suppress(NoMatches):
+            self.query_one(HeatMap).focus()
+            self.query_one("#events", RichLog).border_title = "events (newest last)"
+            self.ready = True
+            self.follow(self.top.view, self.top.health)
 
     def on_screen_resume(self) -> None:
         """Back from a drill-down: catch up (a screen resumes once before it is mounted, too)."""

@@ -52,3 +52,24 @@ class TestOwnMonitor:
         with pytest.raises(SourceError) as raised:
             asyncio.run(OwnMonitor(_Fixed(pid), pid=4242).get("/api/v1/fleet?x=1"))
         assert str(raised.value).startswith(says)
+
+
+class TestStopWhen:
+    async def test_the_ui_quits_when_its_child_is_gone(self) -> None:
+        """Before each poll the application asks whether to go on: a line back ends it with exit code 1 and keeps
+        the line for ``run --top`` to print, and the monitor is never asked."""
+        from rainierd.top.app import TopApp  # noqa: PLC0415 - Textual: the top extra
+
+        asked: list[str] = []
+
+        class Never:
+            where = "http://127.0.0.1:9"
+
+            async def get(self, target: str) -> Document:
+                asked.append(target)
+                raise SourceError("connection refused")
+
+        app = TopApp(Never(), interval_s=0.05, stop_when=lambda: "exited 1")
+        async with app.run_test() as pilot:
+            await pilot.pause(0.3)
+        assert (app.return_code, app.stopped_because, asked) == (1, "exited 1", [])
