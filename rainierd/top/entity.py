@@ -85,9 +85,12 @@ def _share(value: float | None, of: float | None) -> str:
 def figures(kind: str, entity: Document, document: Document, namer: Namer) -> list[Line]:
     """Return the figures of ``entity`` (a row of ``document``'s list of ``kind``), each against its nominal
     figure and its healthy peers."""
-    def peers(name: str, unit: str, scale: float = 1.0) -> str:
+    def peers(name: str, unit: str | None, scale: float = 1.0) -> str:
+        """The healthy peers' median of ``name``: with an SI prefix, or a plain count when ``unit`` is None."""
         median = peers_median(document, kind, entity, name)
-        return "" if median is None else f"peers {si(median * scale, unit)}"
+        if median is None:
+            return ""
+        return f"peers {median:,.0f}" if unit is None else f"peers {si(median * scale, unit)}"
 
     lines: list[Line] = []
     if kind == "neuronlink":
@@ -109,7 +112,7 @@ def figures(kind: str, entity: Document, document: Document, namer: Namer) -> li
         lines.append(Line("chip", within(namer.chip(entity.get("chip")), namer.prefix),
                           f"line rate {si(TRN2.efa_port_bytes_s * 8, 'b/s')}"))
         lines.append(Line("latency", si(_us(entity), "s"), peers("latency_us", "s", 1e-6)))
-        lines.append(Line("retransmits", _count(entity, "retrans_pkts_total"), peers("retrans_pkts_total", "pkts")))
+        lines.append(Line("retransmits", _count(entity, "retrans_pkts_total"), peers("retrans_pkts_total", None)))
         lines.append(Line("sent", si(_get(entity, "tx_bytes_total"), "B"), peers("tx_bytes_total", "B")))
         lines.append(Line("received", si(_get(entity, "rx_bytes_total"), "B"), peers("rx_bytes_total", "B")))
     elif kind == "chip":

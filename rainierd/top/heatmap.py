@@ -42,13 +42,19 @@ def ordered(cells: Sequence[Document]) -> list[Document]:
     return sorted(cells, key=lambda c: (_number(str(c.get("site") or "")), _number(str(c["id"]))))
 
 
+def _label(cell: Document) -> str:
+    """A cell's name on the map: its UltraServer without the site (``u5`` of ``s0/u5``: the title line above
+    names the site)."""
+    return str(cell["id"]).rsplit("/", 1)[-1]
+
+
 def labelled_width(cells: Sequence[Document], width: int, height: int) -> int:
     """Return how wide a cell is drawn: wide enough for its UltraServer's name (``!u5`` and a gap) when every
     cell so drawn fits in ``width`` x ``height`` (a small fleet, the demo's: a map of one-character cells of
     two UltraServers says nothing a reader can find), else 1 (a large fleet: one character an UltraServer)."""
     if not cells:
         return 1
-    wide = max(len(str(c["id"])) for c in cells) + 2
+    wide = max(len(_label(c)) for c in cells) + 2
     per_line = width // wide
     if per_line < 1:
         return 1
@@ -219,7 +225,7 @@ class HeatMap(ScrollView, can_focus=True):
             cell = cells[i]
             marked = bool(cell.get("unhealthy_total"))
             if wide > 1:  # the cell's name on its colour, the mark before it, a gap after it
-                text = f"{_MARK if marked else ' '}{cell['id']}"[: wide - 1].ljust(wide - 1)
+                text = f"{_MARK if marked else ' '}{_label(cell)}"[: wide - 1].ljust(wide - 1)
             else:
                 text = _MARK if marked else ("@" if i == cursor else " ")
             if i == cursor:

@@ -254,6 +254,7 @@ class TestLabelledMap:
         small = [{"id": f"u{i}", "site": "s0"} for i in range(2)]
         large = [{"id": f"u{i}", "site": f"s{i // 2600}"} for i in range(7800)]
         assert labelled_width(small, 40, 5) == 4
+        assert labelled_width([{"id": f"s0/u{i}", "site": "s0"} for i in range(2)], 40, 5) == 4  # site in the title
         assert labelled_width(large, 130, 40) == 1
         layout = HeatLayout(small, 40, labelled_width(small, 40, 5))
         assert (layout.cell_width, layout.width, layout.rows) == (4, 10, [("s0", -1, -1), ("s0", 0, 2)])
