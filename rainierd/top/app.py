@@ -428,6 +428,8 @@ class TopApp(App[None]):
     def on_mount(self) -> None:
         """Show the fleet and start following the monitor; SIGTERM quits as q does."""
         self.push_screen(FleetScreen())
+        if self.stop_when is not None:
+            self.set_interval(0.25, self._stopped, name="stop-when")
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no loop
             asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, self.exit)
         self.run_worker(self._follow(), name="follow", group="follow", exclusive=True)
@@ -439,6 +441,14 @@ class TopApp(App[None]):
                 async with asyncio.timeout(self.interval_s):
                     await self._wake.wait()
             self._wake.clear()
+
+    def _stopped(self) -> bool:
+        """Ask ``stop_when``; on a line, keep it and quit (exit code 1).  Asked before each poll and four times a
+        second besides, so a request waiting out ``--timeout`` on whatever holds the port does not hold the UI."""
+        if self.stopped_because is None and self.stop_when is not None and (why := self.stop_when()) is not None:
+            self.stopped_because = why
+            self.exit(return_code=1)
+        return self.stopped_because is not None
 
     def action_refresh(self) -> None:
         """Poll now."""
@@ -482,9 +492,7 @@ class TopApp(App[None]):
 
     async def poll(self) -> None:
         """Ask the monitor once; at a new generation fetch the rest; tell the screens."""
-        if self.stop_when is not None and (why := self.stop_when()) is not None:
-            self.stopped_because = why
-            self.exit(return_code=1)
+        if self._stopped():
             return
         now = self.clock()
         try:
