@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import signal
 import time
 from collections.abc import Callable, Mapping
@@ -139,6 +140,19 @@ def culprits_text(culprits: object, *, top: int = 5) -> str:
     return ", ".join(culprit_parts(culprits)[:top]) or "-"
 
 
+def cause_of(advisory: Document) -> str:
+    """An advisory's first cause, within its node (``chip5 failed``, ``efa10 degraded +1``): the advisories tab
+    names it; the whole reason is on the entity's screen (Enter: the node's UltraServer)."""
+    causes = advisory.get("causes") or []
+    if not causes:
+        return "-"
+    first = causes[0]
+    ident = str(first.get("id"))
+    match = re.search(r"(?:^|/)n[0-9]+/(.+)$", ident)
+    part = match.group(1) if match else f"{first.get('entity')} {ident}"
+    return f"{part} {first.get('state')}" + (f" +{len(causes) - 1}" if len(causes) > 1 else "")
+
+
 def legend(scale: Scale, width: int = 200) -> Text:
     """The heat map's key: what each colour means on ``scale``, in ``width`` columns (the title and the ``c``
     hint give way first, never the colours)."""
@@ -222,7 +236,7 @@ class FleetScreen(Screen[None]):
                 with TabPane("Advisories", id="tab-actions"):
                     yield Static(id="actions-note")
                     actions = Rows(id="actions")
-                    actions.add_columns("node", "action", "state", "reason")
+                    actions.add_columns("node", "action", "state", "protects", "cause")
                     yield actions
         yield RichLog(id="events", max_lines=500, wrap=True)
         yield Footer()
@@ -336,7 +350,7 @@ class FleetScreen(Screen[None]):
                              "bold red" if brake.get("tripped") else ""))
         fill(self.query_one("#actions", DataTable), (
             (f"node:{a.get('node')}@{a.get('ultraserver')}",
-             (a.get("node"), a.get("action"), a.get("state"), " ".join(str(a.get("reason", "")).split())[:80]))
+             (a.get("node"), a.get("action"), a.get("state"), flops(a.get("protects_flops")), cause_of(a)))
             for a in rows))
 
     def _show_events(self, view: View) -> None:
