@@ -23,7 +23,7 @@ from typing import Final
 from rich.text import Text
 
 from rainierd.fleet.hardware import TRN2
-from rainierd.top.model import Document, flops, percent, si
+from rainierd.top.model import Document, flops, percent, seconds, si
 from rainierd.top.names import LISTS, Namer, index_of, same_entity, within
 
 RUNBOOKS: Final = "docs/runbooks.md"
@@ -187,7 +187,38 @@ def advisories_for(actions: Document | None, node_index: int | None, node_canoni
     if actions is None:
         return []
     return [a for a in actions.get("actions", ())
-            if a.get("node") == node_canonical or (node_index is not None and a.get("node_id") == node_index)]
+            if a.get("node") == node_canonical
+            or (node_index is not None and node_index in (a.get("node_id"), a.get("index")))]
+
+
+def timing(advisory: Document, now_s: object = None) -> str | None:
+    """Return when the advisory would act and what waiting costs, from its ``cost`` (None: the monitor gives
+    none), ``now_s`` the advisories' wall time: ``at the job's next checkpoint in 4 min; waiting costs 1.2
+    EFLOP; a restart now redoes 3.4 EFLOP``."""
+    cost = advisory.get("cost")
+    if not isinstance(cost, Mapping):
+        return None
+    when = cost.get("when")
+    if when == "next_checkpoint":
+        at = cost.get("next_checkpoint_s")
+        now = now_s
+        text = "at the job's next checkpoint"
+        if isinstance(at, (int, float)) and isinstance(now, (int, float)) and at >= now:
+            text += f" in {seconds(at - now)}"
+        parts = [text]
+        if isinstance(wait := cost.get("until_checkpoint_flop"), (int, float)):
+            parts.append(f"waiting costs {si(wait, 'FLOP')}")
+        if isinstance(redo := cost.get("redo_flop"), (int, float)):
+            parts.append(f"a restart now redoes {si(redo, 'FLOP')}")
+        return "; ".join(parts)
+    if when == "now":
+        parts = ["now"]
+        if isinstance(horizon := cost.get("horizon_flop"), (int, float)):
+            parts.append(f"leaving it costs {si(horizon, 'FLOP')}")
+        if isinstance(restart := cost.get("restart_flop"), (int, float)):
+            parts.append(f"a restart {si(restart, 'FLOP')}")
+        return "; ".join(parts)
+    return None
 
 
 def card(kind: str, entity: Document, document: Document, *, jobs: Sequence[Document] = (),
@@ -243,6 +274,9 @@ def card(kind: str, entity: Document, document: Document, *, jobs: Sequence[Docu
         text.append(f" {within(node_canonical, namer.prefix)} ({advisory.get('state')}"
                     f"{', dry run' if actions and actions.get('dry_run') else ''}): "
                     f"{' '.join(str(advisory.get('reason', '')).split())}\n")
+        if (when := timing(advisory, actions.get("t_s") if actions else None)) is not None:
+            text.append("  when ", "bold")
+            text.append(when + "\n")
     book = runbook(kind, state)
     text.append("runbook ", "bold")
     text.append(f"{book}\n" if book else "none: healthy\n" if state == "healthy" else f"none for {kind} {state}\n")

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from rainierd.top.entity import RUNBOOK_ANCHORS, card, costs, entity_in, node_key, runbook
+from rainierd.top.entity import RUNBOOK_ANCHORS, card, costs, entity_in, node_key, runbook, timing
 from rainierd.top.names import Namer, index_of, number, same_entity, within
 
 RUNBOOKS = Path(__file__).resolve().parents[3] / "docs" / "runbooks.md"
@@ -135,3 +135,16 @@ class TestRunbooks:
         """Nothing to do for a healthy entity; a degraded EFA port has its section."""
         assert runbook("efa", "healthy") is None
         assert runbook("efa", "degraded") == "docs/runbooks.md#efa-path-degraded"
+
+
+class TestTiming:
+    def test_an_advisory_timed_to_the_next_checkpoint_says_when_and_what_waiting_costs(self) -> None:
+        """A drain at the job's next checkpoint: when, what waiting costs, what a restart now would redo."""
+        advisory = {"cost": {"when": "next_checkpoint", "next_checkpoint_s": 1240.0, "until_checkpoint_flop": 1.2e18,
+                             "redo_flop": 3.4e18}}
+        assert timing(advisory, 1000.0) == ("at the job's next checkpoint in 4 min; waiting costs 1.2 EFLOP; "
+                                            "a restart now redoes 3.4 EFLOP")
+
+    def test_no_cost_no_timing(self) -> None:
+        """A monitor whose advisories carry no cost: nothing invented."""
+        assert timing({"action": "drain"}) is None
