@@ -194,7 +194,8 @@ def advisories_for(actions: Document | None, node_index: int | None, node_canoni
 def timing(advisory: Document, now_s: object = None) -> str | None:
     """Return when the advisory would act and what waiting costs, from its ``cost`` (None: the monitor gives
     none), ``now_s`` the advisories' wall time: ``at the job's next checkpoint in 4 min; waiting costs 1.2
-    EFLOP; a restart now redoes 3.4 EFLOP``."""
+    EF; a restart now redoes 3.4 EF`` (FLOP amounts spelled as the advisories spell them, FLOP/s without the
+    ``/s``)."""
     cost = advisory.get("cost")
     if not isinstance(cost, Mapping):
         return None
@@ -207,17 +208,12 @@ def timing(advisory: Document, now_s: object = None) -> str | None:
             text += f" in {seconds(at - now)}"
         parts = [text]
         if isinstance(wait := cost.get("until_checkpoint_flop"), (int, float)):
-            parts.append(f"waiting costs {si(wait, 'FLOP')}")
+            parts.append(f"waiting costs {si(wait, 'F')}")
         if isinstance(redo := cost.get("redo_flop"), (int, float)):
-            parts.append(f"a restart now redoes {si(redo, 'FLOP')}")
+            parts.append(f"a restart now redoes {si(redo, 'F')}")
         return "; ".join(parts)
     if when == "now":
-        parts = ["now"]
-        if isinstance(horizon := cost.get("horizon_flop"), (int, float)):
-            parts.append(f"leaving it costs {si(horizon, 'FLOP')}")
-        if isinstance(restart := cost.get("restart_flop"), (int, float)):
-            parts.append(f"a restart {si(restart, 'FLOP')}")
-        return "; ".join(parts)
+        return "now"
     return None
 
 

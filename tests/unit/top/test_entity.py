@@ -142,8 +142,9 @@ class TestTiming:
         """A drain at the job's next checkpoint: when, what waiting costs, what a restart now would redo."""
         advisory = {"cost": {"when": "next_checkpoint", "next_checkpoint_s": 1240.0, "until_checkpoint_flop": 1.2e18,
                              "redo_flop": 3.4e18}}
-        assert timing(advisory, 1000.0) == ("at the job's next checkpoint in 4 min; waiting costs 1.2 EFLOP; "
-                                            "a restart now redoes 3.4 EFLOP")
+        assert timing(advisory, 1000.0) == ("at the job's next checkpoint in 4 min; waiting costs 1.2 EF; "
+                                            "a restart now redoes 3.4 EF")
+        assert timing({"cost": {"when": "now", "horizon_flop": 2e20}}) == "now"
 
     def test_no_cost_no_timing(self) -> None:
         """A monitor whose advisories carry no cost: nothing invented."""
