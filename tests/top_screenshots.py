@@ -49,6 +49,7 @@ SHOTS: Final = (
     ("top-node.svg", "node n20 of u5: its NeuronLinks, the degraded one first"),
     ("top-link.svg", "the degraded NeuronLink: against nominal, its cost to the job, the advisory, the runbook"),
     ("top-job.svg", "the costliest job, its culprits and UltraServers"),
+    ("top-site.svg", "site s0's UltraServers, the lowest effective share first"),
     ("top-link-80x24.svg", "the degraded NeuronLink's screen in an 80 x 24 terminal"),
     ("top-fleet-80x24.svg", "the fleet screen in an 80 x 24 terminal"),
 )
@@ -127,7 +128,13 @@ async def _until(pilot: Any, condition: Any) -> None:
 
 async def shots(api: tuple[ReadApi, ActionsApi]) -> dict[str, str]:
     """Drive the application and return each screenshot's SVG by file name."""
-    from rainierd.top.screens import EntityScreen, JobScreen, NodeScreen, UltraServerScreen  # noqa: PLC0415
+    from rainierd.top.screens import (  # noqa: PLC0415
+        EntityScreen,
+        JobScreen,
+        NodeScreen,
+        SiteScreen,
+        UltraServerScreen,
+    )
 
     out: dict[str, str] = {}
     # A long interval: the application polls once, so every screen shows the same generation.
@@ -165,6 +172,12 @@ async def shots(api: tuple[ReadApi, ActionsApi]) -> dict[str, str]:
         await _until(pilot, lambda: isinstance(app.screen, JobScreen) and app.screen.loads > 0)
         await pilot.pause(0.2)
         out["top-job.svg"] = app.export_screenshot(title="rainierd top: a job")
+        await pilot.press("escape")
+        await pilot.pause(0.1)
+        await pilot.press("s", "enter")
+        await _until(pilot, lambda: isinstance(app.screen, SiteScreen) and app.screen.loads > 0)
+        await pilot.pause(0.2)
+        out["top-site.svg"] = app.export_screenshot(title="rainierd top: a site")
         await pilot.press("escape")
         await pilot.pause(0.1)
         await pilot.press("h")

@@ -101,7 +101,7 @@ def test_run_top_in_a_real_terminal_from_the_fleet_to_the_culprit_link(terminal:
                          "\n".join(lines), re.MULTILINE), screen
         assert re.search(r"^advice \w+ n4 \((pending|proposed), dry run\)", "\n".join(lines), re.MULTILINE), screen
         assert re.search(r"bandwidth +[0-9.]+ GB/s / 128 GB/s", screen), screen
-        assert max(len(line) for line in lines) <= width
+        assert "runbook docs/runbooks.md#neuronlink-degraded" in lines, screen  # a whole line: nothing cut
     # The node, at 80 x 24: banner and breadcrumb stay on top of its 48 NeuronLinks.
     term.press("Escape")
     term.wait_for("Unhealthy here")
