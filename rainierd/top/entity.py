@@ -161,12 +161,14 @@ class Cost:
     flops: float
     job_peak: float | None = None
     job_goodput: float | None = None
+    detected: bool = False  # the figure of its detection event, not of now
 
 
-def costs(kind: str, entity: Document, canonical: str, jobs: Sequence[Document],
-          fleet_culprits: Sequence[Document] = ()) -> list[Cost]:
+def costs(kind: str, entity: Document, canonical: str, jobs: Sequence[Document], *,
+          fleet_culprits: Sequence[Document] = (), events: Sequence[Document] = ()) -> list[Cost]:
     """Return what the entity costs each job, costliest first: from each job document's culprits (``jobs``:
-    ``/api/v1/jobs/<id>`` answers), then the fleet's costliest (``fleet.culprits``) for a job not fetched."""
+    ``/api/v1/jobs/<id>`` answers), then the fleet's costliest (``fleet.culprits``) for a job not fetched, then
+    the entity's latest detection event (``events``, newest first: what it cost each job when detected)."""
     index = index_of(entity)
     found: dict[str, Cost] = {}
     for document in jobs:
@@ -179,6 +181,12 @@ def costs(kind: str, entity: Document, canonical: str, jobs: Sequence[Document],
         name = culprit.get("job")
         if name and name not in found and same_entity(culprit, kind, index, canonical):
             found[str(name)] = Cost(str(name), float(culprit.get("flops") or 0.0))
+    latest = next((e for e in events if same_entity(e, kind, index, canonical)), None)
+    if latest is not None and latest.get("after") not in ("healthy", None):
+        for hurt in latest.get("jobs") or ():
+            name = hurt.get("job")
+            if name and name not in found and isinstance(hurt.get("flops"), (int, float)):
+                found[str(name)] = Cost(str(name), float(hurt["flops"]), detected=True)
     return sorted(found.values(), key=lambda c: -c.flops)
 
 
@@ -218,7 +226,7 @@ def timing(advisory: Document, now_s: object = None) -> str | None:
 
 
 def card(kind: str, entity: Document, document: Document, *, jobs: Sequence[Document] = (),
-         fleet_culprits: Sequence[Document] = (), actions: Document | None = None,
+         fleet_culprits: Sequence[Document] = (), events: Sequence[Document] = (), actions: Document | None = None,
          actions_error: str | None = None, width: int = 80) -> Text:
     """Return the entity screen's text: what it is and its state, its figures against nominal and peers, its
     cost to each job, its node's advisory and its runbook section; no line wider than ``width`` unless a single
@@ -244,7 +252,7 @@ def card(kind: str, entity: Document, document: Document, *, jobs: Sequence[Docu
         text.append("\n")
     text.append("\n")
     text.append("costs ", "bold")
-    priced = costs(kind, entity, canonical, jobs, fleet_culprits)
+    priced = costs(kind, entity, canonical, jobs, fleet_culprits=fleet_culprits, events=events)
     if priced:
         for n, cost in enumerate(priced):
             text.append(("" if n == 0 else "      ") + f"{cost.job} ")
@@ -252,6 +260,8 @@ def card(kind: str, entity: Document, document: Document, *, jobs: Sequence[Docu
             if cost.job_peak:
                 text.append(f" ({percent(cost.flops / cost.job_peak)} of its peak"
                             f"{'; goodput ' + percent(cost.job_goodput) if cost.job_goodput is not None else ''})")
+            if cost.detected:
+                text.append(" when detected")
             text.append("\n")
     else:
         node_job = _node_job(document, entity, kind)

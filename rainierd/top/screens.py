@@ -441,6 +441,7 @@ class EntityScreen(DrillScreen):
         fleet = self.top.view.fleet or {}
         self.query_one("#card", Static).update(card(
             self.kind, entity, document, jobs=self.jobs, fleet_culprits=fleet.get("culprits") or (),
+            events=self.top.view.events,
             actions=self.actions, actions_error=self.actions_error, width=self.size.width))
 
     def text(self) -> str:

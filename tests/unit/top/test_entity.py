@@ -113,7 +113,7 @@ class TestCard:
         """The fleet's costliest list names the job an entity slows when its job document is not at hand."""
         bad, _ = self.degraded()
         priced = costs("neuronlink", bad, "s0/u1/n4/chip0/link2", [],
-                       [{"entity": "neuronlink", "id": "224", "flops": 5e15, "job": "lab/pretrain"}])
+                       fleet_culprits=[{"entity": "neuronlink", "id": "224", "flops": 5e15, "job": "lab/pretrain"}])
         assert [(c.job, c.flops) for c in priced] == [("lab/pretrain", 5e15)]
 
     def test_entity_found_by_any_of_its_names_and_its_node_key(self) -> None:
@@ -149,3 +149,16 @@ class TestTiming:
     def test_no_cost_no_timing(self) -> None:
         """A monitor whose advisories carry no cost: nothing invented."""
         assert timing({"action": "drain"}) is None
+
+
+class TestCostFromEvents:
+    def test_the_detection_event_prices_a_job_nothing_else_names(self) -> None:
+        """Neither a job document nor the fleet's costliest list names it: its latest event's figure is shown,
+        marked as the figure when detected."""
+        bad = link(224, state="degraded", kind="ring", node="n4")
+        events = [{"entity": "neuronlink", "id": 224, "after": "degraded",
+                   "jobs": [{"job": "lab/pretrain", "flops": 6.99e15}]}]
+        document = ultraserver([bad])
+        assert [(c.job, c.flops, c.detected) for c in costs("neuronlink", bad, "s0/u1/n4/chip0/link2", [],
+                                                             events=events)] == [("lab/pretrain", 6.99e15, True)]
+        assert "costs lab/pretrain 6.99 PF/s when detected" in card("neuronlink", bad, document, events=events).plain
