@@ -94,8 +94,8 @@ RULES: Final = (
          first=_REPAIR, why="no other path on the node can carry its traffic; its own evidence corroborates it"),
     Rule(entity="node", states=("path_degraded",), cause="A node whose paths are slow only by its peers' figures",
          section="Node paths degraded", first="watch",
-         why="a peer that inflates its traffic could have made it look so (docs/actions.md, \"Evidence of its "
-             "own\")"),
+         why="a peer that inflates its traffic could have made it look so ([Evidence of its own]"
+             "(#evidence-of-its-own))"),
     Rule(entity="node", states=("lost",), cause="A silent node", section="Telemetry stale or frames lost",
          first="watch", after="silent_long_s", then="cordon",
          why="a silent node may be a network blip; silent half an hour, keep work off it"),
@@ -111,30 +111,36 @@ def slug(section: str) -> str:
 
 
 def _duration(seconds: float) -> str:
+    if seconds >= 3_600 and seconds % 3_600 == 0:
+        return f"{seconds / 3_600:.0f} h"
     return f"{seconds / 60:.0f} min" if seconds >= 120 else f"{seconds:.0f} s"
 
 
-def _setting(field: str) -> str:
-    return f"`actions_{field}`" if field != "silent_long_s" else "`silent_long_s` (fixed)"
+def _after(field: str, config: ActionConfig) -> str:
+    """Return how a rule's bound is named: its setting and its value."""
+    seconds = _duration(getattr(config, field))
+    return f"`actions_{field}`, {seconds}" if field != "silent_long_s" else f"{seconds}, fixed"
 
 
-def step_text(step: Step, config: ActionConfig) -> str:
-    """Return one step of a rule as the documents say it."""
+def step_text(step: Step, config: ActionConfig, *, short: bool = False) -> str:
+    """Return one step of a rule as the documents say it (``short``: as a table cell, the rule said above)."""
     if isinstance(step, str):
         return f"`{step}`"
+    if short:
+        return f"`{step.dear}` when dear, else `{step.cheap}`"
     share = config.restart_s / config.horizon_s
     return (f"`{step.dear}` when it costs its job more over `actions_horizon_s` ({_duration(config.horizon_s)}) "
-            f"than a restart does (`actions_restart_s`, {_duration(config.restart_s)} of the job: a share of the "
-            f"job over {share:.1%}), at the job's next checkpoint when it checkpoints regularly and waiting for it "
-            f"costs less than the work a restart now would redo; otherwise `{step.cheap}`")
+            f"than a restart does (`actions_restart_s`, {_duration(config.restart_s)} of the job), that is over "
+            f"{share * 100:.1f} % of the job, at its next checkpoint when it checkpoints regularly and waiting costs "
+            f"less than the work a restart now redoes ([Cost and timing](actions.md#cost-and-timing)); otherwise "
+            f"`{step.cheap}`")
 
 
 def rule_text(rule: Rule, config: ActionConfig) -> str:
     """Return what a rule calls for, as one sentence."""
     text = f"{rule.cause}: {step_text(rule.first, config)}"
     if rule.after is not None and rule.then is not None:
-        text += (f"; still standing {_duration(getattr(config, rule.after))} after its onset "
-                 f"({_setting(rule.after)}), {step_text(rule.then, config)}")
+        text += f"; still standing after its onset ({_after(rule.after, config)}), {step_text(rule.then, config)}"
     return text + "."
 
 
@@ -151,17 +157,18 @@ def runbook_do(section: str, config: ActionConfig | None = None) -> str:
 
 
 def policy_table(config: ActionConfig | None = None) -> str:
-    """Return docs/actions.md's policy table (Markdown), one row a rule, in the order the rules are tried."""
+    """Return docs/actions.md's policy table (Markdown), one row a rule, in the order the rules are tried; a
+    priced step reads "dear" and "cheap" ([Cost and timing](#cost-and-timing) says when)."""
     config = config or ActionConfig()
-    rows = ["| entity | state | action | why | runbook |", "|---|---|---|---|---|"]
+    rows = ["| entity | state | action ([priced](#cost-and-timing): dear or cheap) | why | runbook |",
+            "|---|---|---|---|---|"]
     for r in RULES:
         state = ", ".join(f"`{s}`" for s in r.states)
         if r.reasons_any:
             state += " with " + " or ".join(f"`{n}`" for n in reason_names(r.reasons_any))
-        action = step_text(r.first, config)
+        action = step_text(r.first, config, short=True)
         if r.after is not None and r.then is not None:
-            action += f"; after {_setting(r.after)} ({_duration(getattr(config, r.after))}): " + step_text(
-                r.then, config)
+            action += f"; still standing after {_after(r.after, config)}: " + step_text(r.then, config, short=True)
         link = f"[{r.section}](runbooks.md#{slug(r.section)})"
         rows.append(f"| {r.entity} | {state} | {action} | {r.why} | {link} |")
     return "\n".join(rows)
