@@ -17,7 +17,7 @@ cause's onset is when this policy first saw it unhealthy, so a flap that clears 
 ``proposed``, unless something correlated holds it back (``suppressed``, ``suppressed_by`` says what): the
 monitor's feed lost (``feed_lost``), its broker session down (``broker_down``), the monitor overloaded
 (``monitor_behind``), its UltraServer's cooling degraded or ``ultraserver_nodes`` of its nodes needing action
-at once (``correlated:ultraserver:u<id>``), node cooling on ``site_cooling_ultraservers`` UltraServers of its
+at once (``correlated:ultraserver:s<site>/u<index>``), node cooling on ``site_cooling_ultraservers`` UltraServers of its
 site (``correlated:site:s<id>``), its job in a checkpoint or restarting (``job_phase:<phase>``), or the
 brake (``brake``).  A proposal stays proposed while any of its causes stands (a later outage does not
 withdraw it; an escalation raises its action, but a proposed ``watch`` that comes to need an action is held
@@ -61,6 +61,8 @@ from rainierd.core import (
 )
 from rainierd.core.detect import STATE_NAMES, Reason, reason_names
 from rainierd.fleet import Topology
+from rainierd.fleet.ids import entity_id, hostname_of, node_id, site_id, ultraserver_id
+from rainierd.fleet.units import flops_text
 
 WATCH, RESET_LINK, DRAIN, CORDON, REPLACE = (ACTIONS.index(a) for a in ACTIONS)
 # The kinds of entity that can be a node's own cause, in the order a node's causes are listed.
@@ -299,7 +301,7 @@ class ActionPolicy:
         crowded = np.bincount(acting, minlength=topo.n_ultraservers) >= config.ultraserver_nodes
         crowded[us_cooling] = True
         for n, u in zip(nodes[crowded[us]].tolist(), us[crowded[us]].tolist(), strict=True):
-            held.setdefault(n, f"correlated:ultraserver:u{u}")
+            held.setdefault(n, f"correlated:ultraserver:{ultraserver_id(topo, u)}")
         return held
 
     @staticmethod
@@ -345,20 +347,8 @@ class ActionPolicy:
         return ", ".join(shown) + more
 
     def _name(self, kind: int, entity: int) -> str:
-        """Return what an SRE reads for an entity: its node's name and its place there."""
-        topo = self.topology
-        name = NODE_KINDS[kind]
-        if name == "node":
-            return topo.node_name(entity)
-        if name == "chip":
-            node = int(topo.chip_node[entity])
-            return f"{topo.node_name(node)}/chip{entity - node * topo.chips_per_node}"
-        if name == "neuronlink":
-            node = int(topo.link_node[entity])
-            local = entity - node * topo.links_per_node
-            return f"{topo.node_name(node)}/chip{local % topo.chips_per_node}/link{local // topo.chips_per_node}"
-        node = int(topo.efa_node[entity])
-        return f"{topo.node_name(node)}/efa{entity - node * topo.efa_ports_per_node}"
+        """Return what an SRE reads for an entity: its canonical id (docs/ids.md)."""
+        return entity_id(self.topology, NODE_KINDS[kind], entity)
 
     def _advisories(self, entities: _Entities, starts: I64, ends: I64, built: dict[int, tuple[str, str | None]],
                     *, jobs: JobMembership | None, lemons: set[str]) -> list[Advisory]:
@@ -396,13 +386,14 @@ class ActionPolicy:
         action = ACTIONS[rec.action]
         held = {"pending": f"pending until held {self.config.hold_s:.0f} s",
                 "suppressed": f"held back by {by}", "proposed": "proposed"}[rec.state]
-        cost = (f"; protects {protects[0].job} ({protects[0].flops / 1e12:.1f} TFLOP/s lost to it)" if protects
+        cost = (f"; protects {protects[0].job} ({flops_text(protects[0].flops)} lost to it)" if protects
                 else "; in no job")
         since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(rec.first_s))
         reason = f"{action}: {self._cause_line(entities, rows)} since {since}; {held}{cost}"
         us = int(topo.node_ultraserver[n])
-        return Advisory(topo.node_name(n), n, f"s{int(topo.ultraserver_site[us])}", us, action, rec.state, reason,
-                        causes, protects, rec.first_s, rec.proposed_s, None, by, lemon)
+        return Advisory(node_id(topo, n), n, site_id(int(topo.ultraserver_site[us])), ultraserver_id(topo, us),
+                        action, rec.state, reason, causes, protects, rec.first_s, rec.proposed_s, None, by, lemon,
+                        hostname_of(topo, n))
 
     def _expire(self, seen: set[int], t_s: float) -> list[Advisory]:
         """Expire the proposals whose causes all cleared, drop the rest of the cleared, and return the expired
@@ -436,7 +427,7 @@ def _reason_names(mask: int) -> tuple[str, ...]:
 def _order(advisory: Advisory) -> tuple[bool, int, float, int]:
     """Return where an advisory sorts: standing before expired, most disruptive, then costliest, first."""
     return (advisory.state == "expired", -ACTIONS.index(advisory.action), -advisory.protects_flops,
-            advisory.node_id)
+            advisory.index)
 
 
 def _expired(advisory: Advisory, t_s: float) -> Advisory:

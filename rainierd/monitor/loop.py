@@ -89,7 +89,7 @@ class Monitor:
         # the inbox's admission on the loop (admission.py).
         self._confirmed: Confirmed | None = None
         self.load = LoadJudge(tick_s=config.tick_s, clock=clock)
-        self.events = EventLog(qos=qos)
+        self.events = EventLog(topology, qos=qos)
         # The shard's view of the fleet: a job's nodes in other shards are absent, so its figures are its share's.
         self.jobs = JobFeed(topology)
         # The advisories' retained documents (docs/actions.md), published by the session like the events.

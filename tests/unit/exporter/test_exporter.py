@@ -322,7 +322,7 @@ class TestEntityBudget:
         kept = re.findall(r'^rainier_neuronlink_unhealthy\{link="(\d+)"', text, re.MULTILINE)
         assert kept == ["1", "4", "2"]
         assert families.dropped["neuronlink"] == 2
-        reasons = re.findall(r'^rainier_neuronlink_unhealthy_reason\{link="(\d+)",reason="bandwidth"\}', text,
+        reasons = re.findall(r'^rainier_neuronlink_unhealthy_reason\{link="(\d+)",id="[^"]+",reason="bandwidth"\}', text,
                              re.MULTILINE)
         assert reasons == kept
 

@@ -95,11 +95,15 @@ def test_golden_passes_promtool_check_metrics() -> None:
 
 
 def test_golden_shows_the_faults() -> None:
-    """The golden scrape is a meaningful one: it holds the three faulty components and their losses."""
+    """The golden scrape is a meaningful one: it holds the three faulty components, each with its canonical id
+    (docs/ids.md), and their losses."""
     text = GOLDEN.read_text()
-    assert 'rainier_neuronlink_unhealthy{link="5",kind="torus",site="s0",ultraserver="u0",node="n0",' in text
-    assert 'rainier_efa_port_unhealthy{port="70",site="s0",ultraserver="u1",node="n4",state="down"} 1.0' in text
-    assert 'rainier_chip_unhealthy{chip="100",site="s0",ultraserver="u1",node="n6",state="straggler"} 1.0' in text
+    assert ('rainier_neuronlink_unhealthy{link="5",id="s0/u0/n0/chip5/link0",kind="torus",site="s0",ultraserver="u0",'
+            'node="n0",') in text
+    assert ('rainier_efa_port_unhealthy{port="70",id="s0/u1/n4/efa6",site="s0",ultraserver="u1",node="n4",'
+            'state="down"} 1.0') in text
+    assert ('rainier_chip_unhealthy{chip="100",id="s0/u1/n6/chip4",site="s0",ultraserver="u1",node="n6",'
+            'state="straggler"} 1.0') in text
     worst_first = text.split("# TYPE rainier_neuronlink_worst_bandwidth_ratio gauge\n")[1].splitlines()[0]
-    assert worst_first.startswith('rainier_neuronlink_worst_bandwidth_ratio{link="5",kind="torus"')
+    assert worst_first.startswith('rainier_neuronlink_worst_bandwidth_ratio{link="5",id="s0/u0/n0/chip5/link0",')
     assert re.search(r'rainier_fleet_fp8_lost_flops\{cause="straggler"\} [1-9]', text)
