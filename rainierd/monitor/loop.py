@@ -233,7 +233,10 @@ class Monitor:
                                                         overloaded=backlog is not None and backlog.overloaded))
         for advisory in view.advisories:
             if advisory.proposed_s == t_s and advisory.state == "proposed":
-                log.warning("action proposed", node=advisory.node, action=advisory.action, reason=advisory.reason,
+                # Named as the events name it (docs/ids.md): the node's id, its UltraServer's, its hostname.
+                named = {"hostname": advisory.hostname} if advisory.hostname is not None else {}
+                log.warning("action proposed", node=advisory.node, ultraserver=advisory.ultraserver, **named,
+                            action=advisory.action, reason=advisory.reason,
                             protects=[p.document() for p in advisory.protects], dry_run=view.dry_run,
                             lemon=advisory.lemon)
         if policy.totals.brake_trips != trips:
