@@ -235,6 +235,12 @@ class TestResolve:
         with pytest.raises(AttributeError):
             membership.ids = ()  # type: ignore[misc]
 
+    def test_a_document_may_name_nodes_and_ultraservers_by_their_ids(self) -> None:
+        """A job naming node s0/u0/n0 and UltraServer s0/u1 by the ids every surface prints holds nodes 0, 4 and 6
+        (docs/ids.md)."""
+        membership = resolve_jobs(NameIndex.of(INVENTORY), [job("a", ["s0/u0/n0"], 1.0, ["s0/u1"])])
+        assert np.flatnonzero(membership.node_job == 0).tolist() == [0, 4, 6]
+
     def test_unknown_names_are_counted_per_job(self) -> None:
         """A host and an UltraServer the inventory does not know are counted in their own job, never placed."""
         index = NameIndex.of(INVENTORY)
