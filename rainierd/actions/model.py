@@ -30,18 +30,18 @@ STATES: Final = ("pending", "proposed", "suppressed", "expired")
 
 @dataclass(frozen=True, slots=True)
 class Cause:
-    """One unhealthy entity behind an advisory, as the detection events name it."""
+    """One unhealthy entity behind an advisory, named as the detection events name it (docs/ids.md)."""
 
     entity: str  # neuronlink, efa, chip, node, cooling, ...
-    id: int
-    name: str  # what an SRE reads: e.g. "trn2-a-0012/chip3/link1"
+    index: int  # the fleet-wide index
+    id: str  # the canonical id: e.g. "s0/u1/n4/chip3/link1"
     state: str  # degraded, failed, throttled, silent, ...
     reasons: tuple[str, ...]
     since_s: float  # wall time of its onset
 
     def document(self) -> dict[str, Any]:
         """Return the cause as plain data."""
-        return {"entity": self.entity, "id": self.id, "name": self.name, "state": self.state,
+        return {"entity": self.entity, "id": self.id, "index": self.index, "state": self.state,
                 "reasons": list(self.reasons), "since_s": self.since_s}
 
 
@@ -89,10 +89,10 @@ class Cost:
 class Advisory:
     """One node's recommended action."""
 
-    node: str  # hostname (or n<id>)
-    node_id: int
-    site: str
-    ultraserver: int
+    node: str  # the node's canonical id, "s0/u1/n4" (docs/ids.md)
+    index: int  # the node's fleet-wide index
+    site: str  # "s0"
+    ultraserver: str  # "s0/u1"
     action: str  # one of ACTIONS
     state: str  # one of STATES
     reason: str  # one line an SRE reads at 3 a.m.
@@ -103,6 +103,7 @@ class Advisory:
     expired_s: float | None = None
     suppressed_by: str | None = None  # "brake", "correlated:<scope>", "monitor_behind", ... (state suppressed)
     lemon: bool = False  # the ledger marks this node a repeat offender
+    hostname: str | None = None  # the inventory's name of the node (None: it names none)
     cost: Cost | None = None  # what its causes cost its job and what acting costs (None: in no job, or unpriced)
 
     @property
@@ -113,7 +114,8 @@ class Advisory:
     def document(self) -> dict[str, Any]:
         """Return the advisory as plain data (one element of ``/api/v1/actions``' ``actions``)."""
         return {
-            "node": self.node, "node_id": self.node_id, "site": self.site, "ultraserver": self.ultraserver,
+            "node": self.node, "hostname": self.hostname, "index": self.index, "site": self.site,
+            "ultraserver": self.ultraserver,
             "action": self.action, "state": self.state, "reason": self.reason,
             "causes": [c.document() for c in self.causes], "protects": [p.document() for p in self.protects],
             "protects_flops": self.protects_flops, "since_s": self.since_s, "proposed_s": self.proposed_s,
@@ -168,7 +170,7 @@ class ActionsView:
     reset_brake: BrakeStatus = field(default_factory=lambda: BrakeStatus(0, 0.0, 0.0, 0))  # resets, their own
 
     def for_node(self, node: str) -> Advisory | None:
-        """Return the advisory of the node named ``node`` (its hostname, or n<id> for a node without one), or None."""
+        """Return the advisory of the node whose id is ``node`` (``s0/u1/n4``), or None."""
         return next((a for a in self.advisories if a.node == node), None)
 
     def document(self, *, node: str | None = None, state: str | None = None, limit: int | None = None,

@@ -21,7 +21,7 @@ job: the share, both sides of the break-even, the checkpoint's time and both sid
 again), then ``proposed``, unless something correlated holds it back (``suppressed``, ``suppressed_by`` says
 what): the monitor's feed lost (``feed_lost``), its broker session down (``broker_down``), the monitor
 overloaded (``monitor_behind``), its UltraServer's cooling degraded or ``ultraserver_nodes`` of its nodes
-needing action at once (``correlated:ultraserver:u<id>``), node cooling on ``site_cooling_ultraservers``
+needing action at once (``correlated:ultraserver:s<site>/u<index>``), node cooling on ``site_cooling_ultraservers``
 UltraServers of its site (``correlated:site:s<id>``), its job in a checkpoint or restarting
 (``job_phase:<phase>``), or a brake (``brake``).  A proposal stays proposed while any of its causes stands (a
 later outage does not withdraw it); an escalation within the same budget raises its action at once, while a
@@ -69,6 +69,7 @@ from rainierd.core import (
 )
 from rainierd.core.detect import STATE_NAMES, reason_names
 from rainierd.fleet import Topology
+from rainierd.fleet.ids import entity_id, hostname_of, node_id, site_id, ultraserver_id
 from rainierd.fleet.units import flop_text, flops_text
 
 WATCH, RESET_LINK, RESET_PORT, CORDON, DRAIN, REPLACE = (ACTIONS.index(a) for a in ACTIONS)
@@ -373,7 +374,7 @@ class ActionPolicy:
         crowded = np.bincount(acting, minlength=topo.n_ultraservers) >= config.ultraserver_nodes
         crowded[us_cooling] = True
         for n, u in zip(nodes[crowded[us]].tolist(), us[crowded[us]].tolist(), strict=True):
-            held.setdefault(n, f"correlated:ultraserver:u{u}")
+            held.setdefault(n, f"correlated:ultraserver:{ultraserver_id(topo, u)}")
         return held
 
     @staticmethod
@@ -419,20 +420,8 @@ class ActionPolicy:
         return ", ".join(shown) + more
 
     def _name(self, kind: int, entity: int) -> str:
-        """Return what an SRE reads for an entity: its node's name and its place there."""
-        topo = self.topology
-        name = NODE_KINDS[kind]
-        if name == "node":
-            return topo.node_name(entity)
-        if name == "chip":
-            node = int(topo.chip_node[entity])
-            return f"{topo.node_name(node)}/chip{entity - node * topo.chips_per_node}"
-        if name == "neuronlink":
-            node = int(topo.link_node[entity])
-            local = entity - node * topo.links_per_node
-            return f"{topo.node_name(node)}/chip{local % topo.chips_per_node}/link{local // topo.chips_per_node}"
-        node = int(topo.efa_node[entity])
-        return f"{topo.node_name(node)}/efa{entity - node * topo.efa_ports_per_node}"
+        """Return what an SRE reads for an entity: its canonical id (docs/ids.md)."""
+        return entity_id(self.topology, NODE_KINDS[kind], entity)
 
     def _cost(self, rec: _NodeRecord, priced: _Jobs | None, job: int, flops: float, *, dear: bool, t_s: float,
               ) -> Cost | None:
@@ -494,8 +483,9 @@ class ActionPolicy:
         reason = (f"{self._action_text(rec.action, cost)}: {self._cause_line(entities, rows)} since {since}; {held}; "
                   f"{self._cost_text(job, cost)}")
         us = int(topo.node_ultraserver[n])
-        return Advisory(topo.node_name(n), n, f"s{int(topo.ultraserver_site[us])}", us, ACTIONS[rec.action],
-                        rec.state, reason, causes, protects, rec.first_s, rec.proposed_s, None, by, lemon, cost)
+        return Advisory(node_id(topo, n), n, site_id(int(topo.ultraserver_site[us])), ultraserver_id(topo, us),
+                        ACTIONS[rec.action], rec.state, reason, causes, protects, rec.first_s, rec.proposed_s, None,
+                        by, lemon, hostname_of(topo, n), cost)
 
     @staticmethod
     def _action_text(action: int, cost: Cost | None) -> str:
@@ -565,7 +555,7 @@ def _reason_names(mask: int) -> tuple[str, ...]:
 def _order(advisory: Advisory) -> tuple[bool, int, float, int]:
     """Return where an advisory sorts: standing before expired, most disruptive, then costliest, first."""
     return (advisory.state == "expired", -ACTIONS.index(advisory.action), -advisory.protects_flops,
-            advisory.node_id)
+            advisory.index)
 
 
 def _expired(advisory: Advisory, t_s: float) -> Advisory:

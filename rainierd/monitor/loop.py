@@ -89,7 +89,7 @@ class Monitor:
         # the inbox's admission on the loop (admission.py).
         self._confirmed: Confirmed | None = None
         self.load = LoadJudge(tick_s=config.tick_s, clock=clock)
-        self.events = EventLog(qos=qos)
+        self.events = EventLog(topology, qos=qos)
         # The shard's view of the fleet: a job's nodes in other shards are absent, so its figures are its share's.
         self.jobs = JobFeed(topology)
         # The advisories' retained documents (docs/actions.md), published by the session like the events.
@@ -233,7 +233,10 @@ class Monitor:
                                                         overloaded=backlog is not None and backlog.overloaded))
         for advisory in view.advisories:
             if advisory.proposed_s == t_s and advisory.state == "proposed":
-                log.warning("action proposed", node=advisory.node, action=advisory.action, reason=advisory.reason,
+                # Named as the events name it (docs/ids.md): the node's id, its UltraServer's, its hostname.
+                named = {"hostname": advisory.hostname} if advisory.hostname is not None else {}
+                log.warning("action proposed", node=advisory.node, ultraserver=advisory.ultraserver, **named,
+                            action=advisory.action, reason=advisory.reason,
                             protects=[p.document() for p in advisory.protects], dry_run=view.dry_run,
                             lemon=advisory.lemon)
         # Resets have their own brake (docs/actions.md, "The brake"): the line says which one tripped.

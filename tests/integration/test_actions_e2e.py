@@ -58,9 +58,10 @@ def test_a_hard_link_fault_gives_one_proposal_naming_its_job(
 
     poll_until(proposed, within(30.0), f"a drain proposed ({daemon.log()[-2000:]})")
     [record] = records(daemon, "action proposed")
-    assert (record["node"], record["action"], record["dry_run"]) == ("n0", "drain", True)
+    assert (record["node"], record["ultraserver"], record["action"], record["dry_run"]) == (
+        "s0/u0/n0", "s0/u0", "drain", True)
     assert [p["job"] for p in record["protects"]] == ["lab/pretrain"]
-    assert "n0/chip5/link0 down" in record["reason"]
+    assert "s0/u0/n0/chip5/link0 down" in record["reason"]
     assert values[series("drain", "proposed")] == 1
     others = {k: v for k, v in values.items() if k.startswith("rainier_actions{") and 'state="proposed"' in k
               and 'action="watch"' not in k and 'action="drain"' not in k}
@@ -170,7 +171,7 @@ def test_a_site_s_cooling_a_flap_and_a_checkpoint_propose_nothing(
         nonlocal values
         values = current_values(port, only=("rainier_actions", "rainier_job_stall"))
         changes = records(daemon, "health degraded") + records(daemon, "health recovered")
-        link = [(r["event"], r["after"]) for r in changes if (r["entity"], r["id"]) == ("neuronlink", flap)]
+        link = [(r["event"], r["after"]) for r in changes if (r["entity"], r["index"]) == ("neuronlink", flap)]
         return (values.get(series("cordon", "suppressed"), 0) >= 1 and ("health recovered", "healthy") in link
                 and values.get('rainier_job_stall_seconds_total{training_job="lab/ckpt"}', 0) >= 40)
 

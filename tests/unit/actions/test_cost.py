@@ -48,7 +48,7 @@ class TestPrice:
                              job_flops=JOB_FLOPS)
         view = run(ActionPolicy(TOPO), health({"chip": [chip(1), chip(5)]}), HOLD + 30, jobs=JOBS, loss=loss)
         assert states(view) == {"n1": ("watch", "proposed", None), "n5": ("drain", "proposed", None)}
-        cheap, dear = view.for_node("n1"), view.for_node("n5")
+        cheap, dear = view.for_node("s0/u0/n1"), view.for_node("s0/u1/n5")
         assert cheap is not None
         assert cheap.cost is not None
         assert dear is not None
@@ -73,7 +73,7 @@ class TestPrice:
         view = run(ActionPolicy(TOPO), health({"chip": [chip(1)], "neuronlink": [(link_of(40), "down", 64)]}),
                    HOLD + 30, jobs=JOBS)
         assert states(view) == {"n1": ("watch", "proposed", None), "n40": ("cordon", "proposed", None)}
-        unpriced, idle = view.for_node("n1"), view.for_node("n40")
+        unpriced, idle = view.for_node("s0/u0/n1"), view.for_node("s0/u10/n40")
         assert unpriced is not None
         assert idle is not None
         assert (unpriced.cost, idle.cost) == (None, None)
@@ -143,7 +143,7 @@ class TestTiming:
         policy = ActionPolicy(TOPO)
         view = timed(policy, {"chip": [chip(1)]}, until=1_400, every_s=600, loss_flops=0.24 * JOB_FLOPS,
                      cause_from=1_100)
-        advisory = view.for_node("n1")
+        advisory = view.for_node("s0/u0/n1")
         assert advisory is not None
         assert advisory.cost is not None
         assert (advisory.action, advisory.state, advisory.proposed_s) == ("drain", "proposed", T0 + 1_400)
@@ -158,7 +158,7 @@ class TestTiming:
         redo, so the drain is proposed now (the checkpoint's time still given)."""
         view = timed(ActionPolicy(TOPO), {"chip": [chip(1)]}, until=1_240, every_s=600,
                      loss_flops=0.24 * JOB_FLOPS, cause_from=940)
-        advisory = view.for_node("n1")
+        advisory = view.for_node("s0/u0/n1")
         assert advisory is not None
         assert advisory.cost is not None
         assert (advisory.cost.when, advisory.cost.next_checkpoint_s) == ("now", T0 + 1_800)
@@ -169,7 +169,7 @@ class TestTiming:
         failed = (chip(1)[0], "failed", int(Reason.EXEC_ERRORS))
         view = timed(ActionPolicy(TOPO), {"chip": [failed]}, until=1_400, every_s=600, loss_flops=JOB_FLOPS,
                      cause_from=1_100, stalled=True)
-        advisory = view.for_node("n1")
+        advisory = view.for_node("s0/u0/n1")
         assert advisory is not None
         assert advisory.cost is not None
         assert (advisory.action, advisory.cost.when, advisory.cost.next_checkpoint_s) == ("drain", "now", None)

@@ -93,8 +93,8 @@ def run(policy: ActionPolicy, view: HealthView, seconds: float, *, start: float 
 
 
 def states(view: ActionsView) -> dict[str, tuple[str, str, str | None]]:
-    """Return each advisory's (action, state, suppressed_by), by node."""
-    return {a.node: (a.action, a.state, a.suppressed_by) for a in view.advisories}
+    """Return each advisory's (action, state, suppressed_by), by node (``n<index>``; its id: test_naming.py)."""
+    return {f"n{a.index}": (a.action, a.state, a.suppressed_by) for a in view.advisories}
 
 
 class TestEntityActions:
@@ -197,11 +197,11 @@ class TestHold:
         early = run(policy, view, HOLD - 30, jobs=jobs, loss=loss)
         assert states(early) == {"n1": ("drain", "pending", None)}
         late = run(policy, view, 60, start=T0 + HOLD, jobs=jobs, loss=loss)
-        advisory = late.for_node("n1")
+        advisory = late.for_node("s0/u0/n1")
         assert advisory is not None
         assert (advisory.state, advisory.action, advisory.proposed_s) == ("proposed", "drain", T0 + HOLD)
         assert [(p.job, p.flops) for p in advisory.protects] == [("lab/pretrain", 2.5e15)]
-        assert advisory.causes[0].name == "n1/chip5/link0"
+        assert advisory.causes[0].id == "s0/u0/n1/chip5/link0"
         assert policy.totals.proposed["drain"] == 1
         assert late.document()["total"] == 1
 
@@ -249,7 +249,7 @@ class TestHold:
         assert states(run(policy, both, HOLD - 30, start=T0 + 210)) == {"n8": ("cordon", "pending", None)}
         view = run(policy, both, 30, start=T0 + 210 + HOLD)
         assert states(view) == {"n8": ("cordon", "proposed", None)}
-        advisory = view.for_node("n8")
+        advisory = view.for_node("s0/u2/n8")
         assert advisory is not None
         assert advisory.since_s == T0  # the earliest cause's onset
 
@@ -270,13 +270,13 @@ class TestCorrelated:
         """A node of an UltraServer whose cooling is degraded is suppressed by that UltraServer."""
         view = run(ActionPolicy(TOPO), health({"ultraserver": [(2, "cooling_degraded", int(Reason.TEMPERATURE))],
                                                **down_link(9)}), 2 * HOLD)
-        assert states(view) == {"n9": ("cordon", "suppressed", "correlated:ultraserver:u2")}
+        assert states(view) == {"n9": ("cordon", "suppressed", "correlated:ultraserver:s0/u2")}
 
     def test_many_nodes_of_one_ultraserver(self) -> None:
         """Three of an UltraServer's four nodes unhealthy at once are its fault, not theirs."""
         links = [(link_of(n), "down", int(Reason.DOWN)) for n in (12, 13, 14)]
         view = run(ActionPolicy(TOPO), health({"neuronlink": links}), 2 * HOLD)
-        assert set(states(view).values()) == {("cordon", "suppressed", "correlated:ultraserver:u3")}
+        assert set(states(view).values()) == {("cordon", "suppressed", "correlated:ultraserver:s0/u3")}
 
     def test_watched_nodes_do_not_crowd_an_ultraserver(self) -> None:
         """Throttled chips on three nodes of an UltraServer do not hold back its fourth node's down link."""
@@ -363,10 +363,10 @@ class TestExpiry:
         policy = ActionPolicy(TOPO, ActionConfig(expired_keep_s=600))
         run(policy, health(down_link(7)), 2 * HOLD)
         cleared = policy.update(health(), t_s=T0 + 3 * HOLD)
-        advisory = cleared.for_node("n7")
+        advisory = cleared.for_node("s0/u1/n7")
         assert advisory is not None
         assert (advisory.state, advisory.expired_s, advisory.proposed_s) == ("expired", T0 + 3 * HOLD, T0 + HOLD)
-        assert policy.update(health(), t_s=T0 + 3 * HOLD + 599).for_node("n7") is not None
+        assert policy.update(health(), t_s=T0 + 3 * HOLD + 599).for_node("s0/u1/n7") is not None
         assert policy.update(health(), t_s=T0 + 3 * HOLD + 600).advisories == ()
 
     def test_escalation_raises_a_proposal(self) -> None:
@@ -389,7 +389,7 @@ class TestLedger:
             view = run(policy, health(down_link(6)), 2 * HOLD, start=start)
             policy.update(health(), t_s=start + 3 * HOLD)
         assert [(r.node, r.flagged, r.lemon) for r in view.lemons] == [("n6", 3, True)]
-        advisory = view.for_node("n6")
+        advisory = view.for_node("s0/u1/n6")
         assert advisory is not None
         assert advisory.lemon
         assert [a for _, a, _ in view.lemons[0].history] == ["cordon"] * 3

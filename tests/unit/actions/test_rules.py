@@ -111,7 +111,7 @@ class TestWorkedExample:
         loss = loss_charging(2, [(kind, entity[0], PRETRAIN, cost_share * self.JOB_FLOPS)],
                              job_flops=self.JOB_FLOPS)
         view = run(ActionPolicy(TOPO), health({kind: [entity]}), HOLD + 30, jobs=JOBS, loss=loss)
-        advisory = view.for_node("n1")
+        advisory = view.for_node("s0/u0/n1")
         assert advisory is not None
         assert advisory.cost is not None
         [line] = [r for r in self.example().splitlines() if r.startswith(f"| {row}")]
@@ -134,7 +134,7 @@ class TestWorkedExample:
                     start=T0 + HOLD + 60, jobs=JOBS, loss=loss)
         [line] = [r for r in self.example().splitlines() if r.startswith("| one EFA port of 16 at 75 %")]
         cells = [c.strip() for c in line.strip("|").split("|")]
-        advisory = later.for_node("n2")
+        advisory = later.for_node("s0/u0/n2")
         assert advisory is not None
         assert advisory.cost is not None
         assert cells[1] == f"{cost_share * 100:.1f} % ({flops_text(advisory.cost.loss_flops)})"
@@ -160,7 +160,7 @@ class TestWorkedExample:
             view = policy.update(health({"chip": [chip(1)]} if sick else {}), t_s=T0 + float(offset), jobs=JOBS,
                                  loss=loss, phases=phases)
         assert view is not None
-        advisory = view.for_node("n1")
+        advisory = view.for_node("s0/u0/n1")
         assert advisory is not None
         assert advisory.cost is not None
         assert advisory.cost.when == when
