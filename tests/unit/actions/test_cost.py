@@ -13,6 +13,7 @@ from rainierd.actions.config import ActionConfig
 from rainierd.actions.policy import ActionPolicy
 from rainierd.core.detect import Reason
 from rainierd.core.jobphase import CHECKPOINT, RUNNING, JobPhases
+from rainierd.settings import Settings
 from tests.unit.actions.test_policy import HOLD, T0, TOPO, health, link_of, loss_charging, membership, run, states
 
 JOB_FLOPS = 1e16  # what lab/pretrain delivers healthy: 10 PF/s
@@ -224,3 +225,15 @@ class TestBrakeBudgets:
         assert states(view)["n20"] == ("reset_port", "suppressed", "brake")
         assert (view.reset_brake.tripped, view.reset_brake.scope, view.brake.tripped) == (True, "fleet", False)
         assert policy.totals.brake_trips == 1
+
+
+class TestSettings:
+    """The cost, reset and brake settings reach the policy's configuration, in its one place."""
+
+    def test_each_setting_reaches_the_action_config(self) -> None:
+        """actions_restart_s, actions_horizon_s, actions_reset_escalate_s and actions_reset_brake_max_nodes are
+        the ActionConfig's restart_s, horizon_s, reset_escalate_s and reset_brake_max_nodes."""
+        config = Settings(actions_restart_s=600.0, actions_horizon_s=7_200.0, actions_reset_escalate_s=900.0,
+                          actions_reset_brake_max_nodes=5).action_config()
+        assert (config.restart_s, config.horizon_s, config.reset_escalate_s, config.reset_brake_max_nodes) == (
+            600.0, 7_200.0, 900.0, 5)
