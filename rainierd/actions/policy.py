@@ -2,19 +2,19 @@
 recommended action per node, priced, timed, held, braked and remembered (docs/actions.md has the rule, a worked
 example and every default).
 
-**Which action.** Each unhealthy entity's rule (``actions/rules.py``, the table the runbooks are written from)
-says what its cause calls for once it has stood the hold, and what follows once it still stands a bound later
-(a reset that did not restore, a silence grown long).  Where a rule's step is **priced**, the cost decides:
-the node's causes cost its job ``loss`` FLOP/s (the job model's charge, ``JobLoss.charged``), its job
-delivers ``job`` FLOP/s healthy; leaving them costs ``loss x horizon_s``, moving the job costs ``job x
-restart_s``; the dear action when the first is the larger, the cheap one otherwise (a node in no job, or
-with no job model, is not priced dear: an unknown cost is not a large one).  A node's advisory is the most
-disruptive its causes call for (``ACTIONS`` is ordered).
+**Which action.** Each unhealthy entity's rule (``actions/rules.py``, the table the runbooks are written from) says
+what its cause calls for once it has stood the hold, and what follows once it still stands a bound later (a reset
+that did not restore, a silence grown long). Where a rule's step is **priced**, the cost decides: the node's causes
+cost its job ``loss`` FLOP/s (the job model's charge, ``JobLoss.charged``), its job delivers ``job`` FLOP/s healthy;
+leaving them costs ``loss x horizon_s``, moving the job costs ``job x restart_s``; the dear action when the first is
+the larger, the cheap one otherwise (a node in no job, or with no job model, is not priced dear: an unknown cost is
+not a large one; ``actions/pricing.py``). A node's advisory is the most disruptive its causes call for (``ACTIONS``
+is ordered).
 
-**When to act.** A drain chosen by its cost, for a job that checkpoints regularly (``actions/checkpoints.py``)
-and is not stalled, is proposed for the job's next checkpoint when the FLOP its causes cost until then is
-less than the work since its last checkpoint that a restart now would redo (``Cost``, in every advisory of a
-job: the share, both sides of the break-even, the checkpoint's time and both sides of the wait).
+**When to act.** A drain chosen by its cost, for a job that checkpoints regularly (``actions/checkpoints.py``) and
+is not stalled (``actions/pricing.py``), is proposed for the job's next checkpoint when the FLOP its causes cost
+until then is less than the work since its last checkpoint that a restart now would redo (``Cost``, in every
+advisory of a job: the share, both sides of the break-even, the checkpoint's time and both sides of the wait).
 
 **When proposed.** An advisory is ``pending`` until the causes calling for its action have stood ``hold_s``
 (each cause's onset is when this policy first saw it unhealthy, so a flap that clears and comes back starts
@@ -56,6 +56,7 @@ from rainierd.actions.checkpoints import CheckpointClock
 from rainierd.actions.config import ActionConfig
 from rainierd.actions.ledger import Ledger
 from rainierd.actions.model import ACTIONS, RESETS, ActionsView, Advisory, Cause, Cost, LedgerRecord, Protected
+from rainierd.actions.pricing import PricedJobs, action_text, cost_text
 from rainierd.actions.rules import RULES, Priced, Step
 from rainierd.core import (
     CHECKPOINT,
@@ -70,7 +71,6 @@ from rainierd.core import (
 from rainierd.core.detect import STATE_NAMES, reason_names
 from rainierd.fleet import Topology
 from rainierd.fleet.ids import entity_id, hostname_of, node_id, site_id, ultraserver_id
-from rainierd.fleet.units import flop_text, flops_text
 
 WATCH, RESET_LINK, RESET_PORT, CORDON, DRAIN, REPLACE = (ACTIONS.index(a) for a in ACTIONS)
 _RESET_CODES: Final = frozenset(ACTIONS.index(a) for a in RESETS)
@@ -181,16 +181,6 @@ class _Nodes:
     entity_action: I64  # each entity's action, as its node is priced (``_Entities`` order)
 
 
-@dataclass(frozen=True, eq=False)
-class _Jobs:
-    """What the pricing needs of this tick's jobs (None of it when the job model is missing)."""
-
-    membership: JobMembership
-    loss: JobLoss | None
-    healthy: F64  # FLOP/s each job delivers healthy: its effective plus its lost
-    stalled: B
-
-
 class ActionPolicy:
     """Turns each analysis into an ``ActionsView`` (module docstring); keeps its nodes' records, the brakes'
     windows, the jobs' checkpoint clocks and the ledger between analyses."""
@@ -224,7 +214,7 @@ class ActionPolicy:
         """Fold in one analysis (``t_s``: its wall time) and return every node's advisory."""
         condition = condition or MonitorCondition()
         self.checkpoints.update(jobs, phases, t_s=t_s)
-        priced = _jobs(jobs, loss)
+        priced = PricedJobs.of(jobs, loss)
         entities = self._entities(health, t_s, loss)
         nodes = self._group(entities, priced)
         action = nodes.entity_action
@@ -317,7 +307,7 @@ class ActionPolicy:
         return _Entities(kind[by_node], ids[by_node], node[by_node], state[by_node], reasons[by_node],
                          since[by_node], cheap[by_node], dear[by_node], flops[by_node])
 
-    def _group(self, entities: _Entities, priced: _Jobs | None) -> _Nodes:
+    def _group(self, entities: _Entities, priced: PricedJobs | None) -> _Nodes:
         """Return the unhealthy nodes, each priced (dear or cheap) and with its action and hold's start."""
         nodes = entities.node
         if not nodes.size:
@@ -332,10 +322,7 @@ class ActionPolicy:
         dear = np.zeros(node.size, bool)
         if priced is not None:
             job = priced.membership.node_job[node].astype(np.int64)
-            if priced.loss is not None:
-                healthy = np.where(job >= 0, priced.healthy[np.maximum(job, 0)], 0.0)
-                config = self.config
-                dear = (job >= 0) & (flops > 0) & (flops * config.horizon_s >= healthy * config.restart_s)
+            dear = priced.dear(job, flops, self.config)
         action = np.where(np.repeat(dear, ends - starts), entities.dear, entities.cheap)
         node_action = np.maximum.reduceat(action, starts)
         # The hold runs from the onset of the causes calling for the node's action: a link that goes down on a
@@ -423,27 +410,8 @@ class ActionPolicy:
         """Return what an SRE reads for an entity: its canonical id (docs/ids.md)."""
         return entity_id(self.topology, NODE_KINDS[kind], entity)
 
-    def _cost(self, rec: _NodeRecord, priced: _Jobs | None, job: int, flops: float, *, dear: bool, t_s: float,
-              ) -> Cost | None:
-        """Return what a node's causes cost its job and what acting costs, and when to act (None: unpriced)."""
-        if priced is None or priced.loss is None or job < 0:
-            return None
-        config = self.config
-        job_id = priced.membership.ids[job]
-        healthy = float(priced.healthy[job])
-        cost = Cost(job_id, flops, healthy, flops * config.horizon_s, healthy * config.restart_s, "now")
-        clock = self.checkpoints.of(job_id)
-        if rec.action != DRAIN or not dear or bool(priced.stalled[job]) or clock is None:
-            return cost
-        upcoming = clock.next_after(t_s)
-        if upcoming is None:
-            return cost
-        until, redo = flops * (upcoming - t_s), healthy * max(t_s - clock.last_s, 0.0)
-        return replace(cost, when="next_checkpoint" if until < redo else "now", next_checkpoint_s=upcoming,
-                       until_checkpoint_flop=until, redo_flop=redo)
-
     def _advisories(self, entities: _Entities, nodes: _Nodes, action: I64, built: dict[int, tuple[str, str | None]],
-                    priced: _Jobs | None, *, t_s: float, lemons: set[str]) -> list[Advisory]:
+                    priced: PricedJobs | None, *, t_s: float, lemons: set[str]) -> list[Advisory]:
         """Return each unhealthy node's advisory, in its state of this tick."""
         rows = entities.rows(action)
         clocks = {} if priced is None else {j: self.checkpoints.of(priced.membership.ids[j])
@@ -461,7 +429,8 @@ class ActionPolicy:
             signature = (rows[s:e].tobytes(), rec.state, by, rec.action, rec.proposed_s, job, lemon, healthy,
                          clocks.get(j))
             if rec.last is None or signature != rec.signature:
-                cost = self._cost(rec, priced, j, f, dear=dear, t_s=t_s)
+                cost = None if priced is None or j < 0 else priced.cost(
+                    j, f, self.config, dear=dear and rec.action == DRAIN, clock=clocks.get(j), t_s=t_s)
                 rec.last = self._advisory(n, rec, entities, slice(s, e), by=by, job=job, lemon=lemon, cost=cost)
                 rec.signature = signature
             advisories.append(rec.last)
@@ -480,38 +449,12 @@ class ActionPolicy:
         held = {"pending": f"pending until held {self.config.hold_s:.0f} s",
                 "suppressed": f"held back by {by}", "proposed": "proposed"}[rec.state]
         since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(rec.first_s))
-        reason = (f"{self._action_text(rec.action, cost)}: {self._cause_line(entities, rows)} since {since}; {held}; "
-                  f"{self._cost_text(job, cost)}")
+        reason = (f"{action_text(ACTIONS[rec.action], cost)}: {self._cause_line(entities, rows)} since {since}; "
+                  f"{held}; {cost_text(job, cost, self.config)}")
         us = int(topo.node_ultraserver[n])
         return Advisory(node_id(topo, n), n, site_id(int(topo.ultraserver_site[us])), ultraserver_id(topo, us),
                         ACTIONS[rec.action], rec.state, reason, causes, protects, rec.first_s, rec.proposed_s, None,
                         by, lemon, hostname_of(topo, n), cost)
-
-    @staticmethod
-    def _action_text(action: int, cost: Cost | None) -> str:
-        """Return the reason's first words: the action, and when (``drain at lab/pretrain's next checkpoint``)."""
-        if cost is None or cost.when != "next_checkpoint" or cost.next_checkpoint_s is None:
-            return ACTIONS[action]
-        at = time.strftime("%H:%M:%SZ", time.gmtime(cost.next_checkpoint_s))
-        return f"{ACTIONS[action]} at {cost.job}'s next checkpoint ({at})"
-
-    def _cost_text(self, job: str | None, cost: Cost | None) -> str:
-        """Return the reason's account of the cost: the share, the break-even and, timed, the wait."""
-        if job is None:
-            return "in no job"
-        if cost is None:
-            return f"protects {job} (its cost unknown: no job model)"
-        config = self.config
-        hours = config.horizon_s / 3600
-        horizon = f"{hours:.3g} h" if hours >= 1 else f"{config.horizon_s / 60:.3g} min"
-        side = ">=" if cost.loss_flops > 0 and cost.horizon_flop >= cost.restart_flop else "<"
-        text = (f"costs {job} {cost.share:.1%} ({flops_text(cost.loss_flops)}): {flop_text(cost.horizon_flop)} "
-                f"over {horizon} {side} {flop_text(cost.restart_flop)} for a restart")
-        if cost.until_checkpoint_flop is not None and cost.redo_flop is not None:
-            wait = "<" if cost.when == "next_checkpoint" else ">="
-            text += (f"; {flop_text(cost.until_checkpoint_flop)} lost until its next checkpoint {wait} "
-                     f"{flop_text(cost.redo_flop)} a restart now redoes")
-        return text
 
     def _expire(self, seen: set[int], t_s: float) -> list[Advisory]:
         """Expire the proposals whose causes all cleared, drop the rest of the cleared, and return the expired
@@ -534,16 +477,6 @@ class ActionPolicy:
     def _lemons(self, t_s: float) -> tuple[LedgerRecord, ...]:
         self.ledger.prune(t_s)
         return self.ledger.lemons()
-
-
-def _jobs(jobs: JobMembership | None, loss: JobLoss | None) -> _Jobs | None:
-    """Return what the pricing needs of the jobs (``loss`` None when the job model is missing or disagrees)."""
-    if jobs is None or not jobs.n_jobs:
-        return None
-    if loss is None or loss.n_jobs != jobs.n_jobs:
-        return _Jobs(jobs, None, np.zeros(jobs.n_jobs), np.zeros(jobs.n_jobs, bool))
-    healthy = np.asarray(loss.effective + loss.lost_total, np.float64)
-    return _Jobs(jobs, loss, np.where(np.isfinite(healthy), healthy, 0.0), np.asarray(loss.stalled, bool))
 
 
 @functools.cache
