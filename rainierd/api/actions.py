@@ -110,7 +110,7 @@ class ActionsApi:
         if text in self._hosts:
             return self._hosts[text]
         topo = self._topology
-        if text.startswith("n") and text[1:].isdigit() and len(text) < 12:
+        if text.startswith("n") and text[1:].isascii() and text[1:].isdigit() and len(text) < 12:
             index = int(text[1:])
             return index if index < topo.n_nodes and topo.node_present[index] else None
         try:

@@ -83,7 +83,9 @@ class UltraServerProbe:
                 kind, us = parse(self._topo, target)
             except ValueError:
                 return "404 Not Found", -1
-            return ("200 OK", us) if kind == "ultraserver" and self._present[us] else ("400 Bad Request", -1)
+            if kind != "ultraserver":
+                return "400 Bad Request", -1
+            return ("200 OK", us) if self._present[us] else ("404 Not Found", us)
         match = _TARGET.fullmatch(target)
         if match is None:
             return "400 Bad Request", -1

@@ -85,6 +85,8 @@ def one_name_everywhere(broker: Broker, daemon: Daemon, port: int, named: dict[s
     records = [json.loads(line) for line in daemon.log().splitlines() if line.startswith("{")]
     [logged] = [r for r in records if r.get("event") == "health degraded" and r.get("entity") == "neuronlink"]
     assert {k: logged[k] for k in named} == named
+    [injected] = [r for r in records if r.get("event") == "fault injected"]  # the simulator's line meets it
+    assert (injected["target"], injected["id"]) == (FAULTY_LINK, named["id"])
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
         scrape = response.read().decode()
     assert f'rainier_neuronlink_unhealthy{{link="{FAULTY_LINK}",id="{LINK_ID}",' in scrape
