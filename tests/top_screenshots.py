@@ -72,7 +72,7 @@ def monitor() -> tuple[ReadApi, ActionsApi]:
                  for k in range(topo.n_ultraservers // 8)]
     jobs = resolve_jobs(NameIndex.of(topo), documents)
     core = MonitorCore(topo)
-    log = EventLog(qos=1)
+    log = EventLog(topo, qos=1)
     policy = ActionPolicy(topo, ActionConfig(hold_s=10.0))
     analysis = actions = None
     for tick in range(TICKS):
@@ -87,7 +87,7 @@ def monitor() -> tuple[ReadApi, ActionsApi]:
                               status=MonitorStatus(connection=_connected()), actions=actions,
                               action_totals=policy.totals)
     return (ReadApi(topo, lambda: snap, core=core, lock=asyncio.Lock(), events=lambda: log.recent),
-            ActionsApi(lambda: snap))
+            ActionsApi(topo, lambda: snap))
 
 
 def _connected() -> Any:

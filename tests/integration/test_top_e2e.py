@@ -26,6 +26,7 @@ from tests.top_driver import rows, settle, text_of, top_app
 
 FAULTY_LINK = 224
 LINK = "n4/chip0/link2"  # FAULTY_LINK within u1: node 4's link 32, chip 0's ring link
+US_ID = "s0/u1"  # as the read API (and so top) names it: docs/ids.md
 SCENARIO = ('[[job]]\nid = "lab/pretrain"\nultraservers = [1]\n\n[[job]]\nid = "lab/finetune"\nultraservers = [0]\n\n'
             f'[[fault]]\nkind = "nl_degraded"\ntarget = {FAULTY_LINK}\nseverity = 0.5\nat_s = 2\nfor_s = 3600\n')
 
@@ -53,8 +54,8 @@ async def test_pilot_follows_a_live_monitor_down_to_the_faulty_link(
             heat = app.screen.query_one(HeatMap)
             cells = {c["id"]: c for c in heat.layout_.cells}
             worst = rows(app, "#worst")
-            return (bool(cells.get("u1", {}).get("unhealthy_total")) and bool(worst) and worst[0][0] == "u1"
-                    and worst[0][3] == "NeuronLink" and heat.cells_by_colour().get(COLOURS[-1]) == ["u0"]
+            return (bool(cells.get(US_ID, {}).get("unhealthy_total")) and bool(worst) and worst[0][0] == US_ID
+                    and worst[0][3] == "NeuronLink" and heat.cells_by_colour().get(COLOURS[-1]) == ["s0/u0"]
                     and "NeuronLink degraded 1" in text_of(app, "#header"))
 
         await settle(pilot, faulty_shown, f"u1 shown hurt by its NeuronLink ({daemon.log()[-1500:]})", timeout_s=40)

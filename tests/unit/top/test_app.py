@@ -20,7 +20,7 @@ from rainierd.top.keys import HELP, HelpScreen
 from rainierd.top.model import COLOURS
 from rainierd.top.screens import EntityScreen, JobScreen, NodeScreen, SiteScreen, UltraServerScreen
 from tests.certs import Pki, make_pki
-from tests.read_api_fixture import FAULTY_LINK, FAULTY_US, Monitored, monitored
+from tests.read_api_fixture import Monitored, monitored
 from tests.top_driver import rows, settle, text_of, top_app
 from tests.unit.api.test_read_api import Served, serve
 from tests.unit.http.test_webconfig import HASH
@@ -32,6 +32,8 @@ def CONNECTED(monitor: Monitored) -> MonitorSnapshot:  # noqa: N802 - reads as t
     """The fixture's snapshot with its broker session up (the fixture's own has never connected)."""
     return dataclasses.replace(monitor.snap, status=MonitorStatus(connection=Connection(connected=True)))
 SIZE = (160, 48)
+# The fixture's faulty UltraServer and link as the read API names them (docs/ids.md).
+US_ID, LINK_ID = "s0/u1", "s0/u1/n4/chip0/link2"
 LINK_IN_US = "n4/chip0/link2"  # FAULTY_LINK (224: node 4's link 32, chip 0's ring link) within its UltraServer
 
 
@@ -73,14 +75,14 @@ class TestFleetScreen:
             assert "128/128 reporting" in header
             assert "NeuronLink degraded 1" in header
             heat = app.screen.query_one(HeatMap)
-            assert [c["id"] for c in heat.layout_.cells] == ["u0", FAULTY_US]
+            assert [c["id"] for c in heat.layout_.cells] == ["s0/u0", US_ID]
             colours = heat.cells_by_colour()
-            assert colours[GREEN] == ["u0"]
-            assert FAULTY_US not in colours.get(GREEN, [])
-            assert rows(app, "#worst")[0][0] == FAULTY_US
+            assert colours[GREEN] == ["s0/u0"]
+            assert US_ID not in colours.get(GREEN, [])
+            assert rows(app, "#worst")[0][0] == US_ID
             assert [r[0] for r in rows(app, "#jobs")] == ["lab/pretrain", "lab/finetune"]
             log = app.screen.query_one("#events")
-            assert any(f"neuronlink {FAULTY_LINK} ({FAULTY_US})  healthy -> degraded" in line.text
+            assert any(f"neuronlink {LINK_ID}  healthy -> degraded" in line.text
                        for line in log.lines)  # type: ignore[attr-defined]
 
     async def test_c_colours_by_effective_share_against_a_healthy_one(self, plain: Served) -> None:
@@ -94,7 +96,7 @@ class TestFleetScreen:
             heat = app.screen.query_one(HeatMap)
             assert heat.mode == "peak"
             assert text_of(app, "#legend").startswith(("effective share vs a healthy one", "share vs healthy"))
-            assert heat.cells_by_colour()[GREEN] == ["u0"]
+            assert heat.cells_by_colour()[GREEN] == ["s0/u0"]
             await pilot.press("c")
             assert heat.mode == "kept"
 
@@ -139,7 +141,7 @@ class TestDrillDown:
         async with app.run_test(size=SIZE) as pilot:
             await fleet_shown(pilot, app)
             await pilot.press("right")
-            assert text_of(app, "#cell").startswith(f"{FAULTY_US} (site s0)")
+            assert text_of(app, "#cell").startswith(f"{US_ID} (site s0)")
             await pilot.press("enter")
             await settle(pilot, lambda: isinstance(app.screen, UltraServerScreen) and app.screen.loads > 0,
                          "the UltraServer screen")
@@ -148,11 +150,11 @@ class TestDrillDown:
             await settle(pilot, lambda: isinstance(app.screen, EntityScreen) and app.screen.loads > 0,
                          "the link's screen")
             shown = app.screen.text()  # type: ignore[attr-defined]
-            assert f"NeuronLink s0/{FAULTY_US}/{LINK_IN_US}  DEGRADED (lanes, bandwidth) since tick 35" in shown
+            assert f"NeuronLink {LINK_ID}  DEGRADED (lanes, bandwidth) since tick 35" in shown
             assert "lanes up    4 / 8" in shown
             assert "costs lab/pretrain" in shown
             assert "runbook docs/runbooks.md#neuronlink-degraded" in shown
-            assert text_of(app, "#crumbs") == f"fleet > s0/{FAULTY_US} > {LINK_IN_US}"
+            assert text_of(app, "#crumbs") == f"fleet > {US_ID} > {LINK_IN_US}"
             await pilot.press("escape")
             assert isinstance(app.screen, UltraServerScreen)
             await pilot.press("tab")  # to the nodes table
@@ -177,11 +179,11 @@ class TestDrillDown:
             await pilot.press("j", "enter")
             await settle(pilot, lambda: isinstance(app.screen, JobScreen) and app.screen.loads > 0, "the job")
             assert "Job lab/pretrain" in text_of(app, "#title")
-            assert rows(app, "#culprits")[0][:2] == ["NeuronLink", str(FAULTY_LINK)]
-            assert [r[0] for r in rows(app, "#held")] == [FAULTY_US]
+            assert rows(app, "#culprits")[0][:2] == ["NeuronLink", LINK_ID]
+            assert [r[0] for r in rows(app, "#held")] == [US_ID]
             await pilot.press("enter")
             await settle(pilot, lambda: isinstance(app.screen, EntityScreen) and app.screen.loads > 0, "the link")
-            assert f"NeuronLink s0/{FAULTY_US}/{LINK_IN_US}" in app.screen.text()  # type: ignore[attr-defined]
+            assert f"NeuronLink {LINK_ID}" in app.screen.text()  # type: ignore[attr-defined]
 
     async def test_site_lowest_share_first(self, plain: Served) -> None:
         """s, Enter on the site: its UltraServers, the faulty one first; Enter opens it."""
@@ -190,10 +192,10 @@ class TestDrillDown:
             await fleet_shown(pilot, app)
             await pilot.press("s", "enter")
             await settle(pilot, lambda: isinstance(app.screen, SiteScreen) and app.screen.loads > 0, "the site")
-            assert [r[0] for r in rows(app, "#ultraservers")] == [FAULTY_US, "u0"]
+            assert [r[0] for r in rows(app, "#ultraservers")] == [US_ID, "s0/u0"]
             await pilot.press("enter")
             await settle(pilot, lambda: isinstance(app.screen, UltraServerScreen), "u1")
-            assert app.screen.ultraserver == FAULTY_US  # type: ignore[attr-defined]
+            assert app.screen.ultraserver == US_ID  # type: ignore[attr-defined]
 
 
 class TestBanner:
