@@ -16,7 +16,6 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
-from rich.markup import escape
 from rich.text import Text
 from textual.widgets import DataTable
 from textual.widgets.data_table import RowDoesNotExist
@@ -24,6 +23,25 @@ from textual.widgets.data_table import RowDoesNotExist
 _PREFIX: Final = {"E": 1e18, "P": 1e15, "T": 1e12, "G": 1e9, "M": 1e6, "k": 1e3, "m": 1e-3, "µ": 1e-6, "n": 1e-9}
 _NUMBER: Final = re.compile(r"^-?[0-9][0-9,]*(?:\.[0-9]+)?(?:e[-+]?[0-9]+)?")
 _SCALED: Final = re.compile(r"^\s*([EPTGMkmµn])?[A-Za-z/]")
+_BRACKET: Final = re.compile(r"(\\*)\[")
+_TAG_SHAPE: Final = re.compile(r"\[[a-z#/@][^[]*?]")  # what Rich reads as a tag (rich.markup.RE_TAGS)
+
+
+def literal(text: str) -> str:
+    """Return ``text`` as Rich markup that draws exactly ``text``.
+
+    Rich reads ``[`` followed by a tag's shape (``[b]``, ``[/x]``, ``[link=…]``) as a tag, ``\\`` pairs before it
+    as backslashes and an odd one as its escape; in plain text it reads ``\\[`` as ``[``.  So a tag-shaped ``[``
+    gets its backslashes doubled and one more (``rich.markup.escape``'s rule), and any other ``[`` after a
+    backslash one backslash more (``rich.markup.escape`` leaves that one, and ``\\[`` was drawn ``[``).
+    """
+    def one(match: re.Match[str]) -> str:
+        slashes = match.group(1)
+        if _TAG_SHAPE.match(text, match.end() - 1):
+            return f"{slashes}{slashes}\\["
+        return f"{slashes}\\[" if slashes else "["
+
+    return _BRACKET.sub(one, text)
 
 
 def sort_value(cell: object) -> tuple[int, float, str]:
@@ -104,7 +122,7 @@ class Rows(DataTable[Any]):
             held = self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
         self.clear()
         for key, cells in self.shown():
-            self.add_row(*(escape(cell) if isinstance(cell, str) else cell for cell in cells), key=key)
+            self.add_row(*(literal(cell) if isinstance(cell, str) else cell for cell in cells), key=key)
         if held is not None:
             with contextlib.suppress(RowDoesNotExist):  # the row is gone: the cursor stays where clear() put it
                 self.move_cursor(row=self.get_row_index(held), animate=False)
@@ -143,7 +161,7 @@ def fill(table: DataTable[Any], rows: Iterable[tuple[str, Sequence[Any]]]) -> No
         if key in shown:
             continue
         shown.add(key)
-        table.add_row(*(escape(cell) if isinstance(cell, str) else cell for cell in cells), key=key)
+        table.add_row(*(literal(cell) if isinstance(cell, str) else cell for cell in cells), key=key)
     if held is not None:
         with contextlib.suppress(RowDoesNotExist):
             table.move_cursor(row=table.get_row_index(held), animate=False)
