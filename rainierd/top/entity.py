@@ -227,10 +227,10 @@ def timing(advisory: Document, now_s: object = None) -> str | None:
 
 def card(kind: str, entity: Document, document: Document, *, jobs: Sequence[Document] = (),
          fleet_culprits: Sequence[Document] = (), events: Sequence[Document] = (), actions: Document | None = None,
-         actions_error: str | None = None, width: int = 80) -> Text:
+         actions_error: str | None = None) -> Text:
     """Return the entity screen's text: what it is and its state, its figures against nominal and peers, its
-    cost to each job, its node's advisory and its runbook section; no line wider than ``width`` unless a single
-    word is (long lines wrap at word boundaries, never cut)."""
+    cost to each job, its node's advisory and its runbook section (the screen wraps a long line at word
+    boundaries: nothing is cut)."""
     namer = Namer.of(document)
     canonical = namer.of_entity(kind, entity)
     state = str(entity.get("state", "?"))
@@ -264,8 +264,8 @@ def card(kind: str, entity: Document, document: Document, *, jobs: Sequence[Docu
                 text.append(" when detected")
             text.append("\n")
     else:
-        node_job = _node_job(document, entity, kind)
-        text.append(f"nothing now to {node_job}" if node_job else "no job (its node runs none)")
+        job = node_job(document, kind, entity)
+        text.append(f"nothing now to {job}" if job else "no job (its node runs none)")
         text.append("\n")
     node = entity if kind == "node" else _node_of(document, entity)
     node_canonical = namer.node(node.get("id")) if node else namer.node(entity.get("node"))
@@ -295,15 +295,11 @@ def _node_of(document: Document, entity: Document) -> Document | None:
                  or index_of(n) == index_of({"id": want})), None)
 
 
-def _node_job(document: Document, entity: Document, kind: str) -> str | None:
+def node_job(document: Document, kind: str, entity: Document) -> str | None:
+    """Return the job the entity's node runs (None: none)."""
     node = entity if kind == "node" else _node_of(document, entity)
     job = node.get("job") if node else None
     return str(job) if job else None
-
-
-def node_job(document: Document, kind: str, entity: Document) -> str | None:
-    """Return the job the entity's node runs (None: none)."""
-    return _node_job(document, entity, kind)
 
 
 def node_key(document: Document, kind: str, entity: Document) -> str | None:
@@ -325,4 +321,4 @@ def entity_in(document: Document, kind: str, ident: str) -> Document | None:
                  if ident in (namer.of_entity(kind, e), str(e.get("id")), str(index_of(e)))), None)
 
 
-__all__ = ["Cost", "Line", "card", "costs", "entity_in", "figures", "node_job", "node_key", "runbook"]
+__all__ = ["Cost", "Line", "card", "costs", "entity_in", "figures", "node_job", "node_key", "runbook", "timing"]

@@ -442,7 +442,7 @@ class EntityScreen(DrillScreen):
         self.query_one("#card", Static).update(card(
             self.kind, entity, document, jobs=self.jobs, fleet_culprits=fleet.get("culprits") or (),
             events=self.top.view.events,
-            actions=self.actions, actions_error=self.actions_error, width=self.size.width))
+            actions=self.actions, actions_error=self.actions_error))
 
     def text(self) -> str:
         """The card as plain text (tests read it)."""
