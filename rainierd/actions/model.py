@@ -14,8 +14,14 @@ from typing import Any, Final
 
 SCHEMA_VERSION: Final = 1
 
-# Least to most disruptive: a node's advisory is the most disruptive its causes call for.
-ACTIONS: Final = ("watch", "reset_link", "drain", "cordon", "replace")
+# Least to most disruptive: a node's advisory is the most disruptive its causes call for.  A reset retrains one
+# link or port under the running job; a cordon keeps new work off the node and lets its job run on; a drain
+# cordons it and moves its job off (a restart from its checkpoint); a replace drains it for a hardware ticket.
+ACTIONS: Final = ("watch", "reset_link", "reset_port", "cordon", "drain", "replace")
+# The actions the brake counts in their own budget (``reset_brake``): retraining a link or a port moves no job.
+RESETS: Final = frozenset({"reset_link", "reset_port"})
+# When an action is proposed to be taken (``Cost.when``): at once, or at the job's next checkpoint.
+WHEN: Final = ("now", "next_checkpoint")
 
 # pending: held (the hold time has not passed); proposed: an SRE or an automation may act; suppressed: the brake
 # or a correlated cause holds it back; expired: its causes cleared (kept for ``expired_keep_s`` so a reader sees it).
@@ -52,6 +58,34 @@ class Protected:
 
 
 @dataclass(frozen=True, slots=True)
+class Cost:
+    """What a node's causes cost its job, and what acting costs: the figures its action was chosen by
+    (docs/actions.md, "Cost and timing").  FLOP/s are rates, FLOP are amounts; ``None`` is unknown."""
+
+    job: str
+    loss_flops: float  # FLOP/s the node's causes cost the job now
+    job_flops: float  # FLOP/s the job delivers healthy (its effective plus its lost)
+    horizon_flop: float  # loss_flops over the policy's horizon: what leaving it costs
+    restart_flop: float  # job_flops over a restart: what moving the job costs
+    when: str  # one of WHEN
+    next_checkpoint_s: float | None = None  # wall time of the job's next checkpoint (None: it has no regular one)
+    until_checkpoint_flop: float | None = None  # loss_flops until then: what waiting for it costs
+    redo_flop: float | None = None  # the job's work since its last checkpoint: what a restart now redoes
+
+    @property
+    def share(self) -> float:
+        """Return the share of the job's healthy FLOP/s the causes cost (0 for a job delivering nothing)."""
+        return self.loss_flops / self.job_flops if self.job_flops > 0 else 0.0
+
+    def document(self) -> dict[str, Any]:
+        """Return the cost as plain data."""
+        return {"job": self.job, "loss_flops": self.loss_flops, "job_flops": self.job_flops, "share": self.share,
+                "horizon_flop": self.horizon_flop, "restart_flop": self.restart_flop, "when": self.when,
+                "next_checkpoint_s": self.next_checkpoint_s, "until_checkpoint_flop": self.until_checkpoint_flop,
+                "redo_flop": self.redo_flop}
+
+
+@dataclass(frozen=True, slots=True)
 class Advisory:
     """One node's recommended action."""
 
@@ -70,6 +104,7 @@ class Advisory:
     suppressed_by: str | None = None  # "brake", "correlated:<scope>", "monitor_behind", ... (state suppressed)
     lemon: bool = False  # the ledger marks this node a repeat offender
     hostname: str | None = None  # the inventory's name of the node (None: it names none)
+    cost: Cost | None = None  # what its causes cost its job and what acting costs (None: in no job, or unpriced)
 
     @property
     def protects_flops(self) -> float:
@@ -85,6 +120,7 @@ class Advisory:
             "causes": [c.document() for c in self.causes], "protects": [p.document() for p in self.protects],
             "protects_flops": self.protects_flops, "since_s": self.since_s, "proposed_s": self.proposed_s,
             "expired_s": self.expired_s, "suppressed_by": self.suppressed_by, "lemon": self.lemon,
+            "cost": None if self.cost is None else self.cost.document(),
         }
 
 
@@ -124,13 +160,14 @@ class LedgerRecord:
 
 @dataclass(frozen=True, slots=True)
 class ActionsView:
-    """Every advisory of one analysis (most disruptive, then costliest first), the brake and the lemons."""
+    """Every advisory of one analysis (most disruptive, then costliest first), both brakes and the lemons."""
 
     t_s: float  # wall time of the analysis
     dry_run: bool
     advisories: tuple[Advisory, ...] = ()
-    brake: BrakeStatus = field(default_factory=lambda: BrakeStatus(0, 0.0, 0.0, 0))
+    brake: BrakeStatus = field(default_factory=lambda: BrakeStatus(0, 0.0, 0.0, 0))  # cordon, drain, replace
     lemons: tuple[LedgerRecord, ...] = ()
+    reset_brake: BrakeStatus = field(default_factory=lambda: BrakeStatus(0, 0.0, 0.0, 0))  # resets, their own
 
     def for_node(self, node: str) -> Advisory | None:
         """Return the advisory of the node whose id is ``node`` (``s0/u1/n4``), or None."""
@@ -146,5 +183,6 @@ class ActionsView:
         return {
             "schema_version": SCHEMA_VERSION, "t_s": self.t_s, "dry_run": self.dry_run,
             "total": len(chosen), "actions": [a.document() for a in shown],
-            "brake": self.brake.document(), "lemons": [r.document() for r in self.lemons],
+            "brake": self.brake.document(), "reset_brake": self.reset_brake.document(),
+            "lemons": [r.document() for r in self.lemons],
         }

@@ -1,7 +1,9 @@
 """How a figure reads in text an SRE reads (an advisory's reason, a log line,
 ``top``): FLOP/s with an SI prefix and three significant figures, ``7.17 PF/s``,
-the one spelling every surface uses (docs/ids.md, "Units").  Data (the read
-API, events, metrics) carries plain FLOP/s; only text is prefixed.
+the one spelling every surface uses (docs/ids.md, "Units"), and an amount of
+FLOP (a rate over a time: what a cause costs over an hour) the same way,
+``45.5 EF``.  Data (the read API, events, metrics) carries plain FLOP/s; only
+text is prefixed.
 """
 
 from __future__ import annotations
@@ -22,3 +24,16 @@ def flops_text(value: float | None) -> str:
         if abs(value) >= scale:
             return f"{value / scale:.3g} {prefix}F/s"
     return f"{value:.3g} F/s"
+
+
+def flop_text(value: float | None) -> str:
+    """Return an amount of FLOP as text, with the same prefixes and Z beyond E: ``25.8 EF``, ``3.1 ZF``; ``-``
+    when unknown."""
+    if value is None or not math.isfinite(value):
+        return "-"
+    if value == 0:
+        return "0"
+    for scale, prefix in ((1e21, "Z"), *_PREFIXES):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {prefix}F"
+    return f"{value:.3g} F"

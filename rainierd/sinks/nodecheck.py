@@ -10,7 +10,7 @@ leads with what matters).  What counts (docs/actions.md, "Where actions go"):
 - 1: a ``cordon``, ``drain`` or ``replace`` advisory in state ``proposed``
   and not a dry run (``--dry-run-counts`` makes a dry run's count too, for a
   pipeline whose own consumer is in dry-run mode).
-- 0: no advisory; ``watch`` and ``reset_link`` (nothing for a node-level
+- 0: no advisory; ``watch``, ``reset_link`` and ``reset_port`` (nothing for a node-level
   automation to do); ``pending`` (held: it may be a flap or a checkpoint);
   ``suppressed`` (the brake, or a correlated cause, holds it back: a
   NodeCondition must not route around the brake); ``expired``; a dry run.

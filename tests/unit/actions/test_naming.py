@@ -31,5 +31,6 @@ def test_an_advisory_names_its_node_ultraserver_and_causes_by_their_ids() -> Non
     assert [(c["entity"], c["id"], c["index"]) for c in document["causes"]] == [
         ("neuronlink", "s0/u1/n6/chip5/link0", LINK)]
     assert document["reason"].startswith("drain: s0/u1/n6/chip5/link0 down since ")
-    assert document["reason"].endswith("; proposed; protects lab/pretrain (2.5 PF/s lost to it)")
+    assert document["reason"].endswith("; proposed; costs lab/pretrain 25.0% (2.5 PF/s): 9 EF over 1 h >= 3 EF for "
+                                       "a restart")
     assert view.for_node("s0/u1/n6") is advisory

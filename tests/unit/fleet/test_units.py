@@ -1,10 +1,11 @@
-"""FLOP/s in text read the same on every surface: an SI prefix and three significant figures, as ``top`` prints."""
+"""FLOP/s and FLOP in text read the same on every surface: an SI prefix and three significant figures, as
+``top`` prints."""
 
 from __future__ import annotations
 
 import pytest
 
-from rainierd.fleet.units import flops_text
+from rainierd.fleet.units import flop_text, flops_text
 from rainierd.top.model import flops
 
 
@@ -17,7 +18,12 @@ def test_flop_rates_read_with_an_si_prefix(value: float | None, text: str) -> No
     assert flops_text(value) == text
 
 
-@pytest.mark.parametrize("value", [1.66e17, 7.17e15, 2.4e13, 3.5e9, 0.0, None])
+@pytest.mark.parametrize("value", [1.66e17, 7.17e15, 2.4e13, 3.5e9, 0.0, None, 1.0, 950.0, 6.5e17, 9.99e19])
 def test_top_spells_them_the_same(value: float | None) -> None:
     """top's own formatter and this one agree, so an advisory's cost reads as top's screen does."""
     assert flops_text(value) == flops(value)
+
+
+def test_amounts() -> None:
+    """An amount of FLOP takes the same prefixes, Z beyond E: 1.2 PF, 25.8 EF, 3.1 ZF; unknown is -."""
+    assert [flop_text(v) for v in (1.2e15, 2.58e19, 3.1e21, None, 0.0)] == ["1.2 PF", "25.8 EF", "3.1 ZF", "-", "0"]
