@@ -29,7 +29,7 @@ class Command:
     """One command path and what may follow it on the command line."""
 
     path: str  # the subcommands, space-separated ("" for rainierd itself)
-    subcommands: tuple[str, ...]
+    subcommands: tuple[str, ...]  # and the choices of a positional (``completion bash``)
     flags: tuple[str, ...]
     values: dict[str, str]  # flag -> FILE, ANY, or its choices, space-separated
 
@@ -48,6 +48,8 @@ def commands(parser: argparse.ArgumentParser, path: str = "") -> Iterator[Comman
     for action in arguments(parser):
         if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001 - the subcommands' only handle
             subcommands.update(action.choices)
+        elif not action.option_strings and action.choices is not None:
+            subcommands.update(dict.fromkeys(map(str, action.choices), parser))  # a positional's choices
         elif action.option_strings and action.help != argparse.SUPPRESS:
             flags.extend(action.option_strings)
             if action.nargs != 0:
@@ -56,7 +58,8 @@ def commands(parser: argparse.ArgumentParser, path: str = "") -> Iterator[Comman
                 values.update(dict.fromkeys(action.option_strings, value))
     yield Command(path, tuple(subcommands), tuple(flags), values)
     for name, subparser in subcommands.items():
-        yield from commands(subparser, f"{path} {name}".strip())
+        if subparser is not parser:
+            yield from commands(subparser, f"{path} {name}".strip())
 
 
 _FUNCTION: Final = r"""
