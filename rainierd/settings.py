@@ -453,7 +453,7 @@ class Settings(BaseSettings):
         ``client_id`` is used unless the settings give one; ``suffix`` is added to
         a given one, so that the clients of one process (``run``: simulator and
         monitor) never share an id and take each other's session over.
-        ``protocol`` overrides the settings' (the embedded broker speaks 3.1.1 only).
+        ``protocol`` overrides the settings'.
         """
         return MqttConfig(
             brokers=parse_brokers(url or self.mqtt_url or "mqtt://127.0.0.1:1883"),
