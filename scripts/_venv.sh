@@ -5,7 +5,8 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-say() { echo "$0: $*" >&2; }
+# Each message names the script that sourced this one, as the checkout knows it (scripts/run, .ci/run).
+say() { echo "${0#"$PWD"/}: $*" >&2; }
 
 PYTHON=${PYTHON:-python3}
 if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then

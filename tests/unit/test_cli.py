@@ -1,7 +1,8 @@
 """Specification of the command line: each role's flags are generated from the
 settings model, list exactly the settings that role reads, each with help, and
-each reaches its setting; README.md's configuration table agrees with the
-model; the utility commands keep working."""
+each reaches its setting (docs/settings.md, generated from the same model, is
+tests/unit/docs/test_reference.py's); the utility commands keep working; every
+wrong invocation is one line and exit 2."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import pytest
 from rainierd import __version__, _version, cli
 from rainierd.cli import command_settings, main
 from rainierd.promrules import RULES_DIR
-from rainierd.settings import Settings, Use, flag_name
+from rainierd.settings import Settings, flag_name
 
 ROOT = Path(__file__).parents[2]
 
@@ -200,50 +201,6 @@ class TestRoleFlags:
         assert (s.metrics_addr, s.log_level, s.seed) == ("127.0.0.1:1", "error", 6)
         monkeypatch.setenv("RAINIERD_CONFIG", str(config))
         assert command_settings(["healthcheck"]).metrics_addr == "127.0.0.1:1"
-
-
-def readme_settings() -> dict[str, tuple[str, str | None]]:
-    """Return {setting: (its flag cell, its default cell)} of README.md's configuration table; a row naming
-    several settings lists one flag each, comma-separated, and shares its default cell (None here)."""
-    section = (ROOT / "README.md").read_text().split("\n## Configuration\n", 1)[1].split("\n## ", 1)[0]
-    table: dict[str, tuple[str, str | None]] = {}
-    for line in section.splitlines():
-        if not line.startswith("| `"):
-            continue
-        names_cell, flags_cell, default_cell, _meaning = (c.strip() for c in line.strip().strip("|").split("|"))
-        names, flags = re.findall(r"`(\w+)`", names_cell), flags_cell.split(", ")
-        assert len(names) == len(flags), line
-        for name, flag in zip(names, flags, strict=True):
-            table[name] = (flag, default_cell if len(names) == 1 else None)
-    return table
-
-
-def readme_flag(name: str) -> str:
-    """Return the flag cell README.md must give ``name``: its generated flag, or "env only" for a secret."""
-    secret = any(isinstance(m, Use) and m.secret for m in Settings.model_fields[name].metadata)
-    return "env only" if secret else f"`{flag_name(name)}`"
-
-
-def readme_default(cell: str | None, default: object) -> object:
-    """Return ``cell`` read as a value of ``default``'s type (a number as a number: 300 is 300.0); None for an
-    unset default, which the README says in words, and for a cell shared by several settings."""
-    if cell is None or default is None:
-        return None
-    text = cell.strip("`")
-    if isinstance(default, bool):
-        return text == "true"
-    return float(text) if isinstance(default, int | float) else text
-
-
-class TestReadme:
-    def test_the_configuration_table_lists_every_setting_with_its_flag_and_default(self) -> None:
-        """README.md's configuration table has a row for every setting and no other, with the flag the command
-        line generates for it (env only for a secret) and the model's default."""
-        table = readme_settings()
-        assert set(table) == set(Settings.model_fields)
-        shown = {name: (flag, readme_default(default, Settings.model_fields[name].default))
-                 for name, (flag, default) in table.items()}
-        assert shown == {name: (readme_flag(name), field.default) for name, field in Settings.model_fields.items()}
 
 
 class TestUtilities:
