@@ -91,7 +91,7 @@ def parse_host_port(value: str, *, default_port: int | None = None) -> tuple[str
 
 
 class Settings(BaseSettings):
-    """Every setting of every role; see README.md "Configuration".
+    """Every setting of every role; docs/settings.md is generated from it (``rainierd.settings_doc``).
 
     Each field says, in its ``Annotated`` metadata, which parts of rainierd read
     it (``Use``); each role names its parts (``ROLE_PARTS``).  The command line
