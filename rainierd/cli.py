@@ -410,7 +410,8 @@ def _run_daemon(args: argparse.Namespace, settings: Settings) -> int:
         print(f"rainierd: {exc}", file=sys.stderr)
         return 2
     except JobError as exc:  # a scheduler's output that is not one: nothing was published or removed
-        print(f"rainierd: jobs {args.jobs}: bad input ({exc.detail}); nothing published", file=sys.stderr)
+        command = " ".join(filter(None, (args.command, getattr(args, "jobs", None))))
+        print(f"rainierd: {command}: bad input ({exc.detail}); nothing published", file=sys.stderr)
         return 2
     except OSError as exc:
         if (setting := listen_setting(args.command, settings)) is not None and exc.errno == errno.EADDRINUSE:

@@ -77,6 +77,7 @@ _LOOPBACK: Final = ("127.0.0.1", "::1", "localhost")
 _PROTOCOLS: Final = {("MQIsdp", 3), ("MQTT", 4), ("MQTT", 5)}
 # MQTT 5 reason codes (section 2.4) the broker sends.
 _SUCCESS, _NO_SUBSCRIPTION, _BAD_AUTHENTICATION_METHOD, _FILTER_INVALID = 0x00, 0x11, 0x8C, 0x8F
+_SHARED_NOT_SUPPORTED: Final = 0x9E
 _DISCONNECT_WITH_WILL: Final = 0x04
 # Subscription options (MQTT 5 section 3.8.3.1); a 3.1.1 subscription has none of them set.
 _NO_LOCAL, _RETAIN_AS_PUBLISHED = 0x04, 0x08
@@ -99,7 +100,7 @@ def _valid_filter(topic_filter: str) -> bool:
     parts = topic_filter.split("/")
     return bool(topic_filter) and all(
         p in ("+", "#") or ("+" not in p and "#" not in p) for p in parts
-    ) and "#" not in parts[:-1] and not topic_filter.startswith("$share/")  # no shared subscriptions (CONNACK)
+    ) and "#" not in parts[:-1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,7 +249,7 @@ class EmbeddedBroker:
             r.text()  # username: the loopback broker does not authenticate
         if flags & 0x40:
             r.blob()
-        if v5 and value(connect_props, AUTHENTICATION_METHOD) is not None:
+        if any(key == AUTHENTICATION_METHOD for key, _ in connect_props):
             # Enhanced authentication (AUTH packets) is not offered.
             writer.write(packet(CONNACK, 0, bytes([0, _BAD_AUTHENTICATION_METHOD]) + block()))
             return None
@@ -352,8 +353,10 @@ class EmbeddedBroker:
             raise ProtocolError("a subscription identifier (the CONNACK said they are not available)")
         while r.more():
             topic_filter, options = r.text(), r.u8()
-            if not _valid_filter(topic_filter):
-                granted.append(_FILTER_INVALID if session.v5 else 0x80)
+            if topic_filter.startswith("$share/") or not _valid_filter(topic_filter):
+                # Shared subscriptions are not offered (its CONNACK says so): refused, as a 3.1.1 broker must.
+                shared = topic_filter.startswith("$share/")
+                granted.append((_SHARED_NOT_SUPPORTED if shared else _FILTER_INVALID) if session.v5 else 0x80)
                 continue
             granted.append(0x00)  # QoS 0 granted
             retain_handling = options >> 4 & 0x03 if session.v5 else 0

@@ -157,6 +157,13 @@ class TestMqtt5:
         assert message == b"\x30\x05\x00\x01t\x00p"  # QoS 0, an empty properties block, the payload
         assert unsuback == b"\xb0\x05\x00\x08\x00\x00\x11"
 
+    async def test_a_shared_subscription_is_refused_as_not_supported(self) -> None:
+        """$share/... gets reason 0x9E (shared subscriptions not supported, as the CONNACK said), not a grant."""
+        async with EmbeddedBroker() as broker:
+            subscribe = b"\x82\x10\x00\x07\x00\x00\x0a$share/g/t\x00"
+            _connack, suback = await exchange(broker.port, CONNECT_V5, subscribe, answers=2)
+        assert suback == b"\x90\x04\x00\x07\x00\x9e"
+
     async def test_a_client_without_an_id_is_assigned_one(self) -> None:
         """An MQTT 5 CONNECT with an empty client id gets its assigned id in the CONNACK (property 0x12)."""
         async with EmbeddedBroker() as broker:
