@@ -6,6 +6,7 @@ completes in a real bash."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -79,3 +80,33 @@ def test_bash_completes_commands_flags_and_choices(words: tuple[str, ...], expec
     """The generated script completes subcommands at any depth, a command's flags, and a flag's choices, past
     flags that take values."""
     assert complete(*words) == expected
+
+
+# zsh: compinit, the script (which loads bashcompinit), then what compgen -F gives for a command line. zsh's compadd,
+# not the script, keeps only the candidates that start with the word being typed, so the whole list is returned.
+ZSH_PROBE = """autoload -U compinit && compinit -u
+source {script}
+words=({words}); CURRENT=$#words
+COMP_WORDS=("${{words[@]}}"); COMP_CWORD=$((CURRENT - 1))
+compgen -F _rainierd -- "${{words[-1]}}"
+"""
+
+
+@pytest.mark.parametrize(("words", "expected"), [
+    (("jobs", "s"), {"slurm", "kubernetes", "static", "--help"}),
+    (("--config", "x.toml", "run", "--log-format", ""), {"auto", "json", "console"}),
+])
+def test_zsh_runs_the_same_completion(words: tuple[str, ...], expected: set[str], tmp_path: Path) -> None:
+    """`rainierd completion zsh`, sourced after compinit, offers the same words as bash's at each point."""
+    zsh = shutil.which("zsh")
+    if zsh is None:
+        pytest.fail("zsh is missing: apt-get install zsh (scripts/test does)")
+    script = tmp_path / "rainierd.zsh"
+    script.write_text(completion.script(cli._parser(), "zsh"))
+    probe = ZSH_PROBE.format(script=script, words=" ".join(f"'{w}'" for w in ("rainierd", *words)))
+    done = subprocess.run([zsh, "-f", "-c", probe], capture_output=True, text=True, timeout=within(30), check=False,
+                          env={**os.environ, "HOME": str(tmp_path)})
+    offered = set(done.stdout.split())
+    assert expected <= offered, (done.stdout, done.stderr)
+    if words[-2:] == ("--log-format", ""):
+        assert offered == expected
