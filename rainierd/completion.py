@@ -74,7 +74,14 @@ _rainierd() {
         fi
         ((i++))
     done
-    value=$(_rainierd_value "$path" "${COMP_WORDS[COMP_CWORD-1]}")
+    # --flag=VALUE: bash splits at "=" (COMP_WORDBREAKS), so the flag is one or two words back.
+    local flag=${COMP_WORDS[COMP_CWORD-1]}
+    if [[ $cur == = ]]; then
+        cur=""
+    elif [[ $flag == = ]]; then
+        flag=${COMP_WORDS[COMP_CWORD-2]}
+    fi
+    value=$(_rainierd_value "$path" "$flag")
     case $value in
         "") COMPREPLY=($(compgen -W "$(_rainierd_subcommands "$path") $(_rainierd_flags "$path")" -- "$cur")) ;;
         FILE) COMPREPLY=($(compgen -f -- "$cur")) ;;

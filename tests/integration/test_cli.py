@@ -73,6 +73,8 @@ def complete(*words: str) -> list[str]:
     (("jobs", "s"), ["slurm", "static"]),
     (("run", "--log-f"), ["--log-format"]),
     (("run", "--log-format", ""), ["auto", "json", "console"]),
+    (("run", "--log-format", "=", "js"), ["json"]),
+    (("run", "--log-format", "="), ["auto", "json", "console"]),
     (("--config", "x.toml", "run", "--topology", "demo", "--to"), ["--top", "--topology"]),
     (("completion", ""), ["bash", "zsh", "-h", "--help"]),
 ])
