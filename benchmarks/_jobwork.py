@@ -121,7 +121,7 @@ class JobWork:
         n_nodes, halflife_s = self.core.topology.n_nodes, self.core.model.healthy_share_halflife_s
         self.sides = {
             suffix: (members, HealthyShares.empty(n_nodes, halflife_s=halflife_s),
-                     JobFamilies(partial(self.latest.get, suffix)), PhaseTracker())
+                     JobFamilies(self.core.topology, partial(self.latest.get, suffix)), PhaseTracker())
             for suffix, members in (("", self.members), ("_no_jobs", JobMembership.empty(n_nodes)))
         }
 

@@ -8,7 +8,8 @@ vectorised grouping by node, then a few objects per unhealthy node), never the f
 is how many entities are unhealthy and over how many nodes.  The view: ``--unhealthy`` entities on as many
 distinct nodes drawn at random over the fleet, half degraded NeuronLinks, a fifth degraded EFA ports, a fifth
 throttled chips, 5 % failed chips and 5 % lost nodes; 1,000 jobs of contiguous nodes over ~90 % of the fleet,
-each entity charged 1 TFLOP/s to its node's job.  The policy is fed the same view every 30 s of wall time
+each entity charged 1 TFLOP/s to its node's job (each job delivering 10 PF/s: every cause priced cheap).
+The policy is fed the same view every 30 s of wall time
 past its hold, so the ticks measured are steady state: every node has its advisory, the brake has tripped and
 holds most of them back (the costliest state: every advisory rebuilt, the brake's candidates sorted).
 
@@ -35,6 +36,7 @@ from rainierd.core.analysis import HealthView
 from rainierd.core.detect import STATE_NAMES, FeedView, Reason
 from rainierd.core.jobmodel import CULPRIT_KINDS, JobLoss
 from rainierd.core.jobs import NameIndex, resolve_jobs
+from rainierd.fleet import CAUSES
 from rainierd.fleet.topology import Topology, build_topology
 from rainierd.wire.jobs import JobDocument
 
@@ -86,7 +88,8 @@ def synthetic(topo: Topology, n_unhealthy: int, seed: int) -> tuple[HealthView, 
     order = np.argsort(key)
     zeros = np.zeros(n_jobs)
     loss = JobLoss(
-        chips=np.zeros(n_jobs, np.int64), peak=zeros, effective=zeros, lost={}, stalled=zeros.astype(bool),
+        chips=np.zeros(n_jobs, np.int64), peak=zeros + 1e16, effective=zeros + 1e16,
+        lost=dict.fromkeys(CAUSES, zeros), stalled=zeros.astype(bool),
         failed=zeros.astype(bool), s_min=zeros + 1, slowest_is_straggler=zeros.astype(bool), f_nl=zeros + 1,
         f_efa=zeros + 1, healthy_value=zeros, culprit_kind=np.full((n_jobs, 5), -1),
         culprit_id=np.zeros((n_jobs, 5), np.int64), culprit_flops=np.zeros((n_jobs, 5)), charged_key=key[order],

@@ -91,7 +91,7 @@ def _fleet(preset: str, seed: int, *, n_jobs: int, ticks: int) -> tuple[Topology
                     scheduler="slurm", source="bench", ultraservers=[f"u{u}" for u in block.tolist()], start_s=0.0)
         for j, block in enumerate(blocks)])
     core = MonitorCore(topo)
-    events = EventLog(qos=1)
+    events = EventLog(topo, qos=1)
     for tick in range(ticks):
         analysis = core.step([f for _t, f in tick_frames(topo, model.step(tick), publisher="bench")], jobs=jobs)
         for event in analysis.events:

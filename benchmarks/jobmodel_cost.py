@@ -46,7 +46,7 @@ from rainierd.core.jobs import JobMembership, NameIndex, resolve_jobs
 from rainierd.core.model import HealthyShares
 from rainierd.core.throughput import Throughput
 from rainierd.exporter.jobs import JobFamilies
-from rainierd.fleet.topology import build_topology
+from rainierd.fleet.topology import Topology, build_topology
 from rainierd.monitor.snapshot import MonitorSnapshot
 from rainierd.wire.jobs import JobDocument
 
@@ -118,7 +118,7 @@ def measure(topology: str, *, n_jobs: int, repeat: int, seed: int) -> dict[str, 
     snap = MonitorSnapshot(generation=1, throughput=throughput, chips_total=topo.n_present_chips, analysis_s=0.0,
                            analysed_ticks=1, events=Counter(), jobs=members, job_loss=loss, lost=lost)
     return {
-        "scrape": _scrape(snap, n_jobs=n_jobs),
+        "scrape": _scrape(topo, snap, n_jobs=n_jobs),
         "topology": topology, "chips": topo.n_chips, "nodes": topo.n_nodes, "links": topo.n_links,
         "jobs": members.n_jobs, "allocated_nodes": int((members.node_job >= 0).sum()),
         "stalled_jobs": int(loss.stalled.sum()), "jobs_losing": int((loss.lost_total > 0).sum()),
@@ -127,9 +127,9 @@ def measure(topology: str, *, n_jobs: int, repeat: int, seed: int) -> dict[str, 
     }
 
 
-def _scrape(snap: MonitorSnapshot, *, n_jobs: int) -> dict[str, Any]:
+def _scrape(topology: Topology, snap: MonitorSnapshot, *, n_jobs: int) -> dict[str, Any]:
     """Return the job families' series, bytes and median render time with every job exported."""
-    families = JobFamilies(lambda: snap, max_jobs=n_jobs)
+    families = JobFamilies(topology, lambda: snap, max_jobs=n_jobs)
     renders = []
     for _ in range(5):
         started = time.perf_counter()

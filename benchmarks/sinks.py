@@ -28,6 +28,7 @@ import numpy as np
 from rainierd.actions.model import ActionsView, Advisory, BrakeStatus, Cause, Protected
 from rainierd.api.actions import DEFAULT_LIMIT, ActionsApi, render
 from rainierd.core.throughput import Throughput
+from rainierd.fleet.topology import Topology, build_sites
 from rainierd.http.client import parse_url, request
 from rainierd.http.config import HttpConfig
 from rainierd.http.server import HttpServer
@@ -45,17 +46,24 @@ def view_of(n_advisories: int, *, causes: int, jobs: int, t_s: float = 1_764_000
     """Return a view of ``n_advisories`` nodes' cordons, each with ``causes`` causes and ``jobs`` jobs."""
     advisories = []
     for i in range(n_advisories):
-        node = f"trn2-r-{i * 31:06d}"
+        index = i * 31
+        node = f"s0/u{index // 4}/n{index}"
         cause_list = tuple(Cause("neuronlink", i * 96 + c, f"{node}/chip{c % 16}/link{c % 3}", "degraded",
                                  ("bandwidth_low", "crc_errors"), t_s - 600.0) for c in range(causes))
         advisories.append(Advisory(
-            node=node, node_id=i * 31, site=f"s{i % 6}", ultraserver=i * 31 // 4, action="cordon", state="proposed",
+            node=node, index=index, site="s0", ultraserver=f"s0/u{index // 4}", action="cordon",
+            state="proposed", hostname=f"trn2-r-{index:06d}",
             reason=f"NeuronLink {node}/chip0/link0 degraded for 10 min; slows {jobs} jobs",
             causes=cause_list, protects=tuple(Protected(f"team-{j}/pretrain-{i % 50}-{j}", 1.25e15 / (j + 1))
                                               for j in range(jobs)),
             since_s=t_s - 600.0, proposed_s=t_s - 300.0))
     return ActionsView(t_s=t_s, dry_run=True, advisories=tuple(advisories),
                        brake=BrakeStatus(max_nodes=50, max_fraction=0.02, window_s=3_600.0, under_action=50))
+
+
+def _fleet_of(view: ActionsView) -> Topology:
+    """Return a fleet holding every node of ``view`` (one site: the API resolves node= against it)."""
+    return build_sites([max(a.index for a in view.advisories) // 4 + 1], name="bench")
 
 
 def _median_s(work: Callable[[], object], repeat: int) -> float:
@@ -76,7 +84,7 @@ async def _served(view: ActionsView, repeat: int) -> dict[str, float]:
     snap = MonitorSnapshot(generation=1, throughput=throughput, chips_total=0, analysis_s=0.0, analysed_ticks=1,
                            actions=view)
     server = HttpServer(HttpConfig(host="127.0.0.1", port=0))
-    server.route("/api/v1/actions", ActionsApi(lambda: snap).serve)
+    server.route("/api/v1/actions", ActionsApi(_fleet_of(view), lambda: snap).serve)
     node = view.advisories[len(view.advisories) // 2].node
     out: dict[str, float] = {}
     async with server:

@@ -298,19 +298,19 @@ def fleet() -> Panel:
     loss_row(lay)
     lay.row("Unhealthy entities")
     lay.add(table("Unhealthy NeuronLinks (state)", "short", f"rainier_neuronlink_unhealthy{{{SITE}}}",
-                  {"link": "Link", "kind": "Kind", "state": "State", "site": "Site", "ultraserver": "UltraServer",
-                   "node": "Node"}, value="Unhealthy"), 8, 8)
+                  {"id": "NeuronLink", "kind": "Kind", "state": "State", "link": "Index", "site": "Site",
+                   "ultraserver": "UltraServer", "node": "Node"}, value="Unhealthy"), 8, 8)
     lay.add(table("Unhealthy EFA ports (state)", "short", f"rainier_efa_port_unhealthy{{{SITE}}}",
-                  {"port": "Port", "state": "State", "site": "Site", "ultraserver": "UltraServer", "node": "Node"},
-                  value="Unhealthy"), 8, 8)
+                  {"id": "EFA port", "state": "State", "port": "Index", "site": "Site", "ultraserver": "UltraServer",
+                   "node": "Node"}, value="Unhealthy"), 8, 8)
     lay.add(table("Unhealthy chips (state)", "short", f"rainier_chip_unhealthy{{{SITE}}}",
-                  {"chip": "Chip", "state": "State", "site": "Site", "ultraserver": "UltraServer", "node": "Node"},
-                  value="Unhealthy"), 8, 8)
+                  {"id": "Chip", "state": "State", "chip": "Index", "site": "Site", "ultraserver": "UltraServer",
+                   "node": "Node"}, value="Unhealthy"), 8, 8)
     lay.add(timeseries("Lowest NeuronLink bandwidth / kind median (%)", "percentunit",
-                       target(f"rainier_neuronlink_worst_bandwidth_ratio{{{SITE}}}", "link {{link}} {{ultraserver}}")),
+                       target(f"rainier_neuronlink_worst_bandwidth_ratio{{{SITE}}}", "{{id}}")),
             12, 8)
     lay.add(timeseries("Lowest EFA port traffic / UltraServer median (%)", "percentunit",
-                       target(f"rainier_efa_port_worst_traffic_ratio{{{SITE}}}", "port {{port}} {{ultraserver}}")),
+                       target(f"rainier_efa_port_worst_traffic_ratio{{{SITE}}}", "{{id}}")),
             12, 8)
     lay.row("Cooling and chips (per site; hottest UltraServers)")
     lay.add(timeseries("Chip temperature, hottest and mean (°C)", "celsius", *refs(
@@ -402,20 +402,20 @@ def ultraserver() -> Panel:
                   options=heat | {"color": heat["color"] | {"scheme": "Greens"},
                                   "yAxis": {"axisLabel": "chip", "axisPlacement": "left"}}), 12, 10)
     lay.add(panel("status-history", "Chip health states (state)", "none",
-                  [target(f"rainier_chip_health_state{{{US}}}", "chip {{chip}}")],
+                  [target(f"rainier_chip_health_state{{{US}}}", "{{id}}")],
                   mappings=state_mappings("chip"), options={"showValue": "never", "rowHeight": 0.9}), 12, 10)
-    lay.add(timeseries("Chip power (W)", "watt", target(f"rainier_chip_power_watts{{{US}}}", "chip {{chip}}")),
+    lay.add(timeseries("Chip power (W)", "watt", target(f"rainier_chip_power_watts{{{US}}}", "{{id}}")),
             12, 10)
     lay.row("NeuronLinks (drill-down probe)")
     lay.add(panel("status-history", "NeuronLink health states (state)", "none",
-                  [target(f"rainier_neuronlink_health_state{{{US}}}", "{{link}} {{kind}} {{chip_a}}-{{chip_b}}")],
+                  [target(f"rainier_neuronlink_health_state{{{US}}}", "{{id}} {{kind}}")],
                   mappings=state_mappings("neuronlink"), options={"showValue": "never", "rowHeight": 0.9}), 12, 12)
     lay.add(table("NeuronLinks, worst state first (state)", "none",
                   f"sort_desc(rainier_neuronlink_health_state{{{US}}})",
-                  {"link": "Link", "kind": "Kind", "chip_a": "Chip A", "chip_b": "Chip B", "node": "Node"},
+                  {"id": "NeuronLink", "kind": "Kind", "link": "Index", "node": "Node"},
                   value="State", mappings=state_mappings("neuronlink"), drill=False), 12, 12)
     lay.add(timeseries("NeuronLink bandwidth (bytes/s)", "Bps",
-                       target(f"rainier_neuronlink_bandwidth_bytes_per_second{{{US}}}", "{{link}} {{kind}}")), 8, 8)
+                       target(f"rainier_neuronlink_bandwidth_bytes_per_second{{{US}}}", "{{id}} {{kind}}")), 8, 8)
     lay.add(timeseries("NeuronLink lanes up (lanes)", "short",
                        target(f"min by (node) (rainier_neuronlink_lanes_up{{{US}}})", "fewest on {{node}}")), 8, 8)
     lay.add(timeseries("NeuronLink replays and CRC errors (events/s)", "cps", *refs(
@@ -424,27 +424,27 @@ def ultraserver() -> Panel:
     )), 8, 8)
     lay.row("EFA ports (drill-down probe)")
     lay.add(panel("status-history", "EFA port health states (state)", "none",
-                  [target(f"rainier_efa_port_health_state{{{US}}}", "port {{port}}")],
+                  [target(f"rainier_efa_port_health_state{{{US}}}", "{{id}}")],
                   mappings=state_mappings("efa"), options={"showValue": "never", "rowHeight": 0.9}), 12, 10)
     lay.add(table("EFA ports, worst state first (state)", "none", f"sort_desc(rainier_efa_port_health_state{{{US}}})",
-                  {"port": "Port", "chip": "Chip", "node": "Node"}, value="State", mappings=state_mappings("efa"),
+                  {"id": "EFA port", "port": "Index", "node": "Node"}, value="State", mappings=state_mappings("efa"),
                   drill=False), 12, 10)
     lay.add(timeseries("EFA traffic sent (bytes/s)", "Bps",
-                       target(f"rate(rainier_efa_port_transmit_bytes_total{{{US}}}[{RATE}])", "port {{port}}")), 8, 8)
+                       target(f"rate(rainier_efa_port_transmit_bytes_total{{{US}}}[{RATE}])", "{{id}}")), 8, 8)
     lay.add(timeseries("EFA retransmitted packets (packets/s)", "pps",
-                       target(f"rate(rainier_efa_port_retransmit_packets_total{{{US}}}[{RATE}])", "port {{port}}")),
+                       target(f"rate(rainier_efa_port_retransmit_packets_total{{{US}}}[{RATE}])", "{{id}}")),
             8, 8)
     lay.add(timeseries("EFA latency (s)", "s",
-                       target(f"rainier_efa_port_latency_seconds{{{US}}}", "port {{port}}")), 8, 8)
+                       target(f"rainier_efa_port_latency_seconds{{{US}}}", "{{id}}")), 8, 8)
     lay.row("Nodes: cooling (drill-down probe)")
     lay.add(panel("state-timeline", "Node health states (state)", "none",
-                  [target(f"rainier_node_health_state{{{US}}}", "{{node}}")], mappings=state_mappings("node")), 6, 8)
+                  [target(f"rainier_node_health_state{{{US}}}", "{{id}}")], mappings=state_mappings("node")), 6, 8)
     lay.add(timeseries("Node inlet and outlet air (°C)", "celsius", *refs(
-        target(f"rainier_node_inlet_temperature_celsius{{{US}}}", "{{node}} inlet"),
-        target(f"rainier_node_outlet_temperature_celsius{{{US}}}", "{{node}} outlet"),
+        target(f"rainier_node_inlet_temperature_celsius{{{US}}}", "{{id}} inlet"),
+        target(f"rainier_node_outlet_temperature_celsius{{{US}}}", "{{id}} outlet"),
     ), min_zero=False), 6, 8)
-    lay.add(timeseries("Node fan speed (rpm)", "rotrpm", target(f"rainier_node_fan_rpm{{{US}}}", "{{node}}")), 6, 8)
-    lay.add(timeseries("Node power (W)", "watt", target(f"rainier_node_power_watts{{{US}}}", "{{node}}")), 6, 8)
+    lay.add(timeseries("Node fan speed (rpm)", "rotrpm", target(f"rainier_node_fan_rpm{{{US}}}", "{{id}}")), 6, 8)
+    lay.add(timeseries("Node power (W)", "watt", target(f"rainier_node_power_watts{{{US}}}", "{{id}}")), 6, 8)
     variables = [*site_vars(), query_var(
         "ultraserver", "UltraServer", 'label_values(rainier_ultraserver_fp8_peak_flops{site=~"$site"}, ultraserver)',
         multi=False, include_all=False)]

@@ -319,12 +319,12 @@ class Scoreboard:
         """Score one ``/api/v1/ultraservers/<id>`` document: each node whose chips share one sample time is
         compared with the truth of the report captured then (the bridge's clock starts at its first line and
         moves by each report's captured period)."""
-        by_node: dict[str, list[dict[str, Any]]] = {}
+        by_node: dict[int, list[dict[str, Any]]] = {}  # by node index
         for chip in document["chips"]:
-            by_node.setdefault(chip["node"], []).append(chip)
+            by_node.setdefault(chip["index"] // CHIPS_PER_NODE, []).append(chip)
             self.top_chip_flops = max(self.top_chip_flops, chip["effective_flops"] or 0.0)
         for node in fleet.nodes:
-            chips = by_node.get(f"n{node.index}", [])
+            chips = by_node.get(node.index, [])
             self.top_node_flops = max(self.top_node_flops, sum(c["effective_flops"] or 0.0 for c in chips))
             times = {c["sample_t_s"] for c in chips if c["sample_t_s"] is not None}
             if len(times) != 1 or len(node.samples) < 3:
@@ -338,7 +338,7 @@ class Scoreboard:
             if cores is None:
                 continue
             truth = np.asarray(cores.flop_rate_s, dtype=float)
-            seen = {c["id"] - node.index * CHIPS_PER_NODE: c["effective_flops"] for c in chips}
+            seen = {c["index"] - node.index * CHIPS_PER_NODE: c["effective_flops"] for c in chips}
             known = [d for d in range(CHIPS_PER_NODE) if np.isfinite(truth[d])]
             want = float(truth[known].sum())
             if want <= 0:
@@ -365,14 +365,14 @@ def judge(events: Sequence[dict[str, Any]], expected: Sequence[Expected], *, wal
     found: dict[str, float] = {}
     missing: list[str] = []
     for x in expected:
-        hits = [e for e in raises if e["entity"] == x.entity and e["id"] == x.id and e["after"] in x.states
+        hits = [e for e in raises if e["entity"] == x.entity and e["index"] == x.id and e["after"] in x.states
                 and x.reasons & set(e["reasons"])]
         if hits:
             found[x.what] = min(e["t_s"] for e in hits) - wall_fault_s
         else:
             missing.append(x.what)
     culprits = {(x.entity, x.id) for x in expected}
-    return found, missing, [e for e in raises if (e["entity"], e["id"]) not in culprits]
+    return found, missing, [e for e in raises if (e["entity"], e["index"]) not in culprits]
 
 
 async def drive(fleet: RealFleet, board: Scoreboard, *, run_s: float, stall: tuple[int, float, float] | None = None,

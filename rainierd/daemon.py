@@ -170,7 +170,7 @@ async def monitor_role(
     probe = UltraServerProbe(monitor.topology, monitor.core, lambda: monitor.snapshot, lock=monitor.state_lock)
     server.route("/probe", probe.serve_probe, shown="/probe?target=u<id>")
     server.route("/probe/targets", probe.serve_targets)
-    server.route("/api/v1/actions", ActionsApi(lambda: monitor.snapshot).serve)
+    server.route("/api/v1/actions", ActionsApi(monitor.topology, lambda: monitor.snapshot).serve)
     server.route("/api/v1/", ReadApi(monitor.topology, lambda: monitor.snapshot, core=monitor.core,
                                      lock=monitor.state_lock, events=lambda: monitor.events.recent).serve)
     await stack.enter_async_context(server)

@@ -335,6 +335,26 @@ class Settings(BaseSettings):
     )
     actions_lemon_days: Annotated[float, Use("monitor")] = Field(
         30.0, gt=0.0, le=3_650.0, description="monitor: the repeat-offender ledger's window, days")
+    actions_restart_s: Annotated[float, Use("monitor")] = Field(
+        300.0, ge=0.0, le=86_400.0,
+        description="monitor: what moving a job costs it, in seconds of its healthy FLOP/s (requeue, reload from "
+        "its checkpoint): a cause costing more over actions_horizon_s calls for its dear action (docs/actions.md)",
+    )
+    actions_horizon_s: Annotated[float, Use("monitor")] = Field(
+        3_600.0, gt=0.0, le=30 * 86_400.0,
+        description="monitor: how far ahead a cause's cost is counted against a restart's (default break-even: "
+        "a cause costing its job over 300/3600 = 8.3 % is worth moving it)",
+    )
+    actions_reset_escalate_s: Annotated[float, Use("monitor")] = Field(
+        1_200.0, ge=0.0, le=86_400.0,
+        description="monitor: seconds from a link's or port's onset after which a reset has not restored it and "
+        "what follows the reset is advised",
+    )
+    actions_reset_brake_max_nodes: Annotated[int, Use("monitor")] = Field(
+        20, ge=1, le=1_000_000,
+        description="monitor: the resets' own brake: nodes proposed a reset_link or reset_port within the brake's "
+        "window at most (drains count apart)",
+    )
     bridge_listen: Annotated[str, Use("bridge", flag="--listen")] = Field(
         "127.0.0.1:9781", description="bridge: HTTP listen address, host:port, of its /metrics, /healthz and /readyz "
         "(loopback unless you say otherwise; `rainierd healthcheck --metrics-addr` the same to probe it)",
@@ -489,7 +509,8 @@ class Settings(BaseSettings):
             dry_run=self.actions_dry_run, hold_s=self.actions_hold_s, expired_keep_s=self.actions_expired_keep_s,
             brake_max_nodes=self.actions_brake_max_nodes, brake_max_fraction=self.actions_brake_max_fraction,
             brake_window_s=self.actions_brake_window_s, lemon_flags=self.actions_lemon_flags,
-            lemon_days=self.actions_lemon_days,
+            lemon_days=self.actions_lemon_days, restart_s=self.actions_restart_s, horizon_s=self.actions_horizon_s,
+            reset_escalate_s=self.actions_reset_escalate_s, reset_brake_max_nodes=self.actions_reset_brake_max_nodes,
         )
 
     @property

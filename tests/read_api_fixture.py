@@ -50,7 +50,7 @@ def monitored() -> Monitored:
         JobDocument(v=1, id=job, name=job.rsplit("/", 1)[-1], owner="lab", scheduler="slurm", source="test",
                     ultraservers=[us], start_s=0.0) for job, us in JOBS.items()])
     core = MonitorCore(topo)
-    log = EventLog(qos=1)
+    log = EventLog(topo, qos=1)
     for tick in range(45):
         analysis = core.step([f for _t, f in tick_frames(topo, model.step(tick), publisher="api")], jobs=jobs)
         for event in analysis.events:

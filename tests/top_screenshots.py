@@ -65,7 +65,7 @@ def monitor() -> ReadApi:
                  for k in range(topo.n_ultraservers // 8)]
     jobs = resolve_jobs(NameIndex.of(topo), documents)
     core = MonitorCore(topo)
-    log = EventLog(qos=1)
+    log = EventLog(topo, qos=1)
     analysis = None
     for tick in range(TICKS):
         analysis = core.step([f for _t, f in tick_frames(topo, model.step(tick), publisher="shots")], jobs=jobs)

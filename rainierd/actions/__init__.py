@@ -7,12 +7,14 @@ from rainierd.actions.config import ActionConfig
 from rainierd.actions.ledger import Ledger, LedgerError
 from rainierd.actions.model import (
     ACTIONS,
+    RESETS,
     SCHEMA_VERSION,
     STATES,
     ActionsView,
     Advisory,
     BrakeStatus,
     Cause,
+    Cost,
     LedgerRecord,
     Protected,
 )
@@ -20,6 +22,7 @@ from rainierd.actions.policy import ActionPolicy, ActionTotals, MonitorCondition
 
 __all__ = [
     "ACTIONS",
+    "RESETS",
     "SCHEMA_VERSION",
     "STATES",
     "ActionConfig",
@@ -29,6 +32,7 @@ __all__ = [
     "Advisory",
     "BrakeStatus",
     "Cause",
+    "Cost",
     "Ledger",
     "LedgerError",
     "LedgerRecord",

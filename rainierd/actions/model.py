@@ -14,8 +14,14 @@ from typing import Any, Final
 
 SCHEMA_VERSION: Final = 1
 
-# Least to most disruptive: a node's advisory is the most disruptive its causes call for.
-ACTIONS: Final = ("watch", "reset_link", "drain", "cordon", "replace")
+# Least to most disruptive: a node's advisory is the most disruptive its causes call for.  A reset retrains one
+# link or port under the running job; a cordon keeps new work off the node and lets its job run on; a drain
+# cordons it and moves its job off (a restart from its checkpoint); a replace drains it for a hardware ticket.
+ACTIONS: Final = ("watch", "reset_link", "reset_port", "cordon", "drain", "replace")
+# The actions the brake counts in their own budget (``reset_brake``): retraining a link or a port moves no job.
+RESETS: Final = frozenset({"reset_link", "reset_port"})
+# When an action is proposed to be taken (``Cost.when``): at once, or at the job's next checkpoint.
+WHEN: Final = ("now", "next_checkpoint")
 
 # pending: held (the hold time has not passed); proposed: an SRE or an automation may act; suppressed: the brake
 # or a correlated cause holds it back; expired: its causes cleared (kept for ``expired_keep_s`` so a reader sees it).
@@ -24,18 +30,18 @@ STATES: Final = ("pending", "proposed", "suppressed", "expired")
 
 @dataclass(frozen=True, slots=True)
 class Cause:
-    """One unhealthy entity behind an advisory, as the detection events name it."""
+    """One unhealthy entity behind an advisory, named as the detection events name it (docs/ids.md)."""
 
     entity: str  # neuronlink, efa, chip, node, cooling, ...
-    id: int
-    name: str  # what an SRE reads: e.g. "trn2-a-0012/chip3/link1"
+    index: int  # the fleet-wide index
+    id: str  # the canonical id: e.g. "s0/u1/n4/chip3/link1"
     state: str  # degraded, failed, throttled, silent, ...
     reasons: tuple[str, ...]
     since_s: float  # wall time of its onset
 
     def document(self) -> dict[str, Any]:
         """Return the cause as plain data."""
-        return {"entity": self.entity, "id": self.id, "name": self.name, "state": self.state,
+        return {"entity": self.entity, "id": self.id, "index": self.index, "state": self.state,
                 "reasons": list(self.reasons), "since_s": self.since_s}
 
 
@@ -52,13 +58,41 @@ class Protected:
 
 
 @dataclass(frozen=True, slots=True)
+class Cost:
+    """What a node's causes cost its job, and what acting costs: the figures its action was chosen by
+    (docs/actions.md, "Cost and timing").  FLOP/s are rates, FLOP are amounts; ``None`` is unknown."""
+
+    job: str
+    loss_flops: float  # FLOP/s the node's causes cost the job now
+    job_flops: float  # FLOP/s the job delivers healthy (its effective plus its lost)
+    horizon_flop: float  # loss_flops over the policy's horizon: what leaving it costs
+    restart_flop: float  # job_flops over a restart: what moving the job costs
+    when: str  # one of WHEN
+    next_checkpoint_s: float | None = None  # wall time of the job's next checkpoint (None: it has no regular one)
+    until_checkpoint_flop: float | None = None  # loss_flops until then: what waiting for it costs
+    redo_flop: float | None = None  # the job's work since its last checkpoint: what a restart now redoes
+
+    @property
+    def share(self) -> float:
+        """Return the share of the job's healthy FLOP/s the causes cost (0 for a job delivering nothing)."""
+        return self.loss_flops / self.job_flops if self.job_flops > 0 else 0.0
+
+    def document(self) -> dict[str, Any]:
+        """Return the cost as plain data."""
+        return {"job": self.job, "loss_flops": self.loss_flops, "job_flops": self.job_flops, "share": self.share,
+                "horizon_flop": self.horizon_flop, "restart_flop": self.restart_flop, "when": self.when,
+                "next_checkpoint_s": self.next_checkpoint_s, "until_checkpoint_flop": self.until_checkpoint_flop,
+                "redo_flop": self.redo_flop}
+
+
+@dataclass(frozen=True, slots=True)
 class Advisory:
     """One node's recommended action."""
 
-    node: str  # hostname (or n<id>)
-    node_id: int
-    site: str
-    ultraserver: int
+    node: str  # the node's canonical id, "s0/u1/n4" (docs/ids.md)
+    index: int  # the node's fleet-wide index
+    site: str  # "s0"
+    ultraserver: str  # "s0/u1"
     action: str  # one of ACTIONS
     state: str  # one of STATES
     reason: str  # one line an SRE reads at 3 a.m.
@@ -69,6 +103,8 @@ class Advisory:
     expired_s: float | None = None
     suppressed_by: str | None = None  # "brake", "correlated:<scope>", "monitor_behind", ... (state suppressed)
     lemon: bool = False  # the ledger marks this node a repeat offender
+    hostname: str | None = None  # the inventory's name of the node (None: it names none)
+    cost: Cost | None = None  # what its causes cost its job and what acting costs (None: in no job, or unpriced)
 
     @property
     def protects_flops(self) -> float:
@@ -78,11 +114,13 @@ class Advisory:
     def document(self) -> dict[str, Any]:
         """Return the advisory as plain data (one element of ``/api/v1/actions``' ``actions``)."""
         return {
-            "node": self.node, "node_id": self.node_id, "site": self.site, "ultraserver": self.ultraserver,
+            "node": self.node, "hostname": self.hostname, "index": self.index, "site": self.site,
+            "ultraserver": self.ultraserver,
             "action": self.action, "state": self.state, "reason": self.reason,
             "causes": [c.document() for c in self.causes], "protects": [p.document() for p in self.protects],
             "protects_flops": self.protects_flops, "since_s": self.since_s, "proposed_s": self.proposed_s,
             "expired_s": self.expired_s, "suppressed_by": self.suppressed_by, "lemon": self.lemon,
+            "cost": None if self.cost is None else self.cost.document(),
         }
 
 
@@ -122,16 +160,17 @@ class LedgerRecord:
 
 @dataclass(frozen=True, slots=True)
 class ActionsView:
-    """Every advisory of one analysis (most disruptive, then costliest first), the brake and the lemons."""
+    """Every advisory of one analysis (most disruptive, then costliest first), both brakes and the lemons."""
 
     t_s: float  # wall time of the analysis
     dry_run: bool
     advisories: tuple[Advisory, ...] = ()
-    brake: BrakeStatus = field(default_factory=lambda: BrakeStatus(0, 0.0, 0.0, 0))
+    brake: BrakeStatus = field(default_factory=lambda: BrakeStatus(0, 0.0, 0.0, 0))  # cordon, drain, replace
     lemons: tuple[LedgerRecord, ...] = ()
+    reset_brake: BrakeStatus = field(default_factory=lambda: BrakeStatus(0, 0.0, 0.0, 0))  # resets, their own
 
     def for_node(self, node: str) -> Advisory | None:
-        """Return the advisory of the node named ``node`` (its hostname, or n<id> for a node without one), or None."""
+        """Return the advisory of the node whose id is ``node`` (``s0/u1/n4``), or None."""
         return next((a for a in self.advisories if a.node == node), None)
 
     def document(self, *, node: str | None = None, state: str | None = None, limit: int | None = None,
@@ -144,5 +183,6 @@ class ActionsView:
         return {
             "schema_version": SCHEMA_VERSION, "t_s": self.t_s, "dry_run": self.dry_run,
             "total": len(chosen), "actions": [a.document() for a in shown],
-            "brake": self.brake.document(), "lemons": [r.document() for r in self.lemons],
+            "brake": self.brake.document(), "reset_brake": self.reset_brake.document(),
+            "lemons": [r.document() for r in self.lemons],
         }

@@ -17,7 +17,7 @@ mutates that state, so it never sees a half-applied tick; it waits at most
 one analysis.  Building one costs a few fancy-indexed slices and ~2,500
 lines of text (``python -m benchmarks scrape`` reports its time).
 
-Query errors: no or several ``target``, or one that is not ``u<id>``, an id
+Query errors: no or several ``target``, or one that is not an UltraServer id (``s0/u1``), ``u<index>``, an index
 or a name of the inventory, is 400; an UltraServer the fleet does not have
 is 404; before any telemetry has been analysed, 503.
 """
@@ -42,6 +42,7 @@ from rainierd.core import MonitorCore, Table
 from rainierd.core.detect import STATE_NAMES
 from rainierd.exporter import family_head
 from rainierd.fleet import LINK_KIND_NAMES, Topology
+from rainierd.fleet.ids import chip_id, efa_id, link_id, node_id, parse, ultraserver_id
 from rainierd.http.routes import Get, Reply
 from rainierd.monitor import MonitorSnapshot
 
@@ -77,6 +78,14 @@ class UltraServerProbe:
         target = targets[0]
         if target in self._names:
             return "200 OK", self._names[target]
+        if "/" in target:  # an UltraServer's canonical id, s0/u1
+            try:
+                kind, us = parse(self._topo, target)
+            except ValueError:
+                return "404 Not Found", -1
+            if kind != "ultraserver":
+                return "400 Bad Request", -1
+            return ("200 OK", us) if self._present[us] else ("404 Not Found", us)
         match = _TARGET.fullmatch(target)
         if match is None:
             return "400 Bad Request", -1
@@ -89,11 +98,12 @@ class UltraServerProbe:
         """Return (status, body) for ``/probe?<query>``: the UltraServer's series, or a one-line error."""
         status, us = self.resolve(query)
         if status.startswith("400"):
-            return status, (b"want exactly one target: u<id> (0 .. "
-                            + str(self._topo.n_ultraservers - 1).encode() + b"), an id, or an inventory name; "
+            return status, (b"want exactly one target: an UltraServer id (s0/u1), u<index> (0 .. "
+                            + str(self._topo.n_ultraservers - 1).encode() + b"), an index, or an inventory name; "
                             b"e.g. /probe?target=u0\n")
         if status.startswith("404"):
-            return status, f"no UltraServer u{us} in this fleet ({self._topo.n_ultraservers} UltraServers)\n".encode()
+            which = f"u{us}" if us >= 0 else "of that id"
+            return status, f"no UltraServer {which} in this fleet ({self._topo.n_ultraservers} UltraServers)\n".encode()
         async with self._lock:
             snap = self._snapshot()
             if snap is None or snap.throughput.tick < 0:
@@ -128,7 +138,8 @@ class UltraServerProbe:
         names = topo.names
         out: list[str] = []
 
-        chip_blocks = [f'chip="{c}",node="n{n}",{where}{names.node_labels(n)}'
+        # Each series names its entity twice: the index labels it always had, and its canonical ``id`` (docs/ids.md).
+        chip_blocks = [f'chip="{c}",id="{chip_id(topo, c)}",node="n{n}",{where}{names.node_labels(n)}'
                        for c, n in zip(chips.tolist(), topo.chip_node[chips].tolist(), strict=True)]
         for figure in CHIP_FIGURES:
             self._figure(out, figure, blocks=chip_blocks, table=state.chips, ids=chips)
@@ -138,7 +149,8 @@ class UltraServerProbe:
         self._state(out, "chip", chip_blocks, trackers["chip"].state[chips])
 
         link_blocks = [
-            f'link="{i}",kind="{LINK_KIND_NAMES[k]}",chip_a="{a}",chip_b="{b}",node="n{n}",{where}'
+            f'link="{i}",id="{link_id(topo, i)}",kind="{LINK_KIND_NAMES[k]}",chip_a="{a}",chip_b="{b}",node="n{n}",'
+            f'{where}'
             for i, k, a, b, n in zip(links.tolist(), topo.link_kind[links].tolist(), topo.link_a[links].tolist(),
                                      topo.link_b[links].tolist(), topo.link_node[links].tolist(), strict=True)
         ]
@@ -146,18 +158,19 @@ class UltraServerProbe:
             self._figure(out, figure, blocks=link_blocks, table=state.links, ids=links)
         self._state(out, "neuronlink", link_blocks, trackers["neuronlink"].state[links])
 
-        port_blocks = [f'port="{p}",chip="{c}",node="n{n}",{where}'
+        port_blocks = [f'port="{p}",id="{efa_id(topo, p)}",chip="{c}",node="n{n}",{where}'
                        for p, c, n in zip(ports.tolist(), topo.efa_chip[ports].tolist(), topo.efa_node[ports].tolist(),
                                           strict=True)]
         for figure in EFA_FIGURES:
             self._figure(out, figure, blocks=port_blocks, table=state.efa, ids=ports)
         self._state(out, "efa", port_blocks, trackers["efa"].state[ports])
 
-        node_blocks = [f'node="n{n}",{where}{names.node_labels(n)}' for n in nodes.tolist()]
+        node_blocks = [f'node="n{n}",id="{node_id(topo, n)}",{where}{names.node_labels(n)}' for n in nodes.tolist()]
         for figure in NODE_FIGURES:
             self._figure(out, figure, blocks=node_blocks, table=state.cooling, ids=nodes)
         self._state(out, "node", node_blocks, trackers["node"].state[nodes])
-        self._state(out, "ultraserver", [where], trackers["ultraserver"].state[[us]])
+        self._state(out, "ultraserver", [f'id="{ultraserver_id(topo, us)}",{where}'],
+                    trackers["ultraserver"].state[[us]])
         return "".join(out).encode()
 
     @staticmethod

@@ -11,8 +11,9 @@ import numpy as np
 from rainierd.api._common import columns, floats, number
 from rainierd.api.ultraservers import ENTITIES, UltraServerTable
 from rainierd.core.detect import STATE_NAMES
-from rainierd.exporter import ID_SPELLING, goodput
+from rainierd.exporter import goodput
 from rainierd.fleet import CAUSES, Topology
+from rainierd.fleet.ids import entity_fields, site_id
 from rainierd.monitor import MonitorSnapshot
 
 
@@ -59,15 +60,12 @@ def fleet(topo: Topology, snap: MonitorSnapshot) -> dict[str, Any]:
 
 def culprits(topo: Topology, snap: MonitorSnapshot) -> list[dict[str, Any]]:
     """Return the fleet's costliest entities (core/fleetloss.py keeps 20), the costliest first: each one's
-    kind, id (as the jobs' culprits spell it), UltraServer, the job it slows (null: capacity in no job) and
-    the FLOP/s it costs."""
+    kind, canonical id, index, UltraServer, node and hostname (``entity_fields``), the job it slows (null:
+    capacity in no job) and the FLOP/s it costs."""
     if snap.lost is None:
         return []
     ids = snap.jobs.ids if snap.jobs is not None else ()
-    node_of = {"chip": topo.chip_node, "neuronlink": topo.link_node, "efa": topo.efa_node}
-    return [{"entity": kind, "id": ID_SPELLING[kind].format(entity), "flops": flops,
-             "ultraserver": f"u{topo.node_ultraserver[node_of[kind][entity] if kind in node_of else entity]}",
-             "job": ids[job] if 0 <= job < len(ids) else None}
+    return [entity_fields(topo, kind, entity) | {"flops": flops, "job": ids[job] if 0 <= job < len(ids) else None}
             for kind, entity, job, flops in snap.lost.culprits() if flops > 0]
 
 
@@ -90,7 +88,7 @@ def sites(topo: Topology, table: UltraServerTable, snap: MonitorSnapshot) -> dic
     water = aggregates.site_water_assist if aggregates is not None else np.full(n, np.nan)
     names = topo.names.sites
     return {"generation": snap.generation, "tick": tp.tick, "total": n, "sites": columns(n, {
-        "id": [f"s{s}" for s in range(n)], "name": list(names) if names else [None] * n,
+        "id": [site_id(s) for s in range(n)], "index": list(range(n)), "name": list(names) if names else [None] * n,
         "ultraservers": per_site(table.present).astype(np.int64).tolist(),
         "chips_present": per_site(table.chips_present).astype(np.int64).tolist(),
         "chips_reporting": per_site(table.chips_reporting).astype(np.int64).tolist(),

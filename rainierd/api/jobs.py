@@ -13,8 +13,8 @@ from rainierd._types import I64
 from rainierd.api._common import ApiError, Page, columns, floats, order
 from rainierd.api.ultraservers import UltraServerTable
 from rainierd.core import PHASE_NAMES, JobLoss, JobMembership
-from rainierd.exporter import ID_SPELLING
 from rainierd.fleet import CAUSES, Topology
+from rainierd.fleet.ids import entity_fields
 from rainierd.monitor import MonitorSnapshot
 
 SORTS: Final = {"lost": True, "id": False, "goodput": False, "chips": True}
@@ -81,9 +81,7 @@ def job(topo: Topology, table: UltraServerTable, snap: MonitorSnapshot, job_id: 
     held = _ultraservers(topo, jobs)
     [row] = _rows(snap, jobs, loss, np.array([number], np.int64), held)
     us = held[number]
-    node_of = {"chip": topo.chip_node, "neuronlink": topo.link_node, "efa": topo.efa_node}
-    culprits = [{"entity": kind, "id": ID_SPELLING[kind].format(entity), "flops": flops,
-                 "ultraserver": f"u{topo.node_ultraserver[node_of[kind][entity] if kind in node_of else entity]}"}
+    culprits = [entity_fields(topo, kind, entity) | {"flops": flops}
                 for kind, entity, flops in loss.culprits(number) if flops > 0]
     phases = snap.job_phases
     return {"generation": snap.generation, "tick": snap.throughput.tick, "job": row | {

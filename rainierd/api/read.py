@@ -142,7 +142,7 @@ class ReadApi:
             announced = sum(latest.events.values()) if latest is not None else 0
             # Copied here: the loop appends to the ring, and a deque changed while a thread reads it raises.
             held = list(recent)
-            return await _threaded(lambda: _events.events(topo, held, limit=limit, entity=entity,
+            return await _threaded(lambda: _events.events(held, limit=limit, entity=entity,
                                                           announced=announced, capacity=capacity))
         raise ApiError("404 Not Found", f"no such endpoint {(_PREFIX + path)[:200]!r}: see {_PREFIX}/")
 

@@ -1,5 +1,7 @@
 """``/api/v1/ultraservers`` (a page of UltraServers, any sort) and
 ``/api/v1/ultraservers/<id>`` (one UltraServer's nodes, chips, links and ports).
+Every entity is named by its canonical ``id`` (``s0/u1``, ``s0/u1/n4/chip5``:
+docs/ids.md) with its fleet-wide ``index`` beside it.
 
 The list reads only the snapshot: ``UltraServerTable`` is built from it once
 per generation (a ``reshape().sum()`` over the chips' freshness and a
@@ -29,15 +31,16 @@ from rainierd.api.figures import ENTITY_FIGURES, live_values
 from rainierd.core import MonitorCore
 from rainierd.core.detect import STATE_NAMES, reason_names
 from rainierd.fleet import CAUSES, LINK_KIND_NAMES, Topology
+from rainierd.fleet.ids import chip_id, efa_id, link_id, node_id, parse, ultraserver_id
 from rainierd.monitor import MonitorSnapshot
 
 ENTITIES: Final = ("chip", "neuronlink", "efa", "node", "ultraserver")
 """The entity kinds counted per UltraServer (the feed is the monitor's own, not an UltraServer's)."""
 
-FIELDS: Final = ("id", "name", "site", "state", "chips_present", "chips_reporting", "peak_flops",
+FIELDS: Final = ("id", "index", "name", "site", "state", "chips_present", "chips_reporting", "peak_flops",
                   "effective_flops", "effective_share", "lost_flops", "lost_by_cause", "goodput_ratio", "unhealthy",
                   "unhealthy_total")
-"""The fields of an UltraServer's row, in order (``fields=`` picks some; ``id`` is always there)."""
+"""The fields of an UltraServer's row, in order (``fields=`` picks some; ``id`` and ``index`` are always there)."""
 
 SORTS: Final = {"id": False, "effective_share": False, "lost": True, "unhealthy": True}
 """Sort keys of the list and whether each runs descending (worst first) by default."""
@@ -114,7 +117,8 @@ class UltraServerTable:
             return [dict(zip(ENTITIES, v, strict=True)) for v in zip(*by_kind, strict=True)]
 
         column: dict[str, Callable[[], list[Any]]] = {
-            "id": lambda: [f"u{u}" for u in ids.tolist()],
+            "id": lambda: [ultraserver_id(topo, u) for u in ids.tolist()],
+            "index": ids.tolist,
             "name": lambda: [names[u] for u in ids.tolist()] if names else [None] * ids.size,
             "site": lambda: [f"s{s}" for s in topo.ultraserver_site[ids].tolist()],
             "state": lambda: [STATE_NAMES["ultraserver"][s] for s in self.state[ids].tolist()],
@@ -139,17 +143,27 @@ def wanted_fields(text: str | None) -> tuple[str, ...]:
     named = set(text.split(","))
     if not named <= set(FIELDS):
         raise ApiError("400 Bad Request", f"fields= wants a comma-separated subset of {','.join(FIELDS)}")
-    return tuple(f for f in FIELDS if f in named or f == "id")
+    return tuple(f for f in FIELDS if f in named or f in ("id", "index"))
 
 
 def resolve(topo: Topology, text: str, names: dict[str, int]) -> int:
-    """Return the UltraServer ``text`` names (``u<id>``, an id, or an inventory name); raise 400 or 404."""
+    """Return the UltraServer ``text`` names (its id ``s0/u1``, ``u<index>``, an index, or an inventory name);
+    raise 400 or 404."""
     if text in names:
         return names[text]
     match = _ID.fullmatch(text)
+    if match is None and "/" in text:
+        try:
+            kind, us = parse(topo, text)
+        except ValueError as exc:
+            raise ApiError("404 Not Found", str(exc)) from None
+        if kind != "ultraserver":
+            raise ApiError("400 Bad Request", f"{text[:200]!r} is a {kind}, not an UltraServer; e.g. "
+                           "/api/v1/ultraservers/s0/u0")
+        return us
     if match is None:
-        raise ApiError("400 Bad Request", f"want u<id> (0 .. {topo.n_ultraservers - 1}), an id, or an inventory "
-                       "name; e.g. /api/v1/ultraservers/u0")
+        raise ApiError("400 Bad Request", f"want an UltraServer id (s0/u0), u<index> (0 .. "
+                       f"{topo.n_ultraservers - 1}), an index, or an inventory name; e.g. /api/v1/ultraservers/s0/u0")
     us = int(match.group(1))
     if us >= topo.n_ultraservers or not topo.node_present[us * topo.nodes_per_ultraserver:
                                                           (us + 1) * topo.nodes_per_ultraserver].any():
@@ -242,24 +256,36 @@ def detail(topo: Topology, table: UltraServerTable, snap: MonitorSnapshot, slice
     jobs: list[str | None] = [None] * len(nodes)
     if snap.jobs is not None and snap.jobs.node_job.size == topo.n_nodes:
         jobs = [snap.jobs.ids[j] if j >= 0 else None for j in snap.jobs.node_job[slices.nodes].tolist()]
+    node_ids = [node_id(topo, n) for n in nodes]
+    us_id = summary["id"]
     return {
         "generation": snap.generation, "tick": snap.throughput.tick, "ultraserver": summary,
         "nodes": columns(len(nodes), {
-            "id": [f"n{n}" for n in nodes],
+            "id": node_ids, "index": nodes, "ultraserver": [us_id] * len(nodes),
             "hostname": [names.hostnames[n] for n in nodes] if names.hostnames else [None] * len(nodes),
             "instance_id": [names.instance_ids[n] for n in nodes] if names.instance_ids else [None] * len(nodes),
             "job": jobs, **_health("node", slices), **figure["node"]}),
         "chips": columns(len(chips), {
-            "id": chips, "node": [f"n{n}" for n in topo.chip_node[slices.chips].tolist()],
-            **_health("chip", slices), "effective_flops": floats(slices.chip_effective),
-            "sample_t_s": floats(slices.chip_t_s), **figure["chip"]}),
+            "id": [chip_id(topo, c) for c in chips], "index": chips,
+            "node": _of_node(topo, topo.chip_node[slices.chips]), **_health("chip", slices),
+            "effective_flops": floats(slices.chip_effective), "sample_t_s": floats(slices.chip_t_s),
+            **figure["chip"]}),
         "links": columns(len(links), {
-            "id": links, "kind": [LINK_KIND_NAMES[k] for k in topo.link_kind[slices.links].tolist()],
-            "chip_a": topo.link_a[slices.links].tolist(), "chip_b": topo.link_b[slices.links].tolist(),
-            "node": [f"n{n}" for n in topo.link_node[slices.links].tolist()], **_health("neuronlink", slices),
+            "id": [link_id(topo, i) for i in links], "index": links,
+            "kind": [LINK_KIND_NAMES[k] for k in topo.link_kind[slices.links].tolist()],
+            "chip_a": [chip_id(topo, c) for c in topo.link_a[slices.links].tolist()],
+            "chip_b": [chip_id(topo, c) for c in topo.link_b[slices.links].tolist()],
+            "node": _of_node(topo, topo.link_node[slices.links]), **_health("neuronlink", slices),
             **figure["neuronlink"]}),
         "ports": columns(len(ports), {
-            "id": ports, "chip": topo.efa_chip[slices.ports].tolist(),
-            "node": [f"n{n}" for n in topo.efa_node[slices.ports].tolist()], **_health("efa", slices),
+            "id": [efa_id(topo, p) for p in ports], "index": ports,
+            "chip": [chip_id(topo, c) for c in topo.efa_chip[slices.ports].tolist()],
+            "node": _of_node(topo, topo.efa_node[slices.ports]), **_health("efa", slices),
             **figure["efa"]}),
     }
+
+
+def _of_node(topo: Topology, nodes: I64) -> list[str]:
+    """Return the id of each entity's node (an UltraServer's parts: four nodes, named once each)."""
+    named = {n: node_id(topo, n) for n in np.unique(nodes).tolist()}
+    return [named[n] for n in nodes.tolist()]

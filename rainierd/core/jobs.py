@@ -5,10 +5,11 @@ Pure: documents and a topology in, a frozen value out; no I/O, no clock.
 
 Names.  A document names nodes as its scheduler does; ``NameIndex`` turns a
 name into a node id, trying in order: the inventory hostname, the instance
-id, ``n<id>`` (a present node), and, for a fully qualified name
+id, ``n<id>`` (a present node), its canonical id (``s0/u1/n4``,
+docs/ids.md), and, for a fully qualified name
 (``ip-10-0-17-8.us-east-2.compute.internal``, as Kubernetes names EKS nodes),
-its first label as a hostname.  An UltraServer is its inventory name or
-``u<id>`` and stands for its present nodes.  A name that resolves to nothing
+its first label as a hostname.  An UltraServer is its inventory name,
+``u<id>`` or its canonical id (``s0/u1``) and stands for its present nodes.  A name that resolves to nothing
 is counted in the job's ``unknown_nodes`` (an UltraServer in
 ``unknown_ultraservers``), never guessed.
 
@@ -30,6 +31,7 @@ import numpy as np
 
 from rainierd._types import F64, I32, I64, B
 from rainierd.fleet import TRN2, Topology
+from rainierd.fleet.ids import parse
 from rainierd.wire import JobDocument
 
 NO_JOB: Final = -1
@@ -62,6 +64,7 @@ class NameIndex:
     instances: dict[str, int]  # instance id -> node
     ultraservers: dict[str, int]  # UltraServer name -> id
     nodes_per_ultraserver: int
+    topology: Topology | None = None  # to read canonical ids (None: they name nothing)
 
     @classmethod
     def of(cls, topology: Topology) -> NameIndex:
@@ -72,8 +75,18 @@ class NameIndex:
             hosts={h: i for i, h in enumerate(names.hostnames) if h is not None}, node_hosts=names.hostnames,
             instances={h: i for i, h in enumerate(names.instance_ids) if h is not None},
             ultraservers={u: i for i, u in enumerate(names.ultraservers)},
-            nodes_per_ultraserver=TRN2.nodes_per_ultraserver,
+            nodes_per_ultraserver=TRN2.nodes_per_ultraserver, topology=topology,
         )
+
+    def _canonical(self, name: str, kind: str) -> int | None:
+        """Return the index of the entity of ``kind`` whose canonical id is ``name``, or None."""
+        if self.topology is None or "/" not in name:
+            return None
+        try:
+            found_kind, index = parse(self.topology, name)
+        except ValueError:
+            return None
+        return index if found_kind == kind else None
 
     def node(self, name: str) -> int | None:
         """Return the node ``name`` names (see the module docstring for the order tried), or None."""
@@ -82,6 +95,8 @@ class NameIndex:
             found = self.instances.get(name)
         if found is None and name[:1] == "n" and (node := _number(name[1:])) is not None:
             found = node if node < self.n_nodes and self.node_present[node] else None
+        if found is None:
+            found = self._canonical(name, "node")
         if found is None and "." in name:
             found = self.hosts.get(name.split(".", 1)[0])
         return found
@@ -101,6 +116,8 @@ class NameIndex:
         n_us = self.n_nodes // self.nodes_per_ultraserver
         if us is None and name[:1] == "u" and (number := _number(name[1:])) is not None:
             us = number if number < n_us else None
+        if us is None:
+            us = self._canonical(name, "ultraserver")
         if us is None:
             return None
         first = us * self.nodes_per_ultraserver

@@ -9,14 +9,12 @@ from __future__ import annotations
 from rainierd.exporter.entities import DetectionCollector, EntityFamilies
 from rainierd.exporter.exposition import family_head
 from rainierd.exporter.fleet import FleetCollector, ShardCollector
-from rainierd.exporter.jobs import ID_SPELLING
 from rainierd.exporter.loss import goodput
 from rainierd.exporter.registry import BuildInfoCollector, Exporter, build_registry
 from rainierd.exporter.route import MetricsRoute, route_metrics_and_probes
 from rainierd.exporter.wiring import build_exporter
 
 __all__ = [
-    "ID_SPELLING",
     "BuildInfoCollector",
     "DetectionCollector",
     "EntityFamilies",

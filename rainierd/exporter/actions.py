@@ -43,7 +43,8 @@ class ActionsCollector(Collector):
             for action in ACTIONS:
                 proposed.add_metric([action], snap.action_totals.proposed.get(action, 0))
             yield proposed
-            yield CounterMetricFamily("rainier_actions_brake_trips", "Times the blast-radius brake tripped.",
+            yield CounterMetricFamily("rainier_actions_brake_trips",
+                                      "Times a blast-radius brake tripped (the drains' or the resets').",
                                       value=snap.action_totals.brake_trips)
         brake = view.brake
         yield GaugeMetricFamily("rainier_actions_brake_tripped",

@@ -29,6 +29,7 @@ from rainierd.core import DetailView
 from rainierd.core.detect import STATE_NAMES, reason_names
 from rainierd.exporter.exposition import family_head
 from rainierd.fleet import CAUSES, LINK_KIND_NAMES, Topology
+from rainierd.fleet.ids import entity_id, node_id, ultraserver_id
 from rainierd.monitor import MonitorSnapshot
 
 log = structlog.get_logger("rainierd.exporter")
@@ -63,17 +64,18 @@ class EntityFamilies:
         self._info = _node_info(topology)
 
     def _labels(self, entity: str, ids: npt.NDArray[np.int64]) -> list[str]:
-        """Return each entity's label block (without braces or state), its id label first."""
+        """Return each entity's label block (without braces or state): its index label, then its canonical ``id``
+        (docs/ids.md: one more label, never one more series), then where it sits."""
         topo = self._topo
         names = topo.names
         if entity == "ultraserver":
-            return [f'ultraserver="u{u}",site="s{topo.ultraserver_site[u]}"{names.ultraserver_label(u)}'
-                    for u in ids.tolist()]
+            return [f'ultraserver="u{u}",id="{ultraserver_id(topo, u)}",site="s{topo.ultraserver_site[u]}"'
+                    f'{names.ultraserver_label(u)}' for u in ids.tolist()]
         if entity == "node":
             node = ids
             us = topo.node_ultraserver[node]
-            return [f'node="n{n}",site="s{topo.ultraserver_site[u]}",ultraserver="u{u}"{names.node_labels(n)}'
-                    for n, u in zip(node.tolist(), us.tolist(), strict=True)]
+            return [f'node="n{n}",id="{node_id(topo, n)}",site="s{topo.ultraserver_site[u]}",ultraserver="u{u}"'
+                    f'{names.node_labels(n)}' for n, u in zip(node.tolist(), us.tolist(), strict=True)]
         if entity == "neuronlink":
             node, id_label = topo.link_node[ids], "link"
             kinds = [f',kind="{LINK_KIND_NAMES[k]}"' for k in topo.link_kind[ids].tolist()]
@@ -83,7 +85,8 @@ class EntityFamilies:
         us = topo.node_ultraserver[node]
         site = topo.ultraserver_site[us]
         return [
-            f'{id_label}="{i}"{k},site="s{s}",ultraserver="u{u}",node="n{n}"{names.node_labels(n)}'
+            f'{id_label}="{i}",id="{entity_id(topo, entity, i)}"{k},site="s{s}",ultraserver="u{u}",node="n{n}"'
+            f'{names.node_labels(n)}'
             for i, k, s, u, n in zip(ids.tolist(), kinds, site.tolist(), us.tolist(), node.tolist(), strict=True)
         ]
 
@@ -161,7 +164,8 @@ class EntityFamilies:
         out.extend(f'{name}{{{b},state="{names[st]}"}} 1.0\n' for b, st in zip(blocks, states.tolist(), strict=True))
         why = f"{name}_reason"
         out.append(family_head(why, f"Why ({name}): one series per reason."))
-        for i, mask in zip((b.split(",", 1)[0] for b in blocks), reasons.tolist(), strict=True):
+        # A reason series carries the entity's index and id labels (the first two of its block).
+        for i, mask in zip((",".join(b.split(",", 2)[:2]) for b in blocks), reasons.tolist(), strict=True):
             out.extend(f'{why}{{{i},reason="{r}"}} 1.0\n' for r in reason_names(mask))
 
 
@@ -179,7 +183,8 @@ def _node_info(topo: Topology) -> str:
     for node in np.flatnonzero(topo.node_present).tolist():
         us = int(topo.node_ultraserver[node])
         site = int(topo.ultraserver_site[us])
-        lines.append(f'{name}{{node="n{node}",site="s{site}",ultraserver="u{us}"{topo.names.node_labels(node)}'
+        lines.append(f'{name}{{node="n{node}",id="{node_id(topo, node)}",site="s{site}",ultraserver="u{us}"'
+                     f'{topo.names.node_labels(node)}'
                      f'{topo.names.site_label(site)}{topo.names.ultraserver_label(us)}}} 1.0\n')
     return "".join(lines)
 

@@ -27,15 +27,12 @@ import structlog
 from rainierd._types import I64
 from rainierd.core import PHASE_NAMES, JobLoss, JobMembership, JobPhases
 from rainierd.exporter.exposition import family_head
-from rainierd.fleet import CAUSES
+from rainierd.fleet import CAUSES, Topology
+from rainierd.fleet.ids import entity_id
 from rainierd.monitor import MonitorSnapshot
 from rainierd.wire import JOB_REJECT_REASONS
 
 log = structlog.get_logger("rainierd.exporter")
-
-# How a culprit's ``id`` label spells its entity: as that entity's own families do (entities.py).
-ID_SPELLING: Final = {"chip": "{}", "neuronlink": "{}", "efa": "{}", "node": "n{}"}
-
 
 def _escape(value: str) -> str:
     """Return ``value`` as a label value in exposition text (a job's name is its scheduler's free text)."""
@@ -70,9 +67,10 @@ class JobFamilies:
     """Renders the job families of the latest snapshot to exposition text."""
 
     def __init__(
-        self, snapshot: Callable[[], MonitorSnapshot | None], *, max_jobs: int = 1_000, whole_fleet: bool = True,
+        self, topology: Topology, snapshot: Callable[[], MonitorSnapshot | None], *, max_jobs: int = 1_000,
+        whole_fleet: bool = True,
     ) -> None:
-        self._snapshot, self._max, self._whole = snapshot, max_jobs, whole_fleet
+        self._topo, self._snapshot, self._max, self._whole = topology, snapshot, max_jobs, whole_fleet
         self._warned = False
 
     def render(self) -> bytes:
@@ -120,8 +118,7 @@ class JobFamilies:
             if phases is not None and phases.n_jobs == loss.n_jobs:
                 self._phases(jobs, phases, keep, out)
 
-    @staticmethod
-    def _per_job(jobs: JobMembership, loss: JobLoss, keep: I64, out: list[str]) -> None:
+    def _per_job(self, jobs: JobMembership, loss: JobLoss, keep: I64, out: list[str]) -> None:
         ids = keep.tolist()
         # A job id is letters, digits and ._:@=-/: nothing to escape. The label is not `job`, Prometheus's own.
         job = [f'training_job="{jobs.ids[j]}"' for j in ids]
@@ -171,7 +168,7 @@ class JobFamilies:
             for rank, (kind, entity, flops) in enumerate(loss.culprits(j), start=1):
                 if flops > 0:
                     out.append(f'{name}{{{b},rank="{rank}",entity="{kind}",'
-                               f'id="{ID_SPELLING[kind].format(entity)}"}} {flops!r}\n')
+                               f'id="{entity_id(self._topo, kind, entity)}"}} {flops!r}\n')
 
     @staticmethod
     def _phases(jobs: JobMembership, phases: JobPhases, keep: I64, out: list[str]) -> None:

@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterator
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from rainierd.exporter.jobs import ID_SPELLING
-from rainierd.fleet import CAUSES
+from rainierd.fleet import CAUSES, Topology
+from rainierd.fleet.ids import entity_id
 from rainierd.monitor import MonitorSnapshot
 
 
@@ -33,8 +33,8 @@ def goodput(effective: float, lost: float) -> float:
 class LossCollector(Collector):
     """Lost FP8 by cause (fleet, site, capacity in no job), goodput and the fleet's costliest entities."""
 
-    def __init__(self, snapshot: Callable[[], MonitorSnapshot | None]) -> None:
-        self._snapshot = snapshot
+    def __init__(self, topology: Topology, snapshot: Callable[[], MonitorSnapshot | None]) -> None:
+        self._topo, self._snapshot = topology, snapshot
 
     def collect(self) -> Iterator[Metric]:
         snap = self._snapshot()
@@ -78,7 +78,7 @@ class LossCollector(Collector):
         jobs = snap.jobs.ids if snap.jobs is not None else ()
         for rank, (kind, ident, job, flops) in enumerate(lost.culprits(), start=1):
             if flops > 0:
-                culprits.add_metric([str(rank), kind, ID_SPELLING[kind].format(ident),
+                culprits.add_metric([str(rank), kind, entity_id(self._topo, kind, ident),
                                      jobs[job] if 0 <= job < len(jobs) else ""], flops)
         yield culprits
         yield GaugeMetricFamily("rainier_fleet_loss_jobs_priced", "Jobs the loss figures price whole: 0 means every "

@@ -80,12 +80,12 @@ def build_exporter(
         "event_loop": LoopCollector(snapshot),
         "analysis": AnalysisCollector(snapshot),
         "detection": DetectionCollector(computed, dropped=lambda: entities.dropped),
-        "loss": LossCollector(computed),
+        "loss": LossCollector(share, computed),
         "actions": ActionsCollector(computed),
         **({} if server is None else {"http": ServerCollector(server)}),
         **(extra or {}),
     }, texts={
         "ultraservers": UltraServerFamilies(share, computed, ultraservers=ours),
         "entities": entities,
-        "jobs": JobFamilies(snapshot, max_jobs=max_jobs, whole_fleet=shard.whole),
+        "jobs": JobFamilies(share, snapshot, max_jobs=max_jobs, whole_fleet=shard.whole),
     }, process_metrics=process_metrics)

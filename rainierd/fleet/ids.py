@@ -99,6 +99,29 @@ def entity_node(topology: Topology, kind: str, index: int) -> int | None:
     return None if per is None else index // per
 
 
+def entity_fields(topology: Topology, kind: str, index: int) -> dict[str, str | int]:
+    """Return how every surface names entity ``index`` of ``kind`` as data: ``entity`` (the kind), ``id`` (the
+    canonical string), ``index`` (the fleet-wide integer), then ``ultraserver`` and ``node`` (their ids) where
+    the entity is at or below them, and ``hostname`` where the inventory names its node."""
+    out: dict[str, str | int] = {"entity": kind, "id": entity_id(topology, kind, index), "index": index}
+    node = entity_node(topology, kind, index)
+    if node is not None:
+        out["ultraserver"] = ultraserver_id(topology, int(topology.node_ultraserver[node]))
+        out["node"] = node_id(topology, node)
+        hostname = hostname_of(topology, node)
+        if hostname is not None:
+            out["hostname"] = hostname
+    elif kind == "ultraserver":
+        out["ultraserver"] = out["id"]
+    return out
+
+
+def hostname_of(topology: Topology, node: int) -> str | None:
+    """Return the inventory's hostname of ``node``, or None where it names none."""
+    hostnames = topology.names.hostnames
+    return hostnames[node] if hostnames else None
+
+
 def parse(topology: Topology, text: str) -> tuple[EntityKind, int]:
     """Return (kind, index) of an id; ValueError with one line saying why when it names nothing in ``topology``
     (malformed, out of range, or parents that do not hold the part)."""

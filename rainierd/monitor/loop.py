@@ -23,7 +23,7 @@ from typing import Final
 
 import structlog
 
-from rainierd.actions import ActionConfig, ActionPolicy, ActionsView, MonitorCondition
+from rainierd.actions import RESETS, ActionConfig, ActionPolicy, ActionsView, MonitorCondition
 from rainierd.admission import BURST_TICKS, Admission, Confirmed, SharePolicy
 from rainierd.core import Analysis, MonitorConfig, MonitorCore
 from rainierd.core.ingest import Message
@@ -89,7 +89,7 @@ class Monitor:
         # the inbox's admission on the loop (admission.py).
         self._confirmed: Confirmed | None = None
         self.load = LoadJudge(tick_s=config.tick_s, clock=clock)
-        self.events = EventLog(qos=qos)
+        self.events = EventLog(topology, qos=qos)
         # The shard's view of the fleet: a job's nodes in other shards are absent, so its figures are its share's.
         self.jobs = JobFeed(topology)
         # The advisories' retained documents (docs/actions.md), published by the session like the events.
@@ -225,7 +225,7 @@ class Monitor:
 
     def _advise_locked(self, analysis: Analysis, *, t_s: float, status: MonitorStatus) -> ActionsView:
         policy = self.actions
-        trips = policy.totals.brake_trips
+        trips = (policy.brake.trips, policy.reset_brake.trips)
         backlog = status.backlog
         view = policy.update(analysis.health, t_s=t_s, jobs=analysis.jobs, loss=analysis.job_loss,
                              phases=analysis.job_phases,
@@ -233,15 +233,21 @@ class Monitor:
                                                         overloaded=backlog is not None and backlog.overloaded))
         for advisory in view.advisories:
             if advisory.proposed_s == t_s and advisory.state == "proposed":
-                log.warning("action proposed", node=advisory.node, action=advisory.action, reason=advisory.reason,
+                # Named as the events name it (docs/ids.md): the node's id, its UltraServer's, its hostname.
+                named = {"hostname": advisory.hostname} if advisory.hostname is not None else {}
+                log.warning("action proposed", node=advisory.node, ultraserver=advisory.ultraserver, **named,
+                            action=advisory.action, reason=advisory.reason,
                             protects=[p.document() for p in advisory.protects], dry_run=view.dry_run,
                             lemon=advisory.lemon)
-        if policy.totals.brake_trips != trips:
-            brake = view.brake
-            log.warning("action brake tripped", scope=brake.scope,
-                        under_action=brake.under_action, max_nodes=brake.max_nodes,
-                        max_fraction=brake.max_fraction, window_s=brake.window_s,
-                        held=sum(1 for a in view.advisories if a.suppressed_by == "brake"))
+        # Resets have their own brake (docs/actions.md, "The brake"): the line says which one tripped.
+        for name, brake, before, now in (("drains", view.brake, trips[0], policy.brake.trips),
+                                         ("resets", view.reset_brake, trips[1], policy.reset_brake.trips)):
+            if now != before:
+                log.warning("action brake tripped", brake=name, scope=brake.scope,
+                            under_action=brake.under_action, max_nodes=brake.max_nodes,
+                            max_fraction=brake.max_fraction, window_s=brake.window_s,
+                            held=sum(1 for a in view.advisories if a.suppressed_by == "brake"
+                                     and (a.action in RESETS) == (name == "resets")))
         return view
 
     async def _save_ledger(self) -> None:

@@ -34,6 +34,7 @@ import numpy as np
 import structlog
 
 from rainierd.fleet import Topology
+from rainierd.fleet.ids import entity_id
 from rainierd.mqtt import publish_many, publish_nowait
 from rainierd.runtime import DropOldestQueue, Schedule
 from rainierd.sim.faults import Fault
@@ -177,7 +178,9 @@ class Simulator:
         sample = model.step(tick)
         for fault in model.faults:
             if fault.start_tick == tick:
-                log.info("fault injected", **fault.as_dict())
+                # Named as the monitor's events will name what it hurts (docs/ids.md), so the two lines meet.
+                kind = "neuronlink" if fault.target_kind == "link" else fault.target_kind
+                log.info("fault injected", **fault.as_dict(), id=entity_id(self.topology, kind, fault.target))
         if self._truth_out is not None:
             self._truth_out.write(json.dumps(truth_document(sample.truth, self.publisher_id)) + "\n")
         out: list[Outgoing | OutgoingRun] = []

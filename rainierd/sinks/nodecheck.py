@@ -10,14 +10,20 @@ leads with what matters).  What counts (docs/actions.md, "Where actions go"):
 - 1: a ``cordon``, ``drain`` or ``replace`` advisory in state ``proposed``
   and not a dry run (``--dry-run-counts`` makes a dry run's count too, for a
   pipeline whose own consumer is in dry-run mode).
-- 0: no advisory; ``watch`` and ``reset_link`` (nothing for a node-level
+- 0: no advisory; ``watch``, ``reset_link`` and ``reset_port`` (nothing for a node-level
   automation to do); ``pending`` (held: it may be a flap or a checkpoint);
   ``suppressed`` (the brake, or a correlated cause, holds it back: a
   NodeCondition must not route around the brake); ``expired``; a dry run.
   The line still says which.
 - 2: the monitor cannot say: unreachable, no answer in time, TLS or
   authentication refused, no analysis yet (503), an answer older than
-  ``--max-age`` (the monitor has stopped analysing), or not the document.
+  ``--max-age`` (the monitor has stopped analysing), or not the document;
+  and a node the monitor does not know (404: a hostname its inventory does
+  not name, another shard's node), so a hostname mismatch is never read as
+  a healthy node.
+
+The line names the node by its canonical id and hostname (``no advisory
+for s0/u1/n4 (trn2-a-0004)``: docs/ids.md) as the monitor resolved it.
 
 Time: the whole command ends within ``--timeout`` (default 0.8 s) of its
 start, Python's start included as far as the kernel reports it
@@ -64,7 +70,7 @@ class Verdict:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Give ``parser`` node-check's options."""
     parser.add_argument("--node", default=None,
-                        help=f"this node as the monitor names it: its inventory hostname or n<id> "
+                        help=f"this node: its id (s0/u1/n4), its inventory hostname or n<index> "
                              f"(default: ${_NODE_ENV})")
     add_connection_arguments(parser)
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
@@ -85,7 +91,7 @@ def judge(document: Any, node: str, *, now_s: float, max_age_s: float, dry_run_c
         return Verdict(UNKNOWN, f"the monitor's advisories are {now_s - t_s:.0f} s old (analysis stalled?)")
     mine = [a for a in document["actions"] if isinstance(a, dict)]
     if not mine:
-        return Verdict(OK, f"no advisory for {node}")
+        return Verdict(OK, f"no advisory for {_named(document.get('node'), node)}")
     advisory = mine[0]
     action, state = str(advisory.get("action", "?")), str(advisory.get("state", "?"))
     reason = " ".join(str(advisory.get("reason", "")).split())
@@ -98,6 +104,14 @@ def judge(document: Any, node: str, *, now_s: float, max_age_s: float, dry_run_c
     if action in _DISRUPTIVE and state == "proposed" and (not dry_run or dry_run_counts):
         return Verdict(PROBLEM, _line(f"{what}{' (dry run)' if dry_run else ''}: {reason}"))
     return Verdict(OK, _line(f"{'dry run: ' if dry_run and state == 'proposed' else ''}{what}: {reason}"))
+
+
+def _named(named: object, asked: str) -> str:
+    """Return the node as the monitor resolved it, ``s0/u1/n4 (trn2-a-0004)``, or as it was asked."""
+    if not isinstance(named, dict) or not isinstance(named.get("id"), str):
+        return asked
+    hostname = named.get("hostname")
+    return f"{named['id']} ({hostname})" if isinstance(hostname, str) else str(named["id"])
 
 
 def _line(text: str) -> str:
@@ -138,6 +152,9 @@ async def check(url: Url, node: str, *, ssl_context: ssl.SSLContext | None, auth
         return Verdict(UNKNOWN, f"monitor {where}: {exc}")
     if response.status == 401:
         return Verdict(UNKNOWN, f"monitor {where} refused the credentials (401)")
+    if response.status == 404:
+        return Verdict(UNKNOWN, _line(f"monitor {where} knows no node {node!r}: give its id (s0/u1/n4), its "
+                                      "inventory hostname or n<index>"))
     if response.status != 200:
         return Verdict(UNKNOWN, f"monitor {where}: {response.status} {_error_of(response.body) or response.reason}")
     try:

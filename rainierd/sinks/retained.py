@@ -1,5 +1,7 @@
 """The advisories as retained MQTT documents: ``rainier/v1/actions/<node>``
-holds each node's current advisory, ``rainier/v1/actions/_brake`` the
+holds each node's current advisory (``<node>`` its canonical id, so
+``rainier/v1/actions/s0/u1/n4``, and ``rainier/v1/actions/s0/u1/#`` is one
+UltraServer's: docs/ids.md), ``rainier/v1/actions/_brake`` the
 brake (``_brake-<i>`` for monitor shard ``i``), so a subscriber that comes
 late gets every node's standing advisory from the broker at once, and an
 empty retained payload (MQTT's removal) clears a node whose advisory left.
@@ -19,7 +21,7 @@ outbox on a connected client, in the monitor's session.
 Nothing is left standing that no longer holds, even across an outage, an
 overflow or a restart: on each connection the monitor republishes every
 current document (a few hundred at ``rainier``), and it subscribes to
-``rainier/v1/actions/+``, so the broker hands it every retained document;
+``rainier/v1/actions/#``, so the broker hands it every retained document;
 one that names this monitor's shard but no current advisory (a node that
 cleared while the monitor was down or its removal was dropped) is removed.
 Another shard's documents are left alone.
@@ -42,8 +44,8 @@ from rainierd.wire import ACTIONS_ROOT, WHOLE_FLEET, Shard
 log = structlog.get_logger("rainierd.sinks")
 
 OUTBOX_TOPICS: Final = 10_000
-ACTIONS_FILTER: Final = f"{ACTIONS_ROOT}/+"
-_BAD_TOPIC_CHARS: Final = frozenset("/+#\0")
+ACTIONS_FILTER: Final = f"{ACTIONS_ROOT}/#"
+_BAD_TOPIC_CHARS: Final = frozenset("+#\0")  # a node's id spans levels (s0/u1/n4): "/" is its own
 
 
 def action_topic(node: str) -> str:
@@ -115,7 +117,7 @@ class RetainedActions:
         for change in diff(before, view):
             if not change.node or _BAD_TOPIC_CHARS.intersection(change.node):
                 self.refused += 1
-                log.warning("advisory's node name cannot be an MQTT topic level; not published",
+                log.warning("advisory's node id cannot be an MQTT topic; not published",
                             node=change.node[:80], refused=self.refused)
                 continue
             topic = action_topic(change.node)
@@ -147,7 +149,7 @@ class RetainedActions:
         self._ready.set()
 
     def hear(self, topic: str, payload: bytes, *, retained: bool) -> None:
-        """Take a message on ``rainier/v1/actions/+``: a retained document of this shard that stands for no
+        """Take a message on ``rainier/v1/actions/#``: a retained document of this shard that stands for no
         current advisory is removed, one that is out of date is republished."""
         if not retained or not payload:
             return  # our own publications echoed back, or removals

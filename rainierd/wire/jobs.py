@@ -48,8 +48,9 @@ _ID_PART: Final = r"[A-Za-z0-9][A-Za-z0-9._:@=-]*"
 JOB_ID_PATTERN: Final = rf"^{_ID_PART}(/{_ID_PART})?$"
 _JOB_ID_RE: Final = re.compile(JOB_ID_PATTERN, re.ASCII)
 # A node or UltraServer name: an inventory hostname, instance id or UltraServer name (rainierd/fleet/inventory.py's
-# names), n<id> / u<id>, or a scheduler's fully qualified host name (253 characters at most in DNS).
-_HOST_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9._:-]*$"
+# names), n<id> / u<id>, a canonical id (s0/u1/n4, s0/u1: docs/ids.md), or a scheduler's fully qualified host
+# name (253 characters at most in DNS).
+_HOST_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$"
 
 JobId = Annotated[str, Field(min_length=1, max_length=128, pattern=JOB_ID_PATTERN)]
 HostName = Annotated[str, Field(min_length=1, max_length=253, pattern=_HOST_PATTERN)]
@@ -88,10 +89,11 @@ class JobDocument(BaseModel):
         description="the publisher that owns this document (an adapter instance); a publisher removes only "
                     "documents of its own source")
     nodes: Annotated[list[HostName], Field(max_length=MAX_JOB_NODES)] = Field(
-        default_factory=list, description="nodes the job holds: inventory hostnames, instance ids, n<id>, or a "
-                                          "fully qualified name whose first label is an inventory hostname")
+        default_factory=list, description="nodes the job holds: inventory hostnames, instance ids, n<id>, ids "
+                                          "(s0/u1/n4), or a fully qualified name whose first label is an inventory "
+                                          "hostname")
     ultraservers: Annotated[list[HostName], Field(max_length=MAX_JOB_ULTRASERVERS)] = Field(
-        default_factory=list, description="whole UltraServers the job holds: inventory names or u<id>")
+        default_factory=list, description="whole UltraServers the job holds: inventory names, u<id> or ids (s0/u1)")
     start_s: Annotated[float, Field(ge=0.0, le=2**40, allow_inf_nan=False)] = Field(
         description="when the job started, Unix seconds")
     restarting: bool = Field(

@@ -172,7 +172,8 @@ def test_neuronlink_fault_reaches_the_receiver_through_alertmanager(
     alert = alerts[0]
     assert alert["labels"] == {
         "alertname": "RainierNeuronLinkDegraded", "instance": f"127.0.0.1:{metrics_port}", "job": "rainierd",
-        "link": "224", "kind": "ring", "site": "s0", "ultraserver": "u1", "node": "n4", "state": "degraded",
+        "link": "224", "id": "s0/u1/n4/chip0/link2", "kind": "ring", "site": "s0", "ultraserver": "u1", "node": "n4",
+        "state": "degraded",
         "severity": "warning",
     }
     assert alert["annotations"]["runbook_url"] == f"{RUNBOOK_BASE}#neuronlink-degraded"

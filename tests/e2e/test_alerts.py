@@ -90,7 +90,8 @@ def test_neuronlink_alert_fires_alone_and_resolves(
     assert set(seen) == {"RainierNeuronLinkDegraded"}
     assert seen["RainierNeuronLinkDegraded"] == {
         "alertname": "RainierNeuronLinkDegraded", "instance": f"127.0.0.1:{metrics_port}", "job": "rainierd",
-        "link": "224", "kind": "ring", "site": "s0", "ultraserver": "u1", "node": "n4", "state": "degraded",
+        "link": "224", "id": "s0/u1/n4/chip0/link2", "kind": "ring", "site": "s0", "ultraserver": "u1", "node": "n4",
+        "state": "degraded",
         "severity": "warning",
     }
     # Detection in ~1 tick, 1 s scrapes, 1 s evaluation, for: 2s: well within 10 s of onset.

@@ -203,9 +203,18 @@ async def test_neuron_monitor_through_the_bridge_into_the_monitor(
     out, _ = await asyncio.wait_for(bridge.communicate(), 20)
     assert bridge.returncode == 0, out.decode()
 
-    await asyncio.sleep(2.0)
-    values = sample_values(scrape(port))
     reports = [json.loads(line) for line in lines]
+    ecc4 = sum(next(d for d in copy.deepcopy(r)["system_data"]["neuron_hw_counters"]["neuron_devices"]
+                    if d["neuron_device_index"] == 4)["mem_ecc_corrected"] for r in reports)
+
+    def ecc(values: dict[str, float]) -> float | None:
+        name = 'rainier_chip_ecc_corrected_errors_total{chip="4",'
+        return next((v for k, v in values.items() if k.startswith(name) and f'hostname="{HOST}"' in k), None)
+
+    # The last report is on /metrics once the monitor has applied it and a tick has passed: waited for, not slept
+    # for (2 s was too short on a loaded machine), by the cumulative ECC count only the last report completes.
+    await wait_until(lambda: ecc(sample_values(scrape(port))) == ecc4, 20, "the last report on the monitor")
+    values = sample_values(scrape(port))
     cores = reports[-1]["neuron_runtime_data"][0]["report"]["neuroncore_counters"]["neuroncores_in_use"]
 
     def series(name: str, chip: int) -> float:
@@ -218,8 +227,6 @@ async def test_neuron_monitor_through_the_bridge_into_the_monitor(
         assert series("rainier_chip_utilization_ratio", chip) == pytest.approx(util, rel=1e-6)
         # FLOP of the report's own period over the sample clock's: the report's rate.
         assert series("rainier_chip_fp8_effective_flops", chip) == pytest.approx(flops, rel=1e-3)
-    ecc4 = sum(next(d for d in copy.deepcopy(r)["system_data"]["neuron_hw_counters"]["neuron_devices"]
-                    if d["neuron_device_index"] == 4)["mem_ecc_corrected"] for r in reports)
     assert series("rainier_chip_ecc_corrected_errors_total", 4) == ecc4
     assert series("rainier_chip_ecc_uncorrected_errors_total", 0) == 0
     assert values["rainier_fleet_chips_reporting"] == 16

@@ -63,15 +63,15 @@ async def test_scenario_degrades_exactly_one_link_and_one_port(
         async with asyncio.timeout((FAULT_AT_TICK + 10) * TICK_S + 15):
             async for message in client.messages:
                 events.append(json.loads(bytes(message.payload)))  # type: ignore[arg-type]
-                if {(e["entity"], e["id"]) for e in events} >= {("neuronlink", 5), ("efa", 70)}:
+                if {(e["entity"], e["index"]) for e in events} >= {("neuronlink", 5), ("efa", 70)}:
                     break
     # Events carry the monitor's wall time: after the fault began, within 10 ticks of it
     # (plus the simulator's start-up, a couple of seconds at most).
     for event in events:
         fault_s = sim_started + FAULT_AT_TICK * TICK_S
         assert fault_s <= event["t_s"] <= fault_s + 10 * TICK_S + 3.0, event  # type: ignore[operator]
-    assert {(e["entity"], e["id"], e["after"]) for e in events} == {
-        ("neuronlink", 5, "degraded"), ("efa", 70, "degraded"),
+    assert {(e["entity"], e["id"], e["index"], e["after"]) for e in events} == {
+        ("neuronlink", "s0/u0/n0/chip5/link0", 5, "degraded"), ("efa", "s0/u1/n4/efa6", 70, "degraded"),
     }
     await asyncio.sleep(3 * TICK_S)
     values = current_values(port)
@@ -80,9 +80,10 @@ async def test_scenario_degrades_exactly_one_link_and_one_port(
         'rainier_unhealthy{entity="efa",state="degraded"}': 1.0,
         'rainier_unhealthy{entity="neuronlink",state="degraded"}': 1.0,
     }
-    assert values['rainier_neuronlink_unhealthy{link="5",kind="torus",site="s0",ultraserver="u0",node="n0",'
+    assert values['rainier_neuronlink_unhealthy{link="5",id="s0/u0/n0/chip5/link0",kind="torus",site="s0",'
+                  'ultraserver="u0",node="n0",state="degraded"}'] == 1.0
+    assert values['rainier_efa_port_unhealthy{port="70",id="s0/u1/n4/efa6",site="s0",ultraserver="u1",node="n4",'
                   'state="degraded"}'] == 1.0
-    assert values['rainier_efa_port_unhealthy{port="70",site="s0",ultraserver="u1",node="n4",state="degraded"}'] == 1.0
     lost = {k.split('"')[1]: v for k, v in values.items() if k.startswith("rainier_fleet_fp8_lost_flops{")}
     assert {cause for cause, v in lost.items() if v > 0} == {"degraded_neuronlink", "degraded_efa"}
     # The monitor never hears its own events (or anyone's status or truth) as telemetry.

@@ -37,6 +37,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 TOPOLOGY = "sites=2,ultraservers=3"  # u0-u2 in s0, u3-u5 in s1
 JOB, OTHER_JOB = "lab/pretrain", "lab/finetune"
 FAULTY_LINK = 608  # a ring link of node n12 (n12-n13), in u3: the three-UltraServer job's only UltraServer in s1
+LINK_ID = "s1/u3/n12/chip0/link2"  # its canonical id (docs/ids.md)
 CAUSE = "degraded_neuronlink"
 SCENARIO = (f'[[job]]\nid = "{JOB}"\nultraservers = [0, 1, 3]\n\n'
             f'[[job]]\nid = "{OTHER_JOB}"\nultraservers = [4]\n\n'
@@ -98,7 +99,7 @@ def read_moment(port: int) -> Moment | None:
 
 def link_charge(job: dict[str, Any]) -> float:
     """Return what the faulty link costs the job, by the job's own document (0 while it is not a culprit)."""
-    costs = [c["flops"] for c in job["culprits"] if (c["entity"], c["id"]) == ("neuronlink", str(FAULTY_LINK))]
+    costs = [c["flops"] for c in job["culprits"] if (c["entity"], c["id"]) == ("neuronlink", LINK_ID)]
     return float(sum(costs))
 
 
@@ -148,7 +149,7 @@ def test_every_surface_tells_the_same_loss(mosquitto: Broker, start_rainierd: ob
     assert lost[CAUSE] > 0
     # Every row, over every page (the costliest job first).
     assert [row["id"] for row in now.jobs] == [JOB, OTHER_JOB]
-    assert [row["id"] for row in now.ultraservers] == [f"u{u}" for u in range(6)]
+    assert [row["id"] for row in now.ultraservers] == [f"s{u // 3}/u{u}" for u in range(6)]
     assert [row["id"] for row in now.sites] == ["s0", "s1"]
 
     # The same quantity on every surface and at every level, cause by cause.
@@ -170,21 +171,20 @@ def test_every_surface_tells_the_same_loss(mosquitto: Broker, start_rainierd: ob
     [pretrain] = [row for row in now.jobs if row["id"] == JOB]
     assert pretrain["lost_by_cause"] == job["job"]["lost_by_cause"]
     assert same(pretrain["lost_by_cause"][CAUSE], lost[CAUSE])
-    [u3] = [row for row in now.ultraservers if row["id"] == "u3"]
+    [u3] = [row for row in now.ultraservers if row["id"] == "s1/u3"]
     assert same(u3["lost_by_cause"][CAUSE], lost[CAUSE])
     [s1] = [row for row in now.sites if row["id"] == "s1"]
     assert same(s1["lost_by_cause"][CAUSE], lost[CAUSE])
     # None of it on the job's other UltraServers, nor a rounding's few FLOP/s (they would rank above healthy ones).
-    assert all(row["lost_by_cause"][CAUSE] == 0.0 for row in now.ultraservers if row["id"] != "u3")
+    assert all(row["lost_by_cause"][CAUSE] == 0.0 for row in now.ultraservers if row["id"] != "s1/u3")
 
     # The fleet's costliest entity is the link, at what it costs its job.
     charge = link_charge(job)
-    assert job["culprits"][0]["id"] == str(FAULTY_LINK)
+    assert (job["culprits"][0]["id"], job["culprits"][0]["index"]) == (LINK_ID, FAULTY_LINK)
     first = fleet["culprits"][0]
-    assert (first["entity"], first["id"], first["ultraserver"], first["job"]) == (
-        "neuronlink", str(FAULTY_LINK), "u3", JOB)
+    assert (first["entity"], first["id"], first["ultraserver"], first["job"]) == ("neuronlink", LINK_ID, "s1/u3", JOB)
     assert same(first["flops"], charge)
-    assert same(now.metric("rainier_fleet_culprit_flops", rank="1", entity="neuronlink", id=str(FAULTY_LINK),
+    assert same(now.metric("rainier_fleet_culprit_flops", rank="1", entity="neuronlink", id=LINK_ID,
                            training_job=JOB), charge)
 
     # Goodput is effective over effective plus lost, in the API and in the metrics.
@@ -200,7 +200,7 @@ def test_every_surface_tells_the_same_loss(mosquitto: Broker, start_rainierd: ob
     # (every analysis the link was charged in, at least a step's), and exactly the job's figure at the event's
     # analysis when that one was read above.
     [event] = [e for e in get(port, "/api/v1/events?entity=neuronlink")["events"]
-               if e["id"] == FAULTY_LINK and e["after"] == "degraded"]
+               if e["id"] == LINK_ID and e["after"] == "degraded"]
     [(named, event_flops)] = [(cost["job"], cost["flops"]) for cost in event["jobs"]]
     assert named == JOB
     over_a_step = fmean(f for f in charges.values() if f > 0)
@@ -218,5 +218,5 @@ def test_every_surface_tells_the_same_loss(mosquitto: Broker, start_rainierd: ob
         if value > 0:
             assert f"{CAUSE_LABELS[cause]} {flops(value)}" in lost_line, (cause, lost_line)
     [costing] = [line for line in header if line.startswith("costing most ")]
-    assert costing.startswith(f"costing most neuronlink {FAULTY_LINK} {flops(charge)}"), costing
+    assert costing.startswith(f"costing most neuronlink {LINK_ID} {flops(charge)}"), costing
     assert daemon.interrupt()[0] == 0, daemon.log()

@@ -231,7 +231,8 @@ async def test_two_shards_give_one_monitor_s_job_figures(
     culprits = [{(m["entity"], m["id"]): (v, m["training_job"]) for k, v in mine[name].items()
                  if (m := dict(re.findall(r'(\w+)="([^"]*)"', k))) and k.startswith("rainier_job_culprit_flops{")
                  and m["training_job"] == "lab/wide"} for name in ("whole", "s0", "s1")]
-    assert set(culprits[0]) == set(culprits[1]) | set(culprits[2]) == {("chip", "3"), ("neuronlink", "192")}
+    assert set(culprits[0]) == set(culprits[1]) | set(culprits[2]) == {
+        ("chip", "s0/u0/n0/chip3"), ("neuronlink", "s0/u1/n4/chip0/link0")}
     share = {name: exported(name, "rainier_job_fp8_effective_flops", "lab/wide") for name in ("whole", "s0", "s1")}
     for name, named in zip(("s0", "s1"), culprits[1:], strict=True):
         assert all(close(v * share["whole"] / share[name], culprits[0][e][0], FLOAT32_REL)

@@ -31,6 +31,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.mosquitto]
 
 PERIOD_S = 5.0  # neuron-monitor's documented default
 RUN_S = FAULT_AT_S + 140.0
+RESYNCS = "rainier_bridge_clock_resyncs_total{"  # the bridge's clock steps, by reason
 
 
 async def test_seven_faults_of_real_nodes_are_raised_and_fp8_is_the_truth(mosquitto: Broker, tmp_path: Path) -> None:
@@ -42,17 +43,27 @@ async def test_seven_faults_of_real_nodes_are_raised_and_fp8_is_the_truth(mosqui
         await drive(fleet, board, run_s=RUN_S, stall=(3, 45.0, 5.0))
         events = (await asyncio.to_thread(fleet.api, "/api/v1/events?limit=1000"))["events"]
         reporting = fleet.metrics().get("rainier_fleet_chips_reporting", 0.0)
-        published = [fleet.bridge_metrics(i).get("rainier_bridge_frames_published_total", 0.0) for i in range(4)]
+        bridges = [fleet.bridge_metrics(i) for i in range(4)]
+        published = [b.get("rainier_bridge_frames_published_total", 0.0) for b in bridges]
+        resyncs = {f"n{i}": {k.split('"')[1]: v for k, v in b.items() if k.startswith(RESYNCS)}
+                   for i, b in enumerate(bridges)}
         wall_fault = fleet.wall(FAULT_AT_S)
 
     found, missing, false_alarms = judge(events, SEVEN_FAULTS, wall_fault_s=wall_fault)
     print("time to detect (s):", {k: round(v, 1) for k, v in found.items()})
     print(f"node FP8 relative error: p50 {board.percentile(50):.2e}, p99 {board.percentile(99):.2e}, "
           f"max {max(board.errors, default=float('nan')):.2e}, {len(board.errors)} samples, {board.unknown} unknown; "
-          f"worst {board.worst[:2]}")
+          f"worst {board.worst[:2]}; bridge clock resyncs {resyncs}")
     assert (missing, false_alarms) == ([], [])
     assert len(board.errors) > 4 * RUN_S / PERIOD_S, "too few node figures could be compared with the truth"
-    assert board.unknown <= 0.05 * len(board.errors)  # unknown only where a chip has no interval yet
+    # Unknown only where a chip has no interval yet, or where a bridge stepped its sample clock: a report read more
+    # than 2 % of a period earlier than the clock expected (CPU starvation: reads jitter) is stamped at the wall
+    # clock without counters (docs/bridge.md), so its node's FP8 is unknown for that frame and the next, about
+    # (period + 1) polls each. On a loaded machine (four CPU hogs beside the test, 2026-12-07): 15 steps, all
+    # "ahead", and 110 unknown of 570; on a quiet one, none. Counted by the bridge, so allowed by that count.
+    steps = sum(sum(by_reason.values()) for by_reason in resyncs.values())
+    assert {reason for by_reason in resyncs.values() for reason, n in by_reason.items() if n} <= {"ahead"}
+    assert board.unknown <= 0.05 * len(board.errors) + steps * 2 * (PERIOD_S + 1)
     assert board.percentile(99) <= 0.05
     assert board.top_chip_flops <= FP8_DENSE_FLOPS_PER_DEVICE
     assert board.top_node_flops <= CHIPS_PER_NODE * FP8_DENSE_FLOPS_PER_DEVICE

@@ -94,7 +94,7 @@ def raised(monitor: Daemon | None) -> list[dict[str, object]]:
     """Return the health changes ``monitor`` logged (entity, id, states, reasons, tick): what a failure shows."""
     if monitor is None:
         return []
-    keys = ("entity", "id", "before", "after", "reasons", "tick", "onset_tick")
+    keys = ("entity", "id", "index", "before", "after", "reasons", "tick", "onset_tick")
     return [{k: record.get(k) for k in keys} for line in monitor.log().splitlines() if line.startswith("{")
             and (record := json.loads(line))["event"] in ("health degraded", "health recovered")]
 

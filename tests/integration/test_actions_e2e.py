@@ -58,9 +58,10 @@ def test_a_hard_link_fault_gives_one_proposal_naming_its_job(
 
     poll_until(proposed, within(30.0), f"a drain proposed ({daemon.log()[-2000:]})")
     [record] = records(daemon, "action proposed")
-    assert (record["node"], record["action"], record["dry_run"]) == ("n0", "drain", True)
+    assert (record["node"], record["ultraserver"], record["action"], record["dry_run"]) == (
+        "s0/u0/n0", "s0/u0", "drain", True)
     assert [p["job"] for p in record["protects"]] == ["lab/pretrain"]
-    assert "n0/chip5/link0 down" in record["reason"]
+    assert "s0/u0/n0/chip5/link0 down" in record["reason"]
     assert values[series("drain", "proposed")] == 1
     others = {k: v for k, v in values.items() if k.startswith("rainier_actions{") and 'state="proposed"' in k
               and 'action="watch"' not in k and 'action="drain"' not in k}
@@ -83,8 +84,8 @@ def test_a_hard_link_fault_gives_one_proposal_naming_its_job(
 def test_thirty_failing_nodes_trip_the_brake_at_its_bound_once(
         mosquitto: Broker, start_rainierd: object, tmp_path: Path) -> None:
     """30 nodes of a 64-node fleet (two of each of 15 UltraServers) lose a NeuronLink at once: with the brake at
-    10 nodes, 10 drains are proposed and 20 held back by the brake, which trips once and says so in one log line,
-    however many analyses follow."""
+    10 nodes, 10 cordons (in no job, a down link costs no job anything: its cheap action) are proposed and 20
+    held back by the brake, which trips once and says so in one log line, however many analyses follow."""
     nodes = [u * 4 + k for u in range(15) for k in (0, 1)]
     scenario = tmp_path / "thirty.toml"
     scenario.write_text("\n".join(link_down(n * LINKS_PER_NODE + 5) for n in nodes))
@@ -98,7 +99,7 @@ def test_thirty_failing_nodes_trip_the_brake_at_its_bound_once(
     def braked() -> bool:
         nonlocal values
         values = current_values(port, only=("rainier_actions", "rainier_monitor_analyses"))
-        return (values.get(series("drain", "proposed")), values.get(series("drain", "suppressed"))) == (10, 20)
+        return (values.get(series("cordon", "proposed")), values.get(series("cordon", "suppressed"))) == (10, 20)
 
     poll_until(braked, within(45.0), f"10 proposed and 20 held by the brake ({daemon.log()[-2000:]})")
     assert values["rainier_actions_brake_tripped"] == 1
@@ -111,11 +112,11 @@ def test_thirty_failing_nodes_trip_the_brake_at_its_bound_once(
         return values.get("rainier_monitor_analyses_total", 0) >= tripped_at + 10
 
     poll_until(ten_more_analyses, within(20.0), "ten more analyses")
-    assert (values[series("drain", "proposed")], values[series("drain", "suppressed")]) == (10, 20)
+    assert (values[series("cordon", "proposed")], values[series("cordon", "suppressed")]) == (10, 20)
     assert values["rainier_actions_brake_trips_total"] == 1
-    assert values['rainier_actions_proposed_total{action="drain"}'] == 10
+    assert values['rainier_actions_proposed_total{action="cordon"}'] == 10
     [trip] = records(daemon, "action brake tripped")
-    assert (trip["scope"], trip["max_nodes"], trip["held"]) == ("fleet", 10, 20)
+    assert (trip["brake"], trip["scope"], trip["max_nodes"], trip["held"]) == ("drains", "fleet", 10, 20)
     assert len(records(daemon, "action proposed")) == 10
     assert daemon.interrupt()[0] == 0, daemon.log()
 
@@ -169,7 +170,7 @@ def test_a_site_s_cooling_a_flap_and_a_checkpoint_propose_nothing(
         nonlocal values
         values = current_values(port, only=("rainier_actions", "rainier_job_stall"))
         changes = records(daemon, "health degraded") + records(daemon, "health recovered")
-        link = [(r["event"], r["after"]) for r in changes if (r["entity"], r["id"]) == ("neuronlink", flap)]
+        link = [(r["event"], r["after"]) for r in changes if (r["entity"], r["index"]) == ("neuronlink", flap)]
         return (values.get(series("cordon", "suppressed"), 0) >= 1 and ("health recovered", "healthy") in link
                 and values.get('rainier_job_stall_seconds_total{training_job="lab/ckpt"}', 0) >= 40)
 

@@ -21,7 +21,7 @@ from rainierd.mqtt.config import Broker as MqttBroker
 from rainierd.mqtt.config import MqttConfig
 from rainierd.mqtt.supervisor import supervise
 from rainierd.wire.topics import ACTIONS_ROOT
-from tests.actions_views import advisory, view
+from tests.actions_views import advisory, named, view
 from tests.conftest import MosquittoProcess
 
 T_S = 1_700_000_000.0
@@ -76,22 +76,22 @@ async def monitor_session(port: int) -> AsyncIterator[Monitor]:
 
 class TestRetainedDocuments:
     async def test_each_node_and_the_brake_then_a_clearing(self, mosquitto_process: MosquittoProcess) -> None:
-        """Two advisories stand as two retained documents beside the brake's; a state change replaces its
-        node's document; an advisory that clears leaves no document behind."""
+        """Two advisories stand as two retained documents beside the brake's, each under its node's id
+        (rainier/v1/actions/s0/u0/n1: docs/ids.md); a state change replaces its node's document; an advisory that
+        clears leaves no document behind."""
         port = mosquitto_process.port
-        first = view(advisory("trn2-a-0001", node_id=1), advisory("trn2-a-0002", node_id=2, state="pending"),
-                     t_s=T_S)
-        second = view(advisory("trn2-a-0002", node_id=2), t_s=T_S + 10)
+        first = view(named(1), named(2, state="pending"), t_s=T_S)
+        second = view(named(2), t_s=T_S + 10)
         async with monitor_session(port) as monitor:
             monitor.actions_out.offer(first)
             await settled(port, {
-                f"{ACTIONS_ROOT}/trn2-a-0001": document(first, "advisory", first.advisories[0].document()),
-                f"{ACTIONS_ROOT}/trn2-a-0002": document(first, "advisory", first.advisories[1].document()),
+                f"{ACTIONS_ROOT}/s0/u0/n1": document(first, "advisory", first.advisories[0].document()),
+                f"{ACTIONS_ROOT}/s0/u0/n2": document(first, "advisory", first.advisories[1].document()),
                 f"{ACTIONS_ROOT}/_brake": document(first, "brake", first.brake.document()),
             }, "the first view's documents")
             monitor.actions_out.offer(second)
             await settled(port, {
-                f"{ACTIONS_ROOT}/trn2-a-0002": document(second, "advisory", second.advisories[0].document()),
+                f"{ACTIONS_ROOT}/s0/u0/n2": document(second, "advisory", second.advisories[0].document()),
                 f"{ACTIONS_ROOT}/_brake": document(first, "brake", first.brake.document()),
             }, "the second view's documents")
 
@@ -120,22 +120,24 @@ class TestRetainedDocuments:
     async def test_a_restarted_monitor_removes_its_own_stale_documents_only(
             self, mosquitto_process: MosquittoProcess) -> None:
         """Documents this shard left from a previous run for nodes without an advisory now are removed once the
-        first view is known; another shard's stay; a standing node's is replaced by the current one."""
+        first view is known (one under a flat name, as before nodes were named by id, too); another shard's stay;
+        a standing node's is replaced by the current one."""
         port = mosquitto_process.port
-        old = view(advisory("n1", node_id=1), advisory("gone", node_id=9), t_s=T_S - 100)
+        old = view(named(1), advisory("gone", node_id=9), t_s=T_S - 100)
         other = document(old, "advisory", old.advisories[1].document(), shard="1/2")
         async with aiomqtt.Client("127.0.0.1", port, identifier="test-previous-run") as client:
-            for topic, payload in ((f"{ACTIONS_ROOT}/gone", document(old, "advisory", old.advisories[1].document())),
-                                   (f"{ACTIONS_ROOT}/n1", document(old, "advisory", old.advisories[0].document())),
-                                   (f"{ACTIONS_ROOT}/other-shards", other)):
+            stored = {f"{ACTIONS_ROOT}/gone": document(old, "advisory", old.advisories[1].document()),
+                      f"{ACTIONS_ROOT}/s0/u0/n1": document(old, "advisory", old.advisories[0].document()),
+                      f"{ACTIONS_ROOT}/other-shards": other}
+            for topic, payload in stored.items():
                 await client.publish(topic, json.dumps(payload).encode(), qos=1, retain=True)
-        now = view(advisory("n1", node_id=1, state="expired"), t_s=T_S)
+        now = view(named(1, state="expired"), t_s=T_S)
         async with monitor_session(port) as monitor:
-            # Heard before the first view: judged once it comes, so n1 is never removed and republished.
+            # Heard before the first view: judged once it comes, so s0/u0/n1 is never removed and republished.
             await wait_until(lambda: monitor.actions_out.heard == 3, 10, "the previous run's documents heard")
             monitor.actions_out.offer(now)
             await settled(port, {
-                f"{ACTIONS_ROOT}/n1": document(now, "advisory", now.advisories[0].document()),
+                f"{ACTIONS_ROOT}/s0/u0/n1": document(now, "advisory", now.advisories[0].document()),
                 f"{ACTIONS_ROOT}/other-shards": other,
                 f"{ACTIONS_ROOT}/_brake": document(now, "brake", now.brake.document()),
             }, "the stale document removed, the other shard's kept")

@@ -180,7 +180,7 @@ def others_events(log: str, node: int) -> list[str]:
         if line.startswith("{") and '"health ' in line:
             event = json.loads(line)
             if event.get("event") in ("health degraded", "health recovered") and \
-                    event["id"] not in own.get(event["entity"], range(0)):
+                    event["index"] not in own.get(event["entity"], range(0)):
                 out.append(f"{event['entity']} {event['id']} {event['after']}")
     return out
 

@@ -104,7 +104,8 @@ async def test_independent_agents_are_seen_exactly(mosquitto: Broker, start_rain
     raised = [json.loads(line) for line in log_lines[:while_publishing]
               if line.startswith("{") and json.loads(line).get("event") == "health degraded"]
     for event in raised:
-        node = event["id"] if event["entity"] == "node" else event["id"] // 16 if event["entity"] == "chip" else -1
+        index = event["index"]
+        node = index if event["entity"] == "node" else index // 16 if event["entity"] == "chip" else -1
         assert node in restarted, event
         cleared = [e for e in lines if e.get("event") == "health recovered" and e["entity"] == event["entity"]
                    and e["id"] == event["id"]]

@@ -29,8 +29,9 @@ from tests.conftest import Daemon
 # Two jobs from the first tick, one an UltraServer each of the demo fleet (scenarios/demo-jobs.toml's, without
 # its phases and its late start), and a NeuronLink of lab/pretrain's (link 5, on node 0) at half its lanes.
 SLOW_LINK = 5
+SLOW_LINK_ID = "s0/u0/n0/chip5/link0"  # its canonical id (docs/ids.md)
 CULPRIT = ('rainier_job_culprit_flops{training_job="lab/pretrain",rank="1",entity="neuronlink",'
-           f'id="{SLOW_LINK}"}}')
+           f'id="{SLOW_LINK_ID}"}}')
 SCENARIO = f"""
 [[job]]
 id = "lab/pretrain"
@@ -131,7 +132,7 @@ def test_the_monitor_exports_the_scenario_s_jobs_and_forgets_a_removed_one(
     assert slowed["flops"] == pytest.approx(culprit, rel=0.25)  # priced on the tick that raised it; noise since
     records = [json.loads(line) for line in daemon.log().splitlines() if line.startswith("{")]
     assert [r["jobs"] for r in records if r.get("event") == "health degraded"  # the log line says the same
-            and (r["entity"], r["id"], r["tick"]) == ("neuronlink", SLOW_LINK, event["tick"])] == [event["jobs"]]
+            and (r["entity"], r["index"], r["tick"]) == ("neuronlink", SLOW_LINK, event["tick"])] == [event["jobs"]]
 
     publish_retained(mosquitto, "lab/broken", b'{"v": 1}')  # refused (schema), counted, and no job
     publish_retained(mosquitto, "lab/finetune", b"")

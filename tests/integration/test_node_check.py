@@ -17,7 +17,7 @@ import pytest
 from harness.procs import free_port
 from rainierd.api.actions import ActionsApi
 from rainierd.http.webconfig import load_web_config
-from tests.actions_views import advisory, snapshot, view
+from tests.actions_views import NAMED_DEMO, named, snapshot, view
 from tests.certs import Pki, make_pki
 from tests.serving import OK, role_server
 from tests.unit.http.test_webconfig import HASH
@@ -49,11 +49,9 @@ async def monitor(tmp_path: Path) -> AsyncIterator[Monitor]:
                         f"basic_auth_users:\n  prometheus: {HASH}\n")
     password_file = tmp_path / "password"
     password_file.write_text("correct horse\n")
-    snap = snapshot(view(advisory("trn2-a-0001", node_id=1),
-                         advisory("trn2-a-0002", node_id=2, action="drain", state="suppressed",
-                                  suppressed_by="brake")))
+    snap = snapshot(view(named(1), named(2, action="drain", state="suppressed", suppressed_by="brake")))
     server = role_server(ready=lambda: OK, web=load_web_config(web_file))
-    server.route("/api/v1/actions", ActionsApi(lambda: snap).serve)
+    server.route("/api/v1/actions", ActionsApi(NAMED_DEMO, lambda: snap).serve)
     async with server:
         yield Monitor(f"https://127.0.0.1:{server.port}", pki, password_file)
 
@@ -83,20 +81,27 @@ class TestExitCodes:
     async def test_a_proposed_cordon_exits_1_within_a_second(self, monitor: Monitor) -> None:
         """The node with a proposed cordon: exit 1, one line naming the action and why, within 1 s."""
         run = await authorised(monitor, "trn2-a-0001")
-        assert (run.code, one_line(run)) == (1, "cordon proposed: NeuronLink trn2-a-0001/chip3/link1 failed")
+        assert (run.code, one_line(run)) == (1, "cordon proposed: NeuronLink s0/u0/n1/chip3/link1 failed")
         assert run.wall_s <= PROMISE_S
 
     async def test_a_suppressed_drain_exits_0_saying_so(self, monitor: Monitor) -> None:
         """The node whose drain the brake suppresses: exit 0, the line saying the brake holds it."""
         run = await authorised(monitor, "trn2-a-0002")
-        assert (run.code, one_line(run)) == (0, "drain suppressed by brake: NeuronLink trn2-a-0002/chip3/link1 "
+        assert (run.code, one_line(run)) == (0, "drain suppressed by brake: NeuronLink s0/u0/n2/chip3/link1 "
                                                 "failed")
         assert run.wall_s <= PROMISE_S
 
     async def test_a_node_without_advisory_exits_0(self, monitor: Monitor) -> None:
         """A node without an advisory: exit 0, within 1 s."""
         run = await authorised(monitor, "trn2-a-0003")
-        assert (run.code, one_line(run)) == (0, "no advisory for trn2-a-0003")
+        assert (run.code, one_line(run)) == (0, "no advisory for s0/u0/n3 (trn2-a-0003)")
+        assert run.wall_s <= PROMISE_S
+
+    async def test_a_node_the_monitor_does_not_know_exits_2(self, monitor: Monitor) -> None:
+        """A hostname the monitor's inventory does not name (a mismatch): exit 2 with one line, never OK."""
+        run = await authorised(monitor, "ip-10-0-0-1")
+        assert (run.code, one_line(run)) == (2, f"monitor {monitor.url} knows no node 'ip-10-0-0-1': give its id "
+                                                "(s0/u1/n4), its inventory hostname or n<index>")
         assert run.wall_s <= PROMISE_S
 
     async def test_a_wrong_password_exits_2(self, monitor: Monitor, tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from tests.conftest import Daemon, StartTerminal
 from tests.top_driver import rows, settle, text_of, top_app
 
 FAULTY_LINK = 224
+LINK_ID, US_ID = "s0/u1/n4/chip0/link2", "s0/u1"  # as the read API (and so top) names them: docs/ids.md
 SCENARIO = ('[[job]]\nid = "lab/pretrain"\nultraservers = [1]\n\n[[job]]\nid = "lab/finetune"\nultraservers = [0]\n\n'
             f'[[fault]]\nkind = "nl_degraded"\ntarget = {FAULTY_LINK}\nseverity = 0.5\nat_s = 2\nfor_s = 3600\n')
 
@@ -49,8 +50,9 @@ async def test_pilot_follows_a_live_monitor_down_to_the_faulty_link(
             heat = app.screen.query_one(HeatMap)
             cells = {c["id"]: c for c in heat.layout_.cells}
             worst = rows(app, "#worst")
-            return (bool(cells.get("u1", {}).get("unhealthy_total")) and bool(worst) and worst[0][0] == "u1"
-                    and worst[0][4].startswith("NeuronLink") and heat.cells_by_colour().get(COLOURS[-1]) == ["u0"]
+            return (bool(cells.get(US_ID, {}).get("unhealthy_total")) and bool(worst) and worst[0][0] == US_ID
+                    and worst[0][4].startswith("NeuronLink")
+                    and heat.cells_by_colour().get(COLOURS[-1]) == ["s0/u0"]
                     and "NeuronLink degraded 1" in text_of(app, "#header"))
 
         await settle(pilot, faulty_shown, f"u1 shown hurt by its NeuronLink ({daemon.log()[-1500:]})", timeout_s=40)
@@ -60,28 +62,29 @@ async def test_pilot_follows_a_live_monitor_down_to_the_faulty_link(
         await pilot.press("right", "enter")
         await settle(pilot, lambda: isinstance(app.screen, UltraServerScreen) and app.screen.loads > 0, "u1")
         unhealthy = [r[:4] for r in rows(app, "#unhealthy")]
-        assert ["neuronlink", str(FAULTY_LINK), "n4", "degraded"] in unhealthy
-        for _ in range(unhealthy.index(["neuronlink", str(FAULTY_LINK), "n4", "degraded"])):
+        assert ["neuronlink", LINK_ID, "s0/u1/n4", "degraded"] in unhealthy
+        for _ in range(unhealthy.index(["neuronlink", LINK_ID, "s0/u1/n4", "degraded"])):
             await pilot.press("down")
         await pilot.press("enter")
         await settle(pilot, lambda: isinstance(app.screen, EntityScreen) and app.screen.loads > 0, "link 224")
         fields = dict(rows(app, "#fields"))
-        assert (fields["id"], fields["state"], fields["lanes_up"]) == (str(FAULTY_LINK), "degraded", "4")
+        assert (fields["id"], fields["index"], fields["state"], fields["lanes_up"]) == (
+            LINK_ID, str(FAULTY_LINK), "degraded", "4")
 
 
 def test_run_top_in_a_real_terminal(terminal: StartTerminal, tmp_path: Path) -> None:
     port = free_port()
     term = terminal([sys.executable, "-m", "rainierd", "run", "--top", "--metrics-addr", f"127.0.0.1:{port}",
                      "--scenario", str(scenario(tmp_path)), "--tick", "0.5"], width=160, height=48)
-    screen = term.wait_for(" LIVE ", f"127.0.0.1:{port}", f"neuronlink {FAULTY_LINK} (u1)  healthy -> degraded",
+    screen = term.wait_for(" LIVE ", f"127.0.0.1:{port}", f"neuronlink {LINK_ID} ({US_ID})  healthy -> degraded",
                            timeout_s=60)
     assert re.search(r"chips\s+128/128\s+reporting", screen)  # the header may wrap between them
     assert "lost" in screen
     assert "NeuronLink" in screen
     term.press("Right", "Enter")
-    screen = term.wait_for("UltraServer u1 (site s0)", "Unhealthy here", f"neuronlink  {FAULTY_LINK}")
+    screen = term.wait_for(f"UltraServer {US_ID} (site s0)", "Unhealthy here", f"neuronlink  {LINK_ID}")
     term.press("Enter")
-    term.wait_for(f"neuronlink {FAULTY_LINK} is degraded", "lanes_up")
+    term.wait_for(f"neuronlink {LINK_ID} is degraded", "lanes_up")
     # One key at a time: an Escape followed at once by a key reads as Alt+key in any terminal.
     term.press("Escape")
     term.wait_for("Unhealthy here")

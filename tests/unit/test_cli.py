@@ -32,7 +32,8 @@ MONITOR = ["stale_after_ticks", "max_frame_bytes", "max_clock_skew_s", "reconnec
            "max_entity_series", "max_jobs", "shard", "feed_lost_share", "feed_hold_s", "counter_rate_margin",
            "telemetry_input",
            "actions_dry_run", "actions_hold_s", "actions_expired_keep_s", "actions_brake_max_nodes",
-           "actions_brake_max_fraction", "actions_brake_window_s", "actions_lemon_flags", "actions_lemon_days"]
+           "actions_brake_max_fraction", "actions_brake_window_s", "actions_lemon_flags", "actions_lemon_days",
+           "actions_restart_s", "actions_horizon_s", "actions_reset_escalate_s", "actions_reset_brake_max_nodes"]
 MONITOR += ["webhook_url", "webhook_token_file", "webhook_ca_file", "webhook_queue_size", "webhook_max_attempts",
             "webhook_timeout_s"]
 AGGREGATOR = ["tick_s", "batch_nodes", "shard", "max_frame_bytes", "share_frames_per_tick", "share_bytes_per_tick",
@@ -119,6 +120,10 @@ VALUES: dict[str, tuple[str, Any]] = {
     "actions_brake_window_s": ("600", 600.0),
     "actions_lemon_flags": ("5", 5),
     "actions_lemon_days": ("7", 7.0),
+    "actions_restart_s": ("600", 600.0),
+    "actions_horizon_s": ("7200", 7200.0),
+    "actions_reset_escalate_s": ("900", 900.0),
+    "actions_reset_brake_max_nodes": ("5", 5),
     "bridge_listen": ("0.0.0.0:9782", "0.0.0.0:9782"),
     "ecc_counts": ("cumulative", "cumulative"),
     "sample_max_lag_s": ("90", 90.0),

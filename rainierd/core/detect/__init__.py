@@ -29,7 +29,8 @@ from rainierd.core.detect.neuronlink import LinkDetector, NeuronLinkParams
 from rainierd.core.detect.nodepaths import NodePathDetector, NodePathParams
 from rainierd.core.detect.slow_loss import SlowLossParams
 from rainierd.core.state import FleetState
-from rainierd.fleet import TRN2, Trainium2
+from rainierd.fleet import TRN2, Topology, Trainium2
+from rainierd.fleet.ids import entity_fields
 
 __all__ = [
     "FAILED",
@@ -100,7 +101,7 @@ class Event:
 
     tick: int
     entity: str
-    id: int
+    id: int  # the fleet-wide index of the entity (as plain data: ``index``; ``id`` is its canonical name there)
     before: str
     after: str
     reasons: tuple[str, ...]
@@ -112,11 +113,13 @@ class Event:
         """Return True for a new detection (from healthy), not an escalation or a clear."""
         return self.before == "healthy"
 
-    def as_dict(self) -> dict[str, Any]:
-        """Return the event as plain data (log fields, MQTT payload)."""
-        return {"tick": self.tick, "entity": self.entity, "id": self.id, "before": self.before,
-                "after": self.after, "reasons": list(self.reasons), "onset_tick": self.onset_tick,
-                "jobs": [{"job": j.job, "flops": j.flops} for j in self.jobs]}
+    def as_dict(self, topology: Topology) -> dict[str, Any]:
+        """Return the event as plain data (log fields, MQTT payload, ``/api/v1/events``), its entity named as
+        every surface names it (``fleet/ids.py``: ``id`` the canonical string, ``index`` this event's ``id``,
+        its ``ultraserver``, ``node`` and ``hostname`` where they apply)."""
+        return {"tick": self.tick} | entity_fields(topology, self.entity, self.id) | {
+            "before": self.before, "after": self.after, "reasons": list(self.reasons), "onset_tick": self.onset_tick,
+            "jobs": [{"job": j.job, "flops": j.flops} for j in self.jobs]}
 
 
 class FleetDetector:

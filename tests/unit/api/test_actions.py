@@ -18,13 +18,12 @@ from rainierd.api.actions import ActionsApi
 from rainierd.http.client import HttpError, Response, parse_url, request
 from rainierd.http.webconfig import load_web_config
 from rainierd.monitor.snapshot import MonitorSnapshot
-from tests.actions_views import advisory, snapshot, view
+from tests.actions_views import NAMED_DEMO, advisory, named, snapshot, view
 from tests.certs import Pki, make_pki
 from tests.serving import OK, role_server
 from tests.unit.http.test_webconfig import HASH
 
-VIEW = view(advisory("trn2-a-0001", node_id=1), advisory("trn2-a-0002", node_id=2, state="pending"),
-            advisory("trn2-a-0003", node_id=3, action="reset_link"), t_s=1_700_000_000.0)
+VIEW = view(named(1), named(2, state="pending"), named(3, action="reset_link"), t_s=1_700_000_000.0)
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +57,7 @@ class Served:
 async def serve(served: Served, web_file: Path | None = None, **limits: int) -> AsyncIterator[Served]:
     web = None if web_file is None else load_web_config(web_file)
     server = role_server(ready=lambda: OK, web=web)
-    server.route("/api/v1/actions", ActionsApi(lambda: served.snap, **limits).serve)
+    server.route("/api/v1/actions", ActionsApi(NAMED_DEMO, lambda: served.snap, **limits).serve)
     async with server:
         served.port = server.port
         yield served
@@ -92,18 +91,26 @@ class TestDocument:
         """Without parameters the body is the view's document with at most the default limit's advisories."""
         assert await plain.json("/api/v1/actions") == (200, VIEW.document(limit=2))
 
-    async def test_node_by_hostname(self, plain: Served) -> None:
-        """node= with a hostname answers that node's advisory only."""
-        assert await plain.json("/api/v1/actions?node=trn2-a-0002") == (200, VIEW.document(node="trn2-a-0002"))
-
-    async def test_node_by_id(self, plain: Served) -> None:
-        """node=n<id> names the same advisory as its hostname."""
-        assert await plain.json("/api/v1/actions?node=n3") == (200, VIEW.document(node="trn2-a-0003"))
+    @pytest.mark.parametrize("asked", ["s0/u0/n2", "trn2-a-0002", "n2"])
+    async def test_node_by_id_hostname_or_index(self, plain: Served, asked: str) -> None:
+        """node= with the node's id, its hostname or n<index> answers that node's advisory only, and names the
+        node as every surface does (docs/ids.md)."""
+        node = {"entity": "node", "id": "s0/u0/n2", "index": 2, "ultraserver": "s0/u0", "node": "s0/u0/n2",
+                "hostname": "trn2-a-0002"}
+        assert await plain.json(f"/api/v1/actions?node={asked}") == (
+            200, VIEW.document(node="s0/u0/n2") | {"node": node})
 
     async def test_a_node_without_advisory_is_an_empty_list(self, plain: Served) -> None:
-        """A node without an advisory is 200 with no actions and total 0, not an error."""
-        status, body = await plain.json("/api/v1/actions?node=trn2-a-0999")
-        assert (status, body["actions"], body["total"]) == (200, [], 0)
+        """A node of the fleet without an advisory is 200 with no actions and total 0, not an error."""
+        status, body = await plain.json("/api/v1/actions?node=trn2-a-0007")
+        assert (status, body["actions"], body["total"], body["node"]["id"]) == (200, [], 0, "s0/u1/n7")
+
+    @pytest.mark.parametrize("asked", ["trn2-a-0999", "n8", "s0/u0/n4", "s0/u1/n4/chip5"])
+    async def test_a_node_the_fleet_does_not_hold_is_404(self, plain: Served, asked: str) -> None:
+        """A hostname the inventory does not know, an index or id out of the fleet, or an id that is not a node's
+        is 404 with one line: never an empty answer that a node-check would read as healthy."""
+        status, body = await plain.json(f"/api/v1/actions?node={asked}")
+        assert (status, body["error"].split(" (")[0]) == (404, f"no node {asked!r} in this monitor's fleet")
 
     async def test_state_and_limit(self, plain: Served) -> None:
         """state= filters and limit= cuts, while total counts every match."""
@@ -120,7 +127,7 @@ class TestDocument:
 
 class TestRefusals:
     @pytest.mark.parametrize("query", ["limit=6", "limit=-1", "limit=x", "limit=99999999999", "state=broken",
-                                       "node=a/b", "node=", "colour=red", "node=a&node=b", "limit=1&limit=2",
+                                       "node=a%23b", "node=", "colour=red", "node=a&node=b", "limit=1&limit=2",
                                        "a=1&b=2&c=3&d=4"])
     async def test_bad_parameters_are_400_with_a_json_error(self, plain: Served, query: str) -> None:
         """A parameter out of bounds, unknown, repeated or malformed is 400 with a one-line JSON error."""

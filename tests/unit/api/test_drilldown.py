@@ -73,24 +73,27 @@ class TestProbe:
         assert states.pop(str(FAULTY_LINK)) == 1.0
         assert set(states.values()) == {0.0}
         link = next(s for s in families["rainier_neuronlink_lanes_up"].samples if s.labels["link"] == "224")
-        assert link.labels == {"link": "224", "kind": "ring", "chip_a": "64", "chip_b": "80", "node": "n4",
-                               "site": "s0", "ultraserver": "u1"}
+        assert link.labels == {"link": "224", "id": "s0/u1/n4/chip0/link2", "kind": "ring", "chip_a": "64",
+                               "chip_b": "80", "node": "n4", "site": "s0", "ultraserver": "u1"}
 
     @pytest.mark.parametrize(("query", "status"), [
-        ("target=u0", "200 OK"), ("target=0", "200 OK"), ("", "400 Bad Request"), ("target=", "400 Bad Request"),
+        ("target=u0", "200 OK"), ("target=0", "200 OK"), ("target=s0/u1", "200 OK"), ("", "400 Bad Request"),
+        ("target=", "400 Bad Request"), ("target=s0/u1/n4", "400 Bad Request"), ("target=s1/u0", "404 Not Found"),
         ("target=x7", "400 Bad Request"), ("target=u0&target=u1", "400 Bad Request"),
         ("target=u2", "404 Not Found"), ("target=u999999999", "404 Not Found"),
     ])
     async def test_bad_targets_400_unknown_404(self, probed: tuple[MonitorCore, MonitorSnapshot], query: str,
                                                status: str) -> None:
-        """A target that is not one ``u<id>`` or id is 400 with what to send; one the fleet lacks is 404."""
+        """A target that is not one UltraServer id, ``u<index>`` or index is 400 with what to send; one the fleet
+        lacks is 404."""
         got, body = await prober(probed).probe(query)
         assert got == status
         if status.startswith("400"):
-            assert body == b"want exactly one target: u<id> (0 .. 1), an id, or an inventory name; " \
+            assert body == b"want exactly one target: an UltraServer id (s0/u1), u<index> (0 .. 1), an index, or an " \
+                           b"inventory name; " \
                            b"e.g. /probe?target=u0\n"
         if status.startswith("404"):
-            assert body.startswith(b"no UltraServer u")
+            assert body.startswith(b"no UltraServer ")
             assert body.endswith(b"in this fleet (2 UltraServers)\n")
 
     def test_targets_are_the_ultraservers_in_trouble(self, probed: tuple[MonitorCore, MonitorSnapshot]) -> None:

@@ -21,6 +21,7 @@ from rainierd.api import ReadApi
 from rainierd.api._common import body, floats
 from rainierd.core.detect import Event
 from rainierd.fleet.pace import CAUSES
+from rainierd.fleet.topology import build_topology
 from rainierd.http.client import Response, parse_url, request
 from rainierd.http.webconfig import load_web_config
 from rainierd.monitor.events import RECENT_EVENTS, EventLog
@@ -80,6 +81,9 @@ async def plain(monitor: Monitored) -> AsyncIterator[Served]:
         yield served
 
 
+FAULTY_US_ID = "s0/u1"  # FAULTY_US (u1) as every surface names it (docs/ids.md)
+
+
 def by_id(rows: list[dict[str, Any]]) -> dict[Any, dict[str, Any]]:
     return {row["id"]: row for row in rows}
 
@@ -128,14 +132,15 @@ class TestUltraServers:
     async def test_worst_share_first_is_the_faulty_one(self, plain: Served) -> None:
         """Sorted by effective share (ascending by default) the UltraServer losing FLOP/s to its link is first."""
         document = await plain.ok("/api/v1/ultraservers?sort=effective_share")
-        assert [u["id"] for u in document["ultraservers"]] == [FAULTY_US, "u0"]
+        assert [u["id"] for u in document["ultraservers"]] == [FAULTY_US_ID, "s0/u0"]
+        assert [u["index"] for u in document["ultraservers"]] == [1, 0]
         assert (document["total"], document["order"]) == (2, "asc")
 
     async def test_by_lost_descending_by_default(self, plain: Served) -> None:
         """sort=lost puts the costliest first, and its row carries the loss by cause and unhealthy counts."""
         document = await plain.ok("/api/v1/ultraservers?sort=lost")
         first = document["ultraservers"][0]
-        assert (first["id"], document["order"]) == (FAULTY_US, "desc")
+        assert (first["id"], document["order"]) == (FAULTY_US_ID, "desc")
         assert first["lost_by_cause"]["degraded_neuronlink"] == first["lost_flops"] > 0
         assert set(first["lost_by_cause"]) == set(CAUSES)
         assert first["unhealthy"] == {"chip": 0, "neuronlink": 1, "efa": 0, "node": 0, "ultraserver": 0}
@@ -145,17 +150,17 @@ class TestUltraServers:
         tp = monitor.snap.throughput
         rows = by_id((await plain.ok("/api/v1/ultraservers"))["ultraservers"])
         assert {u: r["effective_share"] for u, r in rows.items()} == pytest.approx(
-            {f"u{u}": tp.ultraserver_effective[u] / tp.ultraserver_peak[u] for u in range(2)})
+            {f"s0/u{u}": tp.ultraserver_effective[u] / tp.ultraserver_peak[u] for u in range(2)})
 
     async def test_order_reverses(self, plain: Served) -> None:
         """order=desc on id lists the highest id first."""
         document = await plain.ok("/api/v1/ultraservers?sort=id&order=desc")
-        assert [u["id"] for u in document["ultraservers"]] == ["u1", "u0"]
+        assert [u["id"] for u in document["ultraservers"]] == ["s0/u1", "s0/u0"]
 
     async def test_offset_and_limit_page_while_total_counts_all(self, plain: Served) -> None:
         """offset=1&limit=1 answers the second row only, total still 2."""
         document = await plain.ok("/api/v1/ultraservers?offset=1&limit=1")
-        assert ([u["id"] for u in document["ultraservers"]], document["total"]) == (["u1"], 2)
+        assert ([u["id"] for u in document["ultraservers"]], document["total"]) == (["s0/u1"], 2)
 
     async def test_site_filter(self, plain: Served) -> None:
         """site=s0 (or 0) answers that site's UltraServers."""
@@ -163,10 +168,11 @@ class TestUltraServers:
         assert (await plain.ok("/api/v1/ultraservers?site=0"))["total"] == 2
 
     async def test_fields_pick_columns(self, plain: Served) -> None:
-        """fields= answers only those fields of each row (id always), in the rows' own order."""
+        """fields= answers only those fields of each row (id and index always), in the rows' own order."""
         document = await plain.ok("/api/v1/ultraservers?sort=effective_share&fields=unhealthy_total,effective_share")
-        assert [list(row) for row in document["ultraservers"]] == [["id", "effective_share", "unhealthy_total"]] * 2
-        assert document["ultraservers"][0]["id"] == FAULTY_US
+        assert [list(row) for row in document["ultraservers"]] == [
+            ["id", "index", "effective_share", "unhealthy_total"]] * 2
+        assert document["ultraservers"][0]["id"] == FAULTY_US_ID
 
     @pytest.mark.parametrize("query", ["limit=6", "limit=-1", "offset=x", "sort=name", "order=up", "site=s1",
                                        "site=east", "colour=red", "limit=1&limit=2", "fields=id,colour", "fields=",
@@ -184,39 +190,43 @@ class TestUltraServer:
         document = await plain.ok(f"/api/v1/ultraservers/{FAULTY_US}")
         sizes = {kind: len(document[kind]) for kind in ("nodes", "chips", "links", "ports")}
         assert sizes == {"nodes": 4, "chips": 64, "links": 192, "ports": 64}
-        assert {n["id"] for n in document["nodes"]} == {"n4", "n5", "n6", "n7"}
-        assert document["ultraserver"]["id"] == FAULTY_US
+        assert {(n["id"], n["index"]) for n in document["nodes"]} == {(f"s0/u1/n{n}", n) for n in range(4, 8)}
+        assert document["ultraserver"]["id"] == FAULTY_US_ID
+        assert {c["node"] for c in document["chips"]} == {f"s0/u1/n{n}" for n in range(4, 8)}
+        assert (document["chips"][5]["id"], document["ports"][6]["id"]) == ("s0/u1/n4/chip5", "s0/u1/n4/efa6")
 
     async def test_the_faulty_link_is_the_one_unhealthy_entity(self, plain: Served) -> None:
-        """Link 224 (ring, chips 64-80, node n4) is degraded since tick 35 with its reasons; nothing else is."""
+        """Link 224 (ring, chips 64-80, node 4) is degraded since tick 35 with its reasons; nothing else is."""
         document = await plain.ok(f"/api/v1/ultraservers/{FAULTY_US}")
         unhealthy = [e for kind in ("nodes", "chips", "links", "ports") for e in document[kind]
                      if e["state"] != "healthy"]
         [link] = unhealthy
-        assert {k: link[k] for k in ("id", "kind", "chip_a", "chip_b", "node", "state", "onset_tick")} == {
-            "id": FAULTY_LINK, "kind": "ring", "chip_a": 64, "chip_b": 80, "node": "n4", "state": "degraded",
-            "onset_tick": 35}
+        assert {k: link[k] for k in ("id", "index", "kind", "chip_a", "chip_b", "node", "state", "onset_tick")} == {
+            "id": "s0/u1/n4/chip0/link2", "index": FAULTY_LINK, "kind": "ring", "chip_a": "s0/u1/n4/chip0",
+            "chip_b": "s0/u1/n5/chip0", "node": "s0/u1/n4", "state": "degraded", "onset_tick": 35}
         assert link["reasons"]
         assert link["lanes_up"] < 8
 
     async def test_figures_are_the_probes(self, plain: Served, monitor: Monitored) -> None:
         """A chip's temperature and a node's job are the live state's."""
         document = await plain.ok("/api/v1/ultraservers/u0")
-        chip = by_id(document["chips"])[3]
+        chip = by_id(document["chips"])["s0/u0/n0/chip3"]
         assert chip["temp_c"] == pytest.approx(float(monitor.core.state.chips.gauges["temp_c"][3]))
         assert {n["job"] for n in document["nodes"]} == {"lab/finetune"}
 
     async def test_a_chips_figures_say_when_they_were_sampled(self, plain: Served, monitor: Monitored) -> None:
         """Each chip's sample_t_s is its latest sample's time on its publisher's clock: what its figures are as of."""
         document = await plain.ok("/api/v1/ultraservers/u0")
-        times = [chip["sample_t_s"] for chip in sorted(document["chips"], key=lambda c: c["id"])]
+        times = [chip["sample_t_s"] for chip in sorted(document["chips"], key=lambda c: c["index"])]
         assert times == monitor.core.state.chips.t_s[:64].tolist()
 
-    async def test_plain_id_names_it_too(self, plain: Served) -> None:
-        """/ultraservers/1 is u1."""
-        assert (await plain.ok("/api/v1/ultraservers/1"))["ultraserver"]["id"] == "u1"
+    @pytest.mark.parametrize("target", ["s0/u1", "s0%2Fu1", "u1", "1"])
+    async def test_its_id_u_index_or_index_names_it(self, plain: Served, target: str) -> None:
+        """/ultraservers/s0/u1 (its id, as every surface prints it), u1 and 1 are the same UltraServer."""
+        assert (await plain.ok(f"/api/v1/ultraservers/{target}"))["ultraserver"]["id"] == "s0/u1"
 
-    @pytest.mark.parametrize(("target", "status"), [("u2", 404), ("u999999", 404), ("x7", 400), ("u1?limit=1", 400)])
+    @pytest.mark.parametrize(("target", "status"), [("u2", 404), ("u999999", 404), ("x7", 400), ("u1?limit=1", 400),
+                                                    ("s0/u2", 404), ("s1/u0", 404), ("s0/u1/n4", 400)])
     async def test_unknown_404_malformed_400(self, plain: Served, target: str, status: int) -> None:
         """An UltraServer the fleet lacks is 404; a malformed id or any parameter 400."""
         got, document = await plain.json(f"/api/v1/ultraservers/{target}")
@@ -243,12 +253,13 @@ class TestJobs:
         assert [j["id"] for j in document["jobs"]] == sorted(JOBS)
 
     async def test_one_job_with_its_culprit_and_ultraservers(self, plain: Served) -> None:
-        """lab/pretrain's culprit is link 224 on u1, its one UltraServer."""
+        """lab/pretrain's culprit is link 224 on u1, its one UltraServer, named as every surface names it."""
         document = await plain.ok("/api/v1/jobs/lab/pretrain")
         [culprit] = document["culprits"]
-        assert {k: culprit[k] for k in ("entity", "id", "ultraserver")} == {
-            "entity": "neuronlink", "id": str(FAULTY_LINK), "ultraserver": FAULTY_US}
-        assert [u["id"] for u in document["ultraservers"]] == [FAULTY_US]
+        assert {k: culprit[k] for k in ("entity", "id", "index", "ultraserver", "node")} == {
+            "entity": "neuronlink", "id": "s0/u1/n4/chip0/link2", "index": FAULTY_LINK, "ultraserver": FAULTY_US_ID,
+            "node": "s0/u1/n4"}
+        assert [u["id"] for u in document["ultraservers"]] == [FAULTY_US_ID]
         assert (document["job"]["id"], document["job"]["nodes_held"]) == ("lab/pretrain", 4)
 
     async def test_percent_encoded_id(self, plain: Served) -> None:
@@ -272,16 +283,19 @@ def event(tick: int, entity: str = "neuronlink", entity_id: int = FAULTY_LINK) -
 
 class TestEvents:
     async def test_the_monitors_event_newest_first(self, plain: Served) -> None:
-        """The fixture's one event (link 224 degraded) is served with its UltraServer and wall time."""
+        """The fixture's one event (link 224 degraded) is served with its canonical id, index, UltraServer and
+        node (docs/ids.md)."""
         document = await plain.ok("/api/v1/events")
         [only] = document["events"]
-        assert {k: only[k] for k in ("entity", "id", "after", "ultraserver")} == {
-            "entity": "neuronlink", "id": FAULTY_LINK, "after": "degraded", "ultraserver": FAULTY_US}
+        assert {k: only[k] for k in ("entity", "id", "index", "after", "ultraserver", "node")} == {
+            "entity": "neuronlink", "id": "s0/u1/n4/chip0/link2", "index": FAULTY_LINK, "after": "degraded",
+            "ultraserver": "s0/u1", "node": "s0/u1/n4"}
+        assert "hostname" not in only  # the demo fleet has no inventory
         assert (document["announced"], document["capacity"]) == (1, RECENT_EVENTS)
 
     async def test_limit_and_entity_filter(self, monitor: Monitored) -> None:
         """limit= keeps the newest; entity= keeps one kind; total counts what matched."""
-        log = EventLog(qos=1)
+        log = EventLog(monitor.core.topology, qos=1)
         for tick in range(5):
             log.announce(event(tick, "node" if tick % 2 else "neuronlink", 5 if tick % 2 else FAULTY_LINK))
         async for served in serve(dataclasses.replace(monitor, events=log).api()):
@@ -289,7 +303,7 @@ class TestEvents:
             assert [e["tick"] for e in document["events"]] == [4, 3]
             nodes = await served.ok("/api/v1/events?entity=node")
             assert ([e["tick"] for e in nodes["events"]], nodes["total"]) == ([3, 1], 2)
-            assert [e["ultraserver"] for e in nodes["events"]] == ["u1", "u1"]
+            assert [(e["id"], e["ultraserver"]) for e in nodes["events"]] == [("s0/u1/n5", "s0/u1")] * 2
 
     @pytest.mark.parametrize("query", ["limit=1001", "entity=rack", "limit=x"])
     async def test_bad_parameters_are_400(self, plain: Served, query: str) -> None:
@@ -325,7 +339,7 @@ class TestCompression:
 class TestRecentEvents:
     def test_the_ring_keeps_the_newest(self) -> None:
         """Past RECENT_EVENTS the log's ring drops its oldest: it holds the newest RECENT_EVENTS, oldest first."""
-        log = EventLog(qos=1)
+        log = EventLog(build_topology("demo"), qos=1)
         for tick in range(RECENT_EVENTS + 7):
             log.announce(event(tick))
         assert [e["tick"] for e in log.recent] == list(range(7, RECENT_EVENTS + 7))

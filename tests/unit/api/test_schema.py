@@ -58,7 +58,7 @@ class TestSchema:
             validator("ultraserver_row").validate(row)
         _status, document = await served(monitor, "/api/v1/ultraservers?fields=effective_share,site")
         validator("ultraservers").validate(document)
-        assert {tuple(row) for row in document["ultraservers"]} == {("id", "site", "effective_share")}
+        assert {tuple(row) for row in document["ultraservers"]} == {("id", "index", "site", "effective_share")}
 
     def test_every_endpoint_of_the_index_has_a_definition(self) -> None:
         """Each endpoint the index names (the actions' excepted: docs/actions.md) has a schema definition."""

@@ -245,4 +245,4 @@ class TestThroughTheCore:
         flops = culprit_flops(analysis.job_loss, members.ids.index("wide"), "neuronlink", link)
         assert flops > 0
         assert found[0].jobs == (JobCost("wide", flops),)
-        assert found[0].as_dict()["jobs"] == [{"job": "wide", "flops": flops}]
+        assert found[0].as_dict(topo)["jobs"] == [{"job": "wide", "flops": flops}]

@@ -192,15 +192,16 @@ class TestJobBook:
 
 class TestNames:
     def test_a_node_is_found_by_each_of_its_names(self) -> None:
-        """Hostname, instance id, n<id>, and an EKS fully qualified name all resolve to node 6."""
+        """Hostname, instance id, n<id>, its canonical id and an EKS fully qualified name all resolve to node 6."""
         index = NameIndex.of(INVENTORY)
-        names = ["ip-10-0-18-10", "i-0a1b2c3d4e5f60722", "n6", "ip-10-0-18-10.us-east-2.compute.internal"]
-        assert [index.node(n) for n in names] == [6, 6, 6, 6]
+        names = ["ip-10-0-18-10", "i-0a1b2c3d4e5f60722", "n6", "s0/u1/n6", "ip-10-0-18-10.us-east-2.compute.internal"]
+        assert [index.node(n) for n in names] == [6, 6, 6, 6, 6]
 
     def test_what_names_no_present_node_is_none(self) -> None:
         """An unknown host, an absent node's n<id>, a node past the fleet and a look-alike are unknown."""
         index = NameIndex.of(INVENTORY)
-        names = ("ip-10-9-9-9", "n5", "n12", "n٣", "nx", "n06", "n", "ip-10-9-9-9.ec2.internal")
+        names = ("ip-10-9-9-9", "n5", "n12", "n٣", "nx", "n06", "n", "ip-10-9-9-9.ec2.internal", "s0/u1/n5",
+                 "s0/u0/n6", "s0/u1/n6/chip1")
         assert [index.node(n) for n in names] == [None] * len(names)
 
     def test_adapters_name_nodes_as_the_inventory_does(self) -> None:
@@ -211,10 +212,10 @@ class TestNames:
         assert NameIndex.of(build_topology("demo")).hostname("n3") == "n3"
 
     def test_an_ultraserver_is_its_present_nodes(self) -> None:
-        """u0018 (inventory name) and u1 are nodes 4 and 6 (5 and 7 are absent); u3 does not exist."""
+        """u0018 (inventory name), u1 and s0/u1 are nodes 4 and 6 (5 and 7 are absent); u3 does not exist."""
         index = NameIndex.of(INVENTORY)
-        assert (index.ultraserver_nodes("u0018"), index.ultraserver_nodes("u1"), index.ultraserver_nodes("u3")) == (
-            [4, 6], [4, 6], None)
+        assert [index.ultraserver_nodes(name) for name in ("u0018", "u1", "s0/u1", "u3", "s0/u3")] == [
+            [4, 6], [4, 6], [4, 6], None, None]
 
 
 class TestResolve:
@@ -233,6 +234,12 @@ class TestResolve:
         assert not membership.node_job.flags.writeable
         with pytest.raises(AttributeError):
             membership.ids = ()  # type: ignore[misc]
+
+    def test_a_document_may_name_nodes_and_ultraservers_by_their_ids(self) -> None:
+        """A job naming node s0/u0/n0 and UltraServer s0/u1 by the ids every surface prints holds nodes 0, 4 and 6
+        (docs/ids.md)."""
+        membership = resolve_jobs(NameIndex.of(INVENTORY), [job("a", ["s0/u0/n0"], 1.0, ["s0/u1"])])
+        assert np.flatnonzero(membership.node_job == 0).tolist() == [0, 4, 6]
 
     def test_unknown_names_are_counted_per_job(self) -> None:
         """A host and an UltraServer the inventory does not know are counted in their own job, never placed."""

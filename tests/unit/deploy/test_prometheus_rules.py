@@ -193,7 +193,7 @@ def test_one_monitor_s_job_figures_come_back_through_the_rules(tmp_path: Path) -
     """Fed one monitor's rendered job families (three jobs, a degraded NeuronLink and a straggler), the rules give
     back exactly its lost FP8 by cause and its slowest speeds: a single monitor's figures are unchanged."""
     analysis, _peak = analysed(THREE_JOBS)
-    text = JobFamilies(lambda: snapshot_of(analysis)).render().decode()
+    text = JobFamilies(TOPO, lambda: snapshot_of(analysis)).render().decode()
     found = [(s.name, s.labels, s.value) for f in text_string_to_metric_families(text) for s in f.samples
              if s.name.startswith("rainier_job_") and "training_job" in s.labels]
 

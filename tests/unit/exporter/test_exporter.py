@@ -322,8 +322,8 @@ class TestEntityBudget:
         kept = re.findall(r'^rainier_neuronlink_unhealthy\{link="(\d+)"', text, re.MULTILINE)
         assert kept == ["1", "4", "2"]
         assert families.dropped["neuronlink"] == 2
-        reasons = re.findall(r'^rainier_neuronlink_unhealthy_reason\{link="(\d+)",reason="bandwidth"\}', text,
-                             re.MULTILINE)
+        reasons = re.findall(r'^rainier_neuronlink_unhealthy_reason\{link="(\d+)",id="[^"]+",reason="bandwidth"\}',
+                             text, re.MULTILINE)
         assert reasons == kept
 
     def test_a_real_nodes_reasons_and_a_stale_port_reach_their_series(self) -> None:

@@ -16,11 +16,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from rainierd.actions.config import ActionConfig
 from rainierd.actions.policy import ActionPolicy
 from rainierd.core.analysis import MonitorCore
 from rainierd.exporter import build_exporter
+from rainierd.fleet.ids import parse
 from rainierd.fleet.topology import build_topology
 from rainierd.http.status import AUTH_RESULTS, ServerCounters
 from rainierd.monitor.snapshot import Backlog, IngestCounts, MonitorSnapshot, MonitorStatus
@@ -95,11 +97,36 @@ def test_golden_passes_promtool_check_metrics() -> None:
 
 
 def test_golden_shows_the_faults() -> None:
-    """The golden scrape is a meaningful one: it holds the three faulty components and their losses."""
+    """The golden scrape is a meaningful one: it holds the three faulty components, each with its canonical id
+    (docs/ids.md), and their losses."""
     text = GOLDEN.read_text()
-    assert 'rainier_neuronlink_unhealthy{link="5",kind="torus",site="s0",ultraserver="u0",node="n0",' in text
-    assert 'rainier_efa_port_unhealthy{port="70",site="s0",ultraserver="u1",node="n4",state="down"} 1.0' in text
-    assert 'rainier_chip_unhealthy{chip="100",site="s0",ultraserver="u1",node="n6",state="straggler"} 1.0' in text
+    assert ('rainier_neuronlink_unhealthy{link="5",id="s0/u0/n0/chip5/link0",kind="torus",site="s0",ultraserver="u0",'
+            'node="n0",') in text
+    assert ('rainier_efa_port_unhealthy{port="70",id="s0/u1/n4/efa6",site="s0",ultraserver="u1",node="n4",'
+            'state="down"} 1.0') in text
+    assert ('rainier_chip_unhealthy{chip="100",id="s0/u1/n6/chip4",site="s0",ultraserver="u1",node="n6",'
+            'state="straggler"} 1.0') in text
     worst_first = text.split("# TYPE rainier_neuronlink_worst_bandwidth_ratio gauge\n")[1].splitlines()[0]
-    assert worst_first.startswith('rainier_neuronlink_worst_bandwidth_ratio{link="5",kind="torus"')
+    assert worst_first.startswith('rainier_neuronlink_worst_bandwidth_ratio{link="5",id="s0/u0/n0/chip5/link0",')
     assert re.search(r'rainier_fleet_fp8_lost_flops\{cause="straggler"\} [1-9]', text)
+
+
+def test_every_per_entity_series_names_its_entity_by_its_canonical_id() -> None:
+    """Each series of a chip, NeuronLink, EFA port, node or UltraServer carries ``id``, the entity's canonical id
+    (docs/ids.md), beside the index label it always had; the id reads back to that index.  An additive label:
+    one per series, never one more series."""
+    topo = build_topology("demo")
+    index_labels = {"link": "neuronlink", "port": "efa", "chip": "chip"}
+    checked = 0
+    for family in text_string_to_metric_families(GOLDEN.read_text()):
+        for sample in family.samples:
+            labels = sample.labels
+            kind = next((k for label, k in index_labels.items() if label in labels), None)
+            if kind is None and "node" in labels and family.name.startswith("rainier_node_"):
+                kind = "node"
+            if kind is None or family.name.startswith("rainier_job_"):
+                continue
+            index = int(labels[{"neuronlink": "link", "efa": "port"}.get(kind, kind)].lstrip("n"))
+            assert parse(topo, labels["id"]) == (kind, index), sample
+            checked += 1
+    assert checked >= 20  # the unhealthy, reason and worst families of the three faults' kinds

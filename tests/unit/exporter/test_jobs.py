@@ -18,7 +18,8 @@ from rainierd.core.analysis import Analysis, MonitorCore
 from rainierd.core.jobmodel import CULPRIT_KINDS
 from rainierd.core.jobs import NameIndex, resolve_jobs
 from rainierd.exporter import build_exporter
-from rainierd.exporter.jobs import ID_SPELLING, JobFamilies, exported_jobs
+from rainierd.exporter.jobs import JobFamilies, exported_jobs
+from rainierd.fleet.ids import entity_id
 from rainierd.fleet.pace import CAUSES
 from rainierd.fleet.shards import shard_view
 from rainierd.fleet.topology import Topology, build_topology
@@ -89,7 +90,7 @@ class TestThreeJobs:
     def test_every_job_has_its_info_and_size(self, three_jobs: tuple[Analysis, float]) -> None:
         """Each job has one info series with its name (escaped and read back whole), owner and scheduler, and
         its chips; the counts say three jobs, all exported."""
-        found = samples(JobFamilies(lambda: snapshot_of(three_jobs[0])).render())
+        found = samples(JobFamilies(TOPO, lambda: snapshot_of(three_jobs[0])).render())
         assert sorted(found["rainier_job_info"]) == sorted(
             (("name", d.name), ("owner", "alice"), ("scheduler", "slurm"), ("training_job", d.id)) for d in THREE_JOBS)
         assert job_values(found, "rainier_job_chips") == {"lab/pretrain": 64, "lab/finetune": 32, "lab/eval": 16}
@@ -99,7 +100,7 @@ class TestThreeJobs:
     def test_peaks_and_unallocated_add_up_to_the_fleet(self, three_jobs: tuple[Analysis, float]) -> None:
         """The jobs' peaks plus the unallocated capacity are the fleet's peak (node 7 is in no job)."""
         analysis, fleet_peak = three_jobs
-        found = samples(JobFamilies(lambda: snapshot_of(analysis)).render())
+        found = samples(JobFamilies(TOPO, lambda: snapshot_of(analysis)).render())
         peaks = job_values(found, "rainier_job_fp8_peak_flops")
         unallocated = found["rainier_fleet_fp8_unallocated_flops"][()]
         assert unallocated == pytest.approx(16 * 1.299e15, rel=1e-12)
@@ -108,7 +109,7 @@ class TestThreeJobs:
     def test_every_cause_of_every_job_has_a_series(self, three_jobs: tuple[Analysis, float]) -> None:
         """rainier_job_fp8_lost_flops has each cause of each job, zeros included, and the faults land on
         their jobs' causes only."""
-        found = samples(JobFamilies(lambda: snapshot_of(three_jobs[0])).render())
+        found = samples(JobFamilies(TOPO, lambda: snapshot_of(three_jobs[0])).render())
         lost = {(dict(k)["training_job"], dict(k)["cause"]): v for k, v in found["rainier_job_fp8_lost_flops"].items()}
         assert sorted(lost) == sorted((d.id, c) for d in THREE_JOBS for c in CAUSES)
         assert {k for k, v in lost.items() if v > 0} == {("lab/pretrain", "degraded_neuronlink"),
@@ -116,7 +117,7 @@ class TestThreeJobs:
 
     def test_goodput_effective_and_stalled(self, three_jobs: tuple[Analysis, float]) -> None:
         """Goodput is effective over effective plus lost; the healthy job's is 1; nothing is stalled."""
-        found = samples(JobFamilies(lambda: snapshot_of(three_jobs[0])).render())
+        found = samples(JobFamilies(TOPO, lambda: snapshot_of(three_jobs[0])).render())
         effective = job_values(found, "rainier_job_fp8_effective_flops")
         goodput = job_values(found, "rainier_job_goodput_ratio")
         lost = dict.fromkeys(effective, 0.0)
@@ -129,12 +130,12 @@ class TestThreeJobs:
         assert 0 < found["rainier_fleet_allocated_goodput_ratio"][()] < 1
 
     def test_culprits_name_the_faulty_entities(self, three_jobs: tuple[Analysis, float]) -> None:
-        """Each hurt job's first culprit is its fault, spelled as the entity's own family spells it; the healthy
-        job has none."""
-        found = samples(JobFamilies(lambda: snapshot_of(three_jobs[0])).render())
+        """Each hurt job's first culprit is its fault, named by its canonical id (docs/ids.md); the healthy job has
+        none."""
+        found = samples(JobFamilies(TOPO, lambda: snapshot_of(three_jobs[0])).render())
         first = {dict(k)["training_job"]: (dict(k)["entity"], dict(k)["id"]) for k in found["rainier_job_culprit_flops"]
                  if dict(k)["rank"] == "1"}
-        assert first == {"lab/pretrain": ("neuronlink", str(LINK_IN_PRETRAIN)), "lab/eval": ("chip", str(CHIP_IN_EVAL))}
+        assert first == {"lab/pretrain": ("neuronlink", "s0/u0/n0/chip5/link0"), "lab/eval": ("chip", "s0/u1/n6/chip4")}
         assert all(v > 0 for v in found["rainier_job_culprit_flops"].values())
 
     def test_the_pace_terms_are_the_model_s(self, three_jobs: tuple[Analysis, float]) -> None:
@@ -145,7 +146,7 @@ class TestThreeJobs:
         assert loss is not None
         assert jobs is not None
         ids = jobs.ids
-        found = samples(JobFamilies(lambda: snapshot_of(analysis)).render())
+        found = samples(JobFamilies(TOPO, lambda: snapshot_of(analysis)).render())
 
         def by_job(name: str, **labels: str) -> dict[str, float]:
             return {dict(k)["training_job"]: v for k, v in found[name].items()
@@ -163,13 +164,14 @@ class TestThreeJobs:
     def test_eleven_series_and_twenty_four_a_job_plus_its_culprits(self, three_jobs: tuple[Analysis, float]) -> None:
         """The cardinality docs/metrics.md states: 11 fixed series (6 of them the refusal reasons), 24 a job
         (6 of them its causes, 6 its pace terms, 6 its phase) and one a culprit."""
-        found = samples(JobFamilies(lambda: snapshot_of(three_jobs[0])).render())
+        found = samples(JobFamilies(TOPO, lambda: snapshot_of(three_jobs[0])).render())
         series = sum(len(by_labels) for by_labels in found.values())
         assert series == 11 + 24 * 3 + len(found["rainier_job_culprit_flops"])
 
-    def test_every_culprit_kind_has_its_id_spelling(self) -> None:
-        """A culprit of any kind the model names is spelled as its entity's own family spells its id."""
-        assert [ID_SPELLING[kind].format(7) for kind in CULPRIT_KINDS] == ["7", "7", "7", "n7"]
+    def test_every_culprit_kind_has_its_canonical_id(self) -> None:
+        """A culprit of any kind the model names is labelled with the id every surface prints for it."""
+        assert [entity_id(TOPO, kind, 7) for kind in CULPRIT_KINDS] == [
+            "s0/u0/n0/chip7", "s0/u0/n0/chip7/link0", "s0/u0/n0/efa7", "s0/u1/n7"]
 
     def test_the_monitor_s_exporter_collects_them(
             self, three_jobs: tuple[Analysis, float]) -> None:
@@ -185,7 +187,7 @@ class TestBudget:
     def test_beyond_max_jobs_the_costliest_are_kept(self, three_jobs: tuple[Analysis, float]) -> None:
         """With max_jobs 2, the two jobs losing the most keep their series; the third is counted over budget and
         logged once, however many scrapes."""
-        families = JobFamilies(lambda: snapshot_of(three_jobs[0]), max_jobs=2)
+        families = JobFamilies(TOPO, lambda: snapshot_of(three_jobs[0]), max_jobs=2)
         with capture_logs() as logs:
             found = samples(families.render())
             families.render()
@@ -199,7 +201,7 @@ class TestBudget:
 
     def test_every_per_job_family_honours_the_budget(self, three_jobs: tuple[Analysis, float]) -> None:
         """No per-job family names a job left out."""
-        found = samples(JobFamilies(lambda: snapshot_of(three_jobs[0]), max_jobs=1).render())
+        found = samples(JobFamilies(TOPO, lambda: snapshot_of(three_jobs[0]), max_jobs=1).render())
         named = {dict(labels)["training_job"] for name, series in found.items() if name.startswith("rainier_job_")
                  for labels in series if "training_job" in dict(labels)}
         assert named == {"lab/pretrain"}
@@ -209,7 +211,7 @@ class TestNoJobs:
     def test_a_fleet_without_jobs_exports_the_fleet_figures_only(self) -> None:
         """No jobs: rainier_jobs 0, all the peak unallocated, no allocated goodput and no per-job family at all."""
         analysis, fleet_peak = analysed((), ticks=3)
-        text = JobFamilies(lambda: snapshot_of(analysis)).render()
+        text = JobFamilies(TOPO, lambda: snapshot_of(analysis)).render()
         found = samples(text)
         assert (found["rainier_jobs"][()], found["rainier_jobs_exported"][()]) == (0, 0)
         assert found["rainier_fleet_fp8_unallocated_flops"][()] == fleet_peak
@@ -220,13 +222,13 @@ class TestNoJobs:
     def test_refusals_are_counted_by_every_reason(self) -> None:
         """rainier_job_documents_refused_total has every reason, 0 included, from the snapshot's status."""
         analysis, _peak = analysed((), ticks=1)
-        found = samples(JobFamilies(lambda: snapshot_of(analysis, {"schema": 3})).render())
+        found = samples(JobFamilies(TOPO, lambda: snapshot_of(analysis, {"schema": 3})).render())
         assert found["rainier_job_documents_refused_total"] == {
             (("reason", r),): (3.0 if r == "schema" else 0.0) for r in JOB_REJECT_REASONS}
 
     def test_nothing_before_the_first_analysis(self) -> None:
         """No snapshot yet: nothing rendered."""
-        assert JobFamilies(lambda: None).render() == b""
+        assert JobFamilies(TOPO, lambda: None).render() == b""
 
 
 class TestShards:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from rainierd.fleet import ids
+from rainierd.fleet.inventory import load_inventory
 from rainierd.fleet.topology import build_topology
 
 DEMO = build_topology("demo")
@@ -63,3 +66,36 @@ def test_an_id_that_names_nothing_is_refused_saying_why(text: str, why: str) -> 
 def test_an_unknown_kind_is_refused() -> None:
     with pytest.raises(ValueError, match="no entity kind 'gpu'"):
         ids.entity_id(DEMO, "gpu", 0)
+
+
+INVENTORY = load_inventory(Path(__file__).parents[2] / "data" / "inventory-two-sites.toml")
+
+
+class TestEntityFields:
+    """``entity_fields``: how every surface names an entity as data (events, the read API, culprits)."""
+
+    def test_a_part_of_a_named_node_carries_its_node_ultraserver_and_hostname(self) -> None:
+        """A chip of a node the inventory names: its id and index, its UltraServer's and node's ids, the hostname."""
+        assert ids.entity_fields(INVENTORY, "chip", 6 * 16 + 3) == {
+            "entity": "chip", "id": "s0/u1/n6/chip3", "index": 99, "ultraserver": "s0/u1", "node": "s0/u1/n6",
+            "hostname": "ip-10-0-18-10"}
+
+    def test_without_an_inventory_there_is_no_hostname(self) -> None:
+        """The demo fleet names no host: the field is absent, never invented."""
+        assert ids.entity_fields(DEMO, "neuronlink", 224) == {
+            "entity": "neuronlink", "id": "s0/u1/n4/chip0/link2", "index": 224, "ultraserver": "s0/u1",
+            "node": "s0/u1/n4"}
+
+    @pytest.mark.parametrize(("kind", "index", "fields"), [
+        ("ultraserver", 1, {"entity": "ultraserver", "id": "s0/u1", "index": 1, "ultraserver": "s0/u1"}),
+        ("site", 1, {"entity": "site", "id": "s1", "index": 1}),
+        ("feed", 0, {"entity": "feed", "id": "feed", "index": 0}),
+    ])
+    def test_above_the_node_only_what_holds_it(self, kind: str, index: int, fields: dict[str, object]) -> None:
+        """An UltraServer names itself as its UltraServer; a site and the feed have neither node nor UltraServer."""
+        assert ids.entity_fields(INVENTORY, kind, index) == fields
+
+    def test_the_hostname_of_a_node_the_inventory_leaves_unnamed_is_none(self) -> None:
+        """Node 5 is absent from the inventory: no hostname."""
+        assert (ids.hostname_of(INVENTORY, 6), ids.hostname_of(INVENTORY, 5), ids.hostname_of(DEMO, 0)) == (
+            "ip-10-0-18-10", None, None)

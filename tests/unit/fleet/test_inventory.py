@@ -168,9 +168,10 @@ class TestMonitoring:
         assert dict(result.rejected) == {"unknown_node": 1}
 
     def test_metrics_carry_the_inventorys_names(self) -> None:
-        """A per-node series carries node="n<id>" (as its topic does) and the hostname, instance id and zone."""
+        """A per-node series carries its canonical id, node="n<id>" (as its topic does) and the hostname, instance
+        id and zone."""
         topo = load_inventory(INVENTORY)
         families = EntityFamilies(topo, lambda: None)
         (block,) = families._labels("chip", np.array([6 * 16 + 3]))
-        assert block == ('chip="99",site="s0",ultraserver="u1",node="n6",hostname="ip-10-0-18-10",'
+        assert block == ('chip="99",id="s0/u1/n6/chip3",site="s0",ultraserver="u1",node="n6",hostname="ip-10-0-18-10",'
                          'instance_id="i-0a1b2c3d4e5f60722",availability_zone="us-east-2a"')

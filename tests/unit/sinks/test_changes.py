@@ -74,12 +74,18 @@ class TestOutbox:
         outbox.offer(view(advisory("a"), advisory("b")))
         assert (list(pending_of(outbox)), outbox.dropped) == ([f"{ACTIONS_ROOT}/b", f"{ACTIONS_ROOT}/_brake"], 1)
 
-    def test_a_node_name_that_cannot_be_a_topic_level_is_refused_and_counted(self) -> None:
-        """A node named with a / (or + or #) is not published, and counted."""
+    def test_a_node_id_is_its_topic_s_levels(self) -> None:
+        """A node's advisory is retained under its id's levels (rainier/v1/actions/s0/u1/n4: docs/ids.md)."""
         outbox = RetainedActions(qos=1)
-        outbox.offer(view(advisory("a/b"), advisory("c")))
+        outbox.offer(view(advisory("s0/u1/n4", node_id=4)))
+        assert sorted(pending_of(outbox)) == [f"{ACTIONS_ROOT}/_brake", f"{ACTIONS_ROOT}/s0/u1/n4"]
+
+    def test_a_node_name_that_cannot_be_a_topic_is_refused_and_counted(self) -> None:
+        """A node named with a + or # (a wildcard) is not published, and counted."""
+        outbox = RetainedActions(qos=1)
+        outbox.offer(view(advisory("a+b"), advisory("c#"), advisory("c")))
         assert (sorted(pending_of(outbox)), outbox.refused) == (
-            [f"{ACTIONS_ROOT}/_brake", f"{ACTIONS_ROOT}/c"], 1)
+            [f"{ACTIONS_ROOT}/_brake", f"{ACTIONS_ROOT}/c"], 2)
 
     def test_a_shards_brake_has_its_own_topic(self) -> None:
         """Shard 1 of 2 publishes its brake at _brake-1, so shards never overwrite each other's."""

@@ -15,7 +15,7 @@ from rainierd.http.client import parse_url
 from rainierd.http.server import HttpServer
 from rainierd.monitor.snapshot import MonitorSnapshot
 from rainierd.sinks.nodecheck import OK, PROBLEM, UNKNOWN, Verdict, check, judge
-from tests.actions_views import advisory, snapshot, view
+from tests.actions_views import NAMED_DEMO, advisory, named, snapshot, view
 from tests.serving import OK as PROBE_OK
 from tests.serving import role_server
 
@@ -38,6 +38,11 @@ class TestJudge:
     def test_no_advisory_is_ok(self) -> None:
         """No advisory for the node is exit 0, saying so."""
         assert verdict_of(doc()) == Verdict(OK, "no advisory for trn2-a-0001")
+
+    def test_no_advisory_names_the_node_as_the_monitor_resolved_it(self) -> None:
+        """With the monitor's name of the node, the line gives its canonical id and hostname (docs/ids.md)."""
+        document = doc() | {"node": {"entity": "node", "id": "s0/u0/n1", "index": 1, "hostname": "trn2-a-0001"}}
+        assert verdict_of(document) == Verdict(OK, "no advisory for s0/u0/n1 (trn2-a-0001)")
 
     @pytest.mark.parametrize(("kwargs", "line"), [
         ({"action": "watch"}, "watch proposed: "),
@@ -81,9 +86,9 @@ class TestJudge:
 class TestAgainstTheMonitor:
     @pytest.fixture
     async def monitor(self) -> AsyncIterator[tuple[HttpServer, list[MonitorSnapshot | None]]]:
-        current: list[MonitorSnapshot | None] = [snapshot(view(advisory("trn2-a-0001", node_id=1)))]
+        current: list[MonitorSnapshot | None] = [snapshot(view(named(1)))]
         server = role_server(ready=lambda: PROBE_OK)
-        server.route("/api/v1/actions", ActionsApi(lambda: current[0]).serve)
+        server.route("/api/v1/actions", ActionsApi(NAMED_DEMO, lambda: current[0]).serve)
         async with server:
             yield server, current
 
@@ -97,7 +102,21 @@ class TestAgainstTheMonitor:
 
     async def test_another_node_is_ok(self, monitor: tuple[HttpServer, list[object]]) -> None:
         """A node the monitor has no advisory for is exit 0."""
-        assert await self.ask(monitor[0].port, "trn2-a-0002") == Verdict(OK, "no advisory for trn2-a-0002")
+        assert await self.ask(monitor[0].port, "trn2-a-0002") == Verdict(OK, "no advisory for s0/u0/n2 (trn2-a-0002)")
+
+    @pytest.mark.parametrize("node", ["s0/u0/n1", "n1", "trn2-a-0001"])
+    async def test_the_node_by_id_hostname_or_index(self, monitor: tuple[HttpServer, list[object]],
+                                                    node: str) -> None:
+        """The node's id, hostname and n<index> reach the same advisory."""
+        assert (await self.ask(monitor[0].port, node)).code == PROBLEM
+
+    @pytest.mark.parametrize("node", ["trn2-b-0001", "n99", "s0/u0/n4"])
+    async def test_a_node_the_monitor_does_not_know_is_unknown(self, monitor: tuple[HttpServer, list[object]],
+                                                               node: str) -> None:
+        """A node the monitor's fleet does not hold (a hostname mismatch) is exit 2 with one line, never OK."""
+        verdict = await self.ask(monitor[0].port, node)
+        assert verdict == Verdict(UNKNOWN, f"monitor http://127.0.0.1:{monitor[0].port} knows no node {node!r}: "
+                                           "give its id (s0/u1/n4), its inventory hostname or n<index>")
 
     async def test_before_any_analysis_unknown(self, monitor: tuple[HttpServer, list[object]]) -> None:
         """Before the monitor's first analysis (503) the answer is exit 2 with the monitor's reason."""

@@ -19,12 +19,15 @@ from rainierd.top.heatmap import HeatMap
 from rainierd.top.model import COLOURS
 from rainierd.top.screens import EntityScreen, JobScreen, NodeScreen, SiteScreen, UltraServerScreen
 from tests.certs import Pki, make_pki
-from tests.read_api_fixture import FAULTY_LINK, FAULTY_US, Monitored, monitored
+from tests.read_api_fixture import Monitored, monitored
 from tests.top_driver import rows, settle, text_of, top_app
 from tests.unit.api.test_read_api import Served, serve
 from tests.unit.http.test_webconfig import HASH
 
 GREEN = COLOURS[-1]
+
+# The fixture's faulty UltraServer and link as the read API names them (docs/ids.md).
+US_ID, LINK_ID = "s0/u1", "s0/u1/n4/chip0/link2"
 
 
 def CONNECTED(monitor: Monitored) -> MonitorSnapshot:  # noqa: N802 - reads as the snapshot it returns
@@ -71,14 +74,14 @@ class TestFleetScreen:
             assert "128/128 reporting" in header
             assert "NeuronLink degraded 1" in header
             heat = app.screen.query_one(HeatMap)
-            assert [c["id"] for c in heat.layout_.cells] == ["u0", FAULTY_US]
+            assert [c["id"] for c in heat.layout_.cells] == ["s0/u0", US_ID]
             colours = heat.cells_by_colour()
-            assert colours[GREEN] == ["u0"]
-            assert FAULTY_US not in colours.get(GREEN, [])
-            assert rows(app, "#worst")[0][:2] == [FAULTY_US, "s0"]
+            assert colours[GREEN] == ["s0/u0"]
+            assert US_ID not in colours.get(GREEN, [])
+            assert rows(app, "#worst")[0][:2] == [US_ID, "s0"]
             assert [r[0] for r in rows(app, "#jobs")] == ["lab/pretrain", "lab/finetune"]
             log = app.screen.query_one("#events")
-            assert any(f"neuronlink {FAULTY_LINK} ({FAULTY_US})  healthy -> degraded" in line.text
+            assert any(f"neuronlink {LINK_ID} ({US_ID})  healthy -> degraded" in line.text
                        for line in log.lines)  # type: ignore[attr-defined]
 
     async def test_c_colours_by_effective_share_against_a_healthy_one(self, plain: Served) -> None:
@@ -92,7 +95,7 @@ class TestFleetScreen:
             heat = app.screen.query_one(HeatMap)
             assert heat.mode == "peak"
             assert text_of(app, "#legend").startswith("effective share vs a healthy one")
-            assert heat.cells_by_colour()[GREEN] == ["u0"]
+            assert heat.cells_by_colour()[GREEN] == ["s0/u0"]
             await pilot.press("c")
             assert heat.mode == "kept"
 
@@ -136,30 +139,30 @@ class TestDrillDown:
         async with app.run_test(size=SIZE) as pilot:
             await fleet_shown(pilot, app)
             await pilot.press("right")
-            assert text_of(app, "#cell").startswith(f"{FAULTY_US} (site s0)")
+            assert text_of(app, "#cell").startswith(f"{US_ID} (site s0)")
             await pilot.press("enter")
             await settle(pilot, lambda: isinstance(app.screen, UltraServerScreen) and app.screen.loads > 0,
                          "the UltraServer screen")
             assert rows(app, "#unhealthy") == [
-                ["neuronlink", str(FAULTY_LINK), "n4", "degraded", "lanes,bandwidth", "35"]]
+                ["neuronlink", LINK_ID, "s0/u1/n4", "degraded", "lanes,bandwidth", "35"]]
             await pilot.press("enter")
             await settle(pilot, lambda: isinstance(app.screen, EntityScreen) and app.screen.loads > 0,
                          "the link's screen")
             fields = dict(rows(app, "#fields"))
-            assert (fields["state"], fields["lanes_up"], fields["node"]) == ("degraded", "4", "n4")
-            assert "neuronlink 224 is degraded (lanes,bandwidth) since tick 35" in text_of(app, "#title")
+            assert (fields["state"], fields["lanes_up"], fields["node"]) == ("degraded", "4", "s0/u1/n4")
+            assert f"neuronlink {LINK_ID} is degraded (lanes,bandwidth) since tick 35" in text_of(app, "#title")
             await pilot.press("escape")
             assert isinstance(app.screen, UltraServerScreen)
             await pilot.press("tab")  # to the nodes table
             nodes = [r[0] for r in rows(app, "#nodes")]
-            for _ in range(nodes.index("n4")):
+            for _ in range(nodes.index("s0/u1/n4")):
                 await pilot.press("down")
             await pilot.press("enter")
             await settle(pilot, lambda: isinstance(app.screen, NodeScreen) and app.screen.loads > 0,
                          "node n4's screen")
             assert app.screen.query_one("#kinds").active == "tab-links"  # type: ignore[attr-defined]
             first = rows(app, "#links")[0]
-            assert (first[0], first[3]) == (str(FAULTY_LINK), "degraded")
+            assert (first[0], first[3]) == (LINK_ID, "degraded")
             assert "unhealthy: 0 chips, 1 NeuronLinks, 0 EFA ports" in text_of(app, "#title")
             await pilot.press("escape", "escape")
             assert isinstance(app.screen, FleetScreen)
@@ -172,11 +175,11 @@ class TestDrillDown:
             await pilot.press("j", "enter")
             await settle(pilot, lambda: isinstance(app.screen, JobScreen) and app.screen.loads > 0, "the job")
             assert "Job lab/pretrain" in text_of(app, "#title")
-            assert rows(app, "#culprits")[0][:3] == ["neuronlink", str(FAULTY_LINK), FAULTY_US]
-            assert [r[0] for r in rows(app, "#held")] == [FAULTY_US]
+            assert rows(app, "#culprits")[0][:3] == ["neuronlink", LINK_ID, US_ID]
+            assert [r[0] for r in rows(app, "#held")] == [US_ID]
             await pilot.press("enter")
             await settle(pilot, lambda: isinstance(app.screen, EntityScreen) and app.screen.loads > 0, "the link")
-            assert dict(rows(app, "#fields"))["id"] == str(FAULTY_LINK)
+            assert dict(rows(app, "#fields"))["id"] == LINK_ID
 
     async def test_site_lowest_share_first(self, plain: Served) -> None:
         """s, Enter on the site: its UltraServers, the faulty one first; Enter opens it."""
@@ -185,10 +188,10 @@ class TestDrillDown:
             await fleet_shown(pilot, app)
             await pilot.press("s", "enter")
             await settle(pilot, lambda: isinstance(app.screen, SiteScreen) and app.screen.loads > 0, "the site")
-            assert [r[0] for r in rows(app, "#ultraservers")] == [FAULTY_US, "u0"]
+            assert [r[0] for r in rows(app, "#ultraservers")] == [US_ID, "s0/u0"]
             await pilot.press("enter")
             await settle(pilot, lambda: isinstance(app.screen, UltraServerScreen), "u1")
-            assert app.screen.ultraserver == FAULTY_US  # type: ignore[attr-defined]
+            assert app.screen.ultraserver == US_ID  # type: ignore[attr-defined]
 
 
 class TestBanner:

@@ -53,9 +53,10 @@ NAN, INF = float("nan"), float("inf")
 # docs/actions.schema.json (the ``answers`` fixture checks).
 GOOD_ACTIONS: Final = {
     "schema_version": 1, "t_s": 1.8e9, "dry_run": True, "total": 1,
-    "actions": [{"node": "n4", "node_id": 4, "site": "s0", "ultraserver": 1, "action": "watch", "state": "pending",
-                 "reason": "watch: n4/chip2/link0 degraded", "protects_flops": 7e15,
-                 "causes": [{"entity": "neuronlink", "id": 224, "name": "n4/chip2/link0", "state": "degraded",
+    "actions": [{"node": "s0/u1/n4", "hostname": None, "index": 4, "site": "s0", "ultraserver": "s0/u1",
+                 "action": "watch", "state": "pending", "reason": "watch: s0/u1/n4/chip2/link0 degraded",
+                 "protects_flops": 7e15,
+                 "causes": [{"entity": "neuronlink", "id": "s0/u1/n4/chip2/link0", "index": 224, "state": "degraded",
                              "reasons": ["lanes"], "since_s": 1.8e9}],
                  "protects": [{"job": "lab/pretrain", "flops": 7e15}], "since_s": 1.8e9, "proposed_s": None,
                  "expired_s": None, "suppressed_by": None, "lemon": False}],
@@ -344,7 +345,7 @@ class TestWhatTheSchemaAllows:
             async with app.run_test(size=SIZE) as pilot:
                 await live_at(pilot, app, 45)
                 await until(pilot, app, lambda: bool(rows(app, "#worst")), "the worst list drawn")
-                assert [r[0] for r in rows(app, "#worst")] == ["u1"]
+                assert [r[0] for r in rows(app, "#worst")] == ["s0/u1"]
 
     async def test_a_name_like_markup_is_drawn_as_it_is_spelled(self, answers: dict[str, Any]) -> None:
         """A job named ``lab/[/x]`` or ``[link=…]`` is text in the jobs table, not Rich markup (``[/x]`` closing
@@ -384,7 +385,7 @@ class TestWhatTheSchemaAllows:
             async with app.run_test(size=SIZE) as pilot:
                 await live_at(pilot, app, 45)
                 assert "carbon" not in app.view.fleet  # type: ignore[operator]
-                assert [c["id"] for c in app.view.heat] == ["u0", "u1"]
+                assert [c["id"] for c in app.view.heat] == ["s0/u0", "s0/u1"]
                 assert f"costing most switch {good[FLEET]['culprits'][0]['id']}" in text_of(app, "#header")
                 assert "BAD ANSWER" not in banner(app)
 

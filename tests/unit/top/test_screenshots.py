@@ -30,9 +30,10 @@ def test_the_shots_show_what_their_captions_say(rendered: dict[str, str]) -> Non
     def text(name: str) -> str:  # the SVG's text, its non-breaking spaces as spaces
         return rendered[name].replace("&#160;", " ")
 
-    assert "u5 (site s0): keeps" in text("top-fleet.svg")  # the cursor's cell
-    for event in ("neuronlink 992 (u5)", "efa 3018 (u47)", "chip 5317 (u83)", "chip 6440 (u100)"):
+    assert "s0/u5 (site s0): keeps" in text("top-fleet.svg")  # the cursor's cell
+    for event in ("neuronlink s0/u5/n20/chip0/link2 (s0/u5)", "efa s1/u47/n188/efa10 (s1/u47)",
+                  "chip s2/u83/n332/chip5 (s2/u83)", "chip s2/u100/n402/chip8 (s2/u100)"):
         assert event in text("top-fleet.svg")
-    assert "neuronlink 992" in text("top-link.svg")
+    assert "neuronlink s0/u5/n20/chip0/link2" in text("top-link.svg")
     assert "degraded" in text("top-link.svg")
     assert "Culprits" in text("top-job.svg")

@@ -125,7 +125,7 @@ class TestDetectionBesideTheLiar:
         assert [(node, reasons) for _tick, node, reasons in outcome.raised] == [
             (SLOW, ("efa_node_slow", "own_drop"))]
         assert outcome.raised[0][0] - 120 <= 40
-        assert outcome.proposed == frozenset({(f"n{SLOW}", "drain")})
+        assert outcome.proposed == frozenset({(f"s0/u{SLOW // 4}/n{SLOW}", "drain")})
         assert outcome.implausible == (LIAR,)
 
 
