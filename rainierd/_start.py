@@ -63,8 +63,14 @@ def entry() -> NoReturn:
 
     ``rainierd node-check`` (a node-problem-detector plugin with a second to answer) goes straight to its
     module, which loads only the standard library: the full command line takes about a second to import.
+    So does ``rainierd --version``, which a packager or a bug report runs.
     """
     honour_signals()
+    if sys.argv[1:] in (["--version"], ["-V"]):
+        from rainierd._version import describe  # noqa: PLC0415 - only this command loads it
+
+        print(describe())
+        sys.exit(0)
     if sys.argv[1:2] == ["node-check"]:
         from rainierd.sinks.nodecheck import main as node_check  # noqa: PLC0415 - only this command loads it
 

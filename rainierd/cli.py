@@ -3,7 +3,11 @@ logging and hands over to a role or a small utility.  (The benchmarks live
 outside the package: ``python -m benchmarks`` in a source checkout.)
 
 Exit codes: 0 success or a clean stop, 1 a runtime failure, 2 bad usage or an
-invalid setting (one line on stderr naming it).
+invalid setting or input (one line on stderr naming it: a scenario or jobs
+file, a scheduler's output, an address already in use), 141 when whoever
+reads a utility's output closes the pipe first (``rainierd schema | head``:
+what a shell tool killed by SIGPIPE returns, without a traceback).  A bare
+``rainierd`` prints its usage and exits 2.
 """
 
 from __future__ import annotations
@@ -11,9 +15,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import errno
 import json
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,11 +29,13 @@ from typing import Any, Final, Literal, NoReturn, Union, get_args, get_origin
 import numpy as np
 import structlog
 
-from rainierd import __version__
+from rainierd import completion
+from rainierd._listen import in_use_message, listen_setting, local_url, taken
 from rainierd._start import Stopped
+from rainierd._version import describe
 from rainierd.bridge import run_bridge
 from rainierd.daemon import run_role
-from rainierd.errors import ConfigError, RainierdError
+from rainierd.errors import ConfigError, JobError, RainierdError
 from rainierd.fleet import TRN2, build_inventory, load_inventory, parse_ultraservers, read_node_listing
 from rainierd.healthcheck import DEFAULT_TIMEOUT_S
 from rainierd.healthcheck import check as check_health
@@ -41,9 +49,6 @@ from rainierd.wire import jobs_schema, json_schema
 
 # Roles that hold the fleet's state; see ``entry``.
 _DAEMONS = frozenset({"run", "simulate", "monitor", "aggregate", "bridge", "jobs"})
-
-_BENCH_MOVED: Final = ("rainierd: the benchmarks are no longer part of rainierd: from a source checkout, run "
-                       "python -m benchmarks KIND (benchmarks/README.md)")
 
 _METAVARS: Final[dict[Any, str]] = {Path: "FILE", int: "N", float: "NUMBER", str: "VALUE"}
 
@@ -79,10 +84,36 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"rainierd: error: {message}\n")
 
 
+class _Version(argparse.Action):
+    """``--version``: the version line, asked of git only when given (``_version.describe``)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        print(describe())
+        parser.exit(0)
+
+
+_LOCAL_MONITOR_HELP: Final = ("the monitor's HTTP address, e.g. https://monitor:9780 (default: this machine's, "
+                              "from the settings' metrics_addr: http://127.0.0.1:9780 unless RAINIERD_METRICS_ADDR "
+                              "or --config says otherwise)")
+
+
+def _url_optional(parser: argparse.ArgumentParser) -> None:
+    """Let ``top``'s --url be left out: it then follows the monitor on this machine (``_local_monitor``)."""
+    url = next(a for a in completion.arguments(parser) if a.dest == "url")
+    url.required, url.help = False, _LOCAL_MONITOR_HELP
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="rainierd", description="Trainium2 fleet telemetry and reliability monitoring.")
+    parser.add_argument("-V", "--version", action=_Version,
+                        help="print the version (and the commit, in a source checkout) and exit")
     parser.add_argument("--config", type=Path, help="TOML settings file (RAINIERD_CONFIG)")
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    # Not required: a bare ``rainierd`` prints the usage (``_parse``) rather than one error line.
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, text in (
         ("run", "simulate, monitor and export in one process (embedded broker unless --mqtt-url)"),
         ("simulate", "publish a simulated fleet's telemetry to MQTT"),
@@ -120,11 +151,15 @@ def _parser() -> argparse.ArgumentParser:
             "exit 0 OK, 1 problem, 2 unknown, one line on stdout (docs/actions.md)")
     node_check = commands.add_parser("node-check", help=text, description=text)
     nodecheck.add_arguments(node_check)
-    text = ("the fleet in a terminal: follow a monitor's read API (--url, with its CA and credentials); "
-            "needs the 'top' extra (docs/top.md)")
+    text = ("the fleet in a terminal: follow a monitor's read API (this machine's, or --url with its CA and "
+            "credentials); needs the 'top' extra (docs/top.md)")
     top = commands.add_parser("top", help=text, description=text)
     top_launch.add_arguments(top)
-    commands.add_parser("version", help="print the version")
+    _url_optional(top)
+    commands.add_parser("version", help="print the version (as --version)")
+    text = "print a shell completion script: source <(rainierd completion bash), or zsh"
+    shell = commands.add_parser("completion", help=text, description=text)
+    shell.add_argument("shell", choices=completion.SHELLS)
     schema = commands.add_parser("schema", help="print the JSON Schema of the JSON frame form (--jobs: of a job "
                                                 "document)")
     schema.add_argument("--jobs", action="store_true", help="the job document's schema (docs/jobs.md)")
@@ -143,8 +178,6 @@ def _parser() -> argparse.ArgumentParser:
                        help="write one prometheus-operator PrometheusRule, OUTPUT/prometheusrule.yaml")
     rules.add_argument("--source", type=Path, default=RULES_DIR,
                        help="directory of rule files (default: the ones shipped with rainierd)")
-    # The benchmarks left the package; the old command says where they went.
-    commands.add_parser("bench", help="moved: python -m benchmarks, from a source checkout", add_help=False)
     return parser
 
 
@@ -246,13 +279,13 @@ def _inventory(args: argparse.Namespace) -> int:
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    """Parse ``argv``; whatever follows the old ``bench`` command is accepted, for it only says where the
-    benchmarks went."""
+    """Parse ``argv``; with no command, print the usage and the commands on stderr and exit 2."""
     parser = _parser()
-    args, rest = parser.parse_known_args(argv)
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        parser.exit(2)
     args.argv = None if argv is None else list(argv)
-    if rest and args.command != "bench":
-        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     return args
 
 
@@ -291,29 +324,56 @@ def _utility(args: argparse.Namespace) -> int | None:
     if args.command == "node-check":
         return nodecheck.run(args)
     if args.command == "top":
+        if args.url is None:
+            try:
+                args.url = _local_monitor(args.config)
+            except ConfigError as exc:
+                print(f"rainierd top: {exc}", file=sys.stderr)
+                return 2
         return top_launch.run_top(args)
     if args.command == "inventory":
         return _inventory(args)
     if args.command == "version":
-        print(f"rainierd {__version__}")
+        print(describe())
+        return 0
+    if args.command == "completion":
+        sys.stdout.write(completion.script(_parser(), args.shell))
         return 0
     if args.command == "schema":
         print(json.dumps(jobs_schema() if args.jobs else json_schema(), indent=2))
         return 0
     if args.command == "rules":
-        try:
-            for path in write_rules(args.source, args.output, duration=args.for_,
-                                    runbook_base=args.runbook_base, kubernetes=args.kubernetes,
-                                    job_goodput_objective=args.job_goodput_objective):
-                print(path)
-        except ConfigError as exc:
-            print(f"rainierd: {exc}", file=sys.stderr)
-            return 2
-        return 0
-    if args.command == "bench":
-        print(_BENCH_MOVED, file=sys.stderr)
-        return 2
+        return _rules(args)
     return None
+
+
+def _local_monitor(config: Path | None) -> str:
+    """Return the URL of the monitor on this machine: the settings' ``metrics_addr`` (RAINIERD_*, --config), a
+    wildcard address asked on loopback, https when the web config serves TLS.
+
+    Raises ConfigError for invalid settings or an unreadable web config.
+    """
+    http = load_settings({}, config).http_config()
+    return local_url(http, http.port)
+
+
+def _rules(args: argparse.Namespace) -> int:
+    """Run ``rainierd rules``: each written file's path, 0; one line and 2 when OUTPUT cannot take them."""
+    if args.output.exists() and not args.output.is_dir():
+        print(f"rainierd: rules: {args.output} exists and is not a directory; name a directory for the copies",
+              file=sys.stderr)
+        return 2
+    try:
+        for path in write_rules(args.source, args.output, duration=args.for_, runbook_base=args.runbook_base,
+                                kubernetes=args.kubernetes, job_goodput_objective=args.job_goodput_objective):
+            print(path)
+    except ConfigError as exc:
+        print(f"rainierd: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"rainierd: rules: cannot write to {args.output}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def _main(args: argparse.Namespace) -> int:
@@ -324,6 +384,11 @@ def _main(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"rainierd: {exc}", file=sys.stderr)
         return 2
+    if (setting := listen_setting(args.command, settings)) is not None:
+        address = getattr(settings, setting)
+        if (problem := taken(address)) is not None:
+            print(f"rainierd: {in_use_message(setting, address, problem)}", file=sys.stderr)
+            return 2
     if args.command == "run" and args.top:
         child = [arg for arg in (sys.argv[1:] if args.argv is None else args.argv) if arg != "--top"]
         return top_launch.run_with_top(child, settings.metrics_addr, tls=settings.web_config_file is not None)
@@ -333,19 +398,38 @@ def _main(args: argparse.Namespace) -> int:
         print(f"{'healthy' if verdict.ok else 'unhealthy'}: {verdict.reason}")
         return 0 if verdict.ok else 1
     configure_logging(log_format=settings.log_format, level=settings.log_level)
+    return _run_daemon(args, settings)
+
+
+def _run_daemon(args: argparse.Namespace, settings: Settings) -> int:
+    """Run a daemon role (or a jobs adapter) to its end; return its exit code, with one line saying why not 0."""
     log = structlog.get_logger("rainierd")
     try:
         asyncio.run(_daemon(args, settings))
     except ConfigError as exc:  # a scenario file is read only once the role starts
         print(f"rainierd: {exc}", file=sys.stderr)
         return 2
-    except (RainierdError, OSError) as exc:
-        # The message says it all (a port in use, a broker that cannot start).
+    except JobError as exc:  # a scheduler's output that is not one: nothing was published or removed
+        command = " ".join(filter(None, (args.command, getattr(args, "jobs", None))))
+        print(f"rainierd: {command}: bad input ({exc.detail}); nothing published", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        if (setting := listen_setting(args.command, settings)) is not None and exc.errno == errno.EADDRINUSE:
+            # Taken between the check above and the bind.
+            print(f"rainierd: {in_use_message(setting, getattr(settings, setting), exc)}", file=sys.stderr)
+            return 2
         log.error("rainierd failed to start", error=str(exc))  # noqa: TRY400
+        return 1
+    except RainierdError as exc:
+        # The message says it all (a broker that cannot start, a simulation that published nothing).
+        log.error("rainierd failed", error=str(exc))  # noqa: TRY400
         return 1
     except ExceptionGroup as group:
         for failure in group.exceptions:
-            log.error("rainierd task failed", error=repr(failure), exc_info=failure)  # noqa: TRY400
+            if isinstance(failure, RainierdError):  # one of ours, whose message says it all
+                log.error("rainierd failed", error=str(failure))  # noqa: TRY400
+            else:
+                log.error("rainierd task failed", error=repr(failure), exc_info=failure)  # noqa: TRY400
         return 1
     return 0
 
@@ -367,6 +451,11 @@ def entry() -> NoReturn:
         code = _main(args)
     except Stopped:  # a signal before the role's tasks ran (rainierd/_start.py): a clean stop, nothing to flush
         code = 0
+    except BrokenPipeError:
+        # The reader of a utility's output closed the pipe (``rainierd schema | head``): leave as a shell tool
+        # killed by SIGPIPE would, quietly; stdout goes to /dev/null so the exit's own flush cannot fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(128 + signal.SIGPIPE)
     if args.command in _DAEMONS:
         logging.shutdown()
         for stream in (sys.stdout, sys.stderr):

@@ -1,7 +1,9 @@
 """Wiring of the roles into one process: one TaskGroup, named tasks, and a
 clean stop on SIGINT/SIGTERM (or when a bounded simulation ends) with exit 0.
 
-``run`` = embedded broker (unless --mqtt-url) + simulator + monitor;
+``run`` = embedded broker (unless --mqtt-url) + simulator + monitor; it
+prints, on stdout, the broker's and the monitor's URLs other tools take
+(``rainierd jobs --mqtt-url``, ``rainierd top``), once everything listens;
 ``simulate`` = simulator only (and its own /healthz and /readyz when
 ``metrics_addr`` is set: see ``rainierd.healthcheck`` for why);
 ``monitor`` = monitor and exporter only;
@@ -25,8 +27,10 @@ import numpy as np
 import structlog
 from prometheus_client.registry import Collector
 
+from rainierd._listen import local_url
 from rainierd.aggregate import Aggregator, AggregatorCollector, batch_name
 from rainierd.api import ActionsApi, ReadApi, UltraServerProbe
+from rainierd.errors import RainierdError
 from rainierd.exporter import MetricsRoute, build_exporter, build_registry, route_metrics_and_probes
 from rainierd.fleet import Topology, load_topology
 from rainierd.http.config import HttpConfig
@@ -183,22 +187,23 @@ async def _run_role(role: Role, settings: Settings, stop: asyncio.Event) -> None
     topology = load_topology(settings.topology, efa_ports_per_node=settings.efa_ports_per_node)
     nonce = secrets.token_hex(4)
     http = settings.http_config()
+    # The scenario file first: a bad one fails the start before the embedded broker or anything else is up.
+    faults, jobs = _scenario(settings, topology) if role in ("run", "simulate") else ([], None)
     async with contextlib.AsyncExitStack() as stack:
         url = settings.mqtt_url
-        protocol: Literal["3.1.1", "5"] | None = None
         if role == "run" and url is None:
-            # It speaks 3.1.1 only, and refuses an oversize packet itself.
+            # It speaks 3.1.1 and 5, as the settings' clients may, and refuses an oversize packet itself.
             broker = await stack.enter_async_context(
                 EmbeddedBroker(max_packet_bytes=settings.max_frame_bytes + MAX_PACKET_OVERHEAD))
-            url, protocol = f"mqtt://127.0.0.1:{broker.port}", "3.1.1"
+            url = broker.url
         # First every part and every listening socket; the tasks only once all are bound, so a port in use
         # fails the start before any coroutine exists.
         coroutines: dict[str, Callable[[], Coroutine[Any, Any, None]]] = {}
         drain: Callable[[], Awaitable[None]] | None = None
+        ticks: _Ticks | None = None
         if role in ("run", "simulate"):
             sim_mqtt = settings.mqtt_config(client_id=f"rainierd-sim-{nonce}", url=url,
-                                            suffix="sim" if role == "run" else None, protocol=protocol)
-            faults, jobs = _scenario(settings, topology)
+                                            suffix="sim" if role == "run" else None)
             sim = Simulator(
                 topology, publisher_id=sim_mqtt.client_id, seed=settings.seed, tick_s=settings.tick_s,
                 ticks=settings.ticks, encoding=settings.encoding, qos=settings.mqtt_qos, faults=faults,
@@ -215,14 +220,17 @@ async def _run_role(role: Role, settings: Settings, stop: asyncio.Event) -> None
                 sim_server.route("/healthz", verdict_route(probes.healthy))
                 sim_server.route("/readyz", verdict_route(probes.ready))
                 await stack.enter_async_context(sim_server)
-            coroutines["sim-ticks"] = lambda: sim.produce(stop)
+            ticks = _Ticks(sim)
+            coroutines["sim-ticks"] = lambda: ticks.run(stop)
             coroutines["sim-mqtt-publish"] = lambda: supervise(sim_mqtt, sim.session, state=sim_connection)
             drain = sim.drain  # its simulated jobs' retained documents go with it
         if role in ("run", "monitor"):
-            parts = await monitor_role(settings, topology, stack, url=url, protocol=protocol,
+            parts = await monitor_role(settings, topology, stack, url=url, protocol=None,
                                        client_id=f"rainierd-monitor-{nonce}",
                                        suffix="monitor" if role == "run" else None, http=http)
             coroutines.update(parts.coroutines)
+            if role == "run":
+                _announce(url, local_url(http, parts.server.port))
         if role == "aggregate":
             agg_mqtt = settings.mqtt_config(client_id=f"rainierd-aggregate-{nonce}", url=url,
                                             max_packet_bytes=settings.max_frame_bytes + MAX_PACKET_OVERHEAD)
@@ -253,3 +261,26 @@ async def _run_role(role: Role, settings: Settings, stop: asyncio.Event) -> None
         shard = {"shard": settings.shard} if role != "simulate" and settings.shard != "0/1" else {}
         await run_until_stopped(role, stop, {name: make() for name, make in coroutines.items()}, drain=drain,
                                 topology=topology.name, **topology.sizes(), broker=url, **shard)
+        if role == "simulate" and ticks is not None and ticks.finished and ticks.sim.frames_published == 0:
+            raise RainierdError(f"simulate published nothing in its {ticks.sim.ticks_produced} ticks: no broker at "
+                                f"{url} took a frame")
+
+
+@dataclass(eq=False)
+class _Ticks:
+    """The simulator's ticks, and whether it produced them all (``--ticks``) and drained on its own, rather than
+    being stopped by a signal: a bounded simulation that published nothing then fails its run."""
+
+    sim: Simulator
+    finished: bool = False
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await self.sim.produce(stop)
+        self.finished = True
+
+
+def _announce(broker_url: str | None, monitor_url: str) -> None:
+    """Print, for the operator, where ``rainierd run``'s broker and monitor are: what other tools are given."""
+    print(f"rainierd run: broker {broker_url} (other tools: --mqtt-url {broker_url})\n"
+          f"rainierd run: monitor {monitor_url} (/metrics, /api/v1/fleet; rainierd top --url {monitor_url})",
+          flush=True)

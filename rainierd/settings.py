@@ -91,7 +91,7 @@ def parse_host_port(value: str, *, default_port: int | None = None) -> tuple[str
 
 
 class Settings(BaseSettings):
-    """Every setting of every role; see README.md "Configuration".
+    """Every setting of every role; docs/settings.md is generated from it (``rainierd.settings_doc``).
 
     Each field says, in its ``Annotated`` metadata, which parts of rainierd read
     it (``Use``); each role names its parts (``ROLE_PARTS``).  The command line
@@ -473,7 +473,7 @@ class Settings(BaseSettings):
         ``client_id`` is used unless the settings give one; ``suffix`` is added to
         a given one, so that the clients of one process (``run``: simulator and
         monitor) never share an id and take each other's session over.
-        ``protocol`` overrides the settings' (the embedded broker speaks 3.1.1 only).
+        ``protocol`` overrides the settings'.
         """
         return MqttConfig(
             brokers=parse_brokers(url or self.mqtt_url or "mqtt://127.0.0.1:1883"),

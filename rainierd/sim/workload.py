@@ -213,6 +213,10 @@ class JobSchedule:
         self._drawn += 1
 
 
+_JOB_KEYS: Final = ("id", "ultraservers", "at_s", "for_s", "checkpoint_every_s", "checkpoint_s", "eval_every_s",
+                    "eval_s", "restart_at_s", "restart_s")
+
+
 def load_jobs(path: Path, topo: Topology, *, tick_s: float) -> list[JobSpec]:
     """Return the ``[[job]]`` entries of a TOML scenario file (docs/scenarios.md, "Jobs").
 
@@ -226,6 +230,8 @@ def load_jobs(path: Path, topo: Topology, *, tick_s: float) -> list[JobSpec]:
     jobs: list[JobSpec] = []
     for i, entry in enumerate(document.get("job", [])):
         where = f"scenario {path}, job {i + 1}"
+        if unknown := sorted(set(entry) - set(_JOB_KEYS)):  # a misspelt key would be a default, silently
+            raise ConfigError(f"{where}: unknown key {unknown[0]!r}; a job takes {', '.join(_JOB_KEYS)}")
         try:
             job_id = str(entry["id"])
             job_topic(job_id)

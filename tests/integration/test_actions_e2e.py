@@ -149,7 +149,6 @@ kind = "nl_flapping"
 target = {48 * LINKS_PER_NODE + 5}
 severity = 3
 at_s = 2
-for_s = 20
 """
 
 

@@ -82,10 +82,11 @@ def test_slurm_running_jobs_are_retained_and_an_ended_one_removed(mosquitto: Bro
 
 @pytest.mark.mosquitto
 def test_unreadable_scheduler_output_publishes_and_removes_nothing(mosquitto: Broker) -> None:
-    """A squeue that failed (its error JSON, or no JSON at all) exits 1 and every job stays retained."""
+    """A squeue that failed (its error JSON, or no JSON at all) exits 2 (bad input, one line) and every job stays
+    retained."""
     run_jobs(mosquitto, "slurm", stdin=DATA / "squeue-running.json")
-    run_jobs(mosquitto, "slurm", stdin=DATA / "README.md", expect=1)
-    run_jobs(mosquitto, "slurm", stdin=None, expect=1)
+    run_jobs(mosquitto, "slurm", stdin=DATA / "README.md", expect=2)
+    run_jobs(mosquitto, "slurm", stdin=None, expect=2)
     assert sorted(retained_jobs(mosquitto)) == ["trn-east/41871", "trn-east/41872"]
 
 

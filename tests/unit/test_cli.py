@@ -1,22 +1,24 @@
 """Specification of the command line: each role's flags are generated from the
 settings model, list exactly the settings that role reads, each with help, and
-each reaches its setting; README.md's configuration table agrees with the
-model; the utility commands keep working."""
+each reaches its setting (docs/settings.md, generated from the same model, is
+tests/unit/docs/test_reference.py's); the utility commands keep working; every
+wrong invocation is one line and exit 2."""
 
 from __future__ import annotations
 
 import json
 import re
+import socket
 import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from rainierd import __version__
+from rainierd import __version__, _version, cli
 from rainierd.cli import command_settings, main
 from rainierd.promrules import RULES_DIR
-from rainierd.settings import Settings, Use, flag_name
+from rainierd.settings import Settings, flag_name
 
 ROOT = Path(__file__).parents[2]
 
@@ -206,55 +208,34 @@ class TestRoleFlags:
         assert command_settings(["healthcheck"]).metrics_addr == "127.0.0.1:1"
 
 
-def readme_settings() -> dict[str, tuple[str, str | None]]:
-    """Return {setting: (its flag cell, its default cell)} of README.md's configuration table; a row naming
-    several settings lists one flag each, comma-separated, and shares its default cell (None here)."""
-    section = (ROOT / "README.md").read_text().split("\n## Configuration\n", 1)[1].split("\n## ", 1)[0]
-    table: dict[str, tuple[str, str | None]] = {}
-    for line in section.splitlines():
-        if not line.startswith("| `"):
-            continue
-        names_cell, flags_cell, default_cell, _meaning = (c.strip() for c in line.strip().strip("|").split("|"))
-        names, flags = re.findall(r"`(\w+)`", names_cell), flags_cell.split(", ")
-        assert len(names) == len(flags), line
-        for name, flag in zip(names, flags, strict=True):
-            table[name] = (flag, default_cell if len(names) == 1 else None)
-    return table
-
-
-def readme_flag(name: str) -> str:
-    """Return the flag cell README.md must give ``name``: its generated flag, or "env only" for a secret."""
-    secret = any(isinstance(m, Use) and m.secret for m in Settings.model_fields[name].metadata)
-    return "env only" if secret else f"`{flag_name(name)}`"
-
-
-def readme_default(cell: str | None, default: object) -> object:
-    """Return ``cell`` read as a value of ``default``'s type (a number as a number: 300 is 300.0); None for an
-    unset default, which the README says in words, and for a cell shared by several settings."""
-    if cell is None or default is None:
-        return None
-    text = cell.strip("`")
-    if isinstance(default, bool):
-        return text == "true"
-    return float(text) if isinstance(default, int | float) else text
-
-
-class TestReadme:
-    def test_the_configuration_table_lists_every_setting_with_its_flag_and_default(self) -> None:
-        """README.md's configuration table has a row for every setting and no other, with the flag the command
-        line generates for it (env only for a secret) and the model's default."""
-        table = readme_settings()
-        assert set(table) == set(Settings.model_fields)
-        shown = {name: (flag, readme_default(default, Settings.model_fields[name].default))
-                 for name, (flag, default) in table.items()}
-        assert shown == {name: (readme_flag(name), field.default) for name, field in Settings.model_fields.items()}
-
-
 class TestUtilities:
-    def test_version(self, capsys: pytest.CaptureFixture[str]) -> None:
-        """`rainierd version` prints the package's version."""
+    @pytest.fixture
+    def at_commit(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """git, as asked in a clean checkout at commit 5d089c5a1b2c (a unit test starts no process)."""
+        monkeypatch.setattr(_version, "_git", lambda *args: {"rev-parse": "5d089c5a1b2c", "status": ""}[args[0]])
+
+    @pytest.mark.usefixtures("at_commit")
+    def test_version_says_the_commit_in_a_checkout(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """`rainierd version`, `--version` and `-V` print the package's version and the checkout's commit."""
         assert main(["version"]) == 0
-        assert capsys.readouterr().out == f"rainierd {__version__}\n"
+        for flag in ("--version", "-V"):
+            with pytest.raises(SystemExit) as info:
+                main([flag])
+            assert info.value.code == 0
+        assert capsys.readouterr().out == f"rainierd {__version__} (commit 5d089c5a1b2c)\n" * 3
+
+    def test_version_marks_a_modified_checkout(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Tracked files that differ from the commit add ``+modified``."""
+        monkeypatch.setattr(_version, "_git", lambda *args: {"rev-parse": "5d089c5a1b2c", "status": " M x"}[args[0]])
+        assert _version.describe() == f"rainierd {__version__} (commit 5d089c5a1b2c+modified)"
+
+    def test_version_outside_a_checkout_is_the_package_version(
+        self, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+    ) -> None:
+        """Installed from a wheel (no pyproject.toml and .git beside the package), git is not asked."""
+        monkeypatch.setattr(_version, "_CHECKOUT", tmp_path)
+        monkeypatch.setattr(_version, "_git", lambda *args: pytest.fail("git asked outside a checkout"))
+        assert _version.describe() == f"rainierd {__version__}"
 
     def test_schema_is_json_schema(self, capsys: pytest.CaptureFixture[str]) -> None:
         """`rainierd schema` prints a JSON Schema document."""
@@ -268,12 +249,97 @@ class TestUtilities:
         assert written == sorted(p.name for p in RULES_DIR.glob("*.yml"))
         assert written
 
-    @pytest.mark.parametrize("argv", [["bench"], ["bench", "core", "--topology", "demo"], ["bench", "--help"]])
-    def test_bench_points_to_the_benchmarks(self, argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
-        """`rainierd bench ...` runs nothing: one line on stderr names `python -m benchmarks`, exit code 2."""
-        assert main(argv) == 2
+    def test_the_benchmarks_are_no_command(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """`bench` is gone from the command line (the benchmarks run as python -m benchmarks) and its --help."""
+        with pytest.raises(SystemExit) as info:
+            main(["--help"])
+        assert (info.value.code, "bench" in capsys.readouterr().out) == (0, False)
+        with pytest.raises(SystemExit) as info:
+            main(["bench"])
+        assert info.value.code == 2
+
+    def test_top_follows_this_machines_monitor_without_url(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """`rainierd top` without --url follows the monitor at the settings' metrics_addr, a wildcard asked on
+        loopback: http://127.0.0.1:9780 by default."""
+        assert cli._parse(["top"]).url is None
+        assert cli._local_monitor(None) == "http://127.0.0.1:9780"
+        monkeypatch.setenv("RAINIERD_METRICS_ADDR", "0.0.0.0:9999")
+        assert cli._local_monitor(None) == "http://127.0.0.1:9999"
+        monkeypatch.setenv("RAINIERD_METRICS_ADDR", "[::]:9781")
+        assert cli._local_monitor(None) == "http://[::1]:9781"
+
+
+def one_line(capsys: pytest.CaptureFixture[str]) -> str:
+    """Return the one line a wrong invocation printed on stderr (nothing on stdout, no traceback)."""
+    out, err = capsys.readouterr()
+    assert (out, err.count("\n"), err.startswith("rainierd")) == ("", 1, True), err
+    return err
+
+
+class TestWrongInvocations:
+    """Every wrong invocation is one line on stderr and exit 2, never a traceback (issue 37 item 6)."""
+
+    def test_a_bare_call_prints_the_usage(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """`rainierd` alone prints the usage and every command on stderr, exit 2."""
+        with pytest.raises(SystemExit) as info:
+            main([])
         out, err = capsys.readouterr()
-        assert (out, err.count("\n"), "python -m benchmarks KIND" in err) == ("", 1, True)
+        assert (info.value.code, out, err.startswith("usage: rainierd")) == (2, "", True)
+        assert all(command in err for command in ("run", "simulate", "monitor", "top", "completion", "schema"))
+
+    def test_rules_into_a_file(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """`rainierd rules FILE`, a path that exists and is no directory: one line naming it, exit 2."""
+        (tmp_path / "taken").write_text("")
+        assert main(["rules", str(tmp_path / "taken")]) == 2
+        assert "taken exists and is not a directory" in one_line(capsys)
+
+    @pytest.mark.parametrize(("kind", "text", "says"), [
+        ("slurm", "{}", "not squeue --json output"),
+        ("slurm", "not json", "not JSON"),
+        ("kubernetes", "[1, 2]", "bad input"),
+    ])
+    def test_a_schedulers_bad_output(
+        self, kind: str, text: str, says: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    ) -> None:
+        """Output that is not the scheduler's: one line, exit 2, before any broker is asked."""
+        (tmp_path / "in.json").write_text(text)
+        assert main(["jobs", kind, "--input", str(tmp_path / "in.json"), "--mqtt-url", "mqtt://127.0.0.1:1"]) == 2
+        line = one_line(capsys)
+        assert (f"rainierd: jobs {kind}: bad input" in line, says in line, "nothing published" in line) == (
+            True, True, True)
+
+    @pytest.mark.parametrize("argv", [["run"], ["monitor"], ["aggregate"], ["simulate"]])
+    def test_an_address_in_use(self, argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+        """A metrics address another process holds: one line naming it and --metrics-addr, exit 2, before anything
+        starts (no embedded broker, no log line)."""
+        with socket.socket() as holder:
+            holder.bind(("127.0.0.1", 0))
+            holder.listen()
+            address = f"127.0.0.1:{holder.getsockname()[1]}"
+            assert main([*argv, "--metrics-addr", address, "--mqtt-url", "mqtt://127.0.0.1:1"]
+                        if argv != ["run"] else [*argv, "--metrics-addr", address]) == 2
+        assert one_line(capsys) == (f"rainierd: {address} is already in use (another rainierd?): give this one "
+                                    "another address with --metrics-addr HOST:PORT (or RAINIERD_METRICS_ADDR)\n")
+
+    def test_a_bridges_listen_address_in_use(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """The bridge's own address is --listen, and says so."""
+        with socket.socket() as holder:
+            holder.bind(("127.0.0.1", 0))
+            holder.listen()
+            address = f"127.0.0.1:{holder.getsockname()[1]}"
+            assert main(["bridge", "neuron-monitor", "--node", "n0", "--listen", address]) == 2
+        assert "with --listen HOST:PORT" in one_line(capsys)
+
+    def test_a_bad_scenario_fails_before_the_embedded_broker(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    ) -> None:
+        """`rainierd run --scenario` with a misspelt table: one line naming the file, exit 2, and no broker was
+        started for it (no log line before the error)."""
+        (tmp_path / "s.toml").write_text('[[faults]]\nkind = "nl_down"\ntarget = 1\nat_s = 1\nfor_s = 1\n')
+        assert main(["run", "--scenario", str(tmp_path / "s.toml"), "--metrics-addr", "127.0.0.1:0",
+                     "--log-format", "json"]) == 2
+        assert "unknown table or key 'faults'" in one_line(capsys)
+
 
     @pytest.mark.parametrize("argv", [["bridge", "neuron-monitor", "--help"], ["rules", "--help"]])
     def test_other_commands_still_parse(self, argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:

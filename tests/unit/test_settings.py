@@ -128,11 +128,6 @@ class TestCommandLine:
         assert info.value.code == 2
         assert "frobnicate" in capsys.readouterr().err
 
-    def test_version(self, capsys: pytest.CaptureFixture[str]) -> None:
-        """`rainierd version` prints the package version."""
-        assert main(["version"]) == 0
-        assert capsys.readouterr().out.strip() == "rainierd 0.1.0"
-
 
 class TestClientIds:
     def test_a_given_client_id_is_kept_alone_and_split_when_one_process_has_two_clients(self) -> None:

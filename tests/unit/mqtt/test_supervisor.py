@@ -23,7 +23,7 @@ from rainierd.mqtt.supervisor import _client, deliver
 
 
 def client_of(port: int, protocol: Literal["3.1.1", "5"] = "3.1.1") -> aiomqtt.Client:
-    """Return a client as the supervisor makes it, for a broker on ``port`` (the embedded one speaks 3.1.1)."""
+    """Return a client as the supervisor makes it, for a broker on ``port`` (3.1.1 unless ``protocol`` says 5)."""
     config = MqttConfig(brokers=(Broker("127.0.0.1", port),), client_id="unit", protocol=protocol)
     return _client(config, config.brokers[0])
 
