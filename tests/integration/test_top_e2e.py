@@ -6,7 +6,8 @@
 - in a real terminal (tmux), ``rainierd run --top`` shows the same fleet and event, the keys reach the link,
   whose screen shows its cost to the job, the advisory and the runbook anchor at 200 x 55 and at 80 x 24 (one
   monitor, the pane resized), and ``q`` stops the UI and the monitor under it, which leaves its log in a file;
-- ``run --top`` on a port another process holds quits with its child's one-line error."""
+- ``run --top`` on a port another process holds exits in one line, and when its child fails after the UI has
+  started, the UI quits and ``run --top`` prints the child's one-line error with its exit code."""
 
 from __future__ import annotations
 
@@ -128,22 +129,38 @@ def test_run_top_in_a_real_terminal_from_the_fleet_to_the_culprit_link(terminal:
     poll_until(lambda: not _listening(port), 10, "the monitor under the UI to stop")
 
 
-def test_run_top_fails_with_its_childs_error_when_the_port_is_taken(terminal: StartTerminal) -> None:
-    """Another process holds the port: ``run --top`` never shows it as LIVE; it quits, exit 1, with the child's
-    one-line error and where its log is."""
+def test_run_top_fails_in_one_line_when_the_port_is_taken(terminal: StartTerminal) -> None:
+    """Another process holds the port: ``run --top`` never shows it as LIVE; it exits non-zero with one line
+    saying the address is in use (the command line's own check, or the child's error it follows)."""
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
         term = terminal([sys.executable, "-m", "rainierd", "run", "--top", "--metrics-addr", f"127.0.0.1:{port}"],
-                        width=120, height=30)
+                        width=200, height=30)
         screen = term.wait_for("[exited ", timeout_s=60)
-    # Said by the child, followed (exit 1), or by the command line before it starts one (exit 2): one line either way.
     assert re.search(r"\[exited [12]\]", screen), screen
     assert "in use" in screen, screen
     assert " LIVE " not in screen
     if match := re.search(r"its log: (\S+)", screen):
         Path(match.group(1)).unlink()
+
+
+def test_run_top_follows_its_child_and_fails_with_its_error(terminal: StartTerminal, tmp_path: Path) -> None:
+    """The child ``rainierd run`` refuses a fault its fleet cannot hold, after the UI has started: the UI quits at
+    once and ``run --top`` prints the child's one-line error and exits with the child's code."""
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[fault]]\nkind = "nl_degraded"\ntarget = 99999999\nseverity = 0.5\nat_s = 2\nfor_s = 10\n')
+    term = terminal([sys.executable, "-m", "rainierd", "run", "--top", "--metrics-addr", f"127.0.0.1:{free_port()}",
+                     "--scenario", str(bad)], width=200, height=30)
+    screen = term.wait_for("[exited ", timeout_s=60)
+    match = re.search(r"^rainierd run --top: rainierd run exited ([1-9][0-9]*): (.+)$", screen, re.MULTILINE)
+    assert match, screen
+    assert "99999999" in match.group(2), screen
+    assert f"[exited {match.group(1)}]" in screen, screen
+    log = re.search(r"its log: (\S+)", screen)
+    assert log, screen
+    Path(log.group(1)).unlink()
 
 
 def _listening(port: int) -> bool:
