@@ -11,6 +11,9 @@ site, the node and the entity's place in its node (an UltraServer document
 lists every chip, link and port of its present nodes, so a node's count of
 each is the document's count over its nodes).  Nothing else in ``top`` looks
 at the shape of an id: this adapter is the only place both shapes are known.
+(Since the read API's schema names every entity by its canonical id, a
+monitor's answer in the older shape is refused before it gets here
+(``answers``); documents built by hand in the older shape still read the same.)
 """
 
 from __future__ import annotations
