@@ -148,6 +148,10 @@ class RealFleet:
                  "--mqtt-url", self.broker_url, "--mqtt-qos", "1", "--efa-sysfs", str(node.sys_root),
                  "--listen", f"127.0.0.1:{node.metrics_port}", *self.bridge_args],
                 node.log_path, stdin=asyncio.subprocess.PIPE)
+        # The reports start once every bridge is up, as neuron-monitor's first comes a period after both start:
+        # a first line left waiting in the pipe while a bridge starts on a loaded machine starts its sample clock
+        # late, and every line read on time after it steps the clock back (its frame without counters).
+        await wait_until(lambda: all(self._listening(node) for node in self.nodes), 60, "the bridges to listen")
         self.wall0 = time.time()
         self._feeders = [asyncio.create_task(self._feed(node), name=f"feed-n{node.index}") for node in self.nodes]
         return self
@@ -174,6 +178,11 @@ class RealFleet:
                 await proc.wait()
         for log in self._logs:
             log.close()
+
+    def _listening(self, node: RealNode) -> bool:
+        """Return True once ``node``'s bridge answers on its metrics port; fail at once if a process has died."""
+        self.check_alive()
+        return bool(current_values(node.metrics_port))
 
     def wall(self, t_s: float) -> float:
         """Return when simulated second ``t_s`` happens on the wall clock."""

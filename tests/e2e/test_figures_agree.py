@@ -218,5 +218,5 @@ def test_every_surface_tells_the_same_loss(mosquitto: Broker, start_rainierd: ob
         if value > 0:
             assert f"{CAUSE_LABELS[cause]} {flops(value)}" in lost_line, (cause, lost_line)
     [costing] = [line for line in header if line.startswith("costing most ")]
-    assert costing.startswith(f"costing most neuronlink {LINK_ID} {flops(charge)}"), costing
+    assert costing.startswith(f"costing most NeuronLink {LINK_ID} {flops(charge)}"), costing
     assert daemon.interrupt()[0] == 0, daemon.log()
