@@ -133,6 +133,8 @@ def run(args: argparse.Namespace) -> int:
     runs = plan(profiles=profiles, ticks_s=ticks_s, ultraservers=args.ultraservers, seconds=args.seconds,
                 seeds=args.seeds, chip_days=args.chip_days, restart_down_s=args.restart_down,
                 outage_s=args.outage, noise=args.noise)
+    if short := sorted({f"{r.seconds:g} s at {r.tick_s:g} s ticks" for r in runs if not r.disturbed}):
+        return _usage(f"runs of {', '.join(short)} end before the restart and the outage do: give more --seconds")
     report = campaign(runs, jobs=args.jobs)
     if args.output:
         with open(args.output, "w") as out:

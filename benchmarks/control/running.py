@@ -111,6 +111,12 @@ class ControlRun:
         return int(share * self.ticks)
 
     @property
+    def disturbed(self) -> bool:
+        """Return True if the restart and the outage both end before the run does (with a tick to spare)."""
+        return self.tick_at(OUTAGE_AT) + max(1, round(self.outage_s / self.tick_s)) < self.ticks - 1 and (
+            self.tick_at(RESTART_AT) + max(1, round(self.restart_down_s / self.tick_s)) < self.tick_at(OUTAGE_AT))
+
+    @property
     def work(self) -> float:
         """Return the run's rough cost, for the estimate of the time left."""
         return float(self.ultraservers * self.ticks)

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from benchmarks.__main__ import main
 from benchmarks._progress import Progress
 from benchmarks.control import ControlRun, RunResult, campaign, campaign_mix, plan, run_control
 from benchmarks.control.report import summarise
@@ -72,6 +73,13 @@ class TestThePlan:
             sections[r.profile, r.tick_s] += per_run[r.profile]
         assert (min(sections.values()) >= 25.0, {r.seed for r in runs if r.tick_s == 1.0} ==
                 {r.seed for r in runs if r.tick_s == 5.0}) == (True, True)
+
+    def test_a_run_too_short_for_its_disturbances_is_refused(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """A minute at 5 s ticks ends inside the broker outage: one line on stderr, exit 2, nothing run."""
+        code = main(["control", "--ultraservers", "2", "--seconds", "60", "--tick", "5"])
+        assert (code, capsys.readouterr().err) == (
+            2, "benchmarks control: runs of 60 s at 5 s ticks end before the restart and the outage do: give more "
+               "--seconds\n")
 
     def test_the_mix_scales_its_gaps_to_the_run(self) -> None:
         """A 90-minute run's jobs last 45 minutes, checkpoint every 15 to 30 and keep the mix's own phase
