@@ -21,6 +21,7 @@ from benchmarks import (
     api,
     cluster,
     compare,
+    control,
     core,
     detect,
     ingest,
@@ -47,6 +48,7 @@ __all__ = ["BENCHMARKS", "TOOLS", "main", "parser"]
 BENCHMARKS: dict[str, ModuleType] = {
     "core": core,
     "detect": detect,
+    "control": control,
     "scrape": scrape,
     "ingest": ingest,
     "soak": soak,

@@ -18,16 +18,22 @@ from typing import Any, Final
 
 from rainierd.core.detect import Event
 
-__all__ = ["CLASSES", "entity_class", "poisson_upper", "rates_by_class"]
+__all__ = ["CHIPS_UNIT", "CLASSES", "class_of", "entity_class", "poisson_upper", "rates_by_class", "rates_of"]
 
 # The classes every report lists, seen or not (others seen are added after them).
 CLASSES: Final = ("chip", "neuronlink", "efa", "cooling", "node", "ultraserver", "feed")
 CHIPS_UNIT: Final = 1e4  # per 10,000 chips
 
 
+def class_of(entity: str, after: str) -> str:
+    """Return the class a raise of ``entity`` into state ``after`` counts under: the entity's, or ``cooling``
+    for a cooling state."""
+    return "cooling" if after.startswith("cooling") else entity
+
+
 def entity_class(event: Event) -> str:
     """Return the class a raised event counts under: its entity's, or ``cooling`` for a node's cooling state."""
-    return "cooling" if event.after.startswith("cooling") else event.entity
+    return class_of(event.entity, event.after)
 
 
 def _poisson_cdf(k: int, mean: float) -> float:
@@ -63,10 +69,10 @@ def poisson_upper(count: int, confidence: float = 0.95) -> float:
     return (low + high) / 2.0
 
 
-def rates_by_class(events: Iterable[Event], chip_days: float) -> dict[str, dict[str, Any]]:
-    """Return, per entity class, the raised events' count, their rate per day per 10k chips and its 95 % upper
-    bound, over ``chip_days`` of control (rates None without exposure)."""
-    counts = Counter(entity_class(e) for e in events if e.raised)
+def rates_of(counts: Counter[str], chip_days: float) -> dict[str, dict[str, Any]]:
+    """Return, per entity class (``CLASSES`` always, then any other counted), the count of raises, their rate
+    per day per 10k chips and its 95 % upper bound, over ``chip_days`` of control (rates None without
+    exposure)."""
     units = chip_days / CHIPS_UNIT
     out: dict[str, dict[str, Any]] = {}
     for name in (*CLASSES, *sorted(counts.keys() - set(CLASSES))):
@@ -77,3 +83,9 @@ def rates_by_class(events: Iterable[Event], chip_days: float) -> dict[str, dict[
             "upper_95_per_day_per_10k_chips": poisson_upper(n) / units if units else None,
         }
     return out
+
+
+def rates_by_class(events: Iterable[Event], chip_days: float) -> dict[str, dict[str, Any]]:
+    """Return, per entity class, the raised events' count, their rate per day per 10k chips and its 95 % upper
+    bound, over ``chip_days`` of control (rates None without exposure)."""
+    return rates_of(Counter(entity_class(e) for e in events if e.raised), chip_days)

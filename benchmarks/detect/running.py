@@ -6,20 +6,26 @@ section graded (``grading``) and compared with the headline tick.
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import math
 import statistics
 import time
 from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
-from typing import Any, Final
-
-import numpy as np
+from typing import Any, Final, Protocol, TypeVar
 
 from benchmarks._progress import Progress
+from benchmarks.detect.fleets import (
+    available_profiles,
+    fleet_of,
+    frames_of,
+    monitor_of,
+    present_chips,
+    profile_job_mix,
+    profile_kwargs,
+    simulator_of,
+)
 from benchmarks.detect.grading import RunResult, compare, control, grade
 from benchmarks.detect.jobgrading import grade_job_rows
 from benchmarks.detect.jobrows import (
@@ -44,20 +50,14 @@ from benchmarks.detect.placing import (
     fault_runs,
     ticks_of,
 )
-from rainierd.core.analysis import MonitorCore
-from rainierd.core.config import MonitorConfig
-from rainierd.fleet.hardware import TRN2
 from rainierd.fleet.pace import CAUSES
-from rainierd.fleet.topology import Topology, build_fleet
-from rainierd.sim import FleetModel, FleetParams
+from rainierd.sim import FleetParams
 from rainierd.sim.faults import Fault, FaultKind
-from rainierd.sim.frames import tick_batches
-from rainierd.sim.profile import Profile
 from rainierd.sim.workload import JobSpec
 
 __all__ = [
     "DEFAULT_PROFILES", "FULL", "HEADLINE_TICK_S", "QUICK", "Job", "JobRowRun", "Scale", "available_profiles",
-    "bench_detect", "run_fleet",
+    "bench_detect", "run_fleet", "run_pool",
 ]
 
 # The tick length and profile whose figures head the report (and that other ticks compare against): the
@@ -112,48 +112,6 @@ def control_shapes(
     return [(ultraservers, seconds)] * short + [(LONG_CONTROL_ULTRASERVERS, LONG_CONTROL_S)] * long
 
 
-def available_profiles() -> dict[str, Any]:
-    """Return the simulator's profiles by name: ``rainierd.sim.profile.PROFILES`` where the fleet
-    model takes one, else only ``"ideal"`` (the model as it is), standing for ``None``.
-    """
-    try:
-        module = importlib.import_module("rainierd.sim.profile")
-    except ImportError:
-        return {"ideal": None}
-    profiles = getattr(module, "PROFILES", None)
-    if not isinstance(profiles, dict) or "profile" not in inspect.signature(FleetModel).parameters:
-        return {"ideal": None}
-    return dict(profiles)
-
-
-def _profile_kwargs(name: str) -> dict[str, Any]:
-    """Return the keyword arguments that give a ``FleetModel`` the profile ``name``.
-
-    Raises KeyError for a profile this simulator does not have.
-    """
-    profile = available_profiles()[name]
-    return {} if profile is None else {"profile": profile}
-
-
-def fleet_of(profile: str, ultraservers: int) -> Topology:
-    """Return the fleet a run of ``profile`` watches: the profile's shape (sites, partial UltraServers, EFA
-    ports), or one site of whole UltraServers for a simulator without profiles.
-    """
-    prof = available_profiles().get(profile)
-    name = f"bench-{ultraservers}"
-    return prof.fleet(ultraservers, name=name) if isinstance(prof, Profile) else build_fleet(1, ultraservers, name=name)
-
-
-def present_chips(profile: str, ultraservers: int) -> int:
-    """Return the chips that exist in a fleet of ``ultraservers`` in ``profile``'s shape."""
-    return fleet_of(profile, ultraservers).n_present_chips
-
-
-def _profile_job_mix(profile: str) -> bool:
-    prof = available_profiles().get(profile)
-    return isinstance(prof, Profile) and prof.job_mix
-
-
 def run_fleet(
     ultraservers: int, faults: list[Fault], *, seed: int, ticks: int, noise: float = 1.0,
     tick_s: float = 1.0, profile: str = "ideal", job_mix: bool = False,
@@ -166,21 +124,17 @@ def run_fleet(
     """
     started = time.perf_counter()
     topo = fleet_of(profile, ultraservers)
-    kwargs = _profile_kwargs(profile)
     # A profile that runs the job mix runs it in its control runs, as --job-mix does; its fault runs keep the
     # fixed groups of one UltraServer, as every fault run does: a fault in a job of many UltraServers slows
     # or stalls all of them, which this grading (one fault, its entity) cannot tell from false alarms and
     # the in-process monitor, told no jobs, cannot price.  Faults inside jobs are the job rows' (--job-rows).
-    mix = job_mix or (not faults and _profile_job_mix(profile))
-    if faults and "profile" in kwargs:
-        kwargs["profile"] = replace(kwargs["profile"], job_mix=False)
+    mix = job_mix or (not faults and profile_job_mix(profile))
     # One simulated day per run, so the diurnal swing is always in it.
     params = FleetParams(noise=noise, time_scale=86_400.0 / (ticks * tick_s), jobs="mix" if mix else "none")
     diurnal = Fault(FaultKind.DIURNAL, 0, 0.02, 0, ticks)
-    model = FleetModel(topo, np.random.default_rng(seed), tick_s=tick_s, start_s=0.0, params=params,
-                       faults=[*faults, diurnal], **kwargs)
-    core = MonitorCore(topo, MonitorConfig(tick_s=tick_s,
-                                           hardware=replace(TRN2, efa_ports_per_node=topo.efa_ports_per_node)))
+    model = simulator_of(topo, profile, seed=seed, tick_s=tick_s, params=params, faults=[*faults, diurnal],
+                         job_mix=False if faults else None)
+    core = monitor_of(topo, tick_s=tick_s)
     # Chips that exist: a partial UltraServer's absent nodes hold none (the chip-days of a control).
     result = RunResult(faults, [], topo.n_present_chips, ticks, tick_s=tick_s, profile=profile,
                        lost_truth=dict.fromkeys(CAUSES, 0.0), lost_estimate=dict.fromkeys(CAUSES, 0.0))
@@ -190,8 +144,7 @@ def run_fleet(
         sample = model.step(tick)
         if log is not None:
             log.record(sample.truth)
-        # Batches, as the simulator publishes by default (the frames are the same; only the transport differs).
-        frames = [frame for _topic, frame in tick_batches(topo, sample, publisher="bench", nodes_per_batch=128)]
+        frames = frames_of(topo, sample)
         # Received at the tick's own time: the listening clock, whatever the publishers' clocks say.
         analysis = core.step(frames, now_s=model.t_of(tick))
         result.events.extend(analysis.events)
@@ -261,24 +214,54 @@ def _run(job: Job | JobRowRun) -> RunResult | JobRunResult:
                      tick_s=job.tick_s, profile=job.profile, job_mix=job.job_mix)
 
 
+class Work(Protocol):
+    """What the pool needs of a run: which section it belongs to and its rough cost."""
+
+    @property
+    def profile(self) -> str: ...
+
+    @property
+    def tick_s(self) -> float: ...
+
+    @property
+    def work(self) -> float: ...
+
+
+W = TypeVar("W", bound=Work)
+R = TypeVar("R")
+
+
+def run_pool(run: Callable[[W], R], items: Sequence[W], workers: int, progress: Progress) -> list[R]:
+    """Run ``run`` on each of ``items`` in a pool of ``workers`` processes (in this one for a single worker),
+    the longest first, each completion a step of ``progress``; return the results in the items' order."""
+    total_work = sum(item.work for item in items) or 1.0
+    done_work = 0.0
+    results: dict[int, R] = {}
+    order = sorted(range(len(items)), key=lambda i: -items[i].work)  # the last ones to finish are short
+
+    def finished(index: int, result: R) -> None:
+        nonlocal done_work
+        results[index] = result
+        item = items[index]
+        done_work += item.work
+        progress.step(f"run {len(results)} of {len(items)} (profile {item.profile}, tick {item.tick_s:g} s)",
+                      left_fraction=(total_work - done_work) / total_work)
+
+    if workers <= 1:
+        for i in order:
+            finished(i, run(items[i]))
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            futures = {pool.submit(run, items[i]): i for i in order}
+            for future in as_completed(futures):
+                finished(futures[future], future.result())
+    progress.close()
+    return [results[i] for i in range(len(items))]
+
+
 def _run_all(jobs: list[Job | JobRowRun], workers: int, progress: Progress) -> list[RunResult | JobRunResult]:
     """Run ``jobs`` in a pool, each completion a step of ``progress``; return results in job order."""
-    total_work = sum(job.work for job in jobs)
-    done_work = 0.0
-    results: list[RunResult | JobRunResult | None] = [None] * len(jobs)
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        # The longest runs first, so the last ones to finish are short.
-        order = sorted(range(len(jobs)), key=lambda i: -jobs[i].work)
-        futures = {pool.submit(_run, jobs[i]): i for i in order}
-        for done, future in enumerate(as_completed(futures), start=1):
-            index = futures[future]
-            results[index] = future.result()
-            job = jobs[index]
-            done_work += job.work
-            progress.step(f"run {done} of {len(jobs)} (profile {job.profile}, tick {job.tick_s:g} s)",
-                          left_fraction=(total_work - done_work) / total_work)
-    progress.close()
-    return [r for r in results if r is not None]
+    return run_pool(_run, jobs, workers, progress)
 
 
 def _job_phases(controls: list[RunResult]) -> dict[str, Any]:
@@ -315,7 +298,7 @@ def bench_detect(
     """
     started = time.perf_counter()
     for name in profiles:
-        _profile_kwargs(name)  # fail before starting any run
+        profile_kwargs(name)  # fail before starting any run
     headline_tick = HEADLINE_TICK_S if HEADLINE_TICK_S in ticks_s else ticks_s[0]
     plan: list[Job | JobRowRun] = []
     for profile in profiles:
