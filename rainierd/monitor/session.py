@@ -20,7 +20,7 @@ import structlog
 from rainierd.monitor.clock import ListeningClock
 from rainierd.monitor.events import EventLog
 from rainierd.monitor.inbox import Inbox
-from rainierd.monitor.jobs import JobFeed, is_job_topic
+from rainierd.monitor.jobs import SETTLE_S, JobFeed, is_job_topic
 from rainierd.mqtt import ConnectionState, deliver
 from rainierd.sinks.retained import RetainedActions, is_action_topic
 from rainierd.wire import JOBS_FILTER, Shard, status_topic, telemetry_filters
@@ -86,13 +86,21 @@ class Session:
                     await client.subscribe([(topic_filter, self._qos) for topic_filter in self._filters])
                 await client.subscribe(own_status, qos=1)
                 if jobs is not None:  # every retained document comes with the SUBACK: the current jobs at once
+                    jobs.resubscribing()
                     await client.subscribe(JOBS_FILTER, qos=1)
+                    tg.create_task(self._settle(jobs), name="monitor-settle-jobs")
                 self._clock.hear("disconnected")
                 # Messages arrive through on_message; this waits until mqtt.supervise ends the session.
                 await asyncio.get_running_loop().create_future()
         finally:
             serving[0] = False
             self._clock.deafen("disconnected")
+
+    @staticmethod
+    async def _settle(jobs: JobFeed) -> None:
+        """Forget, ``SETTLE_S`` after subscribing, the jobs the broker's retained documents did not confirm."""
+        await asyncio.sleep(SETTLE_S)
+        jobs.settle()
 
     async def _grace(self) -> None:
         """Judge no silence for ``reconnect_grace_s`` after connecting.

@@ -59,6 +59,35 @@ class TestJobFeed:
         feed.hear(job_topic("ml/a"), b"")
         assert feed.resolve(feed.pending()).n_jobs == 0
 
+    def test_a_job_that_ended_while_the_monitor_was_away_is_forgotten_when_the_subscription_settles(self) -> None:
+        """Its removal went to nobody: a new subscription hands over only what the broker still holds (a's
+        retained document, and b's refused update, which leaves b standing at the broker); c, unheard, is
+        forgotten at ``settle``, which is a change, and logged; a document that comes after is stored again."""
+        feed = JobFeed(TOPO)
+        for job in ("ml/a", "ml/b", "ml/c"):
+            feed.hear(*payload(job, "u0"))
+        feed.resolve(feed.pending())
+        feed.resubscribing()
+        feed.hear(*payload("ml/a", "u0"))
+        feed.hear(job_topic("ml/b"), b"{not json")
+        with capture_logs() as logs:
+            feed.settle()
+        assert feed.resolve(feed.pending()).ids == ("ml/a", "ml/b")
+        assert [(e["event"], e["jobs"], e["first"]) for e in logs] == [("jobs ended while disconnected", 1, ["ml/c"])]
+        feed.settle()  # once settled, nothing more is forgotten
+        assert feed.pending() is None
+        feed.hear(*payload("ml/c", "u0"))
+        assert feed.resolve(feed.pending()).ids == ("ml/a", "ml/b", "ml/c")
+
+    def test_a_settle_without_a_new_subscription_forgets_nothing(self) -> None:
+        """Jobs heard in this subscription are never unheard: settling forgets nothing and changes nothing."""
+        feed = JobFeed(TOPO)
+        feed.resubscribing()
+        feed.hear(*payload("ml/a", "u0"))
+        feed.resolve(feed.pending())
+        feed.settle()
+        assert (feed.pending(), feed.membership.ids) == (None, ("ml/a",))
+
     def test_refusals_are_counted_and_logged_once_an_episode(self) -> None:
         """Three broken documents in a tick are three refusals and one log line; a tick without one ends the
         episode (one line); the next refusal opens a new one."""
