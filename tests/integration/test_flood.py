@@ -42,11 +42,6 @@ from rainierd.wire import NodeFrame, encode_binary
 from rainierd.wire.topics import node_topic
 from tests.integration.test_authorisation import ShippedBroker, shipped_broker, start_role
 
-# Each test here floods the monitor until it is behind and judges what it does then: run alone (scripts/test),
-# as another test's CPU beside it would be part of the flood (a fresh-clone rehearsal on four workers lost 12
-# of the other nodes' frames, 2026-12-07).
-pytestmark = pytest.mark.alone
-
 __all__ = ["shipped_broker"]  # the fixture, used by name
 
 TOPO = build_topology("demo")
@@ -174,6 +169,9 @@ def counts(port: int) -> dict[str, float]:
     return current_values(port, only=("rainier_ingest", "rainier_mqtt", "rainier_monitor_backlog"))
 
 
+# This test floods the monitor with one agent's frames and judges what the others lose: run alone (scripts/test),
+# as another test's CPU beside it would be part of the flood.
+@pytest.mark.alone
 def test_one_agent_flooding_its_own_topic_costs_the_others_nothing(
     shipped_broker: ShippedBroker, fleet: Fleet, start_rainierd: object,
 ) -> None:

@@ -46,11 +46,6 @@ from rainierd.wire.topics import EVENTS_ROOT, node_topic
 from tests.integration.test_authorisation import ShippedBroker, shipped_broker, start_role
 from tests.integration.test_flood import RawAgent, publish_packet
 
-# Each test here floods the monitor until it is behind and judges what it does then: run alone (scripts/test),
-# as another test's CPU beside it would be part of the flood (a fresh-clone rehearsal on four workers lost 12
-# of the other nodes' frames, 2026-12-07).
-pytestmark = pytest.mark.alone
-
 __all__ = ["shipped_broker"]  # the fixture, used by name
 
 TOPO = build_topology("demo")
@@ -240,6 +235,10 @@ def test_garbage_on_every_node_topic_without_the_acl_costs_no_node_a_frame(
     assert monitor.proc.poll() is None
 
 
+# This test floods the monitor until it is behind and judges what it does then: run alone (scripts/test), as
+# another test's CPU beside it would be part of the flood (two fresh-clone rehearsals on four workers lost 6 and
+# 12 of the other nodes' frames, 2026-12-07).
+@pytest.mark.alone
 @pytest.mark.mosquitto
 def test_one_agent_flooding_its_own_topic_neither_costs_the_others_nor_hides_a_silent_node(
     shipped_broker: ShippedBroker, start_rainierd: object,
