@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from rainierd.fleet.units import flops_text
+
 Document = Mapping[str, Any]
 Link = Literal["connecting", "live", "behind", "stalled", "unreachable", "bad_answer"]
 
@@ -175,19 +177,8 @@ def seconds(value: float) -> str:
     return f"{value / 3600:.1f} h"
 
 
-_PREFIXES: Final = ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"))
-
-
-def flops(value: float | None) -> str:
-    """Spell FP8 FLOP/s with an SI prefix and three significant figures: ``166 PF/s``, ``7.17 PF/s``."""
-    if value is None or not math.isfinite(value):
-        return "-"
-    if value == 0:
-        return "0"
-    for scale, prefix in _PREFIXES:
-        if abs(value) >= scale:
-            return f"{value / scale:.3g} {prefix}F/s"
-    return f"{value:.3g} F/s"
+# FP8 FLOP/s as every surface spells it (``166 PF/s``): the one formatter, not a copy of it.
+flops = flops_text
 
 
 _SI: Final = ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""), (1e-3, "m"),
