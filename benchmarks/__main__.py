@@ -18,6 +18,7 @@ from typing import NoReturn
 
 from benchmarks import (
     aggregate,
+    anchors,
     api,
     cluster,
     compare,
@@ -49,6 +50,7 @@ BENCHMARKS: dict[str, ModuleType] = {
     "core": core,
     "detect": detect,
     "control": control,
+    "anchors": anchors,
     "scrape": scrape,
     "ingest": ingest,
     "soak": soak,

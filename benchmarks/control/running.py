@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
@@ -213,8 +214,10 @@ class _Monitor:
         return analysis.events
 
 
-def run_control(run: ControlRun) -> RunResult:
+def run_control(run: ControlRun, watch: Callable[[int, MonitorCore], None] | None = None) -> RunResult:
     """Simulate and watch ``run``; return its raises with their evidence, its exposure and what it cost.
+    ``watch``, if given, is called after each analysis with the tick and the monitor's core (not while no
+    monitor runs): the anchors' detectors read the same admitted telemetry there (``benchmarks/anchors``).
 
     Raises KeyError for a profile the simulator does not have.
     """
@@ -263,6 +266,8 @@ def run_control(run: ControlRun) -> RunResult:
                     result.clears += 1
                 else:
                     result.escalations += 1
+            if watch is not None:
+                watch(tick, monitor.core)
     stats = monitor.core.ingest.stats
     result.frames_applied, result.frames_lost = stats.frames_applied, stats.frames_lost
     result.phase_seconds, result.phase_entries = phase_exposure(log, run.tick_s), dict(log.entries)

@@ -50,6 +50,7 @@ from benchmarks.detect.placing import (
     fault_runs,
     ticks_of,
 )
+from rainierd.core.analysis import MonitorCore
 from rainierd.fleet.pace import CAUSES
 from rainierd.sim import FleetParams
 from rainierd.sim.faults import Fault, FaultKind
@@ -115,10 +116,13 @@ def control_shapes(
 def run_fleet(
     ultraservers: int, faults: list[Fault], *, seed: int, ticks: int, noise: float = 1.0,
     tick_s: float = 1.0, profile: str = "ideal", job_mix: bool = False,
+    watch: Callable[[int, MonitorCore], None] | None = None,
 ) -> RunResult:
     """Simulate ``ticks`` ticks of ``tick_s`` of a fleet with ``faults`` and a diurnal swing; return events
     and errors.  With ``job_mix`` the fleet runs the simulator's job mix (``FleetParams(jobs="mix")``)
-    and each raised event is attributed to its job's phase (``phases``).
+    and each raised event is attributed to its job's phase (``phases``).  ``watch``, if given, is called after
+    each tick's analysis with the tick and the core (the anchors' detectors read its admitted telemetry there:
+    ``benchmarks/anchors``).
 
     Raises KeyError for a ``profile`` the simulator does not have.
     """
@@ -148,6 +152,8 @@ def run_fleet(
         # Received at the tick's own time: the listening clock, whatever the publishers' clocks say.
         analysis = core.step(frames, now_s=model.t_of(tick))
         result.events.extend(analysis.events)
+        if watch is not None:
+            watch(tick, core)
         if log is not None:
             result.phase_rows += [log.attribute(e, topo, tick_s) for e in analysis.events if e.raised]
         if tick < settled:

@@ -113,7 +113,7 @@ class TestTheEntryPoint:
         flat = " ".join(out.split())
         missing = [kind for kind, module in {**BENCHMARKS, **TOOLS}.items()
                    if f"{kind} {' '.join(module.HELP.split())}" not in flat]
-        assert (missing, len(BENCHMARKS), sorted(TOOLS)) == ([], 20, ["compare"])
+        assert (missing, len(BENCHMARKS), sorted(TOOLS)) == ([], 21, ["compare"])
 
 
 class TestEachBenchmarksOptions:
