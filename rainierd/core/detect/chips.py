@@ -304,10 +304,13 @@ class ChipDetector:
         learning seconds, such a sample left the level of the plain mean 0.3 / n
         high, still 0.8 % (two floor sigmas) after 47 s, when the CUSUM, fed
         by that offset, froze the level and raised a healthy chip three times
-        in one run (issue 22, training profile).  Before its first sample a
-        chip's level is its group's median (1.0), so a first sample that is
-        an outlier is held to the same bound.  Two fleet-sized temporaries a
-        tick, no loop: at ``rainier`` a few MB.
+        in one run (issue 22, training profile).  A chip's first samples are
+        not clamped: their median seeds its level (``_warmup.py``), since a
+        bound around its group's median (1.0) held a chip or a node steadily
+        a few % off it above its own level, and a first sample set where the
+        fleet's spread was wide was kept by this clamp once it narrowed
+        (issue 38).  Two fleet-sized temporaries a tick, no loop: at
+        ``rainier`` a few MB.
         """
         level = self.baseline.level
         center = np.where(np.isnan(level), np.float32(1.0), level).astype(np.float32)

@@ -130,6 +130,13 @@ class TestHeterogeneousFleet:
         run = run_chips(outlier_at=None, slow_nodes=(4, 9), node_slow=node_slow, seed=seed)
         assert run.raised == {}
 
+    @pytest.mark.parametrize("seed", [0, 1])
+    def test_slow_nodes_with_straddling_first_readings_raise_nothing(self, seed: int) -> None:
+        """The independent publisher's run: two nodes 9 % slow from the start, and every chip's first judged
+        reading 0.75 to 1.24 of its efficiency: nothing is raised."""
+        assert run_chips(outlier_at=None, slow_nodes=(4, 9), node_slow=0.09, straddle=(0.75, 1.24),
+                         seed=seed).raised == {}
+
     def test_a_straggler_inside_a_slow_node_is_still_found(self) -> None:
         """A chip of a node 9 % slower than its group from the start, which slows by 5 % more at 100 s, is raised
         within 8 s, alone: its node's chips are judged against their own levels, not excused."""
