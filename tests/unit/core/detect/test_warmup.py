@@ -4,6 +4,7 @@ outlying first sample (a chip's first interval straddling compute and a collecti
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from rainierd.core.detect._baseline import Baseline
@@ -15,7 +16,7 @@ def _baseline(n: int) -> Baseline:
 
 
 def _feed(warmup: Warmup, baseline: Baseline, rows: list[list[float]], *, accept: list[bool] | None = None,
-          seconds: float = 1.0) -> list[np.ndarray]:
+          seconds: float = 1.0) -> list[npt.NDArray[np.bool_]]:
     """Feed one sample a row (one value an entity); return what each call let the baseline fold in itself."""
     kept = []
     for row in rows:
@@ -38,7 +39,8 @@ class TestWarmup:
         """Four samples of five leave no level (judged as an entity without history)."""
         warmup, baseline = Warmup.of(1, 5), _baseline(1)
         _feed(warmup, baseline, [[0.9]] * 4)
-        assert np.isnan(baseline.level[0]) and baseline.history_s[0] == 0.0
+        assert np.isnan(baseline.level[0])
+        assert baseline.history_s[0] == 0.0
 
     def test_an_entity_steadily_off_its_peers_starts_at_its_own_level(self) -> None:
         """Samples at 0.91 of the group's median seed a level of 0.91, unclamped."""
