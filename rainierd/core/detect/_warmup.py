@@ -54,14 +54,22 @@ class Warmup:
 
     def update(self, baseline: Baseline, x: Floats, accept: B, seconds: Floats) -> B:
         """Take ``x`` where ``accept`` for the entities ``baseline`` has no level for; seed the level of those that
-        reached ``count`` samples.  Return where the baseline may fold this sample in itself (it had a level)."""
-        ok = accept & (seconds > 0) & np.isfinite(x)  # a NaN interval compares False
-        warming = ok & np.isnan(baseline.level)
+        reached ``count`` samples.  Return where the baseline may fold this sample in itself: accepted, and it had
+        a level (``Baseline.update`` leaves out a NaN sample or interval itself)."""
+        # Only the entities without a level are looked at: once the fleet is seeded, two passes a tick.
+        warming = accept & np.isnan(baseline.level)
         idx = np.flatnonzero(warming)
+        if not idx.size:
+            return accept
+        keep = accept & ~warming
+        value = np.asarray(x, np.float32)[idx]
+        dt = np.broadcast_to(np.asarray(seconds, np.float32), warming.shape)[idx]
+        ok = (dt > 0) & np.isfinite(value)  # a NaN interval compares False
+        idx, value, dt = idx[ok], value[ok], dt[ok]
         if idx.size:
             col = self.taken[idx]
-            self.samples[idx, col] = np.asarray(x, np.float32)[idx]
-            self.seconds[idx] += np.asarray(seconds, np.float32)[idx]
+            self.samples[idx, col] = value
+            self.seconds[idx] += dt
             col += 1
             self.taken[idx] = col
             done = idx[col >= self.samples.shape[1]]
@@ -71,4 +79,4 @@ class Warmup:
                 self.samples[done] = np.nan
                 self.taken[done] = 0
                 self.seconds[done] = 0.0
-        return ok & ~warming
+        return keep
