@@ -161,10 +161,12 @@ class EfaDetector:
         far_latency = lat_ok & (latency > np.float32(p.latency_band * lat_center))
         reasons = np.zeros(share.shape, dtype=np.int32)
         # Until a port has history it is judged only by hard evidence and the band (_baseline.py).
-        flag(reasons, self.throughput.update(shortfall, active & ~down & self.share_base.learned(), seconds=held),
+        flag(reasons, self.throughput.update(shortfall, active & ~down & self.share_base.learned(), seconds=held,
+                                                 drain_seconds=dt),
              Reason.BANDWIDTH)
         outside = self.band.update(far_latency.astype(np.float32), fresh, seconds=held)
-        flag(reasons, self.latency.update(lat_dev, lat_ok & ~down & self.latency_base.learned(), seconds=held)
+        flag(reasons, self.latency.update(lat_dev, lat_ok & ~down & self.latency_base.learned(), seconds=held,
+                                              drain_seconds=dt)
              | (outside & far_latency),
              Reason.LATENCY)
         flag(reasons, bursting, Reason.RETRANSMITS)
@@ -195,7 +197,13 @@ class EfaDetector:
         it always had, that every port shares, or that rises with what it
         sends is not a fault; and above two of its Poisson deviations a
         second, so a port with a high rate is held to the same false-alarm
-        rate as a quiet one.
+        rate as a quiet one.  One retransmit in an interval is no burst: at a
+        0.25 s tick it reads as 4 a second, over ``retrans_k``, and a healthy
+        port retransmitting in proportion to its traffic would add it to an
+        alarm draining after its cause ended (issue 38: a clear 0.5 s past
+        ``drain_s + clear_after_s``); a burst of 750 a second, or a loss of
+        3e-5 of a busy port's packets (~45 a second), loses one count of
+        an interval's.  Slow loss is judged by counts (slow_loss.py), not here.
         """
         p = self.params
         lossy = self.slow_loss.update(retrans.counts, dt, retrans.sending, retrans.own_rate, retrans.sent_packets_s)
@@ -203,8 +211,9 @@ class EfaDetector:
         excess -= retrans.own_rate
         self._price_retransmits(excess, retrans.sending)
         excess -= np.maximum(np.float32(0.0), 2.0 * np.sqrt(retrans.own_rate) - np.float32(p.retrans_k))
+        excess -= np.minimum(retrans.counts, np.float32(1.0)) / dt
         rate_learned = self.slow_loss.rates.history_s >= np.float32(p.baseline_learn_s)
-        return self.retrans.update(excess, retrans.sending & rate_learned, seconds=held), lossy
+        return self.retrans.update(excess, retrans.sending & rate_learned, seconds=held, drain_seconds=dt), lossy
 
     def _verdict(self, tick: int, reasons: I32, down: B, *, fresh: B, heard: B, present: B, held: F32) -> Transitions:
         """Add the driver's counters' and the device's presence's reasons to ``reasons`` (efa_driver.py); fold
@@ -220,7 +229,7 @@ class EfaDetector:
         candidate[down | silent_device] = DOWN
         candidate[absent] = STALE
         evidence = fresh | absent | ((dropping | erring | silent_device) & heard)
-        return self.tracker.update(candidate, reasons, evidence, tick, seconds=held)
+        return self.tracker.update(candidate, reasons, evidence, tick, seconds=held, at_s=table.t_s)
 
     def _node_reference(self, rate: F32, dt: F32, fresh: B) -> F32:
         """Return each port's reference: the median of its node's fresh ports (NaN with no other one fresh).
