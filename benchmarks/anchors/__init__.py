@@ -21,6 +21,7 @@ import os
 import sys
 from typing import Final
 
+from benchmarks._table import emit
 from benchmarks.anchors.report import print_table
 from benchmarks.anchors.running import ANCHORS, RAINIERD, bench_anchors, calibrate
 from benchmarks.detect.fleets import available_profiles
@@ -91,11 +92,4 @@ def run(args: argparse.Namespace) -> int:
         campaign_seconds=args.campaign_seconds, campaign_ticks_s=[float(t) for t in args.campaign_tick],
         kinds=kinds, jobs=args.jobs or os.cpu_count() or 1, noise=args.noise,
     )
-    if args.output:
-        with open(args.output, "w") as out:
-            json.dump(report, out, indent=2)
-    if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        print_table(report)
-    return 0
+    return emit(report, print_table, output=args.output, as_json=args.json)

@@ -18,13 +18,13 @@ pool are the detection benchmark's (``detect/fleets.py``,
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
 from typing import Final
 
 from benchmarks._progress import Progress
+from benchmarks._table import emit
 from benchmarks.control.report import print_table, summarise
 from benchmarks.control.running import (
     OUTAGE_AT,
@@ -136,11 +136,4 @@ def run(args: argparse.Namespace) -> int:
     if short := sorted({f"{r.seconds:g} s at {r.tick_s:g} s ticks" for r in runs if not r.disturbed}):
         return _usage(f"runs of {', '.join(short)} end before the restart and the outage do: give more --seconds")
     report = campaign(runs, jobs=args.jobs)
-    if args.output:
-        with open(args.output, "w") as out:
-            json.dump(report, out, indent=2)
-    if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        print_table(report)
-    return 0
+    return emit(report, print_table, output=args.output, as_json=args.json)

@@ -20,11 +20,11 @@ truth).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from typing import Any, Final
 
+from benchmarks._table import emit
 from benchmarks.detect.grading import RunResult, grade
 from benchmarks.detect.placing import Cell, cells, fault_runs, ticks_of
 from benchmarks.detect.reporting import print_table
@@ -135,11 +135,4 @@ def run(args: argparse.Namespace) -> int:
         job_row_checkpoints=args.job_row_checkpoints,
         control_chip_days=_option(args.control_chip_days, args.quick, "control_chip_days") or None,
     )
-    if args.output:
-        with open(args.output, "w") as out:
-            json.dump(report, out, indent=2)
-    if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        print_table(report)
-    return 0
+    return emit(report, print_table, output=args.output, as_json=args.json)
