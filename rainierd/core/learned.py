@@ -9,7 +9,8 @@ takes them back.
 What is not here is relearned in seconds: CUSUM sums and state trackers
 (evidence and persistence, which a restart must not carry into a raise
 without an event), EWMAs of the last few samples, and cooling (its trends
-are of the last 5-20 s).
+are of the last 5-20 s; its temperature waits a minute for its load to be
+learned again, ``detect/cooling.py``).
 
 The arrays carry their layout's version and the fingerprint of the topology
 they were learned on; ``restore`` refuses, with the reason, arrays of another

@@ -18,6 +18,21 @@ of samples: a monitor that starts (or first hears a node) while its chips
 still cool from a job that just ended cannot yet tell them from hot ones
 (issue 22: every one of the training control's 13 false cooling alarms was an
 idle UltraServer's chips cooling in the monitor's first seconds).
+
+Heating is physics (issue 38): an idle node that starts work heats toward
+its new load, and chips faster than the assumed ``thermal_tau_s`` run ahead
+of the load smoothed over it (the independent publisher's nodes and
+UltraServer at a job's start).  So a node is hot only over the expectation
+at its load smoothed over ``thermal_tau_s`` and over ``fast_tau_s`` both: it
+is judged against a level that follows its load at the fastest credible
+pace, never held unjudged through a load step, so chips that stay hot once
+that level has caught up are still found.  And the load starts from one
+sample (a monitor's start or restart, a node first heard, a silence longer
+than ``thermal_tau_s`` whose power nobody saw), which under training's x16
+swing may be a collective's: temperature is judged once the load has seen
+``load_warmup_s``.  That is why cooling is not in the learned state a restart
+carries (``core/learned.py``): it learns again in a minute, where a carried
+load would be as old as the restart.
 """
 
 from __future__ import annotations
@@ -57,6 +72,15 @@ class CoolingParams:
     # of a chip and its heat sink (an assumption: tens of seconds for a package under forced air; a wrong
     # figure only leaves a transient the cooling-down rule covers).
     thermal_tau_s: float = 20.0
+    # Chips faster than thermal_tau_s run ahead of that load while it rises (an idle node starting work, issue
+    # 38): a node is hot only over what its load smoothed at fast_tau_s holds too, the quickest time constant a
+    # packaged chip under a heat sink is given credit for.  A falling load needs no such allowance: chips
+    # slower than assumed stay over it while they cool, which the cooling-down rule covers.
+    fast_tau_s: float = 5.0
+    # The load starts from one sample (a monitor's start or restart, a node first heard, or back after a
+    # silence longer than thermal_tau_s, whose power nobody saw): temperature is judged once the load has
+    # seen load_warmup_s of samples, three time constants, after which its start weighs e^-3 (5 %).
+    load_warmup_s: float = 60.0
 
 
 @dataclass(eq=False)
@@ -73,6 +97,8 @@ class CoolingDetector:
         self.temp_trend = np.full(topo.n_nodes, np.nan, np.float32)  # each node's recent chip temperature, C
         self.trend_s = np.zeros(topo.n_nodes, np.float32)  # the seconds of samples its trend has seen
         self.load = np.full(topo.n_nodes, np.nan, np.float32)  # each node's chips' mean power, smoothed (W)
+        self.fast_load = np.full(topo.n_nodes, np.nan, np.float32)  # the same at fast_tau_s: what it heats toward
+        self.load_s = np.zeros(topo.n_nodes, np.float32)  # the seconds of samples the load has seen since it began
         self.nodes = StateTracker.create(topo.n_nodes, raise_after_s=[0.0, p.raise_after_s, 0.0],
                                          clear_after_s=p.clear_after_s)
         # An UltraServer's state follows its nodes' at once: their trackers already persist.
@@ -88,7 +114,8 @@ class CoolingDetector:
             z = np.where(of_site, (values - center) / scale, z)
         return z
 
-    def _load_z(self, temp: F32, inlet: F32, load: F32, mask: B, floor: float) -> tuple[F32, F32]:
+    def _load_z(self, temp: F32, inlet: F32, load: F32, mask: B, floor: float, *, heating: F32 | None = None,
+                ) -> tuple[F32, F32]:
         """Return each node's chip temperature z against its site's nodes under the same load, and the scale (C).
 
         A chip sits above its inlet air by its thermal resistance times its
@@ -99,6 +126,8 @@ class CoolingDetector:
         nodes alone at some load (a small job still busy while the rest of the
         site checkpoints) has a reference like any other.  A node whose load or
         inlet is unknown is compared with its site's median temperature.
+        ``heating`` (per node, W) is a load it may be heating toward: its z is
+        taken over the higher of the two expectations, on the same scale.
         """
         topo = self.state.topology
         site = topo.node_site
@@ -116,6 +145,10 @@ class CoolingDetector:
                                 np.float32(median_temp))
             residual = (temp - expected).astype(np.float32)
             _, scale = robust_center_scale(residual, of_site, floor=floor, sample=self.sample)
+            if heating is not None:
+                toward = inlet + np.float32(resistance) * heating
+                residual = np.where(modelled & np.isfinite(resistance) & (toward > expected), temp - toward,
+                                    residual).astype(np.float32)
             z = np.where(of_site, residual / np.float32(scale), z)
             scales[of_site] = scale
         return z, scales
@@ -131,14 +164,16 @@ class CoolingDetector:
         self._fold_load(state.chips.gauges["power_w"].reshape(topo.n_nodes, -1).mean(axis=1), fresh, table.dt_s)
         inlet_z = self._site_z(cur["inlet_c"], fresh, p.inlet_floor_c)
         fan_z = -self._site_z(cur["fan_rpm"], fresh, p.fan_floor_rpm)
-        temp_z, temp_scale = self._load_z(chip_temp, cur["inlet_c"], self.load, fresh, p.temp_floor_c)
+        temp_z, temp_scale = self._load_z(chip_temp, cur["inlet_c"], self.load, fresh, p.temp_floor_c,
+                                          heating=self.fast_load)
         lost: B = np.asarray(chip_stale.reshape(topo.n_nodes, -1).all(axis=1), dtype=bool)
 
         reasons = np.zeros(topo.n_nodes, dtype=np.int32)
         flag(reasons, fresh & (inlet_z > p.z_alarm), Reason.INLET)
         flag(reasons, fresh & (fan_z > p.z_alarm), Reason.FANS)
         steady = self._steady(chip_temp, temp_scale, fresh, table.dt_s)
-        flag(reasons, fresh & (temp_z > p.z_alarm) & steady, Reason.TEMPERATURE)
+        learned = self.load_s >= np.float32(p.load_warmup_s)
+        flag(reasons, fresh & (temp_z > p.z_alarm) & steady & learned, Reason.TEMPERATURE)
         flag(reasons, lost, Reason.SILENT)
         candidate = np.where(lost, NODE_LOST, np.where(reasons != 0, NODE_COOLING, NODE_HEALTHY))
         node_changes = self.nodes.update(candidate, reasons, fresh | lost, tick,
@@ -154,11 +189,24 @@ class CoolingDetector:
         return node_changes, us_changes
 
     def _fold_load(self, power: F32, fresh: B, dt_s: F32) -> None:
-        """Fold each fresh node's chips' mean power into its load, smoothed over ``thermal_tau_s``."""
-        weight = (1.0 - np.exp(-np.fmax(np.nan_to_num(dt_s, nan=0.0), 0.0) / self.params.thermal_tau_s))
-        blended = (self.load + weight.astype(np.float32) * (power - self.load)).astype(np.float32)
-        np.copyto(blended, power, where=np.isnan(self.load))  # first sample, or after an unknown one
-        np.copyto(self.load, blended, where=fresh)
+        """Fold each fresh node's chips' mean power into its load, smoothed over ``thermal_tau_s`` (and over
+        ``fast_tau_s`` into its fast load); count the seconds the load has seen.
+
+        A first sample, one after an unknown power, or one after a silence
+        longer than ``thermal_tau_s`` starts both again from this sample, and
+        the count from 0: the power in the silence nobody saw, and it moved
+        the chips' temperature by most of the way to it.
+        """
+        p = self.params
+        dt = np.fmax(np.nan_to_num(dt_s, nan=0.0), 0.0).astype(np.float32)
+        restart = np.isnan(self.load) | np.isnan(self.fast_load) | (dt > np.float32(p.thermal_tau_s))
+        for average, tau_s in ((self.load, p.thermal_tau_s), (self.fast_load, p.fast_tau_s)):
+            weight = (1.0 - np.exp(-dt / np.float32(tau_s))).astype(np.float32)
+            blended = (average + weight * (power - average)).astype(np.float32)
+            np.copyto(blended, power, where=restart)
+            np.copyto(average, blended, where=fresh)
+        seen = np.where(restart, np.float32(0.0), self.load_s + dt)
+        np.copyto(self.load_s, np.where(np.isnan(self.load), np.float32(0.0), seen), where=fresh)
 
     def _steady(self, temp: F32, scale: F32, fresh: B, dt_s: F32) -> B:
         """Return which fresh nodes' chips are known not to be cooling; fold this sample into their trend.

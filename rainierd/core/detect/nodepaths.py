@@ -39,7 +39,9 @@ moving (more than ``steady_within`` off its own slower average: a job phase
 beginning or ending, when a node whose agent samples seconds after its peers
 lags them), nor before the node has ``warmup_s`` of its own history.  So a
 whole UltraServer or job moving together (a job phase, ``core/jobphase.py``)
-raises nothing: its nodes move with their reference.  A node with fewer than
+raises nothing: its nodes move with their reference.  A sample after a gap (a
+broker outage, a silent agent) counts as one of its node's own periods in
+every average and every count of seconds, never as the gap (``_held``).  A node with fewer than
 ``min_peers`` peers reporting (a job of up to three nodes, an UltraServer with
 three present nodes) is not judged.
 
@@ -238,12 +240,13 @@ class NodePathDetector:
         evidence = np.zeros(n, dtype=bool)
         seconds = np.zeros(n, np.float32)
         for name, signal in signals.items():
-            judged, slow, dropped = self._judge(self.smoothed[name], signal, group)
+            held = self._held(signal.dt_s)
+            judged, slow, dropped = self._judge(self.smoothed[name], signal, group, held)
             np.bitwise_or(reasons, np.int32(_REASONS[name]), out=reasons, where=slow)
             np.bitwise_or(reasons, np.int32(Reason.OWN_DROP), out=reasons, where=dropped)
             candidate[slow] = NODE_PATHS_DEGRADED
             evidence |= judged
-            np.fmax(seconds, np.nan_to_num(signal.dt_s, nan=0.0), out=seconds, where=judged)
+            np.fmax(seconds, held, out=seconds, where=judged)
         return self.tracker.update(candidate, reasons, evidence, tick, seconds=seconds)
 
     def _reference(self, level: F32, fresh: B, group: I64) -> tuple[F32, I64, B]:
@@ -262,11 +265,25 @@ class NodePathDetector:
         peers = np.where(above, count, group_others_count(believed, group))
         return reference, peers, above
 
-    def _judge(self, s: _Smoothed, signal: NodeSignal, group: I64) -> tuple[B, B, B]:
-        """Fold one path kind's sample into its smoothed state; return (judged, slow, slow with its own level
-        fallen too) per node."""
+    def _held(self, dt_s: F32) -> F32:
+        """Return the seconds each node's sample counts for: its interval, at most the node's own period
+        (``core/cadence.py``; unknown: the interval), 0 where unknown.
+
+        One sample after a gap is one interval's figure, not the gap's (issue 38: the first frames after a
+        broker outage).  A NeuronLink's pace is a gauge over the agent's own interval, caught at its own place
+        in a step whose traffic swings x16; weighted by a 35 s gap it was the whole of all three averages, and
+        a node caught in the step's low beside peers caught in its high stood at 0.4 of them, slow and fallen
+        from its usual level, in one analysis.  Its period is a median of its last intervals, each the time
+        between frames over the sequence numbers between them: a gap moves it by nothing.
+        """
+        dt = np.fmax(np.nan_to_num(dt_s, nan=0.0), np.float32(0.0))
+        held: F32 = np.fmin(dt, self.state.node_cadence.period_s).astype(np.float32)
+        return held
+
+    def _judge(self, s: _Smoothed, signal: NodeSignal, group: I64, dt: F32) -> tuple[B, B, B]:
+        """Fold one path kind's sample, counted as ``dt`` seconds (``_held``), into its smoothed state; return
+        (judged, slow, slow with its own level fallen too) per node."""
         p = self.params
-        dt = np.fmax(np.nan_to_num(signal.dt_s, nan=0.0), np.float32(0.0)).astype(np.float32)
         fresh = signal.fresh & np.isfinite(signal.rate) & (dt > 0)
         weight = (1.0 - np.exp(-dt / np.float32(p.smooth_s))).astype(np.float32)
         value = signal.rate.astype(np.float32)

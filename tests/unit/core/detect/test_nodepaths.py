@@ -20,11 +20,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rainierd._types import I64
+from rainierd._types import F32, I64
 from rainierd.core.analysis import MonitorCore
 from rainierd.core.detect import Event, FleetDetector, JobCost, Reason
-from rainierd.core.detect.nodepaths import group_others_count, group_others_median
-from rainierd.fleet.topology import build_fleet
+from rainierd.core.detect.nodepaths import NodePathDetector, NodeSignal, group_others_count, group_others_median
+from rainierd.core.state import FleetState
+from rainierd.fleet.topology import Topology, build_fleet
 from rainierd.sim.faults import Fault, FaultKind, effects
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
@@ -214,6 +215,73 @@ class TestPeersOneMemberCannotMove:
         assert {k: v.tolist() for k, v in fleet.detector.implausible().items()} == {
             ("node", "efa_paths"): [], ("node", "neuronlink_paths"): [job[2]]}
         assert fleet.detector.implausible_onsets() == {("node", "efa_paths"): 0, ("node", "neuronlink_paths"): 1}
+
+
+GAP_TICK_S = 5.0  # the realistic tick at which issue 38's control campaign found the false alarm
+
+
+@dataclass
+class Gapped:
+    """Two UltraServers of four nodes judged by the node path detector alone, every node's agent reporting every
+    ``GAP_TICK_S`` (its cadence known, as the ingest learns it) with its NeuronLinks' pace as its figure."""
+
+    topo: Topology = field(default_factory=lambda: build_fleet(1, 2))
+    state: FleetState = field(init=False)
+    detector: NodePathDetector = field(init=False)
+    tick: int = 0
+
+    def __post_init__(self) -> None:
+        self.state = FleetState(self.topo)
+        self.detector = NodePathDetector(self.state)
+        nodes = np.arange(self.topo.n_nodes, dtype=np.int64)
+        for _ in range(3):
+            self.state.node_cadence.observe(nodes, np.full(nodes.size, GAP_TICK_S), np.full(nodes.size, np.nan))
+
+    def analyse(self, rate: F32 | float, dt_s: float, *, fresh: bool = True) -> list[int]:
+        """Run one analysis whose fresh samples carry ``rate`` (per node) over ``dt_s`` since each node's last;
+        return the nodes raised."""
+        n = self.topo.n_nodes
+        self.tick += 1
+        signal = NodeSignal(np.broadcast_to(np.float32(rate), (n,)).astype(np.float32),
+                            np.full(n, dt_s, np.float32), np.full(n, fresh))
+        changes = self.detector.update(self.tick, {"neuronlink": signal})
+        return [int(i) for i, after in zip(changes.ids, changes.after, strict=True) if after]
+
+    def outage(self, steady_s: float, gap_s: float) -> list[int]:
+        """Run ``steady_s`` of every node at one steady pace, then ``gap_s`` of analyses with no frame (a broker
+        outage); return what was raised."""
+        raised: list[int] = []
+        for _ in range(int(steady_s / GAP_TICK_S)):
+            raised += self.analyse(2.0, GAP_TICK_S)
+        for _ in range(int(gap_s / GAP_TICK_S)):
+            raised += self.analyse(np.nan, GAP_TICK_S, fresh=False)
+        return raised
+
+
+class TestTheFirstSampleAfterAGap:
+    @pytest.mark.parametrize("gap_s", [10.0, 30.0, 60.0])
+    def test_one_interval_after_an_outage_is_one_interval(self, gap_s: float) -> None:
+        """After a broker outage the first frame's NeuronLink pace is one agent interval's (a gauge), caught at
+        its own place in a step whose traffic swings: one node's at 0.4 of its peers' moves its level as one
+        interval does at any other time, not as the whole gap, and nothing is raised (issue 38 item 3: the
+        control campaign's node path_degraded (neuronlink_node_slow, own_drop) in the first analysis after an
+        outage, 9 of 12 seeds)."""
+        fleet = Gapped()
+        assert fleet.outage(150.0, gap_s) == []
+        rate = np.full(fleet.topo.n_nodes, 2.0, np.float32)
+        rate[5] = 0.8
+        assert fleet.analyse(rate, gap_s + GAP_TICK_S) == []
+        assert [fleet.analyse(2.0, GAP_TICK_S) for _ in range(4)] == [[]] * 4
+
+    def test_a_node_slow_since_the_outage_is_still_raised(self) -> None:
+        """A node whose pace is 0.45 of its peers' from the end of a 30 s outage on is raised, within half a
+        minute of its frames coming back: the gap is one interval, not a blind spot."""
+        fleet = Gapped()
+        assert fleet.outage(150.0, 30.0) == []
+        rate = np.full(fleet.topo.n_nodes, 2.0, np.float32)
+        rate[5] = 0.9
+        raised = [fleet.analyse(rate, 35.0)] + [fleet.analyse(rate, GAP_TICK_S) for _ in range(6)]
+        assert sorted({n for r in raised for n in r}) == [5]
 
 
 class TestGroupOthersMedian:
