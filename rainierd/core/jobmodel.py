@@ -29,6 +29,7 @@ import numpy as np
 
 from rainierd._types import F32, F64, I64, B, Floats
 from rainierd.core.detect import FAILED, HEALTHY, STALE, STRAGGLER, THROTTLED, FleetDetector
+from rainierd.core.jobphase import PhaseParams, quiet_groups
 from rainierd.core.jobs import JobMembership
 from rainierd.core.model import HealthyShares, ModelParams, group_loss
 from rainierd.core.throughput import Throughput
@@ -45,6 +46,8 @@ TOP_CULPRITS: Final = 5  # culprits kept per job, the costliest first
 
 # The same floor core/model.py puts under a speed or a path fraction (a dead path is a stall, not a 0).
 _FLOOR: Final = 0.05
+# When a job is quiet (a checkpoint, a restart): the phase tracker's rule, with the defaults the monitor runs it with.
+_PHASES: Final = PhaseParams()
 
 
 @dataclass(frozen=True, eq=False)
@@ -312,14 +315,18 @@ def _slowest(n_jobs: int, job: I64, fraction: F32) -> F64:
 
 def _own_share(
     jobs: Groups, shares: HealthyShares, healthy: F64, running: B, *, now_s: float, present: B, fallback: F64,
+    quiet: B,
 ) -> F64:
-    """Fold each running job's healthy share of peak into its nodes' shares; return each job's mean of its
-    nodes' learned shares (``fallback`` where none is learned)."""
+    """Fold each running job's healthy share of peak into its nodes' shares, none of a ``quiet`` job's nor of
+    the analyses either side of its quiet spell (``HealthyShares``); return each job's mean of its nodes'
+    learned shares (``fallback`` where none is learned)."""
     node_healthy = np.full(jobs.node_job.size, np.nan)
     node_healthy[jobs.held] = healthy[jobs.held_job]
     node_running = np.zeros(jobs.node_job.size, bool)
     node_running[jobs.held] = running[jobs.held_job]
-    shares.update(node_healthy, node_running, now_s)
+    node_steady = np.ones(jobs.node_job.size, bool)
+    node_steady[jobs.held] = ~quiet[jobs.held_job]
+    shares.update(node_healthy, node_running, now_s, steady=node_steady)
     learned = (jobs.node_job >= 0) & np.isfinite(shares.share) & present
     n_learned = np.bincount(jobs.node_job[learned], minlength=jobs.n_jobs)
     total = np.bincount(jobs.node_job[learned], weights=shares.share[learned], minlength=jobs.n_jobs)
@@ -413,7 +420,8 @@ def price_groups(
     while they run nothing (known 0 FLOP/s: every chip fresh, none unknown;
     and no stall): capacity in no job that sits idle loses nothing when it
     stalls.  A job in a checkpoint is
-    still a job, and keeps what it learned while it stepped.
+    still a job, and keeps what it learned while it stepped: its quiet
+    analyses, and the one either side of them, learn nothing.
     """
     topo = detector.state.topology
     n_nodes, cpn = topo.n_nodes, topo.chips_per_node
@@ -453,8 +461,12 @@ def price_groups(
             learning = running | (idle_learns & ~stalled & (effective == 0) & ~unknown)
         with np.errstate(invalid="ignore", divide="ignore"):
             healthy = (effective + terms["compute"] + terms["neuronlink"] + terms["efa"]) / peak
+        # A job in a checkpoint or a restart steps no work: what it delivers then is no measure of what a stall
+        # costs it (capacity in no job learns its idle 0 on purpose: it is never quiet here).
+        quiet = quiet_groups(jobs.node_job, jobs.n_jobs, detector.state.chips.gauges["util"],
+                             throughput.chip_fresh, _PHASES) & ~idle_learns
         own_share = _own_share(jobs, shares, healthy, learning, now_s=detector.state.now_s,
-                               present=topo.node_present, fallback=own_share)
+                               present=topo.node_present, fallback=own_share, quiet=quiet)
     healthy_value = own_share * peak
     stall_loss = np.where(stalled, np.maximum(healthy_value - effective, 0.0), 0.0)
     zero = np.zeros(jobs.n_jobs)

@@ -32,9 +32,10 @@ per-id bookkeeping runs only when the set of jobs changes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
+import numpy.typing as npt
 
 from rainierd._types import F32, F64, I64, B
 from rainierd.core.jobs import JobMembership
@@ -109,17 +110,7 @@ class PhaseTracker:
 
     def _quiet(self, membership: JobMembership, util: F32, chip_fresh: B) -> B:
         """Return which jobs have ``together`` of their reporting chips quiet (a job reporting none is not)."""
-        n_jobs, node_job = membership.n_jobs, membership.node_job
-        if n_jobs == 0:
-            return np.zeros(0, dtype=bool)
-        per_node = chip_fresh.size // node_job.size
-        fresh = chip_fresh.reshape(node_job.size, per_node)
-        low = fresh & (util.reshape(node_job.size, per_node) < np.float32(self.params.quiet_util))
-        held = node_job >= 0
-        jobs = node_job[held]
-        reporting = np.bincount(jobs, weights=fresh.sum(axis=1)[held], minlength=n_jobs)
-        quiet = np.bincount(jobs, weights=low.sum(axis=1)[held], minlength=n_jobs)
-        return np.asarray((reporting > 0) & (quiet >= self.params.together * reporting), dtype=bool)
+        return quiet_groups(membership.node_job, membership.n_jobs, util, chip_fresh, self.params)
 
     def _follow(self, ids: tuple[str, ...], now_s: float) -> None:
         """Carry each job's state over to this membership's numbering (new jobs start running now)."""
@@ -139,3 +130,21 @@ class PhaseTracker:
         self._quiet_since_s = carry(self._quiet_since_s, np.nan)
         self._stall_s = carry(self._stall_s, 0.0)
         self._ids = ids
+
+
+def quiet_groups(
+    node_job: npt.NDArray[np.signedinteger[Any]], n_groups: int, util: F32, chip_fresh: B, params: PhaseParams,
+) -> B:
+    """Return which groups (``node_job``: each node's, -1 for none) have ``together`` of their reporting chips
+    quiet, under ``quiet_util`` (a group reporting none is not): the phase tracker's quiet job, and what the job
+    model learns no healthy share in (``core/jobmodel.py``)."""
+    if n_groups == 0:
+        return np.zeros(0, dtype=bool)
+    per_node = chip_fresh.size // node_job.size
+    fresh = chip_fresh.reshape(node_job.size, per_node)
+    low = fresh & (util.reshape(node_job.size, per_node) < np.float32(params.quiet_util))
+    held = node_job >= 0
+    groups = node_job[held]
+    reporting = np.bincount(groups, weights=fresh.sum(axis=1)[held], minlength=n_groups)
+    quiet = np.bincount(groups, weights=low.sum(axis=1)[held], minlength=n_groups)
+    return np.asarray((reporting > 0) & (quiet >= params.together * reporting), dtype=bool)

@@ -54,24 +54,58 @@ class ModelParams:
 
 @dataclass(eq=False)
 class HealthyShares:
-    """Each UltraServer's healthy share of peak, learned while it runs (NaN: never seen running)."""
+    """Each group's healthy share of peak, learned while it runs (NaN: never seen running).
+
+    Given which groups are ``steady`` (stepping, not in a quiet phase such
+    as a checkpoint: ``core/jobphase.py``'s quiet), it learns only a steady
+    analysis whose neighbours, the one before and the one after, were steady
+    too: each analysis is held back one analysis and learned, or dropped,
+    then.  A sample that straddles the start or the end of a checkpoint
+    (partly stepping, partly quiet) is not steady work either, and only the
+    next analysis can tell the first of them.  Learned through a checkpoint,
+    a job's share sank with a minute's half-life, and a chip failing soon
+    after was priced at 0.73 of its truth (issue 38).
+    """
 
     halflife_s: float
     share: F64
     last_s: float = float("nan")
+    # The held-back analysis (``steady`` given): its figures, the weight it would have had, and whether it
+    # may be learned once the next analysis is steady too.  ``was_steady``: the last analysis's steady groups.
+    held: F64 | None = None
+    held_weight: float = 0.0
+    held_learns: npt.NDArray[np.bool_] | None = None
+    was_steady: npt.NDArray[np.bool_] | None = None
 
     @classmethod
     def empty(cls, n_ultraservers: int, *, halflife_s: float) -> HealthyShares:
         """Return shares of ``n_ultraservers`` groups that have not run yet."""
         return cls(halflife_s, np.full(n_ultraservers, np.nan))
 
-    def update(self, healthy: F64, running: npt.NDArray[np.bool_], now_s: float) -> None:
-        """Fold this analysis's healthy shares of the running groups in (a plain copy where there is none)."""
+    def update(
+        self, healthy: F64, running: npt.NDArray[np.bool_], now_s: float, *,
+        steady: npt.NDArray[np.bool_] | None = None,
+    ) -> None:
+        """Fold this analysis's healthy shares of the running groups in (a plain copy where there is none);
+        with ``steady``, fold the analysis before's in where both are steady, and hold this one back."""
         dt = now_s - self.last_s if np.isfinite(self.last_s) else 0.0
         self.last_s = now_s
         weight = 1.0 - 0.5 ** (max(dt, 0.0) / self.halflife_s)
+        if steady is None:
+            self._fold(healthy, running & np.isfinite(healthy), weight)
+            return
+        if self.held is not None and self.held_learns is not None:
+            self._fold(self.held, self.held_learns & steady, self.held_weight)
+        # A monitor's first analysis has no neighbour before it: taken as steady.
+        before = self.was_steady if self.was_steady is not None else np.ones(steady.shape, bool)
+        self.held, self.held_weight = healthy.copy(), weight
+        self.held_learns = running & np.isfinite(healthy) & steady & before
+        self.was_steady = steady.copy()
+
+    def _fold(self, healthy: F64, learns: npt.NDArray[np.bool_], weight: float) -> None:
+        """Blend ``healthy`` into the shares where ``learns`` (a plain copy where none is learned yet)."""
         blended = np.where(np.isnan(self.share), healthy, self.share + weight * (healthy - self.share))
-        np.copyto(self.share, blended, where=running & np.isfinite(healthy))
+        np.copyto(self.share, blended, where=learns)
 
 
 def group_loss(

@@ -197,7 +197,10 @@ class ClippedCusum:
             raise ValueError(f"a CUSUM needs at least one sample to raise, not {samples}")
         return cls(k, h, cap, ceiling if ceiling is not None else 2.0 * h, np.zeros(n, np.float32), samples)
 
-    def update(self, x: Floats, mask: B, *, scratch: F32 | None = None, seconds: Floats | None = None) -> B:
+    def update(
+        self, x: Floats, mask: B, *, scratch: F32 | None = None, seconds: Floats | None = None,
+        drain_seconds: Floats | None = None,
+    ) -> B:
         """Add the evidence ``x`` where ``mask``; return the alarm mask.
 
         A NaN is no sample for this figure (a rate across a counter restart, a
@@ -212,6 +215,12 @@ class ClippedCusum:
         step that filled it, so ``samples`` intervals must agree before an
         alarm (at a short tick the per-second cap binds first).
         ``scratch`` (an array like ``x``, float32) saves allocating a fleet-sized step.
+        ``drain_seconds`` (with ``seconds``) is the sample time each interval
+        spans, a lost sample's included, which ``seconds`` may cap: a clean
+        sample in alarm drains at least ``k`` a second of it, so an alarm ends
+        ``drain_s`` after its clean evidence began in sample time, however
+        many samples were lost (capped, a chip losing every other sample
+        drained in twice the time, issue 38).  Evidence still adds by ``seconds``.
         """
         known = mask & ~np.isnan(x)
         # In alarm, clean evidence (under k) drains at least k a second, however close to k it is: the
@@ -226,8 +235,12 @@ class ClippedCusum:
             step *= interval
             np.minimum(step, np.float32(self.h / self.samples), out=step)
         if alarmed.size:
-            full = np.float32(-self.k) * (np.broadcast_to(interval, step.shape)[alarmed] if seconds is not None
-                                          else np.float32(1.0))
+            span: F32 | np.float32 = np.float32(1.0)
+            if seconds is not None:
+                span = np.broadcast_to(interval, step.shape)[alarmed]
+                if drain_seconds is not None:  # only the few in alarm; a NaN span: the capped one
+                    span = np.fmax(span, np.broadcast_to(np.asarray(drain_seconds, np.float32), step.shape)[alarmed])
+            full = np.float32(-self.k) * span
             moved = step[alarmed]
             step[alarmed] = np.where(moved < 0, np.minimum(moved, full), moved)
         step += self.s

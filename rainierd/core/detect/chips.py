@@ -173,7 +173,7 @@ class ChipDetector:
         candidate[(fresh & (failed | sram | erring | timing_out)) | absent] = FAILED
         # A failed chip keeps its state while silent: its silence is the failure.
         candidate[(self.tracker.state == FAILED) & stale] = FAILED
-        changes = self.tracker.update(candidate, reasons, fresh | stale | absent, tick, seconds=held)
+        changes = self.tracker.update(candidate, reasons, fresh | stale | absent, tick, seconds=held, at_s=table.t_s)
         learn(held)
         return changes
 
@@ -203,7 +203,7 @@ class ChipDetector:
         _, spread = robust_center_scale(own, judged, floor=0.0, sample=self.sample)
         floor = np.where(unclocked, np.float32(p.unclocked_floor), np.float32(p.efficiency_floor))
         sigmas_per_s = self._evidence_per_s(1.0 - own, spread, floor, fresh, held)
-        straggling = self.cusum.update(sigmas_per_s, judged & learned, seconds=held)
+        straggling = self.cusum.update(sigmas_per_s, judged & learned, seconds=held, drain_seconds=table.dt_s)
         straggling |= judged & learned & (self.baseline.level < np.float32(p.efficiency_band))
 
         def learn(seconds: F32) -> None:

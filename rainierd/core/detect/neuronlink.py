@@ -156,7 +156,10 @@ class LinkDetector:
         np.add(self.down_s, np.nan_to_num(held, nan=0.0), out=self.down_s, where=dropped)
         np.copyto(self.last_down_s, self.down_s, where=fresh & ~dropped & self.was_dropped)
         np.copyto(self.up_s, np.float32(0.0), where=dropped)
-        np.add(self.up_s, np.nan_to_num(held, nan=0.0), out=self.up_s, where=fresh & ~dropped)
+        # Up time is sample time (the publisher's interval, a lost sample's included), so the flap hold ends
+        # flap_clear_s after the last blip however many samples were lost; capped at one typical interval a
+        # sample, a link losing one sample in three was held 45 s instead of 30 (issue 38).
+        np.add(self.up_s, np.nan_to_num(dt, nan=0.0), out=self.up_s, where=fresh & ~dropped)
         np.copyto(self.was_dropped, dropped, where=fresh)
 
     def _kind_centers(
@@ -315,7 +318,8 @@ class LinkDetector:
         holding = (self.drops > p.recent_drop) & (self.last_down_s < p.flap_blip_s) & (self.up_s < p.flap_clear_s)
         unhealthy = self.tracker.unhealthy()
         was_flapping = (self.tracker.reason[unhealthy] & np.int32(Reason.FLAPPING)) != 0
-        changes = self.tracker.update(candidate, reasons, fresh, tick, seconds=held, holding=holding)
+        changes = self.tracker.update(candidate, reasons, fresh, tick, seconds=held, holding=holding,
+                                      at_s=self.state.links.t_s)
         return self._found_flapping(changes, unhealthy[~was_flapping])
 
     def _found_flapping(self, changes: Transitions, candidates: I64) -> Transitions:

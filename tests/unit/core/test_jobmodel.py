@@ -264,6 +264,57 @@ class TestStall:
         assert loss.culprits(0) == [("node", 1, pytest.approx(64 * PEAK * 0.5))]
 
 
+    @pytest.mark.parametrize("tick_s", [1.0, 5.0])
+    def test_a_failure_just_after_a_checkpoint_is_priced_at_the_job_s_running_share(self, tick_s: float) -> None:
+        """A job steps at 0.62 of peak for two minutes, checkpoints for a minute (every chip at 1 %, with one
+        analysis either side half in it), steps 10 s more, then a chip fails: the stall is priced within 5 % of
+        what the job delivered while it stepped, its truth, at a 1 s or a 5 s analysis (learned through the
+        checkpoint, it was priced at ~0.6 of it, issue 38)."""
+        fleet = Fleet(2)
+        members = membership(fleet.topo, {"a": ultraservers(0), "b": ultraservers(1)})
+        shares = HealthyShares.empty(fleet.topo.n_nodes, halflife_s=60.0)
+        util = fleet.detector.state.chips.gauges["util"]
+        job = fleet.job_chips(members, 0)
+
+        def analyse(seconds: float, job_util: float) -> JobLoss:
+            loss = fleet.loss(members, shares)
+            for _ in range(int(seconds / tick_s)):
+                util[:] = UTIL
+                util[job] = job_util
+                fleet.effective[:] = PEAK * util
+                fleet.detector.state.now_s += tick_s
+                loss = fleet.loss(members, shares)
+            return loss
+
+        analyse(120, UTIL)
+        analyse(tick_s, UTIL / 2)  # straddles the checkpoint's start
+        analyse(60, 0.01)
+        analyse(tick_s, UTIL / 2)  # and its end
+        analyse(10, UTIL)
+        fleet.detector.chips.tracker.state[9] = FAILED
+        loss = analyse(tick_s, 0.0)
+        truth = 64 * PEAK * UTIL
+        assert loss.lost["failed_chip"][0] == pytest.approx(truth, rel=0.05)
+
+    def test_a_job_that_runs_slower_for_good_is_learned(self) -> None:
+        """A job that steps at half its share for five minutes (a lighter phase it stays in, never quiet) is
+        priced at its new share: only quiet spells are not learned."""
+        fleet = Fleet(2)
+        members = membership(fleet.topo, {"a": ultraservers(0), "b": ultraservers(1)})
+        shares = HealthyShares.empty(fleet.topo.n_nodes, halflife_s=60.0)
+        util = fleet.detector.state.chips.gauges["util"]
+        job = fleet.job_chips(members, 0)
+        for second in range(420):
+            util[:] = UTIL
+            util[job] = UTIL if second < 120 else UTIL / 2
+            fleet.effective[:] = PEAK * util
+            fleet.detector.state.now_s = float(second)
+            fleet.loss(members, shares)
+        fleet.detector.chips.tracker.state[9] = FAILED
+        fleet.effective[job] = 0.0
+        loss = fleet.loss(members, shares)
+        assert loss.lost["failed_chip"][0] == pytest.approx(64 * PEAK * UTIL / 2, rel=0.05)
+
     def test_capacity_in_no_job_learns_nothing_before_it_is_heard(self) -> None:
         """A monitor that analyses ticks before any telemetry arrives (its chips never heard from read 0, not
         known to run nothing) learns no healthy share from them for capacity in no job: a failed chip that
