@@ -12,7 +12,7 @@ from rainierd.core import FleetState
 from rainierd.core.analysis import MonitorCore
 from rainierd.core.config import MonitorConfig
 from rainierd.core.detect import Event, FleetDetector
-from rainierd.core.detect._stats import ClippedCusum, Latch, robust_center_scale
+from rainierd.core.detect._stats import ClippedCusum, Latch, finite_median, robust_center_scale
 from rainierd.core.detect._tracker import StateTracker
 from rainierd.fleet.topology import build_fleet, build_topology
 from rainierd.sim.faults import Fault, FaultKind
@@ -142,6 +142,16 @@ class TestRobustStats:
     def test_floor(self) -> None:
         """Identical values give the floor as scale, never zero."""
         assert robust_center_scale(np.ones(10), np.ones(10, bool), floor=0.01) == (1.0, 0.01)
+
+    @given(size=st.sampled_from([1, 2, 3, 64, 65, 2_047, 2_048, 2_049, 5_000]), seed=st.integers(0, 2**32 - 1),
+           ties=st.booleans())
+    @settings(max_examples=40, deadline=None)
+    def test_the_median_is_numpys_to_the_bit(self, size: int, seed: int, ties: bool) -> None:
+        """``finite_median`` (one sort under 2,048 values) returns exactly what ``np.median`` does, odd or even,
+        with ties or without, either side of the size where it hands over to ``np.median``."""
+        rng = np.random.default_rng(seed)
+        values = rng.integers(0, 4, size).astype(np.float64) if ties else rng.normal(1.0, 0.3, size)
+        assert finite_median(values) == float(np.median(values))
 
 
 class TestStateTracker:
