@@ -26,16 +26,19 @@ listening clock (``FleetState.now_s``), once per analysis and vectorised:
   analysis.  Within a tick those nodes are heard or overdue, so a node's
   own loss is reported a tick late at most, and only then.
 
-Why "after it" too: the feed can stop in the middle of a tick (the
-publisher's broker node killed while it forwards that tick's frames; on the
-NATS cluster the simulator's four-node batches).  The nodes that missed that
-tick's last frames fall silent an analysis before the rest, whose last
-frames came a tick after theirs.  Counted as heard, those frames made the
-first nodes' silence their own (a CI rehearsal on a loaded machine: one
-shard reported four nodes, one batch, ``lost`` and back), though the rest
-have been silent since, overdue: the same silence.  And when those
-frames came late, the rest are not yet overdue when the first fall silent:
-only a tick later can the two be told apart, so the first wait that tick.
+Why "after it" too: the nodes' last frames before the feed stops need not
+come together.  A starved publisher spreads a tick's frames over most of
+the tick (the NATS cluster's simulator, four nodes a batch, on a loaded
+2-core machine: one tick's eight batches over 0.46 s), and a broker node
+killed while it forwards a tick passes only part of it.  The nodes whose
+last frame came first then fall silent an analysis before the rest.
+Counted as heard, the rest's later frames made the first nodes' silence
+their own (a CI rehearsal: one shard reported four nodes, one batch,
+``lost`` and back, the rest then read as the feed lost), though the rest
+have been silent since, overdue: the same silence.  And when their frames
+came a tick after the first's or later, the rest are not yet overdue when
+the first fall silent: only a tick later can the two be told apart, so the
+first wait that tick.
 
 One ``feed`` entity (a single id: the monitor's, or its shard's) carries the
 state, so the loss is one event, one series and one alert.
@@ -180,8 +183,8 @@ class FeedDetector:
         heard after it, or overdue now, and of those heard after it, the late: past their period, not overdue).
 
         Quiet is overdue with a last receipt within a stale interval of the onset, either side of it: a node
-        heard a tick after the onset and not since is part of the same silence (the feed stopped in the middle
-        of a tick: the nodes that missed its last frames fall silent an analysis before the rest), not evidence
+        heard after the onset and not since is part of the same silence (the feed's last tick came spread out,
+        or in part: the nodes whose last frame came first fall silent an analysis before the rest), not evidence
         that the feed still worked.
         """
         now = self.state.now_s

@@ -133,9 +133,10 @@ class TestFeedLoss:
         assert events[1].tick == onset[0].tick + 10
 
 
-class TestFeedLostMidTick:
-    """The feed stops while a tick is being delivered (the publisher's broker node killed mid-publish): some
-    nodes' last frame is a tick older than the rest's, so they fall silent an analysis before the rest."""
+class TestLastFramesApart:
+    """The feed stops after a tick that came in part (its broker node killed while forwarding it) or spread out
+    (a starved publisher): some nodes' last frame is older than the rest's, so they fall silent an analysis
+    before the rest."""
 
     def test_nodes_that_missed_the_feeds_last_tick_are_the_feeds_not_lost(self) -> None:
         """Two nodes of eight miss the last tick that gets through, then all fall silent: one `feed lost`, no
