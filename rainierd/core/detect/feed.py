@@ -16,10 +16,30 @@ listening clock (``FleetState.now_s``), once per analysis and vectorised:
   the silent nodes is the candidate **onset**.  The feed is **lost** when,
   of the base nodes that should have been heard since the onset (heard
   after it, or overdue: unheard for their period and a tick), at least
-  ``lost_share``, and at least ``min_nodes``, were not: their last receipt
-  lies at or before the onset, within their own stale interval of it.  A node
-  that fell silent on its own, earlier, is not part of it, and a node whose
-  next frame is not due yet counts neither way;
+  ``lost_share``, and at least ``min_nodes``, were not: they are overdue
+  now, their last receipt within their own stale interval of the onset,
+  before or after it.  A node that fell silent on its own, earlier, is not
+  part of it, and a node whose next frame is not due yet counts neither way;
+* when the feed is not lost by that count but would be if the nodes heard
+  after the onset that are past their period (not yet overdue) were
+  overdue, the silent nodes **wait**: their silence is not judged in this
+  analysis.  Within a tick those nodes are heard or overdue, so a node's
+  own loss is reported a tick late at most, and only then.
+
+Why "after it" too: the nodes' last frames before the feed stops need not
+come together.  A starved publisher spreads a tick's frames over most of
+the tick (the NATS cluster's simulator, four nodes a batch, on a loaded
+2-core machine: one tick's eight batches over 0.46 s), and a broker node
+killed while it forwards a tick passes only part of it.  The nodes whose
+last frame came first then fall silent an analysis before the rest.
+Counted as heard, the rest's later frames made the first nodes' silence
+their own (a CI rehearsal: one shard reported four nodes, one batch,
+``lost`` and back, the rest then read as the feed lost), though the rest
+have been silent since, overdue: the same silence.  And when their frames
+came a tick after the first's or later, the rest are not yet overdue when
+the first fall silent: only a tick later can the two be told apart, so the
+first wait that tick.
+
 One ``feed`` entity (a single id: the monitor's, or its shard's) carries the
 state, so the loss is one event, one series and one alert.
 
@@ -120,13 +140,20 @@ class FeedDetector:
             heard = (now - node_rx_s) < np.maximum(p.heard_within_s, 2 * stale_s)  # NaN (never heard): not heard
         gone = heard & node_silent & ~node_lost
         lost = self.lost
+        waiting = np.zeros_like(self.held)  # silent nodes whose judgement waits for the late ones, this analysis
         if not lost and gone.any():
             onset = float(node_rx_s[gone].max())
-            quiet, due = self._quiet(onset, node_rx_s, heard & ~node_lost, stale_s, due_s)
+            quiet, due, late = self._quiet(onset, node_rx_s, heard & ~node_lost, stale_s, due_s)
+            with np.errstate(invalid="ignore"):
+                same = gone & (node_rx_s >= onset - stale_s)  # fell silent within a stale interval of the onset
             if quiet >= p.min_nodes and quiet >= p.lost_share * due:
                 lost, self.since_s, self.onset_rx_s = True, now, onset
+                np.copyto(self.held, same)
+            elif quiet + late >= p.min_nodes and quiet + late >= p.lost_share * due:
+                # The late are heard or overdue within a tick: the feed's loss, or not, is known by then.  Only
+                # while the silence is under a tick old, so a node's own loss is reported a tick late at most.
                 with np.errstate(invalid="ignore"):
-                    np.copyto(self.held, gone & (node_rx_s >= onset - stale_s))
+                    waiting = same & ((now - node_rx_s - stale_s < p.tick_s) & gone).any()
         elif lost:
             self.held |= gone  # falling silent while the feed is lost: the same cause, most likely
         self.held &= node_silent  # heard again: its own judgement resumes
@@ -135,12 +162,12 @@ class FeedDetector:
         base = int((heard | self.held).sum())
         if lost:
             # The held stay in, judged lost or not once the hold is over: the feed returns when they are heard.
-            quiet, due = self._quiet(self.onset_rx_s, node_rx_s, (heard & ~node_lost) | self.held, stale_s, due_s)
+            quiet, due, _ = self._quiet(self.onset_rx_s, node_rx_s, (heard & ~node_lost) | self.held, stale_s, due_s)
             if quiet < p.min_nodes or quiet < p.lost_share * due:
                 lost = False
         if not lost and believed:
             self.held[:] = False
-        hold = self.held if not believed else np.zeros_like(self.held)
+        hold = (self.held if not believed else np.zeros_like(self.held)) | waiting
         change = self.tracker.update(np.array([FEED_LOST if lost else FEED_HEALTHY], np.int8),
                                      np.array([int(Reason.FEED_LOST) if lost else 0], np.int32),
                                      np.ones(1, dtype=bool), tick, seconds=0.0)
@@ -151,11 +178,19 @@ class FeedDetector:
 
     def _quiet(
         self, onset_s: float, node_rx_s: F64, base: B, stale_s: float | F64, due_s: float | F64,
-    ) -> tuple[int, int]:
+    ) -> tuple[int, int, int]:
         """Return (nodes of ``base`` not heard since ``onset_s`` though due, nodes of it that were due since:
-        heard after it, or overdue now)."""
+        heard after it, or overdue now, and of those heard after it, the late: past their period, not overdue).
+
+        Quiet is overdue with a last receipt within a stale interval of the onset, either side of it: a node
+        heard after the onset and not since is part of the same silence (the feed's last tick came spread out,
+        or in part: the nodes whose last frame came first fall silent an analysis before the rest), not evidence
+        that the feed still worked.
+        """
+        now = self.state.now_s
         with np.errstate(invalid="ignore"):
-            spoke = base & (node_rx_s > onset_s)
-            quiet = base & (node_rx_s <= onset_s) & (node_rx_s >= onset_s - stale_s) & (
-                self.state.now_s - node_rx_s >= due_s)
-        return int(quiet.sum()), int((quiet | spoke).sum())
+            age = now - node_rx_s
+            quiet = base & (node_rx_s >= onset_s - stale_s) & (node_rx_s <= onset_s + stale_s) & (age >= due_s)
+            spoke = base & (node_rx_s > onset_s) & ~quiet
+            late = spoke & (node_rx_s <= onset_s + stale_s) & (age > due_s - self.params.tick_s)
+        return int(quiet.sum()), int((quiet | spoke).sum()), int(late.sum())

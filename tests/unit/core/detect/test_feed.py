@@ -12,6 +12,7 @@ import numpy as np
 from rainierd.core.analysis import MonitorCore
 from rainierd.core.config import MonitorConfig
 from rainierd.core.detect import Event
+from rainierd.core.ingest import Received
 from rainierd.fleet.topology import build_fleet
 from rainierd.sim.fleet import FleetModel, FleetParams
 from rainierd.sim.frames import tick_frames
@@ -30,19 +31,29 @@ class Fleet:
     silent: set[int] = field(default_factory=set)
 
     def __post_init__(self) -> None:
+        self.in_flight: list[Received] = []  # frames sent but not yet received (``run``'s ``late_s``)
         self.topology = build_fleet(1, 2)
         self.model = FleetModel(self.topology, np.random.default_rng(3), tick_s=TICK_S, start_s=0.0,
                                 params=FleetParams(noise=0.0))
         self.core = MonitorCore(self.topology, MonitorConfig(tick_s=TICK_S, stale_after_ticks=STALE_TICKS,
                                                              feed_hold_s=self.hold_s))
 
-    def run(self, ticks: int) -> list[Event]:
-        """Publish ``ticks`` ticks, the monitor listening throughout; return the events."""
+    def run(self, ticks: int, *, late_s: float = 0.0) -> list[Event]:
+        """Publish ``ticks`` ticks, the monitor listening throughout; return the events.
+
+        With ``late_s``, these ticks' frames are received ``late_s`` after their tick, by the first analysis
+        at or after it."""
         events = []
         for _ in range(ticks):
+            now_s = self.tick * TICK_S
             frames = [f for _t, f in tick_frames(self.topology, self.model.step(self.tick), publisher="p")
                       if not (isinstance(f, NodeFrame) and f.node in self.silent)]
-            events += self.core.step(frames, now_s=self.tick * TICK_S).events
+            self.in_flight += [Received(now_s + late_s, None, f) for f in frames]
+            arrived = [r for r in self.in_flight if r.rx_s <= now_s]
+            self.in_flight = [r for r in self.in_flight if r.rx_s > now_s]
+            analysis = self.core.analyse_frames(arrived, now_s=now_s)
+            self.core.ingest.record(analysis.flush)
+            events += analysis.events
             self.tick += 1
         return events
 
@@ -120,3 +131,65 @@ class TestFeedLoss:
         assert summary(onset) == [("feed", 0, "lost", "feed_lost")]
         assert summary(events) == [("feed", 0, "healthy", ""), ("node", 6, "lost", "silent")]
         assert events[1].tick == onset[0].tick + 10
+
+
+class TestLastFramesApart:
+    """The feed stops after a tick that came in part (its broker node killed while forwarding it) or spread out
+    (a starved publisher): some nodes' last frame is older than the rest's, so they fall silent an analysis
+    before the rest."""
+
+    def test_nodes_that_missed_the_feeds_last_tick_are_the_feeds_not_lost(self) -> None:
+        """Two nodes of eight miss the last tick that gets through, then all fall silent: one `feed lost`, no
+        node or chip event, though the two are silent an analysis before the rest (their last frame a tick
+        older, the rest overdue since theirs: one silence, begun within a stale interval)."""
+        fleet = Fleet()
+        fleet.run(20)
+        fleet.silent = {6, 7}
+        events = fleet.run(1)
+        fleet.silent = set(range(8))
+        events += fleet.run(20)
+        assert summary(events) == [("feed", 0, "lost", "feed_lost")]
+        fleet.silent = set()
+        assert summary(fleet.run(10)) == [("feed", 0, "healthy", "")]
+
+    def test_a_short_silence_after_a_missed_tick_is_the_feeds_not_the_nodes(self) -> None:
+        """Two nodes miss a tick, then the whole feed pauses for two ticks and resumes: the two are silent for a
+        stale interval while the rest are only overdue; that is the feed's pause (lost and back), not two nodes
+        lost and back."""
+        fleet = Fleet()
+        fleet.run(20)
+        fleet.silent = {6, 7}
+        events = fleet.run(1)
+        fleet.silent = set(range(8))
+        events += fleet.run(2)
+        fleet.silent = set()
+        events += fleet.run(10)
+        assert [e for e in summary(events) if e[0] != "feed"] == []
+
+    def test_nodes_that_missed_the_last_tick_wait_for_the_rest_to_be_late_enough_to_tell(self) -> None:
+        """As above, but the last tick that gets through arrives late (0.4 of a tick): when the two fall silent
+        the rest are past their period, not yet overdue.  The two wait (a tick at most) rather than being judged
+        lost; a tick later the rest are overdue: one `feed lost`, no node or chip event."""
+        fleet = Fleet()
+        fleet.run(20)
+        fleet.silent = {6, 7}
+        events = fleet.run(1, late_s=0.4 * TICK_S)
+        fleet.silent = set(range(8))
+        events += fleet.run(20)
+        assert summary(events) == [("feed", 0, "lost", "feed_lost")]
+        fleet.silent = set()
+        assert summary(fleet.run(10)) == [("feed", 0, "healthy", "")]
+
+    def test_a_node_lost_while_the_rest_are_late_is_judged_a_tick_later_at_most(self) -> None:
+        """Two nodes fall silent while the rest's frames are held up a tick (past their period, not overdue,
+        when the two go silent): the two wait one tick; then the rest, heard again, show the feed working, and
+        the two are lost, a tick after their usual time, with no feed event."""
+        fleet = Fleet()
+        fleet.run(20)
+        fleet.silent = {6, 7}
+        events = fleet.run(1, late_s=0.4 * TICK_S)
+        events += fleet.run(6, late_s=1.4 * TICK_S)
+        nodes = [e for e in events if e.entity == "node"]
+        assert summary(nodes) == [("node", 6, "lost", "silent"), ("node", 7, "lost", "silent")]
+        assert [e.tick for e in nodes] == [19 + STALE_TICKS + 1] * 2
+        assert [e for e in events if e.entity == "feed"] == []
