@@ -38,8 +38,9 @@ from rainierd.core.detect._baseline import Baseline
 from rainierd.core.detect._common import Reason, persistence_seconds, typical_interval
 from rainierd.core.detect._common import flag as set_reason
 from rainierd.core.detect._peers import ChipPeers
-from rainierd.core.detect._stats import ClippedCusum, Latch, PeerSample, ewma, robust_center_scale
+from rainierd.core.detect._stats import ClippedCusum, Latch, PeerSample, ewma, robust_center_scale, row_nanmedian
 from rainierd.core.detect._tracker import StateTracker, Transitions
+from rainierd.core.detect._warmup import Warmup
 from rainierd.core.detect.chip_errors import ExecutionFailures
 from rainierd.core.detect.chip_peers import PeerActivity
 from rainierd.core.state import FleetState
@@ -72,10 +73,15 @@ class ChipParams:
     baseline_halflife_s: float = 3_600.0
     baseline_learn_s: float = 30.0
     baseline_clip: float = 0.02
-    # A learned level this far under its group is a straggler whatever it learned (a chip that was
-    # already slow when first seen, or that slowed too gradually for the CUSUM).  Healthy chips' levels
-    # spread by a few % (silicon, and publishers sampling utilisation at their own phase of the step).
+    # The level starts at the median of the chip's first this-many judged samples (_warmup.py): a first sample
+    # straddling compute and a collective reads 0.75-1.24 of its group's and, taken alone, set the level.
+    baseline_seed_samples: int = 5
+    # A learned level this far under its group's, and under its own node's chips' levels, is a straggler whatever
+    # it learned (a chip that was already slow when first seen, or that slowed too gradually for the CUSUM).
+    # Healthy chips' levels spread by a few % (silicon, and publishers sampling utilisation at their own phase of
+    # the step); a whole node steadily slower than its group is a heterogeneous fleet (``_band``).
     efficiency_band: float = 0.9
+    band_node_chips: int = 3  # learned chips of a node its median level is taken over (fewer: its group's, 1.0)
     # A chip against its peers on what every publisher reports (chip_peers.py): its utilisation under
     # util_collapse of its peers' busy median, or its execution latency over latency_band times theirs, for
     # these many seconds net (and samples_to_raise samples).
@@ -115,6 +121,7 @@ class ChipDetector:
         self.efficiency = np.full(n, np.nan, np.float32)  # EWMA, relative to the group's median and its own level
         self.baseline = Baseline.empty(n, halflife_s=p.baseline_halflife_s, learn_s=p.baseline_learn_s,
                                        clip=p.baseline_clip)
+        self.warmup = Warmup.of(n, p.baseline_seed_samples)
         self.sample = PeerSample.of(n)
         self.activity = PeerActivity.create(n, p)
         self.failures = ExecutionFailures.create(n, p)
@@ -204,15 +211,50 @@ class ChipDetector:
         floor = np.where(unclocked, np.float32(p.unclocked_floor), np.float32(p.efficiency_floor))
         sigmas_per_s = self._evidence_per_s(1.0 - own, spread, floor, fresh, held)
         straggling = self.cusum.update(sigmas_per_s, judged & learned, seconds=held, drain_seconds=table.dt_s)
-        straggling |= judged & learned & (self.baseline.level < np.float32(p.efficiency_band))
+        straggling |= self._band(judged & learned)
 
         def learn(seconds: F32) -> None:
             # (Half its threshold, not a quarter as for paths: a chip's efficiency wanders by a fraction of a %
             # with the phase at which its publisher samples utilisation, and a level frozen early stays off.)
             quiet = judged & (self.tracker.state == HEALTHY) & (self.cusum.s < 0.5 * p.z_h)
-            self.baseline.update(self._believed(relative, spread), quiet, seconds)
+            # The first samples seed the level by their median (_warmup.py), unclamped: a chip steadily off its
+            # group's median is learned at its own level, and one outlier among them moves nothing.
+            seeded = self.warmup.update(self.baseline, relative, quiet, seconds)
+            self.baseline.update(self._believed(relative, spread), seeded, seconds)
 
         return straggling, learn
+
+    def _band(self, judged: B) -> B:
+        """Return the judged chips whose learned level is under ``efficiency_band`` of the slower of their group's
+        median (1.0) and their own node's chips' median level.
+
+        A chip slow from its first sample among node-mates at the group's pace
+        is a straggler by this band (its CUSUM learned nothing to be slow
+        against).  A whole node whose chips have all been a few % under the
+        group's median since they were first seen is not sixteen stragglers:
+        it is heterogeneous hardware (another part, another firmware, a warmer
+        rack), each chip at its own learned level, and its chips are held to
+        the band against their node's median level instead.  What separates
+        the two is the chip's own history and its node's: chips that *move*
+        together after their levels were learned still gather CUSUM evidence,
+        each against its own level (docs/detection.md, "A slow node or a slow
+        fleet").  Only nodes with a chip under the band are looked at, so a
+        healthy fleet costs one comparison a chip.
+        """
+        p, level = self.params, self.baseline.level
+        band = np.float32(p.efficiency_band)
+        low = np.flatnonzero(judged & (level < band))
+        if not low.size:
+            return np.zeros(judged.shape, dtype=bool)
+        cpn = self.state.topology.chips_per_node
+        nodes = np.unique(low // cpn)
+        levels = np.where(self.baseline.learned(), level, np.float32(np.nan)).reshape(-1, cpn)[nodes]
+        enough = np.isfinite(levels).sum(axis=1) >= p.band_node_chips
+        node_level = np.where(enough, np.minimum(row_nanmedian(levels), np.float32(1.0)), np.float32(1.0))
+        reference = node_level[np.searchsorted(nodes, low // cpn)]
+        out = np.zeros(judged.shape, dtype=bool)
+        out[low[level[low] < band * reference]] = True
+        return out
 
     def _ecc(self, fresh: B, held: F32, *, silent: B) -> tuple[B, B]:
         """Return (HBM, SRAM) per chip: an uncorrectable ECC error in its new sample, or one within ``ecc_hold_s``
@@ -262,10 +304,13 @@ class ChipDetector:
         learning seconds, such a sample left the level of the plain mean 0.3 / n
         high, still 0.8 % (two floor sigmas) after 47 s, when the CUSUM, fed
         by that offset, froze the level and raised a healthy chip three times
-        in one run (issue 22, training profile).  Before its first sample a
-        chip's level is its group's median (1.0), so a first sample that is
-        an outlier is held to the same bound.  Two fleet-sized temporaries a
-        tick, no loop: at ``rainier`` a few MB.
+        in one run (issue 22, training profile).  A chip's first samples are
+        not clamped: their median seeds its level (``_warmup.py``), since a
+        bound around its group's median (1.0) held a chip or a node steadily
+        a few % off it above its own level, and a first sample set where the
+        fleet's spread was wide was kept by this clamp once it narrowed
+        (issue 38).  Two fleet-sized temporaries a tick, no loop: at
+        ``rainier`` a few MB.
         """
         level = self.baseline.level
         center = np.where(np.isnan(level), np.float32(1.0), level).astype(np.float32)

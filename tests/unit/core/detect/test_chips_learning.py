@@ -42,10 +42,14 @@ class Run:
 
 
 def run_chips(*, outlier_at: int | None, reading: float = OUTLIER, slow: float = 0.0,
-              slowed_from: int = 0, seed: int = 0, seconds: int = RUN_S) -> Run:
+              slowed_from: int = 0, seed: int = 0, seconds: int = RUN_S, slow_nodes: tuple[int, ...] = (),
+              node_slow: float = 0.0, straddle: tuple[float, float] | None = None) -> Run:
     """Feed four UltraServers of healthy chips for ``seconds``; ``CHIP``'s utilisation is read at
     ``reading`` times its busy share at second ``outlier_at``, and it is slower by ``slow`` from
-    ``slowed_from``; return the raises."""
+    ``slowed_from``; every chip of ``slow_nodes`` is slower by ``node_slow`` from the start (a heterogeneous
+    fleet); with ``straddle`` every chip's first judged reading (second 1) is its busy share times a factor
+    drawn uniformly from that range (a first interval straddling compute and a collective); return the
+    raises."""
     topo = build_fleet(1, 4)
     state = FleetState(topo)
     detector = ChipDetector(state, TRN2.fp8_dense_flops)
@@ -56,6 +60,8 @@ def run_chips(*, outlier_at: int | None, reading: float = OUTLIER, slow: float =
     raised: dict[int, int] = {}
     for tick in range(seconds):
         speed = np.ones(n)
+        for node in slow_nodes:
+            speed[node * topo.chips_per_node:(node + 1) * topo.chips_per_node] -= node_slow
         if tick >= slowed_from:
             speed[CHIP] -= slow
         pace = np.repeat(speed.reshape(-1, per_group).min(axis=1), per_group)
@@ -64,6 +70,8 @@ def run_chips(*, outlier_at: int | None, reading: float = OUTLIER, slow: float =
         util = busy + rng.normal(0.0, UTIL_NOISE, n)
         if tick == outlier_at:
             util[CHIP] = busy[CHIP] * reading
+        if straddle is not None and tick == 1:
+            util = busy / rng.uniform(*straddle, n)
         columns = {"util": util.astype(np.float32), "clock_ratio": np.ones(n, np.float32),
                    "throttled": np.zeros(n, np.uint8), "fp8_flop_total": flop,
                    "ecc_uncorrected_total": np.zeros(n, np.uint64)}
@@ -105,5 +113,59 @@ class TestLearningAChipsLevel:
     def test_a_straggler_after_learning_is_found_in_seconds(self) -> None:
         """A chip that slows by 5 % at 100 s, after an outlier at 13 s, is raised within 8 s, alone."""
         run = run_chips(outlier_at=13, slow=0.05, slowed_from=100)
+        assert set(run.raised) == {CHIP}
+        assert run.raised[CHIP] - 100 <= 8
+
+
+class TestHeterogeneousFleet:
+    """A node steadily a few % slower than its group from the moment it is first seen is a heterogeneous fleet,
+    not sixteen stragglers (issue 38: an independent publisher's fleet, every chip of two whole nodes ~9 % under
+    its peers' median and healthy by its truth, raised within 8 s, about 40 s in)."""
+
+    @pytest.mark.parametrize("node_slow", [0.03, 0.09, 0.12])
+    @pytest.mark.parametrize("seed", [0, 1])
+    def test_whole_nodes_steadily_slow_from_the_start_raise_nothing(self, node_slow: float, seed: int) -> None:
+        """Every chip of two nodes (of one UltraServer and of another) slower by 3, 9 or 12 % from its first
+        sample: nothing is raised, and each such chip learns its own level (within 0.5 % of its truth)."""
+        run = run_chips(outlier_at=None, slow_nodes=(4, 9), node_slow=node_slow, seed=seed)
+        assert run.raised == {}
+
+    @pytest.mark.parametrize("seed", [0, 1])
+    def test_slow_nodes_with_straddling_first_readings_raise_nothing(self, seed: int) -> None:
+        """The independent publisher's run: two nodes 9 % slow from the start, and every chip's first judged
+        reading 0.75 to 1.24 of its efficiency: nothing is raised."""
+        assert run_chips(outlier_at=None, slow_nodes=(4, 9), node_slow=0.09, straddle=(0.75, 1.24),
+                         seed=seed).raised == {}
+
+    def test_a_straggler_inside_a_slow_node_is_still_found(self) -> None:
+        """A chip of a node 9 % slower than its group from the start, which slows by 5 % more at 100 s, is raised
+        within 8 s, alone: its node's chips are judged against their own levels, not excused."""
+        node = CHIP // 16
+        run = run_chips(outlier_at=None, slow_nodes=(node,), node_slow=0.09, slow=0.05, slowed_from=100)
+        assert set(run.raised) == {CHIP}
+        assert run.raised[CHIP] - 100 <= 8
+
+    def test_a_chip_slow_from_its_first_sample_in_a_slow_node_is_still_a_straggler(self) -> None:
+        """A chip 12 % slower than its node-mates, which are 5 % slower than the group, all from their first
+        sample, is raised within a minute by the band against its node's level, and alone."""
+        node = CHIP // 16
+        run = run_chips(outlier_at=None, slow_nodes=(node,), node_slow=0.05, slow=0.12)
+        assert set(run.raised) == {CHIP}
+        assert run.raised[CHIP] <= 60
+
+
+class TestFirstSamples:
+    """A chip's first judged sample can straddle compute and a collective and read 0.75 to 1.24 of its group's
+    (issue 38, cause 1): it sets no level the clamp then keeps (replayed frames gave 0 or 41-59 false stragglers
+    by arrival phase alone)."""
+
+    @pytest.mark.parametrize("seed", [0, 1, 2])
+    def test_first_readings_straddling_a_collective_raise_nothing(self, seed: int) -> None:
+        """Every chip's first judged reading is 0.75 to 1.24 of its efficiency: nothing is raised."""
+        assert run_chips(outlier_at=None, straddle=(0.75, 1.24), seed=seed).raised == {}
+
+    def test_a_straggler_after_such_a_start_is_found_in_seconds(self) -> None:
+        """After that start, a chip that slows by 5 % at 100 s is raised within 8 s, alone."""
+        run = run_chips(outlier_at=None, straddle=(0.75, 1.24), slow=0.05, slowed_from=100)
         assert set(run.raised) == {CHIP}
         assert run.raised[CHIP] - 100 <= 8

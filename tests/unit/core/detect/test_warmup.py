@@ -1,0 +1,70 @@
+"""Specification of how a learned level starts: at the median of an entity's first few accepted samples, so one
+outlying first sample (a chip's first interval straddling compute and a collective, issue 38) sets nothing."""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from rainierd.core.detect._baseline import Baseline
+from rainierd.core.detect._warmup import Warmup
+
+
+def _baseline(n: int) -> Baseline:
+    return Baseline.empty(n, halflife_s=3_600.0, learn_s=30.0, clip=0.02)
+
+
+def _feed(warmup: Warmup, baseline: Baseline, rows: list[list[float]], *, accept: list[bool] | None = None,
+          seconds: float = 1.0) -> list[npt.NDArray[np.bool_]]:
+    """Feed one sample a row (one value an entity); return what each call let the baseline fold in itself."""
+    kept = []
+    for row in rows:
+        x = np.asarray(row, np.float32)
+        ok = np.ones(x.shape, bool) if accept is None else np.asarray(accept)
+        kept.append(warmup.update(baseline, x, ok, np.full(x.shape, seconds, np.float32)))
+    return kept
+
+
+class TestWarmup:
+    def test_the_level_is_the_median_of_the_first_samples(self) -> None:
+        """An entity whose first of five samples reads 1.24 and the rest about 1.0 starts at their median, 1.0,
+        with the five samples' seconds as its history."""
+        warmup, baseline = Warmup.of(1, 5), _baseline(1)
+        _feed(warmup, baseline, [[1.24], [1.0], [0.999], [1.001], [1.002]], seconds=0.5)
+        assert baseline.level[0] == pytest.approx(1.001)
+        assert baseline.history_s[0] == pytest.approx(2.5)
+
+    def test_no_level_until_enough_samples(self) -> None:
+        """Four samples of five leave no level (judged as an entity without history)."""
+        warmup, baseline = Warmup.of(1, 5), _baseline(1)
+        _feed(warmup, baseline, [[0.9]] * 4)
+        assert np.isnan(baseline.level[0])
+        assert baseline.history_s[0] == 0.0
+
+    def test_an_entity_steadily_off_its_peers_starts_at_its_own_level(self) -> None:
+        """Samples at 0.91 of the group's median seed a level of 0.91, unclamped."""
+        warmup, baseline = Warmup.of(2, 3), _baseline(2)
+        _feed(warmup, baseline, [[0.91, 1.0]] * 3)
+        assert baseline.level.tolist() == pytest.approx([0.91, 1.0])
+
+    def test_the_baseline_folds_in_only_samples_after_the_level(self) -> None:
+        """While warming and at the sample that seeds the level, the baseline takes nothing itself; after, it
+        does; samples not accepted, NaN or over no interval count for nothing."""
+        warmup, baseline = Warmup.of(1, 2), _baseline(1)
+        kept = _feed(warmup, baseline, [[1.0], [float("nan")], [1.0], [1.0]])
+        assert [bool(k[0]) for k in kept] == [False, False, False, True]
+        kept = _feed(Warmup.of(1, 2), _baseline(1), [[1.0]], accept=[False])
+        assert not kept[0][0]
+
+    def test_a_count_of_one_is_the_first_sample(self) -> None:
+        """With a count of 1 the first sample sets the level, as a plain baseline does."""
+        warmup, baseline = Warmup.of(1, 1), _baseline(1)
+        _feed(warmup, baseline, [[1.2]])
+        assert baseline.level[0] == pytest.approx(1.2)
+
+    def test_a_count_out_of_range_is_refused(self) -> None:
+        """A count under 1 or over 255 (the sample count is a byte) is refused."""
+        for count in (0, 256):
+            with pytest.raises(ValueError, match="count"):
+                Warmup.of(1, count)
