@@ -39,7 +39,9 @@ if TYPE_CHECKING:
 #    (``RateBaseline.held_*``): a layout-1 file lacks them and is refused as another layout.
 # 3: one healthy share per node for every group (issue 34: jobs and capacity in no job priced alike), where
 #    layout 2 kept one per UltraServer and one per node under jobs.
-VERSION: Final = 3
+# 4: each port's retransmit rate is per packet sent (``RateBaseline.exposure``), each site's background per
+#    packet with its ports' traffic (issue 38: retransmits follow traffic); a layout-3 rate is per second.
+VERSION: Final = 4
 _VERSION_KEY: Final = "version"
 _TOPOLOGY_KEY: Final = "topology"
 
@@ -98,7 +100,8 @@ def _check_values(arrays: Mapping[str, npt.NDArray[Any]]) -> None:
         if np.isinf(value).any():
             raise LearnedStateError(f"{name}: an infinite value")
         if name.rsplit(".", 1)[-1] in {"history_s", "count", "seconds", "pending_count", "pending_seconds",
-                                       "background_s", "held_seconds"} and (value < 0).any():
+                                       "background_s", "held_seconds", "exposure", "pending_exposure",
+                                       "held_exposure", "site_packets_per_s"} and (value < 0).any():
             raise LearnedStateError(f"{name}: a negative count or duration")
 
 

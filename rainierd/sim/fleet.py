@@ -320,7 +320,7 @@ class FleetModel:
         links["latency_us"] = latency
 
     def _step_efa(self, e: Effects, pace: F64, traffic: F64 | None = None) -> None:
-        """EFA ports: traffic at the group's pace (and, with jobs, its phase's share); retransmits at a trickle."""
+        """EFA ports: traffic at the group's pace (and, with jobs, its phase's share); retransmits a share of it."""
         topo, p, rng, static, noise = self.topology, self.params, self.rng, self.statics, self.noise
         n, per_node = topo.n_efa, topo.efa_ports_per_node
         port_pace = pace[self.training.efa_group]
@@ -333,12 +333,14 @@ class FleetModel:
         efa["tx_bytes_total"] += moved
         efa["rx_bytes_total"] += moved
         lost_pkts_per_s = e.efa_loss * rate / EFA_PACKET_BYTES
-        # A slow port retransmits a multiple of its own healthy trickle.
-        extra_pkts_per_s = e.efa_retrans_per_s + lost_pkts_per_s + (e.efa_retrans_mult - 1.0) * static.efa_retrans_per_s
         before = efa["retrans_pkts_total"].copy()
-        uneven = bool(self.profile.site_retrans_per_s) or self.profile.efa_retrans_sigma > 0
-        noise.add_poisson(efa["retrans_pkts_total"], static.efa_retrans_per_s if uneven else p.efa_retrans_pkts_per_s,
-                          extra_pkts_per_s, node_of=topo.efa_node)
+        # A healthy port retransmits a small share of the packets it sends (its trickle is what it retransmits
+        # at its full share of the node's traffic): an idle port retransmits nothing, a busy phase more, as the
+        # EFA driver's counters do.  A slow port retransmits a multiple of that share.
+        per_packet = static.efa_retrans_per_s * e.efa_retrans_mult / (self._efa_port_bytes_s / EFA_PACKET_BYTES)
+        noise.add_poisson_means(efa["retrans_pkts_total"], per_packet * (moved / EFA_PACKET_BYTES))
+        noise.add_poisson(efa["retrans_pkts_total"], 0.0, e.efa_retrans_per_s + lost_pkts_per_s,
+                          node_of=topo.efa_node)
         bursts = noise.bursts(n)
         np.add.at(efa["retrans_pkts_total"], bursts, rng.poisson(50.0 * p.noise, bursts.size).astype(np.uint64))
         efa["retrans_bytes_total"] += (efa["retrans_pkts_total"] - before) * np.uint64(EFA_PACKET_BYTES)

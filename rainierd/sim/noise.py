@@ -96,6 +96,26 @@ class Noise:
                 span_hot = self.tick_s if dt_node is None or node_of is None else dt_node[node_of[hot]]
                 counter[hot] += rng.poisson(extra_per_s[hot] * span_hot).astype(np.uint64)
 
+    def add_poisson_means(self, counter: npt.NDArray[np.uint64], mean: F64) -> None:
+        """Add Poisson(``mean``) events to every entity's ``counter``, each its own mean for this interval.
+
+        Drawn as one Poisson process over the entities laid end to end: the
+        total at once, each event placed by where it falls on the cumulative
+        means.  Exact, and it costs the events drawn plus one pass, where one
+        Poisson draw per entity cost ~28 ms over rainier's 500k EFA ports.
+        """
+        cumulative = np.cumsum(np.fmax(mean, 0.0))
+        total = float(cumulative[-1]) if cumulative.size else 0.0
+        events = int(self.rng.poisson(total)) if total > 0 else 0
+        if not events:
+            return
+        hits = np.searchsorted(cumulative, self.rng.uniform(0.0, total, events), side="right")
+        np.minimum(hits, counter.size - 1, out=hits)  # a draw of exactly ``total`` (rounding) is the last one's
+        if hits.size > counter.size // 16:
+            counter += np.bincount(hits, minlength=counter.size).astype(np.uint64)
+        else:
+            np.add.at(counter, hits, np.uint64(1))
+
     def per_entity_s(self, values: npt.NDArray[np.floating[Any]], per_node: int) -> F64:
         """Return ``values`` (per second) times each entity's interval: its node's time between samples."""
         if self.node_dt is None:

@@ -25,9 +25,10 @@ How a baseline avoids learning a slow fault as normal:
   (``PathParams.latency_band``, ``bandwidth_band``), which no learning moves.
 
 ``RateBaseline`` is the same idea for a Poisson count (retransmits): the
-port's rate is (its discounted count + a prior of ``prior_s`` seconds at the
-peers' rate) / (its discounted seconds + ``prior_s``), the gamma-Poisson
-estimate, so a port with little history sits near its peers' rate and one
+port's rate is (its discounted count + a prior of some exposure at the
+peers' rate) / (its discounted exposure + that prior), the gamma-Poisson
+estimate, the exposure being what the count follows (packets sent, for
+retransmits; seconds by default), so a port with little history sits near its peers' rate and one
 with an hour of history at its own.  It learns with a delay instead of
 freezing on evidence: a slow test's evidence builds over minutes, and a rate
 learned only in its quiet moments would be biased low.
@@ -155,10 +156,14 @@ class Baseline(Learned):
 
 @dataclass(eq=False)
 class RateBaseline(Learned):
-    """Each entity's Poisson rate per second: its discounted count over its discounted seconds, shrunk to a prior.
+    """Each entity's Poisson rate per unit of exposure: its discounted count over its discounted exposure, shrunk
+    to a prior.
 
-    Once it has ``learn_s`` of history, what it sees is gathered in windows
-    of ``delay_s``; a window is held for one more window and learned only if
+    The exposure is what the count follows: seconds for a count that comes
+    with time, packets sent for retransmits (``update``'s ``exposure``; the
+    seconds by default).  Time still sets the learning: once it has
+    ``learn_s`` of history, what it sees is gathered in windows of
+    ``delay_s``; a window is held for one more window and learned only if
     the entity stayed clean through both (``update``'s ``clean``).  So every
     sample waits at least ``delay_s`` after it was seen: a slow fault that
     is detected within ``delay_s`` of its start is never learned, wherever
@@ -175,12 +180,15 @@ class RateBaseline(Learned):
     delay_s: float
     count: F32
     seconds: F32
+    exposure: F32  # discounted as ``seconds``: what the count is a rate of
     pending_count: F32
     pending_seconds: F32
+    pending_exposure: F32
     pending_clean: B
     history_s: F32  # seconds seen in all (not discounted)
     held_count: F32  # the last whole window, waiting for the next to end clean
     held_seconds: F32
+    held_exposure: F32
     held_clean: B
 
     @classmethod
@@ -190,29 +198,38 @@ class RateBaseline(Learned):
         def zeros() -> F32:
             return np.zeros(n, np.float32)
 
-        return cls(halflife_s, prior_s, learn_s, delay_s, zeros(), zeros(), zeros(), zeros(), np.ones(n, bool),
-                   zeros(), zeros(), zeros(), np.ones(n, bool))
+        return cls(halflife_s, prior_s, learn_s, delay_s, zeros(), zeros(), zeros(), zeros(), zeros(), zeros(),
+                   np.ones(n, bool), zeros(), zeros(), zeros(), zeros(), np.ones(n, bool))
 
     FIELDS: ClassVar[tuple[str, ...]] = (
-        "count", "seconds", "pending_count", "pending_seconds", "pending_clean", "history_s", "held_count",
-        "held_seconds", "held_clean")
+        "count", "seconds", "exposure", "pending_count", "pending_seconds", "pending_exposure", "pending_clean",
+        "history_s", "held_count", "held_seconds", "held_exposure", "held_clean")
 
     def learned(self) -> B:
         """Return which entities have ``learn_s`` of history."""
         return np.asarray(self.history_s >= self.learn_s)
 
-    def rate(self, prior_per_s: Floats | float) -> F32:
-        """Return each entity's rate per second, ``prior_s`` seconds of ``prior_per_s`` (each entity's, or one
-        for all) blended in."""
-        prior = np.float32(self.prior_s)
-        return ((self.count + prior * np.float32(prior_per_s)) / (self.seconds + prior)).astype(np.float32)
+    def rate(self, prior_rate: Floats | float, prior_exposure: Floats | float | None = None) -> F32:
+        """Return each entity's rate per unit of exposure, ``prior_exposure`` (``prior_s`` by default: seconds) of
+        ``prior_rate`` (each entity's, or one for all) blended in."""
+        prior = np.float32(self.prior_s) if prior_exposure is None else np.asarray(prior_exposure, np.float32)
+        with np.errstate(invalid="ignore"):  # no exposure and no prior: NaN, unknown
+            rate: F32 = ((self.count + prior * np.float32(prior_rate)) / (self.exposure + prior)).astype(np.float32)
+        return rate
 
-    def update(self, counts: Floats, seconds: Floats, *, accept: B, clean: B) -> None:
-        """Add ``counts`` over ``seconds`` where ``accept``; ``clean`` says where the entity is healthy now."""
-        dt = _interval(seconds, accept & np.isfinite(counts))
+    def update(self, counts: Floats, seconds: Floats, *, accept: B, clean: B, exposure: Floats | None = None) -> None:
+        """Add ``counts`` over ``seconds`` and ``exposure`` (None: the seconds) where ``accept``; ``clean`` says
+        where the entity is healthy now.  An interval with no exposure, or an unknown one, is not accepted: its
+        counts have no rate."""
+        ok = accept & np.isfinite(counts)
+        if exposure is not None:
+            ok &= np.asarray(exposure > 0)  # a NaN compares False
+        dt = _interval(seconds, ok)
+        exposed = dt if exposure is None else _interval(exposure, ok & (dt > 0))
         counted = np.fmax(counts, np.float32(0.0)).astype(np.float32, copy=False)  # NaN: 0
         np.add(self.pending_count, counted, out=self.pending_count, where=dt > 0)
         self.pending_seconds += dt
+        self.pending_exposure += exposed
         self.pending_clean &= clean
         # Learning: every sample counts at once.  Then: a window ends when it is delay_s long, and the window
         # before it is learned if both stayed clean; the window that ended is held in its place.
@@ -221,23 +238,26 @@ class RateBaseline(Learned):
         if not due.any():
             return
         now = due & learning & self.pending_clean
-        self._commit(now, self.pending_count, self.pending_seconds)
+        self._commit(now, self.pending_count, self.pending_seconds, self.pending_exposure)
         ended = due & ~learning
-        self._commit(ended & self.held_clean & self.pending_clean, self.held_count, self.held_seconds)
+        self._commit(ended & self.held_clean & self.pending_clean, self.held_count, self.held_seconds,
+                     self.held_exposure)
         np.copyto(self.held_count, self.pending_count, where=ended)
         np.copyto(self.held_seconds, self.pending_seconds, where=ended)
+        np.copyto(self.held_exposure, self.pending_exposure, where=ended)
         np.copyto(self.held_clean, self.pending_clean, where=ended)
         np.copyto(self.pending_count, np.float32(0.0), where=due)
         np.copyto(self.pending_seconds, np.float32(0.0), where=due)
+        np.copyto(self.pending_exposure, np.float32(0.0), where=due)
         np.copyto(self.pending_clean, True, where=due)
 
-    def _commit(self, where: B, counts: F32, seconds: F32) -> None:
-        """Learn ``counts`` over ``seconds`` where ``where``: the history so far discounted by their length."""
+    def _commit(self, where: B, counts: F32, seconds: F32, exposure: F32) -> None:
+        """Learn ``counts`` over ``seconds`` and ``exposure`` where ``where``: the history so far discounted by
+        their length in time."""
         if not where.any():
             return
         decay = np.exp2(-seconds / np.float32(self.halflife_s))
-        np.multiply(self.count, decay, out=self.count, where=where)
-        np.add(self.count, counts, out=self.count, where=where)
-        np.multiply(self.seconds, decay, out=self.seconds, where=where)
-        np.add(self.seconds, seconds, out=self.seconds, where=where)
+        for total, added in ((self.count, counts), (self.seconds, seconds), (self.exposure, exposure)):
+            np.multiply(total, decay, out=total, where=where)
+            np.add(total, added, out=total, where=where)
         np.add(self.history_s, seconds, out=self.history_s, where=where)

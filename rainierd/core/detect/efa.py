@@ -16,6 +16,7 @@ docs/detection.md explains the choices.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -56,6 +57,15 @@ class EfaParams(PathParams):
     # and this many seconds at least, no longer answers its driver: its port is down.
     keep_alive_intervals: float = 3.0
     keep_alive_after_s: float = 10.0
+
+
+class Retransmits(NamedTuple):
+    """The ports' retransmits in one interval and the traffic they are judged against."""
+
+    counts: F32  # packets retransmitted in the interval (NaN: unknown)
+    sent_packets_s: F32  # packets sent a second over it: bytes sent over the SRD packet size (NaN: unknown)
+    sending: B  # fresh, and sent something: a loss rate is known
+    own_rate: F32  # the port's in-control retransmits a second at that traffic (slow_loss.py)
 
 
 def slow_path_stretch(latency_ratio: F32, share: F32, retrans_share: F32, *, latency_share: float) -> F32:
@@ -141,16 +151,8 @@ class EfaDetector:
         lat_dev = deviation(latency, lat_reference, lat_ok, floor=p.latency_floor, sample=self.sample)
         with np.errstate(invalid="ignore", divide="ignore"):
             self.latency_ratio = ewma(self.latency_ratio, latency / lat_reference, lat_ok, alpha=p.ewma_alpha)
-        retrans = counter_delta(table, "retrans_pkts_total")
-        own_rate = self.slow_loss.own_rate()
-        lossy = self.slow_loss.update(retrans, dt, fresh, own_rate, table.rates["tx_bytes_total"])
-        # Retransmit bursts are judged above the port's own rate: a trickle it always had, or that
-        # every port shares, is not a fault; and above two of its Poisson deviations a second, so a
-        # port with a high rate is held to the same false-alarm rate as a quiet one.
-        excess = retrans / dt
-        excess -= own_rate
-        self._price_retransmits(excess, fresh)
-        excess -= np.maximum(np.float32(0.0), 2.0 * np.sqrt(own_rate) - np.float32(p.retrans_k))
+        retrans = self._retransmits(fresh)
+        bursting, lossy = self._judge_retransmits(retrans, dt, held)
         unresponsive = counter_delta(table, "unresponsive_remote_events_total") > 0
 
         down = self._downs(active, ratio, unresponsive, fresh)
@@ -159,23 +161,59 @@ class EfaDetector:
         far_latency = lat_ok & (latency > np.float32(p.latency_band * lat_center))
         reasons = np.zeros(share.shape, dtype=np.int32)
         # Until a port has history it is judged only by hard evidence and the band (_baseline.py).
-        flag(reasons, self.throughput.update(shortfall, active & ~down & self.share_base.learned(), seconds=held),
+        flag(reasons, self.throughput.update(shortfall, active & ~down & self.share_base.learned(), seconds=held,
+                                                 drain_seconds=dt),
              Reason.BANDWIDTH)
         outside = self.band.update(far_latency.astype(np.float32), fresh, seconds=held)
-        flag(reasons, self.latency.update(lat_dev, lat_ok & ~down & self.latency_base.learned(), seconds=held)
+        flag(reasons, self.latency.update(lat_dev, lat_ok & ~down & self.latency_base.learned(), seconds=held,
+                                              drain_seconds=dt)
              | (outside & far_latency),
              Reason.LATENCY)
-        rate_learned = self.slow_loss.rates.history_s >= np.float32(p.baseline_learn_s)
-        flag(reasons, self.retrans.update(excess, fresh & rate_learned, seconds=held), Reason.RETRANSMITS)
+        flag(reasons, bursting, Reason.RETRANSMITS)
         flag(reasons, lossy, Reason.LOSS_RATE)
         flag(reasons, down, Reason.DOWN)
         flag(reasons, fresh & unresponsive, Reason.UNRESPONSIVE)
         changes = self._verdict(tick, reasons, down, fresh=fresh, heard=heard, present=present, held=held)
         healthy = fresh & (self.tracker.state == HEALTHY)
         self._learn(share, latency, healthy & active, healthy & lat_ok, held)
-        self.slow_loss.learn(retrans, own_rate, fresh, dt, settled_s=p.baseline_learn_s,
+        self.slow_loss.learn(retrans.counts, retrans.own_rate, retrans.sending, dt, retrans.sent_packets_s,
+                             settled_s=p.baseline_learn_s,
                              healthy=(self.tracker.state == HEALTHY) & (self.retrans.s < 0.25 * p.retrans_h))
         return changes
+
+    def _retransmits(self, fresh: B) -> Retransmits:
+        """Return the ports' retransmits this interval, with the packets they sent and their own rate at that
+        traffic.  Retransmits follow the packets a port sends (slow_loss.py): a port that sent nothing has no
+        loss rate to judge (unknown, not 0)."""
+        table = self.state.efa
+        sent_packets_s = table.rates["tx_bytes_total"] / np.float32(self.loss_params.loss_packet_bytes)
+        return Retransmits(counter_delta(table, "retrans_pkts_total"), sent_packets_s,
+                           fresh & (sent_packets_s > 0), self.slow_loss.own_rate(sent_packets_s))
+
+    def _judge_retransmits(self, retrans: Retransmits, dt: F32, held: F32) -> tuple[B, B]:
+        """Return the ports retransmitting in bursts, and those losing packets slowly (slow_loss.py).
+
+        Bursts are judged above the port's own rate at its traffic: a trickle
+        it always had, that every port shares, or that rises with what it
+        sends is not a fault; and above two of its Poisson deviations a
+        second, so a port with a high rate is held to the same false-alarm
+        rate as a quiet one.  One retransmit in an interval is no burst: at a
+        0.25 s tick it reads as 4 a second, over ``retrans_k``, and a healthy
+        port retransmitting in proportion to its traffic would add it to an
+        alarm draining after its cause ended (issue 38: a clear 0.5 s past
+        ``drain_s + clear_after_s``); a burst of 750 a second, or a loss of
+        3e-5 of a busy port's packets (~45 a second), loses one count of
+        an interval's.  Slow loss is judged by counts (slow_loss.py), not here.
+        """
+        p = self.params
+        lossy = self.slow_loss.update(retrans.counts, dt, retrans.sending, retrans.own_rate, retrans.sent_packets_s)
+        excess = retrans.counts / dt
+        excess -= retrans.own_rate
+        self._price_retransmits(excess, retrans.sending)
+        excess -= np.maximum(np.float32(0.0), 2.0 * np.sqrt(retrans.own_rate) - np.float32(p.retrans_k))
+        excess -= np.minimum(retrans.counts, np.float32(1.0)) / dt
+        rate_learned = self.slow_loss.rates.history_s >= np.float32(p.baseline_learn_s)
+        return self.retrans.update(excess, retrans.sending & rate_learned, seconds=held, drain_seconds=dt), lossy
 
     def _verdict(self, tick: int, reasons: I32, down: B, *, fresh: B, heard: B, present: B, held: F32) -> Transitions:
         """Add the driver's counters' and the device's presence's reasons to ``reasons`` (efa_driver.py); fold
@@ -191,7 +229,7 @@ class EfaDetector:
         candidate[down | silent_device] = DOWN
         candidate[absent] = STALE
         evidence = fresh | absent | ((dropping | erring | silent_device) & heard)
-        return self.tracker.update(candidate, reasons, evidence, tick, seconds=held)
+        return self.tracker.update(candidate, reasons, evidence, tick, seconds=held, at_s=table.t_s)
 
     def _node_reference(self, rate: F32, dt: F32, fresh: B) -> F32:
         """Return each port's reference: the median of its node's fresh ports (NaN with no other one fresh).

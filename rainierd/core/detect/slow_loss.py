@@ -1,8 +1,23 @@
 """Slow EFA loss (docs/detection.md, layer 4): Poisson CUSUMs per port of its
-retransmits, in packets per second, so they mean the same at any tick.
+retransmits against the packets it sent, so they mean the same at any tick
+and at any load.
 
-In control: the port's own rate (``RateBaseline``: its history, shrunk to its
-site's background with a prior of ``loss_prior_s`` seconds), taken
+Retransmits follow traffic (a share of the packets sent is lost and resent,
+as the EFA driver's counters show): a port's own rate is learned per packet
+sent, and each interval's in-control rate is that share of the packets it
+sent in it, so a busy phase, a job starting on idle ports or a port twice
+as busy as its neighbours is not a rise (issue 38: rates learned per second
+raised 7, 108 and 219 of 300 healthy ports whose retransmits followed their
+traffic, at 1, 2 and 4 retransmits a second).  An interval in which a port
+sent nothing says nothing about its loss: it is neither judged nor learned
+(its ratio is unknown, not 0 and not infinite).  Packets are the bytes sent
+over ``loss_packet_bytes``: the wire carries the driver's ``tx_bytes``, not
+its ``tx_pkts``.  The tests count retransmits, so one retransmit over a few
+packets is one count against a threshold of at least ``loss_h_min``.
+
+In control: the port's own rate per packet (``RateBaseline``: its history,
+shrunk to its site's background with a prior of ``loss_prior_s`` seconds of
+its site's typical traffic) times the packets it sends, taken
 ``loss_margin_se`` posterior deviations high.  Out of control: that rate plus
 ``loss_detect`` of the packets it sends (a loss fraction, so the test means the
 same at any load), tuned to no rise smaller than it could show within
@@ -54,11 +69,12 @@ class SlowLossParams:
     loss_exponent: float = 20.0
     loss_h_min: float = 10.0  # packets: the threshold of a port whose rate is near zero
     loss_packet_bytes: float = 8_192.0  # EFA's SRD packet (jumbo frames), to turn bytes into packets
-    loss_floor_per_s: float = 0.01  # the background rate assumed at least
+    loss_floor_per_s: float = 0.01  # the in-control rate assumed at least, a second, whatever the traffic
     loss_background_halflife_s: float = 600.0  # how slowly each site's background adapts
-    # Seconds of its site's background a port's own rate starts from: the gamma prior's weight.  Ports of
-    # a site differ by a lognormal sigma of ~0.7 (docs/detection.md, layer 4): a gamma of that spread
-    # weighs 1 / (CV^2 x rate) = 1.6 / rate seconds, 2-8 s at the sites' 0.2-0.8/s; 10 s is that, rounded up.
+    # Seconds of its site's background a port's own rate starts from, at its site's typical traffic: the gamma
+    # prior's weight.  Ports of a site differ by a lognormal sigma of ~0.7 (docs/detection.md, layer 4): a gamma
+    # of that spread weighs 1 / (CV^2 x rate) = 1.6 / rate seconds, 2-8 s at the sites' 0.2-0.8/s; 10 s is
+    # that, rounded up.
     loss_prior_s: float = 10.0
     # A port is judged for slow loss once it has loss_judge_s of its own history, and its rate is taken
     # loss_margin_se posterior deviations high, the rise tested at least loss_uncertain_se of them: what it
@@ -86,6 +102,9 @@ class SlowLossParams:
     loss_clear: float = 0.75
     loss_delay_s: float = 900.0  # then a port's rate learns what it saw this long ago, if it stayed healthy
     loss_baseline_halflife_s: float = 3_600.0
+
+
+_SITE_FIELDS = ("background_per_packet", "site_packets_per_s", "background_s")
 
 
 def _rates(arrays: Mapping[str, npt.NDArray[Any]]) -> dict[str, npt.NDArray[Any]]:
@@ -125,59 +144,75 @@ class SlowLossTest:
             self.site = np.zeros(self.n, np.int64)
         self.n_sites = int(self.site.max(initial=-1)) + 1
         self._sample_site = self.sample.pick(self.site)
-        # Each site's retransmit rate per port, bursts clipped (NaN until seen), and the seconds it has been
-        # estimated over (a plain mean at first): the prior of its ports' own rates.
-        self.background_per_s = np.full(self.n_sites, np.nan)
+        # Each site's retransmits per packet sent, bursts clipped (NaN until seen), its ports' packets a second
+        # (the traffic its prior is weighed at), and the seconds both have been estimated over (a plain mean at
+        # first): the prior of its ports' own rates.
+        self.background_per_packet = np.full(self.n_sites, np.nan)
+        self.site_packets_per_s = np.full(self.n_sites, np.nan)
         self.background_s = np.zeros(self.n_sites)
-
-    @property
-    def fleet_background_per_s(self) -> float:
-        """Return the sites' backgrounds averaged (NaN before any): the prior of a site never seen."""
-        seen = np.isfinite(self.background_per_s)
-        return float(self.background_per_s[seen].mean()) if seen.any() else float("nan")
 
     def arrays(self) -> dict[str, npt.NDArray[Any]]:
         """Return copies of what it has learned: each port's rate and each site's background."""
         out = {f"rates.{name}": value for name, value in self.rates.arrays().items()}
-        return out | {"background_per_s": self.background_per_s.copy(), "background_s": self.background_s.copy()}
+        return out | {name: getattr(self, name).copy() for name in _SITE_FIELDS}
 
     def check(self, arrays: Mapping[str, npt.NDArray[Any]]) -> None:
         """Raise ValueError unless ``arrays`` fit ``load``."""
-        fit(arrays, "background_per_s", self.background_per_s)
-        fit(arrays, "background_s", self.background_s)
+        for name in _SITE_FIELDS:
+            fit(arrays, name, getattr(self, name))
         self.rates.check(_rates(arrays))
 
     def load(self, arrays: Mapping[str, npt.NDArray[Any]]) -> None:
         """Take back ``arrays()``; raises ValueError, changing nothing, unless every array fits."""
         self.check(arrays)
         self.rates.load(_rates(arrays))
-        self.background_per_s = take(arrays, "background_per_s", self.background_per_s)
-        self.background_s = take(arrays, "background_s", self.background_s)
+        for name in _SITE_FIELDS:
+            setattr(self, name, take(arrays, name, getattr(self, name)))
 
-    def own_rate(self) -> F32:
-        """Return each port's baseline retransmit rate per second: its own history, shrunk to its site's."""
-        p = self.params
-        fleet = self.fleet_background_per_s
-        fleet = fleet if np.isfinite(fleet) else p.loss_floor_per_s
-        by_site = np.fmax(np.nan_to_num(self.background_per_s, nan=fleet), p.loss_floor_per_s).astype(np.float32)
+    def _by_site(self, values: npt.NDArray[np.float64]) -> F32:
+        """Return each port's site's figure, the sites' mean where its site has none yet (0 before any)."""
+        seen = np.isfinite(values)
+        fleet = float(values[seen].mean()) if seen.any() else 0.0
+        by_site = np.nan_to_num(values, nan=fleet).astype(np.float32)
         assert self.site is not None
-        rate = self.rates.rate(by_site[self.site] if self.n_sites > 1 else float(by_site[0]))
-        np.maximum(rate, np.float32(p.loss_floor_per_s), out=rate)
+        return by_site[self.site] if self.n_sites > 1 else np.full(self.n, by_site[0], np.float32)
+
+    def per_packet(self) -> F32:
+        """Return each port's baseline retransmits per packet sent: its own history, shrunk to its site's."""
+        return self.rates.rate(self._by_site(self.background_per_packet), self._prior_packets())
+
+    def _prior_packets(self) -> F32:
+        """Return the weight of each port's prior: ``loss_prior_s`` of its site's typical traffic, in packets."""
+        prior = self._by_site(self.site_packets_per_s)
+        prior *= np.float32(self.params.loss_prior_s)
+        return prior
+
+    def own_rate(self, sent_packets_s: F32) -> F32:
+        """Return each port's in-control retransmits a second at the traffic it sends now (``sent_packets_s``):
+        its share per packet times its packets, at least ``loss_floor_per_s`` (NaN where its traffic is unknown)."""
+        rate = self.per_packet()
+        rate *= sent_packets_s
+        np.fmax(rate, np.float32(self.params.loss_floor_per_s), out=rate, where=np.isfinite(rate))
         return rate
 
-    def _uncertainty(self, own_rate: F32) -> F32:
-        """Return each port's rate's posterior standard deviation (gamma-Poisson: rate / exposure, square-rooted)."""
-        exposure = self.rates.seconds + np.float32(self.params.loss_prior_s)
-        return np.sqrt(own_rate / exposure, dtype=np.float32)
+    def _uncertainty(self, own_rate: F32, sent_packets_s: F32) -> F32:
+        """Return each port's rate's posterior standard deviation at its traffic now, a second (gamma-Poisson:
+        rate / exposure, square-rooted, the exposure in seconds of the traffic it sends now)."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            exposure_s = (self.rates.exposure + self._prior_packets()) / sent_packets_s
+        return np.sqrt(own_rate / exposure_s, dtype=np.float32)
 
-    def update(self, counts: F32, dt_s: F32, fresh: B, own_rate: F32, sent_bytes_s: F32) -> B:
+    def update(self, counts: F32, dt_s: F32, fresh: B, own_rate: F32, sent_packets_s: F32) -> B:
         """Fold each port's retransmits into its two loss CUSUMs; return where either is over its threshold.
 
-        The in-control rate is the port's own (``RateBaseline``: its history,
-        starting from its site's background, estimated on the peer sample
-        with each port's count capped, adapting over
-        ``loss_background_halflife_s``), so a trickle a port or its site
-        always had is not a fault, and neither is one every port shares.
+        The in-control rate is the port's own (``own_rate``: its share of
+        the packets it sends, from its history, starting from its site's
+        background, estimated on the peer sample with each port's count
+        capped, adapting over ``loss_background_halflife_s``), so a trickle
+        a port or its site always had is not a fault, and neither is one
+        every port shares, nor one that rises with the port's traffic.  A
+        port that sent nothing (``sent_packets_s`` 0 or unknown) is not
+        judged.
         One CUSUM is tuned to ``loss_detect`` of the packets a port sends
         (silent loss at the bottom of the CorrOpt band, but no rise smaller
         than the port could show within ``loss_horizon_s``), the others to
@@ -189,13 +224,13 @@ class SlowLossTest:
         drifts up under a rise of half the rate.
         """
         p = self.params
-        ok = fresh & np.isfinite(counts) & (dt_s > 0)
-        started = bool(np.isfinite(self.background_per_s).any())
+        ok = fresh & np.isfinite(counts) & (dt_s > 0) & (sent_packets_s > 0)
+        started = bool(np.isfinite(self.background_per_packet).any())
         interval = np.where(ok, dt_s, np.float32(0.0))  # seconds each port's count covers (0: none)
         counted = np.where(ok, counts, np.float32(0.0))
         # Taken loss_margin_se posterior deviations high: what it does not know yet about its rate is not loss;
         # and no rise smaller than loss_uncertain_se deviations is tested for, nor than loss_min_per_s.
-        spread = self._uncertainty(own_rate)
+        spread = self._uncertainty(own_rate, sent_packets_s)
         in_control = spread * np.float32(p.loss_margin_se)
         in_control += own_rate
         settled = self.rates.count >= np.float32(p.loss_ratio_settled_count)
@@ -204,8 +239,8 @@ class SlowLossTest:
         spread *= np.float32(p.loss_uncertain_se)
         np.maximum(spread, np.float32(p.loss_min_per_s), out=spread)
         # The rises to detect: loss_detect of the packets the port sends, and loss_detect_ratio of its rate.
-        fraction = np.fmax(sent_bytes_s, np.float32(0.0)).astype(np.float32)
-        fraction *= np.float32(p.loss_detect / p.loss_packet_bytes)
+        fraction = np.fmax(sent_packets_s, np.float32(0.0)).astype(np.float32)
+        fraction *= np.float32(p.loss_detect)
         np.maximum(fraction, spread, out=fraction)
         np.maximum(fraction, self._findable(in_control), out=fraction)
         # The tripled trickle is its own rate tripled, not the in-control rate's: the margin is what the port
@@ -223,12 +258,12 @@ class SlowLossTest:
             by_fraction = np.where(burst, alternative * interval, counted).astype(np.float32)
             burst = by_ratio > burst_cap(base + ratio, interval)
             np.copyto(by_ratio, own_rate * interval, where=burst)
-        self._update_background(by_fraction, interval, ok)
+        self._update_background(by_fraction, interval, sent_packets_s * interval, ok)
         if not started:  # the first interval only sets the background
             return np.zeros(counts.shape, bool)
         # A port is judged for slow loss only once its own rate has loss_judge_s of history: before, its
         # rate is mostly its site's, and a port that always retransmitted more would read as lossy.
-        judged = ok & (self.rates.history_s >= np.float32(p.loss_judge_s))
+        judged = ok & (self.rates.history_s >= np.float32(p.loss_judge_s)) & np.isfinite(own_rate)
         tests = [(self.loss, self._steps(by_fraction, interval, in_control, fraction)),
                  (self.tripled, self._steps(by_ratio, interval, base, ratio))]
         for row, times in zip(self.raised_by, p.loss_detect_ratios_extra, strict=True):
@@ -293,29 +328,35 @@ class SlowLossTest:
         np.minimum(step, np.float32(0.25), out=step)
         return step
 
-    def _update_background(self, clipped: F32, interval: F32, ok: B) -> None:
-        """Fold this interval into each site's retransmit background (the prior of its ports' own rates)."""
+    def _update_background(self, clipped: F32, interval: F32, packets: F32, ok: B) -> None:
+        """Fold this interval into each site's retransmits per packet and packets a second (the prior of its
+        ports' own rates)."""
         p = self.params
         sample_ok, sample_dt = self.sample.pick(ok), self.sample.pick(interval)
         if not (sample_dt[sample_ok] > 0).any():
             return
         sites = self._sample_site[sample_ok]
         seconds = np.bincount(sites, weights=sample_dt[sample_ok], minlength=self.n_sites)
+        sent = np.bincount(sites, weights=self.sample.pick(packets)[sample_ok], minlength=self.n_sites)
         counted = np.bincount(sites, weights=self.sample.pick(clipped)[sample_ok], minlength=self.n_sites)
-        seen = seconds > 0
-        now = np.divide(counted, seconds, out=np.zeros(self.n_sites), where=seen)
+        seen = (seconds > 0) & (sent > 0)
+        now = np.divide(counted, sent, out=np.zeros(self.n_sites), where=seen)
+        traffic = np.divide(sent, seconds, out=np.zeros(self.n_sites), where=seen)
         step_s = float(np.median(sample_dt[sample_ok]))
         # A plain mean over what has been seen, until that is longer than the half-life allows.
         self.background_s[seen] += step_s
         weight = np.fmax(1.0 - 0.5 ** (step_s / p.loss_background_halflife_s),
                          step_s / np.fmax(self.background_s, step_s))
-        first = seen & ~np.isfinite(self.background_per_s)
-        self.background_per_s[first] = now[first]
+        first = seen & ~np.isfinite(self.background_per_packet)
         later = seen & ~first
-        self.background_per_s[later] += weight[later] * (now[later] - self.background_per_s[later])
+        for estimate, value in ((self.background_per_packet, now), (self.site_packets_per_s, traffic)):
+            estimate[first] = value[first]
+            estimate[later] += weight[later] * (value[later] - estimate[later])
 
-    def learn(self, retrans: F32, own_rate: F32, fresh: B, dt: F32, *, settled_s: float, healthy: B) -> None:
-        """Fold the retransmits into each port's own rate: learned after a delay, if the port stayed healthy.
+    def learn(self, retrans: F32, own_rate: F32, fresh: B, dt: F32, sent_packets_s: F32, *, settled_s: float,
+              healthy: B) -> None:
+        """Fold the retransmits into each port's own rate per packet sent: learned after a delay, if the port
+        stayed healthy; an interval in which it sent nothing (or whose traffic is unknown) is not learned.
 
         A burst (a count beyond a few deviations of the rate it has learned)
         counts as that rate: bursts are not the trickle, and a rate that
@@ -335,4 +376,5 @@ class SlowLossTest:
         burst = settled & (counted > burst_cap(own_rate, interval))
         np.copyto(counted, own_rate * interval, where=burst)
         clean = healthy & ~self.lossy
-        self.rates.update(counted, dt, accept=fresh & np.isfinite(retrans), clean=clean)
+        sent = sent_packets_s * interval
+        self.rates.update(counted, dt, accept=fresh & np.isfinite(retrans) & (sent > 0), clean=clean, exposure=sent)

@@ -53,12 +53,12 @@ class TestWorkedExample:
 
 
 def estimate_vs_truth(
-    faults: list[Fault], ticks: int = 110, window: int = 40,
+    faults: list[Fault], ticks: int = 110, window: int = 40, *, seed: int = 0,
 ) -> tuple[dict[str, float], dict[str, float]]:
     """Return the monitor's and the simulator's lost FLOP/s by cause, each averaged over the last ``window`` ticks
     (a slow path's cost is read from noisy latency: one tick's estimate is within a few tens of %)."""
     topo = build_fleet(1, 4)
-    model = FleetModel(topo, np.random.default_rng(0), tick_s=1.0, start_s=0.0, faults=faults)
+    model = FleetModel(topo, np.random.default_rng(seed), tick_s=1.0, start_s=0.0, faults=faults)
     core = MonitorCore(topo)
     estimate: dict[str, float] = {}
     truth: dict[str, float] = {}
@@ -88,10 +88,15 @@ class TestLossByCause:
         ],
     )
     def test_one_cause_within_10_percent_of_truth(self, fault: Fault, cause: str) -> None:
-        """One fault's loss lands on its cause alone, within 10 % of the simulator's truth."""
-        estimate, truth = estimate_vs_truth([fault])
-        assert {c for c, v in estimate.items() if v > 0} == {cause}
-        assert estimate[cause] == pytest.approx(truth[cause], rel=0.10)
+        """One fault's loss lands on its cause alone, within 10 % of the simulator's truth.  A slow path's cost is
+        read from its latency, whose noise leaves one seed's 40-tick mean 0.9-1.17 of truth (seeds 0-15, healthy
+        retransmits following traffic): its estimate is the mean over four seeds."""
+        seeds = range(4) if fault.kind is FaultKind.EFA_SLOW else range(1)
+        runs = [estimate_vs_truth([fault], seed=seed) for seed in seeds]
+        for estimate, _truth in runs:
+            assert {c for c, v in estimate.items() if v > 0} == {cause}
+        mean = float(np.mean([estimate[cause] for estimate, _truth in runs]))
+        assert mean == pytest.approx(float(np.mean([truth[cause] for _estimate, truth in runs])), rel=0.10)
 
     def test_healthy_fleet_loses_nothing(self) -> None:
         """Without faults every cause is exactly zero."""

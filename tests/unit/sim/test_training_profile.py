@@ -163,3 +163,19 @@ class TestFleet:
         trickle = model.statics.efa_retrans_per_s
         assert trickle.min() > 0
         assert trickle.max() / trickle.min() > 10
+
+    def test_healthy_retransmits_follow_the_packets_each_port_sends(self) -> None:
+        """Over 5 minutes with noise off (no bursts), a healthy port retransmits its trickle's share of the packets
+        it sends (its trickle at full traffic, Poisson): idle ports retransmit nothing, and the fleet's
+        retransmits are the expected count, within four Poisson deviations."""
+        model, samples = run(300, noise=0.0)
+        first, last = samples[0].efa, samples[-1].efa
+        sent = (last["tx_bytes_total"] - first["tx_bytes_total"]).astype(float) / 8_192.0
+        retrans = (last["retrans_pkts_total"] - first["retrans_pkts_total"]).astype(float)
+        full_bytes_s = model.hw.efa_port_bytes_s * model.params.efa_load * model.statics.efa_share
+        per_packet = model.statics.efa_retrans_per_s / (full_bytes_s / 8_192.0)
+        expected = float((per_packet * sent).sum())
+        assert abs(retrans.sum() - expected) < 4.0 * np.sqrt(expected)
+        idle = sent == 0
+        assert idle.any()
+        assert retrans[idle].tolist() == [0.0] * int(idle.sum())

@@ -71,7 +71,7 @@ class TestFleetScreen:
             await fleet_shown(pilot, app)
             assert app.health.link == "live"
             header = text_of(app, "#header")
-            assert "lost 7.17 PF/s: NeuronLink 7.17 PF/s" in header
+            assert "lost 6.5 PF/s: NeuronLink 6.5 PF/s" in header
             assert "128/128 reporting" in header
             assert "NeuronLink degraded 1" in header
             heat = app.screen.query_one(HeatMap)

@@ -413,7 +413,7 @@ class TestUnreachable:
                 line = "UNREACHABLE: /api/v1/ultraservers: no answer within 0.5 s (and 5 more)"
                 await until(pilot, app, lambda: app.health.text == line, "UNREACHABLE naming the heat map's path")
                 assert app.health.link == "unreachable"
-                assert "lost 7.17 PF/s" in text_of(app, "#header")
+                assert "lost 6.5 PF/s" in text_of(app, "#header")
 
     async def test_a_drill_down_that_never_answers_says_so_on_its_banner(self, answers: dict[str, Any]) -> None:
         """An UltraServer's screen whose document stops answering: its banner says UNREACHABLE and names it,

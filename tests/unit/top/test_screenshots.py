@@ -41,6 +41,6 @@ def test_the_shots_show_what_their_captions_say(rendered: dict[str, str]) -> Non
     for name in ("top-link.svg", "top-link-80x24.svg"):  # the decisive screen, at both sizes
         shown = "".join(text(name).split())  # the export drops runs of blanks between styles: compare without
         for said in ("fleet > s0/u5 > n20/chip0/link2", "NeuronLink s0/u5/n20/chip0/link2 DEGRADED",
-                     "4 / 8", "60.7 GB/s / 128 GB/s", "costs lab/train-00 62.2 PF/s", "advice reset_link n20",
+                     "4 / 8", "63.2 GB/s / 128 GB/s", "costs lab/train-00 59.2 PF/s", "advice reset_link n20",
                      "runbook docs/runbooks.md#neuronlink-degraded"):
             assert "".join(said.split()) in shown, (name, said)

@@ -76,6 +76,22 @@ class TestRateBaseline:
             rate.update(np.ones(1, np.float32), SECONDS, accept=np.array([True]), clean=np.array([True]))
         assert rate.rate(0.2)[0] == pytest.approx((10_000 + 20) / 10_100, rel=1e-4)
 
+    def test_a_rate_per_packet_follows_the_exposure_not_the_seconds(self) -> None:
+        """Counts that follow an exposure (retransmits over packets sent) give a rate per unit of it, whatever the
+        exposure does from second to second; a second with no exposure, or an unknown one, is not learned."""
+        rate = RateBaseline.empty(1, halflife_s=1e9, prior_s=0.0)
+        yes = np.array([True])
+        for t in range(1_000):
+            sent = 1e5 if t % 2 else 1.6e6  # a step's traffic swinging x16
+            rate.update(np.full(1, 1e-6 * sent, np.float32), SECONDS, accept=yes, clean=yes,
+                        exposure=np.full(1, sent, np.float32))
+        before = rate.arrays()
+        for sent in (0.0, np.nan):
+            rate.update(np.full(1, 5.0, np.float32), SECONDS, accept=yes, clean=yes,
+                        exposure=np.full(1, sent, np.float32))
+        assert rate.rate(0.0, 0.0)[0] == pytest.approx(1e-6, rel=1e-4)
+        assert {k: v.tolist() for k, v in rate.arrays().items()} == {k: v.tolist() for k, v in before.items()}
+
     def test_once_learned_it_learns_a_window_late_and_only_if_it_stayed_clean(self) -> None:
         """After learn_s, what a port sees is held at least delay_s and dropped if it was unhealthy meanwhile: a
         slow fault found within the delay is never learned as the port's normal rate."""

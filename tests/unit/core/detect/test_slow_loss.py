@@ -46,10 +46,13 @@ def drive(test: SlowLossTest, rate: np.ndarray, *, seconds: float, dt_s: float, 
           onset_s: float | None = None, faulty: np.ndarray | None = None, start_s: float = 0.0,
           rise_per_s: float | None = None, sent_bytes_s: float = SENT_BYTES_S) -> np.ndarray:
     """Feed ``test`` Poisson retransmits at ``rate`` (x3 on ``faulty`` from ``onset_s``, or ``rise_per_s`` more)
-    plus bursts, as the EFA detector does (own rate, update, learn); return each port's first raise, in seconds
-    after the onset (NaN: never raised), or after ``start_s`` without an onset."""
+    plus bursts, each port sending ``sent_bytes_s``, as the EFA detector does (own rate, update, learn); return
+    each port's first raise, in seconds after the onset (NaN: never raised), or after ``start_s`` without an
+    onset.  The rate is per packet sent once learned: a run that changes ``sent_bytes_s`` but not ``rate``
+    changes the ports' loss."""
     n = rate.size
-    dts, fresh, sent = np.full(n, dt_s, np.float32), np.ones(n, bool), np.full(n, sent_bytes_s, np.float32)
+    dts, fresh = np.full(n, dt_s, np.float32), np.ones(n, bool)
+    sent = np.full(n, sent_bytes_s / SlowLossParams().loss_packet_bytes, np.float32)  # packets a second
     first = np.full(n, np.nan)
     faulty_rate = 3.0 * rate if rise_per_s is None else rate + rise_per_s
     for step in range(int(seconds / dt_s)):
@@ -58,10 +61,10 @@ def drive(test: SlowLossTest, rate: np.ndarray, *, seconds: float, dt_s: float, 
         counts = rng.poisson(now_rate * dt_s).astype(np.float32)
         burst = rng.random(n) < -np.expm1(dt_s * np.log1p(-BURST_PER_S))
         counts[burst] += rng.poisson(50.0, int(burst.sum()))
-        own = test.own_rate()
+        own = test.own_rate(sent)
         lossy = test.update(counts, dts, fresh, own, sent)
         first[lossy & np.isnan(first)] = now_s - (onset_s if onset_s is not None else start_s)
-        test.learn(counts, own, fresh, dts, settled_s=30.0, healthy=~lossy)
+        test.learn(counts, own, fresh, dts, sent, settled_s=30.0, healthy=~lossy)
     return first
 
 
@@ -183,7 +186,7 @@ class TestStatistics:
         test = SlowLossTest(rate.size, PeerSample.of(rate.size), SlowLossParams(), site=site)
         drive(test, rate, seconds=60.0, dt_s=1.0, rng=rng)
         test.rates = type(test.rates).empty(rate.size, halflife_s=3_600.0, prior_s=10.0)  # forget the ports
-        own = test.own_rate()
+        own = test.own_rate(np.full(rate.size, SENT_BYTES_S / SlowLossParams().loss_packet_bytes, np.float32))
         assert own[site == 0].mean() == pytest.approx(0.2, rel=0.25)
         assert own[site == 1].mean() == pytest.approx(0.8, rel=0.25)
 
@@ -234,7 +237,7 @@ class TestRestartBeforeSlowLoss:
         found = {}
         for name, test in (("kept", kept), ("restored", restored), ("new", new)):
             first = drive(test, rate, seconds=FIFTEEN_MINUTES_S, dt_s=1.0, rng=np.random.default_rng(22),
-                          onset_s=1_800.0, start_s=1_800.0, faulty=faulty, rise_per_s=0.18, sent_bytes_s=1.05e9)
+                          onset_s=1_800.0, start_s=1_800.0, faulty=faulty, rise_per_s=0.18)
             assert np.isnan(first[~faulty]).all()
             found[name] = int((np.isfinite(first[faulty]) & (first[faulty] <= FIFTEEN_MINUTES_S)).sum())
         assert found["kept"] >= 25
