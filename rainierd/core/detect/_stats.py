@@ -24,7 +24,7 @@ import numpy.typing as npt
 
 from rainierd._types import F32, F64, I64, B, Floats
 
-_MAD_TO_SIGMA: Final = 1.4826
+MAD_TO_SIGMA: Final = 1.4826
 SAMPLE_SIZE: Final = 65_536
 _SAMPLE_SEED: Final = 0x5A17
 
@@ -75,9 +75,9 @@ def robust_center_scale(
     center = finite_median(selected)
     if relative:
         selected = selected / center
-        scale = _MAD_TO_SIGMA * finite_median(np.abs(selected - 1.0))
+        scale = MAD_TO_SIGMA * finite_median(np.abs(selected - 1.0))
     else:
-        scale = _MAD_TO_SIGMA * finite_median(np.abs(selected - center))
+        scale = MAD_TO_SIGMA * finite_median(np.abs(selected - center))
     return center, max(scale, floor)
 
 

@@ -38,7 +38,15 @@ from rainierd.core.detect._baseline import Baseline
 from rainierd.core.detect._common import Reason, persistence_seconds, typical_interval
 from rainierd.core.detect._common import flag as set_reason
 from rainierd.core.detect._peers import ChipPeers
-from rainierd.core.detect._stats import ClippedCusum, Latch, PeerSample, ewma, robust_center_scale, row_nanmedian
+from rainierd.core.detect._stats import (
+    MAD_TO_SIGMA,
+    ClippedCusum,
+    Latch,
+    PeerSample,
+    ewma,
+    robust_center_scale,
+    row_nanmedian,
+)
 from rainierd.core.detect._tracker import StateTracker, Transitions
 from rainierd.core.detect._warmup import Warmup
 from rainierd.core.detect.chip_errors import ExecutionFailures
@@ -209,7 +217,8 @@ class ChipDetector:
         learned = self.baseline.learned()
         _, spread = robust_center_scale(own, judged, floor=0.0, sample=self.sample)
         floor = np.where(unclocked, np.float32(p.unclocked_floor), np.float32(p.efficiency_floor))
-        sigmas_per_s = self._evidence_per_s(1.0 - own, spread, floor, fresh, held)
+        sigmas_per_s = self._evidence_per_s(1.0 - own, self._group_spread(own, judged, spread, peers), floor,
+                                            fresh, held)
         straggling = self.cusum.update(sigmas_per_s, judged & learned, seconds=held, drain_seconds=table.dt_s)
         straggling |= self._band(judged & learned)
 
@@ -223,6 +232,30 @@ class ChipDetector:
             self.baseline.update(self._believed(relative, spread), seeded, seconds)
 
         return straggling, learn
+
+    @staticmethod
+    def _group_spread(own: F32, judged: B, spread: float, peers: ChipPeers) -> F32:
+        """Return each chip's spread: the fleet's, or its group's where that is wider (1.4826 x the median of
+        its group's absolute deviations from their own levels).
+
+        A chip's efficiency is FLOP over busy time, and busy time is a
+        utilisation read with an error of its own: at a third of training's
+        utilisation (an evaluation: forward passes only) the same error is
+        three times the share of it.  Judged by the fleet's spread, which
+        the training majority sets, a job in evaluation read as ~1.7x its
+        own noise and its chips' CUSUMs ran over ``z_h`` 66x as often as in
+        training (the control campaign's 13 chip raises, every one in an
+        evaluation, at 1 s ticks: docs/detection.md, "The control
+        campaign").  A group's own spread is the noise its chips share this
+        tick; only ever wider than the fleet's, it makes no chip more
+        sensitive.  A straggler is one of its group and moves its median
+        deviation by one rank.
+        """
+        with np.errstate(invalid="ignore"):
+            deviation = np.where(judged, np.abs(own - np.float32(1.0)), np.float32(np.nan)).astype(np.float32)
+        group = peers.median(deviation) * np.float32(MAD_TO_SIGMA)
+        out: F32 = np.fmax(np.float32(spread), group).astype(np.float32)
+        return out
 
     def _band(self, judged: B) -> B:
         """Return the judged chips whose learned level is under ``efficiency_band`` of the slower of their group's
@@ -318,7 +351,7 @@ class ChipDetector:
         return np.clip(relative, center * (np.float32(1.0) - bound), center * (np.float32(1.0) + bound)).astype(
             np.float32, copy=False)
 
-    def _evidence_per_s(self, deficit: Floats, spread: float, floor: F32, fresh: B, held: F32) -> F32:
+    def _evidence_per_s(self, deficit: Floats, spread: F32, floor: F32, fresh: B, held: F32) -> F32:
         """Return each chip's efficiency deficit as the CUSUM's evidence: sigmas per second of its interval.
 
         The CUSUM weighs each sample by its interval ``held``, so a sample's
@@ -345,8 +378,8 @@ class ChipDetector:
         p = self.params
         typical = typical_interval(self.state.chips.dt_s, fresh, self.sample,
                                    self.state.node_cadence.typical_s()) or 1.0
-        averaged = (deficit / np.maximum(np.float32(spread * math.sqrt(typical)), floor)).astype(np.float32)
-        excess = np.minimum(deficit / np.maximum(np.float32(spread), floor), np.float32(p.z_cap)) - np.float32(p.z_k)
+        averaged: F32 = (deficit / np.maximum(spread * np.float32(math.sqrt(typical)), floor)).astype(np.float32)
+        excess = np.minimum(deficit / np.maximum(spread, floor), np.float32(p.z_cap)) - np.float32(p.z_k)
         with np.errstate(invalid="ignore", divide="ignore"):
             # held x (rate - k) = min(held, 1 s) x the excess above k, held x the shortfall under it.
             excess *= np.where(excess > 0, np.minimum(held, np.float32(1.0)) / held, np.float32(1.0))
