@@ -26,6 +26,7 @@ from rainierd.core.detect._common import Reason, counter_delta, flag, persistenc
 from rainierd.core.detect._paths import DOWN, HEALTHY, NEEDS, PathParams, band, cusum, deviation
 from rainierd.core.detect._stats import PeerSample, ewma, others_nanmedian, robust_center_scale, row_nanmedian
 from rainierd.core.detect._tracker import StateTracker, Transitions
+from rainierd.core.detect._warmup import Warmup
 from rainierd.core.detect.efa_driver import DriverCounters
 from rainierd.core.detect.nodepaths import NodeSignal
 from rainierd.core.detect.slow_loss import SlowLossParams, SlowLossTest
@@ -101,6 +102,7 @@ class EfaDetector:
         baseline = {"halflife_s": p.baseline_halflife_s, "learn_s": p.baseline_learn_s, "clip": p.baseline_clip}
         self.share_base = Baseline.empty(n, **baseline)  # throughput / the median of its node's other ports
         self.latency_base = Baseline.empty(n, **baseline)
+        self.latency_warmup = Warmup.of(n, p.latency_seed_samples)
         self.share = np.full(n, np.nan, np.float32)  # EWMA of throughput / its own share of its node's
         self.latency_ratio = np.full(n, np.nan, np.float32)  # EWMA of latency / its own level
         self.was_low = np.zeros(n, dtype=bool)  # the last sample's traffic was near zero
@@ -269,7 +271,8 @@ class EfaDetector:
         """Fold the sample into the baselines of healthy ports with little evidence against them (_baseline.py)."""
         p = self.params
         self.share_base.update(share, share_ok & (self.throughput.s < 0.25 * p.z_h), held)
-        self.latency_base.update(latency, lat_ok & (self.latency.s < 0.25 * p.z_h), held)
+        quiet = lat_ok & (self.latency.s < 0.25 * p.z_h)
+        self.latency_base.update(latency, self.latency_warmup.update(self.latency_base, latency, quiet, held), held)
 
     def _price_retransmits(self, excess_per_s: F32, fresh: B) -> None:
         """Track each port's retransmitted bytes above its own rate as a share of the bytes it sends."""

@@ -21,6 +21,7 @@ from rainierd.core.detect._common import Reason, counter_delta, flag, new_sample
 from rainierd.core.detect._paths import DOWN, HEALTHY, NEEDS, PathParams, band, cusum, deviation
 from rainierd.core.detect._stats import PeerSample, robust_center_scale, row_nanmedian
 from rainierd.core.detect._tracker import StateTracker, Transitions
+from rainierd.core.detect._warmup import Warmup
 from rainierd.core.detect.nodepaths import NodeSignal
 from rainierd.core.state import FleetState
 from rainierd.fleet import LINK_KIND_NAMES, TRN2, Trainium2
@@ -82,6 +83,7 @@ class LinkDetector:
         baseline = {"halflife_s": p.baseline_halflife_s, "learn_s": p.baseline_learn_s, "clip": p.baseline_clip}
         self.bw_base = Baseline.empty(n, **baseline)  # bandwidth / its node's median of its kind (a unit-free share)
         self.latency_base = Baseline.empty(n, **baseline)
+        self.latency_warmup = Warmup.of(n, p.latency_seed_samples)
         self.drops = np.zeros(n, np.float32)
         self.was_dropped = np.zeros(n, dtype=bool)
         self.down_s = np.zeros(n, np.float32)  # seconds of the current (or last) run of dropped samples
@@ -342,7 +344,8 @@ class LinkDetector:
         p = self.params
         healthy = self.tracker.state == HEALTHY
         self.bw_base.update(level, bw_ok & healthy & (self.bw.s < 0.25 * p.z_h), dt)
-        self.latency_base.update(latency, lat_ok & healthy & (self.latency.s < 0.25 * p.z_h), dt)
+        quiet = lat_ok & healthy & (self.latency.s < 0.25 * p.z_h)
+        self.latency_base.update(latency, self.latency_warmup.update(self.latency_base, latency, quiet, dt), dt)
 
     def path_fraction(self) -> F32:
         """Return, per link, the bandwidth share its collectives get now (1 if healthy).
