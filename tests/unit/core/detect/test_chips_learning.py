@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from rainierd.core.detect.chips import STRAGGLER, ChipDetector
+from rainierd.core.detect.chips import STRAGGLER, ChipDetector, ChipParams
 from rainierd.core.state import FleetState
 from rainierd.fleet.hardware import TRN2
 from rainierd.fleet.topology import build_fleet
@@ -39,17 +39,20 @@ class Run:
 
     raised: dict[int, int]  # chip -> second of its first straggler raise
     level: float
+    peak_evaluating: float = 0.0  # the highest straggler CUSUM of an evaluating chip (0 without an evaluation)
 
 
 def run_chips(*, outlier_at: int | None, reading: float = OUTLIER, slow: float = 0.0,
               slowed_from: int = 0, seed: int = 0, seconds: int = RUN_S, slow_nodes: tuple[int, ...] = (),
-              node_slow: float = 0.0, straddle: tuple[float, float] | None = None) -> Run:
+              node_slow: float = 0.0, straddle: tuple[float, float] | None = None,
+              evaluating: tuple[int, float] | None = None, util_noise: float = UTIL_NOISE) -> Run:
     """Feed four UltraServers of healthy chips for ``seconds``; ``CHIP``'s utilisation is read at
     ``reading`` times its busy share at second ``outlier_at``, and it is slower by ``slow`` from
     ``slowed_from``; every chip of ``slow_nodes`` is slower by ``node_slow`` from the start (a heterogeneous
     fleet); with ``straddle`` every chip's first judged reading (second 1) is its busy share times a factor
-    drawn uniformly from that range (a first interval straddling compute and a collective); return the
-    raises."""
+    drawn uniformly from that range (a first interval straddling compute and a collective); with ``evaluating``
+    (UltraServers, busy share) the first that many UltraServers run at that busy share from second 100 (an
+    evaluation: forward passes only); utilisation reads with an error of ``util_noise``; return the raises."""
     topo = build_fleet(1, 4)
     state = FleetState(topo)
     detector = ChipDetector(state, TRN2.fp8_dense_flops)
@@ -58,6 +61,7 @@ def run_chips(*, outlier_at: int | None, reading: float = OUTLIER, slow: float =
     flop = np.zeros(n)
     ids = np.arange(n, dtype=np.int64)
     raised: dict[int, int] = {}
+    peak = 0.0
     for tick in range(seconds):
         speed = np.ones(n)
         for node in slow_nodes:
@@ -65,9 +69,12 @@ def run_chips(*, outlier_at: int | None, reading: float = OUTLIER, slow: float =
         if tick >= slowed_from:
             speed[CHIP] -= slow
         pace = np.repeat(speed.reshape(-1, per_group).min(axis=1), per_group)
-        flop += TRN2.fp8_dense_flops * params.util_mean * pace
-        busy = params.util_mean * pace / speed
-        util = busy + rng.normal(0.0, UTIL_NOISE, n)
+        share = np.full(n, params.util_mean)
+        if evaluating is not None and tick >= 100:
+            share[:evaluating[0] * per_group] = evaluating[1]
+        flop += TRN2.fp8_dense_flops * share * pace
+        busy = share * pace / speed
+        util = busy + rng.normal(0.0, util_noise, n)
         if tick == outlier_at:
             util[CHIP] = busy[CHIP] * reading
         if straddle is not None and tick == 1:
@@ -82,7 +89,9 @@ def run_chips(*, outlier_at: int | None, reading: float = OUTLIER, slow: float =
         changes = detector.update(tick)
         for chip in changes.ids[changes.after == STRAGGLER]:
             raised.setdefault(int(chip), tick)
-    return Run(raised, float(detector.baseline.level[CHIP]))
+        if evaluating is not None and tick >= 100:
+            peak = max(peak, float(detector.cusum.s[:evaluating[0] * per_group].max()))
+    return Run(raised, float(detector.baseline.level[CHIP]), peak)
 
 
 class TestLearningAChipsLevel:
@@ -167,5 +176,28 @@ class TestFirstSamples:
     def test_a_straggler_after_such_a_start_is_found_in_seconds(self) -> None:
         """After that start, a chip that slows by 5 % at 100 s is raised within 8 s, alone."""
         run = run_chips(outlier_at=None, straddle=(0.75, 1.24), slow=0.05, slowed_from=100)
+        assert set(run.raised) == {CHIP}
+        assert run.raised[CHIP] - 100 <= 8
+
+
+class TestEvaluation:
+    """A job in evaluation steps forward passes only, at about a third of training's busy share, and its chips'
+    utilisation reads with the same error: three times the share of their busy time.  Judged by the fleet's spread,
+    which the training chips set, such a job's chips read ~1.7x their noise: every one of the control campaign's 13
+    chip raises was in an evaluation (issue 38).  Each chip is judged in the wider of the fleet's and its group's
+    spread."""
+
+    @pytest.mark.parametrize("seed", [0, 1])
+    def test_a_job_in_evaluation_gathers_no_evidence(self, seed: int) -> None:
+        """One of four UltraServers evaluates at a busy share of 0.25 from 100 s for 15 minutes, utilisation read
+        with an error of 0.4 % (1.6 % of the evaluation's busy time, 0.65 % of training's): nothing is raised, and
+        no evaluating chip's CUSUM reaches half its h (judged in the fleet's spread it reached 13.6 of 16 within
+        the 15 minutes at seed 0: a raise, at the campaign's exposure)."""
+        run = run_chips(outlier_at=None, evaluating=(1, 0.25), util_noise=0.004, seed=seed, seconds=1000)
+        assert (run.raised, run.peak_evaluating < 0.5 * ChipParams().z_h) == ({}, True)
+
+    def test_a_straggler_in_an_evaluation_is_still_found(self) -> None:
+        """A chip of the evaluating UltraServers that slows by 5 % at 100 s is raised within 8 s, alone."""
+        run = run_chips(outlier_at=None, evaluating=(1, 0.25), util_noise=0.004, slow=0.05, slowed_from=100)
         assert set(run.raised) == {CHIP}
         assert run.raised[CHIP] - 100 <= 8

@@ -7,8 +7,13 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from rainierd.core.analysis import MonitorCore
 from rainierd.core.detect._baseline import Baseline
 from rainierd.core.detect._warmup import Warmup
+from rainierd.fleet.topology import build_topology
+from rainierd.sim.faults import Fault, FaultKind
+from rainierd.sim.fleet import FleetModel
+from rainierd.sim.frames import tick_frames
 
 
 def _baseline(n: int) -> Baseline:
@@ -68,3 +73,45 @@ class TestWarmup:
         for count in (0, 256):
             with pytest.raises(ValueError, match="count"):
                 Warmup.of(1, count)
+
+
+LINK, PORT = 100, 20  # a NeuronLink and an EFA port of the demo fleet
+
+
+def _latency_raises(*, first_reading: float, faults: list[Fault] | None = None, ticks: int = 120,
+                    seed: int = 0) -> set[tuple[str, int, int]]:
+    """Run the demo fleet at 5 s ticks for ``ticks``; ``LINK``'s and ``PORT``'s latency read ``first_reading`` times
+    their own at the second tick (their first accepted sample); return (entity, index, tick) of every raise."""
+    topo = build_topology("demo")
+    model = FleetModel(topo, np.random.default_rng(seed), tick_s=5.0, start_s=1.8e9, faults=faults or [])
+    core = MonitorCore(topo)
+    raised = set()
+    for tick in range(ticks):
+        sample = model.step(tick)
+        if tick == 1:
+            sample.links["latency_us"][LINK] *= first_reading
+            sample.efa["latency_us"][PORT] *= first_reading
+        for event in core.step([f for _t, f in tick_frames(topo, sample, publisher="warmup")]).events:
+            if event.raised:
+                raised.add((event.entity, event.id, tick))
+    return raised
+
+
+class TestPathLatency:
+    """A path's latency is a gauge with heavy tails: a link of the control campaign whose first sample read 0.913 us
+    among samples of 1.45 was learned at 1.341 (the learning clip walking it up) and raised 77 times in 90 minutes
+    (issue 38).  A path's latency level starts at the median of its first five samples."""
+
+    @pytest.mark.parametrize("first_reading", [0.63, 1.6])
+    @pytest.mark.parametrize("seed", [0, 1])
+    def test_an_outlying_first_latency_raises_nothing(self, first_reading: float, seed: int) -> None:
+        """A NeuronLink and an EFA port whose first accepted latency reads 37 % low (or 60 % high): nothing in the
+        fleet is raised in 10 minutes at 5 s ticks."""
+        assert _latency_raises(first_reading=first_reading, seed=seed) == set()
+
+    def test_a_path_slowing_after_such_a_start_is_still_found(self) -> None:
+        """After that start, an EFA port answering 2x slower from 5 minutes in is raised within a minute, alone."""
+        slow = [Fault(FaultKind.EFA_SLOW, PORT, 2.0, 60, 200)]
+        raised = _latency_raises(first_reading=0.63, faults=slow)
+        assert {(entity, index) for entity, index, _tick in raised} == {("efa", PORT)}
+        assert min(tick for _e, _i, tick in raised) - 60 <= 12
