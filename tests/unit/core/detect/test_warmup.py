@@ -62,6 +62,16 @@ class TestWarmup:
         kept = _feed(Warmup.of(1, 2), _baseline(1), [[1.0]], accept=[False])
         assert not kept[0][0]
 
+    def test_a_whole_fleet_seeds_at_once_each_at_its_own_median(self) -> None:
+        """131,075 entities (two of the warm-up's slices and three more) whose fifth samples all come at one tick:
+        each starts at the median of its own five, with their seconds as its history."""
+        n = 2 * 65_536 + 3
+        rows = np.random.default_rng(0).standard_t(4, (5, n)).astype(np.float32)
+        warmup, baseline = Warmup.of(n, 5), _baseline(n)
+        _feed(warmup, baseline, [list(row) for row in rows], seconds=0.5)
+        assert np.array_equal(baseline.level, np.median(rows, axis=0).astype(np.float32))
+        assert set(baseline.history_s.tolist()) == {2.5}
+
     def test_a_count_of_one_is_the_first_sample(self) -> None:
         """With a count of 1 the first sample sets the level, as a plain baseline does."""
         warmup, baseline = Warmup.of(1, 1), _baseline(1)
