@@ -252,9 +252,11 @@ class ChipDetector:
         deviation by one rank.
         """
         with np.errstate(invalid="ignore"):
-            deviation = np.where(judged, np.abs(own - np.float32(1.0)), np.float32(np.nan)).astype(np.float32)
-        group = peers.median(deviation) * np.float32(MAD_TO_SIGMA)
-        out: F32 = np.fmax(np.float32(spread), group).astype(np.float32)
+            deviation = np.where(judged, np.abs(own - np.float32(1.0)), np.float32(np.nan)).astype(np.float32,
+                                                                                                   copy=False)
+        group = peers.median(deviation)
+        group *= np.float32(MAD_TO_SIGMA)
+        out: F32 = np.fmax(np.float32(spread), group, out=group)
         return out
 
     def _band(self, judged: B) -> B:
