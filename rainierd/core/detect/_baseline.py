@@ -119,7 +119,7 @@ class Baseline(Learned):
     def reference(self, peers: Floats | float) -> F32:
         """Return each entity's own level where learned, else ``peers`` (its peers' level)."""
         peer = np.broadcast_to(np.asarray(peers, np.float32), self.level.shape)
-        return np.where(self.learned(), self.level, peer).astype(np.float32)
+        return np.where(self.learned(), self.level, peer)  # float32 both: no second copy
 
     def update(self, x: Floats, accept: B, seconds: Floats) -> None:
         """Fold ``x`` in where ``accept`` (NaN and non-positive intervals count as nothing).

@@ -19,11 +19,13 @@ Until ``count`` samples are in, the baseline holds nothing (its level NaN,
 no history), so the entity is judged as one without history; at the
 ``count``-th, its level is the median and its history the seconds of those
 samples, and ``Baseline.update`` takes over (a plain mean from there, each
-sample clamped to its then level).  The buffer is ``count`` float32 an
-entity (10 MB for ``rainier``'s 499,200 chips at 5), and only the entities
-still warming are touched each tick.  It is not saved with the
-learned state: a monitor restarted mid-warm-up starts that entity's few
-samples again.
+sample clamped to its then level).  Only the entities warming hold a
+row (``count`` float32, a count and their seconds: 25 bytes), in ascending
+entity order: the whole fleet for its first few ticks, nothing once it is
+seeded.  Held as a row for every entity instead, the rows were 95 MiB of the
+monitor's footprint at rainier-1m for good (3M NeuronLinks, 1M EFA ports;
+issue 39).  It is not saved with the learned state: a monitor restarted
+mid-warm-up starts that entity's few samples again.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
-from rainierd._types import F32, B, Floats
+from rainierd._types import F32, I64, B, Floats
 from rainierd.core.detect._baseline import Baseline
 
 _SEED_SLICE: Final = 65_536  # entities seeded by one median: 1.3 MB of samples at five a row
@@ -42,18 +44,21 @@ _SEED_SLICE: Final = 65_536  # entities seeded by one median: 1.3 MB of samples 
 
 @dataclass(eq=False)
 class Warmup:
-    """Each entity's first ``count`` accepted samples, and the seconds they cover."""
+    """The first ``count`` accepted samples, and the seconds they cover, of each entity still warming (``rows``)."""
 
-    samples: F32  # (n, count), NaN where not yet seen
-    taken: npt.NDArray[np.uint8]  # samples in so far, per entity
+    count: int
+    rows: I64  # the entities warming, ascending
+    samples: F32  # (rows, count), NaN where not yet seen
+    taken: npt.NDArray[np.uint8]  # samples in so far, per row
     seconds: F32
 
     @classmethod
-    def of(cls, n: int, count: int) -> Warmup:
-        """Return warm-ups of ``n`` entities that seed a level from ``count`` samples (1: the first sets it)."""
+    def of(cls, count: int) -> Warmup:
+        """Return a warm-up that seeds each level from ``count`` samples (1: the first sets it), no entity warming."""
         if not 1 <= count <= 255:
             raise ValueError(f"count must be 1 to 255, not {count}")
-        return cls(np.full((n, count), np.nan, np.float32), np.zeros(n, np.uint8), np.zeros(n, np.float32))
+        return cls(count, np.empty(0, np.int64), np.empty((0, count), np.float32), np.empty(0, np.uint8),
+                   np.empty(0, np.float32))
 
     def update(self, baseline: Baseline, x: Floats, accept: B, seconds: Floats) -> B:
         """Take ``x`` where ``accept`` for the entities ``baseline`` has no level for; seed the level of those that
@@ -70,20 +75,42 @@ class Warmup:
         ok = (dt > 0) & np.isfinite(value)  # a NaN interval compares False
         idx, value, dt = idx[ok], value[ok], dt[ok]
         if idx.size:
-            col = self.taken[idx]
-            self.samples[idx, col] = value
-            self.seconds[idx] += dt
+            row = self._rows_of(idx)
+            col = self.taken[row]
+            self.samples[row, col] = value
+            self.seconds[row] += dt
             col += 1
-            self.taken[idx] = col
-            done = idx[col >= self.samples.shape[1]]
+            self.taken[row] = col
+            done = row[col >= self.count]
             # In slices: a whole fleet seeds at one tick (every entity's fifth sample), and one median over all of
             # rainier's 1.5M NeuronLinks at once held ~100 MiB of copies (the rows taken, the median's own).
             for start in range(0, done.size, _SEED_SLICE):
                 rows = done[start:start + _SEED_SLICE]
-                baseline.level[rows] = np.median(self.samples[rows], axis=1)
-                baseline.history_s[rows] = self.seconds[rows]
-                self.samples[rows] = np.nan
-                self.taken[rows] = 0
-                self.seconds[rows] = 0.0
+                entities = self.rows[rows]
+                baseline.level[entities] = np.median(self.samples[rows], axis=1)
+                baseline.history_s[entities] = self.seconds[rows]
+            if done.size:
+                self._drop(done)
         return keep
 
+    def _rows_of(self, entities: I64) -> I64:
+        """Return the rows of ``entities`` (ascending, unique), making rows for those not warming yet."""
+        at = np.searchsorted(self.rows, entities)
+        known = at < self.rows.size
+        known[known] = self.rows[at[known]] == entities[known]
+        new = entities[~known]
+        if new.size:
+            where = np.searchsorted(self.rows, new)
+            self.rows = np.insert(self.rows, where, new)
+            self.samples = np.insert(self.samples, where, np.float32(np.nan), axis=0)
+            self.taken = np.insert(self.taken, where, np.uint8(0))
+            self.seconds = np.insert(self.seconds, where, np.float32(0.0))
+            at = np.searchsorted(self.rows, entities)
+        return at
+
+    def _drop(self, rows: I64) -> None:
+        """Forget ``rows``: their entities are seeded."""
+        kept = np.ones(self.rows.size, bool)
+        kept[rows] = False
+        self.rows, self.samples = self.rows[kept], self.samples[kept]
+        self.taken, self.seconds = self.taken[kept], self.seconds[kept]
