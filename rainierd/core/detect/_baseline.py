@@ -135,8 +135,10 @@ class Baseline(Learned):
         if not ok.any():
             return
         level = self.level
-        first = ok & np.isnan(level)
-        np.copyto(level, x, where=first, casting="unsafe")
+        # The few entities touched alone (none without a level once a fleet is seeded, few still learning): as
+        # masked passes over every entity these were most of the update's cost at rainier-1m (issue 39).
+        first = np.flatnonzero(ok & np.isnan(level))
+        level[first] = np.broadcast_to(x, level.shape)[first]
         dt = np.where(ok, seconds, np.float32(0.0)).astype(np.float32, copy=False)
         window = self.history_s + dt
         np.minimum(window, np.float32(self.halflife_s / np.log(2.0)), out=window)
@@ -144,13 +146,16 @@ class Baseline(Learned):
         bound = np.abs(level)
         bound *= np.float32(self.clip)
         # Winsorised: at learn_clip while learning, at clip once learned (the first sample sets the level).
-        np.multiply(bound, np.float32(self.learn_clip / self.clip), out=bound, where=self.history_s < self.learn_s)
+        bound[np.flatnonzero(self.history_s < self.learn_s)] *= np.float32(self.learn_clip / self.clip)
         # np.clip(step, -bound, bound) in place, without a fleet-sized -bound.
         np.minimum(step, bound, out=step)
         np.maximum(step, np.negative(bound, out=bound), out=step)
         step *= dt
-        np.divide(step, window, out=step, where=ok)
-        np.add(level, step, out=level, where=ok & ~first)
+        with np.errstate(invalid="ignore", divide="ignore"):  # what is not ok is not added
+            step /= window
+        if first.size:
+            ok[first] = False  # set by this sample: nothing to add
+        np.add(level, step, out=level, where=ok)
         self.history_s += dt
 
 

@@ -46,7 +46,7 @@ import numpy.typing as npt
 
 from rainierd._types import F32, I64, B
 from rainierd.core.detect._baseline import RateBaseline, fit, take
-from rainierd.core.detect._stats import PeerSample
+from rainierd.core.detect._stats import PeerSample, log1p
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -317,7 +317,7 @@ class SlowLossTest:
         of a few times r: 13 of loss_exponent's 20 for a tripling, measured as false alarms.)
         """
         p = self.params
-        log_ratio = np.log1p(rise / in_control)
+        log_ratio = log1p(rise / in_control)
         k_per_s = rise / log_ratio
         h = np.float32(p.loss_exponent) / log_ratio
         np.maximum(h, np.float32(p.loss_h_min), out=h)

@@ -12,7 +12,7 @@ from rainierd.core import FleetState
 from rainierd.core.analysis import MonitorCore
 from rainierd.core.config import MonitorConfig
 from rainierd.core.detect import Event, FleetDetector
-from rainierd.core.detect._stats import ClippedCusum, Latch, finite_median, robust_center_scale
+from rainierd.core.detect._stats import ClippedCusum, Latch, finite_median, log1p, robust_center_scale
 from rainierd.core.detect._tracker import StateTracker
 from rainierd.fleet.topology import build_fleet, build_topology
 from rainierd.sim.faults import Fault, FaultKind
@@ -474,3 +474,26 @@ class TestClearing:
         events = link_events(fault, tick, 140, entity, seed=seed)
         assert [e.after for e in events] == ["degraded", "healthy"]
         assert 0.0 < events[1].tick * tick - 120.0 <= 8.0 + tick
+
+
+class TestLog1p:
+    def test_it_is_within_four_ulps_of_the_exact_value_over_every_magnitude(self) -> None:
+        """From 1e-12 (far under an ulp of 1) to 1e30, and below zero down to -1, within four float32 ulps of the
+        exact value (numpy's own float32 log1p is within one; its relative error, 5e-7 at most, is far under any
+        threshold it sets)."""
+        rng = np.random.default_rng(3)
+        y = np.concatenate([10.0 ** rng.uniform(-12, 30, 200_000), -rng.uniform(0, 1, 50_000)]).astype(np.float32)
+        exact = np.log1p(y.astype(np.float64))
+        got = log1p(y)
+        assert got.dtype == np.float32
+        ulp = np.spacing(np.abs(exact).astype(np.float32)).astype(np.float64)
+        assert np.all(np.abs(got - exact) <= 4 * ulp)
+
+    def test_its_edges_are_numpys(self) -> None:
+        """0, -0, -1, infinity, NaN and below -1 give exactly what np.log1p gives."""
+        y = np.array([0.0, -0.0, -1.0, np.inf, -np.inf, np.nan, -2.0, 1e-30], np.float32)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            want = np.log1p(y)
+        got = log1p(y)
+        assert np.array_equal(got, want, equal_nan=True)
+        assert np.array_equal(np.signbit(got), np.signbit(want))
