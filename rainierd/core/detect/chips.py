@@ -129,7 +129,7 @@ class ChipDetector:
         self.efficiency = np.full(n, np.nan, np.float32)  # EWMA, relative to the group's median and its own level
         self.baseline = Baseline.empty(n, halflife_s=p.baseline_halflife_s, learn_s=p.baseline_learn_s,
                                        clip=p.baseline_clip)
-        self.warmup = Warmup.of(p.baseline_seed_samples)
+        self.warmup = Warmup.of(n, p.baseline_seed_samples)
         self.sample = PeerSample.of(n)
         self.activity = PeerActivity.create(n, p)
         self.failures = ExecutionFailures.create(n, p)

@@ -102,7 +102,7 @@ class EfaDetector:
         baseline = {"halflife_s": p.baseline_halflife_s, "learn_s": p.baseline_learn_s, "clip": p.baseline_clip}
         self.share_base = Baseline.empty(n, **baseline)  # throughput / the median of its node's other ports
         self.latency_base = Baseline.empty(n, **baseline)
-        self.latency_warmup = Warmup.of(p.latency_seed_samples)
+        self.latency_warmup = Warmup.of(n, p.latency_seed_samples)
         self.share = np.full(n, np.nan, np.float32)  # EWMA of throughput / its own share of its node's
         self.latency_ratio = np.full(n, np.nan, np.float32)  # EWMA of latency / its own level
         self.was_low = np.zeros(n, dtype=bool)  # the last sample's traffic was near zero

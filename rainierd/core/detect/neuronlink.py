@@ -83,7 +83,7 @@ class LinkDetector:
         baseline = {"halflife_s": p.baseline_halflife_s, "learn_s": p.baseline_learn_s, "clip": p.baseline_clip}
         self.bw_base = Baseline.empty(n, **baseline)  # bandwidth / its node's median of its kind (a unit-free share)
         self.latency_base = Baseline.empty(n, **baseline)
-        self.latency_warmup = Warmup.of(p.latency_seed_samples)
+        self.latency_warmup = Warmup.of(n, p.latency_seed_samples)
         self.drops = np.zeros(n, np.float32)
         self.was_dropped = np.zeros(n, dtype=bool)
         self.down_s = np.zeros(n, np.float32)  # seconds of the current (or last) run of dropped samples

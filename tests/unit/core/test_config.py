@@ -253,7 +253,7 @@ class TestEveryDetectionSettingReachesItsDetector:
         assert chips.tracker.raise_after_s[2] == pytest.approx(c.throttle_after_s)
         assert (chips.baseline.halflife_s, chips.baseline.learn_s, chips.baseline.clip) == pytest.approx(
             (c.baseline_halflife_s, c.baseline_learn_s, c.baseline_clip))
-        assert chips.warmup.count == c.baseline_seed_samples
+        assert chips.warmup.samples.shape[1] == c.baseline_seed_samples
         activity, failures = chips.activity, chips.failures
         assert activity.params is c
         assert (activity.collapse.h, activity.slow.h, activity.collapse.samples, activity.slow.samples) == (
