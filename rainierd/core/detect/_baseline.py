@@ -135,8 +135,9 @@ class Baseline(Learned):
         if not ok.any():
             return
         level = self.level
-        # The few entities touched alone (none without a level once a fleet is seeded, few still learning): as
-        # masked passes over every entity these were most of the update's cost at rainier-1m (issue 39).
+        # The few entities touched alone (none without a level once a fleet is seeded, few still learning once
+        # it has learned): as masked passes over every entity these were most of the update's cost at rainier-1m
+        # (issue 39).
         first = np.flatnonzero(ok & np.isnan(level))
         level[first] = np.broadcast_to(x, level.shape)[first]
         dt = np.where(ok, seconds, np.float32(0.0)).astype(np.float32, copy=False)
@@ -146,7 +147,12 @@ class Baseline(Learned):
         bound = np.abs(level)
         bound *= np.float32(self.clip)
         # Winsorised: at learn_clip while learning, at clip once learned (the first sample sets the level).
-        bound[np.flatnonzero(self.history_s < self.learn_s)] *= np.float32(self.learn_clip / self.clip)
+        learning = self.history_s < self.learn_s
+        shrink = np.float32(self.learn_clip / self.clip)
+        if np.count_nonzero(learning) * 8 > learning.size:  # a fleet still learning: one masked pass
+            np.multiply(bound, shrink, out=bound, where=learning)
+        else:  # a learned fleet's few newcomers, by index
+            bound[np.flatnonzero(learning)] *= shrink
         # np.clip(step, -bound, bound) in place, without a fleet-sized -bound.
         np.minimum(step, bound, out=step)
         np.maximum(step, np.negative(bound, out=bound), out=step)
