@@ -52,8 +52,10 @@ async def test_scenario_degrades_exactly_one_link_and_one_port(
         name="monitor",
     )
     events: list[dict[str, object]] = []
+    first_frame_s: float | None = None
     async with aiomqtt.Client("127.0.0.1", mosquitto.port, identifier="event-reader") as client:
         await client.subscribe("rainier/v1/events/#", qos=1)
+        await client.subscribe("rainier/v1/telemetry/#", qos=0)  # when the simulator's clock is running
         await wait_until(lambda: current_values(port).get("rainier_mqtt_connected") == 1, 10, "the monitor to connect")
         sim_started = time.time()
         start_rainierd(  # type: ignore[operator]
@@ -62,14 +64,22 @@ async def test_scenario_degrades_exactly_one_link_and_one_port(
         )
         async with asyncio.timeout((FAULT_AT_TICK + 10) * TICK_S + 15):
             async for message in client.messages:
+                if message.topic.matches("rainier/v1/telemetry/#"):
+                    first_frame_s = first_frame_s or time.time()
+                    continue
                 events.append(json.loads(bytes(message.payload)))  # type: ignore[arg-type]
                 if {(e["entity"], e["index"]) for e in events} >= {("neuronlink", 5), ("efa", 70)}:
                     break
-    # Events carry the monitor's wall time: after the fault began, within 10 ticks of it
-    # (plus the simulator's start-up, a couple of seconds at most).
+    # Events carry the monitor's wall time: after the fault began, within 10 ticks of it and 3 s of delivery
+    # and analysis.  The simulator's clock started between its spawn (the earliest the fault can begin) and its
+    # first frame's arrival (the latest): its start-up, seconds of a loaded CI machine's CPU (a rehearsal,
+    # 2026-12-07: a port raised 8.09 s after spawn + onset against a bound of 8.0 that counted the start-up),
+    # is the process's, not detection's.
+    assert first_frame_s is not None
     for event in events:
-        fault_s = sim_started + FAULT_AT_TICK * TICK_S
-        assert fault_s <= event["t_s"] <= fault_s + 10 * TICK_S + 3.0, event  # type: ignore[operator]
+        earliest_s = sim_started + FAULT_AT_TICK * TICK_S
+        latest_s = first_frame_s + FAULT_AT_TICK * TICK_S
+        assert earliest_s <= event["t_s"] <= latest_s + 10 * TICK_S + 3.0, event  # type: ignore[operator]
     assert {(e["entity"], e["id"], e["index"], e["after"]) for e in events} == {
         ("neuronlink", "s0/u0/n0/chip5/link0", 5, "degraded"), ("efa", "s0/u1/n4/efa6", 70, "degraded"),
     }
