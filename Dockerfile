@@ -1,6 +1,11 @@
 # rainierd as a container: one image, the role is the command
 # (run | simulate | monitor). Runs as an unprivileged user.
 FROM python:3.11-slim-bookworm AS build
+# The compiled passes (rainierd/native/kernels.c) are built here, by pip: only
+# this stage has a C compiler; the image takes the finished wheel.
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends gcc libc6-dev \
+ && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY rainierd ./rainierd

@@ -34,16 +34,24 @@ if [ ! -x .venv/bin/python ]; then
 fi
 
 # install_rainierd EXTRAS [WHAT]: install rainierd (editable) with EXTRAS (e.g. "test", "top"), unless that was
-# done since pyproject.toml last changed; a venv holding more extras than asked (the tests' holds every one a run
-# needs) is taken as it is. WHAT says, in the message, what the extras are for.
+# done since pyproject.toml or the compiled passes' source last changed; a venv holding more extras than asked
+# (the tests' holds every one a run needs) is taken as it is. WHAT says, in the message, what the extras are for.
 install_rainierd() {
     local extras=$1 what=${2:-$1} want stamp started
-    want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+    # pip compiles rainierd's passes (rainierd/native/kernels.c) as it installs: a change to them installs again.
+    want=$(cat pyproject.toml rainierd/native/*.c | sha256sum | cut -d' ' -f1)
     for stamp in .venv/.rainierd-installed-"$extras" .venv/.rainierd-installed-test; do
         if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
             return 0
         fi
     done
+    # The compiler pip runs is the one this Python was built with (Debian's: x86_64-linux-gnu-gcc, from gcc),
+    # with libc's headers (libc6-dev); no Python headers are needed.
+    local cc
+    cc=$(.venv/bin/python -c 'import sysconfig; print((sysconfig.get_config_var("CC") or "cc").split()[0])')
+    if ! command -v "$cc" >/dev/null || [ ! -e /usr/include/stdint.h ]; then
+        apt_install gcc libc6-dev
+    fi
     say "installing rainierd and ${what} into .venv with pip (about a minute the first time; quicker after)"
     started=$SECONDS
     .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[${extras}]"

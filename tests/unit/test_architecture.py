@@ -34,6 +34,9 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     # message, knowing the wire alone; each receiver hands it what its own accounting knows of the streams.
     "rainierd.admission": ("rainierd.core", "rainierd.monitor", "rainierd.aggregate", "rainierd.sim",
                            "rainierd.exporter", "rainierd.mqtt", "asyncio", "aiomqtt"),
+    # The compiled passes are a leaf: arrays in, arrays out, knowing nothing of the fleet, the wire or a loop.
+    "rainierd.native": ("rainierd.core", "rainierd.wire", "rainierd.sim", "rainierd.monitor", "rainierd.exporter",
+                        "rainierd.mqtt", "rainierd.fleet", "asyncio", "aiomqtt"),
     # The wire format is a leaf both sides speak.
     "rainierd.wire": ("rainierd.core", "rainierd.sim", "rainierd.monitor", "rainierd.exporter", "rainierd.mqtt"),
     # The aggregation tier speaks the wire and MQTT, and serves its own metrics: it is neither the world nor the

@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from rainierd._types import I64
-from rainierd.core.ingest._window import Window
+from rainierd.core.ingest._window import COLUMNS, Columns, Window
 from rainierd.core.state import FleetState, Scratch, Table
 from rainierd.wire import ID_FIELDS, RECORD_KINDS, FacilityFrame
 
@@ -72,6 +72,7 @@ class Store:
                 first = int(node.min()) * per
                 t_s, rx_s = w.t_s, w.rx_s
                 if order is not None:
+                    assert isinstance(columns, Columns)  # a node window's (join_nodes)
                     columns = _InOrder(columns, per, order, self._scratch)
                     if not isinstance(known, int):
                         known = _in_order(known, per, order, self._scratch.get(f"known.{kind}", known.size,
@@ -132,16 +133,21 @@ class _InOrder(Mapping[str, npt.NDArray[Any]]):
     ``Table.apply`` reads each column once and is done with it before it reads
     the next, so a column needs to be in order only while it is stored: at a
     million chips, one reordered copy of every column at once was 217 MiB of
-    the monitor's peak; one buffer per item size is 38 MiB.  A column read
-    from here is valid until the next column of its item size is.
+    the monitor's peak; one buffer per item size is 38 MiB.  Each column goes
+    from the messages straight to its place in node order (``Columns.scatter``),
+    not joined and then reordered.  A column read from here is valid until the
+    next column of its item size is.
     """
 
-    def __init__(self, columns: Mapping[str, npt.NDArray[Any]], per: int, order: I64, scratch: Scratch) -> None:
-        self._columns, self._per, self._order, self._scratch = columns, per, order, scratch
+    def __init__(self, columns: Columns, per: int, order: I64, scratch: Scratch) -> None:
+        self._columns, self._per, self._scratch = columns, per, scratch
+        self._row = np.empty_like(order)
+        self._row[order] = np.arange(order.size)  # entry e goes to row _row[e]
 
     def __getitem__(self, name: str) -> npt.NDArray[Any]:
-        values = self._columns[name]
-        return _in_order(values, self._per, self._order, self._scratch.shared("ordered", values.size, values.dtype))
+        dtype = COLUMNS[self._columns.kind][name]
+        out = self._scratch.shared("ordered", self._row.size * self._per, dtype)
+        return self._columns.scatter(name, self._row, out.reshape(-1, self._per)).reshape(-1)
 
     def __contains__(self, name: object) -> bool:
         return name in self._columns  # Mapping's own would put the column in order to find it
