@@ -25,6 +25,7 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
+from rainierd import native
 from rainierd._types import F32, F64, I64, U16, U32, B
 from rainierd.core.bounds import EXACT, OUT_OF_RANGE, RATIOS, REFUSAL_REASONS, Bound, CounterBounds
 from rainierd.core.cadence import Cadence
@@ -279,26 +280,26 @@ class Table:
                 continue
             new = columns[name]
             present = None if uniform else (np.asarray(known) & bit) != 0
+            # The new totals stored and, for a rated counter, their increase on the last ones, in one pass.
+            native.counter_step(new, total, at, work if name in self.rates else None)
             if name in self.rates:
                 # A summed counter is judged by its sum (below), whose reference is at least as strict.
-                self._store_rate(name, at, new, before=total[at], had=None if had_all else (had & bit) != 0,
-                                 present=present, dt=dt, rate=work, refused=None if name in self.summed else refused)
+                self._store_rate(name, at, new, had=None if had_all else (had & bit) != 0, present=present, dt=dt,
+                                 rate=work, refused=None if name in self.summed else refused)
             if name in self.summed:
                 self._add_increase(name, at, new, present=present, t_s=t_s, increase=work, scratch=scratch,
                                    refused=refused)
-            total[at] = new
         return refused
 
     def _store_rate(
-        self, name: str, at: slice | I64, new: npt.NDArray[Any], *, before: npt.NDArray[Any], had: B | None,
-        present: B | None, dt: F32, rate: F64, refused: Counter[tuple[str, str]] | None,
+        self, name: str, at: slice | I64, new: npt.NDArray[Any], *, had: B | None, present: B | None, dt: F32,
+        rate: F64, refused: Counter[tuple[str, str]] | None,
     ) -> None:
-        """Store rated counter ``name``'s rate since each entity's last sample, in ``rate`` (work space): NaN
-        where either sample lacked it (``had``, ``present``: None, all had it), across a reset, or over its
-        bound (then counted in ``refused``, unless None)."""
+        """Store rated counter ``name``'s rate since each entity's last sample from ``rate``, each new total less
+        the last (float64, overwritten): NaN where either sample lacked it (``had``, ``present``: None, all had
+        it), across a reset, or over its bound (then counted in ``refused``, unless None)."""
         # float64 differences are exact for counters below 2**53 and turn a
         # reset (the counter went backwards) into a negative value.
-        np.subtract(new, before, out=rate, dtype=np.float64)
         if had is not None:
             rate[~had] = np.nan
         if present is not None:

@@ -26,7 +26,7 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from rainierd._types import I64, U64
+from rainierd._types import F64, I64, U64
 
 _MODULE: Final = "rainierd.native._kernels"
 
@@ -47,6 +47,12 @@ _lib.rd_join.argtypes = [_i64, _ptr, _ptr, _ptr, _ptr, _i64]
 _lib.rd_join.restype = _i64
 _lib.rd_scatter_rows.argtypes = [_i64, _ptr, _ptr, _ptr, _ptr, _i64, _i64, _i64, _ptr]
 _lib.rd_scatter_rows.restype = _i64
+_COUNTER_STEPS: Final = {np.dtype(dtype): getattr(_lib, f"rd_counter_step_{name}")
+                         for dtype, name in ((np.uint64, "u64"), (np.uint32, "u32"), (np.int64, "i64"),
+                                             (np.float64, "f64"))}
+for _step in _COUNTER_STEPS.values():
+    _step.argtypes = [_i64, _ptr, _ptr, _ptr, _i64, _i64, _ptr]
+    _step.restype = _i64
 
 
 def address(values: npt.NDArray[Any]) -> int:
@@ -92,3 +98,32 @@ def scatter_rows(base: U64, start: I64, entries: I64, row: I64, out: npt.NDArray
     if _lib.rd_scatter_rows(n, address(base), address(start), address(entries), address(row), row.size,
                             out.shape[0], row_bytes, address(out)):
         raise RuntimeError(f"scatter_rows: {row.size} entries do not fit {out.shape[0]} rows")
+
+
+def counter_step(new: npt.NDArray[Any], total: npt.NDArray[Any], at: slice | I64, diff: F64 | None) -> None:
+    """Store a counter's new totals: ``total[at] = new``, and, unless ``diff`` is None, ``diff = new - total[at]``
+    as it was (float64), in one pass.
+
+    ``new`` in another dtype than ``total``'s (the counter's wire dtype, as
+    the window's columns are) is first cast to it, as numpy's assignment
+    would, and the difference is the stored total's; ``at`` is a slice of
+    ``total`` (step 1) or one index a sample, each within it.
+    """
+    step = _COUNTER_STEPS.get(total.dtype)
+    if step is None or total.ndim != 1 or not total.flags.c_contiguous:
+        raise TypeError(f"counter_step: into {total.dtype}: one contiguous counter column of a kind the kernels know")
+    new = np.ascontiguousarray(new, dtype=total.dtype)
+    if isinstance(at, slice):
+        first, stop, stride = at.indices(total.size)
+        if stride != 1 or stop - first != new.size:
+            raise ValueError(f"counter_step: {new.size} samples into {at}")
+        index: I64 | None = None
+    else:
+        index, first = _i64s(at), 0
+        if index.size != new.size:
+            raise ValueError(f"counter_step: {new.size} samples for {index.size} entities")
+    if diff is not None and (diff.dtype != np.float64 or diff.size != new.size or not diff.flags.c_contiguous):
+        raise ValueError("counter_step: one float64 difference a sample")
+    if step(new.size, address(new), address(total), None if index is None else address(index), first, total.size,
+            None if diff is None else address(diff)):
+        raise RuntimeError(f"counter_step: an entity outside the {total.size} of the table")

@@ -59,3 +59,32 @@ int64_t rd_scatter_rows(int64_t n, const uint64_t *base, const int64_t *start, c
     }
     return e == n_entries ? 0 : -1;
 }
+
+/* A counter's new totals into its table: for each of n samples, the entity
+ * it is for (at[i], or first + i where at is NULL; within n_total) gets
+ * new[i] as its total, and diff[i] (unless NULL) is new[i] less the total it
+ * replaces, both as doubles (numpy's float64 subtraction of the two).  One
+ * pass where the numpy way was a subtraction into a temporary and a copy.
+ * An entity outside the table refuses the call before anything is written. */
+#define COUNTER_STEP(NAME, T)                                                                           \
+    int64_t NAME(int64_t n, const T *new_total, T *total, const int64_t *at, int64_t first, int64_t n_total, \
+                 double *diff)                                                                          \
+    {                                                                                                   \
+        if (at == NULL && (first < 0 || n > n_total - first))                                           \
+            return -1;                                                                                  \
+        for (int64_t i = 0; at != NULL && i < n; i++)                                                   \
+            if (at[i] < 0 || at[i] >= n_total)                                                          \
+                return -1;                                                                              \
+        for (int64_t i = 0; i < n; i++) {                                                               \
+            int64_t j = at == NULL ? first + i : at[i];                                                 \
+            if (diff != NULL)                                                                           \
+                diff[i] = (double)new_total[i] - (double)total[j];                                      \
+            total[j] = new_total[i];                                                                    \
+        }                                                                                               \
+        return 0;                                                                                       \
+    }
+
+COUNTER_STEP(rd_counter_step_u64, uint64_t)
+COUNTER_STEP(rd_counter_step_u32, uint32_t)
+COUNTER_STEP(rd_counter_step_i64, int64_t)
+COUNTER_STEP(rd_counter_step_f64, double)

@@ -113,3 +113,43 @@ class TestScatterRows:
         base, _held = native.addresses([values])
         with pytest.raises(RuntimeError):
             native.scatter_rows(base, np.array([0]), np.array([3]), np.array([0, 1]), np.zeros((3, 1), np.uint8))
+
+
+class TestCounterStep:
+    def test_a_run_of_entities_takes_the_new_totals_and_gives_their_increase(self) -> None:
+        total = np.array([10, 20, 30, 40], np.uint64)
+        diff = np.full(2, np.nan)
+        native.counter_step(np.array([25, 29], np.uint64), total, slice(1, 3), diff)
+        assert total.tolist() == [10, 25, 29, 40]
+        assert diff.tolist() == [5.0, -1.0]  # a counter that went back: negative, for the reset's judgement
+
+    def test_entities_by_index_and_no_difference_asked(self) -> None:
+        total = np.array([1.5, 2.5, 3.5])
+        native.counter_step(np.array([9.0, 7.0]), total, np.array([2, 0]), None)
+        assert total.tolist() == [7.0, 2.5, 9.0]
+
+    def test_the_difference_is_numpys_float64_one(self) -> None:
+        rng = np.random.default_rng(1)
+        before = rng.integers(0, 2**63, 1_000, dtype=np.uint64)
+        new = rng.integers(0, 2**63, 1_000, dtype=np.uint64)
+        total, diff = before.copy(), np.empty(1_000)
+        native.counter_step(new, total, slice(0, 1_000), diff)
+        assert np.array_equal(diff, np.subtract(new, before, dtype=np.float64))
+        assert np.array_equal(total, new)
+
+    def test_other_dtypes_are_cast_to_the_counters_as_an_assignment_would(self) -> None:
+        total = np.zeros(2, np.uint64)
+        native.counter_step(np.array([3.0, 4.0]), total, slice(0, 2), None)
+        assert total.dtype == np.uint64
+        assert total.tolist() == [3, 4]
+
+    @pytest.mark.parametrize("at", [np.array([0, 4]), np.array([-1, 0])])
+    def test_an_entity_outside_the_table_refuses_the_call_before_anything_is_written(self, at: np.ndarray) -> None:
+        total = np.zeros(4, np.uint64)
+        with pytest.raises(RuntimeError):
+            native.counter_step(np.array([7, 7], np.uint64), total, at, None)
+        assert not total.any()
+
+    def test_a_slice_must_hold_exactly_the_samples(self) -> None:
+        with pytest.raises(ValueError, match="samples into"):
+            native.counter_step(np.array([1, 2], np.uint64), np.zeros(4, np.uint64), slice(3, 5), None)
