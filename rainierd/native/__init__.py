@@ -26,7 +26,7 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from rainierd._types import F64, I64, U64
+from rainierd._types import F32, F64, I64, U64, B, Floats
 
 _MODULE: Final = "rainierd.native._kernels"
 
@@ -52,6 +52,14 @@ _COUNTER_STEPS: Final = {np.dtype(dtype): getattr(_lib, f"rd_counter_step_{name}
                                              (np.float64, "f64"))}
 for _step in _COUNTER_STEPS.values():
     _step.argtypes = [_i64, _ptr, _ptr, _ptr, _i64, _i64, _ptr]
+    _step.restype = _i64
+_f32 = ctypes.c_float
+_lib.rd_cusum_step.argtypes = [_i64, _ptr, _ptr, _ptr, _ptr, _i64, _ptr, _i64, _f32, _f32, _f32, _f32, _f32, _ptr]
+_lib.rd_cusum_step.restype = _i64
+_BASELINE_STEPS: Final = {np.dtype(np.float32): _lib.rd_baseline_step_f32,
+                          np.dtype(np.float64): _lib.rd_baseline_step_f64}
+for _step in _BASELINE_STEPS.values():
+    _step.argtypes = [_i64, _ptr, _ptr, _ptr, _ptr, _ptr, _i64, _f32, _f32, _f32, _f32]
     _step.restype = _i64
 
 
@@ -127,3 +135,75 @@ def counter_step(new: npt.NDArray[Any], total: npt.NDArray[Any], at: slice | I64
     if step(new.size, address(new), address(total), None if index is None else address(index), first, total.size,
             None if diff is None else address(diff)):
         raise RuntimeError(f"counter_step: an entity outside the {total.size} of the table")
+
+
+def _per_entity(values: Floats | float | None, n: int) -> tuple[F32 | None, int]:
+    """Return ``values`` as float32 (one for all: stride 0; one an entity: stride 1), or None."""
+    if values is None:
+        return None, 0
+    array = np.asarray(values)
+    if array.ndim == 0 or array.size == 1:
+        return np.full(1, array.reshape(-1)[0] if array.size else np.nan, np.float32), 0
+    if array.shape != (n,):
+        raise ValueError(f"{array.shape} values for {n} entities")
+    return np.ascontiguousarray(array, dtype=np.float32), 1
+
+
+def cusum_step(
+    s: F32, x: Floats, mask: B, *, seconds: Floats | float | None, drain_seconds: Floats | float | None, k: float,
+    h: float, cap: float, per_sample: float, ceiling: float,
+) -> B:
+    """Take one step of the CUSUMs ``s`` (float32, in place) and return where they are in alarm (``s >= h``).
+
+    The rule is ``ClippedCusum.update``'s (rainierd/core/detect/_stats.py),
+    computed in float32 operation for operation as numpy did, so the sums are
+    numpy's bit for bit; ``per_sample`` is ``h / samples``.  ``x`` (cast to
+    float32, as numpy's step was) and ``mask`` have one value an entity;
+    ``seconds`` and ``drain_seconds`` one an entity or one for all, or None.
+    """
+    n = s.size
+    if s.dtype != np.float32 or s.ndim != 1 or not s.flags.c_contiguous:
+        raise TypeError("cusum_step: the sums are one contiguous float32 array")
+    values = np.ascontiguousarray(np.broadcast_to(x, s.shape), dtype=np.float32)
+    judged = np.ascontiguousarray(np.broadcast_to(mask, s.shape), dtype=np.bool_)
+    interval, interval_stride = _per_entity(seconds, n)
+    drain, drain_stride = _per_entity(drain_seconds, n)
+    alarm = np.empty(n, dtype=np.bool_)
+    if _lib.rd_cusum_step(n, address(s), address(values), address(judged),
+                          None if interval is None else address(interval), interval_stride,
+                          None if drain is None else address(drain), drain_stride,
+                          k, h, cap, per_sample, ceiling, address(alarm)):
+        raise RuntimeError("cusum_step: refused")
+    return alarm
+
+
+def baseline_step(
+    level: F32, history: F32, x: Floats, accept: B, seconds: Floats | float, *, window_cap: float, learn_s: float,
+    clip: float, learn_shrink: float,
+) -> None:
+    """Fold ``x`` into the levels ``level`` and their ``history`` (float32, in place) where ``accept``.
+
+    The rule is ``Baseline.update``'s (rainierd/core/detect/_baseline.py),
+    computed in float32 operation for operation as numpy did, so both are
+    numpy's bit for bit: ``window_cap`` is ``halflife_s / ln 2``,
+    ``learn_shrink`` is ``learn_clip / clip``.  ``x`` and ``seconds`` (one a
+    level, or one for all) are judged finite and positive in their own
+    dtype, float32 or float64, as numpy judged them.
+    """
+    n = level.size
+    for values in (level, history):
+        if values.dtype != np.float32 or values.shape != (n,) or not values.flags.c_contiguous:
+            raise TypeError("baseline_step: levels and histories are contiguous float32 arrays of one size")
+    interval = np.asarray(seconds)
+    dtype = np.result_type(np.asarray(x).dtype, interval.dtype, np.float32)
+    step = _BASELINE_STEPS.get(dtype)
+    if step is None:
+        raise TypeError(f"baseline_step: samples and intervals of {dtype}")
+    samples = np.ascontiguousarray(np.broadcast_to(x, level.shape), dtype=dtype)
+    accepted = np.ascontiguousarray(np.broadcast_to(accept, level.shape), dtype=np.bool_)
+    stride = 0 if interval.size == 1 else 1
+    interval = np.ascontiguousarray(interval.reshape(-1) if stride == 0 else np.broadcast_to(interval, level.shape),
+                                    dtype=dtype)
+    if step(n, address(level), address(history), address(samples), address(accepted), address(interval), stride,
+            window_cap, learn_s, clip, learn_shrink):
+        raise RuntimeError("baseline_step: refused")

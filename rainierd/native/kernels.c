@@ -9,6 +9,7 @@
  * argument is a refused call, never a write past a buffer.
  */
 #include <stdint.h>
+#include <math.h>
 #include <string.h>
 
 /* Join one column of n parts end to end into out (out_bytes long): part p's
@@ -88,3 +89,97 @@ COUNTER_STEP(rd_counter_step_u64, uint64_t)
 COUNTER_STEP(rd_counter_step_u32, uint32_t)
 COUNTER_STEP(rd_counter_step_i64, int64_t)
 COUNTER_STEP(rd_counter_step_f64, double)
+
+/* One step of n one-sided CUSUMs (rainierd/core/detect/_stats.py ClippedCusum.update, which documents the
+ * rule), in float32 as numpy computed it, operation for operation, so the sums are bit for bit numpy's:
+ *   step = min(x, cap) (0 where x is NaN) - k; with seconds: step = min(step * max(seconds, 0), h / samples);
+ *   in alarm (s >= h), a negative step drains at least k over its span (1, or the interval, or the longer of
+ *   the interval and drain_seconds); s = clip(s + step, 0, ceiling) where x is known and mask holds.
+ * seconds and drain_seconds may be NULL (none); each has a stride of 1 (one a sum) or 0 (one for all).
+ * alarm[i] is s[i] >= h afterwards.  min and the clip keep a NaN as numpy's do. */
+static inline float nan_min(float a, float b) { return a > b ? b : a; } /* a NaN a stays NaN, as np.minimum */
+
+int64_t rd_cusum_step(int64_t n, float *s, const float *x, const uint8_t *mask, const float *seconds,
+                      int64_t seconds_stride, const float *drain_seconds, int64_t drain_stride, float k, float h,
+                      float cap, float per_sample, float ceiling, uint8_t *alarm)
+{
+    if (seconds_stride < 0 || seconds_stride > 1 || drain_stride < 0 || drain_stride > 1)
+        return -1;
+    for (int64_t i = 0; i < n; i++) {
+        float xi = x[i];
+        int unknown = xi != xi;
+        float before = s[i];
+        float step = unknown ? 0.0f : nan_min(xi, cap);
+        step -= k;
+        float interval = 1.0f;
+        if (seconds != NULL) {
+            float sec = seconds[i * seconds_stride];
+            interval = sec > 0.0f ? sec : 0.0f; /* np.fmax(seconds, 0): a NaN is 0 s */
+            step *= interval;
+            step = nan_min(step, per_sample);
+        }
+        if (before >= h) {
+            float span = 1.0f;
+            if (seconds != NULL) {
+                span = interval;
+                if (drain_seconds != NULL) {
+                    float drain = drain_seconds[i * drain_stride];
+                    span = (drain > span || span != span) ? drain : span; /* np.fmax: a NaN loses */
+                }
+            }
+            float full = -k * span;
+            if (step < 0.0f)
+                step = nan_min(step, full);
+        }
+        step += before;
+        if (step < 0.0f)
+            step = 0.0f;
+        else if (step > ceiling)
+            step = ceiling;
+        if (!unknown && mask[i])
+            s[i] = step;
+        alarm[i] = s[i] >= h;
+    }
+    return 0;
+}
+
+/* One step of n learned levels (rainierd/core/detect/_baseline.py Baseline.update, which documents the rule),
+ * in float32 as numpy computed it, operation for operation, so levels and histories are numpy's bit for bit.
+ * A sample counts where accept holds, its interval is over 0 and it is finite (judged in its own type, T, as
+ * numpy did before casting it to float32): the first sets the level; later ones pull it by the winsorised
+ * step (learn_shrink of clip times the level while learning) times interval / window.  seconds has a stride
+ * of 1 (one a level) or 0 (one for all). */
+static inline float nan_max(float a, float b) { return a < b ? b : a; } /* a NaN a stays NaN, as np.maximum */
+
+#define BASELINE_STEP(NAME, T)                                                                                  \
+    int64_t NAME(int64_t n, float *level, float *history, const T *x, const uint8_t *accept, const T *seconds,  \
+                 int64_t seconds_stride, float window_cap, float learn_s, float clip, float learn_shrink)       \
+    {                                                                                                           \
+        if (seconds_stride < 0 || seconds_stride > 1)                                                          \
+            return -1;                                                                                          \
+        for (int64_t i = 0; i < n; i++) {                                                                       \
+            T xi = x[i], sec = seconds[i * seconds_stride];                                                     \
+            if (!accept[i] || !(sec > 0) || !isfinite(xi))                                                      \
+                continue; /* not accepted, no interval, or not finite: nothing changes */                       \
+            float x32 = (float)xi, dt = (float)sec, lvl = level[i], hist = history[i];                          \
+            history[i] = hist + dt;                                                                             \
+            if (lvl != lvl) {                                                                                   \
+                level[i] = x32; /* the first sample sets the level */                                           \
+                continue;                                                                                       \
+            }                                                                                                   \
+            float window = nan_min(hist + dt, window_cap);                                                      \
+            float step = x32 - lvl;                                                                             \
+            float bound = __builtin_fabsf(lvl) * clip;                                                          \
+            if (hist < learn_s)                                                                                 \
+                bound *= learn_shrink;                                                                          \
+            step = nan_min(step, bound);                                                                        \
+            step = nan_max(step, -bound);                                                                       \
+            step *= dt;                                                                                         \
+            step /= window;                                                                                     \
+            level[i] = lvl + step;                                                                              \
+        }                                                                                                       \
+        return 0;                                                                                               \
+    }
+
+BASELINE_STEP(rd_baseline_step_f32, float)
+BASELINE_STEP(rd_baseline_step_f64, double)

@@ -47,6 +47,7 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
+from rainierd import native
 from rainierd._types import F32, B, Floats
 
 
@@ -131,38 +132,10 @@ class Baseline(Learned):
         while learning (the first sets it), ``clip`` once learned, times that
         weight.
         """
-        ok = accept & (seconds > 0) & np.isfinite(x)  # a NaN interval compares False
-        if not ok.any():
-            return
-        level = self.level
-        # The few entities touched alone (none without a level once a fleet is seeded, few still learning once
-        # it has learned): as masked passes over every entity these were most of the update's cost at rainier-1m
-        # (issue 39).
-        first = np.flatnonzero(ok & np.isnan(level))
-        level[first] = np.broadcast_to(x, level.shape)[first]
-        dt = np.where(ok, seconds, np.float32(0.0)).astype(np.float32, copy=False)
-        window = self.history_s + dt
-        np.minimum(window, np.float32(self.halflife_s / np.log(2.0)), out=window)
-        step = np.subtract(x, level, dtype=np.float32)
-        bound = np.abs(level)
-        bound *= np.float32(self.clip)
-        # Winsorised: at learn_clip while learning, at clip once learned (the first sample sets the level).
-        learning = self.history_s < self.learn_s
-        shrink = np.float32(self.learn_clip / self.clip)
-        if np.count_nonzero(learning) * 8 > learning.size:  # a fleet still learning: one masked pass
-            np.multiply(bound, shrink, out=bound, where=learning)
-        else:  # a learned fleet's few newcomers, by index
-            bound[np.flatnonzero(learning)] *= shrink
-        # np.clip(step, -bound, bound) in place, without a fleet-sized -bound.
-        np.minimum(step, bound, out=step)
-        np.maximum(step, np.negative(bound, out=bound), out=step)
-        step *= dt
-        with np.errstate(invalid="ignore", divide="ignore"):  # what is not ok is not added
-            step /= window
-        if first.size:
-            ok[first] = False  # set by this sample: nothing to add
-        np.add(level, step, out=level, where=ok)
-        self.history_s += dt
+        # One compiled pass (rainierd/native: the same float32 operations as numpy's, bit for bit).
+        native.baseline_step(self.level, self.history_s, x, accept, seconds,
+                             window_cap=self.halflife_s / np.log(2.0), learn_s=self.learn_s, clip=self.clip,
+                             learn_shrink=self.learn_clip / self.clip)
 
 
 @dataclass(eq=False)

@@ -22,6 +22,7 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
+from rainierd import native
 from rainierd._types import F32, F64, I64, B, Floats
 
 MAD_TO_SIGMA: Final = 1.4826
@@ -240,8 +241,7 @@ class ClippedCusum:
         return cls(k, h, cap, ceiling if ceiling is not None else 2.0 * h, np.zeros(n, np.float32), samples)
 
     def update(
-        self, x: Floats, mask: B, *, scratch: F32 | None = None, seconds: Floats | None = None,
-        drain_seconds: Floats | None = None,
+        self, x: Floats, mask: B, *, seconds: Floats | None = None, drain_seconds: Floats | None = None,
     ) -> B:
         """Add the evidence ``x`` where ``mask``; return the alarm mask.
 
@@ -256,7 +256,6 @@ class ClippedCusum:
         tick an interval's average cannot tell a second-long spike from a
         step that filled it, so ``samples`` intervals must agree before an
         alarm (at a short tick the per-second cap binds first).
-        ``scratch`` (an array like ``x``, float32) saves allocating a fleet-sized step.
         ``drain_seconds`` (with ``seconds``) is the sample time each interval
         spans, a lost sample's included, which ``seconds`` may cap: a clean
         sample in alarm drains at least ``k`` a second of it, so an alarm ends
@@ -264,33 +263,11 @@ class ClippedCusum:
         many samples were lost (capped, a chip losing every other sample
         drained in twice the time, issue 38).  Evidence still adds by ``seconds``.
         """
-        unknown = np.isnan(x)
-        # In alarm, clean evidence (under k) drains at least k a second, however close to k it is: the
-        # ceiling then bounds how long an alarm outlives its cause (drain_s), as docs/detection.md says.
-        # Below h nothing changes, so what raises, and when, is as before.  Few entities are in alarm.
-        alarmed = np.flatnonzero(self.s >= np.float32(self.h))
-        step = np.minimum(x, np.float32(self.cap), out=scratch, dtype=np.float32)
-        np.copyto(step, np.float32(0.0), where=unknown)  # NaN where x is, only
-        known = np.logical_not(unknown, out=unknown)
-        known &= mask
-        step -= np.float32(self.k)
-        if seconds is not None:
-            interval = np.fmax(seconds, np.float32(0.0)).astype(np.float32, copy=False)  # NaN: 0 s
-            step *= interval
-            np.minimum(step, np.float32(self.h / self.samples), out=step)
-        if alarmed.size:
-            span: F32 | np.float32 = np.float32(1.0)
-            if seconds is not None:
-                span = np.broadcast_to(interval, step.shape)[alarmed]
-                if drain_seconds is not None:  # only the few in alarm; a NaN span: the capped one
-                    span = np.fmax(span, np.broadcast_to(np.asarray(drain_seconds, np.float32), step.shape)[alarmed])
-            full = np.float32(-self.k) * span
-            moved = step[alarmed]
-            step[alarmed] = np.where(moved < 0, np.minimum(moved, full), moved)
-        step += self.s
-        np.clip(step, 0.0, self.ceiling, out=step)
-        np.copyto(self.s, step, where=known)
-        return self.s >= self.h
+        # One compiled pass (rainierd/native: the same float32 operations as numpy's, bit for bit).  In alarm,
+        # clean evidence (under k) drains at least k a second, however close to k it is: the ceiling then
+        # bounds how long an alarm outlives its cause (drain_s), as docs/detection.md says.
+        return native.cusum_step(self.s, x, mask, seconds=seconds, drain_seconds=drain_seconds, k=self.k, h=self.h,
+                                 cap=self.cap, per_sample=self.h / self.samples, ceiling=self.ceiling)
 
     def update_sparse(self, x: Floats, mask: B, *, seconds: Floats | None = None) -> B:
         """Return ``update``'s alarm mask, computed only where ``x`` is positive or the sum is.

@@ -302,19 +302,18 @@ class LinkDetector:
         reasons = np.zeros(share.shape, dtype=np.int32)
         flag(reasons, up & (lanes < all_lanes), Reason.LANES)
         judged = bw_judged & ~down
-        # The evidence arrays are spent once added: each is its CUSUM's scratch.
+        # The evidence arrays are spent once added.
         outside = self.band.update((far_latency | far_level).astype(np.float32), fresh, seconds=held)
         # Until a link has history it is judged only by hard evidence and the band (_baseline.py).
-        flag(reasons, self.bw.update(bw_dev, judged & self.bw_base.learned(), scratch=bw_dev, seconds=held)
+        flag(reasons, self.bw.update(bw_dev, judged & self.bw_base.learned(), seconds=held)
              | (outside & far_level),
              Reason.BANDWIDTH)
-        flag(reasons, self.latency.update(lat_dev, lat_ok & ~down & self.latency_base.learned(), scratch=lat_dev,
-                                          seconds=held)
+        flag(reasons, self.latency.update(lat_dev, lat_ok & ~down & self.latency_base.learned(), seconds=held)
              | (outside & far_latency), Reason.LATENCY)
         del bw_dev, lat_dev, outside, far_latency, far_level, judged  # spent: freed before the next evidence
         errors = counter_delta(table, "crc_errors_total", "replay_total")
         errors /= dt  # per second
-        flag(reasons, self.errors.update(errors, fresh, scratch=errors, seconds=held), Reason.ERRORS)
+        flag(reasons, self.errors.update(errors, fresh, seconds=held), Reason.ERRORS)
         del errors
         flag(reasons, self.drops >= p.flap_drops, Reason.FLAPPING)
         flag(reasons, dropped, Reason.DOWN)

@@ -153,3 +153,138 @@ class TestCounterStep:
     def test_a_slice_must_hold_exactly_the_samples(self) -> None:
         with pytest.raises(ValueError, match="samples into"):
             native.counter_step(np.array([1, 2], np.uint64), np.zeros(4, np.uint64), slice(3, 5), None)
+
+
+def _numpy_cusum(s: np.ndarray, x: np.ndarray, mask: np.ndarray, *, k: float, h: float, cap: float, ceiling: float,
+                 samples: float, seconds: np.ndarray | float | None, drain_seconds: np.ndarray | float | None,
+                 ) -> np.ndarray:
+    """ClippedCusum.update as numpy computed it before the kernel (9f11986), the kernel's oracle."""
+    unknown = np.isnan(x)
+    alarmed = np.flatnonzero(s >= np.float32(h))
+    step = np.minimum(x, np.float32(cap), dtype=np.float32)
+    np.copyto(step, np.float32(0.0), where=unknown)
+    known = np.logical_not(unknown, out=unknown)
+    known &= mask
+    step -= np.float32(k)
+    if seconds is not None:
+        interval = np.fmax(seconds, np.float32(0.0)).astype(np.float32, copy=False)
+        step *= interval
+        np.minimum(step, np.float32(h / samples), out=step)
+    if alarmed.size:
+        span: np.ndarray | np.float32 = np.float32(1.0)
+        if seconds is not None:
+            span = np.broadcast_to(interval, step.shape)[alarmed]
+            if drain_seconds is not None:
+                span = np.fmax(span, np.broadcast_to(np.asarray(drain_seconds, np.float32), step.shape)[alarmed])
+        full = np.float32(-k) * span
+        moved = step[alarmed]
+        step[alarmed] = np.where(moved < 0, np.minimum(moved, full), moved)
+    step += s
+    np.clip(step, 0.0, ceiling, out=step)
+    np.copyto(s, step, where=known)
+    return s >= h
+
+
+class TestCusumStep:
+    """The CUSUM's step is numpy's, bit for bit, over evidence with NaNs, alarms, capped and draining sums."""
+
+    @pytest.mark.parametrize("timing", ["none", "per-entity", "one-for-all", "drained", "drained-one-for-all"])
+    @pytest.mark.parametrize("seed", [0, 1, 2])
+    def test_sums_and_alarms_are_numpys_over_many_steps(self, timing: str, seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        n, k, h, cap, ceiling, samples = 4_000, 0.5, 6.0, 4.0, 12.0, 2.0
+        ours, theirs = np.zeros(n, np.float32), np.zeros(n, np.float32)
+        for _ in range(40):
+            x = rng.normal(0.4, 2.0, n).astype(np.float32)
+            x[rng.random(n) < 0.05] = np.nan
+            x[rng.random(n) < 0.01] = np.inf
+            mask = rng.random(n) < 0.9
+            seconds: np.ndarray | float | None = None
+            drain: np.ndarray | float | None = None
+            if timing != "none":
+                seconds = rng.choice(np.array([0.5, 1.0, 2.0, 5.0, -1.0, np.nan], np.float32), n)
+                if timing.endswith("one-for-all"):
+                    seconds = 2.0
+                if timing.startswith("drained"):
+                    drain = rng.choice(np.array([1.0, 3.0, 10.0, np.nan], np.float32), n)
+            expected = _numpy_cusum(theirs, x.copy(), mask, k=k, h=h, cap=cap, ceiling=ceiling, samples=samples,
+                                    seconds=seconds, drain_seconds=drain)
+            alarm = native.cusum_step(ours, x, mask, seconds=seconds, drain_seconds=drain, k=k, h=h, cap=cap,
+                                      per_sample=h / samples, ceiling=ceiling)
+            assert np.array_equal(alarm, expected)
+            assert ours.tobytes() == theirs.tobytes()
+        assert 0 < np.count_nonzero(ours >= h) < n  # some in alarm, some not: both paths were taken
+
+    def test_float64_evidence_is_cast_as_numpys_step_was(self) -> None:
+        s = np.zeros(3, np.float32)
+        alarm = native.cusum_step(s, np.array([1e30, np.nan, 0.75]), np.ones(3, bool), seconds=None,
+                                  drain_seconds=None, k=0.5, h=1.0, cap=3.0, per_sample=0.5, ceiling=2.0)
+        assert s.tolist() == [2.0, 0.0, 0.25]  # capped at 3, less k, clipped at the ceiling; NaN adds nothing
+        assert alarm.tolist() == [True, False, False]
+
+    def test_the_sums_must_be_one_float32_array(self) -> None:
+        with pytest.raises(TypeError, match="one contiguous float32 array"):
+            native.cusum_step(np.zeros(3).astype(np.float32)[::-1], np.zeros(3), np.ones(3, bool), seconds=None,
+                              drain_seconds=None, k=1.0, h=1.0, cap=1.0, per_sample=1.0, ceiling=2.0)
+
+
+def _numpy_baseline(level: np.ndarray, history: np.ndarray, x: np.ndarray, accept: np.ndarray,
+                    seconds: np.ndarray | float, *, halflife_s: float, learn_s: float, clip: float,
+                    learn_clip: float) -> None:
+    """Baseline.update as numpy computed it before the kernel (d9ff7a0), the kernel's oracle."""
+    ok = accept & (seconds > 0) & np.isfinite(x)
+    if not ok.any():
+        return
+    first = np.flatnonzero(ok & np.isnan(level))
+    level[first] = np.broadcast_to(x, level.shape)[first]
+    dt = np.where(ok, seconds, np.float32(0.0)).astype(np.float32, copy=False)
+    window = history + dt
+    np.minimum(window, np.float32(halflife_s / np.log(2.0)), out=window)
+    step = np.subtract(x, level, dtype=np.float32)
+    bound = np.abs(level)
+    bound *= np.float32(clip)
+    learning = history < learn_s
+    np.multiply(bound, np.float32(learn_clip / clip), out=bound, where=learning)
+    np.minimum(step, bound, out=step)
+    np.maximum(step, np.negative(bound, out=bound), out=step)
+    step *= dt
+    with np.errstate(invalid="ignore", divide="ignore"):
+        step /= window
+    ok[first] = False
+    np.add(level, step, out=level, where=ok)
+    history += dt
+
+
+class TestBaselineStep:
+    """A learned level's step is numpy's, bit for bit: first samples, learning, learned, refused samples."""
+
+    @pytest.mark.parametrize("dtype", [np.float32, np.float64])
+    @pytest.mark.parametrize("timing", ["per-entity", "one-for-all"])
+    @pytest.mark.parametrize("seed", [0, 1])
+    def test_levels_and_histories_are_numpys_over_many_steps(self, dtype: type, timing: str, seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        n = 3_000
+        learn_s, clip, learn_clip = 45.1, 0.05, 0.3
+        ours = (np.full(n, np.nan, np.float32), np.zeros(n, np.float32))
+        theirs = (ours[0].copy(), ours[1].copy())
+        for _ in range(60):
+            x = (rng.lognormal(3.0, 0.4, n) * rng.choice([1.0, -1.0, 5.0], n, p=[0.9, 0.05, 0.05])).astype(dtype)
+            x[rng.random(n) < 0.03] = np.nan
+            x[rng.random(n) < 0.01] = np.inf
+            accept = rng.random(n) < 0.85
+            seconds: np.ndarray | float = rng.choice(np.array([0.5, 1.0, 3.0, 0.0, -2.0, np.nan]), n).astype(dtype)
+            if timing == "one-for-all":
+                seconds = 1.0
+            _numpy_baseline(*theirs, x, accept.copy(), seconds, halflife_s=600.0, learn_s=learn_s, clip=clip,
+                            learn_clip=learn_clip)
+            native.baseline_step(*ours, x, accept, seconds, window_cap=600.0 / np.log(2.0), learn_s=learn_s, clip=clip,
+                                 learn_shrink=learn_clip / clip)
+            assert ours[0].tobytes() == theirs[0].tobytes()
+            assert ours[1].tobytes() == theirs[1].tobytes()
+        learned = ours[1] >= learn_s
+        assert 0 < np.count_nonzero(learned) < n  # some learned, some learning: both bounds were taken
+
+    def test_levels_must_be_float32(self) -> None:
+        with pytest.raises(TypeError, match="contiguous float32 arrays"):
+            native.baseline_step(np.zeros(4, np.float32)[::2], np.zeros(2, np.float32), np.zeros(2), np.ones(2, bool),
+                                 1.0, window_cap=1.0, learn_s=1.0, clip=0.1, learn_shrink=2.0)
