@@ -183,3 +183,44 @@ static inline float nan_max(float a, float b) { return a < b ? b : a; } /* a NaN
 
 BASELINE_STEP(rd_baseline_step_f32, float)
 BASELINE_STEP(rd_baseline_step_f64, double)
+
+/* The median of each row's finite values, NaN for a row with none (rainierd/core/detect/_stats.py
+ * row_nanmedian, which documents it): row r is values[r * width + cols[c]] for c < n_cols (cols NULL: the
+ * first n_cols columns), a value whose mask byte is 0 taken as NaN (mask NULL: none).  As numpy's sort of
+ * the row (NaN last) and its middle one or two places, (lo + hi) / 2 in T: an infinity is not counted but
+ * sorts in its place, as there.  Rows of up to 256 values. */
+#define ROW_NANMEDIAN(NAME, T)                                                                                  \
+    int64_t NAME(int64_t rows, int64_t width, const T *values, const uint8_t *mask, const int64_t *cols,       \
+                 int64_t n_cols, T *out)                                                                        \
+    {                                                                                                           \
+        T sorted[256];                                                                                          \
+        if (n_cols < 0 || n_cols > 256 || width < 0 || (cols == NULL && n_cols > width))                       \
+            return -1;                                                                                          \
+        for (int64_t c = 0; cols != NULL && c < n_cols; c++)                                                    \
+            if (cols[c] < 0 || cols[c] >= width)                                                                \
+                return -1;                                                                                      \
+        for (int64_t r = 0; r < rows; r++) {                                                                    \
+            const T *row = values + r * width;                                                                  \
+            const uint8_t *held = mask == NULL ? NULL : mask + r * width;                                       \
+            int64_t count = 0;                                                                                  \
+            for (int64_t c = 0; c < n_cols; c++) {                                                              \
+                int64_t j = cols == NULL ? c : cols[c];                                                         \
+                T v = (held != NULL && !held[j]) ? (T)NAN : row[j];                                             \
+                count += isfinite(v) ? 1 : 0;                                                                   \
+                int64_t at = c;                                                                                 \
+                if (v == v) /* a NaN goes last; anything else before every NaN and every larger value */        \
+                    while (at > 0 && !(sorted[at - 1] <= v))                                                    \
+                        sorted[at] = sorted[at - 1], at--;                                                      \
+                sorted[at] = v;                                                                                 \
+            }                                                                                                   \
+            if (count == 0) {                                                                                   \
+                out[r] = (T)NAN;                                                                                \
+                continue;                                                                                       \
+            }                                                                                                   \
+            out[r] = (T)((sorted[(count - 1) / 2] + sorted[count / 2]) / 2);                                    \
+        }                                                                                                       \
+        return 0;                                                                                               \
+    }
+
+ROW_NANMEDIAN(rd_row_nanmedian_f32, float)
+ROW_NANMEDIAN(rd_row_nanmedian_f64, double)

@@ -288,3 +288,46 @@ class TestBaselineStep:
         with pytest.raises(TypeError, match="contiguous float32 arrays"):
             native.baseline_step(np.zeros(4, np.float32)[::2], np.zeros(2, np.float32), np.zeros(2), np.ones(2, bool),
                                  1.0, window_cap=1.0, learn_s=1.0, clip=0.1, learn_shrink=2.0)
+
+
+def _numpy_row_nanmedian(values: np.ndarray) -> np.ndarray:
+    """row_nanmedian as numpy computed it before the kernel (de49e6e), the kernel's oracle."""
+    ordered = np.sort(values, axis=1)
+    count = np.isfinite(ordered).sum(axis=1)
+    rows = np.arange(values.shape[0])
+    lo = ordered[rows, np.maximum(count - 1, 0) // 2]
+    hi = ordered[rows, np.maximum(count, 1) // 2 - (count == 0)]
+    return np.where(count > 0, (lo + hi) / 2, np.nan).astype(values.dtype, copy=False)
+
+
+class TestRowNanmedian:
+    """Each row's median is numpy's sort-and-middle, bit for bit, with NaNs, infinities, masks and columns."""
+
+    @pytest.mark.parametrize("dtype", [np.float32, np.float64])
+    @pytest.mark.parametrize("width", [1, 2, 3, 16, 48, 64])
+    def test_rows_are_numpys(self, dtype: type, width: int) -> None:
+        rng = np.random.default_rng(width)
+        values: np.ndarray = rng.normal(1.0, 0.3, (2_000, width)).astype(dtype)
+        values[rng.random(values.shape) < 0.2] = np.nan
+        values[rng.random(values.shape) < 0.02] = np.inf
+        values[rng.random(values.shape) < 0.02] = -np.inf
+        values[rng.random(values.shape) < 0.05] = 1.0  # ties
+        values[:50] = np.nan  # rows with nothing
+        assert native.row_nanmedian(values).tobytes() == _numpy_row_nanmedian(values).tobytes()
+
+    def test_a_mask_and_columns_read_the_rows_in_place(self) -> None:
+        rng = np.random.default_rng(7)
+        values = rng.normal(size=(1_000, 48)).astype(np.float32)
+        mask = rng.random(values.shape) < 0.8
+        columns = np.array([1, 5, 9, 13, 17, 21, 25, 29, 33, 37, 41, 45])
+        expected = _numpy_row_nanmedian(np.where(mask, values, np.float32(np.nan))[:, columns])
+        assert native.row_nanmedian(values, mask=mask, columns=columns).tobytes() == expected.tobytes()
+
+    def test_no_rows_and_bad_columns(self) -> None:
+        assert native.row_nanmedian(np.zeros((0, 4), np.float32)).size == 0
+        with pytest.raises(RuntimeError, match="at most 256"):
+            native.row_nanmedian(np.zeros((2, 4), np.float32), columns=np.array([0, 4]))
+        with pytest.raises(RuntimeError, match="at most 256"):
+            native.row_nanmedian(np.zeros((2, 300), np.float32))
+        with pytest.raises(TypeError, match="2-D float32 or float64"):
+            native.row_nanmedian(np.zeros(4, np.float32))
