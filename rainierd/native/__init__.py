@@ -59,7 +59,7 @@ _lib.rd_cusum_step.restype = _i64
 _ROW_NANMEDIANS: Final = {np.dtype(np.float32): _lib.rd_row_nanmedian_f32,
                           np.dtype(np.float64): _lib.rd_row_nanmedian_f64}
 for _step in _ROW_NANMEDIANS.values():
-    _step.argtypes = [_i64, _i64, _ptr, _ptr, _ptr, _i64, _ptr, _ptr]
+    _step.argtypes = [_i64, _i64, _ptr, _ptr, _ptr, _i64, _ptr]
     _step.restype = _i64
 _BASELINE_STEPS: Final = {np.dtype(np.float32): _lib.rd_baseline_step_f32,
                           np.dtype(np.float64): _lib.rd_baseline_step_f64}
@@ -218,7 +218,7 @@ def row_nanmedian(values: Floats, *, mask: B | None = None, columns: I64 | None 
     """Return the median of each row's finite values (NaN for a row with none), as ``row_nanmedian`` in
     rainierd/core/detect/_stats.py documents it.
 
-    ``values`` is 2-D, float32 or float64;
+    ``values`` is 2-D, float32 or float64, rows of up to 256 taken;
     ``columns`` picks the columns of each row to take (all by default) and
     ``mask`` (``values``' shape) takes a value where False as NaN, with no
     masked or gathered copy of ``values`` made.
@@ -232,8 +232,8 @@ def row_nanmedian(values: Floats, *, mask: B | None = None, columns: I64 | None 
         raise ValueError(f"row_nanmedian: a mask of {held.shape} for values of {rows.shape}")
     picked = None if columns is None else _i64s(columns)
     n_cols = rows.shape[1] if picked is None else picked.size
-    out, work = np.empty(rows.shape[0], rows.dtype), np.empty(max(n_cols, 1), rows.dtype)
+    out = np.empty(rows.shape[0], rows.dtype)
     if step(rows.shape[0], rows.shape[1], address(rows), None if held is None else address(held),
-            None if picked is None else address(picked), n_cols, address(work), address(out)):
-        raise RuntimeError(f"row_nanmedian: {n_cols} columns of rows {rows.shape[1]} wide")
+            None if picked is None else address(picked), n_cols, address(out)):
+        raise RuntimeError(f"row_nanmedian: {n_cols} columns of rows {rows.shape[1]} wide (at most 256)")
     return out

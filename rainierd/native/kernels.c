@@ -188,12 +188,13 @@ BASELINE_STEP(rd_baseline_step_f64, double)
  * row_nanmedian, which documents it): row r is values[r * width + cols[c]] for c < n_cols (cols NULL: the
  * first n_cols columns), a value whose mask byte is 0 taken as NaN (mask NULL: none).  As numpy's sort of
  * the row (NaN last) and its middle one or two places, (lo + hi) / 2 in T: an infinity is not counted but
- * sorts in its place, as there.  sorted is the caller's work space, n_cols values. */
+ * sorts in its place, as there.  Rows of up to 256 values. */
 #define ROW_NANMEDIAN(NAME, T)                                                                                  \
     int64_t NAME(int64_t rows, int64_t width, const T *values, const uint8_t *mask, const int64_t *cols,       \
-                 int64_t n_cols, T *sorted, T *out)                                                             \
+                 int64_t n_cols, T *out)                                                                        \
     {                                                                                                           \
-        if (n_cols < 0 || width < 0 || (cols == NULL && n_cols > width))                                       \
+        T sorted[256];                                                                                          \
+        if (n_cols < 0 || n_cols > 256 || width < 0 || (cols == NULL && n_cols > width))                       \
             return -1;                                                                                          \
         for (int64_t c = 0; cols != NULL && c < n_cols; c++)                                                    \
             if (cols[c] < 0 || cols[c] >= width)                                                                \

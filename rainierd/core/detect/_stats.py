@@ -105,7 +105,7 @@ def row_nanmedian(values: Floats, *, mask: B | None = None, columns: I64 | None 
     """Return the median of each row ignoring NaN (NaN for a row with none): each row sorted (NaN last) and its
     middle one or two finite places averaged (an infinity is not counted, but sorts in its place).
 
-    One compiled pass (``rainierd.native``); ``columns``
+    One compiled pass (``rainierd.native``: rows of up to 256); ``columns``
     picks each row's columns and ``mask`` (False: taken as NaN) masks
     values, with no gathered or masked copy.  ``np.nanmedian`` along a short
     axis falls back to masked arrays, tens of times slower on the fleet's

@@ -304,7 +304,7 @@ class TestRowNanmedian:
     """Each row's median is numpy's sort-and-middle, bit for bit, with NaNs, infinities, masks and columns."""
 
     @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-    @pytest.mark.parametrize("width", [1, 2, 3, 16, 48, 64, 300])
+    @pytest.mark.parametrize("width", [1, 2, 3, 16, 48, 64])
     def test_rows_are_numpys(self, dtype: type, width: int) -> None:
         rng = np.random.default_rng(width)
         values: np.ndarray = rng.normal(1.0, 0.3, (2_000, width)).astype(dtype)
@@ -325,7 +325,9 @@ class TestRowNanmedian:
 
     def test_no_rows_and_bad_columns(self) -> None:
         assert native.row_nanmedian(np.zeros((0, 4), np.float32)).size == 0
-        with pytest.raises(RuntimeError, match="2 columns of rows 4 wide"):
+        with pytest.raises(RuntimeError, match="at most 256"):
             native.row_nanmedian(np.zeros((2, 4), np.float32), columns=np.array([0, 4]))
+        with pytest.raises(RuntimeError, match="at most 256"):
+            native.row_nanmedian(np.zeros((2, 300), np.float32))
         with pytest.raises(TypeError, match="2-D float32 or float64"):
             native.row_nanmedian(np.zeros(4, np.float32))
