@@ -56,11 +56,6 @@ for _step in _COUNTER_STEPS.values():
 _f32 = ctypes.c_float
 _lib.rd_cusum_step.argtypes = [_i64, _ptr, _ptr, _ptr, _ptr, _i64, _ptr, _i64, _f32, _f32, _f32, _f32, _f32, _ptr]
 _lib.rd_cusum_step.restype = _i64
-_ROW_NANMEDIANS: Final = {np.dtype(np.float32): _lib.rd_row_nanmedian_f32,
-                          np.dtype(np.float64): _lib.rd_row_nanmedian_f64}
-for _step in _ROW_NANMEDIANS.values():
-    _step.argtypes = [_i64, _i64, _ptr, _ptr, _ptr, _i64, _ptr]
-    _step.restype = _i64
 _BASELINE_STEPS: Final = {np.dtype(np.float32): _lib.rd_baseline_step_f32,
                           np.dtype(np.float64): _lib.rd_baseline_step_f64}
 for _step in _BASELINE_STEPS.values():
@@ -212,28 +207,3 @@ def baseline_step(
     if step(n, address(level), address(history), address(samples), address(accepted), address(interval), stride,
             window_cap, learn_s, clip, learn_shrink):
         raise RuntimeError("baseline_step: refused")
-
-
-def row_nanmedian(values: Floats, *, mask: B | None = None, columns: I64 | None = None) -> Floats:
-    """Return the median of each row's finite values (NaN for a row with none), as ``row_nanmedian`` in
-    rainierd/core/detect/_stats.py documents it.
-
-    ``values`` is 2-D, float32 or float64, rows of up to 256 taken;
-    ``columns`` picks the columns of each row to take (all by default) and
-    ``mask`` (``values``' shape) takes a value where False as NaN, with no
-    masked or gathered copy of ``values`` made.
-    """
-    rows = np.ascontiguousarray(values)
-    step = _ROW_NANMEDIANS.get(rows.dtype)
-    if step is None or rows.ndim != 2:
-        raise TypeError(f"row_nanmedian: 2-D float32 or float64 rows, not {rows.dtype} of {rows.ndim} dimensions")
-    held = None if mask is None else np.ascontiguousarray(mask, dtype=np.bool_)
-    if held is not None and held.shape != rows.shape:
-        raise ValueError(f"row_nanmedian: a mask of {held.shape} for values of {rows.shape}")
-    picked = None if columns is None else _i64s(columns)
-    n_cols = rows.shape[1] if picked is None else picked.size
-    out = np.empty(rows.shape[0], rows.dtype)
-    if step(rows.shape[0], rows.shape[1], address(rows), None if held is None else address(held),
-            None if picked is None else address(picked), n_cols, address(out)):
-        raise RuntimeError(f"row_nanmedian: {n_cols} columns of rows {rows.shape[1]} wide (at most 256)")
-    return out

@@ -230,10 +230,8 @@ class LinkDetector:
         The links of other nodes, sampled at other moments of a training step
         whose traffic swings x16, are not (issue 22).
         """
-        grid, mask = relative.reshape(-1, self.per_node), judged.reshape(-1, self.per_node)
-        return np.stack([row_nanmedian(grid, mask=mask, columns=np.arange(cols.start, cols.stop)
-                                       if isinstance(cols, slice) else cols)
-                         for cols in self.kind_columns], axis=1)
+        masked = np.where(judged, relative, np.float32(np.nan)).reshape(-1, self.per_node)
+        return np.stack([row_nanmedian(masked[:, cols]) for cols in self.kind_columns], axis=1)
 
     def _far_level(self) -> B:
         """Return which links' learned bandwidth level is under ``bandwidth_band`` of their node's links of
