@@ -54,12 +54,12 @@ for _step in _COUNTER_STEPS.values():
     _step.argtypes = [_i64, _ptr, _ptr, _ptr, _i64, _i64, _ptr]
     _step.restype = _i64
 _f32 = ctypes.c_float
-_lib.rd_cusum_step.argtypes = [_i64, _ptr, _ptr, _ptr, _ptr, _i64, _ptr, _i64, _f32, _f32, _f32, _f32, _f32, _ptr]
+_lib.rd_cusum_step.argtypes = [_i64, _ptr, _ptr, _ptr, _ptr, _ptr, _f32, _f32, _f32, _f32, _f32, _ptr]
 _lib.rd_cusum_step.restype = _i64
 _BASELINE_STEPS: Final = {np.dtype(np.float32): _lib.rd_baseline_step_f32,
                           np.dtype(np.float64): _lib.rd_baseline_step_f64}
 for _step in _BASELINE_STEPS.values():
-    _step.argtypes = [_i64, _ptr, _ptr, _ptr, _ptr, _ptr, _i64, _f32, _f32, _f32, _f32]
+    _step.argtypes = [_i64, _ptr, _ptr, _ptr, _ptr, _ptr, _f32, _f32, _f32, _f32]
     _step.restype = _i64
 
 
@@ -137,16 +137,16 @@ def counter_step(new: npt.NDArray[Any], total: npt.NDArray[Any], at: slice | I64
         raise RuntimeError(f"counter_step: an entity outside the {total.size} of the table")
 
 
-def _per_entity(values: Floats | float | None, n: int) -> tuple[F32 | None, int]:
-    """Return ``values`` as float32 (one for all: stride 0; one an entity: stride 1), or None."""
+def _per_entity(values: Floats | float | None, n: int) -> F32 | None:
+    """Return ``values`` (one an entity, or one for all) as one float32 an entity, or None."""
     if values is None:
-        return None, 0
+        return None
     array = np.asarray(values)
     if array.ndim == 0 or array.size == 1:
-        return np.full(1, array.reshape(-1)[0] if array.size else np.nan, np.float32), 0
+        return np.full(n, array.reshape(-1)[0] if array.size else np.nan, np.float32)
     if array.shape != (n,):
         raise ValueError(f"{array.shape} values for {n} entities")
-    return np.ascontiguousarray(array, dtype=np.float32), 1
+    return np.ascontiguousarray(array, dtype=np.float32)
 
 
 def cusum_step(
@@ -166,12 +166,11 @@ def cusum_step(
         raise TypeError("cusum_step: the sums are one contiguous float32 array")
     values = np.ascontiguousarray(np.broadcast_to(x, s.shape), dtype=np.float32)
     judged = np.ascontiguousarray(np.broadcast_to(mask, s.shape), dtype=np.bool_)
-    interval, interval_stride = _per_entity(seconds, n)
-    drain, drain_stride = _per_entity(drain_seconds, n)
+    interval = _per_entity(seconds, n)
+    drain = None if interval is None else _per_entity(drain_seconds, n)  # a drain only counts with intervals
     alarm = np.empty(n, dtype=np.bool_)
     if _lib.rd_cusum_step(n, address(s), address(values), address(judged),
-                          None if interval is None else address(interval), interval_stride,
-                          None if drain is None else address(drain), drain_stride,
+                          None if interval is None else address(interval), None if drain is None else address(drain),
                           k, h, cap, per_sample, ceiling, address(alarm)):
         raise RuntimeError("cusum_step: refused")
     return alarm
@@ -201,9 +200,7 @@ def baseline_step(
         raise TypeError(f"baseline_step: samples and intervals of {dtype}")
     samples = np.ascontiguousarray(np.broadcast_to(x, level.shape), dtype=dtype)
     accepted = np.ascontiguousarray(np.broadcast_to(accept, level.shape), dtype=np.bool_)
-    stride = 0 if interval.size == 1 else 1
-    interval = np.ascontiguousarray(interval.reshape(-1) if stride == 0 else np.broadcast_to(interval, level.shape),
-                                    dtype=dtype)
-    if step(n, address(level), address(history), address(samples), address(accepted), address(interval), stride,
+    interval = np.ascontiguousarray(np.broadcast_to(interval, level.shape), dtype=dtype)
+    if step(n, address(level), address(history), address(samples), address(accepted), address(interval),
             window_cap, learn_s, clip, learn_shrink):
         raise RuntimeError("baseline_step: refused")
