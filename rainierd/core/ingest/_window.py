@@ -123,13 +123,16 @@ class _Parts:
     A batch still in its payload (``RawBatch``) gives each column as a span
     of the payload's bytes, found in its layout; batches of one shape share
     a layout, so a column's spans are looked up once a shape, not once a
-    batch.  Every column is copied by one compiled pass from where each part
-    holds it (``rainierd.native``): into one array in part order (``read``),
-    or straight into node order (``scatter``).  A column joined from ~1,300
-    messages cost ~0.9 us of Python a message in numpy's join (issue 39);
-    issue 20 had already stopped decoding ~40 column views a batch.
-    Decoded batches (and node frames, as batches of one) give typed arrays,
-    read by the same pass.
+    batch.  A window of such batches (every fleet's, at scale) has each
+    column copied by one compiled pass from the payloads (``rainierd.native``):
+    into one array in arrival order (``read``), or straight into node order
+    (``scatter``).  A column joined from ~1,300 messages cost ~0.9 us of
+    Python a message in numpy's join (issue 39); issue 20 had already stopped
+    decoding ~40 column views a batch.  A window holding decoded frames (JSON
+    node frames, and binary node frames, as batches of one) gives typed
+    arrays, joined by numpy: a handful of values a frame, where a compiled
+    call's set-up per frame cost more than the copy (the unit tier's small
+    fleets of decoded frames ran 23 % slower through the kernels).
     """
 
     def __init__(self, items: Sequence[Received]) -> None:
@@ -151,9 +154,9 @@ class _Parts:
             else:
                 layout_of.append(-1)
         self._layout_of = np.array(layout_of, np.int64)
-        self._decoded = [p for p, b in enumerate(self.batches) if not isinstance(b, RawBatch)]
-        # The payloads' addresses (a decoded part's is set per column); ``_held`` keeps them valid.
-        self._base, self._held = native.addresses([b.payload if isinstance(b, RawBatch) else b"" for b in self.batches])
+        # The payloads' addresses, for the compiled passes; ``_held`` keeps them valid.
+        self._base, self._held = native.addresses([b.payload for b in self.batches if isinstance(b, RawBatch)]
+                                                  if self.raw else [])
 
     def entries(self) -> list[int]:
         """Return each part's node entries."""
@@ -175,9 +178,12 @@ class _Parts:
         """Fill ``out`` (the column's wire dtype) with column ``name`` of ``group`` of every part in order (zeros
         where a part lacks it); ``sizes`` is each part's element count, ``out`` their sum."""
         dtype = self._dtype(group, name, out)
-        base, start, held = self._sources(group, name, sizes, dtype)
-        native.join(base, start, np.asarray(sizes, np.int64) * dtype.itemsize, out)
-        del held
+        if self.raw:
+            native.join(self._base, self._starts(group, name), np.asarray(sizes, np.int64) * dtype.itemsize, out)
+            return out
+        typed = [self._typed(batch, group, name, size, dtype) for batch, size in zip(self.batches, sizes, strict=True)]
+        if typed:
+            np.concatenate(typed, out=out, casting="same_kind")
         return out
 
     def scatter(self, group: str, name: str, entries: list[int], row: I64, out: npt.NDArray[Any]) -> None:
@@ -185,10 +191,11 @@ class _Parts:
         window's ``e``-th entry's records (``out``'s row length of them) to ``out[row[e]]``; ``entries`` is
         each part's entry count."""
         dtype = self._dtype(group, name, out)
-        per = out.shape[1]
-        base, start, held = self._sources(group, name, [n * per for n in entries], dtype)
-        native.scatter_rows(base, start, np.asarray(entries, np.int64), row, out)
-        del held
+        if self.raw:
+            native.scatter_rows(self._base, self._starts(group, name), np.asarray(entries, np.int64), row, out)
+            return
+        joined = self.read(group, name, [n * out.shape[1] for n in entries], np.empty(out.size, dtype))
+        out[row] = joined.reshape(out.shape)
 
     @staticmethod
     def _dtype(group: str, name: str, out: npt.NDArray[Any]) -> np.dtype[Any]:
@@ -197,42 +204,25 @@ class _Parts:
             raise TypeError(f"column {group}.{name} is {dtype}, read into {out.dtype}")
         return dtype
 
-    def _sources(
-        self, group: str, name: str, sizes: list[int], dtype: np.dtype[Any],
-    ) -> tuple[npt.NDArray[np.uint64], I64, list[npt.NDArray[Any]]]:
-        """Return where column ``name`` of ``group`` lies in each part (address, byte offset: -1 for none), and
-        the typed arrays a decoded part gives it in, to be held while those addresses are used."""
-        if self._layouts:
-            first = np.array([layout.spans.get((group, name), (-1, -1))[0] for layout in self._layouts], np.int64)
-            start = first[self._layout_of]
-        else:
-            start = np.full(len(self.batches), -1, np.int64)
-        if not self._decoded:
-            return self._base, start, []
-        base = self._base.copy()
-        held = []
-        for p in self._decoded:
-            batch = self.batches[p]
-            assert isinstance(batch, NodeBatch)
-            values = self._typed(batch, group, name)
-            if values is None:
-                start[p] = -1
-                continue
-            values = np.ascontiguousarray(values.astype(dtype, casting="same_kind", copy=False))
-            if values.size != sizes[p]:
-                raise ValueError(f"a decoded part's {group}.{name} holds {values.size} values, not {sizes[p]}")
-            held.append(values)
-            base[p], start[p] = native.address(values), 0
-        return base, start, held
+    def _starts(self, group: str, name: str) -> I64:
+        """Return where column ``name`` of ``group`` starts in each raw part's payload (-1: the part lacks it)."""
+        first = np.array([layout.spans.get((group, name), (-1, -1))[0] for layout in self._layouts], np.int64)
+        return first[self._layout_of]
 
     @staticmethod
-    def _typed(batch: NodeBatch, group: str, name: str) -> npt.NDArray[Any] | None:
+    def _typed(batch: _Part, group: str, name: str, size: int, dtype: np.dtype[Any]) -> npt.NDArray[Any]:
+        if isinstance(batch, RawBatch):
+            span = batch.head.layout.spans.get((group, name))
+            if span is None:
+                return np.zeros(size, dtype)
+            return np.frombuffer(batch.payload, dtype, count=size, offset=span[0])
         if group == "node":
             values: npt.NDArray[Any] = getattr(batch, name)
             return values
         if group == "counts":
             return batch.counts[name]
-        return batch.columns[group].get(name)
+        column = batch.columns[group].get(name)
+        return np.zeros(size, dtype) if column is None else column
 
 
 class Columns(Mapping[str, npt.NDArray[Any]]):
