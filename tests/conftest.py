@@ -47,8 +47,16 @@ FIXTURE_TOOLS = {"mosquitto_process": "mosquitto", "mosquitto": "mosquitto", "se
 PROCESS_FIXTURES = frozenset(FIXTURE_TOOLS) | {"start_rainierd"}
 
 
+def _long_seconds(item: pytest.Item) -> float:
+    marker = item.get_closest_marker("long")
+    return float(marker.args[0]) if marker is not None and marker.args else 0.0
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark each test with the tools its fixtures start, and ``integration`` if it starts any process."""
+    """Mark each test with the tools its fixtures start, and ``integration`` if it starts any process; put the
+    ``long`` tests first, longest first (scripts/test hands the integration tier's tests out one at a time, so
+    each starts on the first free worker: the longest first is the schedule that leaves the workers finishing
+    together, where one started last ran alone at the tier's end)."""
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
         for fixture, tool in FIXTURE_TOOLS.items():
@@ -62,6 +70,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             or any(item.get_closest_marker(marker) for marker in (*TOOLS, "e2e"))
         ):
             item.add_marker("integration")
+    items.sort(key=_long_seconds, reverse=True)  # stable: every other test keeps its place
 
 
 @pytest.fixture(autouse=True)

@@ -42,6 +42,7 @@ def firing(port: int) -> dict[str, dict[str, str]]:
             if a["state"] == "firing"}
 
 
+@pytest.mark.long(36)
 @pytest.mark.mosquitto
 def test_neuronlink_alert_fires_alone_and_resolves(
     mosquitto: Broker, start_rainierd: object, prometheus: StartPrometheus, tmp_path: Path,

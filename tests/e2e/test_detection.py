@@ -39,6 +39,7 @@ for_s = 60
 """
 
 
+@pytest.mark.long(49)
 @pytest.mark.mosquitto
 async def test_scenario_degrades_exactly_one_link_and_one_port(
     mosquitto: Broker, start_rainierd: object, tmp_path: Path,

@@ -109,6 +109,7 @@ def close(a: float, b: float, rel: float) -> bool:
     return abs(a - b) <= rel * max(abs(a), abs(b), 1.0)
 
 
+@pytest.mark.long(35)
 @pytest.mark.mosquitto
 async def test_two_shards_give_one_monitor_s_job_figures(
         mosquitto: Broker, start_rainierd: object, prometheus: StartPrometheus, tmp_path: Path) -> None:

@@ -34,6 +34,7 @@ RUN_S = FAULT_AT_S + 140.0
 RESYNCS = "rainier_bridge_clock_resyncs_total{"  # the bridge's clock steps, by reason
 
 
+@pytest.mark.long(235)
 async def test_seven_faults_of_real_nodes_are_raised_and_fp8_is_the_truth(mosquitto: Broker, tmp_path: Path) -> None:
     """Seven faults of four real nodes at a 5 s period are each raised with its reason and nothing else is;
     each node's FP8 is within 5 % of the truth at p99, never above peak, through a 5 s stall of a bridge."""

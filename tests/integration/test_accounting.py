@@ -113,6 +113,7 @@ def assert_every_frame_accounted(values: Settled, sim: Daemon, monitor: Daemon |
     assert sum(v for k, v in health.items() if k.startswith("rainier_unhealthy{")) == 0
 
 
+@pytest.mark.long(92)
 @pytest.mark.mosquitto
 async def test_five_broker_kills_every_frame_applied_or_counted_lost(
     mosquitto_process: MosquittoProcess, start_rainierd: object,
@@ -145,6 +146,7 @@ async def test_five_broker_kills_every_frame_applied_or_counted_lost(
     assert monitor.interrupt()[0] == 0, monitor.log()[-3000:]  # within 2 s: test_stops.py
 
 
+@pytest.mark.long(62)
 @pytest.mark.mosquitto
 async def test_monitor_restarts_keep_exact_accounting(
     mosquitto_process: MosquittoProcess, start_rainierd: object, tmp_path: Path,
@@ -207,6 +209,7 @@ async def scrape_until(port: int, scrapes: list[dict[str, float]], stop: asyncio
             await asyncio.wait_for(stop.wait(), 0.1)
 
 
+@pytest.mark.long(62)
 @pytest.mark.mosquitto
 async def test_a_read_only_state_volume_never_turns_a_counter_back(
     mosquitto_process: MosquittoProcess, start_rainierd: object, tmp_path: Path,

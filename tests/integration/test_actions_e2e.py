@@ -12,6 +12,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from harness.procs import Broker, free_port
 from harness.scrape import current_values
 from harness.timing import within
@@ -152,6 +154,7 @@ at_s = 2
 """
 
 
+@pytest.mark.long(92)
 def test_a_site_s_cooling_a_flap_and_a_checkpoint_propose_nothing(
         mosquitto: Broker, start_rainierd: object, tmp_path: Path) -> None:
     """Node cooling over three UltraServers of a site is held back as the site's (its cordons suppressed, at

@@ -73,6 +73,7 @@ async def test_per_node_frames_through_an_aggregator_are_every_one_accounted(
     assert monitor.interrupt()[0] == 0
 
 
+@pytest.mark.long(54)
 @pytest.mark.mosquitto
 async def test_an_aggregator_killed_and_restarted_costs_only_counted_frames(
     mosquitto_process: MosquittoProcess, start_rainierd: Start,

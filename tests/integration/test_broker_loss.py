@@ -16,6 +16,7 @@ from harness.waits import wait_until
 from tests.conftest import MosquittoProcess
 
 
+@pytest.mark.long(49)
 @pytest.mark.mosquitto
 async def test_monitor_survives_broker_kill_while_publishing_events(
     mosquitto_process: MosquittoProcess, start_rainierd: object,

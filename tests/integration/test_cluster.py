@@ -135,6 +135,7 @@ async def test_two_shards_on_the_cluster_add_up_to_one_monitor(
     assert whole["rainier_ingest_frames_lost_total"] == sum(p["rainier_ingest_frames_lost_total"] for p in parts) == 0
 
 
+@pytest.mark.long(38)
 async def test_a_node_killed_and_restarted_mid_run_loses_only_what_is_counted(
     nats: Cluster, start_rainierd: object,
 ) -> None:
@@ -204,6 +205,7 @@ def _connected_at(daemon: Daemon) -> list[tuple[float, str]]:
             if r["event"] == "mqtt connected"]
 
 
+@pytest.mark.long(54)
 async def test_the_publishers_node_killed_reads_as_the_feed_lost_never_a_node(
     nats: Cluster, start_rainierd: object,
 ) -> None:

@@ -184,6 +184,7 @@ def _curl(port: int) -> str:
     return result.stdout
 
 
+@pytest.mark.long(38)
 def test_the_fault_scenario(tmp_path: Path) -> None:
     """The degraded-paths scenario logs the faults and health changes README.md shows, and /metrics then has
     the lost FP8 and unhealthy link series it shows."""

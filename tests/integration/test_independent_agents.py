@@ -28,6 +28,7 @@ PEAK = 1.299e15
 SKEWS = (-2.0, 1.5, 0.0, 2.0, -1.2, 0.7, -0.4, 1.9, -1.9)  # seconds each agent's clock is off
 
 
+@pytest.mark.long(40)
 @pytest.mark.mosquitto
 async def test_independent_agents_are_seen_exactly(mosquitto: Broker, start_rainierd: object, tmp_path: Path) -> None:
     """Figures match what was sent, loss is exactly the skipped frames, restarts are counted, names are on /metrics."""

@@ -110,6 +110,7 @@ def taken(port: int) -> float:
     return sum(v for k, v in values.items() if k.startswith("rainier_ingest_messages_total"))
 
 
+@pytest.mark.long(63)
 @pytest.mark.mosquitto
 async def test_memory_comes_back_after_a_fuzz(mosquitto: Broker, start_rainierd: object) -> None:
     """A healthy demo fleet, then test_fuzz's 11,190 hostile payloads at 4,000 a second, each decoded (shares

@@ -148,6 +148,7 @@ async def run_fleet(broker: Broker, start_rainierd: object, *, skew_s: float, se
     return values, judged
 
 
+@pytest.mark.long(63)
 @pytest.mark.mosquitto
 async def test_skewed_agents_out_of_phase_are_never_overload(mosquitto: Broker, start_rainierd: object) -> None:
     """Sixteen agents with clocks off by up to 1.5 s, random phases and jitter: no receive_lag overload (on a
@@ -162,6 +163,7 @@ async def test_skewed_agents_out_of_phase_are_never_overload(mosquitto: Broker, 
     assert lost == {}
 
 
+@pytest.mark.long(38)
 @pytest.mark.mosquitto
 async def test_skewed_agents_whose_frames_all_queue_are_overload(mosquitto: Broker, start_rainierd: object) -> None:
     """The same agents, but every frame sampled in a 10 s stretch reaches the monitor 3 s late (queued before
