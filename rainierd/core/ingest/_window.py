@@ -179,7 +179,8 @@ class _Parts:
         where a part lacks it); ``sizes`` is each part's element count, ``out`` their sum."""
         dtype = self._dtype(group, name, out)
         if self.raw:
-            native.join(self._base, self._starts(group, name), np.asarray(sizes, np.int64) * dtype.itemsize, out)
+            nbytes = np.asarray(sizes, np.int64) * dtype.itemsize
+            native.join(self._base, self._starts(group, name, nbytes), nbytes, out)
             return out
         typed = [self._typed(batch, group, name, size, dtype) for batch, size in zip(self.batches, sizes, strict=True)]
         if typed:
@@ -192,7 +193,9 @@ class _Parts:
         each part's entry count."""
         dtype = self._dtype(group, name, out)
         if self.raw:
-            native.scatter_rows(self._base, self._starts(group, name), np.asarray(entries, np.int64), row, out)
+            counts = np.asarray(entries, np.int64)
+            starts = self._starts(group, name, counts * out.shape[1] * dtype.itemsize)
+            native.scatter_rows(self._base, starts, counts, row, out)
             return
         joined = self.read(group, name, [n * out.shape[1] for n in entries], np.empty(out.size, dtype))
         out[row] = joined.reshape(out.shape)
@@ -204,10 +207,17 @@ class _Parts:
             raise TypeError(f"column {group}.{name} is {dtype}, read into {out.dtype}")
         return dtype
 
-    def _starts(self, group: str, name: str) -> I64:
-        """Return where column ``name`` of ``group`` starts in each raw part's payload (-1: the part lacks it)."""
-        first = np.array([layout.spans.get((group, name), (-1, -1))[0] for layout in self._layouts], np.int64)
-        return first[self._layout_of]
+    def _starts(self, group: str, name: str, nbytes: I64) -> I64:
+        """Return where column ``name`` of ``group`` starts in each raw part's payload (-1: the part lacks it),
+        having checked that each part's span is ``nbytes`` long: the compiled passes read what they are told
+        to, so a span is never taken for longer than its layout (within the payload, which decoding checked)."""
+        spans = np.array([layout.spans.get((group, name), (-1, -1)) for layout in self._layouts], np.int64)
+        spans = spans.reshape(-1, 2)[self._layout_of]
+        held = spans[:, 0] >= 0
+        if not np.array_equal(spans[held, 1] - spans[held, 0], nbytes[held]):
+            raise ValueError(f"column {group}.{name}: a batch's span is not the size its entries need")
+        start: I64 = spans[:, 0]
+        return start
 
     @staticmethod
     def _typed(batch: _Part, group: str, name: str, size: int, dtype: np.dtype[Any]) -> npt.NDArray[Any]:

@@ -9,8 +9,10 @@ from collections import Counter
 from dataclasses import replace
 
 import numpy as np
+import pytest
 
 from rainierd.core.ingest import Message, Received
+from rainierd.core.ingest._window import _Parts
 from rainierd.sim.frames import tick_batches
 from rainierd.wire import NodeBatch, RawBatch, decode_binary, decode_frame, encode_binary, encode_json
 from rainierd.wire.topics import parse_topic
@@ -98,3 +100,34 @@ class TestRawBatches:
                      for t, p in messages if "batch" in t) - raw.n_nodes
         assert (dict(result.rejected), result.frames) == ({"bad_header": 1}, Counter(binary=frames + 1))
         assert result.applied == frames + 1  # every other node frame, and the site's facility frame
+
+
+class TestCompiledJoin:
+    """The compiled passes read a raw batch's columns where its layout puts them, and never longer."""
+
+    def _parts(self) -> tuple[_Parts, list[RawBatch]]:
+        fleet = Fleet()
+        frames = [decode_frame(payload, max_bytes=1 << 20, columns=False)[0] for topic, payload in _tick(fleet)
+                  if "batch" in topic]
+        raws = [frame for frame in frames if isinstance(frame, RawBatch)]
+        assert len(raws) == len(frames) > 1
+        return _Parts([Received(1.0, None, raw, 1.0) for raw in raws]), raws
+
+    def test_a_column_in_node_order_is_the_joined_column_reordered(self) -> None:
+        parts, _raws = self._parts()
+        entries = parts.entries()
+        per = parts.records("links")[0] // entries[0]
+        joined = parts.read("links", "tx_bytes_total", parts.records("links"),
+                            np.empty(sum(parts.records("links")), np.uint64))
+        row = np.random.default_rng(0).permutation(sum(entries))
+        out = np.empty((sum(entries), per), np.uint64)
+        parts.scatter("links", "tx_bytes_total", entries, row, out)
+        assert np.array_equal(out[row], joined.reshape(-1, per))
+
+    def test_a_span_other_than_its_entries_need_is_refused_before_anything_is_read(self) -> None:
+        parts, _raws = self._parts()
+        entries = parts.entries()
+        per = parts.records("links")[0] // entries[0]
+        out = np.empty((sum(entries), per + 1), np.uint64)  # one record more a node than the batches carry
+        with pytest.raises(ValueError, match="span is not the size"):
+            parts.scatter("links", "tx_bytes_total", entries, np.arange(sum(entries)), out)
