@@ -56,6 +56,7 @@ class Store:
         order: I64 | None = None
         if everything and not run and w.size > 1 and int(node.max()) - int(node.min()) == w.size - 1:
             order = np.argsort(node)  # unique nodes (one generation) spanning exactly w.size ids
+        row = np.zeros(0, np.int64) if order is None else _rows(order)  # one inverse for every kind
         if not everything:
             chosen = np.zeros(w.size, dtype=bool)
             chosen[frames] = True
@@ -73,7 +74,7 @@ class Store:
                 t_s, rx_s = w.t_s, w.rx_s
                 if order is not None:
                     assert isinstance(columns, Columns)  # a node window's (join_nodes)
-                    columns = _InOrder(columns, per, order, self._scratch)
+                    columns = _InOrder(columns, per, row, self._scratch)
                     if not isinstance(known, int):
                         known = _in_order(known, per, order, self._scratch.get(f"known.{kind}", known.size,
                                                                                known.dtype))
@@ -121,6 +122,13 @@ def _count(kind: str, table_refused: Counter[tuple[str, str]], refused: Counter[
         refused[kind, name, reason] += count
 
 
+def _rows(order: I64) -> I64:
+    """Return the row each entry goes to when entries are put in ``order`` (its inverse permutation)."""
+    row = np.empty_like(order)
+    row[order] = np.arange(order.size)
+    return row
+
+
 def _in_order(values: npt.NDArray[Any], per: int, order: I64, out: npt.NDArray[Any]) -> npt.NDArray[Any]:
     """Return ``values`` (``per`` records a frame) with its frames in ``order``, written to ``out``."""
     np.take(values.reshape(-1, per), order, axis=0, out=out.reshape(-1, per))
@@ -128,7 +136,7 @@ def _in_order(values: npt.NDArray[Any], per: int, order: I64, out: npt.NDArray[A
 
 
 class _InOrder(Mapping[str, npt.NDArray[Any]]):
-    """A kind's window columns with their frames put in ``order`` as each is read, all in one buffer per item size.
+    """A kind's window columns with their frames put in node order as each is read, all in one buffer per item size.
 
     ``Table.apply`` reads each column once and is done with it before it reads
     the next, so a column needs to be in order only while it is stored: at a
@@ -139,10 +147,8 @@ class _InOrder(Mapping[str, npt.NDArray[Any]]):
     next column of its item size is.
     """
 
-    def __init__(self, columns: Columns, per: int, order: I64, scratch: Scratch) -> None:
-        self._columns, self._per, self._scratch = columns, per, scratch
-        self._row = np.empty_like(order)
-        self._row[order] = np.arange(order.size)  # entry e goes to row _row[e]
+    def __init__(self, columns: Columns, per: int, row: I64, scratch: Scratch) -> None:
+        self._columns, self._per, self._row, self._scratch = columns, per, row, scratch  # entry e to row row[e]
 
     def __getitem__(self, name: str) -> npt.NDArray[Any]:
         dtype = COLUMNS[self._columns.kind][name]

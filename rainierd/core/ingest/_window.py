@@ -142,6 +142,7 @@ class _Parts:
             for item in items
         ]
         self.raw = all(isinstance(b, RawBatch) for b in self.batches)
+        self._entries = [b.n_nodes for b in self.batches]  # read by every column scattered: listed once
         layouts: dict[int, int] = {}
         self._layouts: list[BatchLayout] = []
         layout_of = []
@@ -160,7 +161,7 @@ class _Parts:
 
     def entries(self) -> list[int]:
         """Return each part's node entries."""
-        return [b.n_nodes for b in self.batches]
+        return self._entries
 
     def records(self, kind: str) -> list[int]:
         """Return each part's records of ``kind`` (a raw batch's header total: its counts are checked first)."""
