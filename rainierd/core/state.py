@@ -268,10 +268,7 @@ class Table:
         counters' increases; return the counters refused over their bounds, by (field, reason)."""
         refused: Counter[tuple[str, str]] = Counter()
         uniform = isinstance(known, int)
-        work = scratch.get("rate", dt.size, np.float64)
-        # A counter has a rate only if the previous sample had it too.
-        had = self.known[at]
-        had_all = bool((had == (1 << len(self.fields)) - 1).all())
+        work = scratch.get("rate", dt.size, np.float64) if self.summed else None
         for name, total in self.totals.items():
             bit = self.bit(name)
             if name not in columns or (uniform and not known & bit):
@@ -279,52 +276,40 @@ class Table:
                     self.rates[name][at] = np.nan
                 continue
             new = columns[name]
-            present = None if uniform else (np.asarray(known) & bit) != 0
-            # The new totals stored and, for a rated counter, their increase on the last ones, in one pass.
-            native.counter_step(new, total, at, work if name in self.rates else None)
+            present = None if uniform else np.asarray(known)
             if name in self.rates:
                 # A summed counter is judged by its sum (below), whose reference is at least as strict.
-                self._store_rate(name, at, new, had=None if had_all else (had & bit) != 0, present=present, dt=dt,
-                                 rate=work, refused=None if name in self.summed else refused)
+                self._store_rate(name, at, new, present=present, dt=dt,
+                                 refused=None if name in self.summed else refused)
+            else:
+                native.counter_step(new, total, at, None)
             if name in self.summed:
-                self._add_increase(name, at, new, present=present, t_s=t_s, increase=work, scratch=scratch,
-                                   refused=refused)
+                assert work is not None
+                self._add_increase(name, at, new, present=None if present is None else (present & bit) != 0, t_s=t_s,
+                                   increase=work, scratch=scratch, refused=refused)
         return refused
 
     def _store_rate(
-        self, name: str, at: slice | I64, new: npt.NDArray[Any], *, had: B | None, present: B | None, dt: F32,
-        rate: F64, refused: Counter[tuple[str, str]] | None,
+        self, name: str, at: slice | I64, new: npt.NDArray[Any], *, present: U16 | None, dt: F32,
+        refused: Counter[tuple[str, str]] | None,
     ) -> None:
-        """Store rated counter ``name``'s rate since each entity's last sample from ``rate``, each new total less
-        the last (float64, overwritten): NaN where either sample lacked it (``had``, ``present``: None, all had
-        it), across a reset, or over its bound (then counted in ``refused``, unless None)."""
-        # float64 differences are exact for counters below 2**53 and turn a
-        # reset (the counter went backwards) into a negative value.
-        if had is not None:
-            rate[~had] = np.nan
-        if present is not None:
-            rate[~present] = np.nan
+        """Store rated counter ``name``'s new totals and its rate since each entity's last sample: the new total
+        less the last (float64: exact below 2**53, and a reset, the counter gone backwards, is negative) over
+        ``dt``; NaN where either sample lacked it (the table's ``known``, ``present``: None, all carry it),
+        across a reset, or over its bound (then counted in ``refused``, unless None), in one compiled pass."""
         bound = self.bounds[name]
-        if bound.per_s is None:
-            over = rate > EXACT  # NaN (unknown) compares False
-            fell = rate < 0
-            np.divide(rate, dt, out=rate)
-            limit: float | F64 = EXACT
-        else:
-            np.divide(rate, dt, out=rate)
-            per_s = bound.limit_per_s(at)
-            over = rate > per_s
-            fell = rate < 0
-            limit = per_s * dt.astype(np.float64) if fell.any() else EXACT  # a reset's bound: over its interval
-        if over.any():
-            if refused is not None:
-                refused[name, "over_bound"] += int(np.count_nonzero(over))
-            rate[over] = np.nan
-        if fell.any():
-            if refused is not None:
-                _judge_resets(name, np.flatnonzero(fell), new, limit, refused)
-            rate[fell] = np.nan  # a restart: no rate across it
-        self.rates[name][at] = rate
+        per_s = bound.per_s
+        per_kind = np.asarray(per_s, np.float64) if isinstance(per_s, tuple) else None
+        over, negative, reset_over = native.counter_rate(
+            new, self.totals[name], at, dt=dt, had=self.known, present=present, bit=self.bit(name),
+            limit=EXACT if per_s is None else per_s if not isinstance(per_s, tuple) else 0.0,
+            per_kind=per_kind, kind_of=None if per_kind is None else bound.kind_of, per_s=bound.per_s is not None,
+            rate=self.rates[name])
+        if refused is None:
+            return
+        for reason, count in (("over_bound", over), ("negative", negative), ("reset_over_bound", reset_over)):
+            if count:
+                refused[name, reason] += count
 
     def _add_increase(
         self, name: str, at: slice | I64, new: npt.NDArray[Any], *, present: B | None, t_s: F64, increase: F64,

@@ -53,6 +53,15 @@ _COUNTER_STEPS: Final = {np.dtype(dtype): getattr(_lib, f"rd_counter_step_{name}
 for _step in _COUNTER_STEPS.values():
     _step.argtypes = [_i64, _ptr, _ptr, _ptr, _i64, _i64, _ptr]
     _step.restype = _i64
+_COUNTER_RATES: Final = {
+    (np.dtype(total), np.dtype(rate)): getattr(_lib, f"rd_counter_rate_{name}_{rate_name}")
+    for total, name in ((np.uint64, "u64"), (np.uint32, "u32"), (np.int64, "i64"), (np.float64, "f64"))
+    for rate, rate_name in ((np.float32, "f32"), (np.float64, "f64"))
+}
+for _step in _COUNTER_RATES.values():
+    _step.argtypes = [_i64, _ptr, _ptr, _ptr, _i64, _i64, _ptr, _ptr, _ptr, _i64, _i64, ctypes.c_double, _ptr, _ptr,
+                      _i64, _ptr, _ptr]
+    _step.restype = _i64
 _f32 = ctypes.c_float
 _lib.rd_cusum_step.argtypes = [_i64, _ptr, _ptr, _ptr, _ptr, _ptr, _f32, _f32, _f32, _f32, _f32, _ptr]
 _lib.rd_cusum_step.restype = _i64
@@ -135,6 +144,60 @@ def counter_step(new: npt.NDArray[Any], total: npt.NDArray[Any], at: slice | I64
     if step(new.size, address(new), address(total), None if index is None else address(index), first, total.size,
             None if diff is None else address(diff)):
         raise RuntimeError(f"counter_step: an entity outside the {total.size} of the table")
+
+
+def counter_rate(
+    new: npt.NDArray[Any], total: npt.NDArray[Any], at: slice | I64, *, dt: F32, had: npt.NDArray[np.uint16] | None,
+    present: npt.NDArray[np.uint16] | None, bit: int, limit: float, per_kind: F64 | None, kind_of: I64 | None,
+    per_s: bool, rate: npt.NDArray[np.floating[Any]],
+) -> tuple[int, int, int]:
+    """Store a rated counter's new totals (``total[at] = new``) and its rates (``rate[at]``) in one pass; return
+    the samples refused (over the bound, negative resets, resets over the bound).
+
+    The rule is ``Table._store_counters``'s (rainierd/core/state.py): the
+    rate is the new total less the stored one (float64) over ``dt`` (one
+    float32 a sample), unknown where the entity's last sample (``had``, the
+    table's ``known``, one an entity) or this one (``present``, one a sample)
+    lacks ``bit``, or either is None for "all have it".  Without ``per_s``,
+    ``limit`` bounds the difference; with it, the rate, by ``limit`` or, with
+    ``per_kind``, by the entity's kind's (``kind_of``, one an entity).  ``new``
+    in another dtype than ``total``'s is cast to it first, as numpy's
+    assignment would.
+    """
+    step = _COUNTER_RATES.get((total.dtype, rate.dtype))
+    n_total = total.size
+    for column in (total, rate, *(() if had is None else (had,)), *(() if kind_of is None else (kind_of,))):
+        if column.ndim != 1 or column.size != n_total or not column.flags.c_contiguous:
+            raise TypeError("counter_rate: the table's columns are contiguous, one value an entity")
+    wrong_types = (had is not None and had.dtype != np.uint16) or (kind_of is not None and kind_of.dtype != np.int64)
+    if step is None or wrong_types:
+        raise TypeError(f"counter_rate: {total.dtype} totals into {rate.dtype} rates: not a kind the kernels know")
+    new = np.ascontiguousarray(new, dtype=total.dtype)
+    if isinstance(at, slice):
+        first, stop, stride = at.indices(n_total)
+        if stride != 1 or stop - first != new.size:
+            raise ValueError(f"counter_rate: {new.size} samples into {at}")
+        index: I64 | None = None
+    else:
+        index, first = _i64s(at), 0
+        if index.size != new.size:
+            raise ValueError(f"counter_rate: {new.size} samples for {index.size} entities")
+    seconds = np.ascontiguousarray(dt, dtype=np.float32)
+    carried = None if present is None else np.ascontiguousarray(present, dtype=np.uint16)
+    if seconds.size != new.size or (carried is not None and carried.size != new.size):
+        raise ValueError("counter_rate: one interval and one known mask a sample")
+    kinds = None if per_kind is None else np.ascontiguousarray(per_kind, dtype=np.float64)
+    if (kinds is None) != (kind_of is None) or (kinds is not None and not per_s):
+        raise ValueError("counter_rate: a limit per kind takes the entities' kinds, and bounds the rate")
+    mode = 0 if not per_s else 1 if kinds is None else 2
+    counts = np.zeros(3, np.int64)
+    if step(new.size, address(new), address(total), None if index is None else address(index), first, n_total,
+            address(seconds), None if had is None else address(had), None if carried is None else address(carried),
+            bit, mode, limit, None if kinds is None else address(kinds),
+            None if kind_of is None else address(kind_of), 0 if kinds is None else kinds.size, address(rate),
+            address(counts)):
+        raise RuntimeError(f"counter_rate: an entity outside the {n_total} of the table, or a kind without a limit")
+    return int(counts[0]), int(counts[1]), int(counts[2])
 
 
 def _per_entity(values: Floats | float | None, n: int) -> F32 | None:

@@ -90,6 +90,90 @@ COUNTER_STEP(rd_counter_step_u32, uint32_t)
 COUNTER_STEP(rd_counter_step_i64, int64_t)
 COUNTER_STEP(rd_counter_step_f64, double)
 
+/* A rated counter's new totals into its table and its rate into the table's rate column, in one pass
+ * (rainierd/core/state.py Table._store_counters documents the rule; the numpy it replaced was a difference
+ * into a temporary, a copy, and six passes more).  For each of n samples, entity j (at[i], or first + i where
+ * at is NULL; within n_total) gets new[i] as its total, and its rate is the difference with the total it
+ * replaces, as doubles, over dt[i] seconds:
+ *   unknown (NaN) where the entity's last sample lacked the counter (had[j] & bit clear; had NULL: all had
+ *   it) or this one does (present[i] & bit clear; present NULL: all carry it), or dt[i] is NaN;
+ *   mode 0: over its bound where the difference exceeds limit (EXACT), a reset where it is negative;
+ *   mode 1: over where the rate exceeds limit (per second), a reset where the rate is negative;
+ *   mode 2: as mode 1 with the limit of the entity's kind, per_kind[kind_of[j]] (n_kinds of them).
+ * A sample over its bound or across a reset has no rate (NaN); counts[0] counts those over the bound, and a
+ * reset is refused (counts[1]: a negative new total; counts[2]: a new total above the bound over its
+ * interval, limit x dt in modes 1 and 2) or believed (a restart from zero).  An entity outside the table
+ * refuses the call before anything is written; a kind outside per_kind is -1 after the pass (its limit read
+ * as the first kind's: nothing is read or written out of bounds). */
+#define COUNTER_RATE(NAME, T, R)                                                                                \
+    int64_t NAME(int64_t n, const T *restrict new_total, T *restrict total, const int64_t *restrict at,        \
+                 int64_t first, int64_t n_total, const float *restrict dt, const uint16_t *restrict had,        \
+                 const uint16_t *restrict present, int64_t bit, int64_t mode, double limit,                     \
+                 const double *restrict per_kind, const int64_t *restrict kind_of, int64_t n_kinds,             \
+                 R *restrict rate, int64_t *restrict counts)                                                    \
+    {                                                                                                           \
+        if (at == NULL && (first < 0 || n > n_total - first))                                                   \
+            return -1;                                                                                          \
+        for (int64_t i = 0; at != NULL && i < n; i++)                                                           \
+            if (at[i] < 0 || at[i] >= n_total)                                                                  \
+                return -1;                                                                                      \
+        if (mode == 2 && n_kinds < 1)                                                                           \
+            return -1;                                                                                          \
+        int64_t over = 0, negative = 0, reset_over = 0, bad_kind = 0;                                           \
+        uint16_t mask = (uint16_t)bit;                                                                          \
+        for (int64_t i = 0; i < n; i++) {                                                                       \
+            int64_t j = at == NULL ? first + i : at[i];                                                         \
+            T nv = new_total[i];                                                                                \
+            double d = (double)nv - (double)total[j];                                                           \
+            total[j] = nv;                                                                                      \
+            if ((had != NULL && !(had[j] & mask)) || (present != NULL && !(present[i] & mask)))                 \
+                d = NAN;                                                                                        \
+            double seconds = (double)dt[i];                                                                     \
+            double r, bound = limit;                                                                            \
+            int is_over, fell;                                                                                  \
+            if (mode == 0) {                                                                                    \
+                is_over = d > limit;                                                                            \
+                fell = d < 0;                                                                                   \
+                r = d / seconds;                                                                                \
+            } else {                                                                                            \
+                if (mode == 2) {                                                                                \
+                    int64_t k = kind_of[j];                                                                     \
+                    int inside = k >= 0 && k < n_kinds;                                                         \
+                    bad_kind += !inside;                                                                        \
+                    bound = per_kind[inside ? k : 0];                                                           \
+                }                                                                                               \
+                r = d / seconds;                                                                                \
+                is_over = r > bound;                                                                            \
+                fell = r < 0;                                                                                   \
+                bound *= seconds;                                                                               \
+            }                                                                                                   \
+            if (is_over) {                                                                                      \
+                over++;                                                                                         \
+                r = NAN;                                                                                        \
+            } else if (fell) {                                                                                  \
+                double value = (double)nv;                                                                      \
+                int below_zero = value < 0;                                                                     \
+                negative += below_zero;                                                                         \
+                reset_over += !below_zero && !(value <= bound); /* a NaN bound: not believed */                 \
+                r = NAN;                                                                                        \
+            }                                                                                                   \
+            rate[j] = (R)r;                                                                                     \
+        }                                                                                                       \
+        counts[0] = over;                                                                                       \
+        counts[1] = negative;                                                                                   \
+        counts[2] = reset_over;                                                                                 \
+        return bad_kind ? -1 : 0;                                                                               \
+    }
+
+COUNTER_RATE(rd_counter_rate_u64_f32, uint64_t, float)
+COUNTER_RATE(rd_counter_rate_u64_f64, uint64_t, double)
+COUNTER_RATE(rd_counter_rate_u32_f32, uint32_t, float)
+COUNTER_RATE(rd_counter_rate_u32_f64, uint32_t, double)
+COUNTER_RATE(rd_counter_rate_i64_f32, int64_t, float)
+COUNTER_RATE(rd_counter_rate_i64_f64, int64_t, double)
+COUNTER_RATE(rd_counter_rate_f64_f32, double, float)
+COUNTER_RATE(rd_counter_rate_f64_f64, double, double)
+
 /* One step of n one-sided CUSUMs (rainierd/core/detect/_stats.py ClippedCusum.update, which documents the
  * rule), in float32 as numpy computed it, operation for operation, so the sums are bit for bit numpy's:
  *   step = min(x, cap) (0 where x is NaN) - k; with seconds: step = min(step * max(seconds, 0), h / samples);

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 
 from rainierd import native
+from rainierd.core.bounds import EXACT
 
 _EVENTS: list[tuple[str, tuple[object, ...]]] = []
 _RECORDING: list[bool] = []  # non-empty: recording
@@ -153,6 +155,103 @@ class TestCounterStep:
     def test_a_slice_must_hold_exactly_the_samples(self) -> None:
         with pytest.raises(ValueError, match="samples into"):
             native.counter_step(np.array([1, 2], np.uint64), np.zeros(4, np.uint64), slice(3, 5), None)
+
+
+def _numpy_counter_rate(new: np.ndarray, total: np.ndarray, at: slice | np.ndarray, *, dt: np.ndarray,
+                        had: np.ndarray, present: np.ndarray | None, bit: int, per_s: float | np.ndarray | None,
+                        rate: np.ndarray) -> Counter[str]:
+    """Table._store_counters' rate as numpy computed it before the kernel (bd1c9ba), the kernel's oracle: the
+    difference, its masks, its bound (``per_s``: None for EXACT on the difference, else one per sample), its
+    resets judged, its store."""
+    refused: Counter[str] = Counter()
+    diff = np.subtract(new, total[at], dtype=np.float64)
+    total[at] = new
+    diff[(had[at] & bit) == 0] = np.nan
+    if present is not None:
+        diff[(present & bit) == 0] = np.nan
+    if per_s is None:
+        over, fell = diff > EXACT, diff < 0
+        np.divide(diff, dt, out=diff)
+        limit: float | np.ndarray = EXACT
+    else:
+        np.divide(diff, dt, out=diff)
+        over, fell = diff > per_s, diff < 0
+        limit = per_s * dt.astype(np.float64)
+    refused["over_bound"] += int(np.count_nonzero(over))
+    diff[over] = np.nan
+    value = new[fell].astype(np.float64)
+    bound = limit if isinstance(limit, float) else limit[fell]
+    negative = value < 0
+    refused["negative"] += int(negative.sum())
+    refused["reset_over_bound"] += int((~negative & ~(value <= bound)).sum())
+    diff[fell] = np.nan
+    rate[at] = diff
+    return refused
+
+
+class TestCounterRate:
+    """A rated counter's totals and rates are the numpy store's, bit for bit, with its refusals counted alike."""
+
+    @pytest.mark.parametrize("bounded", ["difference", "per-second", "per-kind"])
+    @pytest.mark.parametrize("dtypes", [(np.uint64, np.float32), (np.uint64, np.float64), (np.uint32, np.float32),
+                                        (np.int64, np.float32), (np.float64, np.float64)])
+    @pytest.mark.parametrize("by_index", [False, True])
+    def test_totals_rates_and_refusals_are_numpys_over_many_steps(self, bounded: str, dtypes: tuple[type, type],
+                                                                  by_index: bool) -> None:
+        total_type, rate_type = dtypes
+        rng = np.random.default_rng(7)
+        n, bit = 3_000, 1 << 2
+        kinds = rng.integers(0, 3, n).astype(np.int64)
+        per_kind = np.array([50.0, 400.0, 3_000.0])
+        ours = (np.zeros(n, total_type), np.full(n, np.nan, rate_type))
+        numpys = (np.zeros(n, total_type), np.full(n, np.nan, rate_type))
+        known = rng.integers(0, 8, n).astype(np.uint16)
+        totals = rng.integers(0, 1_000, n).astype(np.float64)
+        for step in range(12):
+            at: slice | np.ndarray = rng.permutation(n)[: n // 2] if by_index else slice(100, n - 100)
+            size = n // 2 if by_index else n - 200
+            totals += rng.choice([0.0, 3.0, 40.0, 800.0, 5_000.0], n)
+            new = totals.copy()
+            reset = rng.random(n) < 0.05
+            new[reset] = rng.choice([0.0, 2.0, 900.0, 9e5] + ([-5.0] if np.issubdtype(total_type, np.signedinteger)
+                                                                or total_type is np.float64 else []), reset.sum())
+            totals[reset] = new[reset]
+            sample = new[at].astype(total_type)
+            dt = rng.choice(np.array([1.0, 0.5, 2.0, np.nan], np.float32), size)
+            present = rng.integers(0, 8, size).astype(np.uint16) if step % 3 else None
+            kind = kinds[at]
+            per_s = {"difference": None, "per-second": 500.0, "per-kind": per_kind[kind]}[bounded]
+            expected = _numpy_counter_rate(sample, numpys[0], at, dt=dt, had=known, present=present, bit=bit,
+                                           per_s=per_s, rate=numpys[1])
+            counts = native.counter_rate(
+                sample, ours[0], at, dt=dt, had=known, present=present, bit=bit,
+                limit=EXACT if bounded == "difference" else 500.0 if bounded == "per-second" else 0.0,
+                per_kind=per_kind if bounded == "per-kind" else None,
+                kind_of=kinds if bounded == "per-kind" else None, per_s=bounded != "difference", rate=ours[1])
+            assert counts == (expected["over_bound"], expected["negative"], expected["reset_over_bound"])
+            assert np.array_equal(ours[0], numpys[0])
+            assert np.array_equal(ours[1], numpys[1], equal_nan=True)
+            if present is None:
+                known[at] = 0b111
+            else:
+                known[at] = present
+        assert sum(counts) or bounded == "difference"  # the bounds were exercised
+
+    def test_an_entity_outside_the_table_refuses_the_call_before_anything_is_written(self) -> None:
+        total, rate = np.zeros(4, np.uint64), np.full(4, np.nan, np.float32)
+        with pytest.raises(RuntimeError):
+            native.counter_rate(np.array([7, 7], np.uint64), total, np.array([0, 4]), dt=np.ones(2, np.float32),
+                                had=None, present=None, bit=1, limit=EXACT, per_kind=None, kind_of=None, per_s=False,
+                                rate=rate)
+        assert not total.any()
+        assert np.isnan(rate).all()
+
+    def test_a_kind_without_a_limit_is_refused(self) -> None:
+        with pytest.raises(RuntimeError, match="kind without a limit"):
+            native.counter_rate(np.array([7], np.uint64), np.zeros(1, np.uint64), slice(0, 1),
+                                dt=np.ones(1, np.float32), had=None, present=None, bit=1, limit=0.0,
+                                per_kind=np.array([1.0]), kind_of=np.array([3], np.int64), per_s=True,
+                                rate=np.zeros(1, np.float32))
 
 
 def _numpy_cusum(s: np.ndarray, x: np.ndarray, mask: np.ndarray, *, k: float, h: float, cap: float, ceiling: float,
