@@ -62,6 +62,15 @@ for _step in _COUNTER_RATES.values():
     _step.argtypes = [_i64, _ptr, _ptr, _ptr, _i64, _i64, _ptr, _ptr, _ptr, _i64, _i64, ctypes.c_double, _ptr, _ptr,
                       _i64, _ptr, _ptr]
     _step.restype = _i64
+_SLOW_LOSS_ARGS: Final = [_ptr] * 10 + [_i64, _i64]
+_lib.rd_slow_loss_sample.argtypes = [_i64, *_SLOW_LOSS_ARGS, _ptr, _i64, _ptr]
+_lib.rd_slow_loss_ratios.argtypes = [_i64, *_SLOW_LOSS_ARGS, _ptr]
+_lib.rd_slow_loss_step.argtypes = [_i64, *_SLOW_LOSS_ARGS, _ptr, _ptr, _ptr]
+for _step in (_lib.rd_slow_loss_sample, _lib.rd_slow_loss_ratios, _lib.rd_slow_loss_step):
+    _step.restype = _i64
+SLOW_LOSS_PARAMS: Final = ("margin_se", "ratio_margin_se", "settled_count", "uncertain_se", "min_per_s", "detect",
+                           "findable", "judge_s", "exponent", "h_min", "ceiling", "clear")
+"""The slow-loss kernels' figures, in their order (kernels.c's SL_*), then 1 + each ratio test's multiple."""
 _f32 = ctypes.c_float
 _lib.rd_cusum_step.argtypes = [_i64, _ptr, _ptr, _ptr, _ptr, _ptr, _f32, _f32, _f32, _f32, _f32, _ptr]
 _lib.rd_cusum_step.restype = _i64
@@ -267,3 +276,56 @@ def baseline_step(
     if step(n, address(level), address(history), address(samples), address(accepted), address(interval),
             window_cap, learn_s, clip, learn_shrink):
         raise RuntimeError("baseline_step: refused")
+
+
+class SlowLossPorts:
+    """One tick's inputs of the EFA slow-loss test (``SlowLossTest.update``, rainierd/core/detect/slow_loss.py,
+    documents the rule), for its three compiled passes: the sample's clipped counts, each test's ratio for its
+    logarithm (taken by numpy, whose vectorised log no C library reproduces), and the steps into the CUSUMs.
+
+    Each pass recomputes a port's figures from these inputs, in float32 operation for operation as numpy did,
+    rather than keep a dozen fleet-sized temporaries from one to the next.
+    """
+
+    def __init__(self, *, counts: Floats, dt_s: Floats, fresh: B, own_rate: Floats, sent_packets_s: Floats,
+                 exposure: F32, prior: F32, count: F32, history_s: F32, figures: Sequence[float],
+                 ratios: Sequence[float], started: bool) -> None:
+        n = exposure.size
+        self.n, self.tests = n, 1 + len(ratios)
+        if len(figures) != len(SLOW_LOSS_PARAMS) or not 2 <= self.tests <= 8:
+            raise ValueError(f"slow loss: {len(SLOW_LOSS_PARAMS)} figures and one to seven ratio tests")
+        floats = [np.ascontiguousarray(np.broadcast_to(a, (n,)), dtype=np.float32)
+                  for a in (counts, dt_s, own_rate, sent_packets_s, exposure, prior, count, history_s)]
+        self._held = [*floats, np.ascontiguousarray(np.broadcast_to(fresh, (n,)), dtype=np.bool_),
+                      np.array([*figures, *(1.0 + r for r in ratios)], np.float32)]
+        counts_, dt_, own, sent, exposure_, prior_, count_, history = (address(a) for a in floats)
+        self._args = (counts_, dt_, address(self._held[8]), own, sent, exposure_, prior_, count_, history,
+                      address(self._held[9]), int(started), self.tests)
+
+    def sample(self, index: I64 | None) -> F32:
+        """Return, for the ports ``index`` (None: all), four rows: the fraction test's count with bursts
+        clipped, the interval it covers, the packets sent in it, and 1 where it counts (else 0)."""
+        at = np.arange(self.n, dtype=np.int64) if index is None else _i64s(index)
+        out = np.empty((4, at.size), np.float32)
+        if _lib.rd_slow_loss_sample(self.n, *self._args, address(at), at.size, address(out)):
+            raise RuntimeError(f"slow_loss_sample: a port outside the {self.n}")
+        return out
+
+    def ratios(self) -> F32:
+        """Return each test's rise over its in-control rate, (tests, ports): what its logarithm is taken of."""
+        out = np.empty((self.tests, self.n), np.float32)
+        if _lib.rd_slow_loss_ratios(self.n, *self._args, address(out)):
+            raise RuntimeError("slow_loss_ratios: refused")
+        return out
+
+    def step(self, log_ratio: F32, sums: F32, lossy: B) -> None:
+        """Step each test's CUSUM (``sums``, (tests, ports) float32, in place) by its ``log_ratio``-tuned step
+        where the port is judged; raise and clear ``lossy`` (in place) by them."""
+        shape = (self.tests, self.n)
+        for values, dtype in ((log_ratio, np.float32), (sums, np.float32)):
+            if values.shape != shape or values.dtype != dtype or not values.flags.c_contiguous:
+                raise TypeError(f"slow_loss_step: {shape} contiguous float32 arrays")
+        if lossy.shape != (self.n,) or lossy.dtype != np.bool_ or not lossy.flags.c_contiguous:
+            raise TypeError("slow_loss_step: one contiguous bool a port")
+        if _lib.rd_slow_loss_step(self.n, *self._args, address(log_ratio), address(sums), address(lossy)):
+            raise RuntimeError("slow_loss_step: refused")

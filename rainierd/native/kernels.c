@@ -262,3 +262,192 @@ static inline float nan_max(float a, float b) { return a < b ? b : a; } /* a NaN
 
 BASELINE_STEP(rd_baseline_step_f32, float)
 BASELINE_STEP(rd_baseline_step_f64, double)
+
+/* The EFA slow-loss test (rainierd/core/detect/slow_loss.py SlowLossTest.update, which documents the rule), in
+ * float32 as numpy computed it, operation for operation.  Its logarithms stay numpy's (``_stats.log1p``, over
+ * numpy's vectorised log, which no C library reproduces bit for bit), so a tick takes three calls: the sample's
+ * clipped counts for the sites' backgrounds (rd_slow_loss_sample), each test's rise over its in-control rate
+ * for the logarithm (rd_slow_loss_ratios), and the tests' steps into their CUSUMs (rd_slow_loss_step).  Each
+ * recomputes a port's figures from its inputs rather than keep a dozen fleet-sized temporaries between them.
+ * numpy's maximum and minimum keep a NaN from either side; its fmax takes the other. */
+static inline float np_maximum(float a, float b) { return (a >= b) | (a != a) ? a : b; }
+static inline float np_minimum(float a, float b) { return (a <= b) | (a != a) ? a : b; }
+
+enum { SL_MARGIN_SE, SL_RATIO_MARGIN_SE, SL_SETTLED_COUNT, SL_UNCERTAIN_SE, SL_MIN_PER_S, SL_DETECT, SL_FINDABLE,
+       SL_JUDGE_S, SL_EXPONENT, SL_H_MIN, SL_CEILING, SL_CLEAR, SL_TIMES /* then 1 + each ratio: the tripled
+       test's, then the others' */ };
+#define SL_MAX_TESTS 8
+
+struct sl_inputs {
+    const float *counts, *dt, *own, *sent, *exposure, *prior, *count, *history;
+    const uint8_t *fresh;
+    const float *params;
+    int64_t started, n_tests;
+};
+
+struct sl_port {
+    int ok;
+    float interval, counted, own, in_control, base;
+    float rise[SL_MAX_TESTS], counted_by[SL_MAX_TESTS]; /* per test: the fraction test, the tripled, the others */
+};
+
+#define SL_INLINE static inline __attribute__((always_inline))
+
+SL_INLINE float sl_burst_cap(float alternative, float interval)
+{
+    float expected = alternative * interval; /* interval >= 0: np.fmax(interval, 0) is itself */
+    float cap = sqrtf(expected);
+    cap *= 3.0f;
+    cap += expected;
+    cap += 1.0f;
+    return cap;
+}
+
+/* One port's figures, for nt tests (a constant where it is inlined, so the loops over tests unroll; every
+ * choice a select).  gcc does not vectorise the loops over ports (the mixed widths, at SSE2): ~30 ns a port. */
+SL_INLINE void sl_port_of(const struct sl_inputs *in, int64_t i, struct sl_port *o, const int nt)
+{
+    const float *p = in->params;
+    float c = in->counts[i], d = in->dt[i], sent = in->sent[i], own = in->own[i];
+    int ok = (in->fresh[i] != 0) & (c - c == 0) & (d > 0) & (sent > 0);
+    float interval = ok ? d : 0.0f, counted = ok ? c : 0.0f;
+    float exposure_s = (in->exposure[i] + in->prior[i]) / sent;
+    float spread = sqrtf(own / exposure_s);
+    float in_control = spread * p[SL_MARGIN_SE];
+    in_control += own;
+    int settled = in->count[i] >= p[SL_SETTLED_COUNT];
+    float margin = p[SL_MARGIN_SE], ratio_margin = p[SL_RATIO_MARGIN_SE]; /* both read: a select, not a branch */
+    float base = spread * (settled ? ratio_margin : margin);
+    base += own;
+    spread *= p[SL_UNCERTAIN_SE];
+    spread = np_maximum(spread, p[SL_MIN_PER_S]);
+    float fraction = sent > 0.0f ? sent : 0.0f; /* np.fmax(sent, 0): a NaN is 0 */
+    fraction *= p[SL_DETECT];
+    fraction = np_maximum(fraction, spread);
+    float findable = in_control * p[SL_FINDABLE];
+    findable = sqrtf(findable);
+    fraction = np_maximum(fraction, findable);
+    o->ok = ok;
+    o->interval = interval;
+    o->counted = counted;
+    o->own = own;
+    o->in_control = in_control;
+    o->base = base;
+    o->rise[0] = fraction;
+    for (int t = 1; t < nt; t++) {
+        float rise = own * p[SL_TIMES + t - 1];
+        rise -= base;
+        o->rise[t] = np_maximum(rise, spread);
+    }
+    /* Once there is a background, a burst counts as the fraction test's alternative, and as the port's own
+     * rate in the ratio tests; before, nothing is a burst. */
+    int started = in->started != 0;
+    float alternative = own + fraction;
+    o->counted_by[0] = started & (counted > sl_burst_cap(alternative, interval)) ? alternative * interval : counted;
+    for (int t = 1; t < nt; t++)
+        o->counted_by[t] = started & (counted > sl_burst_cap(base + o->rise[t], interval)) ? own * interval
+                                                                                          : counted;
+}
+
+#define SL_ARGS                                                                                                 \
+    const float *counts, const float *dt, const uint8_t *fresh, const float *own, const float *sent,           \
+        const float *exposure, const float *prior, const float *count, const float *history,                   \
+        const float *params, int64_t started, int64_t n_tests
+#define SL_INPUTS {counts, dt, own, sent, exposure, prior, count, history, fresh, params, started, n_tests}
+/* Run body(NT) with NT the number of tests as a constant (2 to SL_MAX_TESTS), or refuse another count. */
+#define SL_DISPATCH(body)                                                                                       \
+    switch (n_tests) {                                                                                          \
+    case 2: body(2); break;                                                                                     \
+    case 3: body(3); break;                                                                                     \
+    case 4: body(4); break;                                                                                     \
+    case 5: body(5); break;                                                                                     \
+    case 6: body(6); break;                                                                                     \
+    case 7: body(7); break;                                                                                     \
+    case 8: body(8); break;                                                                                     \
+    default: return -1;                                                                                         \
+    }
+
+/* For the m ports index[k] (each within n): the fraction test's count (bursts clipped), the interval it
+ * covers, the packets sent in it, and whether it counts (1 or 0), into out[0..4][k]. */
+int64_t rd_slow_loss_sample(int64_t n, SL_ARGS, const int64_t *index, int64_t m, float *out)
+{
+    struct sl_inputs in = SL_INPUTS;
+    struct sl_port o;
+    if (n_tests < 2 || n_tests > SL_MAX_TESTS)
+        return -1;
+    for (int64_t k = 0; k < m; k++)
+        if (index[k] < 0 || index[k] >= n)
+            return -1;
+    for (int64_t k = 0; k < m; k++) {
+        int64_t i = index[k];
+        sl_port_of(&in, i, &o, 2); /* the fraction test's figures need no other test's */
+        out[k] = o.counted_by[0];
+        out[m + k] = o.interval;
+        out[2 * m + k] = sent[i] * o.interval;
+        out[3 * m + k] = (float)o.ok;
+    }
+    return 0;
+}
+
+/* Each test's rise over its in-control rate (the fraction test's over in_control, the ratio tests' over
+ * base), for the logarithm that tunes it: out[t][i], n_tests rows of n. */
+SL_INLINE void sl_ratios(const struct sl_inputs *in, int64_t n, float *restrict out, const int nt)
+{
+    struct sl_port o;
+    for (int64_t i = 0; i < n; i++) {
+        sl_port_of(in, i, &o, nt);
+        out[i] = o.rise[0] / o.in_control;
+    for (int t = 1; t < nt; t++)
+            out[t * n + i] = o.rise[t] / o.base;
+    }
+}
+
+int64_t rd_slow_loss_ratios(int64_t n, SL_ARGS, float *out)
+{
+    struct sl_inputs in = SL_INPUTS;
+#define SL_RATIOS(NT) sl_ratios(&in, n, out, NT)
+    SL_DISPATCH(SL_RATIOS)
+    return 0;
+}
+
+/* Each test's step (log_ratio[t][i]: ln(1 + its ratio)) into its CUSUM sums[t][i] where the port is judged,
+ * every sum clipped to [0, ceiling]; lossy[i] raised where any sum reaches 1, kept while any is over clear. */
+SL_INLINE void sl_step(const struct sl_inputs *in, int64_t n, const float *restrict log_ratio, float *restrict sums,
+                       uint8_t *restrict lossy, const int nt)
+{
+    const float *p = in->params;
+    const float judge_s = p[SL_JUDGE_S], exponent = p[SL_EXPONENT], h_min = p[SL_H_MIN];
+    const float ceiling = p[SL_CEILING], clear = p[SL_CLEAR];
+    struct sl_port o;
+    for (int64_t i = 0; i < n; i++) {
+        sl_port_of(in, i, &o, nt);
+        float own = o.own;
+        int judged = o.ok & (in->history[i] >= judge_s) & (own - own == 0);
+        int over = 0, holding = 0;
+        for (int t = 0; t < nt; t++) {
+            float lr = log_ratio[t * n + i];
+            float k = o.rise[t] / lr;
+            float h = exponent / lr;
+            h = np_maximum(h, h_min);
+            float step = o.counted_by[t] - k * o.interval;
+            step /= h;
+            step = np_minimum(step, 0.25f);
+            float s = sums[t * n + i];
+            s = judged ? s + step : s;
+            s = s != s ? s : (s > 0.0f ? s : 0.0f); /* np.clip: a NaN stays */
+            s = s != s ? s : (s < ceiling ? s : ceiling);
+            sums[t * n + i] = s;
+            over |= s >= 1.0f;
+            holding |= s > clear;
+        }
+        lossy[i] = (uint8_t)(((lossy[i] != 0) | over) & holding);
+    }
+}
+
+int64_t rd_slow_loss_step(int64_t n, SL_ARGS, const float *log_ratio, float *sums, uint8_t *lossy)
+{
+    struct sl_inputs in = SL_INPUTS;
+#define SL_STEP(NT) sl_step(&in, n, log_ratio, sums, lossy, NT)
+    SL_DISPATCH(SL_STEP)
+    return 0;
+}

@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from rainierd import native
 from rainierd._types import F32, I64, B
 from rainierd.core.detect._baseline import RateBaseline, fit, take
 from rainierd.core.detect._stats import PeerSample, log1p
@@ -134,11 +135,10 @@ class SlowLossTest:
         p = self.params
         self.rates = RateBaseline.empty(self.n, halflife_s=p.loss_baseline_halflife_s, prior_s=p.loss_prior_s,
                                         learn_s=p.loss_learn_s, delay_s=p.loss_delay_s)
-        # Poisson CUSUMs of retransmits over the port's rate, in their own h: for a rise of loss_detect of the
-        # packets it sends, and for one of loss_detect_ratio times its rate.
-        self.loss = np.zeros(self.n, np.float32)
-        self.tripled = np.zeros(self.n, np.float32)
-        self.raised_by = np.zeros((len(p.loss_detect_ratios_extra), self.n), np.float32)  # rises of 50 %, 100 %
+        # Poisson CUSUMs of retransmits over the port's rate, in their own h, one a row: for a rise of
+        # loss_detect of the packets it sends, for one of loss_detect_ratio times its rate (tripled), then one
+        # for each of loss_detect_ratios_extra.
+        self.sums = np.zeros((2 + len(p.loss_detect_ratios_extra), self.n), np.float32)
         self.lossy = np.zeros(self.n, bool)  # over h, and not yet back under half of it
         if self.site is None:
             self.site = np.zeros(self.n, np.int64)
@@ -195,15 +195,8 @@ class SlowLossTest:
         np.fmax(rate, np.float32(self.params.loss_floor_per_s), out=rate, where=np.isfinite(rate))
         return rate
 
-    def _uncertainty(self, own_rate: F32, sent_packets_s: F32) -> F32:
-        """Return each port's rate's posterior standard deviation at its traffic now, a second (gamma-Poisson:
-        rate / exposure, square-rooted, the exposure in seconds of the traffic it sends now)."""
-        with np.errstate(invalid="ignore", divide="ignore"):
-            exposure_s = (self.rates.exposure + self._prior_packets()) / sent_packets_s
-        return np.sqrt(own_rate / exposure_s, dtype=np.float32)
-
     def update(self, counts: F32, dt_s: F32, fresh: B, own_rate: F32, sent_packets_s: F32) -> B:
-        """Fold each port's retransmits into its two loss CUSUMs; return where either is over its threshold.
+        """Fold each port's retransmits into its loss CUSUMs; return where any is over its threshold.
 
         The in-control rate is the port's own (``own_rate``: its share of
         the packets it sends, from its history, starting from its site's
@@ -213,132 +206,91 @@ class SlowLossTest:
         every port shares, nor one that rises with the port's traffic.  A
         port that sent nothing (``sent_packets_s`` 0 or unknown) is not
         judged.
+
+        Taken ``loss_margin_se`` posterior deviations high (gamma-Poisson:
+        the rate over the seconds of traffic its history and prior are worth
+        at the traffic it sends now): what it does not know yet about its
+        rate is not loss; and no rise smaller than ``loss_uncertain_se``
+        deviations is tested for, nor than ``loss_min_per_s``.  The ratio
+        tests take it ``loss_ratio_margin_se`` deviations high once it rests
+        on ``loss_ratio_settled_count`` retransmits.
+
         One CUSUM is tuned to ``loss_detect`` of the packets a port sends
-        (silent loss at the bottom of the CorrOpt band, but no rise smaller
-        than the port could show within ``loss_horizon_s``), the others to
-        rises of ``loss_detect_ratio`` (its trickle tripled) and
-        ``loss_detect_ratios_extra`` times its rate: each caps bursts at a
-        few deviations of its own alternative, and one test cannot serve
-        all, since a cap that lets a tripled trickle count lets a busy
-        port's bursts count too, and a test tuned to a tripling barely
-        drifts up under a rise of half the rate.
+        (silent loss at the bottom of the CorrOpt band), at least the
+        smallest rise it could show within ``loss_horizon_s``, about
+        sqrt(2 E r / T): a rise d over a rate r gains d^2 / 2r of
+        log-likelihood a second, so the threshold's E = ``loss_exponent``
+        takes 2 E r / d^2 seconds, and a test tuned to a smaller rise cannot
+        raise within the horizon at all.  The others are tuned to rises of
+        ``loss_detect_ratio`` (its own rate tripled: not the in-control
+        rate's, whose margin tripled would test a quiet new port for a rise
+        ~40 % above its own) and ``loss_detect_ratios_extra`` times its
+        rate, each at least the uncertain spread: one test cannot serve all,
+        since a cap that lets a tripled trickle count lets a busy port's
+        bursts count too, and a test tuned to a tripling barely drifts up
+        under a rise of half the rate.
+
+        Counts above a few standard deviations of the alternative are a
+        burst (``burst_cap``), not a rate: in the fraction test a burst
+        counts as the alternative's mean, so bursts add no more evidence of
+        loss than loss itself would; in the ratio tests, whose alternatives
+        are far above the rate, as the port's own rate: no evidence at all.
+        Before there is a background, nothing is a burst, and the first
+        interval only sets the background.
+
+        Each step is Lucas's Poisson CUSUM between rate r and r + d:
+        reference value k = d / ln(1 + d / r), so each step is the
+        log-likelihood ratio of the two rates over ln(1 + d / r), and by
+        Wald's bound a healthy excursion reaches h packets with chance at
+        most exp(-h ln(1 + d / r)): h = ``loss_exponent`` / ln(1 + d / r)
+        (at least ``loss_h_min``) gives every port the same false-alarm
+        rate.  (The Brownian approximation, exp(-2 (k - r) h / r), agrees
+        for d << r and is too low a threshold for a rise of a few times r:
+        13 of loss_exponent's 20 for a tripling, measured as false alarms.)
+        Sums are in units of each test's h; no one interval raises alone (a
+        step is at most a quarter of h: after a long gap, a burst or two in
+        one interval would otherwise read as minutes of loss).  A port is
+        judged only once its own rate has ``loss_judge_s`` of history:
+        before, its rate is mostly its site's.  Hysteresis: raised at h,
+        cleared once every test is under ``loss_clear`` of it, so noise
+        around the threshold during a fault is one detection; the ceiling
+        bounds how long it takes to clear once the loss has ended.
+
+        Computed in three compiled passes over the ports (``native.SlowLossPorts``),
+        the logarithms between them in numpy: as some sixty numpy passes
+        with their temporaries, ~80 ms of rainier-1m's tick (issue 39).
         """
         p = self.params
-        ok = fresh & np.isfinite(counts) & (dt_s > 0) & (sent_packets_s > 0)
         started = bool(np.isfinite(self.background_per_packet).any())
-        interval = np.where(ok, dt_s, np.float32(0.0))  # seconds each port's count covers (0: none)
-        counted = np.where(ok, counts, np.float32(0.0))
-        # Taken loss_margin_se posterior deviations high: what it does not know yet about its rate is not loss;
-        # and no rise smaller than loss_uncertain_se deviations is tested for, nor than loss_min_per_s.
-        spread = self._uncertainty(own_rate, sent_packets_s)
-        in_control = spread * np.float32(p.loss_margin_se)
-        in_control += own_rate
-        settled = self.rates.count >= np.float32(p.loss_ratio_settled_count)
-        base = spread * np.where(settled, np.float32(p.loss_ratio_margin_se), np.float32(p.loss_margin_se))
-        base += own_rate  # the ratio tests' in-control rate
-        spread *= np.float32(p.loss_uncertain_se)
-        np.maximum(spread, np.float32(p.loss_min_per_s), out=spread)
-        # The rises to detect: loss_detect of the packets the port sends, and loss_detect_ratio of its rate.
-        fraction = np.fmax(sent_packets_s, np.float32(0.0)).astype(np.float32)
-        fraction *= np.float32(p.loss_detect)
-        np.maximum(fraction, spread, out=fraction)
-        np.maximum(fraction, self._findable(in_control), out=fraction)
-        # The tripled trickle is its own rate tripled, not the in-control rate's: the margin is what the port
-        # does not know yet, and tripling it too would test a quiet new port for a rise ~40 % above its own.
-        ratio = self._rise(own_rate, base, spread, p.loss_detect_ratio)
-        # Counts above a few standard deviations of the alternative are a burst, not a rate.  In the
-        # fraction test a burst counts as the alternative's mean, so bursts add no more evidence of
-        # loss than loss itself would (a cap at the threshold would add several packets a burst, and
-        # bursts come every few minutes); in the ratio test, whose alternative is far above the rate,
-        # as the port's own rate: no evidence at all.  Before there is a background, nothing is a burst.
-        by_fraction, by_ratio = counted, counted.copy()
-        if started:
-            alternative = own_rate + fraction
-            burst = counted > burst_cap(alternative, interval)
-            by_fraction = np.where(burst, alternative * interval, counted).astype(np.float32)
-            burst = by_ratio > burst_cap(base + ratio, interval)
-            np.copyto(by_ratio, own_rate * interval, where=burst)
-        self._update_background(by_fraction, interval, sent_packets_s * interval, ok)
+        ports = native.SlowLossPorts(
+            counts=counts, dt_s=dt_s, fresh=fresh, own_rate=own_rate, sent_packets_s=sent_packets_s,
+            exposure=self.rates.exposure, prior=self._prior_packets(), count=self.rates.count,
+            history_s=self.rates.history_s, started=started,
+            figures=(p.loss_margin_se, p.loss_ratio_margin_se, p.loss_ratio_settled_count, p.loss_uncertain_se,
+                     p.loss_min_per_s, p.loss_detect, 2.0 * p.loss_exponent / p.loss_horizon_s, p.loss_judge_s,
+                     p.loss_exponent, p.loss_h_min, p.loss_ceiling, p.loss_clear),
+            ratios=(p.loss_detect_ratio, *p.loss_detect_ratios_extra))
+        self._update_background(*ports.sample(self.sample.index))
         if not started:  # the first interval only sets the background
-            return np.zeros(counts.shape, bool)
-        # A port is judged for slow loss only once its own rate has loss_judge_s of history: before, its
-        # rate is mostly its site's, and a port that always retransmitted more would read as lossy.
-        judged = ok & (self.rates.history_s >= np.float32(p.loss_judge_s)) & np.isfinite(own_rate)
-        tests = [(self.loss, self._steps(by_fraction, interval, in_control, fraction)),
-                 (self.tripled, self._steps(by_ratio, interval, base, ratio))]
-        for row, times in zip(self.raised_by, p.loss_detect_ratios_extra, strict=True):
-            rise = self._rise(own_rate, base, spread, times)
-            by_rise = counted
-            if started:  # a burst counts as the port's own rate, as in the tripled test
-                by_rise = np.where(counted > burst_cap(base + rise, interval), own_rate * interval, counted)
-            tests.append((row, self._steps(by_rise.astype(np.float32, copy=False), interval, base, rise)))
-        for cusum, steps in tests:
-            np.add(cusum, steps, out=cusum, where=judged)
-            # Hysteresis: raised at h, cleared under loss_clear of it, so noise around the threshold during a
-            # fault is one detection; the ceiling bounds how long it takes to clear once the loss has ended.
-            np.clip(cusum, 0.0, np.float32(p.loss_ceiling), out=cusum)
-        over = (self.loss >= 1.0) | (self.tripled >= 1.0) | (self.raised_by >= 1.0).any(axis=0)
-        self.lossy |= over
-        self.lossy &= ((self.loss > np.float32(p.loss_clear)) | (self.tripled > np.float32(p.loss_clear))
-                       | (self.raised_by > np.float32(p.loss_clear)).any(axis=0))
+            return np.zeros(self.n, bool)
+        ratios = ports.ratios()
+        log_ratio = log1p(ratios.reshape(-1)).reshape(ratios.shape)
+        ports.step(log_ratio, self.sums, self.lossy)
         return self.lossy
 
-    @staticmethod
-    def _rise(own_rate: F32, base: F32, spread: F32, times: float) -> F32:
-        """Return the rise a ratio test looks for: to (1 + ``times``) x the port's own rate, at least ``spread``."""
-        rise = own_rate * np.float32(1.0 + times)
-        rise -= base
-        np.maximum(rise, spread, out=rise)
-        return rise
-
-    def _findable(self, in_control: F32) -> F32:
-        """Return the smallest rise each port could show within ``loss_horizon_s``: about sqrt(2 E r / T).
-
-        A rise d over a rate r gains d^2 / 2r of log-likelihood a second, so the threshold's E = loss_exponent
-        takes 2 E r / d^2 seconds: a test tuned to a smaller rise cannot raise within the horizon at all,
-        and one tuned below the real rise only lengthens h (h ~ E r / d).  The simulator's 3e-7 adds 0.18/s
-        to a port whose mean traffic is 1 GB/s (the training profile): tuned to the measured fraction alone
-        (0.026/s, floored at 4 deviations) the test expects to take 28 minutes on a port of 0.43/s, tuned
-        to the findable rise (0.15/s) 21; the ratio tests take it from there.
-        """
+    def _update_background(self, clipped: F32, interval: F32, packets: F32, ok: F32) -> None:
+        """Fold this interval of the peer sample's ports (each one's count with bursts clipped, its seconds,
+        its packets, and 1 where it counts) into each site's retransmits per packet and packets a second (the
+        prior of its ports' own rates)."""
         p = self.params
-        findable: F32 = in_control * np.float32(2.0 * p.loss_exponent / p.loss_horizon_s)
-        np.sqrt(findable, out=findable)
-        return findable
-
-    def _steps(self, counted: F32, interval: F32, in_control: F32, rise: F32) -> F32:
-        """Return each port's CUSUM step, in units of its own threshold, testing ``in_control`` against ``+ rise``.
-
-        Lucas's Poisson CUSUM between rate r and r + d: reference value k = d / ln(1 + d / r), so each
-        step is the log-likelihood ratio of the two rates over ln(1 + d / r), and by Wald's bound a
-        healthy excursion reaches h packets with chance at most exp(-h ln(1 + d / r)):
-        h = loss_exponent / ln(1 + d / r) gives every port the same false-alarm rate.  (The Brownian
-        approximation, exp(-2 (k - r) h / r), agrees for d << r and is too low a threshold for a rise
-        of a few times r: 13 of loss_exponent's 20 for a tripling, measured as false alarms.)
-        """
-        p = self.params
-        log_ratio = log1p(rise / in_control)
-        k_per_s = rise / log_ratio
-        h = np.float32(p.loss_exponent) / log_ratio
-        np.maximum(h, np.float32(p.loss_h_min), out=h)
-        step: F32 = (counted - k_per_s * interval).astype(np.float32, copy=False)
-        step /= h
-        # No one interval raises alone: after a long gap (a node back from silence) a burst or two in
-        # its one interval would otherwise read as minutes of loss.
-        np.minimum(step, np.float32(0.25), out=step)
-        return step
-
-    def _update_background(self, clipped: F32, interval: F32, packets: F32, ok: B) -> None:
-        """Fold this interval into each site's retransmits per packet and packets a second (the prior of its
-        ports' own rates)."""
-        p = self.params
-        sample_ok, sample_dt = self.sample.pick(ok), self.sample.pick(interval)
+        sample_ok = ok != 0
+        sample_dt = interval
         if not (sample_dt[sample_ok] > 0).any():
             return
         sites = self._sample_site[sample_ok]
         seconds = np.bincount(sites, weights=sample_dt[sample_ok], minlength=self.n_sites)
-        sent = np.bincount(sites, weights=self.sample.pick(packets)[sample_ok], minlength=self.n_sites)
-        counted = np.bincount(sites, weights=self.sample.pick(clipped)[sample_ok], minlength=self.n_sites)
+        sent = np.bincount(sites, weights=packets[sample_ok], minlength=self.n_sites)
+        counted = np.bincount(sites, weights=clipped[sample_ok], minlength=self.n_sites)
         seen = (seconds > 0) & (sent > 0)
         now = np.divide(counted, sent, out=np.zeros(self.n_sites), where=seen)
         traffic = np.divide(sent, seconds, out=np.zeros(self.n_sites), where=seen)
