@@ -71,6 +71,15 @@ for _step in (_lib.rd_slow_loss_sample, _lib.rd_slow_loss_ratios, _lib.rd_slow_l
 SLOW_LOSS_PARAMS: Final = ("margin_se", "ratio_margin_se", "settled_count", "uncertain_se", "min_per_s", "detect",
                            "findable", "judge_s", "exponent", "h_min", "ceiling", "clear")
 """The slow-loss kernels' figures, in their order (kernels.c's SL_*), then 1 + each ratio test's multiple."""
+_NL_ARGS: Final = [_i64, _i64, _i64] + [_ptr] * 18
+_lib.rd_nl_sample.argtypes = [*_NL_ARGS, _ptr, _i64, _ptr, _ptr]
+_lib.rd_nl_evidence.argtypes = [*_NL_ARGS] + [_ptr] * 10
+for _step in (_lib.rd_nl_sample, _lib.rd_nl_evidence):
+    _step.restype = _i64
+NL_FIGURES: Final = ("learn_s", "down_below", "drop_below", "drop_min_s", "retrain_replays", "all_lanes",
+                     "latency_band", "bandwidth_band", "idle_below", "bw_scale", "lat_scale")
+"""The NeuronLink kernel's figures, in their order (kernels.c's NL_*), then k, h, cap, per_sample and ceiling of
+the band's, bandwidth's, latency's and errors' CUSUMs."""
 _f32 = ctypes.c_float
 _lib.rd_cusum_step.argtypes = [_i64, _ptr, _ptr, _ptr, _ptr, _ptr, _f32, _f32, _f32, _f32, _f32, _ptr]
 _lib.rd_cusum_step.restype = _i64
@@ -329,3 +338,71 @@ class SlowLossPorts:
             raise TypeError("slow_loss_step: one contiguous bool a port")
         if _lib.rd_slow_loss_step(self.n, *self._args, address(log_ratio), address(sums), address(lossy)):
             raise RuntimeError("slow_loss_step: refused")
+
+
+class LinkEvidence:
+    """One tick's inputs of the NeuronLink detector's evidence (``LinkDetector.update``,
+    rainierd/core/detect/neuronlink.py, documents the rule), for its compiled passes: the peer sample's
+    bandwidth and latency ratios (for the robust scales numpy takes), then every link's evidence in one pass.
+
+    Links are ``per_node`` a node in one order (``kind_order``, each link's kind); ``pace`` is each node's
+    median share of its links of each kind, (nodes, kinds); ``share_ref``, ``nominal`` and ``lat_center``
+    are one a kind.  Every array is float32 (``fresh`` bool), one a link unless said.
+    """
+
+    def __init__(self, *, per_node: int, kind_order: npt.NDArray[np.integer[Any]], bw: F32, latency: F32, lanes: F32,
+                 dt: F32, held: F32, crc: F32, replay: F32, fresh: B, pace: F32, share_ref: F32, nominal: F32,
+                 lat_center: F32, bw_level: F32, bw_history: F32, lat_level: F32, lat_history: F32) -> None:
+        n = bw.size
+        n_kinds = share_ref.size
+        links = [np.ascontiguousarray(a, dtype=np.float32)
+                 for a in (bw, latency, lanes, dt, held, crc, replay, bw_level, bw_history, lat_level, lat_history)]
+        if any(a.shape != (n,) for a in links) or fresh.shape != (n,) or pace.shape != (n // per_node, n_kinds) \
+                or kind_order.shape != (per_node,) or nominal.shape != (n_kinds,) or lat_center.shape != (n_kinds,):
+            raise ValueError("link evidence: one value a link, a pace a node and kind, one figure a kind")
+        kinds = [np.ascontiguousarray(a, dtype=np.float32) for a in (pace, share_ref, nominal, lat_center)]
+        order = np.ascontiguousarray(kind_order, dtype=np.int8)
+        judged = np.ascontiguousarray(fresh, dtype=np.bool_)
+        self.n = n
+        self._held = [*links, *kinds, order, judged]
+        bw_, latency_, lanes_, dt_, held_, crc_, replay_, bw_level_, bw_history_, lat_level_, lat_history_ = (
+            address(a) for a in links)
+        pace_, share_ref_, nominal_, lat_center_ = (address(a) for a in kinds)
+        self._args = (n, per_node, n_kinds, address(order), bw_, latency_, lanes_, dt_, held_, crc_, replay_,
+                      address(judged), pace_, share_ref_, nominal_, lat_center_, bw_level_, bw_history_,
+                      lat_level_, lat_history_)
+
+    def sample(self, index: I64 | None, figures: Sequence[float]) -> tuple[F32, B, F32, B]:
+        """Return, for the links ``index`` (None: all), the bandwidth ratio and whether it is judged, and the
+        latency over its reference and whether that is judged (``figures``: ``NL_FIGURES``' and the CUSUMs')."""
+        at = np.arange(self.n, dtype=np.int64) if index is None else _i64s(index)
+        values, judged = np.empty((2, at.size), np.float32), np.empty((2, at.size), np.bool_)
+        held = np.ascontiguousarray(figures, dtype=np.float32)
+        if _lib.rd_nl_sample(*self._args, address(held), address(at), at.size, address(values), address(judged)):
+            raise RuntimeError(f"nl_sample: a link outside the {self.n}, or a kind outside the figures")
+        return values[0], judged[0], values[1], judged[1]
+
+    def evidence(self, figures: Sequence[float], bits: Sequence[int], *, now_ratio: F32, was_low: B, sums: F32,
+                 ) -> tuple[F32, npt.NDArray[np.int8], npt.NDArray[np.int32], B, B, B]:
+        """Judge every link; update ``now_ratio``, ``was_low`` and the CUSUMs' ``sums`` (four rows: band,
+        bandwidth, latency, errors) in place; return (its share of its node's pace, its candidate state, its
+        reasons but flapping, dropped, its bandwidth learnable, its latency judged).  ``bits`` are the reasons'
+        bits: lanes, bandwidth, latency, errors, down."""
+        n = self.n
+        if now_ratio.shape != (n,) or now_ratio.dtype != np.float32 or was_low.shape != (n,) \
+                or was_low.dtype != np.bool_ or sums.shape != (4, n) or sums.dtype != np.float32 \
+                or not (now_ratio.flags.c_contiguous and was_low.flags.c_contiguous and sums.flags.c_contiguous):
+            raise TypeError("nl_evidence: contiguous float32 ratios, bool lows, (4, links) float32 sums")
+        held = np.ascontiguousarray(figures, dtype=np.float32)
+        reason_bits = np.ascontiguousarray(bits, dtype=np.int32)
+        if held.size != len(NL_FIGURES) + 20 or reason_bits.size != 5:
+            raise ValueError("nl_evidence: the kernel's figures and five reason bits")
+        share = np.empty(n, np.float32)
+        candidate = np.empty(n, np.int8)
+        reasons = np.empty(n, np.int32)
+        flags = np.empty((3, n), np.bool_)
+        if _lib.rd_nl_evidence(*self._args, address(held), address(reason_bits), address(now_ratio),
+                               address(was_low), address(sums), address(share), address(candidate),
+                               address(reasons), address(flags[0]), address(flags[1]), address(flags[2])):
+            raise RuntimeError("nl_evidence: refused (a kind outside the figures, or links not whole nodes)")
+        return share, candidate, reasons, flags[0], flags[1], flags[2]

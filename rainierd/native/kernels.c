@@ -182,31 +182,34 @@ COUNTER_RATE(rd_counter_rate_f64_f64, double, double)
  * seconds and drain_seconds may be NULL (none), else one a sum.  alarm[i] is s[i] >= h afterwards.
  * Branch-free, each min a compare and a select (a NaN step stays NaN, as numpy's minimum keeps it), so the
  * compiler makes each loop SIMD: the branching form measured no faster than numpy's twelve passes. */
+static inline __attribute__((always_inline)) float cusum_next(float before, float xi, int judged, int has_seconds,
+                                                               float given, int has_drain, float drain, float k,
+                                                               float h, float cap, float per_sample, float ceiling)
+{
+    int known = (xi == xi) & judged;
+    float step = xi == xi ? (xi > cap ? cap : xi) : 0.0f;
+    step -= k;
+    float span = 1.0f;
+    if (has_seconds) {
+        float interval = given > 0.0f ? given : 0.0f; /* np.fmax(seconds, 0): a NaN is 0 s */
+        step *= interval;
+        step = step > per_sample ? per_sample : step;
+        span = interval;
+        if (has_drain)
+            span = drain > span ? drain : span; /* np.fmax: a NaN loses */
+    }
+    float full = -k * span;
+    float drained = ((step < 0.0f) & (step > full)) ? full : step;
+    float after = (before >= h ? drained : step) + before;
+    after = after < 0.0f ? 0.0f : after;
+    after = after > ceiling ? ceiling : after;
+    return known ? after : before;
+}
+
 #define CUSUM_LOOP(HAS_SECONDS, HAS_DRAIN)                                                                      \
     for (int64_t i = 0; i < n; i++) {                                                                           \
-        float xi = x[i];                                                                                        \
-        int known = (xi == xi) & (mask[i] != 0);                                                                \
-        float step = xi == xi ? (xi > cap ? cap : xi) : 0.0f;                                                   \
-        step -= k;                                                                                              \
-        float span = 1.0f;                                                                                      \
-        if (HAS_SECONDS) {                                                                                      \
-            float given = seconds[i];                                                                           \
-            float interval = given > 0.0f ? given : 0.0f; /* np.fmax(seconds, 0): a NaN is 0 s */               \
-            step *= interval;                                                                                   \
-            step = step > per_sample ? per_sample : step;                                                       \
-            span = interval;                                                                                    \
-            if (HAS_DRAIN) {                                                                                    \
-                float drain = drain_seconds[i];                                                                 \
-                span = drain > span ? drain : span; /* np.fmax: a NaN loses */                                  \
-            }                                                                                                   \
-        }                                                                                                       \
-        float before = s[i];                                                                                    \
-        float full = -k * span;                                                                                 \
-        float drained = ((step < 0.0f) & (step > full)) ? full : step;                                         \
-        float after = (before >= h ? drained : step) + before;                                                  \
-        after = after < 0.0f ? 0.0f : after;                                                                    \
-        after = after > ceiling ? ceiling : after;                                                              \
-        float now = known ? after : before;                                                                     \
+        float now = cusum_next(s[i], x[i], mask[i] != 0, HAS_SECONDS, HAS_SECONDS ? seconds[i] : 0.0f,          \
+                               HAS_DRAIN, HAS_DRAIN ? drain_seconds[i] : 0.0f, k, h, cap, per_sample, ceiling); \
         s[i] = now;                                                                                             \
         alarm[i] = now >= h;                                                                                    \
     }
@@ -449,5 +452,211 @@ int64_t rd_slow_loss_step(int64_t n, SL_ARGS, const float *log_ratio, float *sum
     struct sl_inputs in = SL_INPUTS;
 #define SL_STEP(NT) sl_step(&in, n, log_ratio, sums, lossy, NT)
     SL_DISPATCH(SL_STEP)
+    return 0;
+}
+
+/* NeuronLink evidence (rainierd/core/detect/neuronlink.py LinkDetector.update, which documents the rule): for
+ * every link, its bandwidth as a share of its node's pace of its kind and of its own level, its drop, its
+ * deviations, the wide band, the four CUSUMs (band, bandwidth, latency, errors) and its reasons, in one pass,
+ * in float32 as numpy computed them, operation for operation.  What needs the fleet (the paces, a median a node
+ * and kind; the kinds' latency centres; the robust scales, on the peer sample) numpy computes first; the
+ * decaying drop counts (an exp, numpy's own) and the tracker after.  Link i is column i % per_node of node
+ * i / per_node, of kind kind_order[i % per_node]. */
+enum { NL_LEARN_S, NL_DOWN_BELOW, NL_DROP_BELOW, NL_DROP_MIN_S, NL_RETRAIN_REPLAYS, NL_ALL_LANES, NL_LATENCY_BAND,
+       NL_BANDWIDTH_BAND, NL_IDLE_BELOW, NL_BW_SCALE, NL_LAT_SCALE, NL_CUSUMS /* then k, h, cap, per_sample, ceiling
+       of the band's, bandwidth's, latency's and errors' CUSUMs */, NL_FIGURES = NL_CUSUMS + 20 };
+enum { NL_BAND, NL_BW, NL_LAT, NL_ERR };
+enum { NL_LANES_BIT, NL_BANDWIDTH_BIT, NL_LATENCY_BIT, NL_ERRORS_BIT, NL_DOWN_BIT };
+
+struct nl_inputs {
+    int64_t n, per_node, n_kinds;
+    const int8_t *kind_order;
+    const float *bw, *latency, *lanes, *dt, *held, *crc, *replay;
+    const uint8_t *fresh;
+    const float *pace, *share_ref, *nominal, *lat_center; /* nodes x kinds; then one a kind */
+    const float *bw_level, *bw_history, *lat_level, *lat_history;
+    const float *figures;
+};
+
+/* a where c, else b, as a blend of their bits: a select the compiler keeps a select, where `c ? a : *p`
+ * stored back to *p becomes a conditional store, which no loop over links can vectorise. */
+static inline float blend_f32(int c, float a, float b)
+{
+    uint32_t ua, ub, mask = 0u - (uint32_t)(c != 0);
+    memcpy(&ua, &a, sizeof ua);
+    memcpy(&ub, &b, sizeof ub);
+    uint32_t blended = (ua & mask) | (ub & ~mask);
+    float out;
+    memcpy(&out, &blended, sizeof out);
+    return out;
+}
+
+/* One link's figures, from its node's figures of its kind per column (the column's nominal, kind centre of
+ * latency, pace and whether its kind carries traffic), read from small arrays rather than gathered. */
+struct nl_link {
+    int fresh, up, comm, lat_ok, bw_learned, lat_learned;
+    float share_of_node, ratio, lat_ratio, kind_latency;
+};
+
+static inline __attribute__((always_inline)) void nl_link_at(const struct nl_inputs *in, int64_t i, float nominal,
+                                                             float pace, int comm, float kind_latency,
+                                                             struct nl_link *o)
+{
+    const float *f = in->figures;
+    float lanes = in->lanes[i], latency = in->latency[i];
+    float share = in->bw[i] / nominal;
+    o->fresh = in->fresh[i] != 0;
+    o->up = lanes > 0.0f;
+    o->comm = comm;
+    o->share_of_node = share / pace;
+    o->bw_learned = in->bw_history[i] >= f[NL_LEARN_S];
+    float level = in->bw_level[i];
+    float ratio = o->share_of_node / (o->bw_learned ? level : 1.0f);
+    o->ratio = comm ? ratio : 1.0f;
+    o->lat_ok = o->fresh & o->up & (latency > 0.0f);
+    o->lat_learned = in->lat_history[i] >= f[NL_LEARN_S];
+    o->kind_latency = kind_latency;
+    float lat_level = in->lat_level[i];
+    o->lat_ratio = latency / (o->lat_learned ? lat_level : kind_latency);
+}
+
+/* Link i alone (the peer sample's): its node's pace of its kind, and whether its kind carries traffic (the
+ * pace over idle_below of the kind's centre of shares). */
+static inline void nl_link_of(const struct nl_inputs *in, int64_t i, struct nl_link *o)
+{
+    int64_t node = i / in->per_node;
+    int kind = in->kind_order[i - node * in->per_node];
+    float pace = in->pace[node * in->n_kinds + kind];
+    nl_link_at(in, i, in->nominal[kind], pace, pace / in->share_ref[kind] > in->figures[NL_IDLE_BELOW],
+               in->lat_center[kind], o);
+}
+
+static int nl_check(const struct nl_inputs *in)
+{
+    if (in->per_node < 1 || in->n_kinds < 1 || in->n % in->per_node != 0)
+        return -1;
+    for (int64_t c = 0; c < in->per_node; c++)
+        if (in->kind_order[c] < 0 || in->kind_order[c] >= in->n_kinds)
+            return -1;
+    return 0;
+}
+
+#define NL_ARGS                                                                                                 \
+    int64_t n, int64_t per_node, int64_t n_kinds, const int8_t *kind_order, const float *bw,                   \
+        const float *latency, const float *lanes, const float *dt, const float *held, const float *crc,        \
+        const float *replay, const uint8_t *fresh, const float *pace, const float *share_ref,                  \
+        const float *nominal, const float *lat_center, const float *bw_level, const float *bw_history,         \
+        const float *lat_level, const float *lat_history, const float *figures
+#define NL_INPUTS                                                                                               \
+    {n, per_node, n_kinds, kind_order, bw, latency, lanes, dt, held, crc, replay, fresh, pace, share_ref,       \
+     nominal, lat_center, bw_level, bw_history, lat_level, lat_history, figures}
+
+/* For the m links index[k] (each within n): the bandwidth ratio, whether it is judged (fresh, lanes up, its
+ * node's links of its kind carrying traffic), the latency over its reference, and whether that is judged:
+ * out[0..2][k] and judged[0..2][k], for the robust scales numpy takes on the peer sample. */
+int64_t rd_nl_sample(NL_ARGS, const int64_t *index, int64_t m, float *out, uint8_t *judged)
+{
+    struct nl_inputs in = NL_INPUTS;
+    struct nl_link o;
+    if (nl_check(&in))
+        return -1;
+    for (int64_t k = 0; k < m; k++)
+        if (index[k] < 0 || index[k] >= n)
+            return -1;
+    for (int64_t k = 0; k < m; k++) {
+        nl_link_of(&in, index[k], &o);
+        out[k] = o.ratio;
+        judged[k] = (uint8_t)(o.fresh & o.up & o.comm);
+        out[m + k] = o.lat_ratio;
+        judged[m + k] = (uint8_t)o.lat_ok;
+    }
+    return 0;
+}
+
+/* Every link's evidence (see above): its share of its node's pace (share_of_node, which its level learns), its
+ * state candidate (0 healthy, 1 degraded, 2 down) and reasons (every one but flapping), whether it dropped this
+ * sample, whether its bandwidth and latency may be learned from, and, in place, its latest ratio (fresh links),
+ * whether its last sample was near zero, and the four CUSUMs (sums: four rows of n). */
+int64_t rd_nl_evidence(NL_ARGS, const int32_t *bits, float *restrict now_ratio, uint8_t *restrict was_low,
+                       float *restrict sums, float *restrict share_of_node, int8_t *restrict candidate,
+                       int32_t *restrict reasons, uint8_t *restrict dropped, uint8_t *restrict bw_learn,
+                       uint8_t *restrict lat_ok)
+{
+    struct nl_inputs in = NL_INPUTS;
+    const float *f = figures;
+    const float *c = figures + NL_CUSUMS; /* k, h, cap, per_sample, ceiling: five a CUSUM */
+    enum { MAX_PER_NODE = 4096 };
+    float nominal_of[MAX_PER_NODE], center_of[MAX_PER_NODE], pace_of[MAX_PER_NODE];
+    uint8_t comm_of[MAX_PER_NODE];
+    if (nl_check(&in) || per_node > MAX_PER_NODE)
+        return -1;
+    const float down_below = f[NL_DOWN_BELOW], drop_below = f[NL_DROP_BELOW], drop_min_s = f[NL_DROP_MIN_S];
+    const float retrain = f[NL_RETRAIN_REPLAYS], all_lanes = f[NL_ALL_LANES], latency_band = f[NL_LATENCY_BAND];
+    const float bandwidth_band = f[NL_BANDWIDTH_BAND], bw_scale = f[NL_BW_SCALE], lat_scale = f[NL_LAT_SCALE];
+    const int32_t lanes_bit = bits[NL_LANES_BIT], bandwidth_bit = bits[NL_BANDWIDTH_BIT];
+    const int32_t latency_bit = bits[NL_LATENCY_BIT], errors_bit = bits[NL_ERRORS_BIT], down_bit = bits[NL_DOWN_BIT];
+    for (int64_t col = 0; col < per_node; col++) {
+        nominal_of[col] = nominal[kind_order[col]];
+        center_of[col] = lat_center[kind_order[col]];
+    }
+    for (int64_t node = 0; node < n / per_node; node++) {
+        for (int64_t col = 0; col < per_node; col++) {
+            int kind = kind_order[col];
+            float node_pace = pace[node * n_kinds + kind];
+            pace_of[col] = node_pace;
+            comm_of[col] = node_pace / share_ref[kind] > f[NL_IDLE_BELOW];
+        }
+        for (int64_t col = 0; col < per_node; col++) {
+            int64_t i = node * per_node + col;
+            struct nl_link o;
+            nl_link_at(&in, i, nominal_of[col], pace_of[col], comm_of[col], center_of[col], &o);
+            float lanes = in.lanes[i], latency = in.latency[i], seconds = held[i], interval = dt[i];
+            share_of_node[i] = o.share_of_node;
+            now_ratio[i] = blend_f32(o.fresh, o.ratio, now_ratio[i]);
+            /* A drop: no lane up, or near-zero bandwidth with lanes up two samples running, or a dip under half
+             * its level (at a long tick, under 1 - drop_min_s / interval) with every lane up and a retraining's
+             * replays. */
+            int low = o.fresh & (o.ratio < down_below) & o.up;
+            int down = (!o.up) | (low & (was_low[i] != 0));
+            uint8_t fresh_mask = (uint8_t)(0u - (unsigned)o.fresh);
+            was_low[i] = (uint8_t)(((uint8_t)low & fresh_mask) | (was_low[i] & (uint8_t)~fresh_mask));
+            int retrained = replay[i] * interval >= retrain;
+            float below = np_maximum(drop_below, 1.0f - drop_min_s / seconds);
+            int full = o.comm & (lanes == all_lanes);
+            int drop = o.fresh & (down | (full & (o.ratio < below) & retrained));
+            float bw_dev = 1.0f - o.ratio;
+            bw_dev /= bw_scale;
+            float lat_dev = o.lat_ratio - 1.0f;
+            lat_dev /= lat_scale;
+            lat_dev = o.lat_ok ? lat_dev : 0.0f;
+            int far_latency = o.lat_ok & (latency > o.kind_latency * latency_band);
+            int far_level = o.bw_learned & (bw_level[i] < bandwidth_band);
+            float errors = (crc[i] + replay[i]) * interval;
+            errors /= interval;
+            float band = cusum_next(sums[i], (float)(far_latency | far_level), o.fresh, 1, seconds, 0, 0.0f,
+                                    c[0], c[1], c[2], c[3], c[4]);
+            float bandwidth = cusum_next(sums[n + i], bw_dev, o.fresh & o.up & o.comm & !down & o.bw_learned, 1,
+                                         seconds, 0, 0.0f, c[5], c[6], c[7], c[8], c[9]);
+            float lat = cusum_next(sums[2 * n + i], lat_dev, o.lat_ok & !down & o.lat_learned, 1, seconds, 0, 0.0f,
+                                   c[10], c[11], c[12], c[13], c[14]);
+            float err = cusum_next(sums[3 * n + i], errors, o.fresh, 1, seconds, 0, 0.0f, c[15], c[16], c[17],
+                                   c[18], c[19]);
+            sums[i] = band;
+            sums[n + i] = bandwidth;
+            sums[2 * n + i] = lat;
+            sums[3 * n + i] = err;
+            int outside = band >= c[1];
+            int32_t why = (o.up & (lanes < all_lanes)) ? lanes_bit : 0;
+            why |= ((bandwidth >= c[6]) | (outside & far_level)) ? bandwidth_bit : 0;
+            why |= ((lat >= c[11]) | (outside & far_latency)) ? latency_bit : 0;
+            why |= err >= c[16] ? errors_bit : 0;
+            why |= drop ? down_bit : 0;
+            reasons[i] = why;
+            candidate[i] = (int8_t)(drop ? 2 : why != 0);
+            dropped[i] = (uint8_t)drop;
+            bw_learn[i] = (uint8_t)(o.fresh & o.up & !drop & o.comm);
+            lat_ok[i] = (uint8_t)o.lat_ok;
+        }
+    }
     return 0;
 }

@@ -10,15 +10,16 @@ docs/detection.md explains the choices.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
 
+from rainierd import native
 from rainierd._types import F32, I64, B
 from rainierd.core.detect._baseline import Baseline
-from rainierd.core.detect._common import Reason, counter_delta, flag, new_samples, persistence_seconds
-from rainierd.core.detect._paths import DOWN, HEALTHY, NEEDS, PathParams, band, cusum, deviation
+from rainierd.core.detect._common import Reason, flag, new_samples, persistence_seconds
+from rainierd.core.detect._paths import HEALTHY, NEEDS, PathParams, band, cusum
 from rainierd.core.detect._stats import PeerSample, robust_center_scale, row_nanmedian
 from rainierd.core.detect._tracker import StateTracker, Transitions
 from rainierd.core.detect._warmup import Warmup
@@ -76,10 +77,12 @@ class LinkDetector:
         n = topo.n_links
         p = self.params
         self.seen = np.zeros(n, dtype=np.uint32)
-        self.bw = cusum(n, p, k=p.z_k, h=p.z_h, cap=p.z_cap)
-        self.latency = cusum(n, p, k=p.z_k, h=p.z_h, cap=p.z_cap)
-        self.errors = cusum(n, p, k=p.errors_k, h=p.errors_h, cap=p.errors_cap)
-        self.band = band(n, p)
+        # The four CUSUMs' sums are the rows of one array, which the evidence pass steps together.
+        self.sums = np.zeros((4, n), np.float32)
+        self.band, self.bw, self.latency, self.errors = (
+            replace(made, s=row) for made, row in zip(
+                (band(n, p), cusum(n, p, k=p.z_k, h=p.z_h, cap=p.z_cap), cusum(n, p, k=p.z_k, h=p.z_h, cap=p.z_cap),
+                 cusum(n, p, k=p.errors_k, h=p.errors_h, cap=p.errors_cap)), self.sums, strict=True))
         baseline = {"halflife_s": p.baseline_halflife_s, "learn_s": p.baseline_learn_s, "clip": p.baseline_clip}
         self.bw_base = Baseline.empty(n, **baseline)  # bandwidth / its node's median of its kind (a unit-free share)
         self.latency_base = Baseline.empty(n, **baseline)
@@ -118,35 +121,13 @@ class LinkDetector:
         picked = self.sample.pick(np.arange(n, dtype=np.int64))
         self._sample_group = (picked // self.per_node) * n_kinds + self.kind_order[picked % self.per_node]
         hw = self.hardware
-        # The nominal figure only sets the units (a share of nominal); no threshold is against it.
-        self.nominal = np.where(kind == 1, hw.neuronlink_ring_bytes_s, hw.neuronlink_intra_bytes_s).astype(np.float32)
+        # The nominal figure of each kind only sets the units (a share of nominal); no threshold is against it.
+        self.nominal = np.array([hw.neuronlink_ring_bytes_s if k == 1 else hw.neuronlink_intra_bytes_s
+                                 for k in range(n_kinds)], np.float32)
 
     def _per_link(self, per_kind: F32) -> F32:
         """Return each link's figure of its kind, by broadcasting over the nodes' common link order."""
         return np.tile(per_kind[self.kind_order], self.state.topology.n_nodes).astype(np.float32, copy=False)
-
-    def _downs(self, fresh: B, full: B, ratio: F32, up: B, held: F32) -> tuple[B, B]:
-        """Return (down, dropped this sample), and count the drops that begin.
-
-        No lane up is the link down.  Bandwidth alone never is, in one
-        sample: a healthy link's interval average has heavy tails (a stall,
-        contention), so near-zero bandwidth with lanes up must persist for two
-        samples, and a dip under half its level (at a long tick, under
-        1 - drop_min_s / interval) with every lane up (``full``) counts as a
-        drop (a brief down inside the interval) only with the replays a
-        retraining link makes: it replays its whole in-flight window,
-        tens of packets, where a CRC burst on a healthy link replays a few.
-        """
-        p, table = self.params, self.state.links
-        low = fresh & (ratio < p.down_below) & up
-        down = ~up | (low & self.was_low)
-        np.copyto(self.was_low, low, where=fresh)
-        retrained = counter_delta(table, "replay_total") >= np.float32(p.retrain_replays)
-        below = np.maximum(np.float32(p.drop_below), np.float32(1.0) - np.float32(p.drop_min_s) / held)
-        dropped = fresh & (down | (full & (ratio < below) & retrained))
-        del below, retrained, low
-        self._count_drops(dropped, fresh, table.dt_s, held)
-        return down, dropped
 
     def _count_drops(self, dropped: B, fresh: B, dt: F32, held: F32) -> None:
         """Decay each link's drop count over its interval, count a drop where one begins, time each drop.
@@ -213,12 +194,11 @@ class LinkDetector:
         np.copyto(self.share_ref, centers[0], where=np.isfinite(centers[0]))
         return centers
 
-    def _communicating(self, pace: F32) -> B:
-        """Return, per link, whether its node's links of its kind carry traffic (``pace``, per node and kind,
-        over idle_below); remember it."""
+    def _communicating(self, pace: F32) -> None:
+        """Remember which nodes' links of each kind carry traffic (``pace``, per node and kind, over idle_below
+        of the kind's centre); the evidence pass reads the same figure per link."""
         talking = pace > np.float32(self.params.idle_below)
         np.copyto(self.talking, talking, where=np.isfinite(pace))
-        return talking[:, self.kind_order].reshape(-1)
 
     def _pace(self, relative: F32, judged: B) -> F32:
         """Return each node's pace per kind, (nodes, kinds): the median ``relative`` of its judged links of
@@ -233,22 +213,34 @@ class LinkDetector:
         masked = np.where(judged, relative, np.float32(np.nan)).reshape(-1, self.per_node)
         return np.stack([row_nanmedian(masked[:, cols]) for cols in self.kind_columns], axis=1)
 
-    def _far_level(self) -> B:
-        """Return which links' learned bandwidth level is under ``bandwidth_band`` of their node's links of
-        their kind: a level is already a share of that median (learned in the same frames, no unit)."""
-        below: B = self.bw_base.level < np.float32(self.params.bandwidth_band)  # NaN: not below
-        return self.bw_base.learned() & below
-
-    def _per_node_kind(self, values: F32, pace: F32) -> F32:
-        """Divide ``values`` (per link) by its node's pace of its kind, in place; return it."""
-        grid = values.reshape(-1, self.per_node)
-        with np.errstate(invalid="ignore", divide="ignore"):  # an idle or silent node: judged as idle
-            for k, cols in enumerate(self.kind_columns):
-                grid[:, cols] /= pace[:, k:k + 1]
-        return values
-
     def update(self, tick: int) -> Transitions:
-        """Fold in the links' new samples; return the state changes."""
+        """Fold in the links' new samples; return the state changes.
+
+        Each link's share of nominal is held against its node's links of its
+        kind in the same frame (its pace: so a node or job that slows or
+        idles as a whole, its job's pace, a straggler, the diurnal swing, is
+        not a group of bad links), then against the link's own usual share
+        of them (its level).  Levels are shares of the node's median, free of
+        any unit: learned as bandwidth over a fleet-wide centre, taken
+        across agents that sample out of phase through a x16 step, each
+        link's level carried the centre of the seconds it learned in, and a
+        link that stopped learning before its node's others kept a unit 5 %
+        off theirs, for good (the training profile's control, issue 22).
+        Latency is held against its own level (its kind's median until it
+        has history).  The wide band against peers: a link far slower than
+        its kind, or whose own level has sunk far under its node's links of
+        its kind, is degraded whatever its baseline learned.  Until a link
+        has history it is judged only by hard evidence and the band
+        (_baseline.py).  A drop raises at once (``_downs`` says what one
+        is); a link that blipped recently clears only flap_clear_s after its
+        last blip ended (``_track``).
+
+        What needs the fleet (the paces, the kinds' centres, the robust
+        scales on the peer sample) numpy computes; every link's evidence,
+        its four CUSUMs and its reasons are one compiled pass
+        (``native.LinkEvidence``: as ~40 numpy passes, ~120 ms of
+        rainier-1m's tick, issue 39); the drop counts and the tracker follow.
+        """
         p, table = self.params, self.state.links
         # A link is judged only on samples that carry its bandwidth and lanes;
         # without them it is unknown (never healthy, never down by default).
@@ -257,77 +249,64 @@ class LinkDetector:
         dt = table.dt_s
         # Evidence, persistence and learning count a sample after a gap as one typical interval.
         held = persistence_seconds(dt, fresh, self.sample, self.state.node_cadence.typical_s())
-        share = table.gauges["bw_bytes_s"] / self.nominal  # units only: a share of nominal
+        # Units only: a share of nominal, each node's links divided by their kinds' figures in one broadcast.
+        share = (table.gauges["bw_bytes_s"].reshape(-1, self.per_node) / self.nominal[self.kind_order]).reshape(-1)
         latency = table.gauges["latency_us"]
-        lanes = table.gauges["lanes_up"]
-        up = lanes > 0
-        _, lat_center = self._traffic_centers(share, latency, fresh & up)
-        # Bandwidth: against its node's links of its kind in the same frame (so a node or job that slows
-        # or idles as a whole, its job's pace, a straggler, the diurnal swing, is not a group of bad
-        # links), then against the link's own usual share of them (its level).  Levels are shares of the
-        # node's median, free of any unit: learned as bandwidth over a fleet-wide centre, taken across
-        # agents that sample out of phase through a x16 step, each link's level carried the centre of
-        # the seconds it learned in, and a link that stopped learning before its node's others kept a
-        # unit 5 % off theirs, for good (the training profile's control, issue 22).
-        # The pace stays one figure a node and kind, broadcast where it divides: the fleet-sized
-        # temporaries of this update are most of the monitor's peak memory at a million chips.
-        pace = self._pace(share, fresh & up)
+        talking = fresh & (table.gauges["lanes_up"] > 0)
+        _, lat_center = self._traffic_centers(share, latency, talking)
+        # The pace stays one figure a node and kind: the fleet-sized temporaries of this update are most of
+        # the monitor's peak memory at a million chips.
+        pace = self._pace(share, talking)
+        del share, talking
         # The node as a whole is judged against the nodes carrying the same work, over whole steps (nodepaths.py).
         self.node_signal = NodeSignal.of(pace.reshape(-1), dt, fresh, per_node=self.per_node,
                                          values_per_node=pace.shape[1])
         with np.errstate(invalid="ignore", divide="ignore"):
-            communicating = self._communicating(pace / self.share_ref)
-        node_share = self._per_node_kind(share, pace)  # share is spent: node_share takes its buffer
-        ratio = node_share / self.bw_base.reference(1.0)
-        np.copyto(ratio, np.float32(1.0), where=~communicating)
-        bw_judged = fresh & up & communicating
-        _, bw_scale = robust_center_scale(ratio, bw_judged, floor=p.bw_floor, sample=self.sample)
-        np.copyto(self.now_ratio, ratio, where=fresh)
-        all_lanes = self.hardware.neuronlink_lanes
-        down, dropped = self._downs(fresh, communicating & (lanes == all_lanes), ratio, up, held)
-        bw_dev: F32 = np.subtract(np.float32(1.0), ratio, out=ratio, dtype=np.float32)  # ratio is spent
-        bw_dev /= np.float32(bw_scale)
-        # Latency: against its own level (its kind's median until it has history).
-        lat_ok = fresh & up & (latency > 0)
-        kind_latency = self._per_link(lat_center)
-        lat_dev = deviation(latency, self.latency_base.reference(kind_latency), lat_ok,
-                             floor=p.latency_floor, sample=self.sample)
-        # The wide band against peers: a link far slower than its kind, or whose own level has sunk
-        # far under its node's links of its kind, is degraded whatever its baseline learned.
-        kind_latency *= np.float32(p.latency_band)
-        far_latency = lat_ok & (latency > kind_latency)
-        del kind_latency
-        far_level = self._far_level()
-
-        reasons = np.zeros(share.shape, dtype=np.int32)
-        flag(reasons, up & (lanes < all_lanes), Reason.LANES)
-        judged = bw_judged & ~down
-        # The evidence arrays are spent once added.
-        outside = self.band.update((far_latency | far_level).astype(np.float32), fresh, seconds=held)
-        # Until a link has history it is judged only by hard evidence and the band (_baseline.py).
-        flag(reasons, self.bw.update(bw_dev, judged & self.bw_base.learned(), seconds=held)
-             | (outside & far_level),
-             Reason.BANDWIDTH)
-        flag(reasons, self.latency.update(lat_dev, lat_ok & ~down & self.latency_base.learned(), seconds=held)
-             | (outside & far_latency), Reason.LATENCY)
-        del bw_dev, lat_dev, outside, far_latency, far_level, judged  # spent: freed before the next evidence
-        errors = counter_delta(table, "crc_errors_total", "replay_total")
-        errors /= dt  # per second
-        flag(reasons, self.errors.update(errors, fresh, seconds=held), Reason.ERRORS)
-        del errors
+            self._communicating(pace / self.share_ref)
+        links = native.LinkEvidence(
+            per_node=self.per_node, kind_order=self.kind_order, bw=table.gauges["bw_bytes_s"], latency=latency,
+            lanes=table.gauges["lanes_up"], dt=dt, held=held, crc=table.rates["crc_errors_total"],
+            replay=table.rates["replay_total"], fresh=fresh, pace=pace, share_ref=self.share_ref,
+            nominal=self.nominal, lat_center=lat_center, bw_level=self.bw_base.level,
+            bw_history=self.bw_base.history_s, lat_level=self.latency_base.level,
+            lat_history=self.latency_base.history_s)
+        figures = self._figures(1.0, 1.0)
+        ratio, bw_judged, lat_ratio, lat_judged = links.sample(self.sample.index, figures)
+        _, bw_scale = robust_center_scale(ratio, bw_judged, floor=p.bw_floor)
+        _, lat_scale = robust_center_scale(lat_ratio, lat_judged, floor=p.latency_floor)
+        share_of_node, candidate, reasons, dropped, bw_learnable, lat_ok = links.evidence(
+            self._figures(bw_scale, lat_scale),
+            (Reason.LANES, Reason.BANDWIDTH, Reason.LATENCY, Reason.ERRORS, Reason.DOWN),
+            now_ratio=self.now_ratio, was_low=self.was_low, sums=self.sums)
+        del links
+        self._count_drops(dropped, fresh, dt, held)
         flag(reasons, self.drops >= p.flap_drops, Reason.FLAPPING)
-        flag(reasons, dropped, Reason.DOWN)
-        # A drop raises at once; a link that blipped (dropped briefly) recently clears only
-        # flap_clear_s after its last blip ended, so a flapping link is one
-        # event for its whole episode, never a string of downs.  Flapping names
-        # the episode but holds nothing by itself: the hold does, for a bounded
-        # time after the last drop, however many drops came before.
-        candidate = ((reasons & ~np.int32(Reason.FLAPPING)) != 0).astype(np.int8)  # DEGRADED
-        candidate[dropped] = DOWN
         changes = self._track(candidate, reasons, fresh, tick, held)
         del candidate, reasons
-        self._learn(node_share, latency, fresh & up & ~dropped & communicating, lat_ok, held)
+        self._learn(share_of_node, latency, bw_learnable, lat_ok, held)
         return changes
+
+    def _figures(self, bw_scale: float, lat_scale: float) -> list[float]:
+        """Return the evidence pass's figures (``native.NL_FIGURES``, then each CUSUM's), with this tick's scales.
+
+        A drop, read by the pass: no lane up is the link down.  Bandwidth
+        alone never is, in one sample: a healthy link's interval average has
+        heavy tails (a stall, contention), so near-zero bandwidth
+        (``down_below`` of its level) with lanes up must persist for two
+        samples, and a dip under ``drop_below`` of its level (at a long
+        tick, under 1 - drop_min_s / interval) with every lane up counts as a
+        drop (a brief down inside the interval) only with the replays a
+        retraining link makes (``retrain_replays``): it replays its whole
+        in-flight window, tens of packets, where a CRC burst on a healthy
+        link replays a few.  Errors are CRC errors and replays a second.
+        """
+        p = self.params
+        figures = [p.baseline_learn_s, p.down_below, p.drop_below, p.drop_min_s, p.retrain_replays,
+                   float(self.hardware.neuronlink_lanes), p.latency_band, p.bandwidth_band, p.idle_below, bw_scale,
+                   lat_scale]
+        for made in (self.band, self.bw, self.latency, self.errors):
+            figures += [made.k, made.h, made.cap, made.h / made.samples, made.ceiling]
+        return figures
 
     def _track(self, candidate: npt.NDArray[np.int8], reasons: npt.NDArray[np.int32], fresh: B, tick: int,
                held: F32) -> Transitions:
