@@ -584,7 +584,8 @@ int64_t rd_nl_evidence(NL_ARGS, const int32_t *bits, float *restrict now_ratio, 
 {
     struct nl_inputs in = NL_INPUTS;
     const float *f = figures;
-    const float *c = figures + NL_CUSUMS; /* k, h, cap, per_sample, ceiling: five a CUSUM */
+    float c[20]; /* k, h, cap, per_sample, ceiling: five a CUSUM, copied so the loop holds them in registers */
+    memcpy(c, figures + NL_CUSUMS, sizeof c);
     enum { MAX_PER_NODE = 4096 };
     float nominal_of[MAX_PER_NODE], center_of[MAX_PER_NODE], pace_of[MAX_PER_NODE];
     uint8_t comm_of[MAX_PER_NODE];
@@ -626,9 +627,8 @@ int64_t rd_nl_evidence(NL_ARGS, const int32_t *bits, float *restrict now_ratio, 
             int drop = o.fresh & (down | (full & (o.ratio < below) & retrained));
             float bw_dev = 1.0f - o.ratio;
             bw_dev /= bw_scale;
-            float lat_dev = o.lat_ratio - 1.0f;
+            float lat_dev = o.lat_ratio - 1.0f; /* numpy's 0 where not lat_ok: its CUSUM does not read it there */
             lat_dev /= lat_scale;
-            lat_dev = o.lat_ok ? lat_dev : 0.0f;
             int far_latency = o.lat_ok & (latency > o.kind_latency * latency_band);
             int far_level = o.bw_learned & (bw_level[i] < bandwidth_band);
             float errors = (crc[i] + replay[i]) * interval;
