@@ -80,6 +80,14 @@ NL_FIGURES: Final = ("learn_s", "down_below", "drop_below", "drop_min_s", "retra
                      "latency_band", "bandwidth_band", "idle_below", "bw_scale", "lat_scale")
 """The NeuronLink kernel's figures, in their order (kernels.c's NL_*), then k, h, cap, per_sample and ceiling of
 the band's, bandwidth's, latency's and errors' CUSUMs."""
+_EFA_ARGS: Final = [_i64] + [_ptr] * 9
+_lib.rd_efa_sample.argtypes = [*_EFA_ARGS, _ptr, _i64, _ptr, _ptr]
+_lib.rd_efa_evidence.argtypes = [*_EFA_ARGS] + [_ptr] * 15
+for _step in (_lib.rd_efa_sample, _lib.rd_efa_evidence):
+    _step.restype = _i64
+EFA_FIGURES: Final = ("learn_s", "down_below", "alpha", "lat_center", "far_latency", "bw_scale", "lat_scale")
+"""The EFA kernel's figures, in their order (kernels.c's EFA_*), then k, h, cap, per_sample and ceiling of the
+throughput's, band's and latency's CUSUMs."""
 _f32 = ctypes.c_float
 _lib.rd_cusum_step.argtypes = [_i64, _ptr, _ptr, _ptr, _ptr, _ptr, _f32, _f32, _f32, _f32, _f32, _ptr]
 _lib.rd_cusum_step.restype = _i64
@@ -406,3 +414,75 @@ class LinkEvidence:
                                address(reasons), address(flags[0]), address(flags[1]), address(flags[2])):
             raise RuntimeError("nl_evidence: refused (a kind outside the figures, or links not whole nodes)")
         return share, candidate, reasons, flags[0], flags[1], flags[2]
+
+
+class PortEvidence:
+    """One tick's inputs of the EFA detector's evidence (``EfaDetector.update``, rainierd/core/detect/efa.py,
+    documents the rule), for its compiled passes: the peer sample's throughput and latency ratios (for the
+    robust scales numpy takes), then every port's evidence in one pass.  Every array is float32 (``fresh``
+    bool), one a port: its traffic (``rate``, NaN where not fresh), its node's reference (the median of its
+    other ports), its latency, and its two learned levels with their histories.
+    """
+
+    def __init__(self, *, rate: F32, ref: F32, latency: F32, fresh: B, share_level: F32, share_history: F32,
+                 lat_level: F32, lat_history: F32) -> None:
+        n = rate.size
+        ports = [np.ascontiguousarray(a, dtype=np.float32)
+                 for a in (rate, ref, latency, share_level, share_history, lat_level, lat_history)]
+        if any(a.shape != (n,) for a in ports) or fresh.shape != (n,):
+            raise ValueError("port evidence: one value a port")
+        judged = np.ascontiguousarray(fresh, dtype=np.bool_)
+        self.n = n
+        self._held = [*ports, judged]
+        rate_, ref_, latency_, share_level_, share_history_, lat_level_, lat_history_ = (address(a) for a in ports)
+        self._args = (n, rate_, ref_, latency_, address(judged), share_level_, share_history_, lat_level_,
+                      lat_history_)
+
+    def sample(self, index: I64 | None, figures: Sequence[float]) -> tuple[F32, B, F32, B]:
+        """Return, for the ports ``index`` (None: all), the throughput ratio and whether it is judged (active),
+        and the latency over its reference and whether that is judged."""
+        at = np.arange(self.n, dtype=np.int64) if index is None else _i64s(index)
+        values, judged = np.empty((2, at.size), np.float32), np.empty((2, at.size), np.bool_)
+        held = _figures(figures, len(EFA_FIGURES) + 15)
+        if _lib.rd_efa_sample(*self._args, address(held), address(at), at.size, address(values), address(judged)):
+            raise RuntimeError(f"efa_sample: a port outside the {self.n}")
+        return values[0], judged[0], values[1], judged[1]
+
+    def evidence(self, figures: Sequence[float], bits: Sequence[int], *, dt: F32, held: F32,
+                 unresponsive_rate: F32, bursting: B, lossy: B, was_low: B, share_ewma: F32, lat_ewma: F32,
+                 sums: F32) -> tuple[F32, npt.NDArray[np.int32], B, B, B]:
+        """Judge every port; update ``was_low``, the EWMAs and the CUSUMs' ``sums`` (three rows: throughput,
+        band, latency) in place; return (its share of its node's traffic, its reasons, down, active, its
+        latency judged).  ``bits`` are the reasons' bits: bandwidth, latency, retransmits, loss rate, down,
+        unresponsive."""
+        n = self.n
+        inputs = [np.ascontiguousarray(a, dtype=np.float32) for a in (dt, held, unresponsive_rate)]
+        flags_in = [np.ascontiguousarray(a, dtype=np.bool_) for a in (bursting, lossy)]
+        if any(a.shape != (n,) for a in (*inputs, *flags_in)):
+            raise ValueError("efa_evidence: one value a port")
+        for values, dtype in ((was_low, np.bool_), (share_ewma, np.float32), (lat_ewma, np.float32)):
+            if values.shape != (n,) or values.dtype != dtype or not values.flags.c_contiguous:
+                raise TypeError("efa_evidence: contiguous state, one value a port")
+        if sums.shape != (3, n) or sums.dtype != np.float32 or not sums.flags.c_contiguous:
+            raise TypeError("efa_evidence: (3, ports) float32 sums")
+        held_figures = _figures(figures, len(EFA_FIGURES) + 15)
+        reason_bits = np.ascontiguousarray(bits, dtype=np.int32)
+        if reason_bits.size != 6:
+            raise ValueError("efa_evidence: six reason bits")
+        share = np.empty(n, np.float32)
+        reasons = np.empty(n, np.int32)
+        flags = np.empty((3, n), np.bool_)
+        if _lib.rd_efa_evidence(*self._args, address(held_figures), *(address(a) for a in inputs),
+                                *(address(a) for a in flags_in), address(reason_bits), address(was_low),
+                                address(share_ewma), address(lat_ewma), address(sums), address(share),
+                                address(reasons), address(flags[0]), address(flags[1]), address(flags[2])):
+            raise RuntimeError("efa_evidence: refused")
+        return share, reasons, flags[0], flags[1], flags[2]
+
+
+def _figures(figures: Sequence[float], size: int) -> F32:
+    """Return a kernel's figures as float32, refusing any other count than it reads."""
+    held = np.ascontiguousarray(figures, dtype=np.float32)
+    if held.shape != (size,):
+        raise ValueError(f"{held.size} figures for a kernel that reads {size}")
+    return held

@@ -660,3 +660,132 @@ int64_t rd_nl_evidence(NL_ARGS, const int32_t *bits, float *restrict now_ratio, 
     }
     return 0;
 }
+
+/* EFA port evidence (rainierd/core/detect/efa.py EfaDetector.update, which documents the rule): for every
+ * port, its traffic as a share of its node's other ports' (ref: their median, numpy's) and of its own usual
+ * share, the EWMAs of that ratio and of its latency over its level, its drop, its deviations, the wide band,
+ * three CUSUMs (throughput, band, latency) and its reasons, in one pass, in float32 as numpy computed them,
+ * operation for operation.  What needs the fleet (the node references, the latency centre, the robust scales
+ * on the peer sample) and the retransmit tests (slow loss) numpy computes first; the tracker after. */
+enum { EFA_LEARN_S, EFA_DOWN_BELOW, EFA_ALPHA, EFA_LAT_CENTER, EFA_FAR_LATENCY, EFA_BW_SCALE, EFA_LAT_SCALE,
+       EFA_CUSUMS /* then k, h, cap, per_sample, ceiling of the throughput's, band's and latency's CUSUMs */,
+       EFA_FIGURES = EFA_CUSUMS + 15 };
+enum { EFA_BANDWIDTH_BIT, EFA_LATENCY_BIT, EFA_RETRANSMITS_BIT, EFA_LOSS_RATE_BIT, EFA_DOWN_BIT,
+       EFA_UNRESPONSIVE_BIT };
+
+struct efa_port {
+    int fresh, active, lat_ok, share_learned, lat_learned;
+    float share, ratio, lat_ratio;
+};
+
+static inline __attribute__((always_inline)) void efa_port_of(
+    int64_t i, const float *restrict rate, const float *restrict ref, const float *restrict latency,
+    const uint8_t *restrict fresh, const float *restrict share_level, const float *restrict share_history,
+    const float *restrict lat_level, const float *restrict lat_history, const float *f, struct efa_port *o)
+{
+    float reference = ref[i], lat = latency[i];
+    o->fresh = fresh[i] != 0;
+    o->active = o->fresh & (reference > 0.0f);
+    float share = rate[i] / reference;
+    o->share = o->active ? share : 1.0f;
+    float level = share_level[i], lat_level_i = lat_level[i]; /* both read: selects, not branches */
+    o->share_learned = share_history[i] >= f[EFA_LEARN_S];
+    o->ratio = o->share / (o->share_learned ? level : 1.0f);
+    o->lat_ok = o->fresh & (lat > 0.0f);
+    o->lat_learned = lat_history[i] >= f[EFA_LEARN_S];
+    o->lat_ratio = lat / (o->lat_learned ? lat_level_i : f[EFA_LAT_CENTER]);
+}
+
+#define EFA_ARGS                                                                                                \
+    int64_t n, const float *restrict rate, const float *restrict ref, const float *restrict latency,           \
+        const uint8_t *restrict fresh, const float *restrict share_level, const float *restrict share_history, \
+        const float *restrict lat_level, const float *restrict lat_history, const float *figures
+#define EFA_PORT(i, o)                                                                                          \
+    efa_port_of(i, rate, ref, latency, fresh, share_level, share_history, lat_level, lat_history, f, o)
+
+/* For the m ports index[k] (each within n): the throughput ratio and whether it is judged (active), the latency
+ * over its reference and whether that is judged: out[0..2][k] and judged[0..2][k], for the robust scales. */
+int64_t rd_efa_sample(EFA_ARGS, const int64_t *index, int64_t m, float *out, uint8_t *judged)
+{
+    float f[EFA_FIGURES];
+    struct efa_port o;
+    memcpy(f, figures, sizeof f);
+    for (int64_t k = 0; k < m; k++)
+        if (index[k] < 0 || index[k] >= n)
+            return -1;
+    for (int64_t k = 0; k < m; k++) {
+        EFA_PORT(index[k], &o);
+        out[k] = o.ratio;
+        judged[k] = (uint8_t)o.active;
+        out[m + k] = o.lat_ratio;
+        judged[m + k] = (uint8_t)o.lat_ok;
+    }
+    return 0;
+}
+
+/* Every port's evidence (see above): its share of its node's traffic (which its level learns), its reasons
+ * (bursts and slow loss from numpy's retransmit tests, bursting and lossy), whether it is down, active and its
+ * latency judged; in place, the two EWMAs, whether its last sample was near zero, and the three CUSUMs (sums:
+ * three rows of n).  unresponsive_rate is the remote-unresponsive events a second (any over an interval is
+ * unresponsive). */
+int64_t rd_efa_evidence(EFA_ARGS, const float *restrict dt, const float *restrict held,
+                        const float *restrict unresponsive_rate, const uint8_t *restrict bursting,
+                        const uint8_t *restrict lossy, const int32_t *bits, uint8_t *restrict was_low,
+                        float *restrict share_ewma, float *restrict lat_ewma, float *restrict sums,
+                        float *restrict share_out, int32_t *restrict reasons, uint8_t *restrict down_out,
+                        uint8_t *restrict active_out, uint8_t *restrict lat_ok_out)
+{
+    float f[EFA_FIGURES];
+    int32_t b[6];
+    memcpy(f, figures, sizeof f);
+    memcpy(b, bits, sizeof b);
+    const float down_below = f[EFA_DOWN_BELOW], alpha = f[EFA_ALPHA], far_at = f[EFA_FAR_LATENCY];
+    const float bw_scale = f[EFA_BW_SCALE], lat_scale = f[EFA_LAT_SCALE];
+    const float *c = f + EFA_CUSUMS;
+    for (int64_t i = 0; i < n; i++) {
+        struct efa_port o;
+        EFA_PORT(i, &o);
+        float interval = dt[i], seconds = held[i], lat = latency[i];
+        /* The EWMAs: seeded where NaN, moved by alpha where judged. */
+        float before = share_ewma[i];
+        float blended = (o.ratio - before) * alpha + before;
+        blended = before != before ? o.ratio : blended;
+        share_ewma[i] = blend_f32(o.active, blended, before);
+        before = lat_ewma[i];
+        blended = (o.lat_ratio - before) * alpha + before;
+        blended = before != before ? o.lat_ratio : blended;
+        lat_ewma[i] = blend_f32(o.lat_ok, blended, before);
+        /* Down: near-zero traffic two samples running, or the remote unresponsive. */
+        int unresponsive = unresponsive_rate[i] * interval > 0.0f;
+        int low = o.active & (o.ratio < down_below);
+        int down = (low & (was_low[i] != 0)) | (o.active & unresponsive);
+        uint8_t fresh_mask = (uint8_t)(0u - (unsigned)o.fresh);
+        was_low[i] = (uint8_t)(((uint8_t)low & fresh_mask) | (was_low[i] & (uint8_t)~fresh_mask));
+        float shortfall = 1.0f - o.ratio;
+        shortfall /= bw_scale;
+        float lat_dev = o.lat_ratio - 1.0f; /* numpy's 0 where not lat_ok: its CUSUM does not read it there */
+        lat_dev /= lat_scale;
+        int far_latency = o.lat_ok & (lat > far_at);
+        float throughput = cusum_next(sums[i], shortfall, o.active & !down & o.share_learned, 1, seconds, 1,
+                                      interval, c[0], c[1], c[2], c[3], c[4]);
+        float band = cusum_next(sums[n + i], (float)far_latency, o.fresh, 1, seconds, 0, 0.0f, c[5], c[6], c[7],
+                                c[8], c[9]);
+        float latency_sum = cusum_next(sums[2 * n + i], lat_dev, o.lat_ok & !down & o.lat_learned, 1, seconds, 1,
+                                       interval, c[10], c[11], c[12], c[13], c[14]);
+        sums[i] = throughput;
+        sums[n + i] = band;
+        sums[2 * n + i] = latency_sum;
+        int32_t why = throughput >= c[1] ? b[EFA_BANDWIDTH_BIT] : 0;
+        why |= ((latency_sum >= c[11]) | ((band >= c[6]) & far_latency)) ? b[EFA_LATENCY_BIT] : 0;
+        why |= bursting[i] ? b[EFA_RETRANSMITS_BIT] : 0;
+        why |= lossy[i] ? b[EFA_LOSS_RATE_BIT] : 0;
+        why |= down ? b[EFA_DOWN_BIT] : 0;
+        why |= (o.fresh & unresponsive) ? b[EFA_UNRESPONSIVE_BIT] : 0;
+        reasons[i] = why;
+        share_out[i] = o.share;
+        down_out[i] = (uint8_t)down;
+        active_out[i] = (uint8_t)o.active;
+        lat_ok_out[i] = (uint8_t)o.lat_ok;
+    }
+    return 0;
+}

@@ -15,15 +15,16 @@ docs/detection.md explains the choices.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 import numpy as np
 
+from rainierd import native
 from rainierd._types import F32, I32, I64, B
 from rainierd.core.detect._baseline import Baseline
 from rainierd.core.detect._common import Reason, counter_delta, flag, persistence_seconds
-from rainierd.core.detect._paths import DOWN, HEALTHY, NEEDS, PathParams, band, cusum, deviation
+from rainierd.core.detect._paths import DOWN, HEALTHY, NEEDS, PathParams, band, cusum
 from rainierd.core.detect._stats import PeerSample, ewma, others_nanmedian, robust_center_scale, row_nanmedian
 from rainierd.core.detect._tracker import StateTracker, Transitions
 from rainierd.core.detect._warmup import Warmup
@@ -95,10 +96,14 @@ class EfaDetector:
         n = topo.n_efa
         self.per_node = topo.efa_ports_per_node
         self.seen = np.zeros(n, dtype=np.uint32)
-        self.throughput = cusum(n, p, k=p.z_k, h=p.z_h, cap=p.z_cap)
-        self.latency = cusum(n, p, k=p.z_k, h=p.z_h, cap=p.z_cap)
+        # The throughput's, band's and latency's CUSUMs' sums are the rows of one array, which the evidence
+        # pass steps together.
+        self.sums = np.zeros((3, n), np.float32)
+        self.throughput, self.band, self.latency = (
+            replace(made, s=row) for made, row in zip(
+                (cusum(n, p, k=p.z_k, h=p.z_h, cap=p.z_cap), band(n, p), cusum(n, p, k=p.z_k, h=p.z_h, cap=p.z_cap)),
+                self.sums, strict=True))
         self.retrans = cusum(n, p, k=p.retrans_k, h=p.retrans_h, cap=p.retrans_cap)
-        self.band = band(n, p)
         baseline = {"halflife_s": p.baseline_halflife_s, "learn_s": p.baseline_learn_s, "clip": p.baseline_clip}
         self.share_base = Baseline.empty(n, **baseline)  # throughput / the median of its node's other ports
         self.latency_base = Baseline.empty(n, **baseline)
@@ -139,42 +144,26 @@ class EfaDetector:
         # A port with no other port fresh in its node (a node of one port) has no
         # reference: NaN, not judged on traffic (docs/detection.md, "Peers and time bases").
         ref = self._node_reference(rate, dt, fresh)
-        active = fresh & (ref > 0)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            share: F32 = np.divide(rate, ref, dtype=np.float32)
-        np.copyto(share, np.float32(1.0), where=~active)
-        ratio = share / self.share_base.reference(1.0)
-        _, scale = robust_center_scale(ratio, active, floor=p.bw_floor, sample=self.sample)
-        self.share = ewma(self.share, ratio, active, alpha=p.ewma_alpha)
         latency = table.gauges["latency_us"]
-        lat_ok = fresh & (latency > 0)
-        lat_center, _ = robust_center_scale(latency, lat_ok, floor=p.latency_floor, sample=self.sample)
-        lat_reference = self.latency_base.reference(lat_center)
-        lat_dev = deviation(latency, lat_reference, lat_ok, floor=p.latency_floor, sample=self.sample)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            self.latency_ratio = ewma(self.latency_ratio, latency / lat_reference, lat_ok, alpha=p.ewma_alpha)
+        # The ports' usual latency, on the peer sample: the reference of a port without history of its own.
+        picked = self.sample.pick(latency)
+        lat_center, _ = robust_center_scale(picked, self.sample.pick(fresh) & (picked > 0), floor=p.latency_floor)
+        ports = native.PortEvidence(rate=rate, ref=ref, latency=latency, fresh=fresh,
+                                    share_level=self.share_base.level, share_history=self.share_base.history_s,
+                                    lat_level=self.latency_base.level, lat_history=self.latency_base.history_s)
+        ratio, active, lat_ratio, lat_judged = ports.sample(self.sample.index, self._figures(lat_center, 1.0, 1.0))
+        _, scale = robust_center_scale(ratio, active, floor=p.bw_floor)
+        _, lat_scale = robust_center_scale(lat_ratio, lat_judged, floor=p.latency_floor)
         retrans = self._retransmits(fresh)
         bursting, lossy = self._judge_retransmits(retrans, dt, held)
-        unresponsive = counter_delta(table, "unresponsive_remote_events_total") > 0
-
-        down = self._downs(active, ratio, unresponsive, fresh)
-        shortfall = 1.0 - ratio
-        shortfall /= np.float32(scale)
-        far_latency = lat_ok & (latency > np.float32(p.latency_band * lat_center))
-        reasons = np.zeros(share.shape, dtype=np.int32)
-        # Until a port has history it is judged only by hard evidence and the band (_baseline.py).
-        flag(reasons, self.throughput.update(shortfall, active & ~down & self.share_base.learned(), seconds=held,
-                                                 drain_seconds=dt),
-             Reason.BANDWIDTH)
-        outside = self.band.update(far_latency.astype(np.float32), fresh, seconds=held)
-        flag(reasons, self.latency.update(lat_dev, lat_ok & ~down & self.latency_base.learned(), seconds=held,
-                                              drain_seconds=dt)
-             | (outside & far_latency),
-             Reason.LATENCY)
-        flag(reasons, bursting, Reason.RETRANSMITS)
-        flag(reasons, lossy, Reason.LOSS_RATE)
-        flag(reasons, down, Reason.DOWN)
-        flag(reasons, fresh & unresponsive, Reason.UNRESPONSIVE)
+        share, reasons, down, active, lat_ok = ports.evidence(
+            self._figures(lat_center, scale, lat_scale),
+            (Reason.BANDWIDTH, Reason.LATENCY, Reason.RETRANSMITS, Reason.LOSS_RATE, Reason.DOWN,
+             Reason.UNRESPONSIVE),
+            dt=dt, held=held, unresponsive_rate=table.rates["unresponsive_remote_events_total"],
+            bursting=bursting, lossy=lossy, was_low=self.was_low, share_ewma=self.share,
+            lat_ewma=self.latency_ratio, sums=self.sums)
+        del ports
         changes = self._verdict(tick, reasons, down, fresh=fresh, heard=heard, present=present, held=held)
         healthy = fresh & (self.tracker.state == HEALTHY)
         self._learn(share, latency, healthy & active, healthy & lat_ok, held)
@@ -182,6 +171,24 @@ class EfaDetector:
                              settled_s=p.baseline_learn_s,
                              healthy=(self.tracker.state == HEALTHY) & (self.retrans.s < 0.25 * p.retrans_h))
         return changes
+
+    def _figures(self, lat_center: float, scale: float, lat_scale: float) -> list[float]:
+        """Return the evidence pass's figures (``native.EFA_FIGURES``, then each CUSUM's), with this tick's
+        latency centre and scales.
+
+        A port is down when its traffic is near zero (``down_below`` of its
+        usual share) in two samples running, or its remote unresponsive.  One
+        sample is not enough: an agent that restarted twice within a few
+        seconds leaves counters that never went backwards but moved only
+        since its last start, which reads as one interval of near-zero
+        traffic.  Far latency is over ``latency_band`` times the ports' centre.
+        """
+        p = self.params
+        figures = [p.baseline_learn_s, p.down_below, p.ewma_alpha, lat_center, p.latency_band * lat_center, scale,
+                   lat_scale]
+        for made in (self.throughput, self.band, self.latency):
+            figures += [made.k, made.h, made.cap, made.h / made.samples, made.ceiling]
+        return figures
 
     def _retransmits(self, fresh: B) -> Retransmits:
         """Return the ports' retransmits this interval, with the packets they sent and their own rate at that
@@ -254,18 +261,6 @@ class EfaDetector:
         alone = np.count_nonzero(np.isfinite(by_node), axis=1) < 2
         np.copyto(ref, np.float32(np.nan), where=np.repeat(alone, self.per_node))
         return ref
-
-    def _downs(self, active: B, ratio: F32, unresponsive: B, fresh: B) -> B:
-        """Return which ports are down: traffic near zero in two samples running, or the remote unresponsive.
-
-        One sample is not enough: an agent that restarted twice within a few
-        seconds leaves counters that never went backwards but moved only since
-        its last start, which reads as one interval of near-zero traffic.
-        """
-        low = active & (ratio < self.params.down_below)
-        down = (low & self.was_low) | (active & unresponsive)
-        np.copyto(self.was_low, low, where=fresh)
-        return down
 
     def _learn(self, share: F32, latency: F32, share_ok: B, lat_ok: B, held: F32) -> None:
         """Fold the sample into the baselines of healthy ports with little evidence against them (_baseline.py)."""
