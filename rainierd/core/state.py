@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -31,6 +31,22 @@ from rainierd.core.bounds import EXACT, OUT_OF_RANGE, RATIOS, REFUSAL_REASONS, B
 from rainierd.core.cadence import Cadence
 from rainierd.fleet import Topology
 from rainierd.wire import CHIP_DTYPE, COOLING_DTYPE, EFA_DTYPE, FACILITY_DTYPE, LINK_DTYPE, column_dtypes
+
+
+@runtime_checkable
+class Direct(Protocol):
+    """Columns that can write one straight into where it is stored (``Store``'s window in node order), sparing
+    a buffer and a pass; ``into`` returns False, having written nothing, where it cannot (another dtype)."""
+
+    def into(self, name: str, out: npt.NDArray[Any]) -> bool:
+        """Write column ``name`` into ``out``, or return False."""
+        ...
+
+
+def _into(columns: Mapping[str, npt.NDArray[Any]], name: str, out: npt.NDArray[Any], at: slice | I64) -> bool:
+    """Write column ``name`` straight into ``out[at]`` where ``columns`` can and ``at`` is a run (a view)."""
+    return isinstance(at, slice) and isinstance(columns, Direct) and columns.into(name, out[at])
+
 
 RATE_F64: Final = frozenset({"fp8_flop_total"})
 """Counters whose rate is kept in float64: fleet FLOP/s sums must match to 1e-9."""
@@ -275,8 +291,12 @@ class Table:
                 if name in self.rates:
                     self.rates[name][at] = np.nan
                 continue
-            new = columns[name]
             present = None if uniform else np.asarray(known)
+            if name not in self.rates and name not in self.summed:  # its latest total, kept as sent
+                if not _into(columns, name, total, at):
+                    native.counter_step(columns[name], total, at, None)
+                continue
+            new = columns[name]
             if name in self.rates:
                 # A summed counter is judged by its sum (below), whose reference is at least as strict.
                 self._store_rate(name, at, new, present=present, dt=dt,
@@ -374,7 +394,8 @@ class Table:
                 gauge[at] = np.nan
                 continue
             if uniform:
-                gauge[at] = columns[name]
+                if not _into(columns, name, gauge, at):
+                    gauge[at] = columns[name]
             else:
                 present = (np.asarray(known) & self.bit(name)).astype(bool)
                 gauge[at] = np.where(present, columns[name], np.nan)

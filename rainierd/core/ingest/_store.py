@@ -155,6 +155,16 @@ class _InOrder(Mapping[str, npt.NDArray[Any]]):
         out = self._scratch.shared("ordered", self._row.size * self._per, dtype)
         return self._columns.scatter(name, self._row, out.reshape(-1, self._per)).reshape(-1)
 
+    def into(self, name: str, out: npt.NDArray[Any]) -> bool:
+        """Write column ``name`` in node order straight into ``out`` (the table's own, a run of whole frames'
+        records, contiguous) if it is the column's wire dtype, with no buffer between; else write nothing and
+        return False (the column is read from here, and cast where it is stored)."""
+        if out.dtype != COLUMNS[self._columns.kind][name] or not out.flags.c_contiguous \
+                or out.size != self._row.size * self._per:
+            return False
+        self._columns.scatter(name, self._row, out.reshape(-1, self._per))
+        return True
+
     def __contains__(self, name: object) -> bool:
         return name in self._columns  # Mapping's own would put the column in order to find it
 
