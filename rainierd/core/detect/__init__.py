@@ -225,20 +225,24 @@ class FleetDetector:
         state, topo = self.state, self.state.topology
         chips, air = state.chips, state.cooling
         node = topo.node_present  # an id the inventory leaves empty is not a node to judge
+        every_node = bool(node.all())
 
-        def count(judgeable: np.ndarray, present: np.ndarray) -> int:
-            return int((present & ~judgeable).sum())
+        def count(judgeable: np.ndarray) -> int:
+            # A node's entities are one run of ids (topology.py): its rows, without a gather over millions.
+            rows = judgeable.reshape(topo.n_nodes, -1)
+            kept = rows if every_node else rows[node]
+            return int(kept.size - np.count_nonzero(kept))
 
         return {
-            ("neuronlink", "health"): count(state.links.has(*NEEDS["neuronlink"]), node[topo.link_node]),
-            ("efa", "health"): count(state.efa.has(*NEEDS["efa"]), node[topo.efa_node]),
-            ("chip", "stale"): count(chips.reported(), node[topo.chip_node]),
-            ("chip", "failed"): count(chips.has("ecc_uncorrected_total"), node[topo.chip_node]),
-            ("chip", "throttled"): count(chips.has("throttled") | chips.has("clock_ratio"), node[topo.chip_node]),
+            ("neuronlink", "health"): count(state.links.has(*NEEDS["neuronlink"])),
+            ("efa", "health"): count(state.efa.has(*NEEDS["efa"])),
+            ("chip", "stale"): count(chips.reported()),
+            ("chip", "failed"): count(chips.has("ecc_uncorrected_total")),
+            ("chip", "throttled"): count(chips.has("throttled") | chips.has("clock_ratio")),
             # By efficiency against its peers: a clock is used where its group reports one, never needed.
-            ("chip", "straggler"): count(chips.has("util", "fp8_flop_total"), node[topo.chip_node]),
-            ("chip", "errors"): count(chips.has("exec_errors_total", "exec_timeouts_total"), node[topo.chip_node]),
-            ("node", "cooling"): count(air.has("inlet_c") | air.has("fan_rpm"), node),
+            ("chip", "straggler"): count(chips.has("util", "fp8_flop_total")),
+            ("chip", "errors"): count(chips.has("exec_errors_total", "exec_timeouts_total")),
+            ("node", "cooling"): count(air.has("inlet_c") | air.has("fan_rpm")),
             # Against its peers: fewer than min_peers with a figure (detect/nodepaths.py), or no figure of its own.
             **{("node", f"{name}_paths"): n for name, n in self.node_paths.unknown(node).items()},
         }
