@@ -273,8 +273,29 @@ BASELINE_STEP(rd_baseline_step_f64, double)
  * for the logarithm (rd_slow_loss_ratios), and the tests' steps into their CUSUMs (rd_slow_loss_step).  Each
  * recomputes a port's figures from its inputs rather than keep a dozen fleet-sized temporaries between them.
  * numpy's maximum and minimum keep a NaN from either side; its fmax takes the other. */
-static inline float np_maximum(float a, float b) { return (a >= b) | (a != a) ? a : b; }
-static inline float np_minimum(float a, float b) { return (a <= b) | (a != a) ? a : b; }
+static inline float np_maximum(float a, float b)
+{
+    float larger = a >= b ? a : b; /* b where either is NaN */
+    return a != a ? a : larger;
+}
+static inline float np_minimum(float a, float b)
+{
+    float smaller = a <= b ? a : b;
+    return a != a ? a : smaller;
+}
+
+/* a where c, else b, as a blend of their bits: a select the compiler keeps a select, where `c ? a : *p`
+ * stored back to *p becomes a conditional store, which no loop over links can vectorise. */
+static inline float blend_f32(int c, float a, float b)
+{
+    uint32_t ua, ub, mask = 0u - (uint32_t)(c != 0);
+    memcpy(&ua, &a, sizeof ua);
+    memcpy(&ub, &b, sizeof ub);
+    uint32_t blended = (ua & mask) | (ub & ~mask);
+    float out;
+    memcpy(&out, &blended, sizeof out);
+    return out;
+}
 
 enum { SL_MARGIN_SE, SL_RATIO_MARGIN_SE, SL_SETTLED_COUNT, SL_UNCERTAIN_SE, SL_MIN_PER_S, SL_DETECT, SL_FINDABLE,
        SL_JUDGE_S, SL_EXPONENT, SL_H_MIN, SL_CEILING, SL_CLEAR, SL_TIMES /* then 1 + each ratio: the tripled
@@ -282,11 +303,21 @@ enum { SL_MARGIN_SE, SL_RATIO_MARGIN_SE, SL_SETTLED_COUNT, SL_UNCERTAIN_SE, SL_M
 #define SL_MAX_TESTS 8
 
 struct sl_inputs {
-    const float *counts, *dt, *own, *sent, *exposure, *prior, *count, *history;
-    const uint8_t *fresh;
-    const float *params;
+    const float *restrict counts, *restrict dt, *restrict own, *restrict sent, *restrict exposure,
+        *restrict prior, *restrict count, *restrict history;
+    const uint8_t *restrict fresh;
+    const float *figures;
     int64_t started, n_tests;
+    float params[SL_TIMES + SL_MAX_TESTS - 1]; /* the figures, copied: the loops hold them in registers */
 };
+
+static inline int sl_copy_figures(struct sl_inputs *in)
+{
+    if (in->n_tests < 2 || in->n_tests > SL_MAX_TESTS)
+        return -1;
+    memcpy(in->params, in->figures, sizeof(float) * (size_t)(SL_TIMES + in->n_tests - 1));
+    return 0;
+}
 
 struct sl_port {
     int ok;
@@ -307,13 +338,13 @@ SL_INLINE float sl_burst_cap(float alternative, float interval)
 }
 
 /* One port's figures, for nt tests (a constant where it is inlined, so the loops over tests unroll; every
- * choice a select).  gcc does not vectorise the loops over ports (the mixed widths, at SSE2): ~30 ns a port. */
+ * choice a select, every mask from a float compare, so all are one width and the loops over ports vectorise). */
 SL_INLINE void sl_port_of(const struct sl_inputs *in, int64_t i, struct sl_port *o, const int nt)
 {
     const float *p = in->params;
     float c = in->counts[i], d = in->dt[i], sent = in->sent[i], own = in->own[i];
-    int ok = (in->fresh[i] != 0) & (c - c == 0) & (d > 0) & (sent > 0);
-    float interval = ok ? d : 0.0f, counted = ok ? c : 0.0f;
+    int ok = ((float)in->fresh[i] > 0.5f) & (c - c == 0) & (d > 0) & (sent > 0); /* a float compare: one mask width */
+    float interval = blend_f32(ok, d, 0.0f), counted = blend_f32(ok, c, 0.0f);
     float exposure_s = (in->exposure[i] + in->prior[i]) / sent;
     float spread = sqrtf(own / exposure_s);
     float in_control = spread * p[SL_MARGIN_SE];
@@ -337,6 +368,7 @@ SL_INLINE void sl_port_of(const struct sl_inputs *in, int64_t i, struct sl_port 
     o->in_control = in_control;
     o->base = base;
     o->rise[0] = fraction;
+#pragma GCC unroll 8
     for (int t = 1; t < nt; t++) {
         float rise = own * p[SL_TIMES + t - 1];
         rise -= base;
@@ -347,14 +379,16 @@ SL_INLINE void sl_port_of(const struct sl_inputs *in, int64_t i, struct sl_port 
     int started = in->started != 0;
     float alternative = own + fraction;
     o->counted_by[0] = started & (counted > sl_burst_cap(alternative, interval)) ? alternative * interval : counted;
+#pragma GCC unroll 8
     for (int t = 1; t < nt; t++)
         o->counted_by[t] = started & (counted > sl_burst_cap(base + o->rise[t], interval)) ? own * interval
                                                                                           : counted;
 }
 
 #define SL_ARGS                                                                                                 \
-    const float *counts, const float *dt, const uint8_t *fresh, const float *own, const float *sent,           \
-        const float *exposure, const float *prior, const float *count, const float *history,                   \
+    const float *restrict counts, const float *restrict dt, const uint8_t *restrict fresh,                     \
+        const float *restrict own, const float *restrict sent, const float *restrict exposure,                 \
+        const float *restrict prior, const float *restrict count, const float *restrict history,               \
         const float *params, int64_t started, int64_t n_tests
 #define SL_INPUTS {counts, dt, own, sent, exposure, prior, count, history, fresh, params, started, n_tests}
 /* Run body(NT) with NT the number of tests as a constant (2 to SL_MAX_TESTS), or refuse another count. */
@@ -376,7 +410,7 @@ int64_t rd_slow_loss_sample(int64_t n, SL_ARGS, const int64_t *index, int64_t m,
 {
     struct sl_inputs in = SL_INPUTS;
     struct sl_port o;
-    if (n_tests < 2 || n_tests > SL_MAX_TESTS)
+    if (sl_copy_figures(&in))
         return -1;
     for (int64_t k = 0; k < m; k++)
         if (index[k] < 0 || index[k] >= n)
@@ -400,6 +434,7 @@ SL_INLINE void sl_ratios(const struct sl_inputs *in, int64_t n, float *restrict 
     for (int64_t i = 0; i < n; i++) {
         sl_port_of(in, i, &o, nt);
         out[i] = o.rise[0] / o.in_control;
+#pragma GCC unroll 8
     for (int t = 1; t < nt; t++)
             out[t * n + i] = o.rise[t] / o.base;
     }
@@ -408,6 +443,8 @@ SL_INLINE void sl_ratios(const struct sl_inputs *in, int64_t n, float *restrict 
 int64_t rd_slow_loss_ratios(int64_t n, SL_ARGS, float *out)
 {
     struct sl_inputs in = SL_INPUTS;
+    if (sl_copy_figures(&in))
+        return -1;
 #define SL_RATIOS(NT) sl_ratios(&in, n, out, NT)
     SL_DISPATCH(SL_RATIOS)
     return 0;
@@ -426,7 +463,8 @@ SL_INLINE void sl_step(const struct sl_inputs *in, int64_t n, const float *restr
         sl_port_of(in, i, &o, nt);
         float own = o.own;
         int judged = o.ok & (in->history[i] >= judge_s) & (own - own == 0);
-        int over = 0, holding = 0;
+        float over = 0.0f, holding = 0.0f; /* counts, as floats: every mask one width */
+#pragma GCC unroll 8
         for (int t = 0; t < nt; t++) {
             float lr = log_ratio[t * n + i];
             float k = o.rise[t] / lr;
@@ -440,16 +478,18 @@ SL_INLINE void sl_step(const struct sl_inputs *in, int64_t n, const float *restr
             s = s != s ? s : (s > 0.0f ? s : 0.0f); /* np.clip: a NaN stays */
             s = s != s ? s : (s < ceiling ? s : ceiling);
             sums[t * n + i] = s;
-            over |= s >= 1.0f;
-            holding |= s > clear;
+            over += s >= 1.0f ? 1.0f : 0.0f;
+            holding += s > clear ? 1.0f : 0.0f;
         }
-        lossy[i] = (uint8_t)(((lossy[i] != 0) | over) & holding);
+        lossy[i] = (uint8_t)((((float)lossy[i] > 0.5f) | (over > 0.0f)) & (holding > 0.0f));
     }
 }
 
 int64_t rd_slow_loss_step(int64_t n, SL_ARGS, const float *log_ratio, float *sums, uint8_t *lossy)
 {
     struct sl_inputs in = SL_INPUTS;
+    if (sl_copy_figures(&in))
+        return -1;
 #define SL_STEP(NT) sl_step(&in, n, log_ratio, sums, lossy, NT)
     SL_DISPATCH(SL_STEP)
     return 0;
@@ -477,19 +517,6 @@ struct nl_inputs {
     const float *bw_level, *bw_history, *lat_level, *lat_history;
     const float *figures;
 };
-
-/* a where c, else b, as a blend of their bits: a select the compiler keeps a select, where `c ? a : *p`
- * stored back to *p becomes a conditional store, which no loop over links can vectorise. */
-static inline float blend_f32(int c, float a, float b)
-{
-    uint32_t ua, ub, mask = 0u - (uint32_t)(c != 0);
-    memcpy(&ua, &a, sizeof ua);
-    memcpy(&ub, &b, sizeof ub);
-    uint32_t blended = (ua & mask) | (ub & ~mask);
-    float out;
-    memcpy(&out, &blended, sizeof out);
-    return out;
-}
 
 /* One link's figures, from its node's figures of its kind per column (the column's nominal, kind centre of
  * latency, pace and whether its kind carries traffic), read from small arrays rather than gathered. */
