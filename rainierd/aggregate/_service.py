@@ -43,7 +43,7 @@ import numpy as np
 import structlog
 
 from rainierd.admission import Admission, SharePolicy
-from rainierd.aggregate._batcher import Batcher, Outgoing, TickResult
+from rainierd.aggregate._batcher import Batcher, NodeHead, Outgoing, TickResult, head_of, said_of
 from rainierd.errors import FrameError
 from rainierd.fleet import Topology, shard_view
 from rainierd.mqtt import Connection, ConnectionState, deliver
@@ -108,6 +108,7 @@ class Aggregator:
         self.outbox: DropOldestQueue[Outgoing] = DropOldestQueue(_OUTBOX_TICKS * batches_a_tick)
         self.connection = ConnectionState()
         self._pending: list[tuple[str, bytes]] = []  # in arrival order (a stream's frames may be of both kinds)
+        self._heads: list[NodeHead | None] = []  # each pending message's head_of
         self._confirmed_pending = self._unconfirmed_pending = 0
         self.received = 0
         self.batched = 0
@@ -136,7 +137,9 @@ class Aggregator:
             self.dropped["oversize"] += 1
             return
         try:
-            fate = self.admission.admit(topic, payload, now_s=self.monotonic_s(), rx_wall_s=time.time())
+            head = head_of(payload)  # read once: for the admission and for the tick
+            fate = self.admission.admit(topic, payload, now_s=self.monotonic_s(), rx_wall_s=time.time(),
+                                        said=None if head is None else said_of(head))
         except FrameError as exc:  # its header alone refuses it, unless its topic already does
             reason = self.batcher.topic_reason(topic)
             if reason is None:
@@ -158,6 +161,7 @@ class Aggregator:
             self.dropped[fate] += 1
             return
         self._pending.append((topic, payload))
+        self._heads.append(head)
 
     async def session(self, client: aiomqtt.Client) -> None:
         """Subscribe to the share's node topics and publish the outbox until cancelled (``mqtt.supervise``)."""
@@ -205,10 +209,11 @@ class Aggregator:
 
     async def _tick(self) -> None:
         messages, self._pending = self._pending, []
+        heads, self._heads = self._heads, []
         self._confirmed_pending = self._unconfirmed_pending = 0
         self.admission.sweep(self.monotonic_s())
         started = time.perf_counter()
-        result = await asyncio.to_thread(self.batcher.tick, messages, now_s=time.time())
+        result = await asyncio.to_thread(self.batcher.tick, messages, now_s=time.time(), heads=heads)
         self._last_duration_s = time.perf_counter() - started
         self._last = result
         self.admission.learn(result.confirmed)

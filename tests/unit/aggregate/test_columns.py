@@ -62,4 +62,4 @@ class TestColumns:
         masks = (_BINARY[0] & ~0b10, *_BINARY[1:])  # chips without their second field
         made = columns_of(chunk, masks, binary=True)
         assert flat(made) == flat(_by_block(chunk, masks, binary=True))
-        assert sorted(made.columns["chips"]) == sorted(set(RECORD_DTYPES["chips"].names[:10]) - {"util"})
+        assert sorted(made.columns["chips"]) == sorted(set((RECORD_DTYPES["chips"].names or ())[:10]) - {"util"})
