@@ -46,7 +46,7 @@ from rainierd.admission import Admission, SharePolicy
 from rainierd.aggregate._batcher import Batcher, NodeHead, Outgoing, TickResult, head_of, said_of
 from rainierd.errors import FrameError
 from rainierd.fleet import Topology, shard_view
-from rainierd.mqtt import Connection, ConnectionState, deliver
+from rainierd.mqtt import Connection, ConnectionState, deliver, publish_many, publish_nowait
 from rainierd.runtime import DropOldestQueue, Schedule, Verdict
 from rainierd.wire import Shard, node_filters
 
@@ -172,19 +172,45 @@ class Aggregator:
         log.info("aggregator subscribed", shard=str(self.shard), ultraservers=len(self.ultraservers),
                  filters=len(filters))
         while True:
-            message = await self.outbox.get()
+            burst = [await self.outbox.get()]
+            while not self.outbox.empty():
+                burst.append(self.outbox.get_nowait())
             published = False
             try:
-                await client.publish(message.topic, message.payload, qos=self.qos)
+                await self._publish(client, burst)
                 published = True
             finally:
-                # As the simulator's outbox: a batch taken and not confirmed is counted, never forgotten.
+                # A batch taken and not confirmed is counted, never forgotten.
+                frames = sum(message.frames for message in burst)
                 if published:
-                    self.published_frames += message.frames
-                    self.published_batches += 1
+                    self.published_frames += frames
+                    self.published_batches += len(burst)
                 else:
-                    self.dropped["unpublished"] += message.frames
-                self.outbox.task_done()
+                    self.dropped["unpublished"] += frames
+                for _ in burst:
+                    self.outbox.task_done()
+
+    async def _publish(self, client: aiomqtt.Client, burst: list[Outgoing]) -> None:
+        """Publish the batches waiting in the outbox, in order, as the simulator publishes a run of frames.
+
+        Every batch but the last is handed to the client without waiting (at
+        QoS 0 as one write, ``mqtt.publish_many``; at QoS 1 each queued,
+        ``mqtt.publish_nowait``); the last goes through aiomqtt and is waited
+        for: the client writes in order, so once it is out (at QoS 1:
+        acknowledged) they all are.  aiomqtt's publish of each batch cost
+        ~100 µs of the event loop (its futures, a writer registered and
+        removed, a wake-up through the loop's self-pipe): 17 µs a node frame
+        where a share's batches are small (issue 39).
+
+        Raises aiomqtt.MqttError when the connection is gone.
+        """
+        last = burst[-1]
+        if self.qos == 0:
+            publish_many(client, [m.topic for m in burst[:-1]], [m.payload for m in burst[:-1]])
+        else:
+            for message in burst[:-1]:
+                publish_nowait(client, message.topic, message.payload, qos=self.qos)
+        await client.publish(last.topic, last.payload, qos=self.qos)
 
     # -- ticks ---------------------------------------------------------------------------------------------
     async def run_ticks(self, after: Callable[[], Awaitable[None]] | None = None) -> None:

@@ -155,9 +155,9 @@ def deliver(client: aiomqtt.Client, handler: Handler) -> None:
 
     ``client`` is one ``supervise`` gave its session.  Call it before
     subscribing, so that retained messages sent with the SUBACK reach the
-    handler too.  A handler must not raise: the exception escapes into paho's
-    read loop, which then hands the same message on again and again instead
-    of reading the next.  A topic that is not UTF-8, or that holds a
+    handler too.  A handler must not raise: the exception escapes into the
+    client's read (``_paho.read_in_chunks``), which keeps the message and
+    hands it on again at the next read instead of the ones after it.  A topic that is not UTF-8, or that holds a
     wildcard, fails the same way in aiomqtt before the handler sees it; MQTT
     makes a broker refuse such a topic from a publisher (Mosquitto and the
     embedded broker do), so none arrives.

@@ -10,6 +10,7 @@ import dataclasses
 import json
 from collections import Counter
 
+import aiomqtt
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -22,6 +23,9 @@ from rainierd.aggregate._batcher import head_of, said_of
 from rainierd.core import FleetState, Ingest, IngestStats, Received
 from rainierd.errors import FrameError
 from rainierd.fleet.topology import build_topology
+from rainierd.mqtt.broker import EmbeddedBroker
+from rainierd.mqtt.config import Broker, MqttConfig
+from rainierd.mqtt.supervisor import _client
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
 from rainierd.wire import NodeBatch, NodeFrame, Peek, decode_binary, decode_json, encode_binary, encode_json, peek
@@ -404,3 +408,35 @@ def test_drain_publishes_nothing_without_a_session_but_returns_in_time() -> None
     asyncio.run(go())
     assert agg.batched == 32
     assert agg.outbox.qsize() > 0
+
+
+class TestPublishing:
+    @pytest.mark.parametrize("qos", [0, 1])
+    async def test_the_batches_waiting_go_out_in_order_and_are_counted_once_written(self, qos: int) -> None:
+        """A tick's batches waiting in the outbox are published together (all but the last without waiting, at
+        either QoS): a subscriber gets every one, in order, and each is counted published, none unpublished."""
+        agg = Aggregator(TOPO, shard=Shard(), name="a", tick_s=1.0, batch_nodes=128, max_frame_bytes=1 << 20, qos=qos)
+        for topic, payload in tick(0):
+            agg.hear(topic, payload, False)
+        await agg.tick()
+        waiting = [agg.outbox.get_nowait() for _ in range(agg.outbox.qsize())]
+        for batch in waiting:
+            agg.outbox.task_done()
+            agg.outbox.put_nowait(batch)
+        sent = [(b.topic, b.payload) for b in waiting]
+        got: list[tuple[str, bytes]] = []
+        async with EmbeddedBroker() as broker, aiomqtt.Client("127.0.0.1", broker.port, identifier="sub") as sub:
+            await sub.subscribe([(f, qos) for f in telemetry_filters()])
+            config = MqttConfig(brokers=(Broker("127.0.0.1", broker.port),), client_id="agg")
+            async with _client(config, config.brokers[0]) as client:
+                session = asyncio.create_task(agg.session(client))
+                async with asyncio.timeout(10):
+                    async for message in sub.messages:
+                        assert isinstance(message.payload, bytes)
+                        got.append((message.topic.value, message.payload))
+                        if len(got) == len(sent):
+                            break
+                    await agg.outbox.join()
+                session.cancel()
+        assert (got, agg.published_batches, agg.published_frames, agg.dropped["unpublished"]) == (
+            sent, len(sent), 32, 0)
