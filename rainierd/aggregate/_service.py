@@ -55,6 +55,7 @@ log = structlog.get_logger("rainierd.aggregate")
 DRAIN_S: Final = 1.0  # on a stop, how long the last batches may take to publish
 _BACKLOG_TICKS: Final = 4
 _OUTBOX_TICKS: Final = 4
+_WRITE_BYTES: Final = 1 << 19  # batches queued on the client as one packet, at most about this much
 _FILTERS_PER_SUBSCRIBE: Final = 512  # a share at rainier is 7,800 / N UltraServers: a few SUBSCRIBEs
 BATCH_NODE_BUCKETS: Final = (1, 4, 16, 32, 64, 128, 256, 512, 1024, 4096)
 
@@ -206,7 +207,17 @@ class Aggregator:
         """
         last = burst[-1]
         if self.qos == 0:
-            publish_many(client, [m.topic for m in burst[:-1]], [m.payload for m in burst[:-1]])
+            # Queued in writes of at most _WRITE_BYTES: paho copies what is left of a packet at each partial
+            # send, and a tick's batches are megabytes.
+            group: list[Outgoing] = []
+            size = 0
+            for message in burst[:-1]:
+                group.append(message)
+                size += len(message.payload)
+                if size >= _WRITE_BYTES:
+                    publish_many(client, [m.topic for m in group], [m.payload for m in group])
+                    group, size = [], 0
+            publish_many(client, [m.topic for m in group], [m.payload for m in group])
         else:
             for message in burst[:-1]:
                 publish_nowait(client, message.topic, message.payload, qos=self.qos)
