@@ -14,6 +14,7 @@ import asyncio
 import importlib.metadata
 import inspect
 import random
+import time
 
 import aiomqtt
 import paho.mqtt.client as paho
@@ -270,6 +271,7 @@ class TestPahosReading:
                                          "remaining_length", "packet", "to_process", "pos"}, moved(
             "paho.Client._in_packet")
         assert isinstance(inner._last_bytes_received, float), moved("paho.Client._last_bytes_received")
+        assert paho.time_func is time.monotonic, moved("paho's keep-alive clock")  # the reader stamps with it
         with inner._msgtime_mutex:
             pass
 
