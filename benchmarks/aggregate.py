@@ -3,7 +3,10 @@ in one process and no broker: decoding a real node frame (the ``rainier``
 node: 16 chips, 48 links, 16 EFA ports, cooling) by each candidate JSON
 decoder and by the binary decoder, and the aggregator's whole tick
 (``Batcher.tick``: judge, decode, group, batch, encode) at a share of
-``rainier``.
+``rainier``, in wall time; then the role's own work in CPU time, a tick of
+frames heard (``Aggregator.hear``: admission, held for the tick) and
+batched (``Aggregator.tick``), ``role_cpu_us_per_frame`` being both: all
+of a frame's cost but MQTT's.
 
 JSON decoders compared, each to the same ``NodeFrame`` (records as numpy
 arrays) except where said:
@@ -32,6 +35,8 @@ deployment's (a share spans every site and its buckets).
 from __future__ import annotations
 
 import argparse
+import asyncio
+import gc
 import json
 import statistics
 import struct
@@ -49,7 +54,8 @@ from benchmarks._table import print_table
 from harness.procs import cpu_s, free_port, mosquitto
 from harness.scrape import current_values
 from harness.waits import poll_until
-from rainierd.aggregate import Batcher
+from rainierd.aggregate import Aggregator, Batcher
+from rainierd.fleet import Topology
 from rainierd.fleet.topology import build_topology
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
@@ -99,7 +105,14 @@ def _msgspec_decoder() -> Callable[[bytes], object] | None:
         rows = [msgspec.structs.astuple(item) for item in items]
         if any(None in row for row in rows):
             raise ValueError("the benchmark's frames carry every field")
-        return np.array(rows, dtype=dtype), np.full(len(items), (1 << len(dtype.names or ())) - 1, np.uint16)
+        # The Structs mirror wire v1's fields; the fields added since stay unknown, as in a binary node frame.
+        names = (dtype.names or ())[:len(rows[0]) if rows else 0]
+        assert dtype.fields is not None
+        known = np.array(rows, dtype=[(name, dtype.fields[name][0]) for name in names])
+        records = np.zeros(len(rows), dtype)
+        for name in names:
+            records[name] = known[name]
+        return records, np.full(len(items), (1 << len(names)) - 1, np.uint16)
 
     def decode(payload: bytes) -> NodeFrame:
         m = decoder.decode(payload)
@@ -146,14 +159,20 @@ def bench_decoders(frames: list[tuple[str, NodeFrame]], repeat: int) -> list[dic
 
 
 def bench_tick(topology: str, share: int, encoding: str, repeat: int) -> dict[str, Any]:
-    """Return the aggregator's whole tick at ``topology`` for shard 0 of ``share``: µs per node frame."""
+    """Return the aggregator's work at ``topology`` for shard 0 of ``share``, per node frame: ``Batcher.tick`` alone
+    (wall time, as before), and the role's own, in CPU time: each message through ``Aggregator.hear`` (admission,
+    held for the tick) and the tick that batches them (``Aggregator.tick``: judge, group, batch, encode)."""
     topo = build_topology(topology)
     model = FleetModel(topo, np.random.default_rng(0), tick_s=1.0, start_s=time.time())
-    sample = model.step(0)
     encode = encode_json if encoding == "json" else encode_binary
     shard = Shard(0, share)
-    messages = [(topic, encode(frame)) for topic, frame in tick_frames(topo, sample, publisher="sim")
-                if isinstance(frame, NodeFrame) and shard.owns_ultraserver(frame.node // topo.nodes_per_ultraserver)]
+    ticks = []
+    for k in range(repeat + 1):  # a tick of frames each run, their samples a second apart, as a share's agents send
+        sample = model.step(k)
+        ticks.append([(topic, encode(frame)) for topic, frame in tick_frames(topo, sample, publisher="sim")
+                      if isinstance(frame, NodeFrame)
+                      and shard.owns_ultraserver(frame.node // topo.nodes_per_ultraserver)])
+    messages = ticks[-1]
     batcher = Batcher(topo, shard=shard, name="agg-0")
     runs = []
     for _ in range(repeat):
@@ -161,9 +180,37 @@ def bench_tick(topology: str, share: int, encoding: str, repeat: int) -> dict[st
         result = batcher.tick(messages, now_s=time.time())
         runs.append(time.perf_counter() - started)
     seconds = statistics.median(runs)
+    hear_s, role_tick_s = asyncio.run(_role_cpu(topo, shard, ticks))
     return {"topology": topology, "share": f"0/{share}", "encoding": encoding, "frames": len(messages),
             "batches": len(result.batches), "tick_s": round(seconds, 4),
-            "us_per_frame": round(seconds / len(messages) * 1e6, 2)}
+            "us_per_frame": round(seconds / len(messages) * 1e6, 2),
+            "hear_cpu_us_per_frame": round(hear_s / len(messages) * 1e6, 2),
+            "tick_cpu_us_per_frame": round(role_tick_s / len(messages) * 1e6, 2),
+            "role_cpu_us_per_frame": round((hear_s + role_tick_s) / len(messages) * 1e6, 2)}
+
+
+async def _role_cpu(topo: Topology, shard: Shard, ticks: list[list[tuple[str, bytes]]]) -> tuple[float, float]:
+    """Return the median CPU seconds of hearing one tick's messages and of batching them (the first tick a
+    warm-up), with the process's heap frozen as the daemon freezes it."""
+    clock = [0.0]
+    agg = Aggregator(topo, shard=shard, name="agg-0", tick_s=1.0, batch_nodes=128, max_frame_bytes=1 << 20, qos=0,
+                     monotonic_s=lambda: clock[0])
+    gc.collect()
+    gc.freeze()
+    hears, batching = [], []
+    for messages in ticks:
+        started = time.process_time()
+        for topic, payload in messages:
+            agg.hear(topic, payload, False)
+        heard = time.process_time()
+        await agg.tick()  # its batching in a worker thread: process time counts it
+        hears.append(heard - started)
+        batching.append(time.process_time() - heard)
+        clock[0] += 1.0
+    gc.unfreeze()
+    if agg.batched != sum(len(m) for m in ticks):
+        raise RuntimeError(f"the aggregator dropped frames: {dict(agg.dropped)}")
+    return statistics.median(hears[1:]), statistics.median(batching[1:])
 
 
 def _share_of(topology: str, rate: int) -> Shard:

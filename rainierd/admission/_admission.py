@@ -166,18 +166,17 @@ class Admission:
         self.unconfirmed_share.sweep(now_s)
         self.other_share.sweep(now_s)
 
-    def admit(self, topic: str, payload: bytes, *, now_s: float, rx_wall_s: float) -> Fate:
+    def admit(self, topic: str, payload: bytes, *, now_s: float, rx_wall_s: float, said: Peek | None = None) -> Fate:
         """Charge one message to its share; return what became of it (``confirmed`` or ``unconfirmed``:
         admitted, ``shed`` set; else the reason it is dropped).
 
+        ``said`` is ``peek(payload)`` when the caller has read the header
+        already (an aggregator reads a node frame's once, for this and its
+        batching), else it is read here.
+
         Raises FrameError, charging nobody, for a payload the decoding would refuse by its header alone.
         """
-        try:
-            said = peek(payload)
-        except FrameError:
-            if parse_topic(topic) is None:  # the decoding judges the topic first
-                raise FrameError("bad_topic", "not a telemetry topic") from None
-            raise
+        said = _peeked(topic, payload) if said is None else said
         size = len(payload)
         if said.kind == "node":
             rank = self._rank(topic, said, rx_wall_s, side=self.confirmed.nodes, newest=self._node_newest,
@@ -257,6 +256,16 @@ class Admission:
         if len(self._batch_newest) >= _MAX_BATCH_TOPICS and topic not in self._batch_newest:
             self._batch_newest.clear()  # a fleet's few hundred batch topics are back within a tick
         self._batch_newest[topic] = t_s
+
+
+def _peeked(topic: str, payload: bytes) -> Peek:
+    """Return what ``payload`` says of itself; raise FrameError as its decoding would, judging the topic first."""
+    try:
+        return peek(payload)
+    except FrameError:
+        if parse_topic(topic) is None:
+            raise FrameError("bad_topic", "not a telemetry topic") from None
+        raise
 
 
 def _newest(newest: list[float], side: StreamsView) -> list[float]:

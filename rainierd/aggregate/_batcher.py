@@ -28,12 +28,13 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
 
 from rainierd.admission import Confirmed, StreamsView
+from rainierd.aggregate._columns import Entry, columns_of, new_entry
 from rainierd.errors import FrameError
 from rainierd.fleet import Topology
 from rainierd.wire import (
@@ -48,13 +49,14 @@ from rainierd.wire import (
     RECORD_KINDS,
     NodeBatch,
     NodeFrame,
+    Peek,
     Shard,
     batch_topic,
     bucket_of,
     decode_json,
     encode_batch,
+    node_frame_head,
     parse_topic,
-    split_node_frame,
 )
 
 DROP_REASONS: Final = (
@@ -74,7 +76,6 @@ DROP_REASONS: Final = (
     "unpublished",  # its batch was taken for publishing and the connection failed under it
 )
 _FULL: Final = {kind: (1 << len(RECORD_DTYPES[kind].names or ())) - 1 for kind in RECORD_KINDS}
-_COLUMNS: Final = {kind: RECORD_DTYPES[kind].names or () for kind in RECORD_KINDS}
 _ALL: Final = tuple(_FULL[kind] for kind in RECORD_KINDS)
 # A binary node frame's records carry its layout's fields, every one (later fields are unknown).
 _BINARY: Final = tuple((1 << len(NODE_FRAME_DTYPES[kind].names or ())) - 1 for kind in RECORD_KINDS)
@@ -83,6 +84,7 @@ _NAME_RE: Final = re.compile(r"[^A-Za-z0-9_.-]")
 # A node's age floor rises this much a second of its sample time (clock drift), as the monitor's receive-lag
 # floor does (core/streams.py, LAG_FLOOR_RISE): the floor the admission judges a frame far ahead against.
 _AGE_FLOOR_RISE: Final = 1 / 300
+_TOPICS: Final = 65_536  # topics whose judgement is remembered (a share of rainier has at most ~31,000 nodes)
 
 
 def batch_name(client_id: str) -> str:
@@ -112,26 +114,6 @@ class TickResult:
     confirmed: Confirmed = field(default_factory=Confirmed)  # whose frames each node's topic carries, for admission
 
 
-@dataclass(frozen=True, slots=True)
-class _Entry:
-    """One node frame as the batcher moves it: its header, and its records of each kind as packed bytes."""
-
-    node: int
-    publisher: str
-    seq: int
-    tick: int
-    t_s: float
-    counts: tuple[int, ...]
-    blocks: tuple[bytes | memoryview, ...]
-    masks: tuple[int, ...]  # the fields every record of each kind carries
-    binary: bool = False  # records in a binary node frame's layout (NODE_FRAME_DTYPES), else RECORD_DTYPES'
-
-    @property
-    def size(self) -> int:
-        """Return about how many bytes the entry adds to a batch."""
-        return _ENTRY_BYTES + sum(len(block) for block in self.blocks)
-
-
 def _masks(frame: NodeFrame) -> tuple[tuple[int, ...], bool]:
     """Return the fields every record of each kind carries, and whether some record carried more."""
     if not frame.known:
@@ -152,14 +134,44 @@ class _NotANodeFrameError(Exception):
     """A well-formed frame of another kind (a facility frame, a batch) on a node topic."""
 
 
-def _entry(payload: bytes) -> tuple[_Entry, bool]:
-    """Return a node frame payload as an entry, and whether it was narrowed (binary: by the block; JSON: decoded).
+NodeHead = tuple[str, int, int, float, int, tuple[int, ...], int]
+"""A binary node frame's header as ``wire.node_frame_head`` reads it."""
 
-    Raises FrameError as the decoders do, _NotANodeFrameError for a facility frame or a batch.
+
+def head_of(payload: bytes) -> NodeHead | None:
+    """Return the header of a binary node frame, checked, or None for any other payload (read by ``peek``).
+
+    An aggregator reads it once as a message arrives, for its admission
+    (``said_of``) and for its tick (``Batcher.tick``'s ``heads``): reading it
+    twice cost 1.2 µs a frame (issue 39).
+
+    Raises FrameError as ``peek`` does for the same payload.
     """
     if payload[:1] == MAGIC[:1] and len(payload) > 5 and payload[5] == KIND_NODE:
-        publisher, seq, tick, t_s, node, counts, blocks = split_node_frame(payload)
-        return _Entry(node, publisher, seq, tick, t_s, counts, blocks, _BINARY, binary=True), False
+        return node_frame_head(payload)
+    return None
+
+
+def said_of(head: NodeHead) -> Peek:
+    """Return what ``peek`` says of the binary node frame whose header is ``head``."""
+    return _new_peek(Peek, ("binary", "node", head[4], (head[0],), head[3]))
+
+
+_new_peek: Final = tuple.__new__
+
+
+def _entry(payload: bytes, head: NodeHead | None = None) -> tuple[Entry, bool]:
+    """Return a node frame payload as an entry, and whether it was narrowed (binary: by the block; JSON: decoded).
+
+    ``head`` is the payload's ``head_of``, when already read.
+    Raises FrameError as the decoders do, _NotANodeFrameError for a facility frame or a batch.
+    """
+    if head is None and payload[:1] == MAGIC[:1] and len(payload) > 5 and payload[5] == KIND_NODE:
+        head = node_frame_head(payload)
+    if head is not None:
+        publisher, seq, tick, t_s, node, counts, offset = head
+        size = _ENTRY_BYTES + len(payload) - offset
+        return new_entry(Entry, (node, publisher, seq, tick, t_s, counts, payload, offset, _BINARY, True, size)), False
     if payload[:1] == MAGIC[:1] and len(payload) > 5 and payload[5] in (KIND_FACILITY, KIND_BATCH):
         raise _NotANodeFrameError
     if payload[:1] == b"{":
@@ -168,12 +180,14 @@ def _entry(payload: bytes) -> tuple[_Entry, bool]:
             raise _NotANodeFrameError
         masks, narrowed = _masks(frame)
         records = tuple(getattr(frame, kind) for kind in RECORD_KINDS)
-        return _Entry(frame.node, frame.publisher, frame.seq, frame.tick, frame.t_s,
-                      tuple(len(r) for r in records), tuple(r.tobytes() for r in records), masks), narrowed
+        packed = b"".join([r.tobytes() for r in records])
+        return new_entry(Entry, (frame.node, frame.publisher, frame.seq, frame.tick, frame.t_s,
+                                 tuple(len(r) for r in records), packed, 0, masks, False,
+                                 _ENTRY_BYTES + len(packed))), narrowed
     if not payload:
         raise FrameError("empty", "empty payload")
     if payload[:1] == MAGIC[:1]:
-        split_node_frame(payload)  # raises the binary reason (bad magic, truncated, a batch's bad_kind ...)
+        node_frame_head(payload)  # raises the binary reason (bad magic, truncated, a batch's bad_kind ...)
     raise FrameError("unknown_encoding", f"first byte {payload[:1]!r} is neither '{{' nor 'R'")
 
 
@@ -204,36 +218,56 @@ class Batcher:
         self._age_s = np.full(n, np.nan)
         self.lead_slack_s = max(5 * tick_s, 5.0)  # as the monitor's streams judge a frame far ahead
         self._confirmed: Confirmed | None = None
+        self._topics: dict[str, tuple[str | None, int]] = {}
+        # Each node's site and topic bucket: what its batches are grouped by.
+        self._place = [(self._site[us], bucket_of(us)) for us in self._node_us]
 
     def topic_reason(self, topic: str) -> str | None:
         """Return why a message on ``topic`` is dropped whatever it carries (``DROP_REASONS``), or None."""
+        return self._topic(topic)[0]
+
+    def _topic(self, topic: str) -> tuple[str | None, int]:
+        """Return why a message on ``topic`` is dropped whatever it carries, or None and the node it names.
+
+        Remembered by topic: a share's nodes send on the same topics tick
+        after tick, and reading one (1.7 µs) was read twice a message.  At
+        most ``_TOPICS`` are remembered, then forgotten at once (a flood of
+        made-up topics costs its reads again, never memory).  Called on the
+        event loop (``topic_reason``) and in the tick's thread: each answer
+        is the same whoever computes it, so neither needs the other's.
+        """
+        known = self._topics.get(topic)
+        if known is None:
+            if len(self._topics) >= _TOPICS:
+                self._topics.clear()
+            known = self._topics[topic] = self._read_topic(topic)
+        return known
+
+    def _read_topic(self, topic: str) -> tuple[str | None, int]:
         address = parse_topic(topic)
         if address is None or address.kind != "node" or address.bucket < 0:
-            return "bad_topic"
+            return "bad_topic", -1
         if not self.shard.owns_ultraserver(address.ultraserver):
-            return "not_in_share"
+            return "not_in_share", -1
         node, us = address.node, address.ultraserver
         if not (node < len(self._present) and self._present[node]):
-            return "unknown_node"
+            return "unknown_node", -1
         if self._node_us[node] != us or self._site[us] != address.site:
-            return "topic_mismatch"
-        return None
+            return "topic_mismatch", -1
+        return None, node
 
     def _judge(
-        self, topic: str, payload: bytes, dropped: Counter[str], decode_errors: Counter[str],
-    ) -> tuple[_Entry, bool] | None:
+        self, topic: str, payload: bytes, head: NodeHead | None, dropped: Counter[str], decode_errors: Counter[str],
+    ) -> tuple[Entry, bool] | None:
         """Return the message's node frame as an entry and whether it was narrowed, or None having counted
         why it is dropped."""
-        reason = self.topic_reason(topic)
+        reason, node = self._topics.get(topic) or self._topic(topic)
         if reason is not None:
             dropped[reason] += 1
             return None
-        address = parse_topic(topic)
-        assert address is not None
-        node = address.node
         try:
             # The monitor checks every float of every entry at once; a NaN here is its to count.
-            entry, narrowed = _entry(payload)
+            entry, narrowed = _entry(payload, head)
         except FrameError as exc:
             dropped["malformed"] += 1
             decode_errors[exc.reason] += 1
@@ -246,15 +280,21 @@ class Batcher:
             return None
         return entry, narrowed
 
-    def tick(self, messages: Sequence[tuple[str, bytes]], *, now_s: float) -> TickResult:
-        """Return one tick's messages (topic, payload) as batch frames, every message's fate counted."""
+    def tick(self, messages: Sequence[tuple[str, bytes]], *, now_s: float,
+             heads: Sequence[NodeHead | None] = ()) -> TickResult:
+        """Return one tick's messages (topic, payload) as batch frames, every message's fate counted.
+
+        ``heads``, when given, is each message's ``head_of``, read as it arrived.
+        """
         dropped: Counter[str] = Counter()
         decode_errors: Counter[str] = Counter()
         narrowed = 0
-        groups: dict[tuple[int, int, tuple[int, ...], bool], list[_Entry]] = {}
+        groups: dict[tuple[int, int, tuple[int, ...], bool], list[Entry]] = {}
         seen: set[tuple[int, str, int]] = set()
-        for topic, payload in messages:
-            judged = self._judge(topic, payload, dropped, decode_errors)
+        place = self._place
+        judge = self._judge
+        for i, (topic, payload) in enumerate(messages):
+            judged = judge(topic, payload, heads[i] if heads else None, dropped, decode_errors)
             if judged is None:
                 continue
             entry, partial = judged
@@ -264,8 +304,7 @@ class Batcher:
                 continue
             seen.add(key)
             narrowed += partial
-            us = self._node_us[entry.node]
-            groups.setdefault((self._site[us], bucket_of(us), entry.masks, entry.binary), []).append(entry)
+            groups.setdefault((*place[entry.node], entry.masks, entry.binary), []).append(entry)
         batches: list[Outgoing] = []
         ages: list[npt.NDArray[np.float64]] = []
         per_topic: Counter[tuple[int, int]] = Counter()
@@ -282,7 +321,7 @@ class Batcher:
         return TickResult(batches, sum(b.frames for b in batches), dropped, decode_errors, narrowed,
                           np.concatenate(ages) if ages else np.zeros(0), confirmed)
 
-    def _learn(self, groups: dict[tuple[int, int, tuple[int, ...], bool], list[_Entry]], *, now_s: float) -> Confirmed:
+    def _learn(self, groups: dict[tuple[int, int, tuple[int, ...], bool], list[Entry]], *, now_s: float) -> Confirmed:
         """Take the tick's entries into what the admission knows of each node's stream; return it.
 
         A node's publisher is the one its frames were batched under in the
@@ -317,10 +356,10 @@ class Batcher:
                                        was.sites, previous=self._confirmed, lead_slack_s=self.lead_slack_s)
         return self._confirmed
 
-    def _chunks(self, entries: list[_Entry]) -> list[list[_Entry]]:
+    def _chunks(self, entries: list[Entry]) -> list[list[Entry]]:
         """Cut one group into batches: each node at most once a batch (its frames in order), at most
         ``max_nodes`` entries and ``max_frame_bytes`` bytes each."""
-        generations: list[list[_Entry]] = []
+        generations: list[list[Entry]] = []
         count: Counter[int] = Counter()
         for entry in entries:
             g = count[entry.node]
@@ -329,9 +368,9 @@ class Batcher:
                 generations.append([])
             generations[g].append(entry)
         room = self.max_frame_bytes - BATCH_HEADER.size - 256
-        chunks: list[list[_Entry]] = []
+        chunks: list[list[Entry]] = []
         for generation in generations:
-            chunk: list[_Entry] = []
+            chunk: list[Entry] = []
             size = 0
             for entry in generation:
                 need = entry.size
@@ -344,26 +383,16 @@ class Batcher:
                 chunks.append(chunk)
         return chunks
 
-    def _batch(self, site: int, bucket: int, masks: tuple[int, ...], entries: list[_Entry], now_s: float, *,
+    def _batch(self, site: int, bucket: int, masks: tuple[int, ...], entries: list[Entry], now_s: float, *,
                binary: bool) -> NodeBatch:
-        """Return the batch frame of ``entries`` (nodes of one site and bucket, each once): each kind's records
-        joined by the block, then split into columns by numpy."""
+        """Return the batch frame of ``entries`` (nodes of one site and bucket, each once; ``_columns``)."""
         table: dict[str, int] = {}
         index = [table.setdefault(entry.publisher, len(table)) for entry in entries]
-        counts: dict[str, npt.NDArray[np.uint16]] = {}
-        columns: dict[str, dict[str, npt.NDArray[Any]]] = {}
-        for k, (kind, mask) in enumerate(zip(RECORD_KINDS, masks, strict=True)):
-            counts[kind] = np.fromiter((entry.counts[k] for entry in entries), np.uint16, len(entries))
-            layout = (NODE_FRAME_DTYPES if binary else RECORD_DTYPES)[kind]
-            joined = np.frombuffer(b"".join([entry.blocks[k] for entry in entries]), layout)
-            columns[kind] = {name: joined[name] for bit, name in enumerate(_COLUMNS[kind]) if mask >> bit & 1}
+        made = columns_of(entries, masks, binary=binary)
         key = (site, bucket)
         seq = self._batch_seq.get(key, 0)
         self._batch_seq[key] = seq + 1
-        n = len(entries)
         return NodeBatch(
-            self.name, seq, self.ticks, now_s, site,
-            np.fromiter((e.node for e in entries), np.uint32, n), np.fromiter((e.seq for e in entries), np.uint64, n),
-            np.fromiter((e.tick for e in entries), np.uint64, n), np.fromiter((e.t_s for e in entries), np.float64, n),
-            counts, columns, node_publisher=np.array(index, np.uint16), publishers=tuple(table),
+            self.name, seq, self.ticks, now_s, site, made.node, made.seq, made.tick, made.t_s, made.counts,
+            made.columns, node_publisher=np.array(index, np.uint16), publishers=tuple(table),
         )

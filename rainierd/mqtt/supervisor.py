@@ -21,10 +21,12 @@ is buffered here (MQTT 3.1.1 has no such field: there, the broker's own
 ``max_packet_size`` is the bound; docs/security.md).
 
 A subscriber takes its messages through ``deliver``, not aiomqtt's message
-iterator: each decoded PUBLISH goes straight to the subscriber's handler on
-the event loop, in the same paho callback that read it off the socket
-(aiomqtt's public ``queue_type=``, with a queue that hands each message on
-instead of holding it).  aiomqtt's iterator would put it in a bounded queue
+iterator: each QoS 0 PUBLISH goes straight to the subscriber's handler on
+the event loop, in the same callback that read it off the socket
+(``_paho.read_in_chunks``: one ``recv`` of up to 256 kB, then every whole
+packet in it), and anything else through paho and aiomqtt's public
+``queue_type=``, with a queue that hands each message on instead of holding
+it.  aiomqtt's iterator would put it in a bounded queue
 first, discarding what does not fit with a plain-text line on stderr and
 counting it nowhere, and would cost a task per message (3.5 times the CPU a
 message; benchmarks/README.md, ``receive``); a handler that does O(1)
@@ -56,7 +58,7 @@ import structlog
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from rainierd.mqtt._paho import Client, close_unannounced, disconnected
+from rainierd.mqtt._paho import Client, Handler, close_unannounced, disconnected, read_in_chunks
 from rainierd.mqtt.config import Broker, MqttConfig
 from rainierd.mqtt.connection import ConnectionState
 from rainierd.wire import status_topic
@@ -79,10 +81,6 @@ def _tls_context(config: MqttConfig, broker: Broker) -> ssl.SSLContext | None:
     return context
 
 
-Handler = Callable[[str, bytes, bool], None]
-"""Takes (topic, payload, retained) of one message on the event loop; must not block."""
-
-
 class _Client(Client):
     """The supervisor's client: one a stop always reaches (``_paho.Client``), whose messages go to the handler
     ``deliver`` gives it, once given one, as paho reads them."""
@@ -100,6 +98,7 @@ class _Client(Client):
                     client.handler(item.topic.value, item.payload, item.retain)
 
         super().__init__(*args, queue_type=HandOn, **kwargs)
+        read_in_chunks(self, lambda: client.handler)
 
 
 def _client(config: MqttConfig, broker: Broker) -> aiomqtt.Client:
@@ -156,9 +155,9 @@ def deliver(client: aiomqtt.Client, handler: Handler) -> None:
 
     ``client`` is one ``supervise`` gave its session.  Call it before
     subscribing, so that retained messages sent with the SUBACK reach the
-    handler too.  A handler must not raise: the exception escapes into paho's
-    read loop, which then hands the same message on again and again instead
-    of reading the next.  A topic that is not UTF-8, or that holds a
+    handler too.  A handler must not raise: the exception escapes into the
+    client's read (``_paho.read_in_chunks``), which keeps the message and
+    hands it on again at the next read instead of the ones after it.  A topic that is not UTF-8, or that holds a
     wildcard, fails the same way in aiomqtt before the handler sees it; MQTT
     makes a broker refuse such a topic from a publisher (Mosquitto and the
     embedded broker do), so none arrives.

@@ -28,7 +28,7 @@ from rainierd.wire.binary import (
     encode_binary,
     finite_mask,
     node_frame_dtype,
-    split_node_frame,
+    node_frame_head,
 )
 from rainierd.wire.jobs import (
     JOB_REJECT_REASONS,
@@ -154,11 +154,11 @@ __all__ = [
     "json_schema",
     "node_filters",
     "node_frame_dtype",
+    "node_frame_head",
     "node_topic",
     "parse_shard",
     "parse_topic",
     "peek",
-    "split_node_frame",
     "status_topic",
     "telemetry_filters",
     "truth_topic",

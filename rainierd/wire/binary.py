@@ -505,12 +505,12 @@ def _frame_layout(
             _NODE_DTYPES if node else _FACILITY_DTYPES, offset)
 
 
-def split_node_frame(payload: bytes) -> tuple[str, int, int, float, int, tuple[int, ...], tuple[memoryview, ...]]:
-    """Return a binary node frame's (publisher, seq, tick, t_s, node, record counts, record blocks), checked as
-    ``decode_binary`` checks it but for its floats: each block is the packed records of one kind (chips,
-    links, EFA, cooling), a view of the payload.
+def node_frame_head(payload: bytes) -> tuple[str, int, int, float, int, tuple[int, ...], int]:
+    """Return a binary node frame's (publisher, seq, tick, t_s, node, record counts, where its records start),
+    checked as ``decode_binary`` checks it but for its floats; its records follow one kind after another
+    (chips, links, EFA, cooling) in ``NODE_FRAME_DTYPES``' layouts.
 
-    An aggregator moves records between frames by the block, never by the record.
+    An aggregator moves records between frames whole, never by the record.
 
     Raises FrameError as ``decode_binary`` does, and bad_kind for anything but a node frame.
     """
@@ -518,12 +518,7 @@ def split_node_frame(payload: bytes) -> tuple[str, int, int, float, int, tuple[i
     if payload[5] != KIND_NODE:
         raise FrameError("bad_kind", f"frame kind {payload[5]} is not a node frame")
     _kind, seq, tick, t_s, node, publisher, counts, _dtypes, offset = _frame_layout(payload)
-    view = memoryview(payload)
-    chips = offset + counts[0] * _NODE_SIZES[0]
-    links = chips + counts[1] * _NODE_SIZES[1]
-    efa = links + counts[2] * _NODE_SIZES[2]
-    return publisher, seq, tick, t_s, node, counts, (view[offset:chips], view[chips:links], view[links:efa],
-                                                      view[efa:])
+    return publisher, seq, tick, t_s, node, counts, offset
 
 
 class Head(NamedTuple):

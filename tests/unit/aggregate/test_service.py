@@ -10,18 +10,27 @@ import dataclasses
 import json
 from collections import Counter
 
+import aiomqtt
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from paho.mqtt.client import topic_matches_sub
 from prometheus_client import CollectorRegistry
 
 from rainierd.aggregate import Aggregator, AggregatorCollector, Batcher, TickResult, batch_name
+from rainierd.aggregate._batcher import head_of, said_of
 from rainierd.core import FleetState, Ingest, IngestStats, Received
+from rainierd.errors import FrameError
 from rainierd.fleet.topology import build_topology
+from rainierd.mqtt.broker import EmbeddedBroker
+from rainierd.mqtt.config import Broker, MqttConfig
+from rainierd.mqtt.supervisor import _client
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import tick_frames
-from rainierd.wire import NodeBatch, NodeFrame, decode_binary, decode_json, encode_binary, encode_json
+from rainierd.wire import NodeBatch, NodeFrame, Peek, decode_binary, decode_json, encode_binary, encode_json, peek
 from rainierd.wire.topics import Shard, batch_topic, facility_topic, node_filters, node_topic, telemetry_filters
+from tests.unit.core.ingest.test_hostile_input import CORPUS, mutate
 
 TOPO = build_topology("sites=2,ultraservers=4")  # 2 sites x 4 UltraServers x 4 nodes: 32 nodes, 8 buckets
 
@@ -184,6 +193,47 @@ class TestBatching:
                                           np.repeat(batch.node, batch.counts["chips"]))
         assert carried == json_nodes
         assert result.frames == len(messages)
+
+
+class TestHeaderReadOnce:
+    @given(st.data())
+    @settings(max_examples=300, deadline=None)
+    def test_the_header_read_for_both_says_what_peek_says(self, data: st.DataObject) -> None:
+        """For real frames mangled and for random bytes: what ``head_of`` refuses ``peek`` refuses for the same
+        reason, and of a binary node frame it says through ``said_of`` exactly what ``peek`` says; of anything
+        else it reads nothing (the admission peeks for itself)."""
+        if data.draw(st.booleans()):
+            payload = data.draw(st.binary(max_size=512))
+        else:
+            payload = mutate(CORPUS[data.draw(st.integers(0, len(CORPUS) - 1))][1], data)
+        try:
+            said: object = peek(payload)
+        except FrameError as exc:
+            said = exc.reason
+        try:
+            head = head_of(payload)
+        except FrameError as exc:
+            read: object = exc.reason
+        else:
+            read = said_of(head) if head is not None else None
+        if read is None:  # not a binary node frame's header: the admission peeks for itself
+            assert not said_of_node(said)
+        else:
+            assert read == said
+
+    def test_the_tick_makes_the_same_batches_with_the_heads_read_on_arrival(self) -> None:
+        """Given each message's header as read on arrival, a tick's batches are byte for byte those it makes
+        reading the headers itself."""
+        messages = tick(2)
+        heads = [head_of(p) for _, p in messages]
+        alone = batcher().tick(messages, now_s=2_000.0)
+        given_heads = batcher().tick(messages, now_s=2_000.0, heads=heads)
+        assert [(b.topic, b.payload) for b in given_heads.batches] == [(b.topic, b.payload) for b in alone.batches]
+
+
+def said_of_node(said: object) -> bool:
+    """Return whether ``peek`` read a binary node frame."""
+    return isinstance(said, Peek) and said.encoding == "binary" and said.kind == "node"
 
 
 class TestAggregatorEdges:
@@ -358,3 +408,35 @@ def test_drain_publishes_nothing_without_a_session_but_returns_in_time() -> None
     asyncio.run(go())
     assert agg.batched == 32
     assert agg.outbox.qsize() > 0
+
+
+class TestPublishing:
+    @pytest.mark.parametrize("qos", [0, 1])
+    async def test_the_batches_waiting_go_out_in_order_and_are_counted_once_written(self, qos: int) -> None:
+        """A tick's batches waiting in the outbox are published together (all but the last without waiting, at
+        either QoS): a subscriber gets every one, in order, and each is counted published, none unpublished."""
+        agg = Aggregator(TOPO, shard=Shard(), name="a", tick_s=1.0, batch_nodes=128, max_frame_bytes=1 << 20, qos=qos)
+        for topic, payload in tick(0):
+            agg.hear(topic, payload, False)
+        await agg.tick()
+        waiting = [agg.outbox.get_nowait() for _ in range(agg.outbox.qsize())]
+        for batch in waiting:
+            agg.outbox.task_done()
+            agg.outbox.put_nowait(batch)
+        sent = [(b.topic, b.payload) for b in waiting]
+        got: list[tuple[str, bytes]] = []
+        async with EmbeddedBroker() as broker, aiomqtt.Client("127.0.0.1", broker.port, identifier="sub") as sub:
+            await sub.subscribe([(f, qos) for f in telemetry_filters()])
+            config = MqttConfig(brokers=(Broker("127.0.0.1", broker.port),), client_id="agg")
+            async with _client(config, config.brokers[0]) as client:
+                session = asyncio.create_task(agg.session(client))
+                async with asyncio.timeout(10):
+                    async for message in sub.messages:
+                        assert isinstance(message.payload, bytes)
+                        got.append((message.topic.value, message.payload))
+                        if len(got) == len(sent):
+                            break
+                    await agg.outbox.join()
+                session.cancel()
+        assert (got, agg.published_batches, agg.published_frames, agg.dropped["unpublished"]) == (
+            sent, len(sent), 32, 0)
