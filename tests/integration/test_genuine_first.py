@@ -245,10 +245,11 @@ def test_garbage_on_every_node_topic_without_the_acl_costs_no_node_a_frame(
 def test_one_agent_flooding_its_own_topic_neither_costs_the_others_nor_hides_a_silent_node(
     shipped_broker: ShippedBroker, start_rainierd: object,
 ) -> None:
-    """With the shipped ACL, n3 floods its own topic faster and faster until the monitor says it is behind; then
-    node 5 genuinely falls silent while the flood goes on. Node 5 is reported lost while the flood goes on, within
-    its usual time (stale after 3 ticks, a few ticks of slack) of when its silence could be known (the receive lag
-    every frame has while the monitor is behind), and no other node loses a frame."""
+    """With the shipped ACL, n3 floods its own topic faster and faster until the monitor says it is behind (or, on
+    a machine where it keeps up with all the broker delivers, to the top rate); then node 5 genuinely falls silent
+    while the flood goes on. Node 5 is reported lost while the flood goes on, within its usual time (stale after 3
+    ticks, a few ticks of slack) of when its silence could be known (the receive lag every frame has while the
+    monitor is behind), and no other node loses a frame."""
     broker = shipped_broker
     port = free_port()
     monitor = start_role(start_rainierd, broker, "monitor", "rainierd-monitor", "--metrics-addr",
@@ -286,7 +287,7 @@ def test_one_agent_flooding_its_own_topic_neither_costs_the_others_nor_hides_a_s
                    timeout_s=within(30), what="every chip but n3's reports")
         watcher.start()
         agent = RawAgent(broker.port, "n3", broker.password("n3"))
-        blaster = Blaster(agent, [blob], 2_000, 60.0, rate=FLOOD_RATES[0])
+        blaster = Blaster(agent, [blob], 2_000, RAMP_S * len(FLOOD_RATES) + 3 * BEHIND_S, rate=FLOOD_RATES[0])
         started = time.monotonic()
         blaster.thread.start()
         overloaded: list[float] = []
@@ -305,7 +306,10 @@ def test_one_agent_flooding_its_own_topic_neither_costs_the_others_nor_hides_a_s
                 step = min(int(elapsed // RAMP_S), len(FLOOD_RATES) - 1)
                 blaster.rate = FLOOD_RATES[step]
                 if elapsed > RAMP_S * len(FLOOD_RATES):
-                    blaster.stop.set()  # the monitor kept up with every rate: nothing to show here
+                    # It kept up with every rate the broker delivered: since the monitor reads its socket 256 kB
+                    # at a time (mqtt/_paho.py), one flooder on two cores no longer puts it behind. Node 5 falls
+                    # silent at the top rate, the flood going on, and must be found just the same.
+                    feed.silent.set()
             time.sleep(TICK_S / 2)
         blaster.thread.join()
         flood_ended = time.monotonic()
@@ -328,7 +332,7 @@ def test_one_agent_flooding_its_own_topic_neither_costs_the_others_nor_hides_a_s
                f"{v['rainier_ingest_frames_lost_total']}, missing {v['rainier_ingest_frames_missing']}, applied "
                f"{v['rainier_ingest_frames_applied_total']}")
     print(summary)
-    assert feed.silent_at is not None, f"the flood never put the monitor behind: {summary}"
+    assert feed.silent_at is not None, f"node 5 never fell silent: {summary}"
     assert lost_at, f"node 5 fell silent and was never reported lost: {summary}"
     # While the flood goes on, in its usual time from when the monitor could know: the frames that show node 5
     # silent reach it as late as every frame does while it is behind.
