@@ -9,10 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-import numpy as np
-
-from rainierd._types import F32, B
-from rainierd.core.detect._stats import ClippedCusum, PeerSample, robust_center_scale
+from rainierd.core.detect._stats import ClippedCusum
 
 HEALTHY, DEGRADED, DOWN = 0, 1, 2
 NEEDS: Final[dict[str, tuple[str, ...]]] = {
@@ -67,17 +64,6 @@ class PathParams:
 def cusum(n: int, p: PathParams, *, k: float, h: float, cap: float) -> ClippedCusum:
     """Return a CUSUM whose ceiling lets a saturated sum fall under ``h`` in ``drain_s`` clean seconds."""
     return ClippedCusum.zeros(n, k=k, h=h, cap=cap, ceiling=h + p.drain_s * k, samples=p.samples_to_raise)
-
-
-def deviation(values: F32, reference: F32, ok: B, *, floor: float, sample: PeerSample) -> F32:
-    """Return (values / reference - 1) in robust sigmas of that ratio over the fleet (0 where not ``ok``)."""
-    with np.errstate(invalid="ignore", divide="ignore"):
-        dev: F32 = np.divide(values, reference, dtype=np.float32)
-    _, scale = robust_center_scale(dev, ok, floor=floor, sample=sample)
-    dev -= np.float32(1.0)
-    dev /= np.float32(scale)
-    np.copyto(dev, np.float32(0.0), where=~ok)
-    return dev
 
 
 def band(n: int, p: PathParams) -> ClippedCusum:

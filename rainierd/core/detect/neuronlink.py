@@ -125,10 +125,6 @@ class LinkDetector:
         self.nominal = np.array([hw.neuronlink_ring_bytes_s if k == 1 else hw.neuronlink_intra_bytes_s
                                  for k in range(n_kinds)], np.float32)
 
-    def _per_link(self, per_kind: F32) -> F32:
-        """Return each link's figure of its kind, by broadcasting over the nodes' common link order."""
-        return np.tile(per_kind[self.kind_order], self.state.topology.n_nodes).astype(np.float32, copy=False)
-
     def _count_drops(self, dropped: B, fresh: B, dt: F32, held: F32) -> None:
         """Decay each link's drop count over its interval, count a drop where one begins, time each drop.
 

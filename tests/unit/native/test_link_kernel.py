@@ -8,21 +8,23 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from rainierd.core.analysis import MonitorCore
+from rainierd._types import F32
 from rainierd.core.detect._common import Reason, counter_delta, flag, new_samples, persistence_seconds
-from rainierd.core.detect._paths import DOWN, NEEDS, deviation
+from rainierd.core.detect._paths import DOWN, NEEDS
 from rainierd.core.detect._stats import robust_center_scale
 from rainierd.core.detect._tracker import Transitions
 from rainierd.core.detect.neuronlink import LinkDetector
 from rainierd.core.detect.nodepaths import NodeSignal
-from rainierd.fleet.topology import build_fleet
 from rainierd.sim.faults import Fault, FaultKind
-from rainierd.sim.fleet import FleetModel, FleetParams
-from rainierd.sim.frames import tick_frames
+from tests.unit.native._oracles import compare_ticks, deviation
 
 
 class _NumpyLinks(LinkDetector):
     """LinkDetector.update as numpy computed it before the pass (bd1c9ba): the oracle."""
+
+    def _per_link(self, per_kind: F32) -> F32:
+        """Return each link's figure of its kind, by broadcasting over the nodes' common link order."""
+        return np.tile(per_kind[self.kind_order], self.state.topology.n_nodes).astype(np.float32, copy=False)
 
     def update(self, tick: int) -> Transitions:
         p, table = self.params, self.state.links
@@ -105,20 +107,9 @@ def _state(links: LinkDetector) -> dict[str, npt.NDArray[np.generic]]:
 
 
 def test_every_links_evidence_and_state_is_the_numpy_detectors_tick_after_tick() -> None:
-    topo = build_fleet(1, 4)
     faults = [Fault(FaultKind.NL_DEGRADED, 70, 0.5, 40, 140), Fault(FaultKind.NL_DOWN, 300, 0.0, 45, 100),
               Fault(FaultKind.NL_FLAPPING, 500, 4.0, 50, 150), Fault(FaultKind.NL_CRC_STORM, 700, 80.0, 40, 130),
               Fault(FaultKind.NODE_LOST, 9, 0.0, 60, 110), Fault(FaultKind.EFA_NODE_DEGRADED, 3, 0.5, 40, 150)]
-    model = FleetModel(topo, np.random.default_rng(3), tick_s=1.0, start_s=0.0,
-                       params=FleetParams(time_scale=86_400 / 170), faults=faults)
-    core = MonitorCore(topo)
-    oracle = _NumpyLinks(core.state)
-    raised = 0
-    for tick in range(170):
-        core.step([f for _t, f in tick_frames(topo, model.step(tick), publisher="t")])
-        changes = oracle.update(tick)
-        ours, theirs = _state(core.detector.links), _state(oracle)
-        for name, value in ours.items():
-            assert value.tobytes() == theirs[name].tobytes(), f"{name} at tick {tick}"
-        raised += int(np.count_nonzero(changes.after))
+    raised = compare_ticks(faults, seed=3, ticks=170, detector=lambda core: core.detector.links,
+                           oracle=lambda core: _NumpyLinks(core.state), state=_state)  # type: ignore[arg-type]
     assert raised  # links were raised: the comparison covered faults, not only health

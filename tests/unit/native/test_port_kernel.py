@@ -8,16 +8,13 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from rainierd.core.analysis import MonitorCore
 from rainierd.core.detect._common import Reason, counter_delta, flag, persistence_seconds
-from rainierd.core.detect._paths import HEALTHY, NEEDS, deviation
+from rainierd.core.detect._paths import HEALTHY, NEEDS
 from rainierd.core.detect._stats import ewma, robust_center_scale
 from rainierd.core.detect._tracker import Transitions
 from rainierd.core.detect.efa import EfaDetector
-from rainierd.fleet.topology import build_fleet
 from rainierd.sim.faults import Fault, FaultKind
-from rainierd.sim.fleet import FleetModel, FleetParams
-from rainierd.sim.frames import tick_frames
+from tests.unit.native._oracles import compare_ticks, deviation
 
 
 class _NumpyPorts(EfaDetector):
@@ -88,20 +85,9 @@ def _state(ports: EfaDetector) -> dict[str, npt.NDArray[np.generic]]:
 
 
 def test_every_ports_evidence_and_state_is_the_numpy_detectors_tick_after_tick() -> None:
-    topo = build_fleet(1, 4)
     faults = [Fault(FaultKind.EFA_DEGRADED, 10, 0.4, 40, 140), Fault(FaultKind.EFA_LOSS, 20, 0.02, 40, 150),
               Fault(FaultKind.EFA_DOWN, 33, 0.0, 45, 120), Fault(FaultKind.EFA_SLOW, 47, 4.0, 40, 150),
               Fault(FaultKind.EFA_NODE_DEGRADED, 5, 0.5, 50, 150), Fault(FaultKind.NODE_LOST, 9, 0.0, 60, 110)]
-    model = FleetModel(topo, np.random.default_rng(5), tick_s=1.0, start_s=0.0,
-                       params=FleetParams(time_scale=86_400 / 170), faults=faults)
-    core = MonitorCore(topo)
-    oracle = _NumpyPorts(core.state)
-    raised = 0
-    for tick in range(170):
-        core.step([f for _t, f in tick_frames(topo, model.step(tick), publisher="t")])
-        changes = oracle.update(tick)
-        ours, theirs = _state(core.detector.efa), _state(oracle)
-        for name, value in ours.items():
-            assert value.tobytes() == theirs[name].tobytes(), f"{name} at tick {tick}"
-        raised += int(np.count_nonzero(changes.after))
+    raised = compare_ticks(faults, seed=5, ticks=170, detector=lambda core: core.detector.efa,
+                           oracle=lambda core: _NumpyPorts(core.state), state=_state)  # type: ignore[arg-type]
     assert raised  # ports were raised: the comparison covered faults, not only health
