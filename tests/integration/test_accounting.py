@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -47,7 +48,7 @@ async def flowing(port: int, what: str) -> None:
 
 def accounted(values: dict[str, float]) -> float:
     """Return the frames a scrape says the monitor applied or counted: lost, missing now (they may still come
-    late), or late."""
+    late), or late (a late frame is neither applied nor lost: core/streams.py)."""
     return sum(values.get(f"rainier_ingest_frames_{name}", 0.0)
                for name in ("applied_total", "lost_total", "missing", "late_total"))
 
@@ -58,11 +59,19 @@ class Settled:
 
     at_last_tick: dict[str, float]  # as it applies the last tick: health before the fleet falls silent
     counted: dict[str, float]  # once every frame sent is applied or counted (or the last tried: see settled)
+    counted_after_s: float | None  # how long after the last tick that took (None: not within SETTLE_S)
+
+
+SETTLE_S: Final = 30.0
+"""How long after the last tick every frame sent may take to be applied or counted.  Once, under the CI's full
+load (the integration tier's four workers beside the container build), a run was 10 frames short 10 s after its
+last tick, with none missing: frames that had not arrived yet, or never would.  ``counted_after_s`` tells the two
+apart: a figure is a slow monitor, None is frames lost where no sequence number can show them (a stream's last)."""
 
 
 async def settled(port: int, sim: Daemon, timeout_s: float) -> Settled:
     """Wait for the simulator to finish, then for the monitor to apply its last tick and to have applied or
-    counted every frame sent (or, after 10 s more, return what it has: the caller's assertion shows the
+    counted every frame sent (or, after ``SETTLE_S`` more, return what it has: the caller's assertion shows the
     difference)."""
     code = await asyncio.to_thread(sim.proc.wait, within(timeout_s))
     assert code == 0, sim.log()[-3000:]
@@ -81,13 +90,16 @@ async def settled(port: int, sim: Daemon, timeout_s: float) -> Settled:
         return accounted(counted[0]) >= sent
 
     await wait_until(at_last_tick, 20, f"the monitor to apply tick {last}")
+    started = time.monotonic()
     # The last tick shows in the first window holding any of its frames. Its other batches (one per topic bucket),
     # and after a restart or fail-over a backlog, land in later windows: on a loaded machine, seconds later (seen
     # in test_cluster: 7,874 of 7,920 applied at the last tick, all 7,920 three seconds on, none lost). So wait
     # for what the assertion needs, every frame applied or counted, not for a time.
+    took: float | None = None
     with contextlib.suppress(AssertionError):
-        await wait_until(every_frame_counted, 10, "every frame sent to be applied or counted")
-    return Settled(at_last[0], counted[0])
+        await wait_until(every_frame_counted, SETTLE_S, "every frame sent to be applied or counted")
+        took = round(time.monotonic() - started, 1)
+    return Settled(at_last[0], counted[0], took)
 
 
 def raised(monitor: Daemon | None) -> list[dict[str, object]]:
@@ -100,14 +112,15 @@ def raised(monitor: Daemon | None) -> list[dict[str, object]]:
 
 
 def assert_every_frame_accounted(values: Settled, sim: Daemon, monitor: Daemon | None = None) -> None:
-    """Assert applied + lost == sent, nothing missing, and no health event or unhealthy component at the last
-    tick (naming the events ``monitor`` logged, when given)."""
+    """Assert applied + lost + late == sent (a late frame is neither: core/streams.py), nothing missing, and no
+    health event or unhealthy component at the last tick (naming the events ``monitor`` logged, when given)."""
     totals = sim_totals(sim)
     sent = totals["frames_published"] + totals["frames_dropped"]
     counts = {k.removeprefix("rainier_ingest_"): v for k, v in values.counted.items()
               if k.startswith("rainier_ingest_frames")}
-    assert (counts["frames_applied_total"] + counts["frames_lost_total"], counts["frames_missing"]) == (sent, 0), \
-        (totals, counts)
+    resolved = counts["frames_applied_total"] + counts["frames_lost_total"] + counts["frames_late_total"]
+    assert (resolved, counts["frames_missing"]) == (sent, 0), \
+        (totals, counts, f"counted {values.counted_after_s} s after the last tick")
     health = values.at_last_tick
     assert sum(v for k, v in health.items() if k.startswith(HEALTH_EVENTS)) == 0, raised(monitor)
     assert sum(v for k, v in health.items() if k.startswith("rainier_unhealthy{")) == 0
