@@ -22,7 +22,8 @@ import numpy as np
 from rainierd.fleet.topology import build_topology
 from rainierd.runtime.malloc import keep_freed_memory
 from rainierd.sim.fleet import FleetModel
-from rainierd.sim.frames import tick_batches, tick_frames
+from rainierd.sim.frames import tick_frames
+from rainierd.sim.packed import BatchPacker
 from rainierd.wire import encode_binary
 
 __all__ = ["START_S", "read_tick", "request_tick", "write_ticks"]
@@ -38,17 +39,18 @@ def write_ticks(
     topo = build_topology(topology)
     model = FleetModel(topo, np.random.default_rng(seed), tick_s=1.0, start_s=START_S)
     timings: dict[str, list[float]] = {"sim_step_s": [], "encode_s": []}
+    packer = BatchPacker(topo, publisher="bench", nodes_per_batch=batch_nodes) if batch_nodes else None
     for tick in range(ticks):
         if requests is not None and not requests.read(1):
             break
         started = time.perf_counter()
         sample = model.step(tick)
         stepped = time.perf_counter()
-        if batch_nodes:
-            frames = tick_batches(topo, sample, publisher="bench", nodes_per_batch=batch_nodes)
+        if packer is not None:  # as the simulator encodes its batches
+            encoded = [(topic.encode(), payload) for topic, payload, _ in packer.pack(sample)]
         else:
-            frames = tick_frames(topo, sample, publisher="bench")  # type: ignore[assignment]
-        encoded = [(topic.encode(), encode_binary(frame)) for topic, frame in frames]
+            encoded = [(topic.encode(), encode_binary(frame))
+                       for topic, frame in tick_frames(topo, sample, publisher="bench")]
         timings["sim_step_s"].append(stepped - started)
         timings["encode_s"].append(time.perf_counter() - stepped)
         for topic, payload in encoded:

@@ -64,12 +64,13 @@ def tick_frames(
             sample.efa[efa.start:efa.stop],
             sample.cooling[node:node + 1],
         )
-    yield from _facility_frames(topo, sample, publisher, sites)
+    yield from facility_frames(topo, sample, publisher, sites)
 
 
-def _facility_frames(
-    topo: Topology, sample: TickSample, publisher: str, sites: range | None,
+def facility_frames(
+    topo: Topology, sample: TickSample, publisher: str, sites: range | None = None,
 ) -> Iterator[tuple[str, FacilityFrame]]:
+    """Yield (topic, frame) for each site's facility record of one tick (``sites``: all by default)."""
     for site in sites if sites is not None else range(topo.n_sites):
         yield facility_topic(site), FacilityFrame(
             publisher, sample.tick, sample.tick, sample.t_s, site, sample.facility[site:site + 1],
@@ -98,12 +99,21 @@ def tick_batches(
     site's records are first put in batch order, a row of records per
     UltraServer; each batch's columns are then slices of those (views, which
     the encoder copies once), and only a batch holding a silent node or chip
-    filters its own.  At rainier this takes 0.41 s a tick against 0.68 s for
-    a gather per batch and field (9,216 gathers of ~10 fields each); what is
-    left is Python work per batch, which larger batches divide.
+    filters its own.  The simulator encodes its binary batches with
+    ``packed.BatchPacker`` instead (the same bytes, every batch of a shape at
+    once): this is the frames themselves, for JSON and for the batches the
+    packer cannot take whole.
     """
+    yield from plan_batches(topology, sample, batch_plan(topology, nodes_per_batch, sites), publisher=publisher)
+    yield from facility_frames(topology, sample, publisher, sites)
+
+
+def plan_batches(
+    topology: Topology, sample: TickSample, plan: BatchPlan, *, publisher: str, only: Iterable[int] | None = None,
+) -> Iterator[tuple[str, NodeBatch]]:
+    """Yield (topic, batch) for ``plan``'s batches of one tick (``only``: those of these indices, ascending), as
+    ``tick_batches`` does."""
     topo = topology
-    plan = _plan(topo, nodes_per_batch, sites)
     order = plan.order
     node_ok = ~(sample.node_silent[order] | ~topo.node_present[order])
     node_seq, node_t_s = sample.node_seq[order], sample.node_t_s[order]
@@ -112,17 +122,17 @@ def tick_batches(
     records = {"chips": sample.chips, "links": sample.links, "efa": sample.efa, "cooling": sample.cooling}
     per_us = topo.nodes_per_ultraserver
     silent = sample.chip_silent.reshape(topo.n_ultraservers, -1)
-    for _, site_batches in groupby(plan.batches, key=lambda batch: batch[1]):
+    chosen = plan.batches if only is None else [plan.batches[at] for at in only]
+    for _, site_batches in groupby(chosen, key=lambda batch: batch[1]):
         yield from _site_batches(list(site_batches), plan=plan, sample=sample, records=records, node_ok=node_ok,
                                  node_seq=node_seq, node_t_s=node_t_s, silent=silent, per_kind=per_kind,
                                  per_us=per_us, publisher=publisher)
-    yield from _facility_frames(topo, sample, publisher, sites)
 
 
 def _site_batches(
     batches: list[tuple[str, int, int, int]],
     *,
-    plan: _Plan,
+    plan: BatchPlan,
     sample: TickSample,
     records: dict[str, npt.NDArray[Any]],
     node_ok: npt.NDArray[np.bool_],
@@ -132,7 +142,7 @@ def _site_batches(
     per_kind: dict[str, int],
     per_us: int,
     publisher: str,
-) -> Iterator[tuple[str, NodeBatch | FacilityFrame]]:
+) -> Iterator[tuple[str, NodeBatch]]:
     """Yield one site's batches (``batches``, consecutive in ``plan.order``) of ``tick_batches``.
 
     Whole UltraServers move together (a bucket is made of them), so each
@@ -141,8 +151,11 @@ def _site_batches(
     site's at a time: the gathered copy is the site's records, not the
     fleet's (at rainier-1m, 44 of the simulator's 220 MiB a tick).
     """
-    lo, hi = batches[0][2], batches[-1][3]
-    rows = plan.ultraservers[lo // per_us:hi // per_us]
+    # Whole UltraServers from the one holding the first batch's first node (``plan_batches``' ``only`` may start
+    # mid-UltraServer) to the one holding the last batch's last.
+    first_us, stop_us = batches[0][2] // per_us, -(-batches[-1][3] // per_us)
+    rows = plan.ultraservers[first_us:stop_us]
+    lo = first_us * per_us
     order = plan.order
     columns: dict[str, dict[str, npt.NDArray[Any]]] = {}
     for kind in RECORD_KINDS:
@@ -187,7 +200,7 @@ def _and_where(keep: npt.NDArray[np.bool_], sub: npt.NDArray[np.bool_]) -> npt.N
 
 
 @dataclass(frozen=True)
-class _Plan:
+class BatchPlan:
     """A tick's batch layout: every node in batch order, and each batch's topic, site and slice of it."""
 
     order: npt.NDArray[np.int64]
@@ -195,7 +208,7 @@ class _Plan:
     batches: tuple[tuple[str, int, int, int], ...]
 
 
-def _plan(topo: Topology, nodes_per_batch: int, sites: range | None) -> _Plan:
+def batch_plan(topo: Topology, nodes_per_batch: int, sites: range | None = None) -> BatchPlan:
     """Return the batch layout of ``sites`` (all by default), the same every tick."""
     per_us = topo.nodes_per_ultraserver
     parts: list[npt.NDArray[np.int64]] = []
@@ -217,7 +230,7 @@ def _plan(topo: Topology, nodes_per_batch: int, sites: range | None) -> _Plan:
     def joined(arrays: list[npt.NDArray[np.int64]]) -> npt.NDArray[np.int64]:
         return np.concatenate(arrays) if arrays else np.zeros(0, np.int64)
 
-    return _Plan(joined(parts), joined(us_parts), tuple(batches))
+    return BatchPlan(joined(parts), joined(us_parts), tuple(batches))
 
 
 def batches_per_tick(topology: Topology, nodes_per_batch: int) -> int:

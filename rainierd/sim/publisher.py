@@ -40,7 +40,7 @@ from rainierd.runtime import DropOldestQueue, Schedule
 from rainierd.sim.faults import Fault
 from rainierd.sim.fleet import FleetModel
 from rainierd.sim.frames import batches_per_tick, tick_batches, tick_frames
-from rainierd.sim.packed import NodeFramePacker
+from rainierd.sim.packed import BatchPacker, NodeFramePacker
 from rainierd.sim.params import FleetParams
 from rainierd.sim.profile import PROFILES, Profile
 from rainierd.sim.sample import TickTruth
@@ -152,6 +152,8 @@ class Simulator:
         # than the site's nodes over the batch size.
         self._packer = (NodeFramePacker(topology, publisher=publisher_id)
                         if encoding == "binary" and not self.batch_nodes else None)
+        self._batch_packer = (BatchPacker(topology, publisher=publisher_id, nodes_per_batch=self.batch_nodes)
+                              if encoding == "binary" and self.batch_nodes else None)
         if self.batch_nodes:
             node_messages = batches_per_tick(topology, self.batch_nodes)
         elif self._packer is not None:
@@ -190,6 +192,9 @@ class Simulator:
             out += [OutgoingRun(packed.topics[at:at + _RUN_FRAMES], packed.payloads[at:at + _RUN_FRAMES])
                     for at in range(0, len(packed.payloads), _RUN_FRAMES)]
             frames = tick_frames(self.topology, sample, publisher=self.publisher_id, nodes=())
+        elif self._batch_packer is not None:  # its facility frames too
+            out += [Outgoing(topic, payload, frames=held) for topic, payload, held in self._batch_packer.pack(sample)]
+            frames = iter(())
         elif self.batch_nodes:
             frames = tick_batches(self.topology, sample, publisher=self.publisher_id, nodes_per_batch=self.batch_nodes)
         else:

@@ -273,7 +273,7 @@ def _check_batch_header(n_nodes: int, totals: dict[str, int], masks: dict[str, i
 
 
 @functools.lru_cache(maxsize=256)
-def _batch_layout(
+def batch_layout(
     n_nodes: int, totals: tuple[int, ...], masks: tuple[int, ...], pub_len: int, flags: int = 0,
 ) -> BatchLayout:
     """Return where each column of a batch of this shape starts, and where its columns end (a publisher table
@@ -341,7 +341,7 @@ def _batch_head(payload: bytes) -> BatchHead:
         publisher = payload[BATCH_HEADER.size:BATCH_HEADER.size + pub_len].decode()
     except UnicodeDecodeError:
         raise FrameError("bad_header", "publisher id is not UTF-8") from None
-    layout = _batch_layout(n_nodes, totals, masks, pub_len, flags)
+    layout = batch_layout(n_nodes, totals, masks, pub_len, flags)
     if len(payload) < layout.end:
         raise FrameError("truncated", f"{len(payload)} bytes, header announces {layout.end}")
     end = layout.end
