@@ -267,6 +267,12 @@ class Columns(Mapping[str, npt.NDArray[Any]]):
         """Return the record kind whose columns these are."""
         return self._kind
 
+    def of_parts(self, parts: Sequence[int], scratch: Scratch) -> Columns:
+        """Return these columns for the window's ``parts`` alone (ascending), joined into ``scratch``'s buffers:
+        the records of those parts' entries, in entry order, with no column of the others read."""
+        sub = _Parts([self._parts.items[p] for p in parts])
+        return Columns(sub, self._kind, [self._sizes[p] for p in parts], scratch)
+
     def scatter(self, name: str, row: I64, out: npt.NDArray[Any]) -> npt.NDArray[Any]:
         """Write column ``name`` into the rows of ``out`` (2-D, a row an entry's records), the window's ``e``-th
         entry's to ``out[row[e]]``, straight from the parts: the join and a reorder in one pass."""
