@@ -270,16 +270,34 @@ class TestHttp:
         assert (await http_get(server.port, b"garbage\r\n\r\n"))[0] == 400
         assert await http_get(server.port, b"HEAD /healthz HTTP/1.1\r\n\r\n") == (200, b"")
 
-    async def test_scrapes_never_render_after_the_first(self, server: HttpServer) -> None:
-        """Concurrent first scrapes share one render; later scrapes serve the last refresh, however old."""
+    async def test_concurrent_first_scrapes_share_one_render(self, server: HttpServer) -> None:
+        """Five scrapes before any refresh: one render, and each scrape of the same generation serves it."""
         await asyncio.gather(*(self.metrics.body() for _ in range(5)))
-        assert self.metrics.renders == 1
-        self.generation = 2
         await self.metrics.body()
         assert self.metrics.renders == 1
+
+    async def test_a_refresh_renders_ahead_only_for_a_scraper_that_took_the_last_render(
+        self, server: HttpServer,
+    ) -> None:
+        """A scraper as fast as the ticks finds each generation rendered by the refresh after its analysis; a
+        render no scrape took is not followed by another, and the next scrape renders the latest generation
+        (it never serves one older than the last analysis)."""
         await self.metrics.refresh()
-        await self.metrics.refresh()
+        assert self.metrics.renders == 1
+        for generation in (2, 3):  # nothing scrapes: the refreshes render nothing
+            self.generation = generation
+            await self.metrics.refresh()
+        assert self.metrics.renders == 1
+        await self.metrics.body()  # generation 3, rendered now
         assert self.metrics.renders == 2
+        for generation in (4, 5):  # a scrape each generation: each refresh renders ahead of it
+            self.generation = generation
+            await self.metrics.refresh()
+            assert self.metrics.renders == generation - 1
+            await self.metrics.body()
+            assert self.metrics.renders == generation - 1
+        await self.metrics.refresh()  # the same generation again: nothing to render
+        assert self.metrics.renders == 4
 
 
 class TestServerLifetime:
