@@ -94,8 +94,11 @@ def test_run_top_in_a_real_terminal_from_the_fleet_to_the_culprit_link(terminal:
     for width, height in ((200, 55), (80, 24)):
         if width == 80:
             term.resize(width, height)
+        # The breadcrumb is waited for too: once, under a CI rehearsal's load, a capture caught line 2 mid-redraw
+        # ("fleet > s0/u1 > 4/chip0/link2") with the rest of the screen whole (2026-12-08).
         screen = term.wait_for(f"NeuronLink s0/u1/{LINK}  DEGRADED", "costs lab/pretrain", "advice ",
-                               "runbook docs/runbooks.md#neuronlink-degraded", "lanes up    4 / 8")
+                               "runbook docs/runbooks.md#neuronlink-degraded", "lanes up    4 / 8",
+                               f"fleet > s0/u1 > {LINK}")
         lines = term.lines()
         assert " LIVE " in lines[0], screen
         assert lines[1] == f"fleet > s0/u1 > {LINK}", screen
