@@ -128,6 +128,8 @@ def _measure(
         "simulator_ticks_late": int(finished.get("ticks_late", -1)),
         "processes": usage,
     }
+    # Every size's own per-core figure, a failing one's too (the report's ratio takes the largest passing size).
+    result["chip_samples_per_monitor_cpu_s"] = _per_core(result)
     if running.aggregators:
         result["aggregators"] = [current_values(p, only=("rainier_aggregator_",)) for p in running.aggregator_ports]
         result["aggregators_at_window_end"] = in_window
